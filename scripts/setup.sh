@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs every Debian package that tidal's build, tests and benchmarks need. Safe to re-run.
+# The CUDA toolkit is not installed here: with nvcc present, CMake builds the CUDA backend too.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+  libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev
+  python3 python3-numpy python3-torch
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

@@ -1,0 +1,57 @@
+#include "core/allocator.h"
+
+#include "core/error.h"
+
+#include <cstdlib>
+
+namespace tidal {
+
+std::string_view tier_name(MemoryTier t) {
+  switch (t) {
+    case MemoryTier::device: return "device";
+    case MemoryTier::host_pinned: return "host_pinned";
+    case MemoryTier::host: return "host";
+    case MemoryTier::disk: return "disk";
+  }
+  TIDAL_ASSERT(false, "unknown tier {}", int(t));
+}
+
+void* Allocator::allocate(std::size_t bytes) {
+  std::size_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (now > capacity_) {
+    current_.fetch_sub(bytes, std::memory_order_relaxed);
+    throw OutOfMemory(fmt::format(
+        "out of {} memory: asked for {} bytes with {} of {} in use; raise the tier's capacity "
+        "(e.g. [memory] device_limit) or make the model or batch smaller",
+        tier_name(tier_), bytes, now - bytes, capacity_));
+  }
+  std::size_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  if (bytes == 0) return nullptr;
+  void* p = raw_allocate(bytes);
+  if (p == nullptr) {
+    current_.fetch_sub(bytes, std::memory_order_relaxed);
+    throw OutOfMemory(fmt::format("the system refused {} bytes of {} memory", bytes, tier_name(tier_)));
+  }
+  return p;
+}
+
+void Allocator::deallocate(void* ptr, std::size_t bytes) {
+  if (ptr != nullptr) raw_deallocate(ptr, bytes);
+  current_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void* HostAllocator::raw_allocate(std::size_t bytes) {
+  constexpr std::size_t kAlign = 64;
+  return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+}
+
+void HostAllocator::raw_deallocate(void* ptr, std::size_t) { std::free(ptr); }
+
+Allocator& host_allocator() {
+  static HostAllocator allocator(MemoryTier::host);
+  return allocator;
+}
+
+}  // namespace tidal

@@ -1,0 +1,70 @@
+// Element types and the fp32 <-> bf16 / fp16 conversions every CPU kernel uses. bf16 and fp16
+// are storage types: kernels load them into fp32, compute, and round back to nearest-even.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace tidal {
+
+enum class DType : std::uint8_t { f32, bf16, f16, i32 };
+
+std::size_t dtype_size(DType t);
+std::string_view dtype_name(DType t);  // "f32", "bf16", "f16", "i32"
+
+struct bf16 {
+  std::uint16_t bits;
+};
+struct f16 {
+  std::uint16_t bits;
+};
+
+inline float bits_to_float(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline std::uint32_t float_to_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+inline float to_float(float v) { return v; }
+inline float to_float(bf16 v) { return bits_to_float(std::uint32_t(v.bits) << 16); }
+float f16_to_float(std::uint16_t h);
+inline float to_float(f16 v) { return f16_to_float(v.bits); }
+
+inline bf16 to_bf16(float f) {
+  std::uint32_t u = float_to_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{std::uint16_t((u >> 16) | 0x40)};  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+  return bf16{std::uint16_t(u >> 16)};
+}
+std::uint16_t float_to_f16_bits(float f);
+inline f16 to_f16(float f) { return f16{float_to_f16_bits(f)}; }
+
+// Store an fp32 value into storage type T.
+template <class T>
+inline T from_float(float v);
+template <>
+inline float from_float<float>(float v) { return v; }
+template <>
+inline bf16 from_float<bf16>(float v) { return to_bf16(v); }
+template <>
+inline f16 from_float<f16>(float v) { return to_f16(v); }
+
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::f32; }
+template <>
+constexpr DType dtype_of<bf16>() { return DType::bf16; }
+template <>
+constexpr DType dtype_of<f16>() { return DType::f16; }
+template <>
+constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
+
+}  // namespace tidal

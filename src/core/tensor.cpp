@@ -1,0 +1,126 @@
+#include "core/tensor.h"
+
+#include <cstring>
+
+namespace tidal {
+
+std::string Shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < n_; ++i) s += (i ? ", " : "") + std::to_string(d_[std::size_t(i)]);
+  return s + "]";
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape s = shape;
+  std::int64_t stride = 1;
+  for (int i = shape.size() - 1; i >= 0; --i) {
+    s[i] = stride;
+    stride *= shape[i];
+  }
+  return s;
+}
+
+Storage::Storage(Allocator& allocator, std::size_t bytes)
+    : allocator_(allocator), bytes_(bytes), data_(allocator.allocate(bytes)) {}
+
+Storage::~Storage() { allocator_.deallocate(data_, bytes_); }
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator& alloc) {
+  for (auto d : shape) TIDAL_ASSERT(d >= 0, "negative extent in shape {}", shape.str());
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>(alloc, std::size_t(shape.numel()) * dtype_size(dtype));
+  t.data_ = t.storage_->data();
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  t.device_ = alloc.device();
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Allocator& alloc) {
+  Tensor t = empty(shape, dtype, alloc);
+  t.zero_();
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, float value, Allocator& alloc) {
+  Tensor t = empty(shape, DType::f32, alloc);
+  t.fill_(value);
+  return t;
+}
+
+Tensor Tensor::view_of(void* data, const Shape& shape, DType dtype, Device device) {
+  Tensor t;
+  t.data_ = data;
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  return t;
+}
+
+bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  TIDAL_ASSERT(is_contiguous(), "reshape of a non-contiguous tensor {}", str());
+  Shape s = shape;
+  int infer = -1;
+  std::int64_t known = 1;
+  for (int i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      TIDAL_ASSERT(infer < 0, "two -1 extents in {}", shape.str());
+      infer = i;
+    } else {
+      known *= s[i];
+    }
+  }
+  if (infer >= 0) s[infer] = known == 0 ? 0 : numel() / known;
+  TIDAL_ASSERT(s.numel() == numel(), "cannot reshape {} to {}", str(), shape.str());
+  Tensor t = *this;
+  t.shape_ = s;
+  t.strides_ = contiguous_strides(s);
+  return t;
+}
+
+Tensor Tensor::slice(int dim, std::int64_t begin, std::int64_t end) const {
+  const int d = dim < 0 ? dim + ndim() : dim;
+  TIDAL_ASSERT(d >= 0 && d < ndim() && 0 <= begin && begin <= end && end <= shape_[d],
+               "slice({}, {}, {}) of {}", dim, begin, end, str());
+  Tensor t = *this;
+  t.shape_[d] = end - begin;
+  t.data_ = static_cast<std::byte*>(data_) + std::size_t(begin * strides_[d]) * dtype_size(dtype_);
+  return t;
+}
+
+void Tensor::zero_() {
+  TIDAL_ASSERT(device_.is_cpu() && is_contiguous(), "zero_ on {}", str());
+  std::memset(data_, 0, nbytes());
+}
+
+void Tensor::fill_(float value) {
+  TIDAL_ASSERT(device_.is_cpu() && is_contiguous() && dtype_ == DType::f32, "fill_ on {}", str());
+  float* p = data<float>();
+  for (std::int64_t i = 0; i < numel(); ++i) p[i] = value;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  TIDAL_ASSERT(src.shape() == shape_ && src.dtype() == dtype_, "copy {} into {}", src.str(), str());
+  TIDAL_ASSERT(device_.is_cpu() && src.device().is_cpu() && is_contiguous() && src.is_contiguous(),
+               "copy {} into {}", src.str(), str());
+  std::memcpy(data_, src.raw(), nbytes());
+}
+
+Tensor Tensor::clone(Allocator& alloc) const {
+  Tensor t = empty(shape_, dtype_, alloc);
+  t.copy_from(*this);
+  return t;
+}
+
+float Tensor::item() const {
+  TIDAL_ASSERT(numel() == 1 && dtype_ == DType::f32, "item() of {}", str());
+  return *data<float>();
+}
+
+std::string Tensor::str() const { return std::string(dtype_name(dtype_)) + shape_.str(); }
+
+}  // namespace tidal

@@ -1,0 +1,23 @@
+// GPT-2: learned positions, pre-LN blocks with causal attention, tanh GELU, final LayerNorm,
+// LM head tied to the token embedding. Parameter names follow GPT-2 (wte, wpe, ln_f) with
+// blocks.{i}.{ln_1, attn.qkv, attn.proj, ln_2, mlp.fc, mlp.proj}.
+#pragma once
+
+#include "models/model.h"
+
+namespace tidal::models {
+
+struct GptConfig {
+  int n_layer = 6;
+  int n_head = 6;
+  std::int64_t n_embd = 384;
+  std::int64_t vocab_size = 512;
+  std::int64_t seq_len = 256;  // learned positions
+  float dropout = 0.0f;        // embedding and residual dropout
+  float ln_eps = 1e-5f;
+  float init_std = 0.02f;
+};
+
+std::unique_ptr<Model> make_gpt(const GptConfig& cfg);
+
+}  // namespace tidal::models

@@ -1,0 +1,68 @@
+#include "models/model.h"
+
+#include "core/init.h"
+#include "core/philox.h"
+#include "nn/runner.h"
+
+namespace tidal::models {
+
+Tensor Model::forward(const Tensor& x, nn::Context& ctx) {
+  Tensor h = x;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (i + 1 == layers_.size()) ctx.saved = {h};  // logits, for callers that want them
+    h = ctx.forward(*layers_[i], h, i);
+  }
+  return h;
+}
+
+Tensor Model::backward(const Tensor& dloss, nn::Context& ctx) {
+  Tensor g = dloss;
+  for (std::size_t i = layers_.size(); i-- > 0;) g = ctx.backward(*layers_[i], g, i);
+  ctx.saved.clear();
+  return g;
+}
+
+ModelOutput Model::run_forward(nn::Context& ctx) {
+  TIDAL_ASSERT(ctx.state().batch != nullptr, "run_forward without a batch");
+  Tensor loss = ctx.state().runner->forward(*this, input(*ctx.state().batch), ctx);
+  return {ctx.saved.at(0), loss.item()};
+}
+
+void Model::run_backward(nn::Context& ctx) {
+  Tensor one = Tensor::full({1}, 1.0f);
+  ctx.state().runner->backward(*this, one, ctx);
+}
+
+void Model::materialize(std::uint64_t seed, Allocator& alloc) {
+  assign_names("");
+  for (nn::Parameter* p : parameters()) {
+    TIDAL_ASSERT(!p->data.defined(), "parameter {} materialized twice", p->name);
+    p->data = Tensor::empty(p->shape, DType::f32, alloc);
+    p->grad = Tensor::zeros(p->shape, DType::f32, alloc);
+    switch (p->init.kind) {
+      case nn::ParameterInit::Kind::normal:
+        init_normal(p->data, {seed, fnv1a64(p->name.data(), p->name.size())}, 0.0f, p->init.std, p->shape);
+        break;
+      case nn::ParameterInit::Kind::zeros: p->data.zero_(); break;
+      case nn::ParameterInit::Kind::ones: p->data.fill_(1.0f); break;
+    }
+  }
+}
+
+void Model::zero_grad() {
+  for (nn::Parameter* p : parameters()) p->grad.zero_();
+}
+
+std::int64_t Model::num_parameters() {
+  std::int64_t n = 0;
+  for (nn::Parameter* p : parameters()) n += p->shape.numel();
+  return n;
+}
+
+nn::Parameter& Model::parameter(const std::string& name) {
+  for (nn::Parameter* p : parameters())
+    if (p->name == name) return *p;
+  throw Error(fmt::format("the model has no parameter '{}'", name));
+}
+
+}  // namespace tidal::models

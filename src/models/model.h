@@ -1,0 +1,55 @@
+// Model: a transformer as a sequence of layers ending in its loss (embedding, blocks, head,
+// loss). forward runs the layers through the Runner; the sequence is what pipeline stages will
+// slice. The model's parameters are allocated and initialised by materialize(), keyed by name.
+#pragma once
+
+#include "nn/module.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tidal::models {
+
+struct ModelOutput {
+  Tensor logits;  // the input of the loss layer
+  float loss = 0.0f;
+};
+
+class Model : public nn::Module {
+ public:
+  // The first layer's input in a batch (tokens, or images).
+  virtual const Tensor& input(const nn::Batch& batch) const = 0;
+
+  // Runs all layers; `ctx` keeps what backward needs. Returns the loss [1].
+  Tensor forward(const Tensor& x, nn::Context& ctx) override;
+  // dloss [1] -> gradient of the input (undefined for token inputs).
+  Tensor backward(const Tensor& dloss, nn::Context& ctx) override;
+
+  // Forward with the batch of ctx.state(), returning the logits and the loss.
+  ModelOutput run_forward(nn::Context& ctx);
+  // Backward of the loss from run_forward (d loss = 1).
+  void run_backward(nn::Context& ctx);
+
+  // Allocates every parameter (fp32) and its gradient, and initialises it from
+  // (seed, parameter name). Call once, after construction.
+  void materialize(std::uint64_t seed, Allocator& alloc = host_allocator());
+  void zero_grad();
+  std::int64_t num_parameters();
+  nn::Parameter& parameter(const std::string& name);
+  const std::vector<nn::Module*>& layers() const { return layers_; }
+
+ protected:
+  template <class M>
+  M& add_layer(std::string name, std::unique_ptr<M> m) {
+    M& ref = add_module(std::move(name), std::move(m));
+    layers_.push_back(&ref);
+    return ref;
+  }
+
+ private:
+  std::vector<nn::Module*> layers_;
+};
+
+}  // namespace tidal::models

@@ -1,0 +1,104 @@
+#include "models/vit.h"
+
+#include "nn/cross_entropy_loss.h"
+#include "nn/dropout.h"
+#include "nn/layernorm.h"
+#include "nn/linear.h"
+#include "nn/transformer_block.h"
+#include "ops/class_token.h"
+#include "ops/embedding.h"
+#include "ops/patchify.h"
+
+namespace tidal::models {
+namespace {
+
+// images -> patches -> Linear -> [class token; patches] + positions -> dropout.
+class PatchEmbedding final : public nn::Module {
+ public:
+  explicit PatchEmbedding(const VitConfig& c) : patch_size_(c.patch_size) {
+    const auto init = nn::ParameterInit::normal(c.init_std);
+    const std::int64_t n = (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
+    patch_ = &add_module("patch", std::make_unique<nn::Linear>(c.channels * c.patch_size * c.patch_size, c.n_embd, true, init));
+    cls_ = &add_parameter("cls_token", {c.n_embd}, init);
+    pos_ = &add_parameter("pos_embed", {n + 1, c.n_embd}, init);
+    drop_ = &add_module("drop", std::make_unique<nn::Dropout>(c.dropout));
+  }
+
+  Tensor forward(const Tensor& images, nn::Context& ctx) override {
+    const std::int64_t B = images.dim(0), P = patch_size_;
+    Tensor patches = ctx.empty({B, (images.dim(2) / P) * (images.dim(3) / P), images.dim(1) * P * P}, images.dtype());
+    ops::patchify(patches, images, P);
+    Tensor e = ctx.forward(*patch_, patches, kPatch);  // [B, N, D]
+    TIDAL_CHECK(e.dim(1) + 1 == pos_->shape[0], "images give {} patches; the model was built for {} (model.image_size)",
+                e.dim(1), pos_->shape[0] - 1);
+    Tensor x = ctx.empty({B, e.dim(1) + 1, e.dim(2)}, e.dtype());
+    ops::prepend_token(x, e, cls_->data);
+    ops::position_embedding_forward(x, pos_->data);
+    return ctx.forward(*drop_, x, kDrop);
+  }
+  Tensor backward(const Tensor& dy, nn::Context& ctx) override {
+    Tensor d = ctx.backward(*drop_, dy, kDrop);
+    ops::position_embedding_backward(pos_->grad, d);
+    Tensor de = ctx.empty({d.dim(0), d.dim(1) - 1, d.dim(2)}, d.dtype());
+    ops::prepend_token_backward(de, cls_->grad, d);
+    ctx.backward(*patch_, de, kPatch);
+    return {};
+  }
+
+ private:
+  enum Slot : std::size_t { kPatch, kDrop };
+  std::int64_t patch_size_;
+  nn::Linear* patch_;
+  nn::Parameter* cls_;  // [D]
+  nn::Parameter* pos_;  // [N + 1, D]
+  nn::Dropout* drop_;
+};
+
+// Linear classifier on the class token x[:, 0].
+class ClassTokenHead final : public nn::Module {
+ public:
+  ClassTokenHead(std::int64_t n_embd, std::int64_t num_classes, nn::ParameterInit init)
+      : fc_(&add_module("", std::make_unique<nn::Linear>(n_embd, num_classes, true, init))) {}
+
+  Tensor forward(const Tensor& x, nn::Context& ctx) override {
+    Tensor cls = ctx.empty({x.dim(0), x.dim(2)}, x.dtype());
+    ops::select_token(cls, x, 0);
+    ctx.saved = {x};  // for its shape; the storage is kept alive by ln_f's context anyway
+    return ctx.forward(*fc_, cls, 0);
+  }
+  Tensor backward(const Tensor& dy, nn::Context& ctx) override {
+    Tensor dcls = ctx.backward(*fc_, dy, 0);
+    Tensor dx = ctx.empty(ctx.saved.at(0).shape(), dcls.dtype());
+    ops::select_token_backward(dx, dcls, 0);
+    ctx.saved.clear();
+    return dx;
+  }
+
+ private:
+  nn::Linear* fc_;
+};
+
+class Vit final : public Model {
+ public:
+  explicit Vit(const VitConfig& c) {
+    TIDAL_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})",
+                c.n_embd, c.n_head);
+    TIDAL_CHECK(c.patch_size > 0 && c.image_size % c.patch_size == 0,
+                "model.image_size ({}) must be a multiple of model.patch_size ({})", c.image_size, c.patch_size);
+    add_layer("", std::make_unique<PatchEmbedding>(c));
+    nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = false, .pre_ln = true, .ln_eps = c.ln_eps,
+                      .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
+                      .proj_init = nn::ParameterInit::normal(c.init_std)};
+    for (int i = 0; i < c.n_layer; ++i) add_layer("blocks." + std::to_string(i), std::make_unique<nn::TransformerBlock>(b));
+    add_layer("ln_f", std::make_unique<nn::LayerNorm>(c.n_embd, c.ln_eps));
+    add_layer("head", std::make_unique<ClassTokenHead>(c.n_embd, c.num_classes, nn::ParameterInit::normal(c.init_std)));
+    add_layer("loss", std::make_unique<nn::CrossEntropyLoss>());
+  }
+  const Tensor& input(const nn::Batch& batch) const override { return batch.images; }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_vit(const VitConfig& cfg) { return std::make_unique<Vit>(cfg); }
+
+}  // namespace tidal::models

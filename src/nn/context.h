@@ -1,0 +1,64 @@
+// Per-call state of a forward/backward pass. A StepState is shared by the whole pass (the
+// runner, training flag, dropout keys, the batch); a Context belongs to one module call and
+// holds what that call's backward needs plus the contexts of its children.
+#pragma once
+
+#include "core/allocator.h"
+#include "core/tensor.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace tidal::nn {
+
+class Module;
+class Runner;
+
+// Model inputs; the fields a model does not use stay undefined.
+struct Batch {
+  Tensor tokens;       // [B, T] i32 (GPT, BERT)
+  Tensor token_types;  // [B, T] i32 (BERT)
+  Tensor attn_mask;    // [B, T] i32, 1 = real token, 0 = padding (BERT)
+  Tensor images;       // [B, channels, H, W] f32 (ViT)
+  Tensor targets;      // [B, T] or [B] i32; -100 = ignore
+};
+
+struct StepState {
+  Runner* runner = nullptr;
+  bool training = true;
+  std::uint64_t seed = 0;  // dropout seed
+  std::uint32_t step = 0;
+  std::uint32_t micro_batch = 0;
+  const Batch* batch = nullptr;
+  Allocator* activations = &host_allocator();  // where activations and their gradients live
+};
+
+class Context {
+ public:
+  explicit Context(const StepState& state) : state_(&state) {}
+
+  const StepState& state() const { return *state_; }
+  // Context of the child call in `slot` (made on first use).
+  Context& child(std::size_t slot);
+
+  // Run a child module through the runner, in this call's child context `slot`.
+  Tensor forward(Module& m, const Tensor& x, std::size_t slot);
+  Tensor backward(Module& m, const Tensor& dy, std::size_t slot);
+
+  // A new activation tensor from the step's activation allocator.
+  Tensor empty(const Shape& shape, DType dtype = DType::f32) const {
+    return Tensor::empty(shape, dtype, *state_->activations);
+  }
+
+  std::vector<Tensor> saved;  // what this call's backward needs
+
+  // Drops everything saved here and below (activation checkpointing keeps only the input).
+  void clear();
+
+ private:
+  const StepState* state_;
+  std::vector<std::unique_ptr<Context>> children_;
+};
+
+}  // namespace tidal::nn

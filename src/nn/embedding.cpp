@@ -1,0 +1,39 @@
+#include "nn/embedding.h"
+
+#include "ops/embedding.h"
+
+namespace tidal::nn {
+
+Embedding::Embedding(std::int64_t num, std::int64_t dim, ParameterInit init)
+    : table_(&add_parameter("weight", {num, dim}, init)) {}
+
+Tensor Embedding::forward(const Tensor& ids, Context& ctx) {
+  Shape s = ids.shape();
+  s.push_back(table_->shape[1]);
+  Tensor y = ctx.empty(s, table_->data.dtype());
+  ops::embedding_forward(y, ids, table_->data);
+  ctx.saved = {ids};
+  return y;
+}
+
+Tensor Embedding::backward(const Tensor& dy, Context& ctx) {
+  ops::embedding_backward(table_->grad, dy, ctx.saved.at(0));
+  ctx.saved.clear();
+  return {};
+}
+
+PositionEmbedding::PositionEmbedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init)
+    : table_(&add_parameter("weight", {max_positions, dim}, init)) {}
+
+Tensor PositionEmbedding::forward(const Tensor& x, Context& ctx) {
+  Tensor y = x.clone(*ctx.state().activations);
+  ops::position_embedding_forward(y, table_->data);
+  return y;
+}
+
+Tensor PositionEmbedding::backward(const Tensor& dy, Context&) {
+  ops::position_embedding_backward(table_->grad, dy);
+  return dy;
+}
+
+}  // namespace tidal::nn

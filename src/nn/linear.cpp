@@ -1,0 +1,41 @@
+#include "nn/linear.h"
+
+#include "ops/bias.h"
+#include "ops/gemm.h"
+
+namespace tidal::nn {
+namespace {
+Shape with_last(const Shape& s, std::int64_t last) {
+  Shape r = s;
+  r[r.size() - 1] = last;
+  return r;
+}
+}  // namespace
+
+Linear::Linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init)
+    : in_(in), out_(out), weight_(&add_parameter("weight", {out, in}, init)),
+      bias_(bias ? &add_parameter("bias", {out}, ParameterInit::zeros()) : nullptr) {}
+
+Tensor Linear::forward(const Tensor& x, Context& ctx) {
+  TIDAL_ASSERT(x.dim(-1) == in_, "{}: input {} for {} features", path(), x.str(), in_);
+  Tensor y = ctx.empty(with_last(x.shape(), out_), x.dtype());
+  Tensor x2 = x.reshape({-1, in_}), y2 = y.reshape({-1, out_});
+  ops::gemm(y2, x2, weight_->data, {.trans_b = true});
+  if (bias_) ops::bias_add(y2, bias_->data);
+  ctx.saved = {x};
+  return y;
+}
+
+Tensor Linear::backward(const Tensor& dy, Context& ctx) {
+  const Tensor& x = ctx.saved.at(0);
+  Tensor x2 = x.reshape({-1, in_}), dy2 = dy.reshape({-1, out_});
+  Tensor dx = ctx.empty(x.shape(), x.dtype());
+  Tensor dx2 = dx.reshape({-1, in_});
+  ops::gemm(dx2, dy2, weight_->data);                                        // dx = dy W
+  ops::gemm(weight_->grad, dy2, x2, {.trans_a = true, .beta = 1.0f});        // dW += dy^T x
+  if (bias_) ops::bias_grad(bias_->grad, dy2);
+  ctx.saved.clear();
+  return dx;
+}
+
+}  // namespace tidal::nn

@@ -1,0 +1,74 @@
+#include "nn/module.h"
+
+#include "nn/runner.h"
+
+namespace tidal::nn {
+
+std::vector<Parameter*> Module::parameters() {
+  std::vector<Parameter*> out;
+  for (auto& p : params_) out.push_back(p.get());
+  for (auto& [name, child] : children_) {
+    auto sub = child->parameters();
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+std::vector<Parameter*> Module::used_parameters() {
+  std::vector<Parameter*> out;
+  for (auto& p : params_) out.push_back(p.get());
+  return out;
+}
+
+void Module::assign_names(const std::string& path) {
+  path_ = path;
+  const std::string prefix = path.empty() ? "" : path + ".";
+  for (auto& p : params_) p->name = prefix + p->local_name;
+  // A child registered under "" is transparent: its parameters are named as if they were ours
+  // (GPT-2's flat "wte.weight", "ln_f.weight" while the embedding is its own module).
+  for (auto& [name, child] : children_) child->assign_names(name.empty() ? path : prefix + name);
+}
+
+Parameter& Module::add_parameter(std::string local_name, Shape shape, ParameterInit init) {
+  auto p = std::make_unique<Parameter>();
+  p->local_name = std::move(local_name);
+  p->shape = shape;
+  p->init = init;
+  params_.push_back(std::move(p));
+  return *params_.back();
+}
+
+Context& Context::child(std::size_t slot) {
+  if (children_.size() <= slot) children_.resize(slot + 1);
+  if (!children_[slot]) children_[slot] = std::make_unique<Context>(*state_);
+  return *children_[slot];
+}
+
+Tensor Context::forward(Module& m, const Tensor& x, std::size_t slot) {
+  return state_->runner->forward(m, x, child(slot));
+}
+
+Tensor Context::backward(Module& m, const Tensor& dy, std::size_t slot) {
+  return state_->runner->backward(m, dy, child(slot));
+}
+
+void Context::clear() {
+  saved.clear();
+  children_.clear();
+}
+
+Tensor Runner::forward(Module& m, const Tensor& x, Context& ctx) {
+  for (auto* h : hooks_) h->before_forward(m);
+  Tensor y = m.forward(x, ctx);
+  for (auto* h : hooks_) h->after_forward(m);
+  return y;
+}
+
+Tensor Runner::backward(Module& m, const Tensor& dy, Context& ctx) {
+  for (auto* h : hooks_) h->before_backward(m);
+  Tensor dx = m.backward(dy, ctx);
+  for (auto* h : hooks_) h->after_backward(m);
+  return dx;
+}
+
+}  // namespace tidal::nn

@@ -1,0 +1,55 @@
+// Module: a layer with explicit forward and backward. forward(x, ctx) saves what backward needs
+// in ctx; backward(dy, ctx) returns dx and accumulates parameter gradients. Composite modules
+// run their children through the Runner (ctx.forward / ctx.backward), never by calling a child's
+// forward directly, so the hooks of the memory manager and ZeRO see every module.
+#pragma once
+
+#include "nn/context.h"
+#include "nn/parameter.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tidal::nn {
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  virtual Tensor forward(const Tensor& x, Context& ctx) = 0;
+  virtual Tensor backward(const Tensor& dy, Context& ctx) = 0;
+
+  // Full dotted path from the model root ("blocks.3.attn"); set by assign_names().
+  const std::string& path() const { return path_; }
+  // Parameters owned by this module and its descendants, in registration order.
+  std::vector<Parameter*> parameters();
+  // Parameters this module itself reads in forward / backward, owned or borrowed (a tied head
+  // borrows the embedding's table). The memory manager's access / release act on these.
+  virtual std::vector<Parameter*> used_parameters();
+  const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const { return children_; }
+
+  // Gives every module its path and every owned parameter its full name.
+  void assign_names(const std::string& path);
+
+ protected:
+  Parameter& add_parameter(std::string local_name, Shape shape, ParameterInit init);
+  template <class M>
+  M& add_module(std::string local_name, std::unique_ptr<M> module) {
+    M& ref = *module;
+    children_.emplace_back(std::move(local_name), std::move(module));
+    return ref;
+  }
+  const std::vector<std::unique_ptr<Parameter>>& own_parameters() const { return params_; }
+
+ private:
+  std::string path_;
+  std::vector<std::unique_ptr<Parameter>> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+};
+
+}  // namespace tidal::nn

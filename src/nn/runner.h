@@ -1,0 +1,34 @@
+// The one place modules are run. Hooks registered here are called before and after every
+// module's forward and backward: PatrickStar's access / release (patrickstar-v2 Alg. 1-2) and
+// ZeRO-3's gather / free hang off these, so no layer has to know about memory management.
+#pragma once
+
+#include "core/tensor.h"
+
+#include <vector>
+
+namespace tidal::nn {
+
+class Module;
+class Context;
+
+class ModuleHooks {
+ public:
+  virtual ~ModuleHooks() = default;
+  virtual void before_forward(Module&) {}
+  virtual void after_forward(Module&) {}
+  virtual void before_backward(Module&) {}
+  virtual void after_backward(Module&) {}
+};
+
+class Runner {
+ public:
+  void add_hooks(ModuleHooks* hooks) { hooks_.push_back(hooks); }
+  Tensor forward(Module& m, const Tensor& x, Context& ctx);
+  Tensor backward(Module& m, const Tensor& dy, Context& ctx);
+
+ private:
+  std::vector<ModuleHooks*> hooks_;
+};
+
+}  // namespace tidal::nn

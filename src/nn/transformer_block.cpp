@@ -1,0 +1,53 @@
+#include "nn/transformer_block.h"
+
+#include "ops/residual.h"
+
+namespace tidal::nn {
+namespace {
+enum Slot : std::size_t { kLn1, kAttn, kAttnDrop, kLn2, kMlp, kMlpDrop };
+
+Tensor add(const Tensor& a, const Tensor& b, Context& ctx) {
+  Tensor y = ctx.empty(a.shape(), a.dtype());
+  ops::residual_add(y, a, b);
+  return y;
+}
+}  // namespace
+
+TransformerBlock::TransformerBlock(const BlockConfig& c)
+    : pre_ln_(c.pre_ln),
+      ln_1_(&add_module("ln_1", std::make_unique<LayerNorm>(c.n_embd, c.ln_eps))),
+      attn_(&add_module("attn", std::make_unique<MultiHeadSelfAttention>(c.n_embd, c.n_head, c.causal, c.init, c.proj_init))),
+      attn_drop_(&add_module("attn_drop", std::make_unique<Dropout>(c.dropout))),
+      ln_2_(&add_module("ln_2", std::make_unique<LayerNorm>(c.n_embd, c.ln_eps))),
+      mlp_(&add_module("mlp", std::make_unique<Mlp>(c.n_embd, 4 * c.n_embd, c.init, c.proj_init))),
+      mlp_drop_(&add_module("mlp_drop", std::make_unique<Dropout>(c.dropout))) {}
+
+Tensor TransformerBlock::forward(const Tensor& x, Context& ctx) {
+  if (pre_ln_) {
+    // h = x + drop(attn(ln_1(x))); y = h + drop(mlp(ln_2(h)))
+    Tensor a = ctx.forward(*attn_drop_, ctx.forward(*attn_, ctx.forward(*ln_1_, x, kLn1), kAttn), kAttnDrop);
+    Tensor h = add(x, a, ctx);
+    Tensor m = ctx.forward(*mlp_drop_, ctx.forward(*mlp_, ctx.forward(*ln_2_, h, kLn2), kMlp), kMlpDrop);
+    return add(h, m, ctx);
+  }
+  // h = ln_1(x + drop(attn(x))); y = ln_2(h + drop(mlp(h)))
+  Tensor a = ctx.forward(*attn_drop_, ctx.forward(*attn_, x, kAttn), kAttnDrop);
+  Tensor h = ctx.forward(*ln_1_, add(x, a, ctx), kLn1);
+  Tensor m = ctx.forward(*mlp_drop_, ctx.forward(*mlp_, h, kMlp), kMlpDrop);
+  return ctx.forward(*ln_2_, add(h, m, ctx), kLn2);
+}
+
+Tensor TransformerBlock::backward(const Tensor& dy, Context& ctx) {
+  if (pre_ln_) {
+    Tensor dm = ctx.backward(*ln_2_, ctx.backward(*mlp_, ctx.backward(*mlp_drop_, dy, kMlpDrop), kMlp), kLn2);
+    Tensor dh = add(dy, dm, ctx);
+    Tensor da = ctx.backward(*ln_1_, ctx.backward(*attn_, ctx.backward(*attn_drop_, dh, kAttnDrop), kAttn), kLn1);
+    return add(dh, da, ctx);
+  }
+  Tensor ds2 = ctx.backward(*ln_2_, dy, kLn2);  // gradient of h + drop(mlp(h))
+  Tensor dh = add(ds2, ctx.backward(*mlp_, ctx.backward(*mlp_drop_, ds2, kMlpDrop), kMlp), ctx);
+  Tensor ds1 = ctx.backward(*ln_1_, dh, kLn1);  // gradient of x + drop(attn(x))
+  return add(ds1, ctx.backward(*attn_, ctx.backward(*attn_drop_, ds1, kAttnDrop), kAttn), ctx);
+}
+
+}  // namespace tidal::nn

@@ -1,0 +1,118 @@
+// CPU attention: one (batch, head) pair per task, each doing its GEMMs with single-threaded
+// OpenBLAS calls (the OpenMP build runs sgemm serially inside a parallel region). Q, K and V are
+// read in place from qkv with leading dimension 3C; nothing is transposed or copied.
+#include "ops/attention.h"
+
+#include "ops/cpu/softmax_row.h"
+#include "ops/cpu/typed.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <vector>
+
+namespace tidal::ops::cpu {
+namespace {
+
+struct Dims {
+  std::int64_t B, T, C, H, hd;
+};
+
+Dims check(const Tensor& qkv, const Tensor& probs, const AttentionOptions& opt) {
+  expect_cpu_contiguous(qkv, "attention qkv");
+  expect_cpu_contiguous(probs, "attention probs");
+  TIDAL_ASSERT(qkv.dtype() == DType::f32 && probs.dtype() == DType::f32, "CPU attention is fp32, got {}", qkv.str());
+  TIDAL_ASSERT(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0, "attention qkv {}", qkv.str());
+  Dims d{qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, opt.n_head, 0};
+  TIDAL_ASSERT(d.H > 0 && d.C % d.H == 0, "attention: {} channels, {} heads", d.C, d.H);
+  d.hd = d.C / d.H;
+  TIDAL_ASSERT(probs.shape() == Shape({d.B, d.H, d.T, d.T}), "attention probs {}", probs.str());
+  if (opt.key_mask) {
+    expect_cpu_contiguous(*opt.key_mask, "attention key_mask");
+    TIDAL_ASSERT(opt.key_mask->dtype() == DType::i32 && opt.key_mask->shape() == Shape({d.B, d.T}),
+                 "attention key_mask {}", opt.key_mask->str());
+  }
+  return d;
+}
+
+}  // namespace
+
+void attention_forward(Tensor& y, Tensor& probs, const Tensor& qkv, const AttentionOptions& opt) {
+  const Dims d = check(qkv, probs, opt);
+  expect_cpu_contiguous(y, "attention y");
+  TIDAL_ASSERT(y.shape() == Shape({d.B, d.T, d.C}) && y.dtype() == DType::f32, "attention y {}", y.str());
+  const float scale = 1.0f / std::sqrt(float(d.hd));
+  const int ld = int(3 * d.C);
+  const float* base = qkv.data<float>();
+  float* py = y.data<float>();
+  float* pp = probs.data<float>();
+  const std::int32_t* mask = opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr;
+#pragma omp parallel
+  {
+    std::vector<float> scores(std::size_t(d.T * d.T));
+#pragma omp for schedule(dynamic)
+    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+      const std::int64_t b = bh / d.H, h = bh % d.H;
+      const float* q = base + b * d.T * ld + h * d.hd;
+      const float* k = q + d.C;
+      const float* v = q + 2 * d.C;
+      float* p = pp + bh * d.T * d.T;
+      // scores = scale * Q K^T  [T, T]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(d.T), int(d.T), int(d.hd), scale, q, ld, k, ld, 0.0f,
+                  scores.data(), int(d.T));
+      const std::int32_t* mrow = mask ? mask + b * d.T : nullptr;
+      for (std::int64_t i = 0; i < d.T; ++i) {
+        softmax_row(p + i * d.T, scores.data() + i * d.T, d.T,
+                    [&](std::int64_t j) { return (!opt.causal || j <= i) && (!mrow || mrow[j] != 0); });
+      }
+      // y[b, :, h] = P V  [T, hd]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(d.T), int(d.hd), int(d.T), 1.0f, p, int(d.T), v, ld,
+                  0.0f, py + b * d.T * d.C + h * d.hd, int(d.C));
+    }
+  }
+}
+
+void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Tensor& probs,
+                        const AttentionOptions& opt) {
+  const Dims d = check(qkv, probs, opt);
+  expect_cpu_contiguous(dy, "attention dy");
+  expect_cpu_contiguous(dqkv, "attention dqkv");
+  expect_same(dqkv, qkv, "attention dqkv/qkv");
+  TIDAL_ASSERT(dy.shape() == Shape({d.B, d.T, d.C}) && dy.dtype() == DType::f32, "attention dy {}", dy.str());
+  const float scale = 1.0f / std::sqrt(float(d.hd));
+  const int ld = int(3 * d.C);
+  const float* base = qkv.data<float>();
+  float* dbase = dqkv.data<float>();
+  const float* pdy = dy.data<float>();
+  const float* pp = probs.data<float>();
+#pragma omp parallel
+  {
+    std::vector<float> dp(std::size_t(d.T * d.T));
+#pragma omp for schedule(dynamic)
+    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+      const std::int64_t b = bh / d.H, h = bh % d.H;
+      const float* q = base + b * d.T * ld + h * d.hd;
+      const float* k = q + d.C;
+      const float* v = q + 2 * d.C;
+      float* dq = dbase + b * d.T * ld + h * d.hd;
+      float* dk = dq + d.C;
+      float* dv = dq + 2 * d.C;
+      const float* p = pp + bh * d.T * d.T;
+      const float* g = pdy + b * d.T * d.C + h * d.hd;  // dO [T, hd], leading dim C
+      // dV = P^T dO
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(d.T), int(d.hd), int(d.T), 1.0f, p, int(d.T), g,
+                  int(d.C), 0.0f, dv, ld);
+      // dP = dO V^T, then dS = P * (dP - rowsum(dP * P)) in place
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(d.T), int(d.T), int(d.hd), 1.0f, g, int(d.C), v, ld,
+                  0.0f, dp.data(), int(d.T));
+      for (std::int64_t i = 0; i < d.T; ++i) softmax_row_backward(dp.data() + i * d.T, dp.data() + i * d.T, p + i * d.T, d.T);
+      // dQ = scale * dS K ; dK = scale * dS^T Q
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(d.T), int(d.hd), int(d.T), scale, dp.data(), int(d.T),
+                  k, ld, 0.0f, dq, ld);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(d.T), int(d.hd), int(d.T), scale, dp.data(), int(d.T),
+                  q, ld, 0.0f, dk, ld);
+    }
+  }
+}
+
+}  // namespace tidal::ops::cpu

@@ -1,0 +1,77 @@
+#include "ops/cross_entropy.h"
+
+#include "ops/cpu/typed.h"
+
+#include <cmath>
+#include <limits>
+
+namespace tidal::ops::cpu {
+namespace {
+
+void check(const Tensor& logits, const Tensor& targets) {
+  expect_cpu_contiguous(logits, "cross_entropy logits");
+  expect_cpu_contiguous(targets, "cross_entropy targets");
+  TIDAL_ASSERT(targets.dtype() == DType::i32 && targets.numel() == rows_of(logits), "cross_entropy targets {} for {}",
+               targets.str(), logits.str());
+  const std::int64_t V = logits.dim(-1);
+  const std::int32_t* t = targets.data<std::int32_t>();
+  for (std::int64_t i = 0; i < targets.numel(); ++i)
+    TIDAL_CHECK(t[i] == kIgnoreIndex || (t[i] >= 0 && t[i] < V),
+                "target {} at position {} is outside the {} classes (and is not the ignore index {})", t[i], i, V,
+                kIgnoreIndex);
+}
+
+}  // namespace
+
+void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets) {
+  check(logits, targets);
+  const std::int64_t V = logits.dim(-1), N = rows_of(logits);
+  TIDAL_ASSERT(losses.numel() == N && lse.numel() == N && losses.dtype() == DType::f32 && lse.dtype() == DType::f32,
+               "cross_entropy losses {} lse {}", losses.str(), lse.str());
+  const std::int32_t* pt = targets.data<std::int32_t>();
+  float* pl = losses.data<float>();
+  float* plse = lse.data<float>();
+  with_float_type(logits.dtype(), [&]<class T>() {
+    const T* px = logits.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const T* row = px + n * V;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (std::int64_t j = 0; j < V; ++j) mx = std::max(mx, to_float(row[j]));
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < V; ++j) sum += std::exp(to_float(row[j]) - mx);
+      const float l = mx + std::log(sum);
+      plse[n] = l;
+      pl[n] = pt[n] == kIgnoreIndex ? 0.0f : l - to_float(row[pt[n]]);
+    }
+  });
+}
+
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                            float scale) {
+  check(logits, targets);
+  expect_cpu_contiguous(dlogits, "cross_entropy dlogits");
+  expect_same(dlogits, logits, "cross_entropy dlogits/logits");
+  const std::int64_t V = logits.dim(-1), N = rows_of(logits);
+  const std::int32_t* pt = targets.data<std::int32_t>();
+  const float* plse = lse.data<float>();
+  with_float_type(logits.dtype(), [&]<class T>() {
+    const T* px = logits.data<T>();
+    T* pd = dlogits.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const T* row = px + n * V;
+      T* out = pd + n * V;
+      if (pt[n] == kIgnoreIndex) {
+        for (std::int64_t j = 0; j < V; ++j) out[j] = from_float<T>(0.0f);
+        continue;
+      }
+      for (std::int64_t j = 0; j < V; ++j) {
+        const float p = std::exp(to_float(row[j]) - plse[n]);
+        out[j] = from_float<T>(scale * (p - (j == pt[n] ? 1.0f : 0.0f)));
+      }
+    }
+  });
+}
+
+}  // namespace tidal::ops::cpu

@@ -1,0 +1,105 @@
+#include "ops/embedding.h"
+
+#include "ops/cpu/typed.h"
+
+namespace tidal::ops::cpu {
+namespace {
+
+void check_ids(const Tensor& ids, std::int64_t V) {
+  expect_cpu_contiguous(ids, "embedding ids");
+  TIDAL_ASSERT(ids.dtype() == DType::i32, "embedding ids must be i32, got {}", ids.str());
+  const std::int32_t* p = ids.data<std::int32_t>();
+  for (std::int64_t i = 0; i < ids.numel(); ++i)
+    TIDAL_CHECK(p[i] >= 0 && p[i] < V,
+                "token id {} at position {} is outside the vocabulary [0, {}): check model.vocab_size against "
+                "the data",
+                p[i], i, V);
+}
+
+}  // namespace
+
+void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool accumulate) {
+  expect_cpu_contiguous(y, "embedding y");
+  expect_cpu_contiguous(table, "embedding table");
+  const std::int64_t V = table.dim(0), C = table.dim(1), N = ids.numel();
+  check_ids(ids, V);
+  TIDAL_ASSERT(y.numel() == N * C && y.dtype() == table.dtype(), "embedding y {} for ids {} table {}", y.str(),
+               ids.str(), table.str());
+  const std::int32_t* pid = ids.data<std::int32_t>();
+  with_float_type(y.dtype(), [&]<class T>() {
+    const T* pt = table.data<T>();
+    T* py = y.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const T* row = pt + std::int64_t(pid[n]) * C;
+      T* out = py + n * C;
+      for (std::int64_t c = 0; c < C; ++c)
+        out[c] = accumulate ? from_float<T>(to_float(out[c]) + to_float(row[c])) : row[c];
+    }
+  });
+}
+
+void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids) {
+  expect_cpu_contiguous(dtable, "embedding dtable");
+  expect_cpu_contiguous(dy, "embedding dy");
+  const std::int64_t V = dtable.dim(0), C = dtable.dim(1), N = ids.numel();
+  check_ids(ids, V);
+  TIDAL_ASSERT(dy.numel() == N * C && dy.dtype() == dtable.dtype(), "embedding dy {}", dy.str());
+  const std::int32_t* pid = ids.data<std::int32_t>();
+  with_float_type(dy.dtype(), [&]<class T>() {
+    const T* pdy = dy.data<T>();
+    T* pdt = dtable.data<T>();
+    // Threads split the channels, so two tokens with the same id never race on a row.
+#pragma omp parallel for schedule(static)
+    for (std::int64_t c0 = 0; c0 < C; c0 += 16) {
+      const std::int64_t c1 = std::min(C, c0 + 16);
+      for (std::int64_t n = 0; n < N; ++n) {
+        T* row = pdt + std::int64_t(pid[n]) * C;
+        const T* g = pdy + n * C;
+        for (std::int64_t c = c0; c < c1; ++c) row[c] = from_float<T>(to_float(row[c]) + to_float(g[c]));
+      }
+    }
+  });
+}
+
+void position_embedding_forward(Tensor& y, const Tensor& table, std::int64_t first_position) {
+  expect_cpu_contiguous(y, "position y");
+  expect_cpu_contiguous(table, "position table");
+  TIDAL_ASSERT(y.ndim() == 3 && y.dim(2) == table.dim(1) && y.dtype() == table.dtype(), "position y {} table {}",
+               y.str(), table.str());
+  const std::int64_t B = y.dim(0), T = y.dim(1), C = y.dim(2);
+  TIDAL_CHECK(first_position + T <= table.dim(0),
+              "sequence of {} tokens from position {} is longer than the {} learned positions (model.seq_len)", T,
+              first_position, table.dim(0));
+  with_float_type(y.dtype(), [&]<class Tp>() {
+    const Tp* pt = table.data<Tp>() + first_position * C;
+    Tp* py = y.data<Tp>();
+#pragma omp parallel for collapse(2) schedule(static)
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t t = 0; t < T; ++t) {
+        Tp* out = py + (b * T + t) * C;
+        for (std::int64_t c = 0; c < C; ++c) out[c] = from_float<Tp>(to_float(out[c]) + to_float(pt[t * C + c]));
+      }
+  });
+}
+
+void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t first_position) {
+  expect_cpu_contiguous(dtable, "position dtable");
+  expect_cpu_contiguous(dy, "position dy");
+  const std::int64_t B = dy.dim(0), T = dy.dim(1), C = dy.dim(2);
+  TIDAL_ASSERT(first_position + T <= dtable.dim(0) && dtable.dim(1) == C, "position dtable {} dy {}", dtable.str(),
+               dy.str());
+  with_float_type(dy.dtype(), [&]<class Tp>() {
+    const Tp* pdy = dy.data<Tp>();
+    Tp* pdt = dtable.data<Tp>() + first_position * C;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t c = 0; c < C; ++c) {
+        float s = 0.0f;
+        for (std::int64_t b = 0; b < B; ++b) s += to_float(pdy[(b * T + t) * C + c]);
+        pdt[t * C + c] = from_float<Tp>(to_float(pdt[t * C + c]) + s);
+      }
+  });
+}
+
+}  // namespace tidal::ops::cpu

@@ -1,0 +1,97 @@
+#include "ops/layernorm.h"
+
+#include "ops/cpu/typed.h"
+
+#include <cmath>
+#include <vector>
+
+namespace tidal::ops::cpu {
+
+void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
+                       float eps) {
+  expect_cpu_contiguous({&y, &mean, &rstd, &x, &w, &b}, "layernorm_forward operand");
+  expect_same(y, x, "layernorm_forward y/x");
+  const std::int64_t C = x.dim(-1), N = rows_of(x);
+  TIDAL_ASSERT(w.numel() == C && b.numel() == C && mean.numel() == N && rstd.numel() == N,
+               "layernorm_forward shapes x {} w {} mean {}", x.str(), w.str(), mean.str());
+  with_float_type(x.dtype(), [&]<class T>() {
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    const T* pb = b.data<T>();
+    T* py = y.data<T>();
+    float* pm = mean.data<float>();
+    float* pr = rstd.data<float>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const T* xr = px + n * C;
+      float sum = 0.0f;
+      for (std::int64_t c = 0; c < C; ++c) sum += to_float(xr[c]);
+      const float mu = sum / float(C);
+      float var = 0.0f;
+      for (std::int64_t c = 0; c < C; ++c) {
+        const float d = to_float(xr[c]) - mu;
+        var += d * d;
+      }
+      const float rs = 1.0f / std::sqrt(var / float(C) + eps);
+      T* yr = py + n * C;
+      for (std::int64_t c = 0; c < C; ++c)
+        yr[c] = from_float<T>((to_float(xr[c]) - mu) * rs * to_float(pw[c]) + to_float(pb[c]));
+      pm[n] = mu;
+      pr[n] = rs;
+    }
+  });
+}
+
+void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
+                        const Tensor& mean, const Tensor& rstd) {
+  expect_cpu_contiguous({&dx, &dw, &db, &dy, &x, &w, &mean, &rstd}, "layernorm_backward operand");
+  expect_same(dx, x, "layernorm_backward dx/x");
+  expect_same(dy, x, "layernorm_backward dy/x");
+  const std::int64_t C = x.dim(-1), N = rows_of(x);
+  with_float_type(x.dtype(), [&]<class T>() {
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+    const float* pm = mean.data<float>();
+    const float* pr = rstd.data<float>();
+    // Per-thread partial sums of dw and db, reduced at the end.
+#pragma omp parallel
+    {
+      std::vector<float> dw_acc(std::size_t(C), 0.0f), db_acc(std::size_t(C), 0.0f);
+#pragma omp for schedule(static)
+      for (std::int64_t n = 0; n < N; ++n) {
+        const T* xr = px + n * C;
+        const T* dyr = pdy + n * C;
+        const float mu = pm[n], rs = pr[n];
+        float sum_g = 0.0f, sum_gx = 0.0f;  // sums of g = dy*w and g * xhat
+        for (std::int64_t c = 0; c < C; ++c) {
+          const float xhat = (to_float(xr[c]) - mu) * rs;
+          const float d = to_float(dyr[c]);
+          const float g = d * to_float(pw[c]);
+          sum_g += g;
+          sum_gx += g * xhat;
+          dw_acc[std::size_t(c)] += d * xhat;
+          db_acc[std::size_t(c)] += d;
+        }
+        const float mg = sum_g / float(C), mgx = sum_gx / float(C);
+        T* dxr = pdx + n * C;
+        for (std::int64_t c = 0; c < C; ++c) {
+          const float xhat = (to_float(xr[c]) - mu) * rs;
+          dxr[c] = from_float<T>((to_float(dyr[c]) * to_float(pw[c]) - mg - xhat * mgx) * rs);
+        }
+      }
+#pragma omp critical
+      {
+        T* pdw = dw.data<T>();
+        T* pdb = db.data<T>();
+        for (std::int64_t c = 0; c < C; ++c) {
+          pdw[c] = from_float<T>(to_float(pdw[c]) + dw_acc[std::size_t(c)]);
+          pdb[c] = from_float<T>(to_float(pdb[c]) + db_acc[std::size_t(c)]);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace tidal::ops::cpu

@@ -1,0 +1,33 @@
+// Embedding lookup (token, token-type) and learned position embeddings.
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/dispatch.h"
+
+namespace tidal::ops {
+
+namespace cpu {
+void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool accumulate);
+void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids);
+void position_embedding_forward(Tensor& y, const Tensor& table, std::int64_t first_position);
+void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t first_position);
+}  // namespace cpu
+
+// y [B, T, C] = (or +=) table [V, C] rows at ids [B, T] (i32). An id outside [0, V) is an error.
+inline void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool accumulate = false) {
+  TIDAL_OPS_DISPATCH(table, embedding_forward, y, ids, table, accumulate);
+}
+// dtable [V, C] += scatter of dy [B, T, C] by ids.
+inline void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids) {
+  TIDAL_OPS_DISPATCH(dtable, embedding_backward, dtable, dy, ids);
+}
+// y [B, T, C] += table[first_position + t] (first_position > 0 for a sequence shard).
+inline void position_embedding_forward(Tensor& y, const Tensor& table, std::int64_t first_position = 0) {
+  TIDAL_OPS_DISPATCH(table, position_embedding_forward, y, table, first_position);
+}
+// dtable [Tmax, C] rows first_position + t += sum over the batch of dy [B, T, C].
+inline void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t first_position = 0) {
+  TIDAL_OPS_DISPATCH(dtable, position_embedding_backward, dtable, dy, first_position);
+}
+
+}  // namespace tidal::ops

@@ -1,0 +1,44 @@
+// Optimizer update kernels: AdamW (PyTorch semantics: bias correction, decoupled weight decay)
+// and SGD with momentum. Parameters and states are fp32; gradients may be fp32, bf16 or fp16
+// and are widened on the fly.
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/dispatch.h"
+
+#include <cstdint>
+
+namespace tidal::ops {
+
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+};
+
+struct SgdOptions {
+  float lr = 1e-2f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+};
+
+namespace cpu {
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
+                std::int64_t step);
+void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step);
+}  // namespace cpu
+
+// step counts from 1 (the bias corrections use it).
+inline void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
+                       std::int64_t step) {
+  TIDAL_OPS_DISPATCH(param, adamw_step, param, grad, m, v, opt, step);
+}
+// On the first step the buffer is set to the gradient (PyTorch's SGD, dampening 0).
+inline void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt,
+                     bool first_step) {
+  TIDAL_OPS_DISPATCH(param, sgd_step, param, grad, momentum_buffer, opt, first_step);
+}
+
+}  // namespace tidal::ops

@@ -1,0 +1,596 @@
+#!/usr/bin/env python3
+"""PyTorch reference ("oracle") for the tidal training engine.
+
+Usage:
+    python3 reference.py CASE IN.safetensors OUT.safetensors
+
+Reads the input tensors and string metadata from IN, computes the reference result
+in float32 with PyTorch (CPU) and writes the output tensors to OUT (float32 unless
+stated otherwise). Upstream gradients are given as the input `dy`; gradients are
+computed with autograd.
+
+Exit codes: 0 success; 2 unknown case, missing/invalid input or metadata.
+
+Conventions:
+  * metadata values are strings; ints/floats/bools ("0"/"1") are parsed here;
+  * integer inputs arrive as int32 and are converted with .long() where indices are needed;
+  * scalar results (losses, norms) are written with shape [1];
+  * GELU is always the tanh approximation;
+  * the number of CPU threads is 2 (override with env TIDAL_ORACLE_THREADS).
+"""
+
+import math
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_np  # noqa: E402
+
+
+class OracleInputError(Exception):
+    """Bad or missing input tensor / metadata (exit code 2)."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class Inputs:
+    """Access to the input tensors and metadata with clear errors."""
+
+    def __init__(self, tensors, meta):
+        self.tensors = tensors
+        self.meta = meta
+
+    def has(self, name):
+        return name in self.tensors
+
+    def f32(self, name, grad=False):
+        t = self.raw(name).to(torch.float32).clone()
+        if grad:
+            t.requires_grad_(True)
+        return t
+
+    def long(self, name):
+        return self.raw(name).long()
+
+    def raw(self, name):
+        if name not in self.tensors:
+            raise OracleInputError(f"missing input tensor {name!r}")
+        return self.tensors[name]
+
+    def _meta(self, key):
+        if key not in self.meta:
+            raise OracleInputError(f"missing metadata key {key!r}")
+        return self.meta[key]
+
+    def int(self, key, default=None):
+        if default is not None and key not in self.meta:
+            return default
+        try:
+            return int(self._meta(key))
+        except ValueError:
+            raise OracleInputError(f"metadata {key!r}={self.meta[key]!r} is not an int")
+
+    def float(self, key, default=None):
+        if default is not None and key not in self.meta:
+            return default
+        try:
+            return float(self._meta(key))
+        except ValueError:
+            raise OracleInputError(f"metadata {key!r}={self.meta[key]!r} is not a float")
+
+    def bool(self, key, default=None):
+        if default is not None and key not in self.meta:
+            return default
+        v = self._meta(key).strip().lower()
+        if v in ("1", "true"):
+            return True
+        if v in ("0", "false"):
+            return False
+        raise OracleInputError(f"metadata {key!r}={self.meta[key]!r} is not a bool (0/1)")
+
+
+def out32(t):
+    """Detached, contiguous float32 copy for output."""
+    return t.detach().to(torch.float32).contiguous().clone()
+
+
+def scalar1(t):
+    return out32(t).reshape(1)
+
+
+# --------------------------------------------------------------------------- shared ops
+
+
+def attention(qkv, n_head, causal, key_mask=None):
+    """Multi-head attention on a fused qkv [B, T, 3C] -> [B, T, C].
+
+    key_mask: optional [B, T] (1 = real token, 0 = padding); padded keys get -inf.
+    """
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    if C * 3 != C3 or C % n_head != 0:
+        raise OracleInputError(f"qkv last dim {C3} incompatible with n_head={n_head}")
+    hs = C // n_head
+    q, k, v = qkv.split(C, dim=-1)
+    q = q.reshape(B, T, n_head, hs).transpose(1, 2)  # [B, H, T, hs]
+    k = k.reshape(B, T, n_head, hs).transpose(1, 2)
+    v = v.reshape(B, T, n_head, hs).transpose(1, 2)
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # [B, H, T, T]
+    if causal:
+        future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        scores = scores.masked_fill(future, float("-inf"))
+    if key_mask is not None:
+        pad = (key_mask == 0).view(B, 1, 1, T)
+        scores = scores.masked_fill(pad, float("-inf"))
+    att = F.softmax(scores, dim=-1)
+    y = att @ v  # [B, H, T, hs]
+    return y.transpose(1, 2).reshape(B, T, C)
+
+
+def gelu(x):
+    return F.gelu(x, approximate="tanh")
+
+
+# --------------------------------------------------------------------------- op cases
+
+
+def case_gemm(inp):
+    """Inputs A, B, C0 (C0 optional: zeros if absent); meta transa, transb ("0"/"1"),
+    alpha, beta. A is [m,k] ([k,m] if transa), optionally with a leading batch dim
+    shared by B and C0. Output C = alpha * op(A) @ op(B) + beta * C0 (op transposes
+    the last two dims)."""
+    A = inp.f32("A")
+    B = inp.f32("B")
+    if inp.bool("transa"):
+        A = A.transpose(-2, -1)
+    if inp.bool("transb"):
+        B = B.transpose(-2, -1)
+    alpha = inp.float("alpha")
+    beta = inp.float("beta")
+    C = alpha * (A @ B)
+    if inp.has("C0"):
+        C = C + beta * inp.f32("C0")
+    return {"C": out32(C)}
+
+
+def case_bias(inp):
+    """Inputs x [N, C], b [C], dy [N, C]. Outputs y = x + b, dx, db."""
+    x = inp.f32("x", grad=True)
+    b = inp.f32("b", grad=True)
+    y = x + b
+    y.backward(inp.f32("dy"))
+    return {"y": out32(y), "dx": out32(x.grad), "db": out32(b.grad)}
+
+
+def case_layernorm(inp):
+    """Inputs x [N, C], w [C], b [C], dy [N, C]; meta eps. Outputs y, dx, dw, db,
+    mean [N], rstd [N] (rstd = 1/sqrt(biased var + eps))."""
+    eps = inp.float("eps")
+    x = inp.f32("x", grad=True)
+    w = inp.f32("w", grad=True)
+    b = inp.f32("b", grad=True)
+    y = F.layer_norm(x, (x.shape[-1],), w, b, eps)
+    y.backward(inp.f32("dy"))
+    with torch.no_grad():
+        mean = x.mean(dim=-1)
+        var = x.var(dim=-1, unbiased=False)
+        rstd = torch.rsqrt(var + eps)
+    return {"y": out32(y), "dx": out32(x.grad), "dw": out32(w.grad), "db": out32(b.grad),
+            "mean": out32(mean), "rstd": out32(rstd)}
+
+
+def case_gelu(inp):
+    """Inputs x, dy. Outputs y = gelu_tanh(x), dx."""
+    x = inp.f32("x", grad=True)
+    y = gelu(x)
+    y.backward(inp.f32("dy"))
+    return {"y": out32(y), "dx": out32(x.grad)}
+
+
+def case_softmax(inp):
+    """Inputs x [N, C], dy. Outputs y = softmax(x, dim=-1), dx."""
+    x = inp.f32("x", grad=True)
+    y = F.softmax(x, dim=-1)
+    y.backward(inp.f32("dy"))
+    return {"y": out32(y), "dx": out32(x.grad)}
+
+
+def case_attention(inp):
+    """Inputs qkv [B, T, 3C], dy [B, T, C], optional key_mask [B, T] int32 (1 real,
+    0 pad); meta n_head, causal. Outputs y [B, T, C], dqkv [B, T, 3C]."""
+    qkv = inp.f32("qkv", grad=True)
+    key_mask = inp.long("key_mask") if inp.has("key_mask") else None
+    y = attention(qkv, inp.int("n_head"), inp.bool("causal"), key_mask)
+    y.backward(inp.f32("dy"))
+    return {"y": out32(y), "dqkv": out32(qkv.grad)}
+
+
+def case_embedding(inp):
+    """Inputs tokens [B, T] int32, wte [V, C], wpe [Tmax, C], dy [B, T, C].
+    Outputs y = wte[tokens] + wpe[:T], dwte [V, C], dwpe [Tmax, C] (zero past T)."""
+    tokens = inp.long("tokens")
+    wte = inp.f32("wte", grad=True)
+    wpe = inp.f32("wpe", grad=True)
+    T = tokens.shape[1]
+    if T > wpe.shape[0]:
+        raise OracleInputError(f"T={T} exceeds wpe rows {wpe.shape[0]}")
+    y = F.embedding(tokens, wte) + F.embedding(torch.arange(T), wpe)
+    y.backward(inp.f32("dy"))
+    return {"y": out32(y), "dwte": out32(wte.grad), "dwpe": out32(wpe.grad)}
+
+
+def case_cross_entropy(inp):
+    """Inputs logits [N, V], targets [N] int32 (-100 = ignore). Outputs loss [1]
+    (mean over non-ignored), dlogits [N, V]."""
+    logits = inp.f32("logits", grad=True)
+    targets = inp.long("targets")
+    loss = F.cross_entropy(logits, targets, ignore_index=-100)
+    loss.backward()
+    return {"loss": scalar1(loss), "dlogits": out32(logits.grad)}
+
+
+def case_cast(inp):
+    """Input x fp32 [N]. Outputs bf16 (BF16), f16 (F16), bf16_back, f16_back (fp32)."""
+    x = inp.f32("x")
+    bf = x.to(torch.bfloat16)
+    hf = x.to(torch.float16)
+    return {"bf16": bf.contiguous(), "f16": hf.contiguous(),
+            "bf16_back": out32(bf), "f16_back": out32(hf)}
+
+
+def _steps_of(grads, p0):
+    if grads.dim() != 2 or grads.shape[1] != p0.shape[0]:
+        raise OracleInputError(f"grads shape {list(grads.shape)} must be [S, {p0.shape[0]}]")
+    return grads.shape[0]
+
+
+def case_adamw(inp):
+    """Inputs p0 [N], grads [S, N]; meta lr, beta1, beta2, eps, weight_decay.
+    Runs torch.optim.AdamW for S steps (step s uses grads[s]).
+    Outputs p, m (exp_avg), v (exp_avg_sq)."""
+    p = nn.Parameter(inp.f32("p0"))
+    grads = inp.f32("grads")
+    opt = torch.optim.AdamW([p], lr=inp.float("lr"),
+                            betas=(inp.float("beta1"), inp.float("beta2")),
+                            eps=inp.float("eps"), weight_decay=inp.float("weight_decay"))
+    for s in range(_steps_of(grads, p)):
+        p.grad = grads[s].clone()
+        opt.step()
+    st = opt.state[p]
+    m = st["exp_avg"] if st else torch.zeros_like(p)
+    v = st["exp_avg_sq"] if st else torch.zeros_like(p)
+    return {"p": out32(p), "m": out32(m), "v": out32(v)}
+
+
+def case_sgd(inp):
+    """Inputs p0 [N], grads [S, N]; meta lr, momentum, weight_decay.
+    Runs torch.optim.SGD (dampening 0, no nesterov) for S steps.
+    Outputs p, buf (momentum buffer; zeros if momentum == 0)."""
+    p = nn.Parameter(inp.f32("p0"))
+    grads = inp.f32("grads")
+    opt = torch.optim.SGD([p], lr=inp.float("lr"), momentum=inp.float("momentum"),
+                          dampening=0.0, weight_decay=inp.float("weight_decay"),
+                          nesterov=False)
+    for s in range(_steps_of(grads, p)):
+        p.grad = grads[s].clone()
+        opt.step()
+    buf = opt.state[p].get("momentum_buffer") if p in opt.state else None
+    if buf is None:
+        buf = torch.zeros_like(p)
+    return {"p": out32(p), "buf": out32(buf)}
+
+
+def case_grad_norm(inp):
+    """Inputs g0, g1, g2 (any shapes); meta max_norm. Outputs norm [1] (total L2 norm
+    before clipping) and g0, g1, g2 after torch.nn.utils.clip_grad_norm_."""
+    names = ["g0", "g1", "g2"]
+    params = []
+    for n in names:
+        g = inp.f32(n)
+        p = nn.Parameter(torch.zeros_like(g))
+        p.grad = g
+        params.append(p)
+    norm = torch.nn.utils.clip_grad_norm_(params, inp.float("max_norm"))
+    out = {"norm": scalar1(norm)}
+    for n, p in zip(names, params):
+        out[n] = out32(p.grad)
+    return out
+
+
+# --------------------------------------------------------------------------- models
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, C, n_head, causal):
+        super().__init__()
+        self.qkv = nn.Linear(C, 3 * C)
+        self.proj = nn.Linear(C, C)
+        self.n_head = n_head
+        self.causal = causal
+
+    def forward(self, x, key_mask=None):
+        return self.proj(attention(self.qkv(x), self.n_head, self.causal, key_mask))
+
+
+class MLP(nn.Module):
+    def __init__(self, C):
+        super().__init__()
+        self.fc = nn.Linear(C, 4 * C)
+        self.proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        return self.proj(gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    """Transformer block; pre-LN (GPT, ViT) or post-LN (BERT)."""
+
+    def __init__(self, C, n_head, eps, causal, pre_ln):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(C, eps=eps)
+        self.attn = SelfAttention(C, n_head, causal)
+        self.ln_2 = nn.LayerNorm(C, eps=eps)
+        self.mlp = MLP(C)
+        self.pre_ln = pre_ln
+
+    def forward(self, x, key_mask=None):
+        if self.pre_ln:
+            x = x + self.attn(self.ln_1(x), key_mask)
+            x = x + self.mlp(self.ln_2(x))
+        else:
+            x = self.ln_1(x + self.attn(x, key_mask))
+            x = self.ln_2(x + self.mlp(x))
+        return x
+
+
+class GPT(nn.Module):
+    """GPT-2: tied LM head, causal attention, pre-LN blocks, final ln_f."""
+
+    def __init__(self, V, Tmax, C, n_layer, n_head, eps):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(Tmax, C)
+        self.blocks = nn.ModuleList(Block(C, n_head, eps, True, True) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(C, eps=eps)
+
+    def forward(self, batch):
+        tokens = batch["tokens"]
+        T = tokens.shape[1]
+        x = self.wte(tokens) + self.wpe(torch.arange(T))
+        for blk in self.blocks:
+            x = blk(x)
+        x = self.ln_f(x)
+        logits = x @ self.wte.weight.t()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                               batch["targets"].reshape(-1), ignore_index=-100)
+        return logits, loss
+
+
+class BertMLMHead(nn.Module):
+    def __init__(self, C, V, eps):
+        super().__init__()
+        self.dense = nn.Linear(C, C)
+        self.ln = nn.LayerNorm(C, eps=eps)
+        self.bias = nn.Parameter(torch.zeros(V))
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, V, Tmax, C, eps):
+        super().__init__()
+        self.word = nn.Embedding(V, C)
+        self.position = nn.Embedding(Tmax, C)
+        self.token_type = nn.Embedding(2, C)
+        self.ln = nn.LayerNorm(C, eps=eps)
+
+
+class BERT(nn.Module):
+    """Original BERT (MLM only): post-LN blocks, key padding mask, tied MLM decoder."""
+
+    def __init__(self, V, Tmax, C, n_layer, n_head, eps):
+        super().__init__()
+        self.embeddings = BertEmbeddings(V, Tmax, C, eps)
+        self.blocks = nn.ModuleList(Block(C, n_head, eps, False, False) for _ in range(n_layer))
+        self.mlm = BertMLMHead(C, V, eps)
+
+    def forward(self, batch):
+        tokens = batch["tokens"]
+        T = tokens.shape[1]
+        e = self.embeddings
+        x = e.word(tokens) + e.position(torch.arange(T)) + e.token_type(batch["token_types"])
+        x = e.ln(x)
+        for blk in self.blocks:
+            x = blk(x, batch["attn_mask"])
+        h = self.mlm.ln(gelu(self.mlm.dense(x)))
+        logits = h @ e.word.weight.t() + self.mlm.bias
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                               batch["targets"].reshape(-1), ignore_index=-100)
+        return logits, loss
+
+
+class ViT(nn.Module):
+    """ViT-B style: conv patch embedding (weight stored [D, Ch*P*P]), cls token,
+    learned position embedding, pre-LN blocks, ln_f, linear head on the cls token."""
+
+    def __init__(self, C, n_layer, n_head, eps, image_size, patch_size, channels, num_classes):
+        super().__init__()
+        if image_size % patch_size != 0:
+            raise OracleInputError(f"image_size {image_size} not divisible by patch_size {patch_size}")
+        self.P = patch_size
+        self.channels = channels
+        n_patches = (image_size // patch_size) ** 2
+        self.patch = nn.Linear(channels * patch_size * patch_size, C)
+        self.cls_token = nn.Parameter(torch.zeros(C))
+        self.pos_embed = nn.Parameter(torch.zeros(1 + n_patches, C))
+        self.blocks = nn.ModuleList(Block(C, n_head, eps, False, True) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(C, eps=eps)
+        self.head = nn.Linear(C, num_classes)
+
+    def forward(self, batch):
+        images = batch["images"]
+        B = images.shape[0]
+        D, P = self.patch.weight.shape[0], self.P
+        w = self.patch.weight.view(D, self.channels, P, P)
+        x = F.conv2d(images, w, self.patch.bias, stride=P)  # [B, D, H/P, W/P]
+        x = x.flatten(2).transpose(1, 2)  # [B, N, D]
+        cls = self.cls_token.view(1, 1, D).expand(B, 1, D)
+        x = torch.cat([cls, x], dim=1) + self.pos_embed
+        for blk in self.blocks:
+            x = blk(x)
+        x = self.ln_f(x)
+        logits = self.head(x[:, 0])
+        loss = F.cross_entropy(logits, batch["labels"])
+        return logits, loss
+
+
+def _state_dict_from(inp, model):
+    """Parameter tensors (fp32) from the input file, by the model's parameter names."""
+    sd = {}
+    for name, _ in model.named_parameters():
+        sd[name] = inp.f32(name)
+    return sd
+
+
+def _run_model(inp, build, batch_names):
+    """Common driver for the model cases.
+
+    build(inp) -> fresh nn.Module with the right shapes. Loads the parameters from the
+    input file (strict), computes logits, loss and grads on the loaded weights, then,
+    from the loaded weights again, runs `steps` AdamW steps recording each step's loss.
+    """
+    model = build(inp)
+    sd = _state_dict_from(inp, model)
+    model.load_state_dict(sd, strict=True)
+    batch = {}
+    for n in batch_names:
+        t = inp.raw(n)
+        batch[n] = t.to(torch.float32) if t.is_floating_point() else t.long()
+
+    # 1) logits, loss and gradients at the loaded weights.
+    model.zero_grad(set_to_none=True)
+    logits, loss = model(batch)
+    loss.backward()
+    out = {"logits": out32(logits), "loss": scalar1(loss)}
+    for name, p in model.named_parameters():
+        g = p.grad if p.grad is not None else torch.zeros_like(p)
+        out["grad." + name] = out32(g)
+
+    # 2) training run, restarting from the loaded weights.
+    steps = inp.int("steps")
+    model = build(inp)
+    model.load_state_dict(sd, strict=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=inp.float("lr"),
+                            betas=(inp.float("beta1"), inp.float("beta2")),
+                            eps=inp.float("adam_eps"), weight_decay=inp.float("weight_decay"))
+    step_losses = torch.zeros(steps, dtype=torch.float32)
+    for s in range(steps):
+        opt.zero_grad(set_to_none=True)
+        _, loss_s = model(batch)
+        loss_s.backward()
+        opt.step()
+        step_losses[s] = loss_s.detach()
+    out["step_losses"] = step_losses
+    return out
+
+
+def _common_dims(inp, C_from):
+    C = inp.int("n_embd")
+    if C != C_from:
+        raise OracleInputError(f"meta n_embd={C} but parameters have width {C_from}")
+    return C, inp.int("n_layer"), inp.int("n_head"), inp.float("eps")
+
+
+def case_gpt(inp):
+    """GPT-2. Params wte.weight [V, C], wpe.weight [Tmax, C], blocks.{i}.*, ln_f.*;
+    inputs tokens, targets [B, T] int32 (-100 ignore). Outputs logits [B, T, V],
+    loss [1], grad.<param>, step_losses [steps]."""
+    def build(inp):
+        V, C0 = inp.raw("wte.weight").shape
+        Tmax = inp.raw("wpe.weight").shape[0]
+        C, L, H, eps = _common_dims(inp, C0)
+        return GPT(V, Tmax, C, L, H, eps)
+    return _run_model(inp, build, ["tokens", "targets"])
+
+
+def case_bert(inp):
+    """BERT MLM. Params embeddings.{word,position,token_type,ln}.*, blocks.{i}.* (post-LN),
+    mlm.dense.*, mlm.ln.*, mlm.bias [V]; inputs tokens, token_types, attn_mask (1 keep,
+    0 pad; masks keys only), targets [B, T] int32 (-100 ignore). Outputs logits [B, T, V],
+    loss [1], grad.<param>, step_losses [steps]."""
+    def build(inp):
+        V, C0 = inp.raw("embeddings.word.weight").shape
+        Tmax = inp.raw("embeddings.position.weight").shape[0]
+        C, L, H, eps = _common_dims(inp, C0)
+        return BERT(V, Tmax, C, L, H, eps)
+    return _run_model(inp, build, ["tokens", "token_types", "attn_mask", "targets"])
+
+
+def case_vit(inp):
+    """ViT. Params patch.weight [D, Ch*P*P], patch.bias, cls_token [D], pos_embed [1+N, D],
+    blocks.{i}.* (pre-LN), ln_f.*, head.weight [classes, D], head.bias; meta also
+    image_size, patch_size, channels, num_classes; inputs images [B, Ch, H, W] f32,
+    labels [B] int32. Outputs logits [B, classes], loss [1], grad.<param>, step_losses."""
+    def build(inp):
+        C0 = inp.raw("patch.weight").shape[0]
+        C, L, H, eps = _common_dims(inp, C0)
+        return ViT(C, L, H, eps, inp.int("image_size"), inp.int("patch_size"),
+                   inp.int("channels"), inp.int("num_classes"))
+    return _run_model(inp, build, ["images", "labels"])
+
+
+CASES = {
+    "gemm": case_gemm,
+    "bias": case_bias,
+    "layernorm": case_layernorm,
+    "gelu": case_gelu,
+    "softmax": case_softmax,
+    "attention": case_attention,
+    "embedding": case_embedding,
+    "cross_entropy": case_cross_entropy,
+    "cast": case_cast,
+    "adamw": case_adamw,
+    "sgd": case_sgd,
+    "grad_norm": case_grad_norm,
+    "gpt": case_gpt,
+    "bert": case_bert,
+    "vit": case_vit,
+}
+
+
+def main(argv):
+    if len(argv) != 4:
+        print(f"usage: {argv[0]} CASE IN.safetensors OUT.safetensors\ncases: {' '.join(CASES)}",
+              file=sys.stderr)
+        return 2
+    case, in_path, out_path = argv[1:]
+    if case not in CASES:
+        print(f"reference.py: unknown case {case!r}; known: {' '.join(CASES)}", file=sys.stderr)
+        return 2
+    if not os.path.isfile(in_path):
+        print(f"reference.py: input file not found: {in_path}", file=sys.stderr)
+        return 2
+
+    torch.set_num_threads(int(os.environ.get("TIDAL_ORACLE_THREADS", "2")))
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+
+    try:
+        tensors, meta = safetensors_np.load(in_path)
+        outputs = CASES[case](Inputs(tensors, meta))
+    except OracleInputError as e:
+        print(f"reference.py [{case}]: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, RuntimeError) as e:
+        # Shape mismatches from load_state_dict / matmul etc. are input problems too.
+        print(f"reference.py [{case}]: invalid input: {e}", file=sys.stderr)
+        return 2
+    safetensors_np.save(out_path, outputs, {"case": case})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,228 @@
+// Every CPU op family, forward and backward, against PyTorch on the same inputs (odd shapes).
+#include "ops/attention.h"
+#include "ops/bias.h"
+#include "ops/cast.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/gelu.h"
+#include "ops/gemm.h"
+#include "ops/grad_norm.h"
+#include "ops/layernorm.h"
+#include "ops/optimizer_step.h"
+#include "ops/softmax.h"
+#include "support/oracle.h"
+#include "support/random.h"
+#include "support/tolerance.h"
+
+#include <gtest/gtest.h>
+
+namespace tidal {
+namespace {
+
+using testing::all_close;
+using testing::kFp32;
+using testing::randint;
+using testing::randn;
+using testing::run_oracle;
+
+TEST(OpsOracle, GemmAllTransposesAndBatched) {
+  const std::int64_t m = 37, n = 29, k = 72, batch = 3;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (bool batched : {false, true}) {
+        Shape sa = ta ? Shape{k, m} : Shape{m, k}, sb = tb ? Shape{n, k} : Shape{k, n}, sc{m, n};
+        if (batched) {
+          sa = Shape{batch, sa[0], sa[1]};
+          sb = Shape{batch, sb[0], sb[1]};
+          sc = Shape{batch, m, n};
+        }
+        Tensor a = randn(sa, 1), b = randn(sb, 2), c0 = randn(sc, 3);
+        Tensor c = c0.clone();
+        const ops::GemmOptions opt{.trans_a = bool(ta), .trans_b = bool(tb), .alpha = 0.75f, .beta = 0.5f};
+        ops::gemm(c, a, b, opt);
+        auto ref = run_oracle("gemm", {{"A", a}, {"B", b}, {"C0", c0}},
+                              {{"transa", std::to_string(ta)}, {"transb", std::to_string(tb)}, {"alpha", "0.75"}, {"beta", "0.5"}});
+        EXPECT_TRUE(all_close(c, ref.at("C"), kFp32)) << "trans " << ta << tb << " batched " << batched;
+      }
+}
+
+TEST(OpsOracle, GemmBf16AndF16OperandsWidenToFp32) {
+  Tensor a = randn({19, 40}, 4), b = randn({40, 23}, 5);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    Tensor a16 = Tensor::empty(a.shape(), dt), b16 = Tensor::empty(b.shape(), dt), c16 = Tensor::empty({19, 23}, dt);
+    ops::cast(a16, a);
+    ops::cast(b16, b);
+    ops::gemm(c16, a16, b16);
+    // Reference: the same rounded operands in fp32, result rounded once.
+    Tensor ar = Tensor::empty(a.shape()), br = Tensor::empty(b.shape()), c = Tensor::empty({19, 23});
+    ops::cast(ar, a16);
+    ops::cast(br, b16);
+    auto ref = run_oracle("gemm", {{"A", ar}, {"B", br}}, {{"transa", "0"}, {"transb", "0"}, {"alpha", "1"}, {"beta", "0"}});
+    // One rounding of the result to 8 (bf16) or 11 (fp16) significant bits.
+    const double rtol = dt == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
+    EXPECT_TRUE(all_close(c16, ref.at("C"), {1e-4, rtol})) << dtype_name(dt);
+  }
+}
+
+TEST(OpsOracle, BiasAddAndGrad) {
+  Tensor x = randn({37, 72}, 6), b = randn({72}, 7), dy = randn({37, 72}, 8);
+  Tensor y = x.clone(), db = Tensor::zeros({72});
+  ops::bias_add(y, b);
+  ops::bias_grad(db, dy);
+  auto ref = run_oracle("bias", {{"x", x}, {"b", b}, {"dy", dy}});
+  EXPECT_TRUE(all_close(y, ref.at("y"), kFp32));
+  EXPECT_TRUE(all_close(db, ref.at("db"), kFp32));
+}
+
+TEST(OpsOracle, LayerNormForwardBackward) {
+  const std::int64_t N = 37, C = 72;
+  Tensor x = randn({N, C}, 9, 2.0f), w = randn({C}, 10), b = randn({C}, 11), dy = randn({N, C}, 12);
+  Tensor y = Tensor::empty({N, C}), mean = Tensor::empty({N}), rstd = Tensor::empty({N});
+  ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+  Tensor dx = Tensor::empty({N, C}), dw = Tensor::zeros({C}), db = Tensor::zeros({C});
+  ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+  auto ref = run_oracle("layernorm", {{"x", x}, {"w", w}, {"b", b}, {"dy", dy}}, {{"eps", "1e-5"}});
+  EXPECT_TRUE(all_close(y, ref.at("y"), kFp32));
+  EXPECT_TRUE(all_close(mean, ref.at("mean"), kFp32));
+  EXPECT_TRUE(all_close(rstd, ref.at("rstd"), kFp32));
+  EXPECT_TRUE(all_close(dx, ref.at("dx"), kFp32));
+  EXPECT_TRUE(all_close(dw, ref.at("dw"), kFp32));
+  EXPECT_TRUE(all_close(db, ref.at("db"), kFp32));
+}
+
+TEST(OpsOracle, GeluTanhForwardBackward) {
+  Tensor x = randn({37, 101}, 13, 3.0f), dy = randn({37, 101}, 14);
+  Tensor y = Tensor::empty(x.shape()), dx = Tensor::empty(x.shape());
+  ops::gelu_forward(y, x);
+  ops::gelu_backward(dx, dy, x);
+  auto ref = run_oracle("gelu", {{"x", x}, {"dy", dy}});
+  EXPECT_TRUE(all_close(y, ref.at("y"), kFp32));
+  EXPECT_TRUE(all_close(dx, ref.at("dx"), kFp32));
+}
+
+TEST(OpsOracle, SoftmaxForwardBackward) {
+  Tensor x = randn({37, 101}, 15, 4.0f), dy = randn({37, 101}, 16);
+  Tensor y = Tensor::empty(x.shape()), dx = Tensor::empty(x.shape());
+  ops::softmax_forward(y, x);
+  ops::softmax_backward(dx, dy, y);
+  auto ref = run_oracle("softmax", {{"x", x}, {"dy", dy}});
+  EXPECT_TRUE(all_close(y, ref.at("y"), kFp32));
+  EXPECT_TRUE(all_close(dx, ref.at("dx"), kFp32));
+}
+
+TEST(OpsOracle, AttentionCausalAndPadding) {
+  const std::int64_t B = 3, T = 37, C = 72;
+  const int H = 3;
+  Tensor qkv = randn({B, T, 3 * C}, 17), dy = randn({B, T, C}, 18);
+  // Padding at the end of samples 1 and 2 (as BERT batches have).
+  Tensor mask = Tensor::empty({B, T}, DType::i32);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t t = 0; t < T; ++t) mask.data<std::int32_t>()[b * T + t] = t < T - 5 * b ? 1 : 0;
+  for (bool causal : {true, false})
+    for (bool padded : {false, true}) {
+      const ops::AttentionOptions opt{.n_head = H, .causal = causal, .key_mask = padded ? &mask : nullptr};
+      Tensor y = Tensor::empty({B, T, C}), probs = Tensor::empty({B, H, T, T}), dqkv = Tensor::empty(qkv.shape());
+      ops::attention_forward(y, probs, qkv, opt);
+      ops::attention_backward(dqkv, dy, qkv, probs, opt);
+      io::TensorMap in{{"qkv", qkv}, {"dy", dy}};
+      if (padded) in.emplace("key_mask", mask);
+      auto ref = run_oracle("attention", in, {{"n_head", std::to_string(H)}, {"causal", causal ? "1" : "0"}});
+      EXPECT_TRUE(all_close(y, ref.at("y"), kFp32)) << "causal " << causal << " padded " << padded;
+      EXPECT_TRUE(all_close(dqkv, ref.at("dqkv"), kFp32)) << "causal " << causal << " padded " << padded;
+    }
+}
+
+TEST(OpsOracle, TokenAndPositionEmbedding) {
+  const std::int64_t B = 3, T = 37, V = 101, Tmax = 41, C = 72;
+  Tensor ids = randint({B, T}, 19, 0, std::int32_t(V)), wte = randn({V, C}, 20), wpe = randn({Tmax, C}, 21),
+         dy = randn({B, T, C}, 22);
+  Tensor y = Tensor::empty({B, T, C});
+  ops::embedding_forward(y, ids, wte);
+  ops::position_embedding_forward(y, wpe);
+  Tensor dwte = Tensor::zeros({V, C}), dwpe = Tensor::zeros({Tmax, C});
+  ops::embedding_backward(dwte, dy, ids);
+  ops::position_embedding_backward(dwpe, dy);
+  auto ref = run_oracle("embedding", {{"tokens", ids}, {"wte", wte}, {"wpe", wpe}, {"dy", dy}});
+  EXPECT_TRUE(all_close(y, ref.at("y"), kFp32));
+  EXPECT_TRUE(all_close(dwte, ref.at("dwte"), kFp32));
+  EXPECT_TRUE(all_close(dwpe, ref.at("dwpe"), kFp32));
+}
+
+TEST(OpsOracle, EmbeddingRejectsIdsOutsideTheVocabulary) {
+  Tensor ids = Tensor::full({1}, 0.0f);
+  Tensor bad = Tensor::empty({1, 1}, DType::i32);
+  bad.data<std::int32_t>()[0] = 7;
+  Tensor table = Tensor::zeros({5, 4}), y = Tensor::empty({1, 1, 4});
+  EXPECT_THROW(ops::embedding_forward(y, bad, table), Error);
+}
+
+TEST(OpsOracle, FusedSoftmaxCrossEntropyWithIgnoreIndex) {
+  const std::int64_t N = 37, V = 101;
+  Tensor logits = randn({N, V}, 23, 3.0f), targets = randint({N}, 24, 0, std::int32_t(V));
+  for (std::int64_t i = 0; i < N; i += 5) targets.data<std::int32_t>()[i] = ops::kIgnoreIndex;
+  Tensor losses = Tensor::empty({N}), lse = Tensor::empty({N}), dlogits = Tensor::empty({N, V});
+  ops::cross_entropy_forward(losses, lse, logits, targets);
+  std::int64_t valid = 0;
+  double sum = 0;
+  for (std::int64_t i = 0; i < N; ++i) {
+    valid += targets.data<std::int32_t>()[i] != ops::kIgnoreIndex;
+    sum += losses.data<float>()[i];
+  }
+  ops::cross_entropy_backward(dlogits, logits, lse, targets, 1.0f / float(valid));
+  auto ref = run_oracle("cross_entropy", {{"logits", logits}, {"targets", targets}});
+  EXPECT_TRUE(all_close(Tensor::full({1}, float(sum / double(valid))), ref.at("loss"), kFp32));
+  EXPECT_TRUE(all_close(dlogits, ref.at("dlogits"), kFp32));
+}
+
+TEST(OpsOracle, CastsMatchTorchBitForBit) {
+  Tensor x = randn({1001}, 25, 100.0f);
+  // Include values at the edges of fp16's range.
+  x.data<float>()[0] = 65504.0f, x.data<float>()[1] = 70000.0f, x.data<float>()[2] = 1e-7f, x.data<float>()[3] = -3e-8f;
+  Tensor b16 = Tensor::empty(x.shape(), DType::bf16), h16 = Tensor::empty(x.shape(), DType::f16);
+  ops::cast(b16, x);
+  ops::cast(h16, x);
+  Tensor b_back = Tensor::empty(x.shape()), h_back = Tensor::empty(x.shape());
+  ops::cast(b_back, b16);
+  ops::cast(h_back, h16);
+  auto ref = run_oracle("cast", {{"x", x}});
+  EXPECT_TRUE(all_close(b_back, ref.at("bf16_back"), {0, 0}));
+  EXPECT_TRUE(all_close(h_back, ref.at("f16_back"), {0, 0}));
+  EXPECT_EQ(std::memcmp(b16.raw(), ref.at("bf16").raw(), b16.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(h16.raw(), ref.at("f16").raw(), h16.nbytes()), 0);
+}
+
+TEST(OpsOracle, AdamWFiveSteps) {
+  const std::int64_t N = 1001, S = 5;
+  Tensor p = randn({N}, 26), grads = randn({S, N}, 27), m = Tensor::zeros({N}), v = Tensor::zeros({N});
+  Tensor p0 = p.clone();
+  const ops::AdamWOptions opt{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  for (std::int64_t s = 0; s < S; ++s) ops::adamw_step(p, grads.slice(0, s, s + 1).reshape({N}), m, v, opt, s + 1);
+  auto ref = run_oracle("adamw", {{"p0", p0}, {"grads", grads}},
+                        {{"lr", "1e-2"}, {"beta1", "0.9"}, {"beta2", "0.95"}, {"eps", "1e-8"}, {"weight_decay", "0.1"}});
+  EXPECT_TRUE(all_close(p, ref.at("p"), kFp32));
+  EXPECT_TRUE(all_close(m, ref.at("m"), kFp32));
+  EXPECT_TRUE(all_close(v, ref.at("v"), kFp32));
+}
+
+TEST(OpsOracle, SgdMomentumFiveSteps) {
+  const std::int64_t N = 1001, S = 5;
+  Tensor p = randn({N}, 28), grads = randn({S, N}, 29), buf = Tensor::zeros({N});
+  Tensor p0 = p.clone();
+  const ops::SgdOptions opt{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f};
+  for (std::int64_t s = 0; s < S; ++s) ops::sgd_step(p, grads.slice(0, s, s + 1).reshape({N}), buf, opt, s == 0);
+  auto ref = run_oracle("sgd", {{"p0", p0}, {"grads", grads}}, {{"lr", "0.05"}, {"momentum", "0.9"}, {"weight_decay", "0.01"}});
+  EXPECT_TRUE(all_close(p, ref.at("p"), kFp32));
+  EXPECT_TRUE(all_close(buf, ref.at("buf"), kFp32));
+}
+
+TEST(OpsOracle, GlobalGradNormAndClipping) {
+  std::vector<Tensor> g{randn({37, 72}, 30), randn({101}, 31), randn({3, 5, 7}, 32)};
+  std::vector<Tensor> orig{g[0].clone(), g[1].clone(), g[2].clone()};
+  const double norm = ops::clip_grad_norm(g, 5.0);
+  auto ref = run_oracle("grad_norm", {{"g0", orig[0]}, {"g1", orig[1]}, {"g2", orig[2]}}, {{"max_norm", "5.0"}});
+  EXPECT_TRUE(all_close(Tensor::full({1}, float(norm)), ref.at("norm"), kFp32));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(all_close(g[std::size_t(i)], ref.at("g" + std::to_string(i)), kFp32));
+}
+
+}  // namespace
+}  // namespace tidal

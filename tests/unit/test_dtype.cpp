@@ -1,0 +1,49 @@
+// fp32 <-> bf16 / fp16 conversions against closed-form bit patterns.
+#include "core/dtype.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace tidal {
+
+TEST(DType, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(to_bf16(1.0f).bits, 0x3f80);
+  EXPECT_EQ(to_bf16(-2.0f).bits, 0xc000);
+  // 1 + 2^-8 is exactly between 1 and 1 + 2^-7: ties to even (1.0).
+  EXPECT_EQ(to_bf16(1.0f + std::ldexp(1.0f, -8)).bits, 0x3f80);
+  // 1 + 3 * 2^-8 is between 1 + 2^-7 (odd) and 1 + 2^-6: ties to even (up).
+  EXPECT_EQ(to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)).bits, 0x3f82);
+  EXPECT_TRUE(std::isnan(to_float(to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(to_float(bf16{0x4049}), 3.140625f);
+}
+
+TEST(DType, F16KnownValues) {
+  EXPECT_EQ(to_f16(1.0f).bits, 0x3c00);
+  EXPECT_EQ(to_f16(-2.5f).bits, 0xc100);
+  EXPECT_EQ(to_f16(65504.0f).bits, 0x7bff);                      // largest finite
+  EXPECT_EQ(to_f16(65520.0f).bits, 0x7c00);                      // rounds to infinity
+  EXPECT_EQ(to_f16(std::ldexp(1.0f, -24)).bits, 0x0001);         // smallest subnormal
+  EXPECT_EQ(to_f16(std::ldexp(1.0f, -25)).bits, 0x0000);         // half of it: ties to even (0)
+  EXPECT_EQ(to_f16(std::ldexp(3.0f, -26)).bits, 0x0001);         // above half: rounds up
+  EXPECT_EQ(to_f16(std::ldexp(1.0f, -14)).bits, 0x0400);         // smallest normal
+  EXPECT_EQ(to_f16(1.0f + std::ldexp(1.0f, -11)).bits, 0x3c00);  // tie to even
+}
+
+TEST(DType, F16RoundTripsEveryFiniteValue) {
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00) continue;  // inf / NaN
+    const float f = f16_to_float(std::uint16_t(h));
+    ASSERT_EQ(float_to_f16_bits(f), h) << "bits " << h;
+  }
+}
+
+TEST(DType, Sizes) {
+  EXPECT_EQ(dtype_size(DType::f32), 4u);
+  EXPECT_EQ(dtype_size(DType::bf16), 2u);
+  EXPECT_EQ(dtype_size(DType::f16), 2u);
+  EXPECT_EQ(dtype_size(DType::i32), 4u);
+}
+
+}  // namespace tidal
