@@ -17,11 +17,11 @@ class Runner;
 
 // Model inputs; the fields a model does not use stay undefined.
 struct Batch {
-  Tensor tokens;       // [B, T] i32 (GPT, BERT)
-  Tensor token_types;  // [B, T] i32 (BERT)
-  Tensor attn_mask;    // [B, T] i32, 1 = real token, 0 = padding (BERT)
-  Tensor images;       // [B, channels, H, W] f32 (ViT)
-  Tensor targets;      // [B, T] or [B] i32; -100 = ignore
+  Tensor tokens{};     // [B, T] i32 (GPT, BERT)
+  Tensor token_types{};  // [B, T] i32 (BERT)
+  Tensor attn_mask{};  // [B, T] i32, 1 = real token, 0 = padding (BERT)
+  Tensor images{};     // [B, channels, H, W] f32 (ViT)
+  Tensor targets{};    // [B, T] or [B] i32; -100 = ignore
 };
 
 struct StepState {
