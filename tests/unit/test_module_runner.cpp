@@ -1,0 +1,65 @@
+// The module runner: hooks see every module's forward and backward in execution order (the
+// order PatrickStar's access / release and ZeRO-3 rely on), and tied parameters are owned once.
+#include "models/gpt.h"
+#include "nn/runner.h"
+#include "support/random.h"
+
+#include <gtest/gtest.h>
+
+namespace tidal {
+namespace {
+
+class RecordingHooks final : public nn::ModuleHooks {
+ public:
+  void before_forward(nn::Module& m) override { log.push_back("F+ " + m.path()); }
+  void after_forward(nn::Module& m) override { log.push_back("F- " + m.path()); }
+  void before_backward(nn::Module& m) override { log.push_back("B+ " + m.path()); }
+  void after_backward(nn::Module& m) override { log.push_back("B- " + m.path()); }
+  std::vector<std::string> log;
+};
+
+std::size_t index_of(const std::vector<std::string>& v, const std::string& s) {
+  auto it = std::find(v.begin(), v.end(), s);
+  EXPECT_NE(it, v.end()) << s;
+  return std::size_t(it - v.begin());
+}
+
+TEST(ModuleRunner, HooksSeeEveryModuleInExecutionOrder) {
+  auto model = models::make_gpt({.n_layer = 2, .n_head = 2, .n_embd = 8, .vocab_size = 11, .seq_len = 5});
+  model->materialize(1);
+  nn::Batch batch{.tokens = testing::randint({2, 5}, 1, 0, 11), .targets = testing::randint({2, 5}, 2, 0, 11)};
+  RecordingHooks hooks;
+  nn::Runner runner;
+  runner.add_hooks(&hooks);
+  nn::StepState state{.runner = &runner, .batch = &batch};
+  nn::Context ctx(state);
+  model->run_forward(ctx);
+  model->run_backward(ctx);
+  const auto& log = hooks.log;
+  // Nesting: a block's forward brackets its children's; forward of block 0 before block 1.
+  EXPECT_LT(index_of(log, "F+ blocks.0"), index_of(log, "F+ blocks.0.attn.qkv"));
+  EXPECT_LT(index_of(log, "F- blocks.0.mlp.proj"), index_of(log, "F- blocks.0"));
+  EXPECT_LT(index_of(log, "F- blocks.0"), index_of(log, "F+ blocks.1"));
+  // Backward runs in reverse: the tied head before block 1, block 1 before block 0, embedding last.
+  EXPECT_LT(index_of(log, "B- lm_head"), index_of(log, "B+ blocks.1"));
+  EXPECT_LT(index_of(log, "B- blocks.1"), index_of(log, "B+ blocks.0"));
+  EXPECT_LT(index_of(log, "B- blocks.0"), index_of(log, "B+ wte"));
+  std::size_t forwards = 0, backwards = 0;
+  for (auto& e : log) forwards += e.starts_with("F+"), backwards += e.starts_with("B+");
+  EXPECT_EQ(forwards, backwards);
+}
+
+TEST(ModuleRunner, TiedParameterIsOwnedOnceAndUsedTwice) {
+  auto model = models::make_gpt({.n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = 11, .seq_len = 5});
+  model->materialize(1);
+  int owners = 0;
+  for (nn::Parameter* p : model->parameters()) owners += p->name == "wte.weight";
+  EXPECT_EQ(owners, 1);
+  // 2 embeddings + per block (2 LN x 2 + 4 linears x 2) + ln_f x 2 = 16 tensors.
+  EXPECT_EQ(model->parameters().size(), 16u);
+  // Parameters: V*C + T*C + block (12 C^2 + 13 C) + 2C.
+  EXPECT_EQ(model->num_parameters(), 11 * 8 + 5 * 8 + 12 * 64 + 13 * 8 + 2 * 8);
+}
+
+}  // namespace
+}  // namespace tidal

@@ -1,0 +1,65 @@
+// safetensors round trip (every dtype, metadata) and atomic writes.
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "support/random.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace tidal {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()))).string();
+}
+
+TEST(Safetensors, RoundTripsEveryDtypeAndMetadata) {
+  const std::string path = temp_path("roundtrip.safetensors");
+  Tensor f = testing::randn({3, 5}, 1), i = Tensor::empty({4}, DType::i32), b = Tensor::empty({2, 3}, DType::bf16),
+         h = Tensor::empty({7}, DType::f16), e = Tensor::empty({0, 3});
+  for (int k = 0; k < 4; ++k) i.data<std::int32_t>()[k] = k * 1000 - 7;
+  for (int k = 0; k < 6; ++k) b.data<bf16>()[k] = to_bf16(float(k) / 3);
+  for (int k = 0; k < 7; ++k) h.data<f16>()[k] = to_f16(float(k) - 2.5f);
+  io::save_safetensors(path, io::TensorMap{{"f", f}, {"i", i}, {"b", b}, {"h", h}, {"empty", e}}, {{"layout", "data=1"}});
+  auto loaded = io::load_safetensors(path);
+  EXPECT_EQ(loaded.metadata.at("layout"), "data=1");
+  for (auto& [name, t] : io::TensorMap{{"f", f}, {"i", i}, {"b", b}, {"h", h}, {"empty", e}}) {
+    const Tensor& u = loaded.tensors.at(name);
+    EXPECT_EQ(u.shape(), t.shape()) << name;
+    EXPECT_EQ(u.dtype(), t.dtype()) << name;
+    EXPECT_EQ(std::memcmp(u.raw(), t.raw(), t.nbytes()), 0) << name;
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(Safetensors, MissingOrTruncatedFilesAreClearErrors) {
+  EXPECT_THROW(io::load_safetensors("/nonexistent/x.safetensors"), Error);
+  const std::string path = temp_path("truncated.safetensors");
+  io::save_safetensors(path, io::TensorMap{{"w", testing::randn({100}, 2)}});
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 10);
+  EXPECT_THROW(io::load_safetensors(path), Error);
+  std::filesystem::remove(path);
+}
+
+TEST(Safetensors, AFailedWriteLeavesThePreviousFileIntact) {
+  const std::string path = temp_path("atomic.safetensors");
+  io::save_safetensors(path, io::TensorMap{{"w", Tensor::full({4}, 1.0f)}});
+  {
+    // A writer that dies before commit (an exception here) never touches the file.
+    io::AtomicFile partial(path);
+    const char junk[] = "partial";
+    partial.write(junk, sizeof junk);
+  }
+  auto loaded = io::load_safetensors(path);
+  EXPECT_EQ(loaded.tensors.at("w").data<float>()[3], 1.0f);
+  for (auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path()))
+    EXPECT_EQ(entry.path().string().find(path + ".tmp"), std::string::npos) << "left behind: " << entry.path();
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace tidal
