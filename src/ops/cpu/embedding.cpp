@@ -1,5 +1,6 @@
 #include "ops/embedding.h"
 
+#include "ops/cast.h"
 #include "ops/cpu/typed.h"
 
 namespace tidal::ops::cpu {
@@ -46,20 +47,25 @@ void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids) {
   check_ids(ids, V);
   TIDAL_ASSERT(dy.numel() == N * C && dy.dtype() == dtable.dtype(), "embedding dy {}", dy.str());
   const std::int32_t* pid = ids.data<std::int32_t>();
+  // Accumulate in fp32 and round once: summing many tokens straight into bf16 would round at
+  // every addition. Low-precision tables get an fp32 scratch copy.
+  Tensor acc = dtable.dtype() == DType::f32 ? dtable : Tensor::empty(dtable.shape());
+  if (dtable.dtype() != DType::f32) cast(acc, dtable);
+  float* pa = acc.data<float>();
   with_float_type(dy.dtype(), [&]<class T>() {
     const T* pdy = dy.data<T>();
-    T* pdt = dtable.data<T>();
     // Threads split the channels, so two tokens with the same id never race on a row.
 #pragma omp parallel for schedule(static)
     for (std::int64_t c0 = 0; c0 < C; c0 += 16) {
       const std::int64_t c1 = std::min(C, c0 + 16);
       for (std::int64_t n = 0; n < N; ++n) {
-        T* row = pdt + std::int64_t(pid[n]) * C;
+        float* row = pa + std::int64_t(pid[n]) * C;
         const T* g = pdy + n * C;
-        for (std::int64_t c = c0; c < c1; ++c) row[c] = from_float<T>(to_float(row[c]) + to_float(g[c]));
+        for (std::int64_t c = c0; c < c1; ++c) row[c] += to_float(g[c]);
       }
     }
   });
+  if (dtable.dtype() != DType::f32) cast(dtable, acc);
 }
 
 void position_embedding_forward(Tensor& y, const Tensor& table, std::int64_t first_position) {

@@ -2,6 +2,9 @@
 
 #include "ops/cpu/typed.h"
 
+#include <algorithm>
+#include <vector>
+
 
 namespace tidal::ops {
 
@@ -9,15 +12,25 @@ namespace cpu {
 double sum_of_squares(const Tensor& x) {
   expect_cpu_contiguous(x, "sum_of_squares x");
   const std::int64_t n = x.numel();
-  double total = 0.0;
+  // Fixed blocks summed in order: the same value whatever the thread count or timing, so
+  // clipping (and hence training) is bitwise reproducible.
+  constexpr std::int64_t kBlock = 1 << 14;
+  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(std::size_t(blocks), 0.0);
   with_float_type(x.dtype(), [&]<class T>() {
     const T* p = x.data<T>();
-#pragma omp parallel for simd reduction(+ : total) schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const double v = to_float(p[i]);
-      total += v * v;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      double s = 0.0;
+      for (std::int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) {
+        const double v = to_float(p[i]);
+        s += v * v;
+      }
+      partial[std::size_t(b)] = s;
     }
   });
+  double total = 0.0;
+  for (double s : partial) total += s;
   return total;
 }
 }  // namespace cpu

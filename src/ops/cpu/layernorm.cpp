@@ -2,6 +2,8 @@
 
 #include "ops/cpu/typed.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <vector>
 
@@ -55,10 +57,14 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     T* pdx = dx.data<T>();
     const float* pm = mean.data<float>();
     const float* pr = rstd.data<float>();
-    // Per-thread partial sums of dw and db, reduced at the end.
-#pragma omp parallel
+    // Per-thread fp32 partial sums of dw and db, reduced in thread order afterwards: the result
+    // is rounded to T once and does not depend on thread timing (bitwise reproducible).
+    const int nthreads = omp_get_max_threads();
+    std::vector<float> partial(std::size_t(nthreads) * 2 * std::size_t(C), 0.0f);
+#pragma omp parallel num_threads(nthreads)
     {
-      std::vector<float> dw_acc(std::size_t(C), 0.0f), db_acc(std::size_t(C), 0.0f);
+      float* dw_acc = partial.data() + std::size_t(omp_get_thread_num()) * 2 * std::size_t(C);
+      float* db_acc = dw_acc + C;
 #pragma omp for schedule(static)
       for (std::int64_t n = 0; n < N; ++n) {
         const T* xr = px + n * C;
@@ -71,8 +77,8 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
           const float g = d * to_float(pw[c]);
           sum_g += g;
           sum_gx += g * xhat;
-          dw_acc[std::size_t(c)] += d * xhat;
-          db_acc[std::size_t(c)] += d;
+          dw_acc[c] += d * xhat;
+          db_acc[c] += d;
         }
         const float mg = sum_g / float(C), mgx = sum_gx / float(C);
         T* dxr = pdx + n * C;
@@ -81,15 +87,17 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
           dxr[c] = from_float<T>((to_float(dyr[c]) * to_float(pw[c]) - mg - xhat * mgx) * rs);
         }
       }
-#pragma omp critical
-      {
-        T* pdw = dw.data<T>();
-        T* pdb = db.data<T>();
-        for (std::int64_t c = 0; c < C; ++c) {
-          pdw[c] = from_float<T>(to_float(pdw[c]) + dw_acc[std::size_t(c)]);
-          pdb[c] = from_float<T>(to_float(pdb[c]) + db_acc[std::size_t(c)]);
-        }
+    }
+    T* pdw = dw.data<T>();
+    T* pdb = db.data<T>();
+    for (std::int64_t c = 0; c < C; ++c) {
+      float sw = to_float(pdw[c]), sb = to_float(pdb[c]);
+      for (int t = 0; t < nthreads; ++t) {
+        sw += partial[std::size_t(t) * 2 * std::size_t(C) + std::size_t(c)];
+        sb += partial[std::size_t(t) * 2 * std::size_t(C) + std::size_t(C + c)];
       }
+      pdw[c] = from_float<T>(sw);
+      pdb[c] = from_float<T>(sb);
     }
   });
 }

@@ -1,0 +1,101 @@
+// bf16 / fp16 storage: each op widens to fp32 inside, so its result equals the fp32 op on the
+// same rounded inputs up to one rounding of the output (2^-8 relative for bf16, 2^-11 for fp16).
+// Also the residual family's closed-form results.
+#include "ops/cast.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/gelu.h"
+#include "ops/layernorm.h"
+#include "ops/residual.h"
+#include "support/random.h"
+#include "support/tolerance.h"
+
+#include <gtest/gtest.h>
+
+namespace tidal {
+namespace {
+
+using testing::all_close;
+
+Tensor cast_to(const Tensor& t, DType dt) {
+  Tensor out = Tensor::empty(t.shape(), dt);
+  ops::cast(out, t);
+  return out;
+}
+
+testing::Tolerance output_rounding(DType dt) {
+  // Half an ulp of the output, relative, plus a floor for values near zero.
+  return dt == DType::bf16 ? testing::Tolerance{1e-3, 1.0 / 256} : testing::Tolerance{1e-4, 1.0 / 2048};
+}
+
+class LowPrecision : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LowPrecision, LayerNormMatchesFp32OnRoundedInputs) {
+  const DType dt = GetParam();
+  const std::int64_t N = 37, C = 72;
+  Tensor x = cast_to(testing::randn({N, C}, 1), dt), w = cast_to(testing::randn({C}, 2), dt),
+         b = cast_to(testing::randn({C}, 3), dt), dy = cast_to(testing::randn({N, C}, 4), dt);
+  Tensor y = Tensor::empty({N, C}, dt), mean = Tensor::empty({N}), rstd = Tensor::empty({N});
+  ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+  Tensor dx = Tensor::empty({N, C}, dt), dw = Tensor::zeros({C}, dt), db = Tensor::zeros({C}, dt);
+  ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+
+  Tensor x32 = cast_to(x, DType::f32), w32 = cast_to(w, DType::f32), b32 = cast_to(b, DType::f32),
+         dy32 = cast_to(dy, DType::f32);
+  Tensor y32 = Tensor::empty({N, C}), dx32 = Tensor::empty({N, C}), dw32 = Tensor::zeros({C}), db32 = Tensor::zeros({C});
+  ops::layernorm_forward(y32, mean, rstd, x32, w32, b32, 1e-5f);
+  ops::layernorm_backward(dx32, dw32, db32, dy32, x32, w32, mean, rstd);
+  EXPECT_TRUE(all_close(y, y32, output_rounding(dt)));
+  EXPECT_TRUE(all_close(dx, dx32, output_rounding(dt)));
+  EXPECT_TRUE(all_close(dw, dw32, output_rounding(dt)));
+  EXPECT_TRUE(all_close(db, db32, output_rounding(dt)));
+}
+
+TEST_P(LowPrecision, GeluMatchesFp32OnRoundedInputs) {
+  const DType dt = GetParam();
+  Tensor x = cast_to(testing::randn({1001}, 5, 3.0f), dt), dy = cast_to(testing::randn({1001}, 6), dt);
+  Tensor y = Tensor::empty(x.shape(), dt), dx = Tensor::empty(x.shape(), dt);
+  ops::gelu_forward(y, x);
+  ops::gelu_backward(dx, dy, x);
+  Tensor x32 = cast_to(x, DType::f32), y32 = Tensor::empty(x.shape()), dx32 = Tensor::empty(x.shape());
+  ops::gelu_forward(y32, x32);
+  ops::gelu_backward(dx32, cast_to(dy, DType::f32), x32);
+  EXPECT_TRUE(all_close(y, y32, output_rounding(dt)));
+  EXPECT_TRUE(all_close(dx, dx32, output_rounding(dt)));
+}
+
+TEST_P(LowPrecision, CrossEntropyAndEmbeddingMatchFp32OnRoundedInputs) {
+  const DType dt = GetParam();
+  const std::int64_t N = 37, V = 101;
+  Tensor logits = cast_to(testing::randn({N, V}, 7, 2.0f), dt), targets = testing::randint({N}, 8, 0, std::int32_t(V));
+  Tensor losses = Tensor::empty({N}), lse = Tensor::empty({N}), d = Tensor::empty({N, V}, dt);
+  ops::cross_entropy_forward(losses, lse, logits, targets);
+  ops::cross_entropy_backward(d, logits, lse, targets, 1.0f / float(N));
+  Tensor l32 = cast_to(logits, DType::f32), losses32 = Tensor::empty({N}), lse32 = Tensor::empty({N}),
+         d32 = Tensor::empty({N, V});
+  ops::cross_entropy_forward(losses32, lse32, l32, targets);
+  ops::cross_entropy_backward(d32, l32, lse32, targets, 1.0f / float(N));
+  EXPECT_TRUE(all_close(losses, losses32, testing::kFp32));  // computed in fp32 from the same inputs
+  EXPECT_TRUE(all_close(d, d32, output_rounding(dt)));
+
+  Tensor table = cast_to(testing::randn({V, 24}, 9), dt), ids = testing::randint({3, 5}, 10, 0, std::int32_t(V));
+  Tensor y = Tensor::empty({3, 5, 24}, dt), y32 = Tensor::empty({3, 5, 24});
+  ops::embedding_forward(y, ids, table);
+  ops::embedding_forward(y32, ids, cast_to(table, DType::f32));
+  EXPECT_TRUE(all_close(y, y32, {0, 0}));  // a lookup copies exactly
+}
+
+INSTANTIATE_TEST_SUITE_P(Storage, LowPrecision, ::testing::Values(DType::bf16, DType::f16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Residual, ClosedForm) {
+  Tensor a = Tensor::empty({5}), b = Tensor::empty({5}), y = Tensor::empty({5});
+  for (int i = 0; i < 5; ++i) a.data<float>()[i] = float(i), b.data<float>()[i] = 0.5f * float(i);
+  ops::residual_add(y, a, b);
+  ops::accumulate(y, a);  // y = 2a + b = 2.5 i
+  ops::scale(y, 2.0f);    // 5 i
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(y.data<float>()[i], 5.0f * float(i));
+}
+
+}  // namespace
+}  // namespace tidal
