@@ -1,0 +1,245 @@
+#include "config/config.h"
+
+#include "config/schema.h"
+#include "core/error.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+namespace tidal::config {
+namespace {
+
+std::string type_name(Key::Type t) {
+  switch (t) {
+    case Key::Type::integer: return "an integer";
+    case Key::Type::number: return "a number";
+    case Key::Type::string: return "a string";
+  }
+  return "?";
+}
+
+std::string describe(const toml::node& n) {
+  if (auto s = n.value_exact<std::string>()) return "the string \"" + *s + "\"";
+  if (auto i = n.value_exact<std::int64_t>()) return "the integer " + std::to_string(*i);
+  if (auto d = n.value_exact<double>()) return fmt::format("the number {}", *d);
+  if (auto b = n.value_exact<bool>()) return *b ? "true" : "false";
+  if (n.is_table()) return "a table";
+  if (n.is_array()) return "an array";
+  return "a date or time";
+}
+
+std::string known_keys_near(const std::string& name) {
+  const std::string section = name.substr(0, name.find('.'));
+  std::string out;
+  for (const Key& k : schema())
+    if (k.name.starts_with(section + ".")) out += (out.empty() ? "" : ", ") + k.name;
+  if (out.empty())
+    for (const Key& k : schema()) {
+      const std::string s = k.name.substr(0, k.name.find('.'));
+      if (out.find("[" + s + "]") == std::string::npos) out += (out.empty() ? "" : " ") + ("[" + s + "]");
+    }
+  return out;
+}
+
+// A TOML node as the key's type; `where` names the source ("cfg.toml" or "--set").
+Value convert(const Key& key, const toml::node& n, const std::string& where) {
+  switch (key.type) {
+    case Key::Type::integer:
+      if (auto v = n.value_exact<std::int64_t>()) return *v;
+      break;
+    case Key::Type::number:
+      if (auto v = n.value_exact<double>()) return *v;
+      if (auto v = n.value_exact<std::int64_t>()) return double(*v);
+      break;
+    case Key::Type::string:
+      if (auto v = n.value_exact<std::string>()) return *v;
+      break;
+  }
+  throw Error(fmt::format("{}: {} must be {}, got {}", where, key.name, type_name(key.type), describe(n)));
+}
+
+const Key& lookup(const std::string& name, const std::string& where) {
+  const Key* k = find_key(name);
+  TIDAL_CHECK(k != nullptr, "{}: unknown key '{}'; known keys there: {}", where, name, known_keys_near(name));
+  return *k;
+}
+
+void apply_table(Config& cfg, const toml::table& table, const std::string& prefix, const std::string& where) {
+  for (auto&& [k, node] : table) {
+    const std::string name = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const toml::table* sub = node.as_table()) {
+      // A sub-table is allowed where the schema has keys below it.
+      const bool known = std::any_of(schema().begin(), schema().end(),
+                                     [&](const Key& key) { return key.name.starts_with(name + "."); });
+      TIDAL_CHECK(known, "{}: unknown section [{}]; known keys there: {}", where, name, known_keys_near(name));
+      apply_table(cfg, *sub, name, where);
+      continue;
+    }
+    const Key& key = lookup(name, where);
+    const auto& src = node.source();
+    key.set(cfg, convert(key, node, src.begin ? fmt::format("{}:{}", where, src.begin.line) : where));
+  }
+}
+
+void apply_override(Config& cfg, const std::string& text) {
+  const auto eq = text.find('=');
+  TIDAL_CHECK(eq != std::string::npos && eq > 0, "--set '{}': expected section.key=value, e.g. --set train.steps=100",
+              text);
+  const std::string name = text.substr(0, eq), raw = text.substr(eq + 1);
+  const Key& key = lookup(name, "--set " + text);
+  // The value in TOML syntax (10, 3e-4, "gpt"); for a string key a bare word is the string.
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + raw);
+  } catch (const toml::parse_error&) {
+    TIDAL_CHECK(key.type == Key::Type::string, "--set {}: {} must be {}, got '{}'", text, name, type_name(key.type), raw);
+    key.set(cfg, raw);
+    return;
+  }
+  const toml::node& node = *parsed["v"].node();
+  key.set(cfg, key.type == Key::Type::string && !node.is_string() ? Value(raw) : convert(key, node, "--set " + text));
+}
+
+void check_one_of(const std::string& key, const std::string& value, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (value == a) return;
+    list += (list.empty() ? "" : " | ") + std::string(a);
+  }
+  throw Error(fmt::format("{} = \"{}\" is not one of {}", key, value, list));
+}
+
+[[noreturn]] void not_available(const std::string& what) {
+  throw Error(fmt::format("{} is not available in this build yet", what));
+}
+
+void validate(const Config& c, int world_size) {
+  const ModelConfig& m = c.model;
+  check_one_of("model.type", m.type, {"gpt", "bert", "vit"});
+  TIDAL_CHECK(m.n_layer >= 1 && m.n_head >= 1 && m.n_embd >= 1, "model.n_layer, model.n_head and model.n_embd must be >= 1");
+  TIDAL_CHECK(m.n_embd % m.n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})", m.n_embd, m.n_head);
+  TIDAL_CHECK(m.dropout >= 0.0 && m.dropout < 1.0, "model.dropout must be in [0, 1), got {}", m.dropout);
+  if (m.type == "vit") {
+    TIDAL_CHECK(m.patch_size >= 1 && m.image_size % m.patch_size == 0,
+                "model.image_size ({}) must be a multiple of model.patch_size ({})", m.image_size, m.patch_size);
+    TIDAL_CHECK(m.num_classes >= 2 && m.channels >= 1, "model.num_classes must be >= 2 and model.channels >= 1");
+  } else {
+    TIDAL_CHECK(m.vocab_size >= 2, "model.vocab_size must be >= 2, got {}", m.vocab_size);
+    TIDAL_CHECK(m.seq_len >= 2, "model.seq_len must be >= 2, got {}", m.seq_len);
+  }
+
+  const DataConfig& d = c.data;
+  check_one_of("data.kind", d.kind, {"markov", "tokens", "text", "images"});
+  TIDAL_CHECK((m.type == "vit") == (d.kind == "images"),
+              "model.type = \"{}\" cannot train on data.kind = \"{}\" (vit trains on images; gpt and bert on "
+              "markov, tokens or text)",
+              m.type, d.kind);
+  if (d.kind == "markov") {
+    TIDAL_CHECK(d.markov_branching >= 1 && d.markov_branching <= m.vocab_size,
+                "data.markov_branching must be in [1, model.vocab_size], got {}", d.markov_branching);
+  } else if (d.kind != "images" || !d.path.empty()) {
+    TIDAL_CHECK(!d.path.empty(), "data.kind = \"{}\" needs data.path (the data file)", d.kind);
+    TIDAL_CHECK(std::filesystem::is_regular_file(d.path), "data.path '{}' does not exist or is not a file", d.path);
+  }
+
+  const TrainConfig& t = c.train;
+  TIDAL_CHECK(t.steps >= 1, "train.steps must be >= 1, got {}", t.steps);
+  TIDAL_CHECK(t.batch_size >= 1, "train.batch_size must be >= 1, got {}", t.batch_size);
+  const std::int64_t micro = t.micro_batch_size == 0 ? t.batch_size : t.micro_batch_size;
+  TIDAL_CHECK(t.batch_size % micro == 0, "train.micro_batch_size ({}) must divide train.batch_size ({})", micro,
+              t.batch_size);
+  TIDAL_CHECK(t.lr > 0 && t.min_lr >= 0 && t.min_lr <= t.lr, "need 0 <= train.min_lr <= train.lr and train.lr > 0");
+  TIDAL_CHECK(t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)");
+  TIDAL_CHECK(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "train.beta1 and train.beta2 must be in [0, 1)");
+  check_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
+
+  const ParallelConfig& p = c.parallel;
+  check_one_of("parallel.tensor.mode", p.tensor.mode, {"1d", "2d", "2.5d", "3d"});
+  check_one_of("parallel.schedule", p.schedule, {"gpipe", "1f1b", "interleaved"});
+  TIDAL_CHECK(p.data >= 1 && p.pipeline >= 1 && p.sequence >= 1 && p.tensor.size >= 1 && p.tensor.depth >= 1 &&
+                  p.virtual_stages >= 1,
+              "parallel sizes must be >= 1");
+  const std::int64_t ranks = std::int64_t(p.data) * p.pipeline * p.tensor.size * p.sequence;
+  TIDAL_CHECK(ranks == world_size,
+              "parallel.data x parallel.pipeline x parallel.tensor.size x parallel.sequence = {} x {} x {} x {} = {} "
+              "ranks, but {} {} launched (start with mpirun -np {}, or change [parallel])",
+              p.data, p.pipeline, p.tensor.size, p.sequence, ranks, world_size, world_size == 1 ? "was" : "were", ranks);
+  TIDAL_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3, "zero.stage must be 0, 1, 2 or 3, got {}", c.zero.stage);
+  check_one_of("memory.offload", c.memory.offload, {"none", "chunk"});
+  check_one_of("memory.eviction", c.memory.eviction, {"belady", "lru"});
+  if (!c.memory.device_limit.empty()) parse_bytes(c.memory.device_limit, "memory.device_limit");
+  TIDAL_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
+
+  // Parsed and valid, but not built yet: say so rather than ignore it.
+  if (t.precision != "fp32") not_available(fmt::format("train.precision = \"{}\" (CPU training runs fp32)", t.precision));
+  if (p.data > 1) not_available(fmt::format("parallel.data = {}", p.data));
+  if (p.pipeline > 1) not_available(fmt::format("parallel.pipeline = {}", p.pipeline));
+  if (p.sequence > 1) not_available(fmt::format("parallel.sequence = {}", p.sequence));
+  if (p.tensor.size > 1) not_available(fmt::format("parallel.tensor.mode = {} (size {})", p.tensor.mode, p.tensor.size));
+  if (c.zero.stage > 0) not_available(fmt::format("zero.stage = {}", c.zero.stage));
+  if (c.memory.offload != "none") not_available(fmt::format("memory.offload = \"{}\"", c.memory.offload));
+  if (d.kind == "images") not_available("data.kind = \"images\" (ViT training from the CLI)");
+}
+
+}  // namespace
+
+std::uint64_t parse_bytes(const std::string& text, const std::string& key) {
+  std::size_t pos = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw Error(fmt::format("{} = \"{}\" is not a size (examples: \"512MiB\", \"2GB\", \"1048576\")", key, text));
+  }
+  std::string unit = text.substr(pos);
+  unit.erase(std::remove_if(unit.begin(), unit.end(), [](unsigned char ch) { return std::isspace(ch); }), unit.end());
+  static const std::map<std::string, double> units = {
+      {"", 1},         {"B", 1},        {"KB", 1e3},          {"MB", 1e6},          {"GB", 1e9},
+      {"TB", 1e12},    {"KiB", 1024.0}, {"MiB", 1048576.0},   {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  auto it = units.find(unit);
+  TIDAL_CHECK(it != units.end() && number >= 0, "{} = \"{}\": unknown unit '{}' (use B, KB, MB, GB, KiB, MiB, GiB)", key,
+              text, unit);
+  return std::uint64_t(std::llround(number * it->second));
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+  Config cfg;
+  if (!path.empty()) {
+    TIDAL_CHECK(std::filesystem::is_regular_file(path), "config file '{}' does not exist", path);
+    toml::table table;
+    try {
+      table = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      throw Error(fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column, e.description()));
+    }
+    apply_table(cfg, table, "", path);
+  }
+  for (const std::string& o : overrides) apply_override(cfg, o);
+  validate(cfg, world_size);
+  return cfg;
+}
+
+std::string to_toml(const Config& cfg) {
+  std::string out, section;
+  for (const Key& k : schema()) {
+    const std::string s = k.name.substr(0, k.name.rfind('.'));
+    if (s != section) {
+      out += (out.empty() ? "[" : "\n[") + s + "]\n";
+      section = s;
+    }
+    const Value v = k.get(cfg);
+    const std::string leaf = k.name.substr(k.name.rfind('.') + 1);
+    if (auto* i = std::get_if<std::int64_t>(&v)) out += fmt::format("{} = {}\n", leaf, *i);
+    else if (auto* d = std::get_if<double>(&v)) out += fmt::format("{} = {}\n", leaf, *d);
+    else out += fmt::format("{} = \"{}\"\n", leaf, std::get<std::string>(v));
+  }
+  return out;
+}
+
+}  // namespace tidal::config

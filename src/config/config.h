@@ -1,0 +1,104 @@
+// The run configuration: every section of a tidal TOML file, with defaults. load_config()
+// parses, applies `--set section.key=value` overrides and validates; a bad file or value is a
+// tidal::Error naming the key (and the file), never a silent default.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tidal::config {
+
+struct ModelConfig {
+  std::string type = "gpt";  // gpt | bert | vit
+  int n_layer = 2;
+  int n_head = 2;
+  std::int64_t n_embd = 64;
+  std::int64_t vocab_size = 128;
+  std::int64_t seq_len = 64;
+  double dropout = 0.0;
+  // vit
+  std::int64_t image_size = 32;
+  std::int64_t patch_size = 8;
+  std::int64_t channels = 3;
+  std::int64_t num_classes = 10;
+};
+
+struct DataConfig {
+  std::string kind = "markov";  // markov | tokens | text | images
+  std::string path;             // tokens / text / images files
+  std::uint64_t seed = 1;
+  int markov_branching = 4;  // successors per state of the synthetic Markov language
+};
+
+struct TrainConfig {
+  std::int64_t steps = 300;
+  std::int64_t batch_size = 16;        // global, in sequences
+  std::int64_t micro_batch_size = 0;   // 0 = batch_size (no accumulation)
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  std::int64_t warmup_steps = 20;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double grad_clip = 1.0;  // 0 = off
+  std::uint64_t seed = 1;
+  std::string precision = "fp32";  // fp32 | bf16 | fp16
+  std::int64_t eval_every = 100;   // 0 = only at the end
+  std::int64_t eval_batches = 8;
+  std::int64_t log_every = 10;     // plain progress lines when not on a terminal
+};
+
+struct TensorParallelConfig {
+  int size = 1;
+  std::string mode = "1d";  // 1d | 2d | 2.5d | 3d
+  int depth = 1;
+};
+
+struct ParallelConfig {
+  int data = 1;
+  int pipeline = 1;
+  int sequence = 1;
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  int virtual_stages = 1;
+  TensorParallelConfig tensor;
+};
+
+struct ZeroConfig {
+  int stage = 0;
+};
+
+struct MemoryConfig {
+  std::string offload = "none";  // none | chunk
+  std::string device_limit;      // "" = no cap; bytes with a unit, e.g. "2GiB"
+  std::int64_t chunk_size = 0;   // elements; 0 = searched
+  std::string eviction = "belady";  // belady | lru
+};
+
+struct CheckpointConfig {
+  std::string dir;        // "" = no checkpoints
+  std::int64_t every = 0;  // steps; 0 = only at the end (and at --stop-after)
+  int keep = 2;
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  ParallelConfig parallel;
+  ZeroConfig zero;
+  MemoryConfig memory;
+  CheckpointConfig checkpoint;
+};
+
+// Reads `path` ("" = defaults only), applies overrides ("section.key=value", value in TOML
+// syntax or a bare string), validates against this build and `world_size` launched ranks.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size = 1);
+
+// The whole configuration as TOML (what a run used; stored in checkpoints).
+std::string to_toml(const Config& cfg);
+
+// Parses sizes such as "512MiB", "2GB", "1048576" into bytes.
+std::uint64_t parse_bytes(const std::string& text, const std::string& key);
+
+}  // namespace tidal::config

@@ -1,0 +1,106 @@
+#include "config/schema.h"
+
+#include "core/error.h"
+
+#include <type_traits>
+
+namespace tidal::config {
+namespace {
+
+// A key whose value lives at access(config).
+template <class Access>
+Key field(std::string name, Access access, std::string help) {
+  using F = std::remove_cvref_t<decltype(access(std::declval<Config&>()))>;
+  Key k;
+  k.name = std::move(name);
+  k.help = std::move(help);
+  if constexpr (std::is_same_v<F, std::string>) {
+    k.type = Key::Type::string;
+    k.set = [=](Config& c, const Value& v) { access(c) = std::get<std::string>(v); };
+    k.get = [=](const Config& c) { return Value(access(const_cast<Config&>(c))); };
+  } else if constexpr (std::is_floating_point_v<F>) {
+    k.type = Key::Type::number;
+    k.set = [=](Config& c, const Value& v) { access(c) = F(std::get<double>(v)); };
+    k.get = [=](const Config& c) { return Value(double(access(const_cast<Config&>(c)))); };
+  } else {
+    k.type = Key::Type::integer;
+    k.set = [=, n = k.name](Config& c, const Value& v) {
+      const std::int64_t x = std::get<std::int64_t>(v);
+      TIDAL_CHECK(x >= 0, "{} must not be negative, got {}", n, x);
+      access(c) = F(x);
+    };
+    k.get = [=](const Config& c) { return Value(std::int64_t(access(const_cast<Config&>(c)))); };
+  }
+  return k;
+}
+
+// The key's name is its path in Config: TIDAL_KEY(train.steps, ...) is "train.steps".
+#define TIDAL_KEY(path, help) field(#path, [](Config& c) -> auto& { return c.path; }, help)
+
+std::vector<Key> make_schema() {
+  return {
+      TIDAL_KEY(model.type, "gpt | bert | vit"),
+      TIDAL_KEY(model.n_layer, "transformer blocks"),
+      TIDAL_KEY(model.n_head, "attention heads (must divide n_embd)"),
+      TIDAL_KEY(model.n_embd, "hidden width"),
+      TIDAL_KEY(model.vocab_size, "token vocabulary (gpt, bert)"),
+      TIDAL_KEY(model.seq_len, "tokens per sequence (learned positions)"),
+      TIDAL_KEY(model.dropout, "embedding and residual dropout probability"),
+      TIDAL_KEY(model.image_size, "vit: image height and width in pixels"),
+      TIDAL_KEY(model.patch_size, "vit: patch height and width"),
+      TIDAL_KEY(model.channels, "vit: image channels"),
+      TIDAL_KEY(model.num_classes, "vit: classes"),
+      TIDAL_KEY(data.kind, "markov | tokens | text | images"),
+      TIDAL_KEY(data.path, "data file for tokens / text / images"),
+      TIDAL_KEY(data.seed, "seed of the synthetic data and of the sample order"),
+      TIDAL_KEY(data.markov_branching, "markov: successors per state"),
+      TIDAL_KEY(train.steps, "optimizer steps"),
+      TIDAL_KEY(train.batch_size, "global batch, in sequences"),
+      TIDAL_KEY(train.micro_batch_size, "sequences per forward/backward (0 = batch_size); the rest accumulate"),
+      TIDAL_KEY(train.lr, "peak learning rate"),
+      TIDAL_KEY(train.min_lr, "learning rate at the end of the cosine decay"),
+      TIDAL_KEY(train.warmup_steps, "linear warm-up steps"),
+      TIDAL_KEY(train.weight_decay, "AdamW decoupled weight decay"),
+      TIDAL_KEY(train.beta1, "AdamW beta1"),
+      TIDAL_KEY(train.beta2, "AdamW beta2"),
+      TIDAL_KEY(train.grad_clip, "global gradient-norm clip (0 = off)"),
+      TIDAL_KEY(train.seed, "seed of initialisation and dropout"),
+      TIDAL_KEY(train.precision, "fp32 | bf16 | fp16"),
+      TIDAL_KEY(train.eval_every, "steps between eval losses (0 = only at the end)"),
+      TIDAL_KEY(train.eval_batches, "held-out batches per eval"),
+      TIDAL_KEY(train.log_every, "steps between progress lines when not on a terminal"),
+      TIDAL_KEY(parallel.data, "data-parallel replicas"),
+      TIDAL_KEY(parallel.pipeline, "pipeline stages"),
+      TIDAL_KEY(parallel.sequence, "sequence-parallel ranks (ring self-attention)"),
+      TIDAL_KEY(parallel.schedule, "gpipe | 1f1b | interleaved"),
+      TIDAL_KEY(parallel.virtual_stages, "interleaved: model chunks per pipeline rank"),
+      TIDAL_KEY(parallel.tensor.size, "tensor-parallel ranks"),
+      TIDAL_KEY(parallel.tensor.mode, "1d | 2d | 2.5d | 3d"),
+      TIDAL_KEY(parallel.tensor.depth, "2.5d: depth d (size = q * q * d)"),
+      TIDAL_KEY(zero.stage, "0..3: shard optimizer states, + gradients, + parameters"),
+      TIDAL_KEY(memory.offload, "none | chunk"),
+      TIDAL_KEY(memory.device_limit, "cap on the device tier, e.g. \"2GiB\" (\"\" = none)"),
+      TIDAL_KEY(memory.chunk_size, "chunk elements (0 = searched)"),
+      TIDAL_KEY(memory.eviction, "belady | lru"),
+      TIDAL_KEY(checkpoint.dir, "checkpoint directory (\"\" = no checkpoints)"),
+      TIDAL_KEY(checkpoint.every, "steps between checkpoints (0 = at the end and at --stop-after)"),
+      TIDAL_KEY(checkpoint.keep, "checkpoints kept"),
+  };
+}
+
+#undef TIDAL_KEY
+
+}  // namespace
+
+const std::vector<Key>& schema() {
+  static const std::vector<Key> s = make_schema();
+  return s;
+}
+
+const Key* find_key(const std::string& name) {
+  for (const Key& k : schema())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+}  // namespace tidal::config

@@ -1,0 +1,27 @@
+// The schema of the configuration: every known key with its type and where it lives in Config.
+// One table serves parsing, overrides, error messages (the list of known keys) and to_toml.
+#pragma once
+
+#include "config/config.h"
+
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace tidal::config {
+
+using Value = std::variant<std::int64_t, double, std::string>;
+
+struct Key {
+  std::string name;  // "train.steps"
+  enum class Type { integer, number, string } type;
+  std::function<void(Config&, const Value&)> set;
+  std::function<Value(const Config&)> get;
+  std::string help;
+};
+
+const std::vector<Key>& schema();
+const Key* find_key(const std::string& name);
+
+}  // namespace tidal::config

@@ -1,0 +1,26 @@
+#include "data/dataset.h"
+
+#include "core/error.h"
+#include "data/markov.h"
+#include "data/token_file.h"
+
+namespace tidal::data {
+
+std::unique_ptr<Dataset> make_dataset(const config::Config& cfg) {
+  const auto& m = cfg.model;
+  const auto& d = cfg.data;
+  const Objective objective = m.type == "bert" ? Objective::masked : Objective::causal;
+  if (d.kind == "markov") {
+    // BERT reserves the last id as its mask token; the chain uses the others.
+    const std::int64_t states = objective == Objective::masked ? m.vocab_size - 1 : m.vocab_size;
+    return std::make_unique<MarkovDataset>(states, d.markov_branching, m.seq_len, m.vocab_size, objective, d.seed);
+  }
+  if (d.kind == "tokens" || d.kind == "text") {
+    return std::make_unique<TokenFileDataset>(
+        d.path, d.kind == "tokens" ? TokenFileDataset::Format::tokens : TokenFileDataset::Format::text, m.seq_len,
+        m.vocab_size, objective, d.seed);
+  }
+  throw Error(fmt::format("data.kind = \"{}\" is not available in this build yet", d.kind));
+}
+
+}  // namespace tidal::data

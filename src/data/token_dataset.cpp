@@ -1,0 +1,39 @@
+#include "data/token_dataset.h"
+
+#include "core/philox.h"
+#include "ops/cross_entropy.h"
+
+namespace tidal::data {
+
+nn::Batch TokenDataset::batch(std::int64_t first, std::int64_t count, Split split) const {
+  nn::Batch b{.tokens = Tensor::empty({count, seq_len_}, DType::i32), .targets = Tensor::empty({count, seq_len_}, DType::i32)};
+  std::int32_t* tok = b.tokens.data<std::int32_t>();
+  std::int32_t* tgt = b.targets.data<std::int32_t>();
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::vector<std::int32_t> seq = sequence(first + i, split);
+    for (std::int64_t t = 0; t < seq_len_; ++t) {
+      const std::int64_t k = i * seq_len_ + t;
+      if (objective_ == Objective::causal) {
+        tok[k] = seq[std::size_t(t)];
+        tgt[k] = seq[std::size_t(t + 1)];
+        continue;
+      }
+      const std::uint64_t sample = std::uint64_t(first + i);
+      const PhiloxCounter r = philox4x32({std::uint32_t(sample), std::uint32_t(sample >> 32), std::uint32_t(t),
+                                          split == Split::train ? 0u : 1u},
+                                         {std::uint32_t(seed_), 0x6d6c6du});
+      const std::int32_t x = seq[std::size_t(t)];
+      if (uniform01(r[0]) >= 0.15f) {
+        tok[k] = x;
+        tgt[k] = ops::kIgnoreIndex;
+        continue;
+      }
+      const float how = uniform01(r[1]);
+      tok[k] = how < 0.8f ? std::int32_t(vocab_ - 1) : how < 0.9f ? std::int32_t(r[2] % std::uint32_t(vocab_ - 1)) : x;
+      tgt[k] = x;
+    }
+  }
+  return b;
+}
+
+}  // namespace tidal::data

@@ -1,0 +1,114 @@
+#include "data/token_file.h"
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "io/atomic_file.h"
+
+#include <fstream>
+#include <iterator>
+
+namespace tidal::data {
+namespace {
+
+// A seeded bijection on [0, n): a 4-round Feistel network on the next power of two, walking
+// the cycle until the value falls inside [0, n). O(1) memory for any number of windows.
+std::int64_t permute(std::int64_t i, std::int64_t n, std::uint64_t seed, std::uint64_t epoch) {
+  int bits = 2;
+  while ((std::int64_t(1) << bits) < n) bits += 2;
+  const int half = bits / 2;
+  const std::uint64_t mask = (std::uint64_t(1) << half) - 1;
+  std::uint64_t x = std::uint64_t(i);
+  do {
+    std::uint64_t l = x >> half, r = x & mask;
+    for (std::uint32_t round = 0; round < 4; ++round) {
+      const PhiloxCounter f = philox4x32({std::uint32_t(r), round, std::uint32_t(epoch), std::uint32_t(epoch >> 32)},
+                                         {std::uint32_t(seed), std::uint32_t(seed >> 32)});
+      const std::uint64_t nl = r, nr = l ^ (f[0] & mask);
+      l = nl;
+      r = nr;
+    }
+    x = (l << half) | r;
+  } while (std::int64_t(x) >= n);
+  return std::int64_t(x);
+}
+
+std::vector<std::int32_t> read_tokens(const std::string& path, std::int64_t vocab) {
+  std::ifstream in(path, std::ios::binary);
+  TIDAL_CHECK(in.good(), "cannot open data.path '{}'", path);
+  std::int32_t header[256] = {};
+  in.read(reinterpret_cast<char*>(header), sizeof header);
+  TIDAL_CHECK(in.good() && header[0] == kTokenFileMagic && (header[1] == 1 || header[1] == 2),
+              "data.path '{}' is not a token file (expected llm.c's header: magic {}, version 1 or 2)", path,
+              kTokenFileMagic);
+  const std::int64_t n = header[2];
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(n));
+  if (header[1] == 1) {
+    std::vector<std::uint16_t> raw(static_cast<std::size_t>(n));
+    in.read(reinterpret_cast<char*>(raw.data()), std::streamsize(raw.size() * 2));
+    std::copy(raw.begin(), raw.end(), tokens.begin());
+  } else {
+    in.read(reinterpret_cast<char*>(tokens.data()), std::streamsize(tokens.size() * 4));
+  }
+  TIDAL_CHECK(in.good(), "data.path '{}' is truncated: the header promises {} tokens", path, n);
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    TIDAL_CHECK(tokens[i] >= 0 && tokens[i] < vocab, "data.path '{}': token {} at position {} is not below model.vocab_size ({})",
+                path, tokens[i], i, vocab);
+  return tokens;
+}
+
+}  // namespace
+
+void write_token_file(const std::string& path, const std::vector<std::uint32_t>& tokens, bool wide) {
+  std::int32_t header[256] = {};
+  header[0] = kTokenFileMagic;
+  header[1] = wide ? 2 : 1;
+  header[2] = std::int32_t(tokens.size());
+  io::AtomicFile out(path);
+  out.write(header, sizeof header);
+  if (wide) {
+    out.write(tokens.data(), tokens.size() * 4);
+  } else {
+    std::vector<std::uint16_t> narrow(tokens.begin(), tokens.end());
+    out.write(narrow.data(), narrow.size() * 2);
+  }
+  out.commit();
+}
+
+TokenFileDataset::TokenFileDataset(const std::string& path, Format format, std::int64_t seq_len, std::int64_t vocab,
+                                   Objective objective, std::uint64_t seed)
+    : TokenDataset(seq_len, vocab, objective, seed), path_(path) {
+  if (format == Format::tokens) {
+    tokens_ = read_tokens(path, vocab);
+  } else {
+    TIDAL_CHECK(vocab >= 256 + (objective == Objective::masked ? 1 : 0),
+                "data.kind = \"text\" uses byte tokens 0..255: model.vocab_size must be at least {}",
+                256 + (objective == Objective::masked ? 1 : 0));
+    std::ifstream in(path, std::ios::binary);
+    TIDAL_CHECK(in.good(), "cannot open data.path '{}'", path);
+    for (auto it = std::istreambuf_iterator<char>(in); it != std::istreambuf_iterator<char>(); ++it)
+      tokens_.push_back(std::int32_t(static_cast<unsigned char>(*it)));
+  }
+  const std::int64_t windows = std::int64_t(tokens_.size()) / (seq_len + 1);
+  TIDAL_CHECK(windows >= 2, "data.path '{}' holds {} tokens: fewer than two sequences of model.seq_len + 1 = {}", path,
+              tokens_.size(), seq_len + 1);
+  eval_windows_ = std::max<std::int64_t>(1, windows / 20);
+  train_windows_ = windows - eval_windows_;
+}
+
+std::vector<std::int32_t> TokenFileDataset::sequence(std::int64_t index, Split split) const {
+  std::int64_t window;
+  if (split == Split::train) {
+    window = permute(index % train_windows_, train_windows_, seed_, std::uint64_t(index / train_windows_));
+  } else {
+    window = train_windows_ + index % eval_windows_;
+  }
+  const auto begin = tokens_.begin() + std::ptrdiff_t(window * (seq_len_ + 1));
+  return {begin, begin + std::ptrdiff_t(seq_len_ + 1)};
+}
+
+std::string TokenFileDataset::describe() const {
+  return fmt::format("{}: {} tokens, {} training and {} eval sequences of {}", path_, tokens_.size(), train_windows_,
+                     eval_windows_, seq_len_ + 1);
+}
+
+}  // namespace tidal::data
