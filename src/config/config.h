@@ -32,21 +32,21 @@ struct DataConfig {
 };
 
 struct TrainConfig {
-  std::int64_t steps = 300;
-  std::int64_t batch_size = 16;        // global, in sequences
+  std::int64_t steps = 1000;
+  std::int64_t batch_size = 32;        // global, in sequences
   std::int64_t micro_batch_size = 0;   // 0 = batch_size (no accumulation)
   double lr = 3e-3;
   double min_lr = 3e-4;
-  std::int64_t warmup_steps = 20;
+  std::int64_t warmup_steps = 50;
   double weight_decay = 0.0;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double grad_clip = 1.0;  // 0 = off
   std::uint64_t seed = 1;
   std::string precision = "fp32";  // fp32 | bf16 | fp16
-  std::int64_t eval_every = 100;   // 0 = only at the end
-  std::int64_t eval_batches = 8;
-  std::int64_t log_every = 10;     // plain progress lines when not on a terminal
+  std::int64_t eval_every = 200;   // 0 = only at the end
+  std::int64_t eval_batches = 16;
+  std::int64_t log_every = 50;     // plain progress lines when not on a terminal
 };
 
 struct TensorParallelConfig {

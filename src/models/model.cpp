@@ -28,9 +28,8 @@ ModelOutput Model::run_forward(nn::Context& ctx) {
   return {ctx.saved.at(0), loss.item()};
 }
 
-void Model::run_backward(nn::Context& ctx) {
-  Tensor one = Tensor::full({1}, 1.0f);
-  ctx.state().runner->backward(*this, one, ctx);
+void Model::run_backward(nn::Context& ctx, float dloss) {
+  ctx.state().runner->backward(*this, Tensor::full({1}, dloss), ctx);
 }
 
 void Model::materialize(std::uint64_t seed, Allocator& alloc) {

@@ -29,8 +29,8 @@ class Model : public nn::Module {
 
   // Forward with the batch of ctx.state(), returning the logits and the loss.
   ModelOutput run_forward(nn::Context& ctx);
-  // Backward of the loss from run_forward (d loss = 1).
-  void run_backward(nn::Context& ctx);
+  // Backward of the loss from run_forward; dloss scales it (1 / micro-batches when accumulating).
+  void run_backward(nn::Context& ctx, float dloss = 1.0f);
 
   // Allocates every parameter (fp32) and its gradient, and initialises it from
   // (seed, parameter name). Call once, after construction.

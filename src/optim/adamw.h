@@ -17,6 +17,7 @@ class AdamW {
   void set_lr(float lr) { options_.lr = lr; }
   const ops::AdamWOptions& options() const { return options_; }
   std::int64_t steps_taken() const { return step_; }
+  void set_steps_taken(std::int64_t steps) { step_ = steps; }  // when resuming from a checkpoint
 
   const std::vector<nn::Parameter*>& parameters() const { return params_; }
   Tensor& momentum(std::size_t i) { return m_.at(i); }

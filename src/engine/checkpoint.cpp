@@ -1,0 +1,115 @@
+#include "engine/checkpoint.h"
+
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+namespace tidal::engine {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kFormat = "tidal-checkpoint-1";
+
+std::string step_name(std::int64_t step) { return fmt::format("step-{:08d}", step); }
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+void prune(const fs::path& dir, const std::string& latest, int keep) {
+  std::vector<std::string> steps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || !name.starts_with("step-")) continue;
+    if (name.find(".tmp-") != std::string::npos) {
+      // A temporary left by a writer that died (never ours: ours was renamed already).
+      fs::remove_all(e.path());
+      continue;
+    }
+    steps.push_back(name);
+  }
+  std::sort(steps.begin(), steps.end());
+  const std::ptrdiff_t excess = std::ptrdiff_t(steps.size()) - keep;
+  for (std::ptrdiff_t i = 0; i < excess; ++i)
+    if (steps[std::size_t(i)] != latest) fs::remove_all(dir / steps[std::size_t(i)]);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& adam,
+                     const std::string& config_toml, int keep) {
+  const fs::path root(dir);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  TIDAL_CHECK(!ec, "cannot create checkpoint.dir '{}': {}", dir, ec.message());
+  const std::string name = step_name(step);
+  const fs::path tmp = root / fmt::format("{}.tmp-{}", name, ::getpid());
+  fs::remove_all(tmp);
+  fs::create_directory(tmp);
+
+  std::vector<std::pair<std::string, Tensor>> weights, moments;
+  const auto& params = adam.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    weights.emplace_back(params[i]->name, params[i]->data);
+    moments.emplace_back("m." + params[i]->name, adam.momentum(i));
+    moments.emplace_back("v." + params[i]->name, adam.variance(i));
+  }
+  io::save_safetensors((tmp / "model.safetensors").string(), weights,
+                       {{"format", kFormat}, {"step", std::to_string(step)}, {"config", config_toml},
+                        {"layout", "data=1,pipeline=1,tensor=1,sequence=1"}});
+  io::save_safetensors((tmp / "optimizer.safetensors").string(), moments,
+                       {{"format", kFormat}, {"adamw_step", std::to_string(adam.steps_taken())}});
+  fsync_dir(tmp);
+  const fs::path final_dir = root / name;
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  fsync_dir(root);
+  io::AtomicFile latest((root / "latest").string());
+  latest.write(name.data(), name.size());
+  latest.commit();
+  prune(root, name, keep);
+}
+
+CheckpointInfo load_checkpoint(const std::string& path, optim::AdamW& adam) {
+  fs::path dir(path);
+  if (!fs::exists(dir / "model.safetensors")) {
+    std::ifstream latest(dir / "latest");
+    TIDAL_CHECK(latest.good(), "'{}' is neither a checkpoint step directory nor a checkpoint directory with a 'latest' "
+                "file", path);
+    std::string name;
+    std::getline(latest, name);
+    dir /= name;
+  }
+  io::SafetensorsFile weights = io::load_safetensors((dir / "model.safetensors").string());
+  io::SafetensorsFile moments = io::load_safetensors((dir / "optimizer.safetensors").string());
+  TIDAL_CHECK(weights.metadata["format"] == kFormat, "'{}' is not a tidal checkpoint (format '{}')", dir.string(),
+              weights.metadata["format"]);
+  auto take = [&](io::SafetensorsFile& f, const std::string& name, Tensor& into) {
+    auto it = f.tensors.find(name);
+    TIDAL_CHECK(it != f.tensors.end(), "checkpoint '{}' has no tensor '{}': was it saved from another model config?",
+                dir.string(), name);
+    TIDAL_CHECK(it->second.shape() == into.shape() && it->second.dtype() == into.dtype(),
+                "checkpoint '{}': '{}' is {} but the model has {}", dir.string(), name, it->second.str(), into.str());
+    into.copy_from(it->second);
+  };
+  const auto& params = adam.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    take(weights, params[i]->name, params[i]->data);
+    take(moments, "m." + params[i]->name, adam.momentum(i));
+    take(moments, "v." + params[i]->name, adam.variance(i));
+  }
+  adam.set_steps_taken(std::stoll(moments.metadata.at("adamw_step")));
+  return {.step = std::stoll(weights.metadata.at("step")), .config_toml = weights.metadata["config"], .path = dir.string()};
+}
+
+}  // namespace tidal::engine

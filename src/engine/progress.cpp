@@ -1,0 +1,46 @@
+#include "engine/progress.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+namespace tidal::engine {
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+Progress::Progress(std::FILE* out, std::int64_t log_every)
+    : out_(out), tty_(::isatty(::fileno(out)) != 0), log_every_(log_every) {}
+
+void Progress::step(const StepReport& r) {
+  const std::int64_t eta = std::int64_t(r.eta_s);
+  const std::string text =
+      fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s | ETA {}:{:02d} | peak {}", r.step,
+                  std::to_string(r.total_steps).size(), r.total_steps, r.loss, r.lr, r.tokens_per_s, eta / 60, eta % 60,
+                  human_bytes(r.peak_bytes));
+  if (tty_) {
+    fmt::print(out_, "\r\033[K{}", text);
+    live_ = true;
+  } else if (r.step % log_every_ == 0 || r.step == r.total_steps || r.step == 1) {
+    fmt::print(out_, "{}\n", text);
+  }
+  std::fflush(out_);
+}
+
+void Progress::line(const std::string& text) {
+  if (live_) fmt::print(out_, "\n");
+  live_ = false;
+  fmt::print(out_, "{}\n", text);
+  std::fflush(out_);
+}
+
+void Progress::finish() {
+  if (live_) fmt::print(out_, "\n");
+  live_ = false;
+}
+
+}  // namespace tidal::engine

@@ -1,0 +1,31 @@
+// The training loop: micro-batches with gradient accumulation, gradient clipping, AdamW with
+// warm-up + cosine learning rate, periodic eval, progress, metrics and checkpoints. A run
+// interrupted at step k and resumed from its checkpoint computes bitwise the same losses as an
+// uninterrupted one: data, dropout and init are pure functions of (seed, step, micro-batch).
+#pragma once
+
+#include "config/config.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tidal::engine {
+
+struct TrainOptions {
+  std::string metrics_path;   // JSON lines; "" = none
+  std::string resume_path;    // checkpoint to continue from; "" = fresh start
+  std::int64_t stop_after = 0;  // end after this step as an interruption would (0 = run to train.steps)
+};
+
+struct TrainSummary {
+  std::int64_t steps_done = 0;
+  double final_loss = 0;        // eval loss at the end
+  double final_train_loss = 0;  // last step's training loss
+  double tokens_per_s = 0;      // mean after the warm-up steps
+  std::optional<double> entropy_floor;
+};
+
+TrainSummary train(const config::Config& cfg, const TrainOptions& options);
+
+}  // namespace tidal::engine

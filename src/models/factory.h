@@ -1,0 +1,11 @@
+// Builds the model that [model] names.
+#pragma once
+
+#include "config/config.h"
+#include "models/model.h"
+
+namespace tidal::models {
+
+std::unique_ptr<Model> make_model(const config::ModelConfig& cfg);
+
+}  // namespace tidal::models

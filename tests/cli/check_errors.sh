@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Bad configs exit with code 2 and one line naming the key or file; none crashes or hangs.
+# usage: check_errors.sh path/to/tidal
+set -u
+tidal=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0
+
+# expect <name> <text the message must contain> -- <tidal arguments...>
+expect() {
+  local name=$1 want=$2
+  shift 3
+  local out rc
+  out=$(timeout 60 "$tidal" "$@" 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -ne 2 ]]; then
+    echo "FAIL $name: exit $rc (want 2): $out"; failures=$((failures + 1)); return
+  fi
+  if [[ $(printf '%s\n' "$out" | wc -l) -ne 1 || $out != *"$want"* ]]; then
+    echo "FAIL $name: message '$out' should be one line containing '$want'"; failures=$((failures + 1)); return
+  fi
+  echo "ok   $name: $out"
+}
+
+printf '[train]\nstpes = 10\n' > "$dir/unknown.toml"
+printf '[train]\nsteps = "ten"\n' > "$dir/type.toml"
+printf '[model]\nn_embd = 100\nn_head = 3\n' > "$dir/divisible.toml"
+printf '[data]\nkind = "tokens"\npath = "%s/missing.bin"\n' "$dir" > "$dir/missing.toml"
+printf '[parallel]\ndata = 4\n' > "$dir/ranks.toml"
+printf '[model\nn_layer = 2\n' > "$dir/syntax.toml"
+
+expect unknown-key "train.stpes" -- train -c "$dir/unknown.toml"
+expect wrong-type "train.steps must be an integer" -- train -c "$dir/type.toml"
+expect not-divisible "model.n_embd (100) must be divisible by model.n_head (3)" -- train -c "$dir/divisible.toml"
+expect missing-data "missing.bin" -- train -c "$dir/missing.toml"
+expect rank-mismatch "launched" -- train -c "$dir/ranks.toml"
+expect missing-config "nope.toml" -- train -c "$dir/nope.toml"
+expect toml-syntax "syntax.toml:1" -- train -c "$dir/syntax.toml"
+expect bad-set-value "train.lr must be a number" -- train --set train.lr=fast
+expect unknown-set-key "model.layers" -- train --set model.layers=3
+expect not-built "zero.stage = 1 is not available" -- train --set zero.stage=1
+expect bad-size "memory.device_limit" -- train --set memory.device_limit=lots
+expect bad-enum "model.type" -- train --set model.type=llama
+expect bad-flag "stop-after" -- train --stop-after -3
+
+if [[ $failures -ne 0 ]]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all error checks passed"
