@@ -2,7 +2,7 @@
 // attention op (forward + backward), as GFLOP/s beside this machine's SGEMM peak, measured in
 // the same run as OpenBLAS sgemm on a large square problem.
 //
-//   bench_cpu_ops [--threads N] [--quick]
+//   bench_cpu_ops [--threads N] [--quick] [--peak-only]
 #include "core/blas_kernels.h"
 #include "core/init.h"
 #include "ops/attention.h"
@@ -51,12 +51,13 @@ void row(const std::string& what, const std::string& shape, double flops, double
 int main(int argc, char** argv) {
   select_blas_kernels(argv);
   int threads = omp_get_max_threads();
-  bool quick = false;
+  bool quick = false, peak_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--peak-only") == 0) peak_only = true;
     else {
-      fmt::print(stderr, "usage: bench_cpu_ops [--threads N] [--quick]\n");
+      fmt::print(stderr, "usage: bench_cpu_ops [--threads N] [--quick] [--peak-only]\n");
       return 2;
     }
   }
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
   });
   const double peak = 2.0 * n * n * n / t_peak / 1e9;
   fmt::print("measured SGEMM peak: {:.1f} GFLOP/s (cblas_sgemm {}^3)\n\n", peak, n);
+  if (peak_only) return 0;
 
   // The GEMMs of one GPT layer at the reference config (B*T = 8*256 rows, C = 384), plus odd shapes.
   struct Case {
