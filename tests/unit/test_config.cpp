@@ -1,0 +1,61 @@
+// Config: defaults, files, overrides and their precedence, to_toml round trip, sizes.
+#include "config/config.h"
+#include "core/error.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace tidal {
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const auto p = std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+TEST(Config, FileThenOverridesThenRoundTrip) {
+  const std::string path = write_temp("cfg", "[model]\nn_layer = 3\nn_embd = 96\nn_head = 4\n[train]\nlr = 1e-3\n"
+                                             "[parallel.tensor]\nmode = \"1d\"\n");
+  const config::Config c = config::load_config(path, {"train.lr=5e-4", "model.type=bert", "checkpoint.dir=\"a b\""});
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(c.model.n_embd, 96);
+  EXPECT_EQ(c.model.type, "bert");
+  EXPECT_DOUBLE_EQ(c.train.lr, 5e-4);  // --set wins over the file
+  EXPECT_EQ(c.checkpoint.dir, "a b");
+  EXPECT_EQ(c.train.steps, config::TrainConfig{}.steps);  // untouched keys keep defaults
+  const std::string again = write_temp("cfg2", config::to_toml(c));
+  EXPECT_EQ(config::to_toml(config::load_config(again, {})), config::to_toml(c));
+  std::filesystem::remove(path);
+  std::filesystem::remove(again);
+}
+
+TEST(Config, ErrorsNameTheKey) {
+  auto message = [](const std::vector<std::string>& sets) {
+    try {
+      config::load_config("", sets);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({"train.stepz=3"}).find("train.stepz"), std::string::npos);
+  EXPECT_NE(message({"model.n_head=5"}).find("model.n_head (5)"), std::string::npos);
+  EXPECT_NE(message({"train.micro_batch_size=5"}).find("train.micro_batch_size"), std::string::npos);
+  EXPECT_NE(message({"parallel.tensor.mode=4d"}).find("parallel.tensor.mode"), std::string::npos);
+  EXPECT_NE(message({"train.steps=-1"}).find("train.steps"), std::string::npos);
+  EXPECT_NE(message({"model.type=vit"}).find("data.kind"), std::string::npos);
+}
+
+TEST(Config, Sizes) {
+  EXPECT_EQ(config::parse_bytes("512MiB", "k"), 512ull << 20);
+  EXPECT_EQ(config::parse_bytes("2 GB", "k"), 2000000000ull);
+  EXPECT_EQ(config::parse_bytes("1.5KiB", "k"), 1536ull);
+  EXPECT_THROW(config::parse_bytes("12 parsecs", "k"), Error);
+}
+
+}  // namespace
+}  // namespace tidal

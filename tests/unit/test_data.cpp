@@ -1,0 +1,94 @@
+// Datasets: the Markov language's entropy floor against an empirical estimate, determinism by
+// sample index, and token files (llm.c format) with a per-epoch order that visits every window
+// exactly once.
+#include "data/markov.h"
+#include "data/token_file.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+namespace tidal {
+namespace {
+
+TEST(MarkovData, EntropyFloorMatchesTheEmpiricalConditionalEntropy) {
+  const std::int64_t V = 32, T = 64;
+  data::MarkovDataset d(V, 4, T, V, data::Objective::causal, 5);
+  std::map<std::pair<int, int>, double> pair_counts;
+  std::map<int, double> counts;
+  double n = 0;
+  for (std::int64_t i = 0; i < 4000; ++i) {
+    const auto s = d.sequence(i, data::Split::train);
+    for (std::int64_t t = 0; t < T; ++t) {
+      pair_counts[{s[std::size_t(t)], s[std::size_t(t + 1)]}] += 1;
+      counts[s[std::size_t(t)]] += 1;
+      n += 1;
+    }
+  }
+  double h = 0;  // plug-in estimate of H(next | current)
+  for (auto& [pair, c] : pair_counts) h -= c / n * std::log(c / counts[pair.first]);
+  // 256k transitions: the plug-in estimate is within about 0.01 nats.
+  EXPECT_NEAR(h, *d.entropy_floor(), 0.02);
+  EXPECT_GT(*d.entropy_floor(), 0.3);
+  EXPECT_LT(*d.entropy_floor(), std::log(4.0));
+}
+
+TEST(MarkovData, OneSuccessorHasAZeroFloorAndSamplesAreAFunctionOfTheirIndex) {
+  data::MarkovDataset det(16, 1, 8, 16, data::Objective::causal, 2);
+  EXPECT_NEAR(*det.entropy_floor(), 0.0, 1e-12);
+  data::MarkovDataset d(64, 4, 16, 64, data::Objective::causal, 3);
+  EXPECT_EQ(d.sequence(12345, data::Split::train), d.sequence(12345, data::Split::train));
+  EXPECT_NE(d.sequence(12345, data::Split::train), d.sequence(12345, data::Split::eval));
+  EXPECT_NE(d.sequence(12345, data::Split::train), d.sequence(12346, data::Split::train));
+  const nn::Batch b = d.batch(7, 3, data::Split::train);
+  const auto s8 = d.sequence(8, data::Split::train);
+  for (int t = 0; t < 16; ++t) {
+    EXPECT_EQ(b.tokens.data<std::int32_t>()[16 + t], s8[std::size_t(t)]);
+    EXPECT_EQ(b.targets.data<std::int32_t>()[16 + t], s8[std::size_t(t + 1)]);
+  }
+}
+
+TEST(MarkovData, MaskedObjectivePredictsAboutFifteenPercent) {
+  data::MarkovDataset d(63, 4, 64, 64, data::Objective::masked, 3);
+  const nn::Batch b = d.batch(0, 64, data::Split::train);
+  std::int64_t predicted = 0, masked = 0;
+  for (std::int64_t i = 0; i < b.targets.numel(); ++i) {
+    const std::int32_t target = b.targets.data<std::int32_t>()[i], token = b.tokens.data<std::int32_t>()[i];
+    if (target == -100) continue;
+    ++predicted;
+    masked += token == 63;
+  }
+  EXPECT_NEAR(double(predicted) / double(b.targets.numel()), 0.15, 0.02);
+  EXPECT_NEAR(double(masked) / double(predicted), 0.8, 0.05);
+}
+
+TEST(TokenFile, EveryWindowOncePerEpochAndEvalHeldOut) {
+  const std::string path = (std::filesystem::temp_directory_path() / ("tokens-" + std::to_string(::getpid()))).string();
+  const std::int64_t T = 9, windows = 101;
+  for (bool wide : {false, true}) {
+    std::vector<std::uint32_t> tokens;
+    for (std::int64_t w = 0; w < windows; ++w)
+      for (std::int64_t t = 0; t <= T; ++t) tokens.push_back(std::uint32_t(w % 50 + (wide ? 70000 : 0)));
+    data::write_token_file(path, tokens, wide);
+    data::TokenFileDataset d(path, data::TokenFileDataset::Format::tokens, T, wide ? 70050 : 50,
+                             data::Objective::causal, 4);
+    // 101 windows: 5 held out for eval, 96 for training.
+    std::multiset<std::int64_t> seen;
+    for (std::int64_t i = 0; i < 96; ++i) seen.insert(d.sequence(i, data::Split::train)[0]);
+    std::multiset<std::int64_t> expected;
+    for (std::int64_t w = 0; w < 96; ++w) expected.insert(w % 50 + (wide ? 70000 : 0));
+    EXPECT_EQ(seen, expected);
+    EXPECT_NE(d.sequence(0, data::Split::train), d.sequence(96, data::Split::train)) << "epochs share one order";
+    EXPECT_EQ(d.sequence(0, data::Split::eval)[0], 96 % 50 + (wide ? 70000 : 0));
+  }
+  EXPECT_THROW(data::TokenFileDataset(path, data::TokenFileDataset::Format::tokens, T, 100, data::Objective::causal, 4),
+               Error);  // ids beyond the vocabulary
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace tidal
