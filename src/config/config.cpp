@@ -184,7 +184,6 @@ void validate(const Config& c, int world_size) {
   if (p.tensor.size > 1) not_available(fmt::format("parallel.tensor.mode = {} (size {})", p.tensor.mode, p.tensor.size));
   if (c.zero.stage > 0) not_available(fmt::format("zero.stage = {}", c.zero.stage));
   if (c.memory.offload != "none") not_available(fmt::format("memory.offload = \"{}\"", c.memory.offload));
-  if (d.kind == "images") not_available("data.kind = \"images\" (ViT training from the CLI)");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "data/dataset.h"
 
 #include "core/error.h"
+#include "data/images.h"
 #include "data/markov.h"
 #include "data/token_file.h"
 
@@ -20,7 +21,12 @@ std::unique_ptr<Dataset> make_dataset(const config::Config& cfg) {
         d.path, d.kind == "tokens" ? TokenFileDataset::Format::tokens : TokenFileDataset::Format::text, m.seq_len,
         m.vocab_size, objective, d.seed);
   }
-  throw Error(fmt::format("data.kind = \"{}\" is not available in this build yet", d.kind));
+  if (d.kind == "images") {
+    const ImageShape shape{m.channels, m.image_size, m.image_size, m.num_classes};
+    if (d.path.empty()) return std::make_unique<ImageDataset>(shape, d.seed);
+    return std::make_unique<ImageDataset>(d.path, shape, d.seed);
+  }
+  throw Error(fmt::format("data.kind = \"{}\" is not one of markov | tokens | text | images", d.kind));
 }
 
 }  // namespace tidal::data

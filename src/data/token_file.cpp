@@ -1,7 +1,8 @@
 #include "data/token_file.h"
 
+#include "data/sample_order.h"
+
 #include "core/error.h"
-#include "core/philox.h"
 #include "io/atomic_file.h"
 
 #include <fstream>
@@ -9,28 +10,6 @@
 
 namespace tidal::data {
 namespace {
-
-// A seeded bijection on [0, n): a 4-round Feistel network on the next power of two, walking
-// the cycle until the value falls inside [0, n). O(1) memory for any number of windows.
-std::int64_t permute(std::int64_t i, std::int64_t n, std::uint64_t seed, std::uint64_t epoch) {
-  int bits = 2;
-  while ((std::int64_t(1) << bits) < n) bits += 2;
-  const int half = bits / 2;
-  const std::uint64_t mask = (std::uint64_t(1) << half) - 1;
-  std::uint64_t x = std::uint64_t(i);
-  do {
-    std::uint64_t l = x >> half, r = x & mask;
-    for (std::uint32_t round = 0; round < 4; ++round) {
-      const PhiloxCounter f = philox4x32({std::uint32_t(r), round, std::uint32_t(epoch), std::uint32_t(epoch >> 32)},
-                                         {std::uint32_t(seed), std::uint32_t(seed >> 32)});
-      const std::uint64_t nl = r, nr = l ^ (f[0] & mask);
-      l = nl;
-      r = nr;
-    }
-    x = (l << half) | r;
-  } while (std::int64_t(x) >= n);
-  return std::int64_t(x);
-}
 
 std::vector<std::int32_t> read_tokens(const std::string& path, std::int64_t vocab) {
   std::ifstream in(path, std::ios::binary);
@@ -98,7 +77,7 @@ TokenFileDataset::TokenFileDataset(const std::string& path, Format format, std::
 std::vector<std::int32_t> TokenFileDataset::sequence(std::int64_t index, Split split) const {
   std::int64_t window;
   if (split == Split::train) {
-    window = permute(index % train_windows_, train_windows_, seed_, std::uint64_t(index / train_windows_));
+    window = training_sample(index, train_windows_, seed_);
   } else {
     window = train_windows_ + index % eval_windows_;
   }

@@ -64,12 +64,15 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options) {
     progress.line(fmt::format("resumed from {} at step {}", info.path, start));
   }
   const std::int64_t B = tc.batch_size, micro = tc.micro_batch_size ? tc.micro_batch_size : B, accum = B / micro;
-  const std::int64_t T = cfg.model.seq_len;
+  // Positions per sample: tokens, or for ViT the patches and the class token.
+  const std::int64_t T = cfg.model.type == "vit"
+                             ? (cfg.model.image_size / cfg.model.patch_size) * (cfg.model.image_size / cfg.model.patch_size) + 1
+                             : cfg.model.seq_len;
   const std::int64_t end = options.stop_after > 0 ? std::min(options.stop_after, tc.steps) : tc.steps;
   const LrSchedule schedule{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
   const std::optional<double> floor = dataset->entropy_floor();
 
-  progress.line(fmt::format("tidal: {} with {} parameters ({} layers, width {}, {} heads), batch {} x {} tokens{}",
+  progress.line(fmt::format("tidal: {} with {} parameters ({} layers, width {}, {} heads), batch {} x {} positions{}",
                             cfg.model.type, model->num_parameters(), cfg.model.n_layer, cfg.model.n_embd,
                             cfg.model.n_head, B, T, accum > 1 ? fmt::format(" in {} micro-batches", accum) : ""));
   progress.line("data: " + dataset->describe());

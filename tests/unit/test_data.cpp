@@ -1,6 +1,7 @@
 // Datasets: the Markov language's entropy floor against an empirical estimate, determinism by
 // sample index, and token files (llm.c format) with a per-epoch order that visits every window
 // exactly once.
+#include "data/images.h"
 #include "data/markov.h"
 #include "data/token_file.h"
 
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -88,6 +90,40 @@ TEST(TokenFile, EveryWindowOncePerEpochAndEvalHeldOut) {
   EXPECT_THROW(data::TokenFileDataset(path, data::TokenFileDataset::Format::tokens, T, 100, data::Objective::causal, 4),
                Error);  // ids beyond the vocabulary
   std::filesystem::remove(path);
+}
+
+TEST(ImageFile, PixelsScaleToUnitRangeAndEvalIsHeldOut) {
+  const std::string path = (std::filesystem::temp_directory_path() / ("images-" + std::to_string(::getpid()))).string();
+  const data::ImageShape shape{1, 2, 2, 3};
+  std::vector<std::uint32_t> labels;
+  std::vector<std::uint8_t> pixels;
+  for (std::uint32_t i = 0; i < 40; ++i) {
+    labels.push_back(i % 3);
+    for (int p = 0; p < 4; ++p) pixels.push_back(std::uint8_t(i * 6 + std::uint32_t(p)));
+  }
+  data::write_image_file(path, shape, labels, pixels);
+  data::ImageDataset d(path, shape, 1);
+  // 40 images: the last 2 are the eval split.
+  const nn::Batch eval = d.batch(0, 2, data::Split::eval);
+  EXPECT_EQ(eval.targets.data<std::int32_t>()[0], 38 % 3);
+  EXPECT_FLOAT_EQ(eval.images.data<float>()[1], float(38 * 6 + 1) / 127.5f - 1.0f);
+  // One training epoch (38 samples) visits each training image once.
+  std::multiset<float> firsts;
+  const nn::Batch train = d.batch(0, 38, data::Split::train);
+  for (int i = 0; i < 38; ++i) firsts.insert(train.images.data<float>()[i * 4]);
+  std::multiset<float> expected;
+  for (int i = 0; i < 38; ++i) expected.insert(float(i * 6) / 127.5f - 1.0f);
+  EXPECT_EQ(firsts, expected);
+  EXPECT_THROW(data::ImageDataset(path, {3, 2, 2, 3}, 1), Error);  // shape differs from the model's
+  std::filesystem::remove(path);
+}
+
+TEST(SyntheticImages, LabelsCoverTheClassesAndSamplesAreDeterministic) {
+  data::ImageDataset d({3, 8, 8, 5}, 2);
+  const nn::Batch a = d.batch(10, 50, data::Split::train), b = d.batch(10, 50, data::Split::train);
+  EXPECT_EQ(std::memcmp(a.images.raw(), b.images.raw(), a.images.nbytes()), 0);
+  std::set<std::int32_t> classes(a.targets.data<std::int32_t>(), a.targets.data<std::int32_t>() + 50);
+  EXPECT_EQ(classes.size(), 5u);
 }
 
 }  // namespace
