@@ -77,8 +77,6 @@ class MlmHead final : public nn::Module {
 class Bert final : public Model {
  public:
   explicit Bert(const BertConfig& c) {
-    TIDAL_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})",
-                c.n_embd, c.n_head);
     auto& emb = add_layer("embeddings", std::make_unique<BertEmbeddings>(c));
     nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = false, .pre_ln = false, .ln_eps = c.ln_eps,
                       .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),

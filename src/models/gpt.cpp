@@ -37,8 +37,6 @@ class GptEmbedding final : public nn::Module {
 class Gpt final : public Model {
  public:
   explicit Gpt(const GptConfig& c) {
-    TIDAL_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})",
-                c.n_embd, c.n_head);
     auto& emb = add_layer("", std::make_unique<GptEmbedding>(c));
     nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = true, .pre_ln = true, .ln_eps = c.ln_eps,
                       .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),

@@ -81,8 +81,6 @@ class ClassTokenHead final : public nn::Module {
 class Vit final : public Model {
  public:
   explicit Vit(const VitConfig& c) {
-    TIDAL_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})",
-                c.n_embd, c.n_head);
     TIDAL_CHECK(c.patch_size > 0 && c.image_size % c.patch_size == 0,
                 "model.image_size ({}) must be a multiple of model.patch_size ({})", c.image_size, c.patch_size);
     add_layer("", std::make_unique<PatchEmbedding>(c));

@@ -17,7 +17,10 @@ MultiHeadSelfAttention::MultiHeadSelfAttention(std::int64_t n_embd, int n_head, 
                                                ParameterInit proj_init)
     : n_head_(n_head), causal_(causal),
       qkv_(&add_module("qkv", std::make_unique<Linear>(n_embd, 3 * n_embd, true, init))),
-      proj_(&add_module("proj", std::make_unique<Linear>(n_embd, n_embd, true, proj_init))) {}
+      proj_(&add_module("proj", std::make_unique<Linear>(n_embd, n_embd, true, proj_init))) {
+  TIDAL_CHECK(n_head > 0 && n_embd % n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})", n_embd,
+              n_head);
+}
 
 Tensor MultiHeadSelfAttention::forward(const Tensor& x, Context& ctx) {
   Tensor qkv = ctx.forward(*qkv_, x, kQkv);  // [B, T, 3C]
