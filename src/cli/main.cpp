@@ -23,7 +23,10 @@ void print_info() {
 
 std::string config_reference() {
   std::string out = "Config keys (TOML sections; any key can be overridden with --set section.key=value):\n";
-  for (const auto& k : tidal::config::schema()) out += fmt::format("  {:<28} {}\n", k.name, k.help);
+  const tidal::config::Config defaults;
+  for (const auto& k : tidal::config::schema()) {
+    out += fmt::format("  {:<28} {} (default {})\n", k.name, k.help, tidal::config::format_value(k.get(defaults)));
+  }
   return out;
 }
 

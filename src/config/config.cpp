@@ -232,11 +232,7 @@ std::string to_toml(const Config& cfg) {
       out += (out.empty() ? "[" : "\n[") + s + "]\n";
       section = s;
     }
-    const Value v = k.get(cfg);
-    const std::string leaf = k.name.substr(k.name.rfind('.') + 1);
-    if (auto* i = std::get_if<std::int64_t>(&v)) out += fmt::format("{} = {}\n", leaf, *i);
-    else if (auto* d = std::get_if<double>(&v)) out += fmt::format("{} = {}\n", leaf, *d);
-    else out += fmt::format("{} = \"{}\"\n", leaf, std::get<std::string>(v));
+    out += fmt::format("{} = {}\n", k.name.substr(k.name.rfind('.') + 1), format_value(k.get(cfg)));
   }
   return out;
 }

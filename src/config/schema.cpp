@@ -97,6 +97,12 @@ const std::vector<Key>& schema() {
   return s;
 }
 
+std::string format_value(const Value& v) {
+  if (auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
+  if (auto* d = std::get_if<double>(&v)) return fmt::format("{}", *d);
+  return "\"" + std::get<std::string>(v) + "\"";
+}
+
 const Key* find_key(const std::string& name) {
   for (const Key& k : schema())
     if (k.name == name) return &k;

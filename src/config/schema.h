@@ -22,6 +22,8 @@ struct Key {
 };
 
 const std::vector<Key>& schema();
+// A value as TOML writes it: 10, 0.0003, "gpt".
+std::string format_value(const Value& v);
 const Key* find_key(const std::string& name);
 
 }  // namespace tidal::config
