@@ -52,7 +52,10 @@ void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& ad
   std::error_code ec;
   fs::create_directories(root, ec);
   TIDAL_CHECK(!ec, "cannot create checkpoint.dir '{}': {}", dir, ec.message());
-  const std::string name = step_name(step);
+  // A step saved again (a second run into the same directory) gets a fresh name: the directory
+  // `latest` names is never touched before its replacement is complete.
+  std::string name = step_name(step);
+  for (int n = 1; fs::exists(root / name); ++n) name = fmt::format("{}-{}", step_name(step), n);
   const fs::path tmp = root / fmt::format("{}.tmp-{}", name, ::getpid());
   fs::remove_all(tmp);
   fs::create_directory(tmp);
@@ -70,9 +73,7 @@ void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& ad
   io::save_safetensors((tmp / "optimizer.safetensors").string(), moments,
                        {{"format", kFormat}, {"adamw_step", std::to_string(adam.steps_taken())}});
   fsync_dir(tmp);
-  const fs::path final_dir = root / name;
-  fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);
+  fs::rename(tmp, root / name);
   fsync_dir(root);
   io::AtomicFile latest((root / "latest").string());
   latest.write(name.data(), name.size());

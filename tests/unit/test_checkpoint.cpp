@@ -54,6 +54,11 @@ TEST(Checkpoint, RoundTripRestoresWeightsMomentsAndStep) {
   EXPECT_FALSE(std::filesystem::exists(dir / "step-00000007"));
   EXPECT_TRUE(std::filesystem::exists(dir / "step-00000008"));
   EXPECT_TRUE(std::filesystem::exists(dir / "step-00000009"));
+  // Saving step 9 again writes beside it and moves `latest`; the older copy is pruned after.
+  engine::save_checkpoint(dir.string(), 9, adam, "", 2);
+  EXPECT_TRUE(std::filesystem::exists(dir / "step-00000009-1"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "step-00000008"));
+  EXPECT_EQ(engine::load_checkpoint(dir.string(), adam2).path, (dir / "step-00000009-1").string());
   std::filesystem::remove_all(dir);
 }
 
