@@ -5,12 +5,19 @@
 #include "core/blas_kernels.h"
 #include "core/error.h"
 #include "engine/trainer.h"
+#include "parallel/context.h"
+#if TIDAL_MPI
+#include "comm/mpi_runtime.h"
+#endif
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
 
 namespace {
 
@@ -28,6 +35,13 @@ std::string config_reference() {
     out += fmt::format("  {:<28} {} (default {})\n", k.name, k.help, tidal::config::format_value(k.get(defaults)));
   }
   return out;
+}
+
+// Ranks sharing a node share its cores: without OMP_NUM_THREADS, each takes its share.
+void share_cores(int ranks_on_node) {
+  if (std::getenv("OMP_NUM_THREADS") || ranks_on_node <= 1) return;
+  const int cores = int(std::thread::hardware_concurrency());
+  omp_set_num_threads(std::max(1, cores / ranks_on_node));
 }
 
 }  // namespace
@@ -68,6 +82,27 @@ int main(int argc, char** argv) {
                 "  tidal train --set checkpoint.dir=ckpt --resume ckpt     # ... and continue, bitwise identically\n"
                 "  tidal train --set model.type=bert --set model.n_layer=4 --metrics bert.jsonl");
 
+#if TIDAL_MPI
+  // Under mpirun / srun every rank runs this same command; MPI starts before anything else.
+  std::unique_ptr<tidal::comm::MpiRuntime> mpi;
+  if (tidal::comm::MpiRuntime::launched()) {
+    mpi = std::make_unique<tidal::comm::MpiRuntime>(&argc, &argv);
+    share_cores(mpi->local_size());
+  }
+  const int rank = mpi ? mpi->world_rank() : 0;
+  const std::string on_rank = mpi && mpi->world_size() > 1 ? fmt::format(" on rank {}", rank) : "";
+  // A failure on one rank must end the others: they would wait in a collective for it.
+  auto fail = [&](int code) {
+    if (mpi && mpi->world_size() > 1) mpi->abort(code);
+    return code;
+  };
+#else
+  const int rank = 0;
+  const std::string on_rank;
+  auto fail = [](int code) { return code; };
+#endif
+  // Errors every rank meets identically (arguments, config, layout) are printed by rank 0.
+  bool shared_phase = true;
   try {
     app.parse(argc, argv);
     if (info->parsed()) print_info();
@@ -75,22 +110,34 @@ int main(int argc, char** argv) {
       TIDAL_CHECK(stop_after >= 0, "--stop-after must be a step number >= 1, got {}", stop_after);
       const tidal::config::Config cfg = tidal::config::load_config(config_path, overrides);
       if (print_config) {
-        fmt::print("{}", tidal::config::to_toml(cfg));
+        if (rank == 0) fmt::print("{}", tidal::config::to_toml(cfg));
         return 0;
       }
-      tidal::engine::train(cfg, {.metrics_path = metrics_path, .resume_path = resume_path, .stop_after = stop_after});
+#if TIDAL_MPI
+      tidal::parallel::ParallelContext pc(cfg, mpi.get());
+#else
+      tidal::parallel::ParallelContext pc(cfg, nullptr);
+#endif
+      shared_phase = false;
+      tidal::engine::train(cfg, {.metrics_path = metrics_path, .resume_path = resume_path, .stop_after = stop_after},
+                           pc);
     }
     return 0;
   } catch (const CLI::ParseError& e) {
+    if (rank != 0) return e.get_exit_code() == 0 ? 0 : 2;
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   } catch (const tidal::Error& e) {
     std::fflush(stdout);
-    fmt::print(stderr, "tidal: error: {}\n", e.what());
-    return 2;
+    if (shared_phase) {
+      if (rank == 0) fmt::print(stderr, "tidal: error: {}\n", e.what());
+      return 2;
+    }
+    fmt::print(stderr, "tidal: error{}: {}\n", on_rank, e.what());
+    return fail(2);
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    fmt::print(stderr, "tidal: internal error (a bug; please report it): {}\n", e.what());
-    return 3;
+    fmt::print(stderr, "tidal: internal error{} (a bug; please report it): {}\n", on_rank, e.what());
+    return fail(3);
   }
 }

@@ -119,7 +119,7 @@ void check_one_of(const std::string& key, const std::string& value, std::initial
   throw Error(fmt::format("{} is not available in this build yet", what));
 }
 
-void validate(const Config& c, int world_size) {
+void validate(const Config& c) {
   const ModelConfig& m = c.model;
   check_one_of("model.type", m.type, {"gpt", "bert", "vit"});
   TIDAL_CHECK(m.n_layer >= 1 && m.n_head >= 1 && m.n_embd >= 1, "model.n_layer, model.n_head and model.n_embd must be >= 1");
@@ -165,11 +165,8 @@ void validate(const Config& c, int world_size) {
   TIDAL_CHECK(p.data >= 1 && p.pipeline >= 1 && p.sequence >= 1 && p.tensor.size >= 1 && p.tensor.depth >= 1 &&
                   p.virtual_stages >= 1,
               "parallel sizes must be >= 1");
-  const std::int64_t ranks = std::int64_t(p.data) * p.pipeline * p.tensor.size * p.sequence;
-  TIDAL_CHECK(ranks == world_size,
-              "parallel.data x parallel.pipeline x parallel.tensor.size x parallel.sequence = {} x {} x {} x {} = {} "
-              "ranks, but {} {} launched (start with mpirun -np {}, or change [parallel])",
-              p.data, p.pipeline, p.tensor.size, p.sequence, ranks, world_size, world_size == 1 ? "was" : "were", ranks);
+  TIDAL_CHECK(p.bucket_mb > 0, "parallel.bucket_mb must be > 0, got {}", p.bucket_mb);
+  TIDAL_CHECK(p.timeout_s > 0, "parallel.timeout_s must be > 0 seconds, got {}", p.timeout_s);
   TIDAL_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3, "zero.stage must be 0, 1, 2 or 3, got {}", c.zero.stage);
   check_one_of("memory.offload", c.memory.offload, {"none", "chunk"});
   check_one_of("memory.eviction", c.memory.eviction, {"belady", "lru"});
@@ -178,7 +175,6 @@ void validate(const Config& c, int world_size) {
 
   // Parsed and valid, but not built yet: say so rather than ignore it.
   if (t.precision != "fp32") not_available(fmt::format("train.precision = \"{}\" (CPU training runs fp32)", t.precision));
-  if (p.data > 1) not_available(fmt::format("parallel.data = {}", p.data));
   if (p.pipeline > 1) not_available(fmt::format("parallel.pipeline = {}", p.pipeline));
   if (p.sequence > 1) not_available(fmt::format("parallel.sequence = {}", p.sequence));
   if (p.tensor.size > 1) not_available(fmt::format("parallel.tensor.mode = {} (size {})", p.tensor.mode, p.tensor.size));
@@ -207,7 +203,7 @@ std::uint64_t parse_bytes(const std::string& text, const std::string& key) {
   return std::uint64_t(std::llround(number * it->second));
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   Config cfg;
   if (!path.empty()) {
     TIDAL_CHECK(std::filesystem::is_regular_file(path), "config file '{}' does not exist", path);
@@ -220,7 +216,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     apply_table(cfg, table, "", path);
   }
   for (const std::string& o : overrides) apply_override(cfg, o);
-  validate(cfg, world_size);
+  validate(cfg);
   return cfg;
 }
 

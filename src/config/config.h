@@ -61,6 +61,9 @@ struct ParallelConfig {
   int sequence = 1;
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
   int virtual_stages = 1;
+  double bucket_mb = 25.0;   // data parallel: gradient bucket size (MiB) for the overlapped all-reduce
+  double timeout_s = 300.0;  // a collective slower than this ends the job (the watchdog)
+  int ranks_per_node = 0;    // 0 = as the launcher reports; keeps the busiest groups on one node
   TensorParallelConfig tensor;
 };
 
@@ -92,8 +95,9 @@ struct Config {
 };
 
 // Reads `path` ("" = defaults only), applies overrides ("section.key=value", value in TOML
-// syntax or a bare string), validates against this build and `world_size` launched ranks.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size = 1);
+// syntax or a bare string), validates each key against this build. How the [parallel] sizes
+// fit the launched ranks is checked by parallel::Layout.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
 
 // The whole configuration as TOML (what a run used; stored in checkpoints).
 std::string to_toml(const Config& cfg);

@@ -13,10 +13,11 @@ std::string human_bytes(std::uint64_t bytes) {
   return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
-Progress::Progress(std::FILE* out, std::int64_t log_every)
-    : out_(out), tty_(::isatty(::fileno(out)) != 0), log_every_(log_every) {}
+Progress::Progress(std::FILE* out, std::int64_t log_every, bool live)
+    : out_(out), tty_(live && out && ::isatty(::fileno(out)) != 0), log_every_(log_every) {}
 
 void Progress::step(const StepReport& r) {
+  if (!out_) return;
   const std::int64_t eta = std::int64_t(r.eta_s);
   const std::string text =
       fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s | ETA {}:{:02d} | peak {}", r.step,
@@ -32,6 +33,7 @@ void Progress::step(const StepReport& r) {
 }
 
 void Progress::line(const std::string& text) {
+  if (!out_) return;
   if (live_) fmt::print(out_, "\n");
   live_ = false;
   fmt::print(out_, "{}\n", text);
@@ -39,6 +41,7 @@ void Progress::line(const std::string& text) {
 }
 
 void Progress::finish() {
+  if (!out_) return;
   if (live_) fmt::print(out_, "\n");
   live_ = false;
 }

@@ -16,7 +16,9 @@ struct StepReport {
 
 class Progress {
  public:
-  Progress(std::FILE* out, std::int64_t log_every);
+  // out null = silent (ranks other than 0). live = false forces plain lines (under a launcher,
+  // whose pseudo-terminal looks like a terminal but ends up in a log).
+  Progress(std::FILE* out, std::int64_t log_every, bool live = true);
   void step(const StepReport& r);
   void line(const std::string& text);  // a message on its own line (evals, checkpoints)
   void finish();

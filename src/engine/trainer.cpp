@@ -1,6 +1,7 @@
 #include "engine/trainer.h"
 
 #include "data/dataset.h"
+#include "engine/gradient_reducer.h"
 #include "engine/checkpoint.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
@@ -20,34 +21,43 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Mean loss over the fixed eval set (the first eval_batches batches of the eval split).
-double evaluate(models::Model& model, const data::Dataset& dataset, nn::Runner& runner, const config::Config& cfg,
-                std::int64_t micro) {
-  double total = 0;
-  for (std::int64_t i = 0; i < cfg.train.eval_batches; ++i) {
-    const nn::Batch batch = dataset.batch(i * micro, micro, data::Split::eval);
-    nn::StepState state{.runner = &runner, .training = false, .seed = cfg.train.seed, .batch = &batch};
-    nn::Context ctx(state);
-    total += model.run_forward(ctx).loss;
-  }
-  return total / double(cfg.train.eval_batches);
+// The sum of a scalar over the data replicas.
+double sum_over_replicas(parallel::ParallelContext& pc, double value) {
+  Tensor v = Tensor::empty({1}, DType::f32);
+  v.data<float>()[0] = float(value);
+  pc.group(parallel::GroupKind::data).all_reduce(v)->wait();
+  return double(v.data<float>()[0]);
 }
 
-nlohmann::json layout_json(const config::Config& cfg) {
-  return {{"world_size", 1},
-          {"data", cfg.parallel.data},
-          {"pipeline", cfg.parallel.pipeline},
-          {"tensor", cfg.parallel.tensor.size},
-          {"tensor_mode", cfg.parallel.tensor.mode},
-          {"sequence", cfg.parallel.sequence}};
+// Mean loss over the fixed eval set: samples [0, eval_batches * batch_size) of the eval split,
+// whatever the layout. Each replica takes its slice of every batch, in micro-batches.
+double evaluate(models::Model& model, const data::Dataset& dataset, nn::Runner& runner, const config::Config& cfg,
+                std::int64_t micro, parallel::ParallelContext& pc) {
+  const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
+  const std::int64_t B = cfg.train.batch_size, local = B / replicas;
+  double total = 0;
+  for (std::int64_t i = 0; i < cfg.train.eval_batches; ++i) {
+    for (std::int64_t first = replica * local; first < (replica + 1) * local; first += micro) {
+      const nn::Batch batch = dataset.batch(i * B + first, micro, data::Split::eval);
+      nn::StepState state{.runner = &runner, .training = false, .seed = cfg.train.seed, .batch = &batch};
+      nn::Context ctx(state);
+      total += model.run_forward(ctx).loss;
+    }
+  }
+  return sum_over_replicas(pc, total) / double(cfg.train.eval_batches * (B / micro));
 }
 
 }  // namespace
 
 TrainSummary train(const config::Config& cfg, const TrainOptions& options) {
+  parallel::ParallelContext pc(cfg, nullptr);
+  return train(cfg, options, pc);
+}
+
+TrainSummary train(const config::Config& cfg, const TrainOptions& options, parallel::ParallelContext& pc) {
   const config::TrainConfig& tc = cfg.train;
-  Progress progress(stdout, std::max<std::int64_t>(1, tc.log_every));
-  MetricsWriter metrics(options.metrics_path);
+  Progress progress(pc.is_main() ? stdout : nullptr, std::max<std::int64_t>(1, tc.log_every), pc.world_size() == 1);
+  MetricsWriter metrics(pc.is_main() ? options.metrics_path : "");
   auto dataset = data::make_dataset(cfg);
   auto model = models::make_model(cfg.model);
   model->materialize(tc.seed);
@@ -63,7 +73,10 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options) {
                 info.path, start, tc.steps);
     progress.line(fmt::format("resumed from {} at step {}", info.path, start));
   }
-  const std::int64_t B = tc.batch_size, micro = tc.micro_batch_size ? tc.micro_batch_size : B, accum = B / micro;
+  // Each data replica d takes samples [d * local, (d + 1) * local) of every global batch.
+  const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
+  const std::int64_t B = tc.batch_size, local = B / replicas;  // divisibility: ParallelContext
+  const std::int64_t micro = tc.micro_batch_size ? tc.micro_batch_size : local, accum = local / micro;
   // Positions per sample: tokens, or for ViT the patches and the class token.
   const std::int64_t T = cfg.model.type == "vit"
                              ? (cfg.model.image_size / cfg.model.patch_size) * (cfg.model.image_size / cfg.model.patch_size) + 1
@@ -78,10 +91,19 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options) {
   progress.line("data: " + dataset->describe());
 
   nn::Runner runner;
+  std::optional<GradientReducer> reducer;
+  if (replicas > 1) {
+    reducer.emplace(*model, pc.group(parallel::GroupKind::data),
+                    std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
+    runner.add_hooks(&*reducer);
+    progress.line(fmt::format("data parallel: {} replicas of {} sequences{}, gradients in {} buckets of {} MiB", replicas,
+                              local, accum > 1 ? fmt::format(" ({} micro-batches)", accum) : "",
+                              reducer->bucket_count(), cfg.parallel.bucket_mb));
+  }
   std::vector<Tensor> grads;
   for (nn::Parameter* p : model->parameters()) grads.push_back(p->grad);
   const std::int64_t warm = std::min<std::int64_t>(3, std::max<std::int64_t>(0, end - start - 1));
-  double timed_seconds = 0, train_loss = 0;
+  double timed_seconds = 0, train_loss = 0, comm_seconds = 0, exposed_seconds = 0;
   std::int64_t timed_steps = 0;
   const auto run_start = Clock::now();
 
@@ -91,13 +113,22 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options) {
     adam.set_lr(float(lr));
     model->zero_grad();
     double loss = 0;
+    // Every micro-batch's loss is a mean over its samples: scaled by 1 / (all micro-batches of
+    // the global batch), the sum over replicas is the global mean.
+    const double scale = 1.0 / double(accum * replicas);
     for (std::int64_t m = 0; m < accum; ++m) {
-      const nn::Batch batch = dataset->batch(step * B + m * micro, micro, data::Split::train);
+      const std::int64_t first = replica * local + m * micro;
+      const nn::Batch batch = dataset->batch(step * B + first, micro, data::Split::train);
       nn::StepState state{.runner = &runner, .training = true, .seed = tc.seed, .step = std::uint32_t(step),
-                          .micro_batch = std::uint32_t(m), .batch = &batch};
+                          .first_sample = first, .batch = &batch};
       nn::Context ctx(state);
-      loss += model->run_forward(ctx).loss / double(accum);
-      model->run_backward(ctx, 1.0f / float(accum));
+      loss += model->run_forward(ctx).loss * scale;
+      if (reducer) reducer->set_sync(m + 1 == accum);
+      model->run_backward(ctx, float(scale));
+    }
+    if (reducer) {
+      reducer->finish();
+      loss = sum_over_replicas(pc, loss);
     }
     const double norm = tc.grad_clip > 0 ? ops::clip_grad_norm(grads, tc.grad_clip) : ops::global_norm(grads);
     adam.step();
@@ -108,21 +139,31 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options) {
     if (step - start >= warm) {
       timed_seconds += dt;
       ++timed_steps;
+      if (reducer) {
+        comm_seconds += reducer->comm_seconds();
+        exposed_seconds += reducer->exposed_seconds();
+      }
     }
     const double elapsed = seconds_since(run_start);
     const double eta = elapsed / double(step - start + 1) * double(end - step - 1);
-    metrics.write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tokens_per_s}, {"grad_norm", norm},
-                   {"step_time_s", dt}});
+    nlohmann::json record = {{"step", step + 1},         {"loss", loss},      {"lr", lr},
+                             {"tokens_per_s", tokens_per_s}, {"grad_norm", norm}, {"step_time_s", dt}};
+    if (reducer) {
+      record["allreduce_s"] = reducer->comm_seconds();
+      record["allreduce_exposed_s"] = reducer->exposed_seconds();
+    }
+    metrics.write(record);
     progress.step({step + 1, tc.steps, loss, lr, tokens_per_s, eta, host_allocator().peak_bytes()});
 
     if (tc.eval_every > 0 && (step + 1) % tc.eval_every == 0 && step + 1 < tc.steps) {
-      const double eval = evaluate(*model, *dataset, runner, cfg, micro);
+      const double eval = evaluate(*model, *dataset, runner, cfg, micro, pc);
       metrics.write({{"step", step + 1}, {"eval_loss", eval}});
       progress.line(fmt::format("step {}: eval loss {:.4f}{}", step + 1, eval,
                                 floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
     }
     const bool last = step + 1 == end;
-    if (!cfg.checkpoint.dir.empty() &&
+    // Replicas hold identical weights and optimizer state: the main rank writes them.
+    if (pc.is_main() && !cfg.checkpoint.dir.empty() &&
         (last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0))) {
       save_checkpoint(cfg.checkpoint.dir, step + 1, adam, config_toml, cfg.checkpoint.keep);
       if (!last) progress.line(fmt::format("step {}: checkpoint written to {}", step + 1, cfg.checkpoint.dir));
@@ -133,7 +174,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options) {
   TrainSummary summary;
   summary.steps_done = end;
   summary.final_train_loss = train_loss;
-  summary.final_loss = evaluate(*model, *dataset, runner, cfg, micro);
+  summary.final_loss = evaluate(*model, *dataset, runner, cfg, micro, pc);
   summary.tokens_per_s = timed_steps ? double(timed_steps * B * T) / timed_seconds : 0.0;
   summary.entropy_floor = floor;
   nlohmann::json record = {{"summary", true},
@@ -144,13 +185,23 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options) {
                            {"tokens_per_s", summary.tokens_per_s},
                            {"parameters", model->num_parameters()},
                            {"peak_bytes", {{"host", host_allocator().peak_bytes()}}},
-                           {"layout", layout_json(cfg)}};
+                           {"layout", pc.describe()},
+                           {"communication", pc.communication_stats()}};
   if (floor) record["entropy_floor"] = *floor;
+  if (reducer && comm_seconds > 0) {
+    summary.allreduce_hidden_fraction = 1.0 - exposed_seconds / comm_seconds;
+    record["allreduce_hidden_fraction"] = *summary.allreduce_hidden_fraction;
+    record["allreduce_s_per_step"] = comm_seconds / double(timed_steps);
+  }
   metrics.write(record);
   progress.line(fmt::format("done: {} steps, eval loss {:.4f}{}, {:.0f} tokens/s, peak host memory {}", end,
                             summary.final_loss,
                             floor ? fmt::format(" (entropy floor {:.4f}, gap {:.4f})", *floor, summary.final_loss - *floor) : "",
                             summary.tokens_per_s, human_bytes(host_allocator().peak_bytes())));
+  if (summary.allreduce_hidden_fraction) {
+    progress.line(fmt::format("data parallel: all-reduce {:.1f} ms per step, {:.0f}% of it hidden behind backward",
+                              1e3 * comm_seconds / double(timed_steps), 100 * *summary.allreduce_hidden_fraction));
+  }
   if (!cfg.checkpoint.dir.empty()) progress.line(fmt::format("checkpoint: {}", cfg.checkpoint.dir));
   return summary;
 }

@@ -1,10 +1,13 @@
 // The training loop: micro-batches with gradient accumulation, gradient clipping, AdamW with
 // warm-up + cosine learning rate, periodic eval, progress, metrics and checkpoints. A run
 // interrupted at step k and resumed from its checkpoint computes bitwise the same losses as an
-// uninterrupted one: data, dropout and init are pure functions of (seed, step, micro-batch).
+// uninterrupted one: data, dropout and init are pure functions of (seed, step, sample). With
+// parallel.data = N each replica trains on its slice of every global batch and the gradients
+// are all-reduced during backward: the same computation as one process with the same batch.
 #pragma once
 
 #include "config/config.h"
+#include "parallel/context.h"
 
 #include <cstdint>
 #include <optional>
@@ -24,8 +27,12 @@ struct TrainSummary {
   double final_train_loss = 0;  // last step's training loss
   double tokens_per_s = 0;      // mean after the warm-up steps
   std::optional<double> entropy_floor;
+  std::optional<double> allreduce_hidden_fraction;  // data parallel: share of all-reduce time behind backward
 };
 
+// Trains on the layout of `pc` (every rank calls it; the main rank prints and writes files).
+TrainSummary train(const config::Config& cfg, const TrainOptions& options, parallel::ParallelContext& pc);
+// A single process (no launcher).
 TrainSummary train(const config::Config& cfg, const TrainOptions& options);
 
 }  // namespace tidal::engine

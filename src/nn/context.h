@@ -29,7 +29,10 @@ struct StepState {
   bool training = true;
   std::uint64_t seed = 0;  // dropout seed
   std::uint32_t step = 0;
-  std::uint32_t micro_batch = 0;
+  // Index of this micro-batch's first sample within the step's global batch. Dropout keys on it
+  // (not on the micro-batch number), so masks are the same under any split of the batch into
+  // micro-batches and data-parallel replicas.
+  std::int64_t first_sample = 0;
   const Batch* batch = nullptr;
   Allocator* activations = &host_allocator();  // where activations and their gradients live
 };

@@ -1,0 +1,56 @@
+// CountingCommunicator: a Communicator that forwards to another and records, per operation
+// kind, the calls, the elements handed in, the bytes this rank sends, and the time from call to
+// completion. Metrics and tests read it (colossal-ai.txt Table I gives per-mode volumes).
+//
+// bytes_sent models the bandwidth-optimal algorithms, independent of what the library picks:
+// with p ranks and a buffer of n bytes, all-reduce sends 2(p-1)/p n, all-gather and
+// reduce-scatter (p-1)/p of the full buffer, broadcast n from the root (0 elsewhere), reduce n
+// from every non-root, send n.
+#pragma once
+
+#include "comm/communicator.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace tidal::comm {
+
+struct OperationStats {
+  std::int64_t calls = 0;
+  std::int64_t elements = 0;
+  double bytes_sent = 0;
+  double seconds = 0;  // summed call-to-completion time
+};
+
+class CountingCommunicator final : public Communicator {
+ public:
+  explicit CountingCommunicator(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& name() const override { return inner_->name(); }
+  const std::vector<int>& world_ranks() const override { return inner_->world_ranks(); }
+
+  WorkPtr all_reduce(Tensor& t, const AllReduceOptions& options = {}) override;
+  WorkPtr broadcast(Tensor& t, const BroadcastOptions& options = {}) override;
+  WorkPtr reduce(Tensor& t, const ReduceOptions& options = {}) override;
+  WorkPtr all_gather(Tensor& out, const Tensor& in, const AllGatherOptions& options = {}) override;
+  WorkPtr reduce_scatter(Tensor& out, const Tensor& in, const ReduceScatterOptions& options = {}) override;
+  WorkPtr send(const Tensor& t, int dst, const PointToPointOptions& options = {}) override;
+  WorkPtr recv(Tensor& t, int src, const PointToPointOptions& options = {}) override;
+  WorkPtr barrier(const BarrierOptions& options = {}) override;
+
+  // Stats so far, by operation kind ("all_reduce", ...). Completed operations only for seconds.
+  std::map<std::string, OperationStats> stats() const;
+  void reset();
+
+ private:
+  WorkPtr record(const char* kind, std::int64_t elements, double bytes_sent, WorkPtr work);
+
+  std::shared_ptr<Communicator> inner_;
+  mutable std::mutex mutex_;
+  std::map<std::string, OperationStats> stats_;
+};
+
+}  // namespace tidal::comm

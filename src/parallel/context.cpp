@@ -1,0 +1,83 @@
+#include "parallel/context.h"
+
+#include "comm/self_communicator.h"
+#include "core/error.h"
+#if TIDAL_MPI
+#include "comm/mpi_runtime.h"
+#endif
+
+namespace tidal::parallel {
+namespace {
+
+constexpr GroupKind kAllKinds[] = {GroupKind::world,      GroupKind::data,       GroupKind::pipeline,
+                                   GroupKind::tensor,     GroupKind::tensor_row, GroupKind::tensor_col,
+                                   GroupKind::tensor_depth, GroupKind::tensor_x, GroupKind::tensor_y,
+                                   GroupKind::tensor_z,   GroupKind::sequence,   GroupKind::model};
+
+}  // namespace
+
+MeshSpec mesh_spec(const config::Config& cfg, int world_size, int ranks_per_node) {
+  const config::ParallelConfig& p = cfg.parallel;
+  return {.world_size = world_size,
+          .data = p.data,
+          .pipeline = p.pipeline,
+          .tensor = p.tensor.size,
+          .sequence = p.sequence,
+          .mode = parse_tensor_mode(p.tensor.mode),
+          .depth = p.tensor.depth,
+          .ranks_per_node = p.ranks_per_node > 0 ? p.ranks_per_node : ranks_per_node};
+}
+
+ParallelContext::ParallelContext(const config::Config& cfg, comm::MpiRuntime* runtime)
+#if TIDAL_MPI
+    : layout_(mesh_spec(cfg, runtime ? runtime->world_size() : 1, runtime ? runtime->local_size() : 0)),
+      rank_(runtime ? runtime->world_rank() : 0),
+#else
+    : layout_(mesh_spec(cfg, 1, 0)),
+#endif
+      coords_(layout_.coordinates(rank_)) {
+  check_model_fits(layout_, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.seq_len);
+  const std::int64_t B = cfg.train.batch_size, replicas = cfg.parallel.data;
+  TIDAL_CHECK(B % replicas == 0,
+              "train.batch_size ({}) must be divisible by parallel.data ({}): each replica takes an equal slice of "
+              "the global batch",
+              B, replicas);
+  const std::int64_t micro = cfg.train.micro_batch_size;
+  TIDAL_CHECK(micro == 0 || (B / replicas) % micro == 0,
+              "train.micro_batch_size ({}) must divide the per-replica batch train.batch_size / parallel.data = {}",
+              micro, B / replicas);
+  const comm::Seconds timeout(cfg.parallel.timeout_s);
+  // Every rank creates the same groups in the same order (creation is collective).
+  for (GroupKind kind : kAllKinds) {
+    const auto all = layout_.groups(kind);
+    std::shared_ptr<comm::Communicator> c;
+#if TIDAL_MPI
+    if (runtime && all.front().size() > 1) c = runtime->split(std::string(group_name(kind)), all, timeout);
+#endif
+    if (!c) c = std::make_shared<comm::SelfCommunicator>(std::string(group_name(kind)));
+    groups_[kind] = std::make_shared<comm::CountingCommunicator>(std::move(c));
+  }
+}
+
+comm::Communicator& ParallelContext::group(GroupKind kind) { return *groups_.at(kind); }
+
+nlohmann::json ParallelContext::communication_stats() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [kind, c] : groups_) {
+    for (const auto& [op, s] : c->stats()) {
+      out[std::string(group_name(kind))][op] = {
+          {"calls", s.calls}, {"elements", s.elements}, {"bytes_sent", s.bytes_sent}, {"seconds", s.seconds}};
+    }
+  }
+  return out;
+}
+
+nlohmann::json ParallelContext::describe() const {
+  const MeshSpec& s = layout_.spec();
+  return {{"world_size", s.world_size},         {"data", s.data},
+          {"pipeline", s.pipeline},             {"tensor", s.tensor},
+          {"tensor_mode", std::string(tensor_mode_name(s.mode))}, {"sequence", s.sequence},
+          {"ranks_per_node", s.ranks_per_node}};
+}
+
+}  // namespace tidal::parallel

@@ -1,0 +1,53 @@
+// ParallelContext: this rank's place in the mesh (Layout) and a communicator for every group it
+// belongs to, each wrapped in a CountingCommunicator so metrics can report volume and time.
+// Built once at start-up from [parallel] and the launched world, then passed explicitly to
+// whatever communicates; never global. Groups of one rank get a SelfCommunicator, so a single
+// process runs the same code as a parallel one.
+#pragma once
+
+#include "comm/counting_communicator.h"
+#include "config/config.h"
+#include "parallel/layout.h"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+
+namespace tidal::comm {
+class MpiRuntime;
+}
+
+namespace tidal::parallel {
+
+class ParallelContext {
+ public:
+  // `runtime` is null for a process started without a launcher (world of one). Validates the
+  // layout against the launched world and the model (tidal::Error naming the keys). Collective:
+  // every rank constructs its context at the same point.
+  ParallelContext(const config::Config& cfg, comm::MpiRuntime* runtime);
+
+  const Layout& layout() const { return layout_; }
+  int rank() const { return rank_; }
+  int world_size() const { return layout_.world_size(); }
+  const Coordinates& coordinates() const { return coords_; }
+  bool is_main() const { return rank_ == 0; }  // prints progress, writes metrics and checkpoints
+
+  // This rank's group of `kind` (a group of one where the kind does not split this layout).
+  comm::Communicator& group(GroupKind kind);
+  // Volume and time per operation on each group so far, as JSON for metrics.
+  nlohmann::json communication_stats() const;
+  // {"world_size", "data", "pipeline", "tensor", "tensor_mode", "sequence", "ranks_per_node"}
+  nlohmann::json describe() const;
+
+ private:
+  Layout layout_;
+  int rank_ = 0;
+  Coordinates coords_;
+  std::map<GroupKind, std::shared_ptr<comm::CountingCommunicator>> groups_;
+};
+
+// The mesh a config asks for on `world_size` ranks with `ranks_per_node` (0 = unknown).
+MeshSpec mesh_spec(const config::Config& cfg, int world_size, int ranks_per_node);
+
+}  // namespace tidal::parallel
