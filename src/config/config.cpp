@@ -158,6 +158,14 @@ void validate(const Config& c) {
   TIDAL_CHECK(t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)");
   TIDAL_CHECK(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "train.beta1 and train.beta2 must be in [0, 1)");
   check_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
+  check_one_of("train.activation_checkpointing", t.activation_checkpointing, {"none", "blocks", "every_k"});
+  check_one_of("train.activation_offload", t.activation_offload, {"none", "host"});
+  TIDAL_CHECK(t.activation_checkpointing_k >= 1, "train.activation_checkpointing_k must be >= 1, got {}",
+              t.activation_checkpointing_k);
+  TIDAL_CHECK(t.activation_offload == "none" || t.activation_checkpointing != "none",
+              "train.activation_offload = \"{}\" moves checkpointed block inputs, but train.activation_checkpointing "
+              "is \"none\": set it to \"blocks\" or \"every_k\"",
+              t.activation_offload);
 
   const ParallelConfig& p = c.parallel;
   check_one_of("parallel.tensor.mode", p.tensor.mode, {"1d", "2d", "2.5d", "3d"});

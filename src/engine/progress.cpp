@@ -20,9 +20,9 @@ void Progress::step(const StepReport& r) {
   if (!out_) return;
   const std::int64_t eta = std::int64_t(r.eta_s);
   const std::string text =
-      fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s | ETA {}:{:02d} | peak {}", r.step,
+      fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s | ETA {}:{:02d} | peak {} + act {}", r.step,
                   std::to_string(r.total_steps).size(), r.total_steps, r.loss, r.lr, r.tokens_per_s, eta / 60, eta % 60,
-                  human_bytes(r.peak_bytes));
+                  human_bytes(r.peak_bytes), human_bytes(r.peak_activation_bytes));
   if (tty_) {
     fmt::print(out_, "\r\033[K{}", text);
     live_ = true;

@@ -11,7 +11,8 @@ namespace tidal::engine {
 struct StepReport {
   std::int64_t step, total_steps;
   double loss, lr, tokens_per_s, eta_s;
-  std::uint64_t peak_bytes;
+  std::uint64_t peak_bytes;             // host: parameters, gradients, optimizer state
+  std::uint64_t peak_activation_bytes;  // the activation pool
 };
 
 class Progress {

@@ -32,19 +32,27 @@ double sum_over_replicas(parallel::ParallelContext& pc, double value) {
 // Mean loss over the fixed eval set: samples [0, eval_batches * batch_size) of the eval split,
 // whatever the layout. Each replica takes its slice of every batch, in micro-batches.
 double evaluate(models::Model& model, const data::Dataset& dataset, nn::Runner& runner, const config::Config& cfg,
-                std::int64_t micro, parallel::ParallelContext& pc) {
+                std::int64_t micro, parallel::ParallelContext& pc, Allocator& activations) {
   const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
   const std::int64_t B = cfg.train.batch_size, local = B / replicas;
   double total = 0;
   for (std::int64_t i = 0; i < cfg.train.eval_batches; ++i) {
     for (std::int64_t first = replica * local; first < (replica + 1) * local; first += micro) {
       const nn::Batch batch = dataset.batch(i * B + first, micro, data::Split::eval);
-      nn::StepState state{.runner = &runner, .training = false, .seed = cfg.train.seed, .batch = &batch};
+      nn::StepState state{
+          .runner = &runner, .training = false, .seed = cfg.train.seed, .batch = &batch, .activations = &activations};
       nn::Context ctx(state);
       total += model.run_forward(ctx).loss;
     }
   }
   return sum_over_replicas(pc, total) / double(cfg.train.eval_batches * (B / micro));
+}
+
+nn::CheckpointPolicy checkpoint_policy(const config::TrainConfig& tc) {
+  const int every = tc.activation_checkpointing == "blocks"    ? 1
+                    : tc.activation_checkpointing == "every_k" ? tc.activation_checkpointing_k
+                                                               : 0;
+  return {.every = every, .offload_to_host = tc.activation_offload == "host"};
 }
 
 }  // namespace
@@ -59,7 +67,10 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   Progress progress(pc.is_main() ? stdout : nullptr, std::max<std::int64_t>(1, tc.log_every), pc.world_size() == 1);
   MetricsWriter metrics(pc.is_main() ? options.metrics_path : "");
   auto dataset = data::make_dataset(cfg);
-  auto model = models::make_model(cfg.model);
+  const nn::CheckpointPolicy checkpointing = checkpoint_policy(tc);
+  auto model = models::make_model(cfg.model, checkpointing);
+  // Activations (and their gradients) have a pool of their own, so their peak is measured alone.
+  HostAllocator activations;
   model->materialize(tc.seed);
   optim::AdamW adam(model->parameters(), {.lr = float(tc.lr), .beta1 = float(tc.beta1), .beta2 = float(tc.beta2),
                                           .eps = 1e-8f, .weight_decay = float(tc.weight_decay)});
@@ -120,7 +131,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
       const std::int64_t first = replica * local + m * micro;
       const nn::Batch batch = dataset->batch(step * B + first, micro, data::Split::train);
       nn::StepState state{.runner = &runner, .training = true, .seed = tc.seed, .step = std::uint32_t(step),
-                          .first_sample = first, .batch = &batch};
+                          .first_sample = first, .batch = &batch, .activations = &activations};
       nn::Context ctx(state);
       loss += model->run_forward(ctx).loss * scale;
       if (reducer) reducer->set_sync(m + 1 == accum);
@@ -153,10 +164,11 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
       record["allreduce_exposed_s"] = reducer->exposed_seconds();
     }
     metrics.write(record);
-    progress.step({step + 1, tc.steps, loss, lr, tokens_per_s, eta, host_allocator().peak_bytes()});
+    progress.step({step + 1, tc.steps, loss, lr, tokens_per_s, eta, host_allocator().peak_bytes(),
+                   activations.peak_bytes()});
 
     if (tc.eval_every > 0 && (step + 1) % tc.eval_every == 0 && step + 1 < tc.steps) {
-      const double eval = evaluate(*model, *dataset, runner, cfg, micro, pc);
+      const double eval = evaluate(*model, *dataset, runner, cfg, micro, pc, activations);
       metrics.write({{"step", step + 1}, {"eval_loss", eval}});
       progress.line(fmt::format("step {}: eval loss {:.4f}{}", step + 1, eval,
                                 floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
@@ -174,7 +186,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   TrainSummary summary;
   summary.steps_done = end;
   summary.final_train_loss = train_loss;
-  summary.final_loss = evaluate(*model, *dataset, runner, cfg, micro, pc);
+  summary.final_loss = evaluate(*model, *dataset, runner, cfg, micro, pc, activations);
   summary.tokens_per_s = timed_steps ? double(timed_steps * B * T) / timed_seconds : 0.0;
   summary.entropy_floor = floor;
   nlohmann::json record = {{"summary", true},
@@ -184,7 +196,8 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                            {"final_train_loss", summary.final_train_loss},
                            {"tokens_per_s", summary.tokens_per_s},
                            {"parameters", model->num_parameters()},
-                           {"peak_bytes", {{"host", host_allocator().peak_bytes()}}},
+                           {"peak_bytes", {{"host", host_allocator().peak_bytes()}, {"activations", activations.peak_bytes()}}},
+                           {"activation_checkpointing", tc.activation_checkpointing},
                            {"layout", pc.describe()},
                            {"communication", pc.communication_stats()}};
   if (floor) record["entropy_floor"] = *floor;
@@ -194,10 +207,11 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     record["allreduce_s_per_step"] = comm_seconds / double(timed_steps);
   }
   metrics.write(record);
-  progress.line(fmt::format("done: {} steps, eval loss {:.4f}{}, {:.0f} tokens/s, peak host memory {}", end,
-                            summary.final_loss,
+  progress.line(fmt::format("done: {} steps, eval loss {:.4f}{}, {:.0f} tokens/s, peak host memory {} + activations {}",
+                            end, summary.final_loss,
                             floor ? fmt::format(" (entropy floor {:.4f}, gap {:.4f})", *floor, summary.final_loss - *floor) : "",
-                            summary.tokens_per_s, human_bytes(host_allocator().peak_bytes())));
+                            summary.tokens_per_s, human_bytes(host_allocator().peak_bytes()),
+                            human_bytes(activations.peak_bytes())));
   if (summary.allreduce_hidden_fraction) {
     progress.line(fmt::format("data parallel: all-reduce {:.1f} ms per step, {:.0f}% of it hidden behind backward",
                               1e3 * comm_seconds / double(timed_steps), 100 * *summary.allreduce_hidden_fraction));

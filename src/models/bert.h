@@ -18,6 +18,7 @@ struct BertConfig {
   float dropout = 0.0f;
   float ln_eps = 1e-12f;
   float init_std = 0.02f;
+  nn::CheckpointPolicy checkpointing{};  // activation checkpointing of the blocks
 };
 
 std::unique_ptr<Model> make_bert(const BertConfig& cfg);

@@ -6,6 +6,6 @@
 
 namespace tidal::models {
 
-std::unique_ptr<Model> make_model(const config::ModelConfig& cfg);
+std::unique_ptr<Model> make_model(const config::ModelConfig& cfg, const nn::CheckpointPolicy& checkpointing = {});
 
 }  // namespace tidal::models

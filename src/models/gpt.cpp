@@ -42,7 +42,7 @@ class Gpt final : public Model {
                       .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
                       // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer).
                       .proj_init = nn::ParameterInit::normal(c.init_std / std::sqrt(2.0f * float(c.n_layer)))};
-    for (int i = 0; i < c.n_layer; ++i) add_layer("blocks." + std::to_string(i), std::make_unique<nn::TransformerBlock>(b));
+    add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b); }, c.checkpointing);
     add_layer("ln_f", std::make_unique<nn::LayerNorm>(c.n_embd, c.ln_eps));
     add_layer("lm_head", std::make_unique<nn::TiedLmHead>(emb.token_table(), false));
     add_layer("loss", std::make_unique<nn::CrossEntropyLoss>());

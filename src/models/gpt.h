@@ -16,6 +16,7 @@ struct GptConfig {
   float dropout = 0.0f;        // embedding and residual dropout
   float ln_eps = 1e-5f;
   float init_std = 0.02f;
+  nn::CheckpointPolicy checkpointing{};  // activation checkpointing of the blocks
 };
 
 std::unique_ptr<Model> make_gpt(const GptConfig& cfg);

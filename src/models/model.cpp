@@ -48,6 +48,13 @@ void Model::materialize(std::uint64_t seed, Allocator& alloc) {
   }
 }
 
+void Model::add_blocks(int n, const std::function<std::unique_ptr<nn::Module>()>& make_block,
+                       const nn::CheckpointPolicy& policy) {
+  std::vector<std::pair<std::string, std::unique_ptr<nn::Module>>> blocks;
+  for (int i = 0; i < n; ++i) blocks.emplace_back("blocks." + std::to_string(i), make_block());
+  for (auto& [name, layer] : nn::checkpointed_blocks(std::move(blocks), policy)) add_layer(name, std::move(layer));
+}
+
 void Model::zero_grad() {
   for (nn::Parameter* p : parameters()) p->grad.zero_();
 }

@@ -3,9 +3,11 @@
 // slice. The model's parameters are allocated and initialised by materialize(), keyed by name.
 #pragma once
 
+#include "nn/activation_checkpoint.h"
 #include "nn/module.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +49,9 @@ class Model : public nn::Module {
     layers_.push_back(&ref);
     return ref;
   }
+  // n transformer blocks named blocks.{i}, as layers under the checkpointing policy.
+  void add_blocks(int n, const std::function<std::unique_ptr<nn::Module>()>& make_block,
+                  const nn::CheckpointPolicy& policy);
 
  private:
   std::vector<nn::Module*> layers_;

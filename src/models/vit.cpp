@@ -87,7 +87,7 @@ class Vit final : public Model {
     nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = false, .pre_ln = true, .ln_eps = c.ln_eps,
                       .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
                       .proj_init = nn::ParameterInit::normal(c.init_std)};
-    for (int i = 0; i < c.n_layer; ++i) add_layer("blocks." + std::to_string(i), std::make_unique<nn::TransformerBlock>(b));
+    add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b); }, c.checkpointing);
     add_layer("ln_f", std::make_unique<nn::LayerNorm>(c.n_embd, c.ln_eps));
     add_layer("head", std::make_unique<ClassTokenHead>(c.n_embd, c.num_classes, nn::ParameterInit::normal(c.init_std)));
     add_layer("loss", std::make_unique<nn::CrossEntropyLoss>());

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data parallelism trains exactly like one process: GPT for 20 steps with parallel.data = 2 and
-# 4, with and without gradient accumulation (dropout on, gradients in several buckets), gives
+# 4, with and without gradient accumulation (dropout on, gradients in several buckets), and with
+# activation checkpointing at data = 2, gives
 # per-step losses within 1e-5 (relative) of one process with the same global batch, and the
 # same final eval loss.
 # usage: check_data_parallel.sh path/to/tidal <mpirun command...>
@@ -13,11 +14,12 @@ common=(--set train.steps=20 --set train.batch_size=16 --set model.dropout=0.1 -
 MPIRUN=("$@")
 "$tidal" train "${common[@]}" --metrics "$dir/single.jsonl" > "$dir/single.log"
 "$tidal" train "${common[@]}" --set train.micro_batch_size=4 --metrics "$dir/single_accum.jsonl" > /dev/null
-for layout in "2 0" "2 2" "4 0" "4 1"; do
+for layout in "2 0 none" "2 2 none" "4 0 none" "4 1 none" "2 2 blocks"; do
   set -- $layout
-  np=$1 micro=$2
+  np=$1 micro=$2 ckpt=$3
+  name=data${np}_micro${micro}$([ "$ckpt" = none ] || echo "_$ckpt")
   "${MPIRUN[@]}" -np "$np" "$tidal" train "${common[@]}" --set parallel.data="$np" --set train.micro_batch_size="$micro" \
-    --metrics "$dir/data${np}_micro${micro}.jsonl" > "$dir/data${np}_micro${micro}.log"
+    --set train.activation_checkpointing="$ckpt" --metrics "$dir/$name.jsonl" > "$dir/$name.log"
 done
 /usr/bin/python3 - "$dir" <<'PY'
 import json, os, sys
@@ -31,7 +33,7 @@ def read(name):
 ref, ref_evals, ref_summary = read("single")
 assert sorted(ref) == list(range(1, 21)), sorted(ref)
 worst_all = 0.0
-for name in ["single_accum", "data2_micro0", "data2_micro2", "data4_micro0", "data4_micro1"]:
+for name in ["single_accum", "data2_micro0", "data2_micro2", "data4_micro0", "data4_micro1", "data2_micro2_blocks"]:
     steps, evals, summary = read(name)
     assert sorted(steps) == sorted(ref), f"{name}: steps {sorted(steps)}"
     worst = max(abs(steps[s] - ref[s]) / abs(ref[s]) for s in ref)
@@ -47,3 +49,13 @@ for name in ["single_accum", "data2_micro0", "data2_micro2", "data4_micro0", "da
         assert comm["calls"] > 20, f"{name}: only {comm['calls']} all-reduces (buckets not split?)"
 print(f"PASS: data parallel = one process (worst relative difference {worst_all:.2e} <= 1e-5)")
 PY
+
+# A layout error under mpirun: exit code 2 and one message (every rank meets it; rank 0 says it).
+set +e
+"${MPIRUN[@]}" -np 2 "$tidal" train --set parallel.data=2 --set train.batch_size=7 > "$dir/err.log" 2>&1
+rc=$?
+set -e
+[ $rc -eq 2 ] || { cat "$dir/err.log"; echo "FAIL: exit $rc for a bad batch split, expected 2"; exit 1; }
+n=$(grep -c "train.batch_size (7) must be divisible by parallel.data (2)" "$dir/err.log")
+[ "$n" -eq 1 ] || { cat "$dir/err.log"; echo "FAIL: the error was printed $n times"; exit 1; }
+echo "PASS: a bad layout under mpirun exits 2 with one message"

@@ -48,6 +48,13 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_NE(message({"parallel.tensor.mode=4d"}).find("parallel.tensor.mode"), std::string::npos);
   EXPECT_NE(message({"train.steps=-1"}).find("train.steps"), std::string::npos);
   EXPECT_NE(message({"model.type=vit"}).find("data.kind"), std::string::npos);
+  EXPECT_NE(message({"train.activation_checkpointing=some"}).find("train.activation_checkpointing"), std::string::npos);
+  EXPECT_NE(message({"train.activation_offload=host"}).find("train.activation_checkpointing"), std::string::npos);
+  EXPECT_NE(message({"train.activation_checkpointing=every_k", "train.activation_checkpointing_k=0"})
+                .find("train.activation_checkpointing_k"),
+            std::string::npos);
+  EXPECT_NE(message({"parallel.timeout_s=0"}).find("parallel.timeout_s"), std::string::npos);
+  EXPECT_NE(message({"parallel.bucket_mb=0"}).find("parallel.bucket_mb"), std::string::npos);
 }
 
 TEST(Config, Sizes) {
