@@ -103,11 +103,39 @@ void Tensor::fill_(float value) {
   for (std::int64_t i = 0; i < numel(); ++i) p[i] = value;
 }
 
+namespace {
+
+// Copies the block of `shape` from src to dst (element strides), dimension `d` onward; the last
+// dimension is copied in runs when both sides have it contiguous.
+void copy_strided(std::byte* dst, const Shape& dst_strides, const std::byte* src, const Shape& src_strides,
+                  const Shape& shape, int d, std::size_t esize) {
+  const int last = shape.size() - 1;
+  if (d == last) {
+    if (dst_strides[d] == 1 && src_strides[d] == 1) {
+      std::memcpy(dst, src, std::size_t(shape[d]) * esize);
+      return;
+    }
+    for (std::int64_t i = 0; i < shape[d]; ++i)
+      std::memcpy(dst + std::size_t(i * dst_strides[d]) * esize, src + std::size_t(i * src_strides[d]) * esize, esize);
+    return;
+  }
+  for (std::int64_t i = 0; i < shape[d]; ++i) {
+    copy_strided(dst + std::size_t(i * dst_strides[d]) * esize, dst_strides,
+                 src + std::size_t(i * src_strides[d]) * esize, src_strides, shape, d + 1, esize);
+  }
+}
+
+}  // namespace
+
 void Tensor::copy_from(const Tensor& src) {
   TIDAL_ASSERT(src.shape() == shape_ && src.dtype() == dtype_, "copy {} into {}", src.str(), str());
-  TIDAL_ASSERT(device_.is_cpu() && src.device().is_cpu() && is_contiguous() && src.is_contiguous(),
-               "copy {} into {}", src.str(), str());
-  std::memcpy(data_, src.raw(), nbytes());
+  TIDAL_ASSERT(device_.is_cpu() && src.device().is_cpu(), "copy {} into {}", src.str(), str());
+  if (is_contiguous() && src.is_contiguous()) {
+    std::memcpy(data_, src.raw(), nbytes());
+  } else if (numel() > 0) {
+    copy_strided(static_cast<std::byte*>(data_), strides_, static_cast<const std::byte*>(src.raw()), src.strides(),
+                 shape_, 0, dtype_size(dtype_));
+  }
 }
 
 Tensor Tensor::clone(Allocator& alloc) const {

@@ -69,7 +69,7 @@ class Tensor {
 
   void zero_();
   void fill_(float value);
-  void copy_from(const Tensor& src);  // same shape; dtypes must match (use ops::cast otherwise)
+  void copy_from(const Tensor& src);  // same shape and dtype (ops::cast converts); either side may be strided
   Tensor clone(Allocator& alloc = host_allocator()) const;
   float item() const;  // the single element of a one-element fp32 tensor
 
