@@ -1,7 +1,5 @@
 #include "models/model.h"
 
-#include "core/init.h"
-#include "core/philox.h"
 #include "nn/runner.h"
 
 namespace tidal::models {
@@ -34,18 +32,7 @@ void Model::run_backward(nn::Context& ctx, float dloss) {
 
 void Model::materialize(std::uint64_t seed, Allocator& alloc) {
   assign_names("");
-  for (nn::Parameter* p : parameters()) {
-    TIDAL_ASSERT(!p->data.defined(), "parameter {} materialized twice", p->name);
-    p->data = Tensor::empty(p->shape, DType::f32, alloc);
-    p->grad = Tensor::zeros(p->shape, DType::f32, alloc);
-    switch (p->init.kind) {
-      case nn::ParameterInit::Kind::normal:
-        init_normal(p->data, {seed, fnv1a64(p->name.data(), p->name.size())}, 0.0f, p->init.std, p->shape);
-        break;
-      case nn::ParameterInit::Kind::zeros: p->data.zero_(); break;
-      case nn::ParameterInit::Kind::ones: p->data.fill_(1.0f); break;
-    }
-  }
+  for (nn::Parameter* p : parameters()) nn::materialize(*p, seed, alloc);
 }
 
 void Model::add_blocks(int n, const std::function<std::unique_ptr<nn::Module>()>& make_block,

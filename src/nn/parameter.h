@@ -22,10 +22,18 @@ struct ParameterInit {
 struct Parameter {
   std::string local_name;  // "weight"
   std::string name;        // "blocks.0.attn.qkv.weight", set when the model is built
-  Shape shape;
+  Shape shape;             // what this rank holds
   ParameterInit init;
   Tensor data;  // fp32
   Tensor grad;  // fp32, accumulated by backward
+  // A shard of a larger parameter (tensor parallelism): the full shape and where this block
+  // starts in it. Empty when the rank holds the whole parameter.
+  Shape full_shape;
+  Shape offset;
 };
+
+// Allocates p's data and gradient (fp32, from alloc) and initialises the data from (seed, full
+// name): a shard gets exactly its block of the full parameter's values.
+void materialize(Parameter& p, std::uint64_t seed, Allocator& alloc);
 
 }  // namespace tidal::nn

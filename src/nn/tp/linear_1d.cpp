@@ -1,0 +1,102 @@
+#include "nn/tp/linear_1d.h"
+
+#include "core/error.h"
+#include "nn/context.h"
+#include "nn/tp/mappings.h"
+#include "ops/bias.h"
+#include "ops/gemm.h"
+
+namespace tidal::nn::tp {
+namespace {
+
+Shape with_last(const Shape& s, std::int64_t last) {
+  Shape r = s;
+  r[r.size() - 1] = last;
+  return r;
+}
+
+std::int64_t part(std::int64_t n, const comm::Communicator& g, const char* what) {
+  TIDAL_CHECK(n % g.size() == 0, "{}: {} features do not split over the {} ranks of tensor group '{}'", what, n,
+              g.size(), g.name());
+  return n / g.size();
+}
+
+}  // namespace
+
+ColumnParallelLinear::ColumnParallelLinear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
+                                           comm::Communicator& group, bool gather_output)
+    : group_(group), in_(in), out_local_(part(out, group, "column-parallel linear")), gather_output_(gather_output) {
+  const std::int64_t first = group.rank() * out_local_;
+  weight_ = &add_parameter("weight", {out_local_, in}, init);
+  weight_->full_shape = {out, in};
+  weight_->offset = {first, 0};
+  bias_ = nullptr;
+  if (bias) {
+    bias_ = &add_parameter("bias", {out_local_}, ParameterInit::zeros());
+    bias_->full_shape = {out};
+    bias_->offset = {first};
+  }
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x, Context& ctx) {
+  TIDAL_ASSERT(x.dim(-1) == in_, "{}: input {} for {} features", path(), x.str(), in_);
+  const Tensor xin = CopyToGroup::forward(x, group_);
+  Tensor y = ctx.empty(with_last(x.shape(), out_local_), x.dtype());
+  Tensor y2 = y.reshape({-1, out_local_});
+  ops::gemm(y2, xin.reshape({-1, in_}), weight_->data, {.trans_b = true});
+  if (bias_) ops::bias_add(y2, bias_->data);
+  ctx.saved = {xin};
+  return gather_output_ ? GatherFromGroup::forward(y, group_, -1) : y;
+}
+
+Tensor ColumnParallelLinear::backward(const Tensor& dy, Context& ctx) {
+  const Tensor& x = ctx.saved.at(0);
+  const Tensor dy_local = gather_output_ ? GatherFromGroup::backward(dy, group_, -1) : dy;
+  Tensor x2 = x.reshape({-1, in_}), dy2 = dy_local.reshape({-1, out_local_});
+  Tensor dx = ctx.empty(x.shape(), x.dtype());
+  Tensor dx2 = dx.reshape({-1, in_});
+  ops::gemm(dx2, dy2, weight_->data);                                  // this rank's part of dx = dy W
+  ops::gemm(weight_->grad, dy2, x2, {.trans_a = true, .beta = 1.0f});  // dW_r += dy_r^T x
+  if (bias_) ops::bias_grad(bias_->grad, dy2);
+  ctx.saved.clear();
+  return CopyToGroup::backward(dx, group_);  // sum of the ranks' parts
+}
+
+RowParallelLinear::RowParallelLinear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
+                                     comm::Communicator& group, bool split_input)
+    : group_(group), in_local_(part(in, group, "row-parallel linear")), out_(out), split_input_(split_input) {
+  weight_ = &add_parameter("weight", {out, in_local_}, init);
+  weight_->full_shape = {out, in};
+  weight_->offset = {0, group.rank() * in_local_};
+  bias_ = bias ? &add_parameter("bias", {out}, ParameterInit::zeros()) : nullptr;
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x, Context& ctx) {
+  const Tensor xr = split_input_ ? ScatterToGroup::forward(x, group_, -1) : x;
+  TIDAL_ASSERT(xr.dim(-1) == in_local_, "{}: input {} for {} features per rank", path(), xr.str(), in_local_);
+  Tensor partial = ctx.empty(with_last(xr.shape(), out_), xr.dtype());
+  Tensor partial2 = partial.reshape({-1, out_});
+  ops::gemm(partial2, xr.reshape({-1, in_local_}), weight_->data, {.trans_b = true});
+  Tensor y = ReduceFromGroup::forward(partial, group_);
+  if (bias_) {
+    Tensor y2 = y.reshape({-1, out_});
+    ops::bias_add(y2, bias_->data);
+  }
+  ctx.saved = {xr};
+  return y;
+}
+
+Tensor RowParallelLinear::backward(const Tensor& dy, Context& ctx) {
+  const Tensor& xr = ctx.saved.at(0);
+  const Tensor g = ReduceFromGroup::backward(dy, group_);
+  Tensor x2 = xr.reshape({-1, in_local_}), dy2 = g.reshape({-1, out_});
+  Tensor dx = ctx.empty(xr.shape(), xr.dtype());
+  Tensor dx2 = dx.reshape({-1, in_local_});
+  ops::gemm(dx2, dy2, weight_->data);                                  // dx_r = dy W_r
+  ops::gemm(weight_->grad, dy2, x2, {.trans_a = true, .beta = 1.0f});  // dW_r += dy^T x_r
+  if (bias_) ops::bias_grad(bias_->grad, dy2);
+  ctx.saved.clear();
+  return split_input_ ? ScatterToGroup::backward(dx, group_, -1) : dx;
+}
+
+}  // namespace tidal::nn::tp
