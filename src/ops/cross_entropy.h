@@ -9,6 +9,9 @@
 namespace tidal::ops {
 
 inline constexpr std::int32_t kIgnoreIndex = -100;
+// A target that lies in another rank's shard of the classes (vocab-parallel cross-entropy):
+// the row's loss is 0 here and its gradient is the softmax part alone (no one-hot).
+inline constexpr std::int32_t kTargetElsewhere = -101;
 
 namespace cpu {
 void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets);
@@ -16,11 +19,13 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
                             float scale);
 }  // namespace cpu
 
-// logits [N, V]; targets [N] i32 (kIgnoreIndex rows give loss 0); losses, lse: [N] fp32.
+// logits [N, V]; targets [N] i32 (kIgnoreIndex and kTargetElsewhere rows give loss 0; lse is
+// computed for every row); losses, lse: [N] fp32.
 inline void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets) {
   TIDAL_OPS_DISPATCH(logits, cross_entropy_forward, losses, lse, logits, targets);
 }
-// dlogits = scale * (softmax(logits) - onehot(target)) on non-ignored rows, 0 on ignored ones.
+// dlogits = scale * (exp(logits - lse) - onehot(target)) on non-ignored rows (no one-hot for
+// kTargetElsewhere), 0 on ignored ones. lse may be a row's global log-sum-exp over all shards.
 // scale = dloss / (number of non-ignored rows) for a mean loss.
 inline void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
                                    const Tensor& targets, float scale) {

@@ -16,7 +16,7 @@ void check(const Tensor& logits, const Tensor& targets) {
   const std::int64_t V = logits.dim(-1);
   const std::int32_t* t = targets.data<std::int32_t>();
   for (std::int64_t i = 0; i < targets.numel(); ++i)
-    TIDAL_CHECK(t[i] == kIgnoreIndex || (t[i] >= 0 && t[i] < V),
+    TIDAL_CHECK(t[i] == kIgnoreIndex || t[i] == kTargetElsewhere || (t[i] >= 0 && t[i] < V),
                 "target {} at position {} is outside the {} classes (and is not the ignore index {})", t[i], i, V,
                 kIgnoreIndex);
 }
@@ -42,7 +42,7 @@ void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, co
       for (std::int64_t j = 0; j < V; ++j) sum += std::exp(to_float(row[j]) - mx);
       const float l = mx + std::log(sum);
       plse[n] = l;
-      pl[n] = pt[n] == kIgnoreIndex ? 0.0f : l - to_float(row[pt[n]]);
+      pl[n] = pt[n] < 0 ? 0.0f : l - to_float(row[pt[n]]);
     }
   });
 }

@@ -1,0 +1,74 @@
+#include "nn/tp/cross_entropy.h"
+
+#include "core/error.h"
+#include "nn/context.h"
+#include "ops/cross_entropy.h"
+
+#include <cmath>
+
+namespace tidal::nn::tp {
+
+VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::int64_t classes, comm::Communicator& group)
+    : group_(group), local_(classes / group.size()), first_(group.rank() * (classes / group.size())) {
+  TIDAL_CHECK(classes % group.size() == 0, "vocab-parallel cross-entropy: {} classes do not split over the {} ranks of "
+              "tensor group '{}'", classes, group.size(), group.name());
+}
+
+Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, Context& ctx) {
+  const Batch* batch = ctx.state().batch;
+  TIDAL_ASSERT(batch && batch->targets.defined(), "cross-entropy loss without targets");
+  TIDAL_ASSERT(logits.dim(-1) == local_, "{}: logits {} for {} classes per rank", path(), logits.str(), local_);
+  Tensor logits2 = logits.reshape({-1, local_});
+  const std::int64_t N = logits2.dim(0);
+  TIDAL_CHECK(batch->targets.numel() == N, "{} targets for {} predictions", batch->targets.numel(), N);
+  const std::int32_t* global = batch->targets.data<std::int32_t>();
+  // Targets in this rank's classes, re-based; the others marked as elsewhere (or ignored).
+  Tensor targets = Tensor::empty({N}, DType::i32);
+  std::int32_t* local = targets.data<std::int32_t>();
+  std::int64_t valid = 0;
+  for (std::int64_t i = 0; i < N; ++i) {
+    const std::int64_t t = global[i];
+    valid += t != ops::kIgnoreIndex;
+    local[i] = t == ops::kIgnoreIndex                    ? ops::kIgnoreIndex
+               : (t >= first_ && t < first_ + local_) ? std::int32_t(t - first_)
+                                                        : ops::kTargetElsewhere;
+  }
+  Tensor losses = ctx.empty({N}), lse = ctx.empty({N});
+  ops::cross_entropy_forward(losses, lse, logits2, targets);
+
+  // Global log-sum-exp per row: m = max over ranks, then log of the summed exp(lse_r - m).
+  Tensor m = lse.clone();
+  group_.all_reduce(m, {.op = comm::ReduceOp::max})->wait();
+  Tensor sum = Tensor::empty({N});
+  // This rank's target logit (lse_r - loss_r where it holds the target), summed over ranks.
+  Tensor target_logit = Tensor::zeros({N});
+  float *pl = lse.data<float>(), *pm = m.data<float>(), *ps = sum.data<float>(), *pz = target_logit.data<float>();
+  const float* ploss = losses.data<float>();
+  for (std::int64_t i = 0; i < N; ++i) {
+    ps[i] = std::exp(pl[i] - pm[i]);
+    if (local[i] >= 0) pz[i] = pl[i] - ploss[i];
+  }
+  group_.all_reduce(sum)->wait();
+  group_.all_reduce(target_logit)->wait();
+  double total = 0;
+  for (std::int64_t i = 0; i < N; ++i) {
+    pl[i] = pm[i] + std::log(ps[i]);  // lse now holds the global log-sum-exp
+    if (global[i] != ops::kIgnoreIndex) total += double(pl[i]) - double(pz[i]);
+  }
+  Tensor loss = ctx.empty({1});
+  loss.data<float>()[0] = valid ? float(total / double(valid)) : 0.0f;
+  ctx.saved = {logits, lse, targets, Tensor::full({1}, float(valid))};
+  return loss;
+}
+
+Tensor VocabParallelCrossEntropy::backward(const Tensor& dloss, Context& ctx) {
+  const Tensor &logits = ctx.saved.at(0), &lse = ctx.saved.at(1), &targets = ctx.saved.at(2);
+  const float valid = ctx.saved.at(3).item();
+  Tensor dlogits = ctx.empty(logits.shape(), logits.dtype());
+  Tensor d2 = dlogits.reshape({-1, local_});
+  ops::cross_entropy_backward(d2, logits.reshape({-1, local_}), lse, targets, valid > 0 ? dloss.item() / valid : 0.0f);
+  ctx.saved.clear();
+  return dlogits;
+}
+
+}  // namespace tidal::nn::tp

@@ -1,0 +1,29 @@
+// Vocab-parallel cross-entropy (optimus-2d.txt sec. 3.2.2; Megatron-LM): the logits' classes are
+// split over a tensor group (rank r holds classes [r V/p, (r+1) V/p)), and the loss is computed
+// without gathering them. Each rank's log-sum-exp over its classes is combined into the global
+// one (all-reduce max, then sum of exp), the target logit comes from the rank that holds it (an
+// all-reduce sum), and backward is softmax(global) - onehot on each rank's own classes. Three
+// all-reduces of one value per row instead of an all-gather of [rows, V].
+#pragma once
+
+#include "comm/communicator.h"
+#include "nn/module.h"
+
+namespace tidal::nn::tp {
+
+class VocabParallelCrossEntropy final : public Module {
+ public:
+  // `classes` is the full number of classes V (divisible by the group size).
+  VocabParallelCrossEntropy(std::int64_t classes, comm::Communicator& group);
+
+  // logits [..., V/p] (this rank's classes); targets from the batch (global class ids, or
+  // kIgnoreIndex) -> the mean loss [1], equal on every rank of the group.
+  Tensor forward(const Tensor& logits, Context& ctx) override;
+  Tensor backward(const Tensor& dloss, Context& ctx) override;
+
+ private:
+  comm::Communicator& group_;
+  std::int64_t local_, first_;
+};
+
+}  // namespace tidal::nn::tp
