@@ -12,6 +12,17 @@ Shape with_last(const Shape& s, std::int64_t last) {
 }
 }  // namespace
 
+void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const Parameter* bias) {
+  ops::gemm(y2, x2, weight.data, {.trans_b = true});
+  if (bias) ops::bias_add(y2, bias->data);
+}
+
+void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter& weight, Parameter* bias) {
+  ops::gemm(dx2, dy2, weight.data);                                  // dx = dy W
+  ops::gemm(weight.grad, dy2, x2, {.trans_a = true, .beta = 1.0f});  // dW += dy^T x
+  if (bias) ops::bias_grad(bias->grad, dy2);
+}
+
 Linear::Linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init)
     : in_(in), out_(out), weight_(&add_parameter("weight", {out, in}, init)),
       bias_(bias ? &add_parameter("bias", {out}, ParameterInit::zeros()) : nullptr) {}
@@ -19,9 +30,8 @@ Linear::Linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init)
 Tensor Linear::forward(const Tensor& x, Context& ctx) {
   TIDAL_ASSERT(x.dim(-1) == in_, "{}: input {} for {} features", path(), x.str(), in_);
   Tensor y = ctx.empty(with_last(x.shape(), out_), x.dtype());
-  Tensor x2 = x.reshape({-1, in_}), y2 = y.reshape({-1, out_});
-  ops::gemm(y2, x2, weight_->data, {.trans_b = true});
-  if (bias_) ops::bias_add(y2, bias_->data);
+  Tensor y2 = y.reshape({-1, out_});
+  linear_forward(y2, x.reshape({-1, in_}), *weight_, bias_);
   ctx.saved = {x};
   return y;
 }
@@ -31,9 +41,7 @@ Tensor Linear::backward(const Tensor& dy, Context& ctx) {
   Tensor x2 = x.reshape({-1, in_}), dy2 = dy.reshape({-1, out_});
   Tensor dx = ctx.empty(x.shape(), x.dtype());
   Tensor dx2 = dx.reshape({-1, in_});
-  ops::gemm(dx2, dy2, weight_->data);                                        // dx = dy W
-  ops::gemm(weight_->grad, dy2, x2, {.trans_a = true, .beta = 1.0f});        // dW += dy^T x
-  if (bias_) ops::bias_grad(bias_->grad, dy2);
+  linear_backward(dx2, dy2, x2, *weight_, bias_);
   ctx.saved.clear();
   return dx;
 }

@@ -5,6 +5,11 @@
 
 namespace tidal::nn {
 
+// The matrix products of a linear layer on 2-D views, shared by Linear and the tensor-parallel
+// linears: y2 [N, out] = x2 [N, in] W^T (+ b); and dx2 = dy2 W, dW += dy2^T x2 (db += column sums).
+void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const Parameter* bias);
+void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter& weight, Parameter* bias);
+
 class Linear final : public Module {
  public:
   Linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init);

@@ -2,9 +2,9 @@
 
 #include "core/error.h"
 #include "nn/context.h"
+#include "nn/linear.h"
 #include "nn/tp/mappings.h"
 #include "ops/bias.h"
-#include "ops/gemm.h"
 
 namespace tidal::nn::tp {
 namespace {
@@ -43,8 +43,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, Context& ctx) {
   const Tensor xin = CopyToGroup::forward(x, group_);
   Tensor y = ctx.empty(with_last(x.shape(), out_local_), x.dtype());
   Tensor y2 = y.reshape({-1, out_local_});
-  ops::gemm(y2, xin.reshape({-1, in_}), weight_->data, {.trans_b = true});
-  if (bias_) ops::bias_add(y2, bias_->data);
+  linear_forward(y2, xin.reshape({-1, in_}), *weight_, bias_);
   ctx.saved = {xin};
   return gather_output_ ? GatherFromGroup::forward(y, group_, -1) : y;
 }
@@ -55,9 +54,7 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy, Context& ctx) {
   Tensor x2 = x.reshape({-1, in_}), dy2 = dy_local.reshape({-1, out_local_});
   Tensor dx = ctx.empty(x.shape(), x.dtype());
   Tensor dx2 = dx.reshape({-1, in_});
-  ops::gemm(dx2, dy2, weight_->data);                                  // this rank's part of dx = dy W
-  ops::gemm(weight_->grad, dy2, x2, {.trans_a = true, .beta = 1.0f});  // dW_r += dy_r^T x
-  if (bias_) ops::bias_grad(bias_->grad, dy2);
+  linear_backward(dx2, dy2, x2, *weight_, bias_);  // this rank's part of dx; dW_r += dy_r^T x
   ctx.saved.clear();
   return CopyToGroup::backward(dx, group_);  // sum of the ranks' parts
 }
@@ -76,7 +73,7 @@ Tensor RowParallelLinear::forward(const Tensor& x, Context& ctx) {
   TIDAL_ASSERT(xr.dim(-1) == in_local_, "{}: input {} for {} features per rank", path(), xr.str(), in_local_);
   Tensor partial = ctx.empty(with_last(xr.shape(), out_), xr.dtype());
   Tensor partial2 = partial.reshape({-1, out_});
-  ops::gemm(partial2, xr.reshape({-1, in_local_}), weight_->data, {.trans_b = true});
+  linear_forward(partial2, xr.reshape({-1, in_local_}), *weight_, nullptr);  // the bias is added once, after the sum
   Tensor y = ReduceFromGroup::forward(partial, group_);
   if (bias_) {
     Tensor y2 = y.reshape({-1, out_});
@@ -92,9 +89,7 @@ Tensor RowParallelLinear::backward(const Tensor& dy, Context& ctx) {
   Tensor x2 = xr.reshape({-1, in_local_}), dy2 = g.reshape({-1, out_});
   Tensor dx = ctx.empty(xr.shape(), xr.dtype());
   Tensor dx2 = dx.reshape({-1, in_local_});
-  ops::gemm(dx2, dy2, weight_->data);                                  // dx_r = dy W_r
-  ops::gemm(weight_->grad, dy2, x2, {.trans_a = true, .beta = 1.0f});  // dW_r += dy^T x_r
-  if (bias_) ops::bias_grad(bias_->grad, dy2);
+  linear_backward(dx2, dy2, x2, *weight_, bias_);  // dx_r = dy W_r; dW_r += dy^T x_r
   ctx.saved.clear();
   return split_input_ ? ScatterToGroup::backward(dx, group_, -1) : dx;
 }
