@@ -4,7 +4,14 @@
 #include "core/tensor.h"
 #include "ops/dispatch.h"
 
+#include <cstdint>
+#include <limits>
+
 namespace tidal::ops {
+
+// An id whose row lives in another rank's shard of the table (vocab-parallel embedding): its
+// output row is zero (left as is when accumulating) and it adds nothing to the table gradient.
+inline constexpr std::int32_t kIdElsewhere = std::numeric_limits<std::int32_t>::min();
 
 namespace cpu {
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool accumulate);

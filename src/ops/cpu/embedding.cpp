@@ -11,7 +11,7 @@ void check_ids(const Tensor& ids, std::int64_t V) {
   TIDAL_ASSERT(ids.dtype() == DType::i32, "embedding ids must be i32, got {}", ids.str());
   const std::int32_t* p = ids.data<std::int32_t>();
   for (std::int64_t i = 0; i < ids.numel(); ++i)
-    TIDAL_CHECK(p[i] >= 0 && p[i] < V,
+    TIDAL_CHECK((p[i] >= 0 && p[i] < V) || p[i] == kIdElsewhere,
                 "token id {} at position {} is outside the vocabulary [0, {}): check model.vocab_size against "
                 "the data",
                 p[i], i, V);
@@ -32,8 +32,13 @@ void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool a
     T* py = y.data<T>();
 #pragma omp parallel for schedule(static)
     for (std::int64_t n = 0; n < N; ++n) {
-      const T* row = pt + std::int64_t(pid[n]) * C;
       T* out = py + n * C;
+      if (pid[n] == kIdElsewhere) {
+        if (!accumulate)
+          for (std::int64_t c = 0; c < C; ++c) out[c] = from_float<T>(0.0f);
+        continue;
+      }
+      const T* row = pt + std::int64_t(pid[n]) * C;
       for (std::int64_t c = 0; c < C; ++c)
         out[c] = accumulate ? from_float<T>(to_float(out[c]) + to_float(row[c])) : row[c];
     }
@@ -59,6 +64,7 @@ void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids) {
     for (std::int64_t c0 = 0; c0 < C; c0 += 16) {
       const std::int64_t c1 = std::min(C, c0 + 16);
       for (std::int64_t n = 0; n < N; ++n) {
+        if (pid[n] == kIdElsewhere) continue;
         float* row = pa + std::int64_t(pid[n]) * C;
         const T* g = pdy + n * C;
         for (std::int64_t c = c0; c < c1; ++c) row[c] += to_float(g[c]);

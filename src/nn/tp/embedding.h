@@ -1,0 +1,28 @@
+// Vocab-parallel embedding (Megatron-LM; optimus-2d.txt sec. 3.2.2): the table's rows are split
+// over a tensor group (rank r holds ids [r V/p, (r+1) V/p)); each rank looks up the ids it holds
+// (zero rows for the others) and reduce_from_group sums the partial outputs. Backward adds each
+// rank's rows only. With a head tied to this table, each rank's logits are its own classes, as
+// VocabParallelCrossEntropy expects.
+#pragma once
+
+#include "comm/communicator.h"
+#include "nn/module.h"
+
+namespace tidal::nn::tp {
+
+class VocabParallelEmbedding final : public Module {
+ public:
+  VocabParallelEmbedding(std::int64_t num, std::int64_t dim, ParameterInit init, comm::Communicator& group);
+
+  Tensor forward(const Tensor& ids, Context& ctx) override;  // ids [B, T] (global) -> [B, T, C]
+  Tensor backward(const Tensor& dy, Context& ctx) override;
+
+  Parameter& table() { return *table_; }
+
+ private:
+  comm::Communicator& group_;
+  std::int64_t local_, first_;
+  Parameter* table_;  // [V/p, C], rows first_.. of [V, C]
+};
+
+}  // namespace tidal::nn::tp
