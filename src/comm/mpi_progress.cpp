@@ -143,51 +143,49 @@ void MpiProgress::start_queued() {
 
 bool MpiProgress::test_in_flight() {
   if (in_flight_.empty()) return false;
+  const std::size_t n = requests_.size();
+  completed_.resize(n);
+  statuses_.resize(n);
   int count = 0;
-  std::vector<int> indices(requests_.size());
-  std::vector<MPI_Status> statuses(requests_.size());
-  const int rc = MPI_Testsome(int(requests_.size()), requests_.data(), &count, indices.data(), statuses.data());
-  if (count == MPI_UNDEFINED || count == 0) {
-    if (rc == MPI_SUCCESS) return false;
+  const int rc = MPI_Testsome(int(n), requests_.data(), &count, completed_.data(), statuses_.data());
+  if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+    // The call itself failed: no request can be trusted to complete, so all of them fail.
+    count = int(n);
+    for (std::size_t i = 0; i < n; ++i) completed_[i] = int(i), statuses_[i].MPI_ERROR = rc;
   }
-  std::vector<bool> done(requests_.size(), false);
-  for (int i = 0; i < count; ++i) done[std::size_t(indices[std::size_t(i)])] = true;
-  if (rc != MPI_SUCCESS) {
-    // MPI_ERR_IN_STATUS: the failed requests carry their own error codes.
-    for (int i = 0; i < count; ++i) {
-      const MPI_Status& st = statuses[std::size_t(i)];
-      if (rc == MPI_ERR_IN_STATUS && st.MPI_ERROR == MPI_SUCCESS) continue;
-      InFlight& f = in_flight_[std::size_t(indices[std::size_t(i)])];
+  if (count == MPI_UNDEFINED || count == 0) return false;
+  for (int k = 0; k < count; ++k) {
+    MpiOperation& op = in_flight_[std::size_t(completed_[std::size_t(k)])].op;
+    const int status = rc == MPI_SUCCESS ? MPI_SUCCESS : statuses_[std::size_t(k)].MPI_ERROR;
+    std::exception_ptr error;
+    if (status != MPI_SUCCESS) {
       char text[MPI_MAX_ERROR_STRING];
       int len = 0;
-      MPI_Error_string(rc == MPI_ERR_IN_STATUS ? st.MPI_ERROR : rc, text, &len);
-      f.op.work->mark_completed(std::make_exception_ptr(
-          Error(fmt::format("{} #{} on group '{}' failed: {}", f.op.kind, f.op.seq, f.op.group->name,
-                            std::string(text, std::size_t(len))))));
-      f.op.finish = nullptr;
-      f.op.work = nullptr;
-    }
-  }
-  std::vector<InFlight> still;
-  std::vector<MPI_Request> still_requests;
-  for (std::size_t i = 0; i < in_flight_.size(); ++i) {
-    if (!done[i]) {
-      still.push_back(std::move(in_flight_[i]));
-      still_requests.push_back(requests_[i]);
-      continue;
-    }
-    MpiOperation& op = in_flight_[i].op;
-    if (!op.work) continue;  // already failed above
-    std::exception_ptr error;
-    try {
-      if (op.finish) op.finish();
-    } catch (...) {
-      error = std::current_exception();
+      MPI_Error_string(status, text, &len);
+      error = std::make_exception_ptr(Error(fmt::format("{} #{} on group '{}' failed: {}", op.kind, op.seq,
+                                                        op.group->name, std::string(text, std::size_t(len)))));
+    } else {
+      try {
+        if (op.finish) op.finish();
+      } catch (...) {
+        error = std::current_exception();
+      }
     }
     op.work->mark_completed(error);
+    op.work = nullptr;  // marks the slot for removal below
   }
-  in_flight_.swap(still);
-  requests_.swap(still_requests);
+  // Keep the operations still in flight, in call order.
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!in_flight_[i].op.work) continue;
+    if (kept != i) {
+      in_flight_[kept] = std::move(in_flight_[i]);
+      requests_[kept] = requests_[i];
+    }
+    ++kept;
+  }
+  in_flight_.resize(kept);
+  requests_.resize(kept);
   return true;
 }
 

@@ -86,6 +86,8 @@ class MpiProgress {
   std::vector<std::shared_ptr<GroupInfo>> groups_;  // by id
   std::vector<InFlight> in_flight_;       // progress thread only
   std::vector<MPI_Request> requests_;     // parallel to in_flight_
+  std::vector<int> completed_;            // MPI_Testsome scratch, reused across polls
+  std::vector<MPI_Status> statuses_;
   struct Answer {  // a reply being sent to another rank's watchdog (the buffer outlives the send)
     MPI_Request request = MPI_REQUEST_NULL;
     std::array<char, kAnswerBytes> text{};

@@ -7,14 +7,6 @@
 #endif
 
 namespace tidal::parallel {
-namespace {
-
-constexpr GroupKind kAllKinds[] = {GroupKind::world,      GroupKind::data,       GroupKind::pipeline,
-                                   GroupKind::tensor,     GroupKind::tensor_row, GroupKind::tensor_col,
-                                   GroupKind::tensor_depth, GroupKind::tensor_x, GroupKind::tensor_y,
-                                   GroupKind::tensor_z,   GroupKind::sequence,   GroupKind::model};
-
-}  // namespace
 
 MeshSpec mesh_spec(const config::Config& cfg, int world_size, int ranks_per_node) {
   const config::ParallelConfig& p = cfg.parallel;
@@ -48,7 +40,7 @@ ParallelContext::ParallelContext(const config::Config& cfg, comm::MpiRuntime* ru
               micro, B / replicas);
   const comm::Seconds timeout(cfg.parallel.timeout_s);
   // Every rank creates the same groups in the same order (creation is collective).
-  for (GroupKind kind : kAllKinds) {
+  for (GroupKind kind : kAllGroupKinds) {
     const auto all = layout_.groups(kind);
     std::shared_ptr<comm::Communicator> c;
 #if TIDAL_MPI

@@ -56,6 +56,13 @@ enum class GroupKind {
   model,         // pipeline x tensor x sequence: one model replica (same data); ascending rank
 };
 
+// Every kind, in declaration order (the order ParallelContext creates their communicators).
+inline constexpr GroupKind kAllGroupKinds[] = {
+    GroupKind::world,      GroupKind::data,       GroupKind::pipeline,     GroupKind::tensor,
+    GroupKind::tensor_row, GroupKind::tensor_col, GroupKind::tensor_depth, GroupKind::tensor_x,
+    GroupKind::tensor_y,   GroupKind::tensor_z,   GroupKind::sequence,     GroupKind::model,
+};
+
 // "world", "data", "tensor_row", ... (the enumerator's name).
 std::string_view group_name(GroupKind kind);
 

@@ -29,10 +29,7 @@ comm::Communicator& world() {
 
 // The block [first, first + n) of the last dimension, as a contiguous tensor.
 Tensor last_slice(const Tensor& t, std::int64_t first, std::int64_t n) {
-  Tensor s = t.slice(t.ndim() - 1, first, first + n);
-  Tensor c = Tensor::empty(s.shape());
-  c.copy_from(s);
-  return c;
+  return t.slice(t.ndim() - 1, first, first + n).clone();
 }
 
 struct Reference {

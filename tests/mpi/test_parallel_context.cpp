@@ -62,18 +62,13 @@ config::Config config_for(const Case& c) {
   return cfg;
 }
 
-constexpr GroupKind kKinds[] = {GroupKind::world,      GroupKind::data,         GroupKind::pipeline,
-                                GroupKind::tensor,     GroupKind::tensor_row,   GroupKind::tensor_col,
-                                GroupKind::tensor_depth, GroupKind::tensor_x,   GroupKind::tensor_y,
-                                GroupKind::tensor_z,   GroupKind::sequence,     GroupKind::model};
-
 TEST(ParallelContext, CommunicatorsMatchTheLayoutInEveryMode) {
   const auto all = cases(mpi().world_size());
   ASSERT_FALSE(all.empty()) << "no layouts for " << mpi().world_size() << " ranks";
   for (const Case& c : all) {
     ParallelContext pc(config_for(c), &mpi());
     const int me = pc.rank();
-    for (GroupKind kind : kKinds) {
+    for (GroupKind kind : kAllGroupKinds) {
       comm::Communicator& g = pc.group(kind);
       const std::vector<int> want = pc.layout().group(kind, me);
       ASSERT_EQ(g.size(), int(want.size())) << c.name << " " << group_name(kind);

@@ -26,18 +26,12 @@ namespace {
 using Table = std::vector<std::vector<int>>;
 using Tables = std::map<GroupKind, Table>;
 
-constexpr GroupKind kAllKinds[] = {
-    GroupKind::world,      GroupKind::data,       GroupKind::pipeline,     GroupKind::tensor,
-    GroupKind::tensor_row, GroupKind::tensor_col, GroupKind::tensor_depth, GroupKind::tensor_x,
-    GroupKind::tensor_y,   GroupKind::tensor_z,   GroupKind::sequence,     GroupKind::model,
-};
-
 // Compares every kind's groups with `tables`; a kind the case does not list must be one group
 // per rank. Also checks group(kind, r) and group_index for every rank, and the round trip.
 void expect_groups(const MeshSpec& spec, const Tables& tables) {
   const Layout layout(spec);
   const int world = layout.world_size();
-  for (GroupKind kind : kAllKinds) {
+  for (GroupKind kind : kAllGroupKinds) {
     SCOPED_TRACE(std::string("kind ") + std::string(group_name(kind)));
     const auto it = tables.find(kind);
     if (it == tables.end()) {

@@ -11,16 +11,10 @@ int normalize(const Tensor& x, int dim) {
   return d;
 }
 
-Tensor contiguous_copy(const Tensor& x) {
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
-  y.copy_from(x);
-  return y;
-}
-
 // Moves `dim` to the front: [..., n, ...] -> [n, ...rest] (a copy), so that rank slices of `dim`
 // are contiguous blocks for the collectives.
 Tensor dim_to_front(const Tensor& x, int d) {
-  if (d == 0) return contiguous_copy(x);
+  if (d == 0) return x.clone();
   std::vector<std::int64_t> dims{x.dim(d)};
   for (int i = 0; i < x.ndim(); ++i)
     if (i != d) dims.push_back(x.dim(i));
@@ -53,7 +47,7 @@ Tensor slice_for_rank(const Tensor& x, int dim, int rank, int parts) {
   TIDAL_CHECK(x.dim(d) % parts == 0, "splitting {} along dim {} into {} equal parts: {} is not divisible by {}",
               x.str(), d, parts, x.dim(d), parts);
   const std::int64_t k = x.dim(d) / parts;
-  return contiguous_copy(x.slice(d, rank * k, (rank + 1) * k));
+  return x.slice(d, rank * k, (rank + 1) * k).clone();
 }
 
 Tensor all_gather_along(const Tensor& x, comm::Communicator& g, int dim) {
@@ -84,7 +78,7 @@ Tensor reduce_scatter_along(const Tensor& x, comm::Communicator& g, int dim) {
 
 Tensor CopyToGroup::forward(const Tensor& x, comm::Communicator&) { return x; }
 Tensor CopyToGroup::backward(const Tensor& dy, comm::Communicator& g) {
-  Tensor dx = contiguous_copy(dy);
+  Tensor dx = dy.clone();
   g.all_reduce(dx)->wait();
   return dx;
 }
@@ -115,14 +109,14 @@ Tensor AllGatherGroup::backward(const Tensor& dy, comm::Communicator& g, int dim
 }
 
 Tensor BroadcastFrom::forward(const Tensor& x, comm::Communicator& g, int root) {
-  Tensor y = contiguous_copy(x);
+  Tensor y = x.clone();
   g.broadcast(y, {.root = root})->wait();
   return y;
 }
 Tensor BroadcastFrom::backward(const Tensor& dy, comm::Communicator& g, int root) {
   // The adjoint of a broadcast: every rank's gradient summed at the root; other ranks' inputs
   // did not reach the output, so their gradient is zero.
-  Tensor dx = contiguous_copy(dy);
+  Tensor dx = dy.clone();
   g.reduce(dx, {.op = comm::ReduceOp::sum, .root = root})->wait();
   if (g.rank() != root) dx.zero_();
   return dx;
