@@ -1,8 +1,8 @@
 #include "engine/trainer.h"
 
 #include "data/dataset.h"
-#include "engine/gradient_reducer.h"
 #include "engine/checkpoint.h"
+#include "engine/gradient_reducer.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
 #include "engine/progress.h"
