@@ -2,6 +2,7 @@
 
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "nn/tp/shard.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -46,8 +47,22 @@ void prune(const fs::path& dir, const std::string& latest, int keep) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& adam,
-                     const std::string& config_toml, int keep) {
+void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& adam, const std::string& config_toml,
+                     int keep, comm::Communicator* tensor_group, bool writer) {
+  auto whole = [&](const nn::Parameter& p, const Tensor& local) {
+    if (p.full_shape.size() == 0) return local;
+    TIDAL_ASSERT(tensor_group, "{} is a shard: saving it needs its tensor group", p.name);
+    return nn::tp::gather_parameter(p, local, *tensor_group);
+  };
+  std::vector<std::pair<std::string, Tensor>> weights, moments;
+  const auto& params = adam.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const nn::Parameter& p = *params[i];
+    weights.emplace_back(p.name, whole(p, p.data));
+    moments.emplace_back("m." + p.name, whole(p, adam.momentum(i)));
+    moments.emplace_back("v." + p.name, whole(p, adam.variance(i)));
+  }
+  if (!writer) return;
   const fs::path root(dir);
   std::error_code ec;
   fs::create_directories(root, ec);
@@ -60,13 +75,6 @@ void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& ad
   fs::remove_all(tmp);
   fs::create_directory(tmp);
 
-  std::vector<std::pair<std::string, Tensor>> weights, moments;
-  const auto& params = adam.parameters();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    weights.emplace_back(params[i]->name, params[i]->data);
-    moments.emplace_back("m." + params[i]->name, adam.momentum(i));
-    moments.emplace_back("v." + params[i]->name, adam.variance(i));
-  }
   io::save_safetensors((tmp / "model.safetensors").string(), weights,
                        {{"format", kFormat}, {"step", std::to_string(step)}, {"config", config_toml},
                         {"layout", "data=1,pipeline=1,tensor=1,sequence=1"}});
@@ -95,19 +103,22 @@ CheckpointInfo load_checkpoint(const std::string& path, optim::AdamW& adam) {
   io::SafetensorsFile moments = io::load_safetensors((dir / "optimizer.safetensors").string());
   TIDAL_CHECK(weights.metadata["format"] == kFormat, "'{}' is not a tidal checkpoint (format '{}')", dir.string(),
               weights.metadata["format"]);
-  auto take = [&](io::SafetensorsFile& f, const std::string& name, Tensor& into) {
+  // `into` is p's block (p.data or a moment); the file holds the whole tensor.
+  auto take = [&](io::SafetensorsFile& f, const std::string& name, const nn::Parameter& p, Tensor& into) {
     auto it = f.tensors.find(name);
     TIDAL_CHECK(it != f.tensors.end(), "checkpoint '{}' has no tensor '{}': was it saved from another model config?",
                 dir.string(), name);
-    TIDAL_CHECK(it->second.shape() == into.shape() && it->second.dtype() == into.dtype(),
-                "checkpoint '{}': '{}' is {} but the model has {}", dir.string(), name, it->second.str(), into.str());
-    into.copy_from(it->second);
+    const Shape& full = p.full_shape.size() ? p.full_shape : p.shape;
+    TIDAL_CHECK(it->second.shape() == full && it->second.dtype() == into.dtype(),
+                "checkpoint '{}': '{}' is {} but the model has {} {}", dir.string(), name, it->second.str(),
+                dtype_name(into.dtype()), full.str());
+    into.copy_from(nn::tp::shard_of(p, it->second));
   };
   const auto& params = adam.parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
-    take(weights, params[i]->name, params[i]->data);
-    take(moments, "m." + params[i]->name, adam.momentum(i));
-    take(moments, "v." + params[i]->name, adam.variance(i));
+    take(weights, params[i]->name, *params[i], params[i]->data);
+    take(moments, "m." + params[i]->name, *params[i], adam.momentum(i));
+    take(moments, "v." + params[i]->name, *params[i], adam.variance(i));
   }
   adam.set_steps_taken(std::stoll(moments.metadata.at("adamw_step")));
   return {.step = std::stoll(weights.metadata.at("step")), .config_toml = weights.metadata["config"], .path = dir.string()};

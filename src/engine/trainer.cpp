@@ -8,10 +8,13 @@
 #include "engine/progress.h"
 #include "models/factory.h"
 #include "nn/runner.h"
+#include "nn/tp/layer_factories.h"
+#include "nn/tp/shard.h"
 #include "ops/grad_norm.h"
 #include "optim/adamw.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 namespace tidal::engine {
@@ -68,7 +71,8 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   MetricsWriter metrics(pc.is_main() ? options.metrics_path : "");
   auto dataset = data::make_dataset(cfg);
   const nn::CheckpointPolicy checkpointing = checkpoint_policy(tc);
-  auto model = models::make_model(cfg.model, checkpointing);
+  const auto layers = nn::tp::make_layers(pc);
+  auto model = models::make_model(cfg.model, checkpointing, *layers);
   // Activations (and their gradients) have a pool of their own, so their peak is measured alone.
   HostAllocator activations;
   model->materialize(tc.seed);
@@ -111,8 +115,9 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                               local, accum > 1 ? fmt::format(" ({} micro-batches)", accum) : "",
                               reducer->bucket_count(), cfg.parallel.bucket_mb));
   }
+  const std::vector<nn::Parameter*> params = model->parameters();
   std::vector<Tensor> grads;
-  for (nn::Parameter* p : model->parameters()) grads.push_back(p->grad);
+  for (nn::Parameter* p : params) grads.push_back(p->grad);
   const std::int64_t warm = std::min<std::int64_t>(3, std::max<std::int64_t>(0, end - start - 1));
   double timed_seconds = 0, train_loss = 0, comm_seconds = 0, exposed_seconds = 0;
   std::int64_t timed_steps = 0;
@@ -141,7 +146,10 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
       reducer->finish();
       loss = sum_over_replicas(pc, loss);
     }
-    const double norm = tc.grad_clip > 0 ? ops::clip_grad_norm(grads, tc.grad_clip) : ops::global_norm(grads);
+    // Parameters held by several ranks of a tensor grid that saw different samples.
+    nn::tp::reduce_replicated_gradients(params);
+    const double norm = std::sqrt(nn::tp::squared_gradient_norm(params, pc.group(parallel::GroupKind::tensor)));
+    if (tc.grad_clip > 0) ops::clip_to_norm(grads, norm, tc.grad_clip);
     adam.step();
     train_loss = loss;
 
@@ -174,10 +182,12 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                                 floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
     }
     const bool last = step + 1 == end;
-    // Replicas hold identical weights and optimizer state: the main rank writes them.
-    if (pc.is_main() && !cfg.checkpoint.dir.empty() &&
+    // Replicas hold identical weights and optimizer state: the tensor group of the main rank
+    // gathers them and the main rank writes.
+    if (pc.coordinates().data == 0 && !cfg.checkpoint.dir.empty() &&
         (last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0))) {
-      save_checkpoint(cfg.checkpoint.dir, step + 1, adam, config_toml, cfg.checkpoint.keep);
+      save_checkpoint(cfg.checkpoint.dir, step + 1, adam, config_toml, cfg.checkpoint.keep,
+                      &pc.group(parallel::GroupKind::tensor), pc.is_main());
       if (!last) progress.line(fmt::format("step {}: checkpoint written to {}", step + 1, cfg.checkpoint.dir));
     }
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "models/model.h"
+#include "nn/layer_factory.h"
 
 namespace tidal::models {
 
@@ -21,6 +22,6 @@ struct BertConfig {
   nn::CheckpointPolicy checkpointing{};  // activation checkpointing of the blocks
 };
 
-std::unique_ptr<Model> make_bert(const BertConfig& cfg);
+std::unique_ptr<Model> make_bert(const BertConfig& cfg, nn::LayerFactory& layers = nn::single_device_layers());
 
 }  // namespace tidal::models

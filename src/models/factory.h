@@ -3,9 +3,12 @@
 
 #include "config/config.h"
 #include "models/model.h"
+#include "nn/layer_factory.h"
 
 namespace tidal::models {
 
-std::unique_ptr<Model> make_model(const config::ModelConfig& cfg, const nn::CheckpointPolicy& checkpointing = {});
+// The model of `cfg`, its layers made by `layers` (the tensor-parallel mode's factory).
+std::unique_ptr<Model> make_model(const config::ModelConfig& cfg, const nn::CheckpointPolicy& checkpointing = {},
+                                  nn::LayerFactory& layers = nn::single_device_layers());
 
 }  // namespace tidal::models

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "models/model.h"
+#include "nn/layer_factory.h"
 
 namespace tidal::models {
 
@@ -19,6 +20,6 @@ struct GptConfig {
   nn::CheckpointPolicy checkpointing{};  // activation checkpointing of the blocks
 };
 
-std::unique_ptr<Model> make_gpt(const GptConfig& cfg);
+std::unique_ptr<Model> make_gpt(const GptConfig& cfg, nn::LayerFactory& layers = nn::single_device_layers());
 
 }  // namespace tidal::models

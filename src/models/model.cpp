@@ -48,7 +48,7 @@ void Model::zero_grad() {
 
 std::int64_t Model::num_parameters() {
   std::int64_t n = 0;
-  for (nn::Parameter* p : parameters()) n += p->shape.numel();
+  for (nn::Parameter* p : parameters()) n += (p->full_shape.size() ? p->full_shape : p->shape).numel();
   return n;
 }
 

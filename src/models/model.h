@@ -38,6 +38,7 @@ class Model : public nn::Module {
   // (seed, parameter name). Call once, after construction.
   void materialize(std::uint64_t seed, Allocator& alloc = host_allocator());
   void zero_grad();
+  // Elements of the whole model (a shard counts as its full parameter).
   std::int64_t num_parameters();
   nn::Parameter& parameter(const std::string& name);
   const std::vector<nn::Module*>& layers() const { return layers_; }

@@ -1,9 +1,5 @@
 #include "models/vit.h"
 
-#include "nn/cross_entropy_loss.h"
-#include "nn/dropout.h"
-#include "nn/layernorm.h"
-#include "nn/linear.h"
 #include "nn/transformer_block.h"
 #include "ops/class_token.h"
 #include "ops/embedding.h"
@@ -12,23 +8,27 @@
 namespace tidal::models {
 namespace {
 
-// images -> patches -> Linear -> [class token; patches] + positions -> dropout.
+// images -> patches -> Linear -> [class token; patches] + positions -> dropout. The patches
+// enter the model split as the factory's F layout, and the projection is an output_linear.
 class PatchEmbedding final : public nn::Module {
  public:
-  explicit PatchEmbedding(const VitConfig& c) : patch_size_(c.patch_size) {
+  PatchEmbedding(const VitConfig& c, nn::LayerFactory& layers) : patch_size_(c.patch_size) {
     const auto init = nn::ParameterInit::normal(c.init_std);
     const std::int64_t n = (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
-    patch_ = &add_module("patch", std::make_unique<nn::Linear>(c.channels * c.patch_size * c.patch_size, c.n_embd, true, init));
+    split_ = &add_module("split", layers.split_features());
+    patch_ = &add_module("patch", layers.output_linear(c.channels * c.patch_size * c.patch_size, c.n_embd, true, init));
     cls_ = &add_parameter("cls_token", {c.n_embd}, init);
     pos_ = &add_parameter("pos_embed", {n + 1, c.n_embd}, init);
-    drop_ = &add_module("drop", std::make_unique<nn::Dropout>(c.dropout));
+    layers.split_hidden(*cls_);
+    layers.split_hidden(*pos_);
+    drop_ = &add_module("drop", layers.dropout(c.dropout));
   }
 
   Tensor forward(const Tensor& images, nn::Context& ctx) override {
     const std::int64_t B = images.dim(0), P = patch_size_;
     Tensor patches = ctx.empty({B, (images.dim(2) / P) * (images.dim(3) / P), images.dim(1) * P * P}, images.dtype());
     ops::patchify(patches, images, P);
-    Tensor e = ctx.forward(*patch_, patches, kPatch);  // [B, N, D]
+    Tensor e = ctx.forward(*patch_, ctx.forward(*split_, patches, kSplit), kPatch);  // [B, N, D]
     TIDAL_CHECK(e.dim(1) + 1 == pos_->shape[0], "images give {} patches; the model was built for {} (model.image_size)",
                 e.dim(1), pos_->shape[0] - 1);
     Tensor x = ctx.empty({B, e.dim(1) + 1, e.dim(2)}, e.dtype());
@@ -41,24 +41,26 @@ class PatchEmbedding final : public nn::Module {
     ops::position_embedding_backward(pos_->grad, d);
     Tensor de = ctx.empty({d.dim(0), d.dim(1) - 1, d.dim(2)}, d.dtype());
     ops::prepend_token_backward(de, cls_->grad, d);
-    ctx.backward(*patch_, de, kPatch);
+    ctx.backward(*split_, ctx.backward(*patch_, de, kPatch), kSplit);
     return {};
   }
 
  private:
-  enum Slot : std::size_t { kPatch, kDrop };
+  enum Slot : std::size_t { kSplit, kPatch, kDrop };
   std::int64_t patch_size_;
-  nn::Linear* patch_;
+  nn::Module* split_;
+  nn::Module* patch_;
   nn::Parameter* cls_;  // [D]
   nn::Parameter* pos_;  // [N + 1, D]
-  nn::Dropout* drop_;
+  nn::Module* drop_;
 };
 
-// Linear classifier on the class token x[:, 0].
+// Linear classifier on the class token x[:, 0] (an input_linear: the logits come out split by
+// class, as the factory's cross-entropy takes them).
 class ClassTokenHead final : public nn::Module {
  public:
-  ClassTokenHead(std::int64_t n_embd, std::int64_t num_classes, nn::ParameterInit init)
-      : fc_(&add_module("", std::make_unique<nn::Linear>(n_embd, num_classes, true, init))) {}
+  ClassTokenHead(std::int64_t n_embd, std::int64_t num_classes, nn::ParameterInit init, nn::LayerFactory& layers)
+      : fc_(&add_module("", layers.input_linear(n_embd, num_classes, true, init))) {}
 
   Tensor forward(const Tensor& x, nn::Context& ctx) override {
     Tensor cls = ctx.empty({x.dim(0), x.dim(2)}, x.dtype());
@@ -75,28 +77,31 @@ class ClassTokenHead final : public nn::Module {
   }
 
  private:
-  nn::Linear* fc_;
+  nn::Module* fc_;
 };
 
 class Vit final : public Model {
  public:
-  explicit Vit(const VitConfig& c) {
+  Vit(const VitConfig& c, nn::LayerFactory& layers) {
     TIDAL_CHECK(c.patch_size > 0 && c.image_size % c.patch_size == 0,
                 "model.image_size ({}) must be a multiple of model.patch_size ({})", c.image_size, c.patch_size);
-    add_layer("", std::make_unique<PatchEmbedding>(c));
+    add_layer("", std::make_unique<PatchEmbedding>(c, layers));
     nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = false, .pre_ln = true, .ln_eps = c.ln_eps,
                       .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
                       .proj_init = nn::ParameterInit::normal(c.init_std)};
-    add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b); }, c.checkpointing);
-    add_layer("ln_f", std::make_unique<nn::LayerNorm>(c.n_embd, c.ln_eps));
-    add_layer("head", std::make_unique<ClassTokenHead>(c.n_embd, c.num_classes, nn::ParameterInit::normal(c.init_std)));
-    add_layer("loss", std::make_unique<nn::CrossEntropyLoss>());
+    add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);
+    add_layer("ln_f", layers.layer_norm(c.n_embd, c.ln_eps));
+    add_layer("head", std::make_unique<ClassTokenHead>(c.n_embd, c.num_classes, nn::ParameterInit::normal(c.init_std),
+                                                       layers));
+    add_layer("loss", layers.cross_entropy(c.num_classes));
   }
   const Tensor& input(const nn::Batch& batch) const override { return batch.images; }
 };
 
 }  // namespace
 
-std::unique_ptr<Model> make_vit(const VitConfig& cfg) { return std::make_unique<Vit>(cfg); }
+std::unique_ptr<Model> make_vit(const VitConfig& cfg, nn::LayerFactory& layers) {
+  return std::make_unique<Vit>(cfg, layers);
+}
 
 }  // namespace tidal::models

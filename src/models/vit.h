@@ -4,6 +4,7 @@
 #pragma once
 
 #include "models/model.h"
+#include "nn/layer_factory.h"
 
 namespace tidal::models {
 
@@ -21,6 +22,6 @@ struct VitConfig {
   nn::CheckpointPolicy checkpointing{};  // activation checkpointing of the blocks
 };
 
-std::unique_ptr<Model> make_vit(const VitConfig& cfg);
+std::unique_ptr<Model> make_vit(const VitConfig& cfg, nn::LayerFactory& layers = nn::single_device_layers());
 
 }  // namespace tidal::models

@@ -6,28 +6,35 @@ namespace tidal::nn {
 namespace {
 enum Slot : std::size_t { kQkv, kProj };
 
-ops::AttentionOptions options(int n_head, bool causal, const Context& ctx) {
+// The key mask of this rank's samples (a view of the batch's), undefined without one.
+Tensor key_mask(const BatchSlice& samples, const Context& ctx) {
   const Batch* b = ctx.state().batch;
-  const bool masked = b != nullptr && b->attn_mask.defined();
-  return {.n_head = n_head, .causal = causal, .key_mask = masked ? &b->attn_mask : nullptr};
+  return b != nullptr && b->attn_mask.defined() ? samples.of(b->attn_mask) : Tensor{};
+}
+
+ops::AttentionOptions options(int n_head, bool causal, const Tensor& mask) {
+  return {.n_head = n_head, .causal = causal, .key_mask = mask.defined() ? &mask : nullptr};
 }
 }  // namespace
 
 MultiHeadSelfAttention::MultiHeadSelfAttention(std::int64_t n_embd, int n_head, bool causal, ParameterInit init,
-                                               ParameterInit proj_init)
-    : n_head_(n_head), causal_(causal),
-      qkv_(&add_module("qkv", std::make_unique<Linear>(n_embd, 3 * n_embd, true, init))),
-      proj_(&add_module("proj", std::make_unique<Linear>(n_embd, n_embd, true, proj_init))) {
+                                               ParameterInit proj_init, LayerFactory& layers)
+    : n_head_(n_head / layers.feature_parts()), causal_(causal), samples_(layers.batch_slice()) {
   TIDAL_CHECK(n_head > 0 && n_embd % n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})", n_embd,
               n_head);
+  TIDAL_CHECK(n_head % layers.feature_parts() == 0,
+              "model.n_head ({}) must be divisible by the {} ways the tensor-parallel layout splits heads", n_head,
+              layers.feature_parts());
+  qkv_ = &add_module("qkv", layers.input_linear(n_embd, 3 * n_embd, true, init, 3));
+  proj_ = &add_module("proj", layers.output_linear(n_embd, n_embd, true, proj_init));
 }
 
 Tensor MultiHeadSelfAttention::forward(const Tensor& x, Context& ctx) {
-  Tensor qkv = ctx.forward(*qkv_, x, kQkv);  // [B, T, 3C]
-  const std::int64_t B = x.dim(0), T = x.dim(1), C = x.dim(2);
+  Tensor qkv = ctx.forward(*qkv_, x, kQkv);  // [B, T, 3C] (this rank's heads)
+  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
   Tensor y = ctx.empty({B, T, C}, x.dtype());
   Tensor probs = ctx.empty({B, n_head_, T, T});
-  ops::attention_forward(y, probs, qkv, options(n_head_, causal_, ctx));
+  ops::attention_forward(y, probs, qkv, options(n_head_, causal_, key_mask(samples_, ctx)));
   ctx.saved = {qkv, probs};
   return ctx.forward(*proj_, y, kProj);
 }
@@ -36,7 +43,7 @@ Tensor MultiHeadSelfAttention::backward(const Tensor& dy, Context& ctx) {
   Tensor dattn = ctx.backward(*proj_, dy, kProj);
   const Tensor &qkv = ctx.saved.at(0), &probs = ctx.saved.at(1);
   Tensor dqkv = ctx.empty(qkv.shape(), qkv.dtype());
-  ops::attention_backward(dqkv, dattn, qkv, probs, options(n_head_, causal_, ctx));
+  ops::attention_backward(dqkv, dattn, qkv, probs, options(n_head_, causal_, key_mask(samples_, ctx)));
   ctx.saved.clear();
   return ctx.backward(*qkv_, dqkv, kQkv);
 }

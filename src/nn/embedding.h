@@ -5,15 +5,21 @@
 
 namespace tidal::nn {
 
+// A module that looks rows of a table up by id and owns the table (a tied head borrows it).
+class TableLookup : public Module {
+ public:
+  virtual Parameter& table() = 0;
+};
+
 // y [B, T, C] = table[ids [B, T]]; backward accumulates the table gradient and returns no dx.
-class Embedding final : public Module {
+class Embedding final : public TableLookup {
  public:
   Embedding(std::int64_t num, std::int64_t dim, ParameterInit init);
 
   Tensor forward(const Tensor& ids, Context& ctx) override;
   Tensor backward(const Tensor& dy, Context& ctx) override;
 
-  Parameter& table() { return *table_; }
+  Parameter& table() override { return *table_; }
 
  private:
   Parameter* table_;  // [num, dim]

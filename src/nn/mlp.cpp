@@ -5,10 +5,10 @@ namespace {
 enum Slot : std::size_t { kFc, kAct, kProj };
 }
 
-Mlp::Mlp(std::int64_t n_embd, std::int64_t hidden, ParameterInit init, ParameterInit proj_init)
-    : fc_(&add_module("fc", std::make_unique<Linear>(n_embd, hidden, true, init))),
+Mlp::Mlp(std::int64_t n_embd, std::int64_t hidden, ParameterInit init, ParameterInit proj_init, LayerFactory& layers)
+    : fc_(&add_module("fc", layers.input_linear(n_embd, hidden, true, init))),
       act_(&add_module("act", std::make_unique<Gelu>())),
-      proj_(&add_module("proj", std::make_unique<Linear>(hidden, n_embd, true, proj_init))) {}
+      proj_(&add_module("proj", layers.output_linear(hidden, n_embd, true, proj_init))) {}
 
 Tensor Mlp::forward(const Tensor& x, Context& ctx) {
   return ctx.forward(*proj_, ctx.forward(*act_, ctx.forward(*fc_, x, kFc), kAct), kProj);

@@ -6,6 +6,11 @@
 #include "core/tensor.h"
 
 #include <string>
+#include <vector>
+
+namespace tidal::comm {
+class Communicator;
+}
 
 namespace tidal::nn {
 
@@ -30,6 +35,17 @@ struct Parameter {
   // starts in it. Empty when the rank holds the whole parameter.
   Shape full_shape;
   Shape offset;
+  // Dimension 0 of the full parameter as `segments` equal parts (a fused qkv weight: q | k | v),
+  // the shard holding its block of each: local rows [m s, (m+1) s) are full rows
+  // [m S + offset[0], m S + offset[0] + s) for segment m (s, S = local, full rows / segments).
+  int segments = 1;
+  // How many ranks of the tensor group hold this same block (a replicated bias: all of them).
+  // The gradient norm counts a block once; gather_parameter averages the copies.
+  int copies = 1;
+  // Groups of ranks that hold this same block but see different samples (2D grid rows, 2.5D
+  // depth): its gradient is the sum over each of these groups, taken once per step
+  // (reduce_replicated_gradients, nn/tp/shard.h).
+  std::vector<comm::Communicator*> replicas;
 };
 
 // Allocates p's data and gradient (fp32, from alloc) and initialises the data from (seed, full

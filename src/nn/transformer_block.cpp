@@ -13,14 +13,15 @@ Tensor add(const Tensor& a, const Tensor& b, Context& ctx) {
 }
 }  // namespace
 
-TransformerBlock::TransformerBlock(const BlockConfig& c)
+TransformerBlock::TransformerBlock(const BlockConfig& c, LayerFactory& layers)
     : pre_ln_(c.pre_ln),
-      ln_1_(&add_module("ln_1", std::make_unique<LayerNorm>(c.n_embd, c.ln_eps))),
-      attn_(&add_module("attn", std::make_unique<MultiHeadSelfAttention>(c.n_embd, c.n_head, c.causal, c.init, c.proj_init))),
-      attn_drop_(&add_module("attn_drop", std::make_unique<Dropout>(c.dropout))),
-      ln_2_(&add_module("ln_2", std::make_unique<LayerNorm>(c.n_embd, c.ln_eps))),
-      mlp_(&add_module("mlp", std::make_unique<Mlp>(c.n_embd, 4 * c.n_embd, c.init, c.proj_init))),
-      mlp_drop_(&add_module("mlp_drop", std::make_unique<Dropout>(c.dropout))) {}
+      ln_1_(&add_module("ln_1", layers.layer_norm(c.n_embd, c.ln_eps))),
+      attn_(&add_module("attn", std::make_unique<MultiHeadSelfAttention>(c.n_embd, c.n_head, c.causal, c.init,
+                                                                         c.proj_init, layers))),
+      attn_drop_(&add_module("attn_drop", layers.dropout(c.dropout))),
+      ln_2_(&add_module("ln_2", layers.layer_norm(c.n_embd, c.ln_eps))),
+      mlp_(&add_module("mlp", std::make_unique<Mlp>(c.n_embd, 4 * c.n_embd, c.init, c.proj_init, layers))),
+      mlp_drop_(&add_module("mlp_drop", layers.dropout(c.dropout))) {}
 
 Tensor TransformerBlock::forward(const Tensor& x, Context& ctx) {
   if (pre_ln_) {

@@ -3,8 +3,6 @@
 #pragma once
 
 #include "nn/attention.h"
-#include "nn/dropout.h"
-#include "nn/layernorm.h"
 #include "nn/mlp.h"
 
 namespace tidal::nn {
@@ -22,19 +20,19 @@ struct BlockConfig {
 
 class TransformerBlock final : public Module {
  public:
-  explicit TransformerBlock(const BlockConfig& cfg);
+  TransformerBlock(const BlockConfig& cfg, LayerFactory& layers);
 
   Tensor forward(const Tensor& x, Context& ctx) override;  // [B, T, C] -> [B, T, C]
   Tensor backward(const Tensor& dy, Context& ctx) override;
 
  private:
   bool pre_ln_;
-  LayerNorm* ln_1_;
+  Module* ln_1_;
   MultiHeadSelfAttention* attn_;
-  Dropout* attn_drop_;
-  LayerNorm* ln_2_;
+  Module* attn_drop_;
+  Module* ln_2_;
   Mlp* mlp_;
-  Dropout* mlp_drop_;
+  Module* mlp_drop_;
 };
 
 }  // namespace tidal::nn

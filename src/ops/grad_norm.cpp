@@ -16,10 +16,14 @@ double global_norm(std::span<const Tensor> tensors) {
 
 double clip_grad_norm(std::span<Tensor> grads, double max_norm) {
   const double norm = global_norm(grads);
+  clip_to_norm(grads, norm, max_norm);
+  return norm;
+}
+
+void clip_to_norm(std::span<Tensor> grads, double norm, double max_norm) {
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0)
     for (Tensor& g : grads) scale(g, float(coef));
-  return norm;
 }
 
 }  // namespace tidal::ops

@@ -323,7 +323,8 @@ std::uint64_t Layout::rng_seed(std::uint64_t base, GroupKind split_by, int rank)
   return mix64(mix64(base ^ kind_tag) ^ std::uint64_t(group_index(split_by, rank)));
 }
 
-void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_t n_embd, std::int64_t seq_len) {
+void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_t n_embd, std::int64_t seq_len,
+                      std::int64_t classes, std::string_view classes_key) {
   const MeshSpec& s = layout.spec();
   TIDAL_CHECK(n_layer >= s.pipeline,
               "model.n_layer ({}) must be >= parallel.pipeline ({}): every pipeline stage needs at least one layer; "
@@ -347,6 +348,7 @@ void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_
       const std::string what = fmt::format("parallel.tensor.size ({})", s.tensor);
       divisible("model.n_head", n_head, s.tensor, what);
       divisible("model.n_embd", n_embd, s.tensor, what);
+      if (classes) divisible(classes_key, classes, s.tensor, what);
       break;
     }
     case TensorMode::d2:
@@ -354,6 +356,7 @@ void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_
       const std::string what = fmt::format("the grid side q = {} ({})", side, grid);
       divisible("model.n_head", n_head, side, what);
       divisible("model.n_embd", n_embd, side, what);
+      if (classes) divisible(classes_key, classes, side, what);
       break;
     }
     case TensorMode::d3: {

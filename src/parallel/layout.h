@@ -142,8 +142,11 @@ class Layout {
   std::vector<int> tensor_of_cell_;       // [rows_*cols_*depths_] grid position -> t; empty in 1d
 };
 
-// Whether a model can be split over `layout` (heads, width, sequence and layers divisible as the
-// mode needs); a tidal::Error naming the model.* and parallel.* keys otherwise.
-void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_t n_embd, std::int64_t seq_len);
+// Whether a model can be split over `layout` (heads, width, sequence, layers and output classes
+// divisible as the mode needs); a tidal::Error naming the model.* and parallel.* keys otherwise.
+// `classes` is the size of the split output (the vocabulary, or ViT's classes) and
+// `classes_key` its config key; classes = 0 skips that check.
+void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_t n_embd, std::int64_t seq_len,
+                      std::int64_t classes = 0, std::string_view classes_key = "model.vocab_size");
 
 }  // namespace tidal::parallel

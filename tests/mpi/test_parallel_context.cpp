@@ -51,6 +51,7 @@ config::Config config_for(const Case& c) {
   cfg.model.n_head = 12;
   cfg.model.n_embd = 144;
   cfg.model.seq_len = 72;
+  cfg.model.vocab_size = 144;
   cfg.train.batch_size = 72;
   cfg.parallel.data = c.data;
   cfg.parallel.pipeline = c.pipeline;

@@ -6,18 +6,18 @@
 #pragma once
 
 #include "comm/communicator.h"
-#include "nn/module.h"
+#include "nn/embedding.h"
 
 namespace tidal::nn::tp {
 
-class VocabParallelEmbedding final : public Module {
+class VocabParallelEmbedding final : public TableLookup {
  public:
   VocabParallelEmbedding(std::int64_t num, std::int64_t dim, ParameterInit init, comm::Communicator& group);
 
   Tensor forward(const Tensor& ids, Context& ctx) override;  // ids [B, T] (global) -> [B, T, C]
   Tensor backward(const Tensor& dy, Context& ctx) override;
 
-  Parameter& table() { return *table_; }
+  Parameter& table() override { return *table_; }
 
  private:
   comm::Communicator& group_;

@@ -24,17 +24,22 @@ std::int64_t part(std::int64_t n, const comm::Communicator& g, const char* what)
 }  // namespace
 
 ColumnParallelLinear::ColumnParallelLinear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
-                                           comm::Communicator& group, bool gather_output)
-    : group_(group), in_(in), out_local_(part(out, group, "column-parallel linear")), gather_output_(gather_output) {
-  const std::int64_t first = group.rank() * out_local_;
+                                           comm::Communicator& group, bool gather_output, int segments)
+    : group_(group), in_(in), out_local_(part(out / segments, group, "column-parallel linear") * segments),
+      gather_output_(gather_output) {
+  TIDAL_ASSERT(out % segments == 0 && !(gather_output && segments > 1), "column-parallel linear: {} outputs in {} segments",
+               out, segments);
+  const std::int64_t first = group.rank() * (out_local_ / segments);  // within each segment
   weight_ = &add_parameter("weight", {out_local_, in}, init);
   weight_->full_shape = {out, in};
   weight_->offset = {first, 0};
+  weight_->segments = segments;
   bias_ = nullptr;
   if (bias) {
     bias_ = &add_parameter("bias", {out_local_}, ParameterInit::zeros());
     bias_->full_shape = {out};
     bias_->offset = {first};
+    bias_->segments = segments;
   }
 }
 
@@ -66,6 +71,7 @@ RowParallelLinear::RowParallelLinear(std::int64_t in, std::int64_t out, bool bia
   weight_->full_shape = {out, in};
   weight_->offset = {0, group.rank() * in_local_};
   bias_ = bias ? &add_parameter("bias", {out}, ParameterInit::zeros()) : nullptr;
+  if (bias_) bias_->copies = group.size();
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x, Context& ctx) {

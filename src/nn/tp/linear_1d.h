@@ -20,8 +20,10 @@ namespace tidal::nn::tp {
 
 class ColumnParallelLinear final : public Module {
  public:
+  // With `segments` > 1 the output is that many equal parts (a fused q | k | v) and rank r holds
+  // its slice of each, so its outputs are whole heads of q, k and v.
   ColumnParallelLinear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init, comm::Communicator& group,
-                       bool gather_output = false);
+                       bool gather_output = false, int segments = 1);
 
   Tensor forward(const Tensor& x, Context& ctx) override;  // x [..., in] -> [..., out/p] (or [..., out])
   Tensor backward(const Tensor& dy, Context& ctx) override;

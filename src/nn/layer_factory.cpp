@@ -1,0 +1,71 @@
+#include "nn/layer_factory.h"
+
+#include "nn/cross_entropy_loss.h"
+#include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/layernorm.h"
+#include "nn/linear.h"
+#include "nn/lm_head.h"
+
+namespace tidal::nn {
+namespace {
+
+class Identity final : public Module {
+ public:
+  Tensor forward(const Tensor& x, Context&) override { return x; }
+  Tensor backward(const Tensor& dy, Context&) override { return dy; }
+};
+
+class SingleDeviceLayers final : public LayerFactory {
+ public:
+  std::unique_ptr<TableLookup> vocab_embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override {
+    return std::make_unique<Embedding>(num, dim, init);
+  }
+  std::unique_ptr<TableLookup> embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override {
+    return std::make_unique<Embedding>(num, dim, init);
+  }
+  std::unique_ptr<Module> position_embedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init) override {
+    return std::make_unique<PositionEmbedding>(max_positions, dim, init);
+  }
+  std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) override {
+    return std::make_unique<LayerNorm>(features, eps);
+  }
+  std::unique_ptr<Module> dropout(float p) override { return std::make_unique<Dropout>(p); }
+  std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init, int) override {
+    return std::make_unique<Linear>(in, out, bias, init);
+  }
+  std::unique_ptr<Module> output_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override {
+    return std::make_unique<Linear>(in, out, bias, init);
+  }
+  std::unique_ptr<Module> hidden_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override {
+    return std::make_unique<Linear>(in, out, bias, init);
+  }
+  std::unique_ptr<Module> split_features() override { return std::make_unique<Identity>(); }
+  std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) override {
+    return std::make_unique<TiedLmHead>(embedding.table(), bias);
+  }
+  std::unique_ptr<Module> cross_entropy(std::int64_t) override { return std::make_unique<CrossEntropyLoss>(); }
+  void split_hidden(Parameter&) override {}
+  int feature_parts() const override { return 1; }
+  BatchSlice batch_slice() const override { return {}; }
+  Tensor gather_features(const Tensor& part) override { return part; }
+};
+
+}  // namespace
+
+Tensor BatchSlice::of(const Tensor& batch_tensor) const {
+  if (parts == 1) return batch_tensor;
+  const std::int64_t B = batch_tensor.dim(0);
+  TIDAL_CHECK(B % parts == 0, "a micro-batch of {} samples does not split into {} equal parts across the tensor "
+              "grid: make train.micro_batch_size (or the per-replica batch) a multiple of {}", B, parts, parts);
+  return batch_tensor.slice(0, index * (B / parts), (index + 1) * (B / parts));
+}
+
+std::unique_ptr<LayerFactory> make_single_device_layers() { return std::make_unique<SingleDeviceLayers>(); }
+
+LayerFactory& single_device_layers() {
+  static SingleDeviceLayers layers;
+  return layers;
+}
+
+}  // namespace tidal::nn

@@ -1,0 +1,79 @@
+// The layers a transformer is built from, made for one tensor-parallel mode. GPT, BERT and ViT
+// are written once against this interface and take their layers from the factory that
+// parallel.tensor.mode selects (nn/tp/layer_factories.h); a model file never branches on the mode.
+//
+// Two activation layouts run through a model (colossal-ai.txt sec. III-A):
+//   H, the hidden states of the residual stream: [B', T, C'];
+//   F, the output of an input_linear: [B', T, out'], features split so that attention heads, the
+//     MLP's GELU and a split softmax work locally.
+// B' is this rank's share of the replica's micro-batch (batch_slice()), C' and out' its share of
+// the features. Single device and 1D keep every sample (B' = B); 1D keeps H whole and splits F;
+// 2D / 2.5D split both the same way (H = F); 3D alternates two orientations.
+//
+// Layers that read the batch directly (embeddings of token ids, the attention's key mask, the
+// loss's targets) take the replica's whole micro-batch and pick their samples themselves.
+#pragma once
+
+#include "nn/embedding.h"
+
+#include <memory>
+
+namespace tidal::nn {
+
+// Which samples of the replica's micro-batch a rank holds: the `index`-th of `parts` equal runs.
+struct BatchSlice {
+  int parts = 1, index = 0;
+  // Rows [index B / parts, (index + 1) B / parts) of a [B, ...] batch tensor (a view).
+  Tensor of(const Tensor& batch_tensor) const;
+};
+
+class LayerFactory {
+ public:
+  virtual ~LayerFactory() = default;
+
+  // ids [B, T] (the replica's micro-batch) -> H. The table's rows may be split (vocab
+  // parallelism) so that tied_head's logits come out split by class.
+  virtual std::unique_ptr<TableLookup> vocab_embedding(std::int64_t num, std::int64_t dim, ParameterInit init) = 0;
+  // ids [B, T] -> H with the table's rows whole (small tables: BERT's token types).
+  virtual std::unique_ptr<TableLookup> embedding(std::int64_t num, std::int64_t dim, ParameterInit init) = 0;
+  // H -> H: adds learned positions [0, T).
+  virtual std::unique_ptr<Module> position_embedding(std::int64_t max_positions, std::int64_t dim,
+                                                     ParameterInit init) = 0;
+  virtual std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) = 0;
+  virtual std::unique_ptr<Module> dropout(float p) = 0;
+
+  // H -> F. `segments` > 1 splits each of that many equal parts of the output separately (a
+  // fused qkv projection keeps q, k and v of the same heads together).
+  virtual std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
+                                               int segments = 1) = 0;
+  // F -> H: the linear after an input_linear (attention and MLP output projections).
+  virtual std::unique_ptr<Module> output_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) = 0;
+  // H -> H: a linear whose output is hidden states again (BERT's MLM transform).
+  virtual std::unique_ptr<Module> hidden_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) = 0;
+  // The replica's whole [B, ..., features] -> F (ViT's patches, before an output_linear).
+  virtual std::unique_ptr<Module> split_features() = 0;
+
+  // H -> F logits against a table made by vocab_embedding (tied weights), optionally with a
+  // bias [num] named "bias".
+  virtual std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) = 0;
+  // F logits [..., classes'] -> the mean cross-entropy [1] over the replica's micro-batch
+  // (targets from the batch; -100 ignored), equal on every rank of the model replica.
+  virtual std::unique_ptr<Module> cross_entropy(std::int64_t classes) = 0;
+
+  // Splits a parameter of H's trailing shape [..., C] (ViT's class token and positions) as H
+  // splits features. Call between add_parameter and materialize.
+  virtual void split_hidden(Parameter& p) = 0;
+  // How many ways F splits features: attention runs n_head / feature_parts() heads per rank.
+  virtual int feature_parts() const = 0;
+  virtual BatchSlice batch_slice() const = 0;
+  // The replica's whole [B, ..., out] from this rank's F-layout part (logits, to inspect or
+  // compare them). Collective over the tensor group.
+  virtual Tensor gather_features(const Tensor& part) = 0;
+};
+
+// Plain single-device layers (nn::Linear, nn::LayerNorm, ...): a new factory, and a shared one
+// (the factory is stateless).
+std::unique_ptr<LayerFactory> make_single_device_layers();
+LayerFactory& single_device_layers();
+
+}  // namespace tidal::nn

@@ -1,0 +1,28 @@
+// What the rest of the engine needs to know about sharded and replicated parameters (see the
+// shard fields of nn::Parameter): the full tensor gathered from the tensor group, the gradient
+// sums over replicas that saw different samples, and the gradient norm counting each block once.
+#pragma once
+
+#include "comm/communicator.h"
+#include "nn/parameter.h"
+
+#include <span>
+
+namespace tidal::nn::tp {
+
+// The full parameter assembled from every rank's `local` (p.data, p.grad, or an optimizer state
+// of p's shape) over `tensor_group`; copies of a block are averaged. Collective over the group.
+Tensor gather_parameter(const Parameter& p, const Tensor& local, comm::Communicator& tensor_group);
+// This rank's block of a full tensor `full` (p.full_shape, or p.shape when p is whole): the
+// inverse of gather_parameter, for loading a checkpoint written under another layout.
+Tensor shard_of(const Parameter& p, const Tensor& full);
+
+// Sums every parameter's gradient over each of its `replicas` groups, one flat all-reduce per
+// group. Call once per step, after the last micro-batch's backward.
+void reduce_replicated_gradients(std::span<Parameter* const> params);
+
+// The squared L2 norm of all gradients of the model, each block counted once, summed over the
+// tensor group (equal on every rank of it).
+double squared_gradient_norm(std::span<Parameter* const> params, comm::Communicator& tensor_group);
+
+}  // namespace tidal::nn::tp
