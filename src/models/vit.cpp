@@ -31,7 +31,7 @@ class PatchEmbedding final : public nn::Module {
     Tensor e = ctx.forward(*patch_, ctx.forward(*split_, patches, kSplit), kPatch);  // [B, N, D]
     TIDAL_CHECK(e.dim(1) + 1 == pos_->shape[0], "images give {} patches; the model was built for {} (model.image_size)",
                 e.dim(1), pos_->shape[0] - 1);
-    Tensor x = ctx.empty({B, e.dim(1) + 1, e.dim(2)}, e.dtype());
+    Tensor x = ctx.empty({e.dim(0), e.dim(1) + 1, e.dim(2)}, e.dtype());  // this rank's samples
     ops::prepend_token(x, e, cls_->data);
     ops::position_embedding_forward(x, pos_->data);
     return ctx.forward(*drop_, x, kDrop);

@@ -9,7 +9,9 @@ namespace tidal::nn {
 
 class Dropout final : public Module {
  public:
-  explicit Dropout(float p) : p_(p) {}
+  // `stream` > 0 draws masks independent of stream 0's for the same elements: a tensor-parallel
+  // rank holding a block of the activations passes its tensor index.
+  explicit Dropout(float p, std::uint64_t stream = 0) : p_(p), stream_(stream) {}
 
   Tensor forward(const Tensor& x, Context& ctx) override;
   Tensor backward(const Tensor& dy, Context& ctx) override;
@@ -17,6 +19,7 @@ class Dropout final : public Module {
  private:
   bool active(const Context& ctx) const { return ctx.state().training && p_ > 0.0f; }
   float p_;
+  std::uint64_t stream_;
 };
 
 }  // namespace tidal::nn

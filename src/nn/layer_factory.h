@@ -50,7 +50,8 @@ class LayerFactory {
   virtual std::unique_ptr<Module> output_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) = 0;
   // H -> H: a linear whose output is hidden states again (BERT's MLM transform).
   virtual std::unique_ptr<Module> hidden_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) = 0;
-  // The replica's whole [B, ..., features] -> F (ViT's patches, before an output_linear).
+  // The replica's whole [B, ..., features] -> F (ViT's patches, before an output_linear). The
+  // input is data: backward may return no gradient.
   virtual std::unique_ptr<Module> split_features() = 0;
 
   // H -> F logits against a table made by vocab_embedding (tied weights), optionally with a

@@ -40,6 +40,18 @@ ParallelContext::ParallelContext(const config::Config& cfg, comm::MpiRuntime* ru
   TIDAL_CHECK(micro == 0 || (B / replicas) % micro == 0,
               "train.micro_batch_size ({}) must divide the per-replica batch train.batch_size / parallel.data = {}",
               micro, B / replicas);
+  // 2D, 2.5D and 3D split every micro-batch's samples over the tensor grid too.
+  const MeshSpec& spec = layout_.spec();
+  const int side = layout_.tensor_side();
+  const std::int64_t sample_parts = spec.tensor == 1 || spec.mode == TensorMode::d1 ? 1
+                                    : spec.mode == TensorMode::d2                 ? side
+                                    : spec.mode == TensorMode::d2p5               ? side * spec.depth
+                                                                                  : side * side;
+  TIDAL_CHECK((micro ? micro : B / replicas) % sample_parts == 0,
+              "the micro-batch ({} samples: train.micro_batch_size, or train.batch_size / parallel.data) must be "
+              "divisible by {}: parallel.tensor.mode = \"{}\" splits each micro-batch's samples over {} rows of the "
+              "tensor grid",
+              micro ? micro : B / replicas, sample_parts, tensor_mode_name(spec.mode), sample_parts);
   const comm::Seconds timeout(cfg.parallel.timeout_s);
   // Every rank creates the same groups in the same order (creation is collective).
   for (GroupKind kind : kAllGroupKinds) {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Tensor parallelism trains exactly like one process through the CLI: GPT for 20 steps (dropout
 # on, gradient clipping on) with 1D tensor parallelism on 2 and 4 ranks and with data 2 x
-# tensor 2, gives per-step losses and eval losses within 1e-4 (relative) of one process. A
+# tensor 2, and (dropout off: a grid rank draws its own masks for its block) 2D on 4 ranks and
+# 2.5D with depth 2 on 8, gives per-step losses and eval losses within 1e-4 (relative) of one
+# process. A
 # checkpoint written under tensor = 2 resumes in one process (and one written by one process
 # resumes under tensor = 2) and finishes with the losses of the uninterrupted run.
 # usage: check_tensor_parallel.sh path/to/tidal <mpirun command...>
@@ -14,13 +16,17 @@ common=(--set train.steps=20 --set train.batch_size=8 --set model.dropout=0.1 --
         --set model.n_head=4 --set model.n_embd=64 --set model.n_layer=2)
 MPIRUN=("$@")
 "$tidal" train "${common[@]}" --metrics "$dir/single.jsonl" > "$dir/single.log"
-for layout in "2 1" "4 1" "4 2"; do
+"$tidal" train "${common[@]}" --set model.dropout=0 --metrics "$dir/single_nodrop.jsonl" > /dev/null
+for layout in "2 1 1d 1" "4 1 1d 1" "4 2 1d 1" "4 1 2d 1" "8 1 2.5d 2"; do
   set -- $layout
-  np=$1 data=$2
+  np=$1 data=$2 mode=$3 depth=$4
   tensor=$((np / data))
-  name=tensor${tensor}_data${data}
-  "${MPIRUN[@]}" -np "$np" "$tidal" train "${common[@]}" --set parallel.tensor.size="$tensor" \
-    --set parallel.data="$data" --metrics "$dir/$name.jsonl" > "$dir/$name.log"
+  name=${mode}_tensor${tensor}_data${data}
+  drop=()
+  [ "$mode" = 1d ] || drop=(--set model.dropout=0)
+  "${MPIRUN[@]}" -np "$np" "$tidal" train "${common[@]}" "${drop[@]}" --set parallel.tensor.size="$tensor" \
+    --set parallel.tensor.mode="$mode" --set parallel.tensor.depth="$depth" --set parallel.data="$data" \
+    --metrics "$dir/$name.jsonl" > "$dir/$name.log"
 done
 # Checkpoint at step 10 under one layout, resume under the other.
 "${MPIRUN[@]}" -np 2 "$tidal" train "${common[@]}" --set parallel.tensor.size=2 --set checkpoint.dir="$dir/ck_t2" \
@@ -38,10 +44,11 @@ def read(name):
     evals = {r["step"]: r["eval_loss"] for r in rows if "eval_loss" in r}
     summary = [r for r in rows if r.get("summary")][-1]
     return steps, evals, summary
-ref, ref_evals, ref_summary = read("single")
-assert sorted(ref) == list(range(1, 21)), sorted(ref)
 worst_all = 0.0
-for name in ["tensor2_data1", "tensor4_data1", "tensor2_data2", "resume_t2_to_1", "resume_1_to_t2"]:
+for name in ["1d_tensor2_data1", "1d_tensor4_data1", "1d_tensor2_data2", "resume_t2_to_1", "resume_1_to_t2",
+             "2d_tensor4_data1", "2.5d_tensor8_data1"]:
+    ref, ref_evals, ref_summary = read("single" if name.startswith(("1d", "resume")) else "single_nodrop")
+    assert sorted(ref) == list(range(1, 21)), sorted(ref)
     steps, evals, summary = read(name)
     assert steps and set(steps) <= set(ref), f"{name}: steps {sorted(steps)}"
     worst = max(abs(steps[s] - ref[s]) / abs(ref[s]) for s in steps)
@@ -55,7 +62,7 @@ for name in ["tensor2_data1", "tensor4_data1", "tensor2_data2", "resume_t2_to_1"
     assert worst <= 1e-4 and worst_eval <= 1e-4 and final <= 1e-4, f"{name} differs from one process"
     assert summary["parameters"] == ref_summary["parameters"], f"{name}: parameter count"
     worst_all = max(worst_all, worst)
-print(f"PASS: 1D tensor parallel = one process (worst relative difference {worst_all:.2e} <= 1e-4)")
+print(f"PASS: 1D, 2D and 2.5D tensor parallel = one process (worst relative difference {worst_all:.2e} <= 1e-4)")
 PY
 
 # Impossible splits under mpirun: exit code 2 and one message naming the keys.

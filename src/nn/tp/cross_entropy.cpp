@@ -8,8 +8,10 @@
 
 namespace tidal::nn::tp {
 
-VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::int64_t classes, comm::Communicator& group)
-    : group_(group), local_(classes / group.size()), first_(group.rank() * (classes / group.size())) {
+VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::int64_t classes, comm::Communicator& group,
+                                                     BatchSlice samples, std::vector<comm::Communicator*> batch_groups)
+    : group_(group), local_(classes / group.size()), first_(group.rank() * (classes / group.size())),
+      samples_(samples), batch_groups_(std::move(batch_groups)) {
   TIDAL_CHECK(classes % group.size() == 0, "vocab-parallel cross-entropy: {} classes do not split over the {} ranks of "
               "tensor group '{}'", classes, group.size(), group.name());
 }
@@ -20,8 +22,9 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, Context& ctx) {
   TIDAL_ASSERT(logits.dim(-1) == local_, "{}: logits {} for {} classes per rank", path(), logits.str(), local_);
   Tensor logits2 = logits.reshape({-1, local_});
   const std::int64_t N = logits2.dim(0);
-  TIDAL_CHECK(batch->targets.numel() == N, "{} targets for {} predictions", batch->targets.numel(), N);
-  const std::int32_t* global = batch->targets.data<std::int32_t>();
+  const Tensor mine = samples_.of(batch->targets);
+  TIDAL_CHECK(mine.numel() == N, "{} targets for {} predictions", mine.numel(), N);
+  const std::int32_t* global = mine.data<std::int32_t>();
   // Targets in this rank's classes, re-based; the others marked as elsewhere (or ignored).
   Tensor targets = Tensor::empty({N}, DType::i32);
   std::int32_t* local = targets.data<std::int32_t>();
@@ -55,9 +58,15 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, Context& ctx) {
     pl[i] = pm[i] + std::log(ps[i]);  // lse now holds the global log-sum-exp
     if (global[i] != ops::kIgnoreIndex) total += double(pl[i]) - double(pz[i]);
   }
+  // Over the replica's samples: the sum and the count from every rank holding other samples.
+  Tensor sums = Tensor::empty({2});
+  sums.data<float>()[0] = float(total);
+  sums.data<float>()[1] = float(valid);
+  for (comm::Communicator* g : batch_groups_) g->all_reduce(sums)->wait();
+  const float all_valid = sums.data<float>()[1];
   Tensor loss = ctx.empty({1});
-  loss.data<float>()[0] = valid ? float(total / double(valid)) : 0.0f;
-  ctx.saved = {logits, lse, targets, Tensor::full({1}, float(valid))};
+  loss.data<float>()[0] = all_valid > 0 ? sums.data<float>()[0] / all_valid : 0.0f;
+  ctx.saved = {logits, lse, targets, Tensor::full({1}, all_valid)};
   return loss;
 }
 

@@ -4,17 +4,24 @@
 // one (all-reduce max, then sum of exp), the target logit comes from the rank that holds it (an
 // all-reduce sum), and backward is softmax(global) - onehot on each rank's own classes. Three
 // all-reduces of one value per row instead of an all-gather of [rows, V].
+//
+// In a 2D / 2.5D grid the samples are split too: each rank takes its samples' targets, and the
+// loss sum and target count are summed over the `batch_groups` (the ranks with other samples),
+// so the mean is over the replica's whole micro-batch.
 #pragma once
 
 #include "comm/communicator.h"
-#include "nn/module.h"
+#include "nn/layer_factory.h"
+
+#include <vector>
 
 namespace tidal::nn::tp {
 
 class VocabParallelCrossEntropy final : public Module {
  public:
   // `classes` is the full number of classes V (divisible by the group size).
-  VocabParallelCrossEntropy(std::int64_t classes, comm::Communicator& group);
+  VocabParallelCrossEntropy(std::int64_t classes, comm::Communicator& group, BatchSlice samples = {},
+                            std::vector<comm::Communicator*> batch_groups = {});
 
   // logits [..., V/p] (this rank's classes); targets from the batch (global class ids, or
   // kIgnoreIndex) -> the mean loss [1], equal on every rank of the group.
@@ -24,6 +31,8 @@ class VocabParallelCrossEntropy final : public Module {
  private:
   comm::Communicator& group_;
   std::int64_t local_, first_;
+  BatchSlice samples_;
+  std::vector<comm::Communicator*> batch_groups_;
 };
 
 }  // namespace tidal::nn::tp

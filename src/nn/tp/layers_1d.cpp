@@ -11,12 +11,13 @@
 namespace tidal::nn::tp {
 namespace {
 
-// scatter_to_group along the features: the replica's whole input -> this rank's slice.
+// The replica's whole input -> this rank's slice of the features. The input is data: no
+// gradient is returned.
 class ScatterFeatures final : public Module {
  public:
   explicit ScatterFeatures(comm::Communicator& group) : group_(group) {}
   Tensor forward(const Tensor& x, Context&) override { return ScatterToGroup::forward(x, group_, -1); }
-  Tensor backward(const Tensor& dy, Context&) override { return ScatterToGroup::backward(dy, group_, -1); }
+  Tensor backward(const Tensor&, Context&) override { return {}; }
 
  private:
   comm::Communicator& group_;

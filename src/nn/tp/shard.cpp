@@ -29,18 +29,21 @@ Tensor segment(const Tensor& local, const Parameter& p, int m) {
 Tensor gather_parameter(const Parameter& p, const Tensor& local, comm::Communicator& tensor_group) {
   TIDAL_ASSERT(local.shape() == p.shape, "{}: gathering {} for a block {}", p.name, local.str(), p.shape.str());
   if (p.full_shape.size() == 0) return local.clone();
-  Tensor full = Tensor::zeros(p.full_shape), count = Tensor::zeros(p.full_shape);
-  for (int m = 0; m < p.segments; ++m) {
-    block_in(p, full, m).copy_from(segment(local, p, m));
-    block_in(p, count, m).copy_from(Tensor::full(segment(local, p, m).shape(), 1.0f));
-  }
-  tensor_group.all_reduce(full)->wait();
-  tensor_group.all_reduce(count)->wait();
-  float* f = full.data<float>();
-  const float* c = count.data<float>();
-  for (std::int64_t i = 0; i < full.numel(); ++i) {
-    TIDAL_ASSERT(c[i] > 0, "{}: element {} is held by no rank of tensor group '{}'", p.name, i, tensor_group.name());
-    f[i] /= c[i];
+  // Every rank's block (all the same shape: splits are equal) and where it starts; copies of a
+  // block are equal, so whichever lands last is exact.
+  const int n = tensor_group.size(), nd = p.shape.size();
+  Tensor offset = Tensor::empty({nd}, DType::i32);
+  for (int d = 0; d < nd; ++d) offset.data<std::int32_t>()[d] = std::int32_t(p.offset[d]);
+  Tensor offsets = Tensor::empty({n * nd}, DType::i32);
+  tensor_group.all_gather(offsets, offset)->wait();
+  Tensor blocks = Tensor::empty({n * local.numel()});
+  tensor_group.all_gather(blocks, local.is_contiguous() ? local : local.clone())->wait();
+  Tensor full = Tensor::zeros(p.full_shape);
+  Parameter at = p;  // p's metadata with each rank's offset in turn
+  for (int r = 0; r < n; ++r) {
+    for (int d = 0; d < nd; ++d) at.offset[d] = offsets.data<std::int32_t>()[r * nd + d];
+    const Tensor block = blocks.slice(0, r * local.numel(), (r + 1) * local.numel()).reshape(p.shape);
+    for (int m = 0; m < p.segments; ++m) block_in(at, full, m).copy_from(segment(block, p, m));
   }
   return full;
 }
@@ -58,11 +61,21 @@ Tensor shard_of(const Parameter& p, const Tensor& full) {
 }
 
 void reduce_replicated_gradients(std::span<Parameter* const> params) {
-  std::map<comm::Communicator*, std::vector<Parameter*>> by_group;
+  // Level by level (replicas[0] of every parameter, then replicas[1], ...): a gradient summed
+  // over the column group must be complete before it is summed over the depth group. Within a
+  // level, groups go in name order, the same on every rank.
+  std::map<std::pair<std::size_t, std::string>, std::pair<comm::Communicator*, std::vector<Parameter*>>> steps;
   for (Parameter* p : params)
-    for (comm::Communicator* g : p->replicas)
-      if (g->size() > 1) by_group[g].push_back(p);
-  for (auto& [group, members] : by_group) {
+    for (std::size_t level = 0; level < p->replicas.size(); ++level) {
+      comm::Communicator* g = p->replicas[level];
+      if (g->size() == 1) continue;
+      auto& [group, members] = steps[{level, g->name()}];
+      TIDAL_ASSERT(!group || group == g, "two groups named '{}' at one level", g->name());
+      group = g;
+      members.push_back(p);
+    }
+  for (auto& [key, step] : steps) {
+    auto& [group, members] = step;
     std::int64_t n = 0;
     for (Parameter* p : members) n += p->grad.numel();
     Tensor flat = Tensor::empty({n});

@@ -11,7 +11,8 @@
 namespace tidal::nn::tp {
 
 // The full parameter assembled from every rank's `local` (p.data, p.grad, or an optimizer state
-// of p's shape) over `tensor_group`; copies of a block are averaged. Collective over the group.
+// of p's shape) over `tensor_group`; copies of a block must be equal (one of them is taken).
+// Collective over the group.
 Tensor gather_parameter(const Parameter& p, const Tensor& local, comm::Communicator& tensor_group);
 // This rank's block of a full tensor `full` (p.full_shape, or p.shape when p is whole): the
 // inverse of gather_parameter, for loading a checkpoint written under another layout.
