@@ -185,8 +185,6 @@ void validate(const Config& c) {
   if (t.precision != "fp32") not_available(fmt::format("train.precision = \"{}\" (CPU training runs fp32)", t.precision));
   if (p.pipeline > 1) not_available(fmt::format("parallel.pipeline = {}", p.pipeline));
   if (p.sequence > 1) not_available(fmt::format("parallel.sequence = {}", p.sequence));
-  if (p.tensor.size > 1 && p.tensor.mode == "3d")
-    not_available(fmt::format("parallel.tensor.mode = \"{}\" (size {})", p.tensor.mode, p.tensor.size));
   if (c.zero.stage > 0) not_available(fmt::format("zero.stage = {}", c.zero.stage));
   if (c.memory.offload != "none") not_available(fmt::format("memory.offload = \"{}\"", c.memory.offload));
 }

@@ -362,6 +362,7 @@ void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_
     case TensorMode::d3: {
       divisible("model.n_head", n_head, side, fmt::format("the cube side l = {} ({})", side, grid));
       divisible("model.n_embd", n_embd, std::int64_t(side) * side, fmt::format("l*l = {} ({})", side * side, grid));
+      if (classes) divisible(classes_key, classes, std::int64_t(side) * side, fmt::format("l*l = {} ({})", side * side, grid));
       break;
     }
   }

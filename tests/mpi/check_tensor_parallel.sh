@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tensor parallelism trains exactly like one process through the CLI: GPT for 20 steps (dropout
 # on, gradient clipping on) with 1D tensor parallelism on 2 and 4 ranks and with data 2 x
-# tensor 2, and (dropout off: a grid rank draws its own masks for its block) 2D on 4 ranks and
-# 2.5D with depth 2 on 8, gives per-step losses and eval losses within 1e-4 (relative) of one
+# tensor 2, and (dropout off: a grid rank draws its own masks for its block) 2D on 4 ranks,
+# 2.5D with depth 2 on 8 and 3D on 8, gives per-step losses and eval losses within 1e-4 (relative) of one
 # process. A
 # checkpoint written under tensor = 2 resumes in one process (and one written by one process
 # resumes under tensor = 2) and finishes with the losses of the uninterrupted run.
@@ -17,7 +17,7 @@ common=(--set train.steps=20 --set train.batch_size=8 --set model.dropout=0.1 --
 MPIRUN=("$@")
 "$tidal" train "${common[@]}" --metrics "$dir/single.jsonl" > "$dir/single.log"
 "$tidal" train "${common[@]}" --set model.dropout=0 --metrics "$dir/single_nodrop.jsonl" > /dev/null
-for layout in "2 1 1d 1" "4 1 1d 1" "4 2 1d 1" "4 1 2d 1" "8 1 2.5d 2"; do
+for layout in "2 1 1d 1" "4 1 1d 1" "4 2 1d 1" "4 1 2d 1" "8 1 2.5d 2" "8 1 3d 1"; do
   set -- $layout
   np=$1 data=$2 mode=$3 depth=$4
   tensor=$((np / data))
@@ -46,7 +46,7 @@ def read(name):
     return steps, evals, summary
 worst_all = 0.0
 for name in ["1d_tensor2_data1", "1d_tensor4_data1", "1d_tensor2_data2", "resume_t2_to_1", "resume_1_to_t2",
-             "2d_tensor4_data1", "2.5d_tensor8_data1"]:
+             "2d_tensor4_data1", "2.5d_tensor8_data1", "3d_tensor8_data1"]:
     ref, ref_evals, ref_summary = read("single" if name.startswith(("1d", "resume")) else "single_nodrop")
     assert sorted(ref) == list(range(1, 21)), sorted(ref)
     steps, evals, summary = read(name)
@@ -62,14 +62,14 @@ for name in ["1d_tensor2_data1", "1d_tensor4_data1", "1d_tensor2_data2", "resume
     assert worst <= 1e-4 and worst_eval <= 1e-4 and final <= 1e-4, f"{name} differs from one process"
     assert summary["parameters"] == ref_summary["parameters"], f"{name}: parameter count"
     worst_all = max(worst_all, worst)
-print(f"PASS: 1D, 2D and 2.5D tensor parallel = one process (worst relative difference {worst_all:.2e} <= 1e-4)")
+print(f"PASS: 1D, 2D, 2.5D and 3D tensor parallel = one process (worst relative difference {worst_all:.2e} <= 1e-4)")
 PY
 
 # Impossible splits under mpirun: exit code 2 and one message naming the keys.
-expect_error() {  # <message> <tidal train arguments...>
-  local message=$1; shift
+expect_error() {  # <message> <ranks> <tidal train arguments...>
+  local message=$1 np=$2; shift 2
   set +e
-  "${MPIRUN[@]}" -np 4 "$tidal" train --set parallel.tensor.size=4 "$@" > "$dir/err.log" 2>&1
+  "${MPIRUN[@]}" -np "$np" "$tidal" train --set parallel.tensor.size="$np" "$@" > "$dir/err.log" 2>&1
   local rc=$?
   set -e
   [ $rc -eq 2 ] || { cat "$dir/err.log"; echo "FAIL: exit $rc for '$*', expected 2"; exit 1; }
@@ -77,8 +77,18 @@ expect_error() {  # <message> <tidal train arguments...>
   n=$(grep -cF "$message" "$dir/err.log" || true)
   [ "$n" -eq 1 ] || { cat "$dir/err.log"; echo "FAIL: '$message' was printed $n times"; exit 1; }
 }
-expect_error "model.n_head (6) must be divisible by parallel.tensor.size (4)" --set model.n_head=6 --set model.n_embd=96
-expect_error "model.vocab_size (130) must be divisible by parallel.tensor.size (4)" --set model.n_head=4 \
+expect_error "model.n_head (6) must be divisible by parallel.tensor.size (4)" 4 --set model.n_head=6 --set model.n_embd=96
+expect_error "model.vocab_size (130) must be divisible by parallel.tensor.size (4)" 4 --set model.n_head=4 \
   --set model.vocab_size=130
-expect_error "4 were launched (start with mpirun -np 3" --set parallel.tensor.size=3
+expect_error "4 were launched (start with mpirun -np 3" 4 --set parallel.tensor.size=3
+expect_error 'parallel.tensor.mode = "2d" needs a square parallel.tensor.size' 8 --set parallel.tensor.mode=2d
+expect_error 'model.n_head (3) must be divisible by the grid side q = 2' 4 --set parallel.tensor.mode=2d \
+  --set model.n_head=3 --set model.n_embd=96
+expect_error 'needs parallel.tensor.size = q*q*parallel.tensor.depth' 8 --set parallel.tensor.mode=2.5d \
+  --set parallel.tensor.depth=3
+expect_error 'parallel.tensor.mode = "3d" needs a cubic parallel.tensor.size' 4 --set parallel.tensor.mode=3d
+expect_error 'model.n_embd (66) must be divisible by l*l = 4' 8 --set parallel.tensor.mode=3d --set model.n_head=2 \
+  --set model.n_embd=66
+expect_error 'must be divisible by 4: parallel.tensor.mode = "3d" splits each micro-batch' 8 \
+  --set parallel.tensor.mode=3d --set train.batch_size=6
 echo "PASS: impossible tensor splits under mpirun exit 2 with one message each"

@@ -37,7 +37,7 @@ std::vector<Mode> modes(int world) {
   switch (world) {
     case 2: return {{"1d"}};
     case 4: return {{"1d"}, {"2d"}, {"2.5d", 1}};
-    case 8: return {{"2.5d", 2}};
+    case 8: return {{"2.5d", 2}, {"3d"}};
     case 9: return {{"2d"}};
     default: return {};
   }

@@ -4,12 +4,12 @@
 #include "nn/embedding.h"
 #include "nn/linear.h"
 #include "nn/tp/cross_entropy.h"
+#include "nn/tp/feature_split.h"
 #include "nn/tp/mappings.h"
 #include "nn/tp/summa.h"
 #include "ops/bias.h"
 #include "ops/embedding.h"
 
-#include <cmath>
 
 namespace tidal::nn::tp {
 namespace {
@@ -33,15 +33,9 @@ struct Grid {
     TIDAL_CHECK(n % q == 0, "{}: {} does not split over the grid side q = {}", what, n, q);
     return n / q;
   }
-  // A parameter whose last dimension is split by column j and held by every row and depth layer.
-  void split_last(Parameter& p) const {
-    p.full_shape = p.shape;
-    p.full_shape[p.shape.size() - 1] = p.shape[p.shape.size() - 1] * q;
-    p.offset = Shape(std::vector<std::int64_t>(p.shape.size(), 0));
-    p.offset[p.shape.size() - 1] = j * p.shape[p.shape.size() - 1];
-    p.copies = q * d;
-    p.replicas = {&col, &depth};
-  }
+  // Features split by column j; a feature-shaped parameter is held by every row and depth layer.
+  FeatureSplit features() const { return {&row, {&col, &depth}, q * d}; }
+  void split_last(Parameter& p) const { features().place_last(p); }
   // Block (i, j) of a weight [out, in] (segments: of each of that many parts of the rows).
   void split_block(Parameter& p, std::int64_t out, std::int64_t in, int segments) const {
     p.full_shape = {out, in};
@@ -110,101 +104,6 @@ class GridLinear final : public Module {
   Grid g_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
-};
-
-// LayerNorm over features split by column j: the row group sums each row's statistics.
-class GridLayerNorm final : public Module {
- public:
-  GridLayerNorm(const Grid& g, std::int64_t features, float eps) : g_(g), eps_(eps), full_(features) {
-    const std::int64_t local = g.part(features, "LayerNorm features");
-    weight_ = &add_parameter("weight", {local}, ParameterInit::ones());
-    bias_ = &add_parameter("bias", {local}, ParameterInit::zeros());
-    g.split_last(*weight_);
-    g.split_last(*bias_);
-  }
-
-  Tensor forward(const Tensor& x, Context& ctx) override {
-    const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
-    const float* px = x.data<float>();
-    // Per-row sum and sum of squares over this rank's features, then over the row group.
-    Tensor stats = Tensor::zeros({rows, 2});
-    float* ps = stats.data<float>();
-#pragma omp parallel for schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      double s = 0, s2 = 0;
-      for (std::int64_t c = 0; c < C; ++c) {
-        const double v = px[r * C + c];
-        s += v;
-        s2 += v * v;
-      }
-      ps[2 * r] = float(s);
-      ps[2 * r + 1] = float(s2);
-    }
-    g_.row.all_reduce(stats)->wait();
-    Tensor y = ctx.empty(x.shape(), x.dtype());
-    Tensor xhat = ctx.empty(x.shape(), x.dtype()), rstd = ctx.empty({rows});
-    float *py = y.data<float>(), *ph = xhat.data<float>(), *pr = rstd.data<float>();
-    const float *w = weight_->data.data<float>(), *b = bias_->data.data<float>();
-#pragma omp parallel for schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const double mean = ps[2 * r] / double(full_);
-      const double var = std::max(0.0, ps[2 * r + 1] / double(full_) - mean * mean);
-      const float inv = float(1.0 / std::sqrt(var + eps_));
-      pr[r] = inv;
-      for (std::int64_t c = 0; c < C; ++c) {
-        const float h = (px[r * C + c] - float(mean)) * inv;
-        ph[r * C + c] = h;
-        py[r * C + c] = h * w[c] + b[c];
-      }
-    }
-    ctx.saved = {xhat, rstd};
-    return y;
-  }
-
-  Tensor backward(const Tensor& dy, Context& ctx) override {
-    const Tensor &xhat = ctx.saved.at(0), &rstd = ctx.saved.at(1);
-    const std::int64_t C = weight_->shape[0], rows = xhat.numel() / C;
-    const float *pd = dy.data<float>(), *ph = xhat.data<float>(), *pr = rstd.data<float>();
-    const float* w = weight_->data.data<float>();
-    float *dw = weight_->grad.data<float>(), *db = bias_->grad.data<float>();
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c < C; ++c) {
-        dw[c] += pd[r * C + c] * ph[r * C + c];
-        db[c] += pd[r * C + c];
-      }
-    // dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, means over all C features.
-    Tensor sums = Tensor::zeros({rows, 2});
-    float* ps = sums.data<float>();
-#pragma omp parallel for schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      double s = 0, sh = 0;
-      for (std::int64_t c = 0; c < C; ++c) {
-        const double gr = double(pd[r * C + c]) * w[c];
-        s += gr;
-        sh += gr * ph[r * C + c];
-      }
-      ps[2 * r] = float(s);
-      ps[2 * r + 1] = float(sh);
-    }
-    g_.row.all_reduce(sums)->wait();
-    Tensor dx = ctx.empty(dy.shape(), dy.dtype());
-    float* px = dx.data<float>();
-#pragma omp parallel for schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float mg = ps[2 * r] / float(full_), mgh = ps[2 * r + 1] / float(full_);
-      for (std::int64_t c = 0; c < C; ++c)
-        px[r * C + c] = pr[r] * (pd[r * C + c] * w[c] - mg - ph[r * C + c] * mgh);
-    }
-    ctx.saved.clear();
-    return dx;
-  }
-
- private:
-  Grid g_;
-  float eps_;
-  std::int64_t full_;
-  Parameter* weight_;
-  Parameter* bias_;
 };
 
 // The token table [V, C] as block (i, j): rank (i, j) looks up, for every sample of its depth
@@ -301,7 +200,7 @@ class LayersGrid final : public LayerFactory {
     return m;
   }
   std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) override {
-    return std::make_unique<GridLayerNorm>(g_, features, eps);
+    return std::make_unique<SplitLayerNorm>(g_.features(), features, eps);
   }
   std::unique_ptr<Module> dropout(float p) override { return std::make_unique<Dropout>(p, stream_); }
   std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,

@@ -1,0 +1,112 @@
+#include "nn/tp/feature_split.h"
+
+#include "core/error.h"
+#include "nn/context.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tidal::nn::tp {
+
+std::int64_t FeatureSplit::part(std::int64_t n, const char* key) const {
+  TIDAL_CHECK(n % parts() == 0, "{} ({}) does not split into the {} feature blocks of tensor group '{}'", key, n,
+              parts(), group->name());
+  return n / parts();
+}
+
+void FeatureSplit::place_last(Parameter& p) const {
+  const std::size_t last = p.shape.size() - 1;
+  p.full_shape = p.shape;
+  p.full_shape[last] = p.shape[last] * parts();
+  p.offset = Shape(std::vector<std::int64_t>(p.shape.size(), 0));
+  p.offset[last] = index() * p.shape[last];
+  p.copies = copies;
+  p.replicas = replicas;
+}
+
+SplitLayerNorm::SplitLayerNorm(const FeatureSplit& split, std::int64_t features, float eps)
+    : split_(split), eps_(eps), full_(features) {
+  const std::int64_t local = split.part(features, "model.n_embd");
+  weight_ = &add_parameter("weight", {local}, ParameterInit::ones());
+  bias_ = &add_parameter("bias", {local}, ParameterInit::zeros());
+  split.place_last(*weight_);
+  split.place_last(*bias_);
+}
+
+Tensor SplitLayerNorm::forward(const Tensor& x, Context& ctx) {
+  const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
+  const float* px = x.data<float>();
+  // Per-row sum and sum of squares over this rank's features, then over the feature group.
+  Tensor stats = Tensor::zeros({rows, 2});
+  float* ps = stats.data<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double s = 0, s2 = 0;
+    for (std::int64_t c = 0; c < C; ++c) {
+      const double v = px[r * C + c];
+      s += v;
+      s2 += v * v;
+    }
+    ps[2 * r] = float(s);
+    ps[2 * r + 1] = float(s2);
+  }
+  split_.group->all_reduce(stats)->wait();
+  Tensor y = ctx.empty(x.shape(), x.dtype());
+  Tensor xhat = ctx.empty(x.shape(), x.dtype()), rstd = ctx.empty({rows});
+  float *py = y.data<float>(), *ph = xhat.data<float>(), *pr = rstd.data<float>();
+  const float *w = weight_->data.data<float>(), *b = bias_->data.data<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double mean = ps[2 * r] / double(full_);
+    const double var = std::max(0.0, ps[2 * r + 1] / double(full_) - mean * mean);
+    const float inv = float(1.0 / std::sqrt(var + eps_));
+    pr[r] = inv;
+    for (std::int64_t c = 0; c < C; ++c) {
+      const float h = (px[r * C + c] - float(mean)) * inv;
+      ph[r * C + c] = h;
+      py[r * C + c] = h * w[c] + b[c];
+    }
+  }
+  ctx.saved = {xhat, rstd};
+  return y;
+}
+
+Tensor SplitLayerNorm::backward(const Tensor& dy, Context& ctx) {
+  const Tensor &xhat = ctx.saved.at(0), &rstd = ctx.saved.at(1);
+  const std::int64_t C = weight_->shape[0], rows = xhat.numel() / C;
+  const float *pd = dy.data<float>(), *ph = xhat.data<float>(), *pr = rstd.data<float>();
+  const float* w = weight_->data.data<float>();
+  float *dw = weight_->grad.data<float>(), *db = bias_->grad.data<float>();
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < C; ++c) {
+      dw[c] += pd[r * C + c] * ph[r * C + c];
+      db[c] += pd[r * C + c];
+    }
+  // dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, means over all C features.
+  Tensor sums = Tensor::zeros({rows, 2});
+  float* ps = sums.data<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double s = 0, sh = 0;
+    for (std::int64_t c = 0; c < C; ++c) {
+      const double gr = double(pd[r * C + c]) * w[c];
+      s += gr;
+      sh += gr * ph[r * C + c];
+    }
+    ps[2 * r] = float(s);
+    ps[2 * r + 1] = float(sh);
+  }
+  split_.group->all_reduce(sums)->wait();
+  Tensor dx = ctx.empty(dy.shape(), dy.dtype());
+  float* px = dx.data<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float mg = ps[2 * r] / float(full_), mgh = ps[2 * r + 1] / float(full_);
+    for (std::int64_t c = 0; c < C; ++c)
+      px[r * C + c] = pr[r] * (pd[r * C + c] * w[c] - mg - ph[r * C + c] * mgh);
+  }
+  ctx.saved.clear();
+  return dx;
+}
+
+}  // namespace tidal::nn::tp

@@ -1,0 +1,326 @@
+#include "nn/tp/layers_3d.h"
+
+#include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/tp/cross_entropy.h"
+#include "nn/tp/feature_split.h"
+#include "nn/tp/mappings.h"
+#include "ops/bias.h"
+#include "ops/embedding.h"
+#include "ops/gemm.h"
+#include "ops/residual.h"
+
+namespace tidal::nn::tp {
+namespace {
+
+using parallel::GroupKind;
+
+Shape with_last(const Shape& s, std::int64_t last) {
+  Shape r = s;
+  r[r.size() - 1] = last;
+  return r;
+}
+
+struct Cube {
+  comm::Communicator& gx;  // ranks differing only in x, ordered by x
+  comm::Communicator& gy;
+  comm::Communicator& gz;
+  comm::Communicator& tensor;  // the whole cube, ordered by t = x l^2 + y l + z
+  int l, x, y, z;
+
+  // Orientation A (H): samples block x l + z, features block y. B (F): samples x l + y,
+  // features z.
+  BatchSlice samples_a() const { return {l * l, x * l + z}; }
+  BatchSlice samples_b() const { return {l * l, x * l + y}; }
+  FeatureSplit features_a() const { return {&gy, {&gx, &gz}, l * l}; }
+  FeatureSplit features_b() const { return {&gz, {&gx, &gy}, l * l}; }
+};
+
+// The groups a linear uses: in-features are split over `b`, and the input's samples (later the
+// output's features) over `c`; the weight's rows are split over x.
+struct Orientation {
+  comm::Communicator* b;
+  comm::Communicator* c;
+};
+
+// Rows of an all-gathered weight come rank-major ([l][segments][s]); the output's features must
+// be segment-major ([segments][l][s]) so that q, k and v of the same heads stay together.
+Tensor rank_major_to_segment_major(const Tensor& w, int l, int segments, bool inverse) {
+  if (segments == 1) return w;
+  const std::int64_t s = w.dim(0) / (std::int64_t(l) * segments);
+  Tensor out = Tensor::empty(w.shape(), w.dtype());
+  for (int r = 0; r < l; ++r)
+    for (int m = 0; m < segments; ++m) {
+      const std::int64_t rank_major = (std::int64_t(r) * segments + m) * s, seg_major = (std::int64_t(m) * l + r) * s;
+      const std::int64_t from = inverse ? seg_major : rank_major, to = inverse ? rank_major : seg_major;
+      Tensor dst = out.slice(0, to, to + s);
+      dst.copy_from(w.slice(0, from, from + s));
+    }
+  return out;
+}
+
+class Linear3d final : public Module {
+ public:
+  // Owns W [out, in]: rows block (c l + x) of l^2 (in each segment), columns block b.
+  Linear3d(const Cube& cube, Orientation o, std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
+           int segments)
+      : cube_(cube), o_(o), segments_(segments) {
+    const std::int64_t l = cube.l, per_segment = out / segments;
+    TIDAL_CHECK(out % segments == 0 && per_segment % (l * l) == 0 && in % l == 0,
+                "3D linear [{}, {}]: outputs must split into l^2 = {} and inputs into l = {} parts (check model.n_embd, "
+                "model.vocab_size or model.num_classes against parallel.tensor.size)",
+                out, in, l * l, l);
+    const std::int64_t s = per_segment / (l * l);
+    weight_ = &add_parameter("weight", {s * segments, in / l}, init);
+    weight_->full_shape = {out, in};
+    weight_->offset = {(o.c->rank() * l + cube.x) * s, o.b->rank() * (in / l)};
+    weight_->segments = segments;
+    if (bias) {
+      bias_ = &add_parameter("bias", {out / l}, ParameterInit::zeros());
+      bias_->full_shape = {out};
+      bias_->offset = {o.c->rank() * (per_segment / l)};
+      bias_->segments = segments;
+      bias_->copies = int(l * l);
+      bias_->replicas = {&cube.gx, o.b};
+    }
+  }
+  // Borrows a table [V, C] placed as an orientation-A weight (a tied head); owns a bias [V].
+  Linear3d(const Cube& cube, Orientation o, Parameter& table, bool bias)
+      : cube_(cube), o_(o), segments_(1), weight_(&table) {
+    if (bias) {
+      bias_ = &add_parameter("bias", {table.shape[0] * cube.l}, ParameterInit::zeros());
+      FeatureSplit{o.c, {&cube.gx, o.b}, cube.l * cube.l}.place_last(*bias_);
+    }
+  }
+
+  Tensor forward(const Tensor& x, Context& ctx) override {
+    const std::int64_t in = weight_->shape[1];
+    TIDAL_ASSERT(x.dim(-1) == in, "{}: input {} for {} features per rank", path(), x.str(), in);
+    const Tensor xg = all_gather_along(x, *o_.c, 0);  // X_ab
+    const Tensor wg = rank_major_to_segment_major(all_gather_along(weight_->data, cube_.gx, 0), cube_.l, segments_,
+                                                  false);  // W_bc
+    const std::int64_t out = wg.dim(0);
+    Tensor p = Tensor::empty(with_last(xg.shape(), out), x.dtype());
+    Tensor p2 = p.reshape({-1, out});
+    ops::gemm(p2, xg.reshape({-1, in}), wg, {.trans_b = true});
+    Tensor y = reduce_scatter_along(p, *o_.b, 0);
+    if (bias_) {
+      Tensor y2 = y.reshape({-1, out});
+      ops::bias_add(y2, bias_->data);
+    }
+    ctx.saved = {xg, wg};
+    return y;
+  }
+
+  Tensor backward(const Tensor& dy, Context& ctx) override {
+    const Tensor &xg = ctx.saved.at(0), &wg = ctx.saved.at(1);
+    const std::int64_t in = wg.dim(1), out = wg.dim(0);
+    if (bias_) ops::bias_grad(bias_->grad, dy.reshape({-1, out}));
+    const Tensor dp = all_gather_along(dy, *o_.b, 0);
+    const Tensor dp2 = dp.reshape({-1, out});
+    Tensor dxg = Tensor::empty(xg.shape(), xg.dtype());
+    Tensor dxg2 = dxg.reshape({-1, in});
+    ops::gemm(dxg2, dp2, wg);
+    Tensor dwg = Tensor::empty(wg.shape(), wg.dtype());
+    ops::gemm(dwg, dp2, xg.reshape({-1, in}), {.trans_a = true});
+    const Tensor dw = reduce_scatter_along(rank_major_to_segment_major(dwg, cube_.l, segments_, true), cube_.gx, 0);
+    ops::accumulate(weight_->grad, dw);
+    ctx.saved.clear();
+    return reduce_scatter_along(dxg, *o_.c, 0);
+  }
+
+  std::vector<Parameter*> used_parameters() override {
+    std::vector<Parameter*> out{weight_};
+    if (bias_) out.push_back(bias_);
+    return out;
+  }
+
+ private:
+  Cube cube_;
+  Orientation o_;
+  int segments_;
+  Parameter* weight_;
+  Parameter* bias_ = nullptr;
+};
+
+// Orientation B -> A for the same features: rank (x, y, z) and rank (x, z, y) swap blocks.
+class Transpose3d final : public Module {
+ public:
+  explicit Transpose3d(const Cube& cube) : cube_(cube) {}
+  Tensor forward(const Tensor& x, Context&) override { return exchange(x); }
+  Tensor backward(const Tensor& dy, Context&) override { return exchange(dy); }
+
+ private:
+  Tensor exchange(const Tensor& t) const {
+    if (cube_.y == cube_.z) return t;
+    const int partner = (cube_.x * cube_.l + cube_.z) * cube_.l + cube_.y;
+    Tensor got = Tensor::empty(t.shape(), t.dtype());
+    auto sent = cube_.tensor.send(t, partner);
+    cube_.tensor.recv(got, partner)->wait();
+    sent->wait();
+    return got;
+  }
+  Cube cube_;
+};
+
+// A linear whose output is hidden states again: orientation A -> B, then back to A.
+class HiddenLinear3d final : public Module {
+ public:
+  HiddenLinear3d(const Cube& cube, std::unique_ptr<Linear3d> linear)
+      : linear_(&add_module("", std::move(linear))), transpose_(&add_module("transpose", std::make_unique<Transpose3d>(cube))) {}
+  Tensor forward(const Tensor& x, Context& ctx) override {
+    return ctx.forward(*transpose_, ctx.forward(*linear_, x, 0), 1);
+  }
+  Tensor backward(const Tensor& dy, Context& ctx) override {
+    return ctx.backward(*linear_, ctx.backward(*transpose_, dy, 1), 0);
+  }
+
+ private:
+  Linear3d* linear_;
+  Transpose3d* transpose_;
+};
+
+// The token table placed as an orientation-A weight (rows block z l + x of l^2, features block
+// y), so the tied head multiplies by it in place. Each rank looks up every sample's ids in its
+// rows; reduce-scatters over x and then z sum the l^2 row blocks and leave each rank its samples.
+class VocabEmbedding3d final : public TableLookup {
+ public:
+  VocabEmbedding3d(const Cube& cube, std::int64_t num, std::int64_t dim, ParameterInit init) : cube_(cube) {
+    const std::int64_t l2 = std::int64_t(cube.l) * cube.l;
+    TIDAL_CHECK(num % l2 == 0 && dim % cube.l == 0,
+                "3D embedding [{}, {}]: model.vocab_size must split into l^2 = {} and model.n_embd into l = {} parts",
+                num, dim, l2, cube.l);
+    local_ = num / l2;
+    first_ = (cube.z * cube.l + cube.x) * local_;
+    table_ = &add_parameter("weight", {local_, dim / cube.l}, init);
+    table_->full_shape = {num, dim};
+    table_->offset = {first_, cube.y * (dim / cube.l)};
+  }
+  Parameter& table() override { return *table_; }
+
+  Tensor forward(const Tensor& ids, Context& ctx) override {
+    Tensor local = Tensor::empty(ids.shape(), DType::i32);
+    const std::int32_t* gid = ids.data<std::int32_t>();
+    std::int32_t* lid = local.data<std::int32_t>();
+    const std::int64_t V = table_->full_shape[0];
+    for (std::int64_t n = 0; n < ids.numel(); ++n) {
+      TIDAL_CHECK(gid[n] >= 0 && gid[n] < V, "token id {} is outside the vocabulary [0, {}): check model.vocab_size "
+                  "against the data", gid[n], V);
+      lid[n] = gid[n] >= first_ && gid[n] < first_ + local_ ? std::int32_t(gid[n] - first_) : ops::kIdElsewhere;
+    }
+    Shape s = ids.shape();
+    s.push_back(table_->shape[1]);
+    Tensor partial = ctx.empty(s, table_->data.dtype());
+    ops::embedding_forward(partial, local, table_->data);
+    ctx.saved = {local};
+    return reduce_scatter_along(reduce_scatter_along(partial, cube_.gx, 0), cube_.gz, 0);
+  }
+  Tensor backward(const Tensor& dy, Context& ctx) override {
+    const Tensor all = all_gather_along(all_gather_along(dy, cube_.gz, 0), cube_.gx, 0);
+    ops::embedding_backward(table_->grad, all, ctx.saved.at(0));
+    ctx.saved.clear();
+    return {};
+  }
+
+ private:
+  Cube cube_;
+  std::int64_t local_ = 0, first_ = 0;
+  Parameter* table_;
+};
+
+// A small table [V, C] with whole rows and features block y: looks up this rank's H samples.
+class Embedding3d final : public TableLookup {
+ public:
+  Embedding3d(const Cube& cube, std::int64_t num, std::int64_t dim, ParameterInit init)
+      : cube_(cube), inner_(&add_module("", std::make_unique<Embedding>(num, cube.features_a().part(dim, "model.n_embd"), init))) {
+    cube.features_a().place_last(inner_->table());
+  }
+  Parameter& table() override { return inner_->table(); }
+  Tensor forward(const Tensor& ids, Context& ctx) override {
+    return ctx.forward(*inner_, cube_.samples_a().of(ids).clone(), 0);
+  }
+  Tensor backward(const Tensor& dy, Context& ctx) override { return ctx.backward(*inner_, dy, 0); }
+
+ private:
+  Cube cube_;
+  Embedding* inner_;
+};
+
+// The replica's whole [B, ..., F] -> orientation B (samples x l + y, features block z). The
+// input is data: no gradient is returned.
+class SplitFeatures3d final : public Module {
+ public:
+  explicit SplitFeatures3d(const Cube& cube) : cube_(cube) {}
+  Tensor forward(const Tensor& x, Context&) override {
+    return slice_for_rank(cube_.samples_b().of(x), -1, cube_.z, cube_.l);
+  }
+  Tensor backward(const Tensor&, Context&) override { return {}; }
+
+ private:
+  Cube cube_;
+};
+
+class Layers3d final : public LayerFactory {
+ public:
+  explicit Layers3d(parallel::ParallelContext& pc)
+      : c_{pc.group(GroupKind::tensor_x), pc.group(GroupKind::tensor_y), pc.group(GroupKind::tensor_z),
+           pc.group(GroupKind::tensor), pc.layout().tensor_side(), pc.coordinates().row, pc.coordinates().col,
+           pc.coordinates().depth},
+        stream_(std::uint64_t(pc.coordinates().tensor)) {}
+
+  std::unique_ptr<TableLookup> vocab_embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override {
+    return std::make_unique<VocabEmbedding3d>(c_, num, dim, init);
+  }
+  std::unique_ptr<TableLookup> embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override {
+    return std::make_unique<Embedding3d>(c_, num, dim, init);
+  }
+  std::unique_ptr<Module> position_embedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init) override {
+    auto m = std::make_unique<PositionEmbedding>(max_positions, c_.features_a().part(dim, "model.n_embd"), init);
+    c_.features_a().place_last(m->table());
+    return m;
+  }
+  std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) override {
+    return std::make_unique<SplitLayerNorm>(c_.features_a(), features, eps);
+  }
+  std::unique_ptr<Module> dropout(float p) override { return std::make_unique<Dropout>(p, stream_); }
+  std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
+                                       int segments) override {
+    return std::make_unique<Linear3d>(c_, a_to_b(), in, out, bias, init, segments);
+  }
+  std::unique_ptr<Module> output_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override {
+    return std::make_unique<Linear3d>(c_, b_to_a(), in, out, bias, init, 1);
+  }
+  std::unique_ptr<Module> hidden_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override {
+    return std::make_unique<HiddenLinear3d>(c_, std::make_unique<Linear3d>(c_, a_to_b(), in, out, bias, init, 1));
+  }
+  std::unique_ptr<Module> split_features() override { return std::make_unique<SplitFeatures3d>(c_); }
+  std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) override {
+    return std::make_unique<Linear3d>(c_, a_to_b(), embedding.table(), bias);
+  }
+  std::unique_ptr<Module> cross_entropy(std::int64_t classes) override {
+    return std::make_unique<VocabParallelCrossEntropy>(classes, c_.gz, c_.samples_b(),
+                                                       std::vector<comm::Communicator*>{&c_.gx, &c_.gy});
+  }
+  void split_hidden(Parameter& p) override {
+    p.shape[p.shape.size() - 1] = c_.features_a().part(p.shape[p.shape.size() - 1], "model.n_embd");
+    c_.features_a().place_last(p);
+  }
+  int feature_parts() const override { return c_.l; }
+  BatchSlice batch_slice() const override { return c_.samples_b(); }
+  Tensor gather_features(const Tensor& part) override {
+    return all_gather_along(all_gather_along(all_gather_along(part, c_.gz, -1), c_.gy, 0), c_.gx, 0);
+  }
+
+ private:
+  Orientation a_to_b() { return {&c_.gy, &c_.gz}; }
+  Orientation b_to_a() { return {&c_.gz, &c_.gy}; }
+
+  Cube c_;
+  std::uint64_t stream_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerFactory> layers_3d(parallel::ParallelContext& pc) { return std::make_unique<Layers3d>(pc); }
+
+}  // namespace tidal::nn::tp
