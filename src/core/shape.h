@@ -41,6 +41,12 @@ class Shape {
   }
   std::vector<std::int64_t> vec() const { return {begin(), end()}; }
   std::string str() const;
+  // This shape with the last dimension replaced (a linear layer's output shape).
+  Shape with_last(std::int64_t last) const {
+    Shape r = *this;
+    r.d_[std::size_t(n_ - 1)] = last;
+    return r;
+  }
 
   bool operator==(const Shape& o) const {
     if (n_ != o.n_) return false;

@@ -4,14 +4,6 @@
 #include "ops/gemm.h"
 
 namespace tidal::nn {
-namespace {
-Shape with_last(const Shape& s, std::int64_t last) {
-  Shape r = s;
-  r[r.size() - 1] = last;
-  return r;
-}
-}  // namespace
-
 void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const Parameter* bias) {
   ops::gemm(y2, x2, weight.data, {.trans_b = true});
   if (bias) ops::bias_add(y2, bias->data);
@@ -29,7 +21,7 @@ Linear::Linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init)
 
 Tensor Linear::forward(const Tensor& x, Context& ctx) {
   TIDAL_ASSERT(x.dim(-1) == in_, "{}: input {} for {} features", path(), x.str(), in_);
-  Tensor y = ctx.empty(with_last(x.shape(), out_), x.dtype());
+  Tensor y = ctx.empty(x.shape().with_last(out_), x.dtype());
   Tensor y2 = y.reshape({-1, out_});
   linear_forward(y2, x.reshape({-1, in_}), *weight_, bias_);
   ctx.saved = {x};

@@ -17,16 +17,20 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::int64_t num, std::int64_t di
   table_->offset = {first_, 0};
 }
 
-Tensor VocabParallelEmbedding::forward(const Tensor& ids, Context& ctx) {
+Tensor localize_ids(const Tensor& ids, std::int64_t first, std::int64_t count, std::int64_t vocab) {
   Tensor local = Tensor::empty(ids.shape(), DType::i32);
   const std::int32_t* g = ids.data<std::int32_t>();
   std::int32_t* l = local.data<std::int32_t>();
-  const std::int64_t V = local_ * group_.size();
   for (std::int64_t i = 0; i < ids.numel(); ++i) {
-    TIDAL_CHECK(g[i] >= 0 && g[i] < V, "token id {} at position {} is outside the vocabulary [0, {}): check "
-                "model.vocab_size against the data", g[i], i, V);
-    l[i] = g[i] >= first_ && g[i] < first_ + local_ ? std::int32_t(g[i] - first_) : ops::kIdElsewhere;
+    TIDAL_CHECK(g[i] >= 0 && g[i] < vocab, "token id {} at position {} is outside the vocabulary [0, {}): check "
+                "model.vocab_size against the data", g[i], i, vocab);
+    l[i] = g[i] >= first && g[i] < first + count ? std::int32_t(g[i] - first) : ops::kIdElsewhere;
   }
+  return local;
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& ids, Context& ctx) {
+  const Tensor local = localize_ids(ids, first_, local_, local_ * group_.size());
   Shape s = ids.shape();
   s.push_back(table_->shape[1]);
   Tensor partial = ctx.empty(s, table_->data.dtype());

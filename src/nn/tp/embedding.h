@@ -10,6 +10,10 @@
 
 namespace tidal::nn::tp {
 
+// ids re-based to the rows [first, first + count) of a [vocab, ...] table; ids in other rows
+// become ops::kIdElsewhere (a zero row). Ids outside [0, vocab) are an error naming the key.
+Tensor localize_ids(const Tensor& ids, std::int64_t first, std::int64_t count, std::int64_t vocab);
+
 class VocabParallelEmbedding final : public TableLookup {
  public:
   VocabParallelEmbedding(std::int64_t num, std::int64_t dim, ParameterInit init, comm::Communicator& group);

@@ -2,6 +2,9 @@
 
 #include "core/error.h"
 #include "nn/context.h"
+#include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/tp/mappings.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +26,47 @@ void FeatureSplit::place_last(Parameter& p) const {
   p.copies = copies;
   p.replicas = replicas;
 }
+
+void FeatureSplit::split_last(Parameter& p) const {
+  const std::size_t last = p.shape.size() - 1;
+  p.shape[last] = part(p.shape[last], "model.n_embd");
+  place_last(p);
+}
+
+SplitEmbedding::SplitEmbedding(const FeatureSplit& split, BatchSlice samples, std::int64_t num, std::int64_t dim,
+                               ParameterInit init)
+    : samples_(samples), inner_(&add_module("", std::make_unique<Embedding>(num, split.part(dim, "model.n_embd"), init))) {
+  split.place_last(inner_->table());
+}
+
+Parameter& SplitEmbedding::table() { return inner_->table(); }
+
+Tensor SplitEmbedding::forward(const Tensor& ids, Context& ctx) {
+  return ctx.forward(*inner_, samples_.of(ids).clone(), 0);
+}
+
+Tensor SplitEmbedding::backward(const Tensor& dy, Context& ctx) { return ctx.backward(*inner_, dy, 0); }
+
+std::unique_ptr<TableLookup> SplitLayers::embedding(std::int64_t num, std::int64_t dim, ParameterInit init) {
+  return std::make_unique<SplitEmbedding>(hidden_, hidden_samples_, num, dim, init);
+}
+
+std::unique_ptr<Module> SplitLayers::position_embedding(std::int64_t max_positions, std::int64_t dim,
+                                                        ParameterInit init) {
+  auto m = std::make_unique<PositionEmbedding>(max_positions, hidden_.part(dim, "model.n_embd"), init);
+  hidden_.place_last(m->table());
+  return m;
+}
+
+std::unique_ptr<Module> SplitLayers::layer_norm(std::int64_t features, float eps) {
+  return std::make_unique<SplitLayerNorm>(hidden_, features, eps);
+}
+
+std::unique_ptr<Module> SplitLayers::dropout(float p) { return std::make_unique<Dropout>(p, stream_); }
+
+Tensor SplitInput::forward(const Tensor& x, Context&) { return slice_for_rank(samples_.of(x), -1, index_, parts_); }
+
+Tensor SplitInput::backward(const Tensor&, Context&) { return {}; }
 
 SplitLayerNorm::SplitLayerNorm(const FeatureSplit& split, std::int64_t features, float eps)
     : split_(split), eps_(eps), full_(features) {

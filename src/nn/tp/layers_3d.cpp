@@ -1,8 +1,7 @@
 #include "nn/tp/layers_3d.h"
 
-#include "nn/dropout.h"
-#include "nn/embedding.h"
 #include "nn/tp/cross_entropy.h"
+#include "nn/tp/embedding.h"
 #include "nn/tp/feature_split.h"
 #include "nn/tp/mappings.h"
 #include "ops/bias.h"
@@ -15,11 +14,6 @@ namespace {
 
 using parallel::GroupKind;
 
-Shape with_last(const Shape& s, std::int64_t last) {
-  Shape r = s;
-  r[r.size() - 1] = last;
-  return r;
-}
 
 struct Cube {
   comm::Communicator& gx;  // ranks differing only in x, ordered by x
@@ -27,6 +21,7 @@ struct Cube {
   comm::Communicator& gz;
   comm::Communicator& tensor;  // the whole cube, ordered by t = x l^2 + y l + z
   int l, x, y, z;
+  std::uint64_t stream;  // the tensor index: dropout masks of different blocks differ
 
   // Orientation A (H): samples block x l + z, features block y. B (F): samples x l + y,
   // features z.
@@ -100,7 +95,7 @@ class Linear3d final : public Module {
     const Tensor wg = rank_major_to_segment_major(all_gather_along(weight_->data, cube_.gx, 0), cube_.l, segments_,
                                                   false);  // W_bc
     const std::int64_t out = wg.dim(0);
-    Tensor p = Tensor::empty(with_last(xg.shape(), out), x.dtype());
+    Tensor p = Tensor::empty(xg.shape().with_last(out), x.dtype());
     Tensor p2 = p.reshape({-1, out});
     ops::gemm(p2, xg.reshape({-1, in}), wg, {.trans_b = true});
     Tensor y = reduce_scatter_along(p, *o_.b, 0);
@@ -199,15 +194,7 @@ class VocabEmbedding3d final : public TableLookup {
   Parameter& table() override { return *table_; }
 
   Tensor forward(const Tensor& ids, Context& ctx) override {
-    Tensor local = Tensor::empty(ids.shape(), DType::i32);
-    const std::int32_t* gid = ids.data<std::int32_t>();
-    std::int32_t* lid = local.data<std::int32_t>();
-    const std::int64_t V = table_->full_shape[0];
-    for (std::int64_t n = 0; n < ids.numel(); ++n) {
-      TIDAL_CHECK(gid[n] >= 0 && gid[n] < V, "token id {} is outside the vocabulary [0, {}): check model.vocab_size "
-                  "against the data", gid[n], V);
-      lid[n] = gid[n] >= first_ && gid[n] < first_ + local_ ? std::int32_t(gid[n] - first_) : ops::kIdElsewhere;
-    }
+    const Tensor local = localize_ids(ids, first_, local_, table_->full_shape[0]);
     Shape s = ids.shape();
     s.push_back(table_->shape[1]);
     Tensor partial = ctx.empty(s, table_->data.dtype());
@@ -228,61 +215,13 @@ class VocabEmbedding3d final : public TableLookup {
   Parameter* table_;
 };
 
-// A small table [V, C] with whole rows and features block y: looks up this rank's H samples.
-class Embedding3d final : public TableLookup {
+class Layers3d final : public SplitLayers {
  public:
-  Embedding3d(const Cube& cube, std::int64_t num, std::int64_t dim, ParameterInit init)
-      : cube_(cube), inner_(&add_module("", std::make_unique<Embedding>(num, cube.features_a().part(dim, "model.n_embd"), init))) {
-    cube.features_a().place_last(inner_->table());
-  }
-  Parameter& table() override { return inner_->table(); }
-  Tensor forward(const Tensor& ids, Context& ctx) override {
-    return ctx.forward(*inner_, cube_.samples_a().of(ids).clone(), 0);
-  }
-  Tensor backward(const Tensor& dy, Context& ctx) override { return ctx.backward(*inner_, dy, 0); }
-
- private:
-  Cube cube_;
-  Embedding* inner_;
-};
-
-// The replica's whole [B, ..., F] -> orientation B (samples x l + y, features block z). The
-// input is data: no gradient is returned.
-class SplitFeatures3d final : public Module {
- public:
-  explicit SplitFeatures3d(const Cube& cube) : cube_(cube) {}
-  Tensor forward(const Tensor& x, Context&) override {
-    return slice_for_rank(cube_.samples_b().of(x), -1, cube_.z, cube_.l);
-  }
-  Tensor backward(const Tensor&, Context&) override { return {}; }
-
- private:
-  Cube cube_;
-};
-
-class Layers3d final : public LayerFactory {
- public:
-  explicit Layers3d(parallel::ParallelContext& pc)
-      : c_{pc.group(GroupKind::tensor_x), pc.group(GroupKind::tensor_y), pc.group(GroupKind::tensor_z),
-           pc.group(GroupKind::tensor), pc.layout().tensor_side(), pc.coordinates().row, pc.coordinates().col,
-           pc.coordinates().depth},
-        stream_(std::uint64_t(pc.coordinates().tensor)) {}
+  explicit Layers3d(const Cube& cube) : SplitLayers(cube.features_a(), cube.samples_a(), cube.stream), c_(cube) {}
 
   std::unique_ptr<TableLookup> vocab_embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override {
     return std::make_unique<VocabEmbedding3d>(c_, num, dim, init);
   }
-  std::unique_ptr<TableLookup> embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override {
-    return std::make_unique<Embedding3d>(c_, num, dim, init);
-  }
-  std::unique_ptr<Module> position_embedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init) override {
-    auto m = std::make_unique<PositionEmbedding>(max_positions, c_.features_a().part(dim, "model.n_embd"), init);
-    c_.features_a().place_last(m->table());
-    return m;
-  }
-  std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) override {
-    return std::make_unique<SplitLayerNorm>(c_.features_a(), features, eps);
-  }
-  std::unique_ptr<Module> dropout(float p) override { return std::make_unique<Dropout>(p, stream_); }
   std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
                                        int segments) override {
     return std::make_unique<Linear3d>(c_, a_to_b(), in, out, bias, init, segments);
@@ -293,17 +232,14 @@ class Layers3d final : public LayerFactory {
   std::unique_ptr<Module> hidden_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override {
     return std::make_unique<HiddenLinear3d>(c_, std::make_unique<Linear3d>(c_, a_to_b(), in, out, bias, init, 1));
   }
-  std::unique_ptr<Module> split_features() override { return std::make_unique<SplitFeatures3d>(c_); }
+  // Orientation B: samples x l + y, features block z.
+  std::unique_ptr<Module> split_features() override { return std::make_unique<SplitInput>(c_.samples_b(), c_.z, c_.l); }
   std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) override {
     return std::make_unique<Linear3d>(c_, a_to_b(), embedding.table(), bias);
   }
   std::unique_ptr<Module> cross_entropy(std::int64_t classes) override {
     return std::make_unique<VocabParallelCrossEntropy>(classes, c_.gz, c_.samples_b(),
                                                        std::vector<comm::Communicator*>{&c_.gx, &c_.gy});
-  }
-  void split_hidden(Parameter& p) override {
-    p.shape[p.shape.size() - 1] = c_.features_a().part(p.shape[p.shape.size() - 1], "model.n_embd");
-    c_.features_a().place_last(p);
   }
   int feature_parts() const override { return c_.l; }
   BatchSlice batch_slice() const override { return c_.samples_b(); }
@@ -316,11 +252,15 @@ class Layers3d final : public LayerFactory {
   Orientation b_to_a() { return {&c_.gz, &c_.gy}; }
 
   Cube c_;
-  std::uint64_t stream_;
 };
 
 }  // namespace
 
-std::unique_ptr<LayerFactory> layers_3d(parallel::ParallelContext& pc) { return std::make_unique<Layers3d>(pc); }
+std::unique_ptr<LayerFactory> layers_3d(parallel::ParallelContext& pc) {
+  const parallel::Coordinates& c = pc.coordinates();
+  return std::make_unique<Layers3d>(Cube{pc.group(GroupKind::tensor_x), pc.group(GroupKind::tensor_y),
+                                         pc.group(GroupKind::tensor_z), pc.group(GroupKind::tensor),
+                                         pc.layout().tensor_side(), c.row, c.col, c.depth, std::uint64_t(c.tensor)});
+}
 
 }  // namespace tidal::nn::tp

@@ -1,9 +1,7 @@
 #include "nn/tp/layers_grid.h"
 
-#include "nn/dropout.h"
-#include "nn/embedding.h"
-#include "nn/linear.h"
 #include "nn/tp/cross_entropy.h"
+#include "nn/tp/embedding.h"
 #include "nn/tp/feature_split.h"
 #include "nn/tp/mappings.h"
 #include "nn/tp/summa.h"
@@ -16,11 +14,6 @@ namespace {
 
 using parallel::GroupKind;
 
-Shape with_last(const Shape& s, std::int64_t last) {
-  Shape r = s;
-  r[r.size() - 1] = last;
-  return r;
-}
 
 // The grid as the layers see it.
 struct Grid {
@@ -28,6 +21,7 @@ struct Grid {
   comm::Communicator& col;    // (*, j) in this depth layer, ordered by i
   comm::Communicator& depth;  // (i, j) in every depth layer, ordered by k
   int q, d, i, j, k;
+  std::uint64_t stream;  // the tensor index: dropout masks of different blocks differ
 
   std::int64_t part(std::int64_t n, const std::string& what) const {
     TIDAL_CHECK(n % q == 0, "{}: {} does not split over the grid side q = {}", what, n, q);
@@ -35,7 +29,6 @@ struct Grid {
   }
   // Features split by column j; a feature-shaped parameter is held by every row and depth layer.
   FeatureSplit features() const { return {&row, {&col, &depth}, q * d}; }
-  void split_last(Parameter& p) const { features().place_last(p); }
   // Block (i, j) of a weight [out, in] (segments: of each of that many parts of the rows).
   void split_block(Parameter& p, std::int64_t out, std::int64_t in, int segments) const {
     p.full_shape = {out, in};
@@ -70,13 +63,13 @@ class GridLinear final : public Module {
   // Borrows `table` [V, C] (block (i, j)) as W; owns a bias [V] (block j) if asked.
   GridLinear(const Grid& g, Parameter& table, bool bias) : g_(g), weight_(&table) {
     bias_ = bias ? &add_parameter("bias", {table.shape[0]}, ParameterInit::zeros()) : nullptr;
-    if (bias_) g.split_last(*bias_);
+    if (bias_) g.features().place_last(*bias_);
   }
 
   Tensor forward(const Tensor& x, Context& ctx) override {
     const std::int64_t in = weight_->shape[1], out = weight_->shape[0];
     TIDAL_ASSERT(x.dim(-1) == in, "{}: input {} for {} features per rank", path(), x.str(), in);
-    Tensor y = ctx.empty(with_last(x.shape(), out), x.dtype());
+    Tensor y = ctx.empty(x.shape().with_last(out), x.dtype());
     Tensor y2 = y.reshape({-1, out});
     summa_forward(y2, x.reshape({-1, in}), weight_->data, g_.row, g_.col);
     if (bias_) ops::bias_add(y2, bias_->data);
@@ -119,16 +112,8 @@ class GridVocabEmbedding final : public TableLookup {
   Parameter& table() override { return *table_; }
 
   Tensor forward(const Tensor& ids, Context& ctx) override {
-    const Tensor layer_ids = BatchSlice{g_.d, g_.k}.of(ids);  // this depth layer's samples
-    Tensor local = Tensor::empty(layer_ids.shape(), DType::i32);
-    const std::int32_t* gid = layer_ids.data<std::int32_t>();
-    std::int32_t* l = local.data<std::int32_t>();
-    const std::int64_t V = local_ * g_.q;
-    for (std::int64_t n = 0; n < layer_ids.numel(); ++n) {
-      TIDAL_CHECK(gid[n] >= 0 && gid[n] < V, "token id {} is outside the vocabulary [0, {}): check model.vocab_size "
-                  "against the data", gid[n], V);
-      l[n] = gid[n] >= first_ && gid[n] < first_ + local_ ? std::int32_t(gid[n] - first_) : ops::kIdElsewhere;
-    }
+    // This depth layer's samples.
+    const Tensor local = localize_ids(BatchSlice{g_.d, g_.k}.of(ids), first_, local_, local_ * g_.q);
     Shape s = local.shape();
     s.push_back(table_->shape[1]);
     Tensor partial = ctx.empty(s, table_->data.dtype());
@@ -148,61 +133,13 @@ class GridVocabEmbedding final : public TableLookup {
   Parameter* table_;
 };
 
-// A small table [V, C] with whole rows and features block j: looks up this rank's samples.
-class GridEmbedding final : public TableLookup {
+class LayersGrid final : public SplitLayers {
  public:
-  GridEmbedding(const Grid& g, std::int64_t num, std::int64_t dim, ParameterInit init)
-      : g_(g), inner_(&add_module("", std::make_unique<Embedding>(num, g.part(dim, "model.n_embd"), init))) {
-    g.split_last(inner_->table());
-  }
-  Parameter& table() override { return inner_->table(); }
-  Tensor forward(const Tensor& ids, Context& ctx) override {
-    return ctx.forward(*inner_, g_.samples().of(ids).clone(), 0);
-  }
-  Tensor backward(const Tensor& dy, Context& ctx) override { return ctx.backward(*inner_, dy, 0); }
-
- private:
-  Grid g_;
-  Embedding* inner_;
-};
-
-// The replica's whole [B, ..., F] -> this rank's samples and features block j. The input is
-// data: no gradient is returned.
-class SplitFeatures final : public Module {
- public:
-  explicit SplitFeatures(const Grid& g) : g_(g) {}
-  Tensor forward(const Tensor& x, Context&) override {
-    return slice_for_rank(g_.samples().of(x), -1, g_.j, g_.q);
-  }
-  Tensor backward(const Tensor&, Context&) override { return {}; }
-
- private:
-  Grid g_;
-};
-
-class LayersGrid final : public LayerFactory {
- public:
-  explicit LayersGrid(parallel::ParallelContext& pc)
-      : g_{pc.group(GroupKind::tensor_row), pc.group(GroupKind::tensor_col), pc.group(GroupKind::tensor_depth),
-           pc.layout().tensor_side(), pc.layout().spec().mode == parallel::TensorMode::d2p5 ? pc.layout().spec().depth : 1,
-           pc.coordinates().row, pc.coordinates().col, pc.coordinates().depth},
-        stream_(std::uint64_t(pc.coordinates().tensor)) {}
+  explicit LayersGrid(const Grid& g) : SplitLayers(g.features(), g.samples(), g.stream), g_(g) {}
 
   std::unique_ptr<TableLookup> vocab_embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override {
     return std::make_unique<GridVocabEmbedding>(g_, num, dim, init);
   }
-  std::unique_ptr<TableLookup> embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override {
-    return std::make_unique<GridEmbedding>(g_, num, dim, init);
-  }
-  std::unique_ptr<Module> position_embedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init) override {
-    auto m = std::make_unique<PositionEmbedding>(max_positions, g_.part(dim, "model.n_embd"), init);
-    g_.split_last(m->table());
-    return m;
-  }
-  std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) override {
-    return std::make_unique<SplitLayerNorm>(g_.features(), features, eps);
-  }
-  std::unique_ptr<Module> dropout(float p) override { return std::make_unique<Dropout>(p, stream_); }
   std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
                                        int segments) override {
     return std::make_unique<GridLinear>(g_, in, out, bias, init, segments);
@@ -213,17 +150,13 @@ class LayersGrid final : public LayerFactory {
   std::unique_ptr<Module> hidden_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override {
     return std::make_unique<GridLinear>(g_, in, out, bias, init, 1);
   }
-  std::unique_ptr<Module> split_features() override { return std::make_unique<SplitFeatures>(g_); }
+  std::unique_ptr<Module> split_features() override { return std::make_unique<SplitInput>(g_.samples(), g_.j, g_.q); }
   std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) override {
     return std::make_unique<GridLinear>(g_, embedding.table(), bias);
   }
   std::unique_ptr<Module> cross_entropy(std::int64_t classes) override {
     return std::make_unique<VocabParallelCrossEntropy>(classes, g_.row, g_.samples(),
                                                        std::vector<comm::Communicator*>{&g_.col, &g_.depth});
-  }
-  void split_hidden(Parameter& p) override {
-    p.shape[p.shape.size() - 1] = g_.part(p.shape[p.shape.size() - 1], "model.n_embd");
-    g_.split_last(p);
   }
   int feature_parts() const override { return g_.q; }
   BatchSlice batch_slice() const override { return g_.samples(); }
@@ -234,11 +167,17 @@ class LayersGrid final : public LayerFactory {
 
  private:
   Grid g_;
-  std::uint64_t stream_;
 };
 
 }  // namespace
 
-std::unique_ptr<LayerFactory> layers_grid(parallel::ParallelContext& pc) { return std::make_unique<LayersGrid>(pc); }
+std::unique_ptr<LayerFactory> layers_grid(parallel::ParallelContext& pc) {
+  const parallel::MeshSpec& spec = pc.layout().spec();
+  const parallel::Coordinates& c = pc.coordinates();
+  return std::make_unique<LayersGrid>(Grid{pc.group(GroupKind::tensor_row), pc.group(GroupKind::tensor_col),
+                                           pc.group(GroupKind::tensor_depth), pc.layout().tensor_side(),
+                                           spec.mode == parallel::TensorMode::d2p5 ? spec.depth : 1, c.row, c.col,
+                                           c.depth, std::uint64_t(c.tensor)});
+}
 
 }  // namespace tidal::nn::tp

@@ -9,12 +9,6 @@
 namespace tidal::nn::tp {
 namespace {
 
-Shape with_last(const Shape& s, std::int64_t last) {
-  Shape r = s;
-  r[r.size() - 1] = last;
-  return r;
-}
-
 std::int64_t part(std::int64_t n, const comm::Communicator& g, const char* what) {
   TIDAL_CHECK(n % g.size() == 0, "{}: {} features do not split over the {} ranks of tensor group '{}'", what, n,
               g.size(), g.name());
@@ -46,7 +40,7 @@ ColumnParallelLinear::ColumnParallelLinear(std::int64_t in, std::int64_t out, bo
 Tensor ColumnParallelLinear::forward(const Tensor& x, Context& ctx) {
   TIDAL_ASSERT(x.dim(-1) == in_, "{}: input {} for {} features", path(), x.str(), in_);
   const Tensor xin = CopyToGroup::forward(x, group_);
-  Tensor y = ctx.empty(with_last(x.shape(), out_local_), x.dtype());
+  Tensor y = ctx.empty(x.shape().with_last(out_local_), x.dtype());
   Tensor y2 = y.reshape({-1, out_local_});
   linear_forward(y2, xin.reshape({-1, in_}), *weight_, bias_);
   ctx.saved = {xin};
@@ -77,7 +71,7 @@ RowParallelLinear::RowParallelLinear(std::int64_t in, std::int64_t out, bool bia
 Tensor RowParallelLinear::forward(const Tensor& x, Context& ctx) {
   const Tensor xr = split_input_ ? ScatterToGroup::forward(x, group_, -1) : x;
   TIDAL_ASSERT(xr.dim(-1) == in_local_, "{}: input {} for {} features per rank", path(), xr.str(), in_local_);
-  Tensor partial = ctx.empty(with_last(xr.shape(), out_), xr.dtype());
+  Tensor partial = ctx.empty(xr.shape().with_last(out_), xr.dtype());
   Tensor partial2 = partial.reshape({-1, out_});
   linear_forward(partial2, xr.reshape({-1, in_local_}), *weight_, nullptr);  // the bias is added once, after the sum
   Tensor y = ReduceFromGroup::forward(partial, group_);
