@@ -4,7 +4,12 @@
 // 1. Communication of one linear layer Y = X W^T, X [b, s, h], W [h, h], forward + backward
 //    (the mode's input_linear): the elements each rank sends (CountingCommunicator's ring-model
 //    volume, summed over every group and rank), beside Table I's expression evaluated on the same
-//    sizes (Sx = Sy = b s h, Sw = h h).
+//    sizes (Sx = Sy = b s h, Sw = h h). Table I's units differ by mode: its 1D expression is the
+//    all-ranks total of ring all-reduces (equal to ours); its 3D expression is one of the l
+//    parallel groups' share (ours is l times it: every collective runs in l^2 groups of l).
+//    Our 2D / 2.5D forward is Alg. 2's form (broadcast W down the column, reduce partial Y
+//    along the row) and backward shares one broadcast of dY between dX and dW, so it moves
+//    fewer elements than Table I's 3 broadcasts of X and W per step.
 // 2. The memory range test of Fig. 12: two linear layers (input_linear, output_linear, no bias)
 //    on X [b, 16, h]; peak host bytes per rank (weights, gradients, activations and communication
 //    buffers, from the allocator), sweeping the batch at a fixed hidden size and the hidden size
