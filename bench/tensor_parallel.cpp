@@ -2,7 +2,7 @@
 // mode that fills the world with one tensor group is measured in the same run.
 //
 // 1. Communication of one linear layer Y = X W^T, X [b, s, h], W [h, h], forward + backward
-//    (the mode's input_linear): the elements each rank sends (CountingCommunicator's ring-model
+//    (the mode's output_linear, its input split by the mode's split_features): the elements each rank sends (CountingCommunicator's ring-model
 //    volume, summed over every group and rank), beside Table I's expression evaluated on the same
 //    sizes (Sx = Sy = b s h, Sw = h h). Table I's units differ by mode: its 1D expression is the
 //    all-ranks total of ring all-reduces (equal to ours); its 3D expression is one of the l
@@ -10,7 +10,7 @@
 //    Our 2D / 2.5D forward is Alg. 2's form (broadcast W down the column, reduce partial Y
 //    along the row) and backward shares one broadcast of dY between dX and dW, so it moves
 //    fewer elements than Table I's 3 broadcasts of X and W per step.
-// 2. The memory range test of Fig. 12: two linear layers (input_linear, output_linear, no bias)
+// 2. The memory range test of Fig. 12: two linear layers (output_linear, input_linear, no bias)
 //    on X [b, 16, h]; peak host bytes per rank (weights, gradients, activations and communication
 //    buffers, from the allocator), sweeping the batch at a fixed hidden size and the hidden size
 //    at a fixed batch, with each mode's ratio to 1D.
@@ -62,6 +62,14 @@ std::size_t run(std::vector<nn::Module*> layers, const Tensor& x_block) {
   return host_allocator().peak_bytes();
 }
 
+// This rank's block of the replica's whole input, as the mode's output_linear takes it.
+Tensor split_input(nn::LayerFactory& f, const Tensor& whole) {
+  nn::Runner runner;
+  nn::StepState state{.runner = &runner};
+  nn::Context ctx(state);
+  return ctx.forward(*f.split_features(), whole, 0);
+}
+
 double max_over(comm::Communicator& world, double v) {
   Tensor t = Tensor::full({1}, float(v));
   world.all_reduce(t, {.op = comm::ReduceOp::max})->wait();
@@ -71,21 +79,6 @@ double sum_over(comm::Communicator& world, double v) {
   Tensor t = Tensor::full({1}, float(v));
   world.all_reduce(t)->wait();
   return t.item();
-}
-
-// This rank's block of a whole [b, s, h] input in the hidden-state layout H the first linear
-// takes: whole in 1D; grid: samples k q + i, features j; 3D (orientation A): samples x l + z,
-// features y.
-Tensor hidden_block(const Tensor& whole, nn::LayerFactory& f, parallel::ParallelContext& pc) {
-  const parallel::MeshSpec& s = pc.layout().spec();
-  const parallel::Coordinates& c = pc.coordinates();
-  const int side = pc.layout().tensor_side();
-  if (s.mode == parallel::TensorMode::d1) return whole;
-  nn::BatchSlice samples = s.mode == parallel::TensorMode::d3 ? nn::BatchSlice{side * side, c.row * side + c.depth}
-                                                              : f.batch_slice();
-  const int feature_index = c.col;
-  const std::int64_t h = whole.dim(-1), part = h / side;
-  return samples.of(whole).slice(whole.ndim() - 1, feature_index * part, (feature_index + 1) * part).clone();
 }
 
 }  // namespace
@@ -117,11 +110,10 @@ int main(int argc, char** argv) {
     config::Config cfg = config_for(m, n, h);
     parallel::ParallelContext pc(cfg, &mpi);
     auto f = nn::tp::make_layers(pc);
-    auto lin = f->input_linear(h, h, false, nn::ParameterInit::normal(0.02f));
+    auto lin = f->output_linear(h, h, false, nn::ParameterInit::normal(0.02f));
     lin->assign_names("fc");
     for (nn::Parameter* p : lin->parameters()) nn::materialize(*p, 1, host_allocator());
-    const Tensor whole = Tensor::full({b, s, h}, 0.5f);
-    run({lin.get()}, hidden_block(whole, *f, pc));
+    run({lin.get()}, split_input(*f, Tensor::full({b, s, h}, 0.5f)));
     double sent = 0;
     const nlohmann::json stats = pc.communication_stats();
     for (const auto& group : stats)
@@ -162,12 +154,11 @@ int main(int argc, char** argv) {
       config::Config cfg = config_for(m, n, pt.hidden);
       parallel::ParallelContext pc(cfg, &mpi);
       auto f = nn::tp::make_layers(pc);
-      const Tensor whole = Tensor::full({pt.batch, kSeq, pt.hidden}, 0.5f);
-      const Tensor x = hidden_block(whole, *f, pc);
+      const Tensor x = split_input(*f, Tensor::full({pt.batch, kSeq, pt.hidden}, 0.5f));
       host_allocator().reset_peak();
       const std::size_t before = host_allocator().current_bytes();
-      auto l1 = f->input_linear(pt.hidden, pt.hidden, false, nn::ParameterInit::normal(0.02f));
-      auto l2 = f->output_linear(pt.hidden, pt.hidden, false, nn::ParameterInit::normal(0.02f));
+      auto l1 = f->output_linear(pt.hidden, pt.hidden, false, nn::ParameterInit::normal(0.02f));
+      auto l2 = f->input_linear(pt.hidden, pt.hidden, false, nn::ParameterInit::normal(0.02f));
       l1->assign_names("l1");
       l2->assign_names("l2");
       for (nn::Parameter* p : l1->parameters()) nn::materialize(*p, 1, host_allocator());

@@ -24,9 +24,7 @@ std::vector<Parameter*> VocabParallelLmHead::used_parameters() {
 Tensor VocabParallelLmHead::forward(const Tensor& x, Context& ctx) {
   const std::int64_t V = table_.shape[0], C = table_.shape[1];
   const Tensor xin = CopyToGroup::forward(x, group_);
-  Shape s = x.shape();
-  s[s.size() - 1] = V;
-  Tensor y = ctx.empty(s, x.dtype());
+  Tensor y = ctx.empty(x.shape().with_last(V), x.dtype());
   Tensor y2 = y.reshape({-1, V});
   linear_forward(y2, xin.reshape({-1, C}), table_, bias_);
   ctx.saved = {xin};
