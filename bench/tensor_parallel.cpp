@@ -16,8 +16,8 @@
 //    at a fixed batch, with each mode's ratio to 1D.
 //
 //   mpirun -np 4 bench_tensor_parallel [--quick]
+#include "nn/parallel_layers.h"
 #include "nn/runner.h"
-#include "nn/tp/layer_factories.h"
 #include "parallel/context.h"
 #include "comm/mpi_runtime.h"
 
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   for (const Mode& m : modes) {
     config::Config cfg = config_for(m, n, h);
     parallel::ParallelContext pc(cfg, &mpi);
-    auto f = nn::tp::make_layers(pc);
+    auto f = nn::make_layers(pc);
     auto lin = f->output_linear(h, h, false, nn::ParameterInit::normal(0.02f));
     lin->assign_names("fc");
     for (nn::Parameter* p : lin->parameters()) nn::materialize(*p, 1, host_allocator());
@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
     for (const Mode& m : modes) {
       config::Config cfg = config_for(m, n, pt.hidden);
       parallel::ParallelContext pc(cfg, &mpi);
-      auto f = nn::tp::make_layers(pc);
+      auto f = nn::make_layers(pc);
       const Tensor x = split_input(*f, Tensor::full({pt.batch, kSeq, pt.hidden}, 0.5f));
       host_allocator().reset_peak();
       const std::size_t before = host_allocator().current_bytes();

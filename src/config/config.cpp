@@ -173,6 +173,10 @@ void validate(const Config& c) {
   TIDAL_CHECK(p.data >= 1 && p.pipeline >= 1 && p.sequence >= 1 && p.tensor.size >= 1 && p.tensor.depth >= 1 &&
                   p.virtual_stages >= 1,
               "parallel sizes must be >= 1");
+  TIDAL_CHECK(p.sequence == 1 || c.model.type != "vit",
+              "parallel.sequence = {} splits token sequences (GPT, BERT); model.type = \"vit\" is not split by "
+              "position: set parallel.sequence = 1 and use parallel.data or parallel.tensor.size",
+              p.sequence);
   TIDAL_CHECK(p.bucket_mb > 0, "parallel.bucket_mb must be > 0, got {}", p.bucket_mb);
   TIDAL_CHECK(p.timeout_s > 0, "parallel.timeout_s must be > 0 seconds, got {}", p.timeout_s);
   TIDAL_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3, "zero.stage must be 0, 1, 2 or 3, got {}", c.zero.stage);
@@ -184,7 +188,6 @@ void validate(const Config& c) {
   // Parsed and valid, but not built yet: say so rather than ignore it.
   if (t.precision != "fp32") not_available(fmt::format("train.precision = \"{}\" (CPU training runs fp32)", t.precision));
   if (p.pipeline > 1) not_available(fmt::format("parallel.pipeline = {}", p.pipeline));
-  if (p.sequence > 1) not_available(fmt::format("parallel.sequence = {}", p.sequence));
   if (c.zero.stage > 0) not_available(fmt::format("zero.stage = {}", c.zero.stage));
   if (c.memory.offload != "none") not_available(fmt::format("memory.offload = \"{}\"", c.memory.offload));
 }

@@ -8,14 +8,17 @@
 #include "engine/progress.h"
 #include "models/factory.h"
 #include "nn/runner.h"
-#include "nn/tp/layer_factories.h"
+#include "nn/parallel_layers.h"
 #include "nn/tp/shard.h"
+#include "ops/cross_entropy.h"
 #include "ops/grad_norm.h"
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 
 namespace tidal::engine {
 namespace {
@@ -24,31 +27,42 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The sum of a scalar over the data replicas.
+// The sum of a scalar over the data replicas (summed in fp32 across ranks).
 double sum_over_replicas(parallel::ParallelContext& pc, double value) {
+  if (pc.layout().spec().data == 1) return value;
   Tensor v = Tensor::empty({1}, DType::f32);
   v.data<float>()[0] = float(value);
   pc.group(parallel::GroupKind::data).all_reduce(v)->wait();
   return double(v.data<float>()[0]);
 }
 
-// Mean loss over the fixed eval set: samples [0, eval_batches * batch_size) of the eval split,
-// whatever the layout. Each replica takes its slice of every batch, in micro-batches.
+// Targets of a batch that count in the loss (not the ignore index).
+std::int64_t valid_targets(const nn::Batch& batch) {
+  const std::int32_t* t = batch.targets.data<std::int32_t>();
+  return std::count_if(t, t + batch.targets.numel(), [](std::int32_t v) { return v != ops::kIgnoreIndex; });
+}
+
+// Mean loss over the valid targets of the fixed eval set: samples [0, eval_batches * batch_size)
+// of the eval split, whatever the layout. Each replica takes its slice of every batch, in
+// micro-batches, and weighs each micro-batch's mean by its targets.
 double evaluate(models::Model& model, const data::Dataset& dataset, nn::Runner& runner, const config::Config& cfg,
                 std::int64_t micro, parallel::ParallelContext& pc, Allocator& activations) {
   const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
   const std::int64_t B = cfg.train.batch_size, local = B / replicas;
-  double total = 0;
+  double total = 0, targets = 0;
   for (std::int64_t i = 0; i < cfg.train.eval_batches; ++i) {
     for (std::int64_t first = replica * local; first < (replica + 1) * local; first += micro) {
       const nn::Batch batch = dataset.batch(i * B + first, micro, data::Split::eval);
       nn::StepState state{
           .runner = &runner, .training = false, .seed = cfg.train.seed, .batch = &batch, .activations = &activations};
       nn::Context ctx(state);
-      total += model.run_forward(ctx).loss;
+      const double count = double(valid_targets(batch));
+      total += model.run_forward(ctx).loss * count;
+      targets += count;
     }
   }
-  return sum_over_replicas(pc, total) / double(cfg.train.eval_batches * (B / micro));
+  targets = sum_over_replicas(pc, targets);
+  return targets > 0 ? sum_over_replicas(pc, total) / targets : 0.0;
 }
 
 nn::CheckpointPolicy checkpoint_policy(const config::TrainConfig& tc) {
@@ -71,7 +85,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   MetricsWriter metrics(pc.is_main() ? options.metrics_path : "");
   auto dataset = data::make_dataset(cfg);
   const nn::CheckpointPolicy checkpointing = checkpoint_policy(tc);
-  const auto layers = nn::tp::make_layers(pc);
+  const auto layers = nn::make_layers(pc);
   auto model = models::make_model(cfg.model, checkpointing, *layers);
   // Activations (and their gradients) have a pool of their own, so their peak is measured alone.
   HostAllocator activations;
@@ -106,14 +120,23 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   progress.line("data: " + dataset->describe());
 
   nn::Runner runner;
+  // Ranks holding the same parameters: data replicas, and the sequence ring's positions, whose
+  // gradients are each their positions' share. Their sum is the step's gradient.
+  comm::Communicator& gradient_group = pc.group(parallel::GroupKind::data_sequence);
   std::optional<GradientReducer> reducer;
-  if (replicas > 1) {
-    reducer.emplace(*model, pc.group(parallel::GroupKind::data),
-                    std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
+  if (gradient_group.size() > 1) {
+    reducer.emplace(*model, gradient_group, std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
     runner.add_hooks(&*reducer);
+  }
+  if (replicas > 1) {
     progress.line(fmt::format("data parallel: {} replicas of {} sequences{}, gradients in {} buckets of {} MiB", replicas,
                               local, accum > 1 ? fmt::format(" ({} micro-batches)", accum) : "",
                               reducer->bucket_count(), cfg.parallel.bucket_mb));
+  }
+  if (const int ring = pc.layout().spec().sequence; ring > 1) {
+    progress.line(fmt::format("sequence parallel: a ring of {} ranks with {} positions each (ring self-attention), "
+                              "gradients summed over {} ranks",
+                              ring, T / ring, gradient_group.size()));
   }
   const std::vector<nn::Parameter*> params = model->parameters();
   std::vector<Tensor> grads;
@@ -129,23 +152,27 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     adam.set_lr(float(lr));
     model->zero_grad();
     double loss = 0;
-    // Every micro-batch's loss is a mean over its samples: scaled by 1 / (all micro-batches of
-    // the global batch), the sum over replicas is the global mean.
-    const double scale = 1.0 / double(accum * replicas);
+    std::vector<nn::Batch> batches;
+    std::vector<double> targets;  // valid targets per micro-batch
     for (std::int64_t m = 0; m < accum; ++m) {
-      const std::int64_t first = replica * local + m * micro;
-      const nn::Batch batch = dataset->batch(step * B + first, micro, data::Split::train);
+      batches.push_back(dataset->batch(step * B + replica * local + m * micro, micro, data::Split::train));
+      targets.push_back(double(valid_targets(batches.back())));
+    }
+    const double all_targets = sum_over_replicas(pc, std::accumulate(targets.begin(), targets.end(), 0.0));
+    for (std::int64_t m = 0; m < accum; ++m) {
+      // The step's loss is the mean over the global batch's valid targets, as one process
+      // computes it: a micro-batch's mean counts with its share of the targets.
+      const double scale = all_targets > 0 ? targets[m] / all_targets : 0.0;
       nn::StepState state{.runner = &runner, .training = true, .seed = tc.seed, .step = std::uint32_t(step),
-                          .first_sample = first, .batch = &batch, .activations = &activations};
+                          .first_sample = replica * local + m * micro, .batch = &batches[m],
+                          .activations = &activations};
       nn::Context ctx(state);
       loss += model->run_forward(ctx).loss * scale;
       if (reducer) reducer->set_sync(m + 1 == accum);
       model->run_backward(ctx, float(scale));
     }
-    if (reducer) {
-      reducer->finish();
-      loss = sum_over_replicas(pc, loss);
-    }
+    if (reducer) reducer->finish();
+    if (replicas > 1) loss = sum_over_replicas(pc, loss);
     // Parameters held by several ranks of a tensor grid that saw different samples.
     nn::tp::reduce_replicated_gradients(params);
     const double norm = std::sqrt(nn::tp::squared_gradient_norm(params, pc.group(parallel::GroupKind::tensor)));
@@ -182,9 +209,9 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                                 floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
     }
     const bool last = step + 1 == end;
-    // Replicas hold identical weights and optimizer state: the tensor group of the main rank
-    // gathers them and the main rank writes.
-    if (pc.coordinates().data == 0 && !cfg.checkpoint.dir.empty() &&
+    // Replicas and ring positions hold identical weights and optimizer state: the tensor group
+    // of the main rank gathers them and the main rank writes.
+    if (pc.layout().group_index(parallel::GroupKind::data_sequence, pc.rank()) == 0 && !cfg.checkpoint.dir.empty() &&
         (last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0))) {
       save_checkpoint(cfg.checkpoint.dir, step + 1, adam, config_toml, cfg.checkpoint.keep,
                       &pc.group(parallel::GroupKind::tensor), pc.is_main());
@@ -223,8 +250,10 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                             summary.tokens_per_s, human_bytes(host_allocator().peak_bytes()),
                             human_bytes(activations.peak_bytes())));
   if (summary.allreduce_hidden_fraction) {
-    progress.line(fmt::format("data parallel: all-reduce {:.1f} ms per step, {:.0f}% of it hidden behind backward",
-                              1e3 * comm_seconds / double(timed_steps), 100 * *summary.allreduce_hidden_fraction));
+    progress.line(fmt::format("gradients: all-reduce over {} ranks {:.1f} ms per step, {:.0f}% of it hidden behind "
+                              "backward",
+                              gradient_group.size(), 1e3 * comm_seconds / double(timed_steps),
+                              100 * *summary.allreduce_hidden_fraction));
   }
   if (!cfg.checkpoint.dir.empty()) progress.line(fmt::format("checkpoint: {}", cfg.checkpoint.dir));
   return summary;

@@ -4,7 +4,7 @@
 
 namespace tidal::nn {
 namespace {
-enum Slot : std::size_t { kQkv, kProj };
+enum Slot : std::size_t { kQkv, kAttention, kProj };
 
 // The key mask of this rank's samples (a view of the batch's), undefined without one.
 Tensor key_mask(const BatchSlice& samples, const Context& ctx) {
@@ -17,34 +17,42 @@ ops::AttentionOptions options(int n_head, bool causal, const Tensor& mask) {
 }
 }  // namespace
 
+Tensor ScaledDotProductAttention::forward(const Tensor& qkv, Context& ctx) {
+  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
+  Tensor y = ctx.empty({B, T, C}, qkv.dtype());
+  Tensor probs = ctx.empty({B, n_head_, T, T});
+  ops::attention_forward(y, probs, qkv, options(n_head_, causal_, key_mask(samples_, ctx)));
+  ctx.saved = {qkv, probs};
+  return y;
+}
+
+Tensor ScaledDotProductAttention::backward(const Tensor& dy, Context& ctx) {
+  const Tensor &qkv = ctx.saved.at(0), &probs = ctx.saved.at(1);
+  Tensor dqkv = ctx.empty(qkv.shape(), qkv.dtype());
+  ops::attention_backward(dqkv, dy, qkv, probs, options(n_head_, causal_, key_mask(samples_, ctx)));
+  ctx.saved.clear();
+  return dqkv;
+}
+
 MultiHeadSelfAttention::MultiHeadSelfAttention(std::int64_t n_embd, int n_head, bool causal, ParameterInit init,
-                                               ParameterInit proj_init, LayerFactory& layers)
-    : n_head_(n_head / layers.feature_parts()), causal_(causal), samples_(layers.batch_slice()) {
+                                               ParameterInit proj_init, LayerFactory& layers) {
   TIDAL_CHECK(n_head > 0 && n_embd % n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})", n_embd,
               n_head);
   TIDAL_CHECK(n_head % layers.feature_parts() == 0,
               "model.n_head ({}) must be divisible by the {} ways the tensor-parallel layout splits heads", n_head,
               layers.feature_parts());
   qkv_ = &add_module("qkv", layers.input_linear(n_embd, 3 * n_embd, true, init, 3));
+  attention_ = &add_module("attention", layers.self_attention(n_head / layers.feature_parts(), causal));
   proj_ = &add_module("proj", layers.output_linear(n_embd, n_embd, true, proj_init));
 }
 
 Tensor MultiHeadSelfAttention::forward(const Tensor& x, Context& ctx) {
   Tensor qkv = ctx.forward(*qkv_, x, kQkv);  // [B, T, 3C] (this rank's heads)
-  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
-  Tensor y = ctx.empty({B, T, C}, x.dtype());
-  Tensor probs = ctx.empty({B, n_head_, T, T});
-  ops::attention_forward(y, probs, qkv, options(n_head_, causal_, key_mask(samples_, ctx)));
-  ctx.saved = {qkv, probs};
-  return ctx.forward(*proj_, y, kProj);
+  return ctx.forward(*proj_, ctx.forward(*attention_, qkv, kAttention), kProj);
 }
 
 Tensor MultiHeadSelfAttention::backward(const Tensor& dy, Context& ctx) {
-  Tensor dattn = ctx.backward(*proj_, dy, kProj);
-  const Tensor &qkv = ctx.saved.at(0), &probs = ctx.saved.at(1);
-  Tensor dqkv = ctx.empty(qkv.shape(), qkv.dtype());
-  ops::attention_backward(dqkv, dattn, qkv, probs, options(n_head_, causal_, key_mask(samples_, ctx)));
-  ctx.saved.clear();
+  Tensor dqkv = ctx.backward(*attention_, ctx.backward(*proj_, dy, kProj), kAttention);
   return ctx.backward(*qkv_, dqkv, kQkv);
 }
 

@@ -1,12 +1,30 @@
 // Multi-head self-attention: fused qkv projection, scaled dot-product attention (causal for
-// GPT, key padding mask from the batch for BERT), output projection. The projections come from
+// GPT, key padding mask from the batch for BERT), output projection. The three parts come from
 // a LayerFactory: under tensor parallelism qkv is an input_linear whose q, k and v are split by
-// heads (each rank attends with its n_head / feature_parts heads) and proj an output_linear.
+// heads (each rank attends with its n_head / feature_parts heads) and proj an output_linear;
+// under sequence parallelism the attention itself is the ring's (nn/sp/ring_attention.h).
 #pragma once
 
 #include "nn/layer_factory.h"
 
 namespace tidal::nn {
+
+// Scaled dot-product attention of the heads and samples a rank holds whole: qkv [B', T, 3C'] ->
+// y [B', T, C'], keeping the probabilities [B', H', T, T] for backward. The key mask is the
+// batch's, for the `samples`.
+class ScaledDotProductAttention final : public Module {
+ public:
+  ScaledDotProductAttention(int n_head, bool causal, BatchSlice samples)
+      : n_head_(n_head), causal_(causal), samples_(samples) {}
+
+  Tensor forward(const Tensor& qkv, Context& ctx) override;
+  Tensor backward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  int n_head_;
+  bool causal_;
+  BatchSlice samples_;
+};
 
 class MultiHeadSelfAttention final : public Module {
  public:
@@ -17,11 +35,9 @@ class MultiHeadSelfAttention final : public Module {
   Tensor backward(const Tensor& dy, Context& ctx) override;
 
  private:
-  int n_head_;  // on this rank
-  bool causal_;
-  BatchSlice samples_;
-  Module* qkv_;   // weight [3C, C]: rows q | k | v
-  Module* proj_;  // weight [C, C]
+  Module* qkv_;        // weight [3C, C]: rows q | k | v
+  Module* attention_;  // this rank's heads
+  Module* proj_;       // weight [C, C]
 };
 
 }  // namespace tidal::nn

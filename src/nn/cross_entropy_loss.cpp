@@ -10,8 +10,9 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, Context& ctx) {
   const std::int64_t V = logits.dim(-1);
   Tensor logits2 = logits.reshape({-1, V});
   const std::int64_t N = logits2.dim(0);
-  TIDAL_CHECK(batch->targets.numel() == N, "{} targets for {} predictions", batch->targets.numel(), N);
-  Tensor targets = batch->targets.reshape({N});
+  Tensor targets = part_.of(batch->targets);
+  TIDAL_CHECK(targets.numel() == N, "{} targets for {} predictions", targets.numel(), N);
+  targets = targets.reshape({N});
   Tensor losses = ctx.empty({N}), lse = ctx.empty({N});
   ops::cross_entropy_forward(losses, lse, logits2, targets);
   double sum = 0.0;
@@ -22,9 +23,18 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, Context& ctx) {
     sum += pl[i];
     valid += pt[i] != ops::kIgnoreIndex;
   }
+  double all_valid = double(valid);
+  if (!batch_groups_.empty()) {  // over the replica's micro-batch: add every other part's sum and count
+    Tensor sums = Tensor::empty({2}, DType::f32);
+    sums.data<float>()[0] = float(sum);
+    sums.data<float>()[1] = float(valid);
+    for (comm::Communicator* g : batch_groups_) g->all_reduce(sums)->wait();
+    sum = sums.data<float>()[0];
+    all_valid = sums.data<float>()[1];
+  }
   Tensor loss = ctx.empty({1});
-  loss.data<float>()[0] = valid ? float(sum / double(valid)) : 0.0f;
-  Tensor count = Tensor::full({1}, float(valid));
+  loss.data<float>()[0] = all_valid > 0 ? float(sum / all_valid) : 0.0f;
+  Tensor count = Tensor::full({1}, float(all_valid));
   ctx.saved = {logits, lse, targets, count};
   return loss;
 }

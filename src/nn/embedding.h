@@ -1,6 +1,7 @@
 // Embedding tables: token / token-type lookup, and learned positions added to an input.
 #pragma once
 
+#include "nn/batch_slice.h"
 #include "nn/module.h"
 
 namespace tidal::nn {
@@ -11,10 +12,11 @@ class TableLookup : public Module {
   virtual Parameter& table() = 0;
 };
 
-// y [B, T, C] = table[ids [B, T]]; backward accumulates the table gradient and returns no dx.
+// y [B', T', C] = table[ids], ids this rank's part of the batch's [B, T] (all of it by
+// default); backward accumulates the table gradient and returns no dx.
 class Embedding final : public TableLookup {
  public:
-  Embedding(std::int64_t num, std::int64_t dim, ParameterInit init);
+  Embedding(std::int64_t num, std::int64_t dim, ParameterInit init, BatchSlice part = {});
 
   Tensor forward(const Tensor& ids, Context& ctx) override;
   Tensor backward(const Tensor& dy, Context& ctx) override;
@@ -23,12 +25,15 @@ class Embedding final : public TableLookup {
 
  private:
   Parameter* table_;  // [num, dim]
+  BatchSlice part_;
 };
 
-// y [B, T, C] = x + table[first_position + t]; positions beyond the table are an error.
+// y [B, T', C] = x + table[first + t]: x holds the run of positions [first, first + T') of
+// sequences of T' * positions.position_parts (first = 0 unless a sequence-parallel rank); positions
+// beyond the table are an error.
 class PositionEmbedding final : public Module {
  public:
-  PositionEmbedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init);
+  PositionEmbedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init, BatchSlice positions = {});
 
   Tensor forward(const Tensor& x, Context& ctx) override;
   Tensor backward(const Tensor& dy, Context& ctx) override;
@@ -36,7 +41,10 @@ class PositionEmbedding final : public Module {
   Parameter& table() { return *table_; }
 
  private:
+  std::int64_t first_position(const Tensor& x) const { return positions_.first_position(x.dim(1) * positions_.position_parts); }
+
   Parameter* table_;  // [max_positions, dim]
+  BatchSlice positions_;
 };
 
 }  // namespace tidal::nn

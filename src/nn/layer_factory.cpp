@@ -1,5 +1,6 @@
 #include "nn/layer_factory.h"
 
+#include "nn/attention.h"
 #include "nn/cross_entropy_loss.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
@@ -53,12 +54,8 @@ class SingleDeviceLayers final : public LayerFactory {
 
 }  // namespace
 
-Tensor BatchSlice::of(const Tensor& batch_tensor) const {
-  if (parts == 1) return batch_tensor;
-  const std::int64_t B = batch_tensor.dim(0);
-  TIDAL_CHECK(B % parts == 0, "a micro-batch of {} samples does not split into {} equal parts across the tensor "
-              "grid: make train.micro_batch_size (or the per-replica batch) a multiple of {}", B, parts, parts);
-  return batch_tensor.slice(0, index * (B / parts), (index + 1) * (B / parts));
+std::unique_ptr<Module> LayerFactory::self_attention(int n_head, bool causal) {
+  return std::make_unique<ScaledDotProductAttention>(n_head, causal, batch_slice());
 }
 
 std::unique_ptr<LayerFactory> make_single_device_layers() { return std::make_unique<SingleDeviceLayers>(); }

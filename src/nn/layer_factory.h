@@ -1,31 +1,26 @@
-// The layers a transformer is built from, made for one tensor-parallel mode. GPT, BERT and ViT
-// are written once against this interface and take their layers from the factory that
-// parallel.tensor.mode selects (nn/tp/layer_factories.h); a model file never branches on the mode.
+// The layers a transformer is built from, made for one parallel layout. GPT, BERT and ViT are
+// written once against this interface and take their layers from the factory that the
+// [parallel] section selects (nn/parallel_layers.h); a model file never branches on the layout.
 //
 // Two activation layouts run through a model (colossal-ai.txt sec. III-A):
-//   H, the hidden states of the residual stream: [B', T, C'];
-//   F, the output of an input_linear: [B', T, out'], features split so that attention heads, the
-//     MLP's GELU and a split softmax work locally.
-// B' is this rank's share of the replica's micro-batch (batch_slice()), C' and out' its share of
-// the features. Single device and 1D keep every sample (B' = B); 1D keeps H whole and splits F;
-// 2D / 2.5D split both the same way (H = F); 3D alternates two orientations.
+//   H, the hidden states of the residual stream: [B', T', C'];
+//   F, the output of an input_linear: [B', T', out'], features split so that attention heads,
+//     the MLP's GELU and a split softmax work locally.
+// B' and T' are this rank's share of the replica's micro-batch (batch_slice()), C' and out' its
+// share of the features. Single device and 1D keep every sample (B' = B); 1D keeps H whole and
+// splits F; 2D / 2.5D split both the same way (H = F); 3D alternates two orientations. Sequence
+// parallelism keeps features whole and splits positions (T' = T / N) in both.
 //
 // Layers that read the batch directly (embeddings of token ids, the attention's key mask, the
-// loss's targets) take the replica's whole micro-batch and pick their samples themselves.
+// loss's targets) take the replica's whole micro-batch and pick their part themselves.
 #pragma once
 
+#include "nn/batch_slice.h"
 #include "nn/embedding.h"
 
 #include <memory>
 
 namespace tidal::nn {
-
-// Which samples of the replica's micro-batch a rank holds: the `index`-th of `parts` equal runs.
-struct BatchSlice {
-  int parts = 1, index = 0;
-  // Rows [index B / parts, (index + 1) B / parts) of a [B, ...] batch tensor (a view).
-  Tensor of(const Tensor& batch_tensor) const;
-};
 
 class LayerFactory {
  public:
@@ -46,6 +41,10 @@ class LayerFactory {
   // fused qkv projection keeps q, k and v of the same heads together).
   virtual std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
                                                int segments = 1) = 0;
+  // qkv F [B', T', 3C'] (n_head heads of this rank) -> F [B', T', C']: scaled dot-product
+  // attention, causal or under the batch's key padding mask. The default attends locally over
+  // batch_slice()'s samples; sequence parallelism passes keys around its ring instead.
+  virtual std::unique_ptr<Module> self_attention(int n_head, bool causal);
   // F -> H: the linear after an input_linear (attention and MLP output projections).
   virtual std::unique_ptr<Module> output_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) = 0;
   // H -> H: a linear whose output is hidden states again (BERT's MLM transform).

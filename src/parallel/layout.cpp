@@ -139,6 +139,7 @@ std::string_view group_name(GroupKind kind) {
     case GroupKind::tensor_z: return "tensor_z";
     case GroupKind::sequence: return "sequence";
     case GroupKind::model: return "model";
+    case GroupKind::data_sequence: return "data_sequence";
   }
   TIDAL_ASSERT(false, "unknown group kind {}", int(kind));
 }
@@ -255,6 +256,12 @@ std::vector<int> Layout::group(GroupKind kind, int rank) const {
       for (int p = 0; p < spec_.pipeline; ++p)
         for (int s = 0; s < spec_.sequence; ++s)
           for (int t = 0; t < spec_.tensor; ++t) out.push_back(rank_from(t, s, c.data, p));
+      return out;
+    }
+    case GroupKind::data_sequence: {
+      std::vector<int> out;
+      for (int d = 0; d < spec_.data; ++d)
+        for (int s = 0; s < spec_.sequence; ++s) out.push_back(rank_from(c.tensor, s, d, c.pipeline));
       return out;
     }
     case GroupKind::tensor_row: return grid ? along(cols_, &Coordinates::col) : std::vector<int>{rank};

@@ -54,6 +54,8 @@ enum class GroupKind {
   tensor_z,      // 3d: differ only in z; ordered by z
   sequence,      // the sequence-parallel ring; ordered by position in the ring
   model,         // pipeline x tensor x sequence: one model replica (same data); ascending rank
+  data_sequence,  // data x sequence: the ranks holding the same parameters (same stage and
+                  // tensor index) whose gradients are summed; ascending rank
 };
 
 // Every kind, in declaration order (the order ParallelContext creates their communicators).
@@ -61,6 +63,7 @@ inline constexpr GroupKind kAllGroupKinds[] = {
     GroupKind::world,      GroupKind::data,       GroupKind::pipeline,     GroupKind::tensor,
     GroupKind::tensor_row, GroupKind::tensor_col, GroupKind::tensor_depth, GroupKind::tensor_x,
     GroupKind::tensor_y,   GroupKind::tensor_z,   GroupKind::sequence,     GroupKind::model,
+    GroupKind::data_sequence,
 };
 
 // "world", "data", "tensor_row", ... (the enumerator's name).

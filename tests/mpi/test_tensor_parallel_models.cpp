@@ -4,7 +4,7 @@
 // AdamW steps on fresh batches give the same losses.
 #include "models/factory.h"
 #include "nn/runner.h"
-#include "nn/tp/layer_factories.h"
+#include "nn/parallel_layers.h"
 #include "nn/tp/shard.h"
 #include "ops/cross_entropy.h"
 #include "optim/adamw.h"
@@ -114,7 +114,7 @@ TEST_P(TensorParallelModels, MatchSingleDevice) {
     const config::Config cfg = config_for(GetParam(), m, world);
     parallel::ParallelContext pc(cfg, &mpi());
     comm::Communicator& tensor = pc.group(parallel::GroupKind::tensor);
-    const auto layers = nn::tp::make_layers(pc);
+    const auto layers = nn::make_layers(pc);
     auto par = models::make_model(cfg.model, {}, *layers);
     auto ref = models::make_model(cfg.model);
     par->materialize(kSeed);

@@ -28,7 +28,9 @@ using Tables = std::map<GroupKind, Table>;
 
 // Compares every kind's groups with `tables`; a kind the case does not list must be one group
 // per rank. Also checks group(kind, r) and group_index for every rank, and the round trip.
-void expect_groups(const MeshSpec& spec, const Tables& tables) {
+// Without a sequence split, data_sequence is the data group (so cases list it only with one).
+void expect_groups(const MeshSpec& spec, Tables tables) {
+  if (spec.sequence == 1 && tables.count(GroupKind::data)) tables[GroupKind::data_sequence] = tables[GroupKind::data];
   const Layout layout(spec);
   const int world = layout.world_size();
   for (GroupKind kind : kAllGroupKinds) {
@@ -118,7 +120,10 @@ TEST(ParallelLayout, FourRanks) {
   {
     SCOPED_TRACE("sequence=4");
     expect_groups({.world_size = 4, .sequence = 4},
-                  {{GroupKind::world, all}, {GroupKind::sequence, all}, {GroupKind::model, all}});
+                  {{GroupKind::world, all},
+                   {GroupKind::sequence, all},
+                   {GroupKind::model, all},
+                   {GroupKind::data_sequence, all}});
   }
   {
     SCOPED_TRACE("2d q=2");
@@ -203,7 +208,18 @@ TEST(ParallelLayout, EightRanks) {
                   {{GroupKind::world, all},
                    {GroupKind::sequence, {{0, 1, 2, 3}, {4, 5, 6, 7}}},
                    {GroupKind::data, {{0, 4}, {1, 5}, {2, 6}, {3, 7}}},
-                   {GroupKind::model, {{0, 1, 2, 3}, {4, 5, 6, 7}}}});
+                   {GroupKind::model, {{0, 1, 2, 3}, {4, 5, 6, 7}}},
+                   {GroupKind::data_sequence, all}});
+  }
+  {
+    SCOPED_TRACE("data=2 x pipeline=2 x sequence=2");
+    expect_groups({.world_size = 8, .data = 2, .pipeline = 2, .sequence = 2},
+                  {{GroupKind::world, all},
+                   {GroupKind::sequence, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
+                   {GroupKind::data, {{0, 2}, {1, 3}, {4, 6}, {5, 7}}},
+                   {GroupKind::pipeline, {{0, 4}, {1, 5}, {2, 6}, {3, 7}}},
+                   {GroupKind::model, {{0, 1, 4, 5}, {2, 3, 6, 7}}},
+                   {GroupKind::data_sequence, {{0, 1, 2, 3}, {4, 5, 6, 7}}}});
   }
   {
     SCOPED_TRACE("pipeline=2 x sequence=4");
@@ -211,7 +227,8 @@ TEST(ParallelLayout, EightRanks) {
                   {{GroupKind::world, all},
                    {GroupKind::sequence, {{0, 1, 2, 3}, {4, 5, 6, 7}}},
                    {GroupKind::pipeline, {{0, 4}, {1, 5}, {2, 6}, {3, 7}}},
-                   {GroupKind::model, all}});
+                   {GroupKind::model, all},
+                   {GroupKind::data_sequence, {{0, 1, 2, 3}, {4, 5, 6, 7}}}});
   }
   {
     SCOPED_TRACE("data=2 x pipeline=4");

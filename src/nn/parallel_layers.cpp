@@ -1,21 +1,23 @@
-#include "nn/tp/layer_factories.h"
+#include "nn/parallel_layers.h"
 
+#include "nn/sp/sequence_layers.h"
 #include "nn/tp/layers_1d.h"
 #include "nn/tp/layers_3d.h"
 #include "nn/tp/layers_grid.h"
 
-namespace tidal::nn::tp {
+namespace tidal::nn {
 
 std::unique_ptr<LayerFactory> make_layers(parallel::ParallelContext& pc) {
   const parallel::MeshSpec& spec = pc.layout().spec();
+  if (spec.sequence > 1) return sp::layers_sequence(pc.group(parallel::GroupKind::sequence));
   if (spec.tensor == 1) return make_single_device_layers();
   switch (spec.mode) {
-    case parallel::TensorMode::d1: return layers_1d(pc.group(parallel::GroupKind::tensor));
+    case parallel::TensorMode::d1: return tp::layers_1d(pc.group(parallel::GroupKind::tensor));
     case parallel::TensorMode::d2:
-    case parallel::TensorMode::d2p5: return layers_grid(pc);
-    case parallel::TensorMode::d3: return layers_3d(pc);
+    case parallel::TensorMode::d2p5: return tp::layers_grid(pc);
+    case parallel::TensorMode::d3: return tp::layers_3d(pc);
   }
   throw Error(fmt::format("parallel.tensor.mode = \"{}\" has no layers", parallel::tensor_mode_name(spec.mode)));
 }
 
-}  // namespace tidal::nn::tp
+}  // namespace tidal::nn

@@ -1,0 +1,68 @@
+#include "nn/sp/ring_attention.h"
+
+#include "nn/sp/ring_pass.h"
+#include "ops/ring_attention.h"
+
+namespace tidal::nn::sp {
+namespace {
+
+// Columns [part C, (part + 1) C) of qkv [B, T', 3C], contiguous.
+Tensor third(const Tensor& qkv, int part, const Context& ctx) {
+  const std::int64_t C = qkv.dim(2) / 3;
+  Tensor out = ctx.empty({qkv.dim(0), qkv.dim(1), C}, qkv.dtype());
+  out.copy_from(qkv.slice(2, part * C, (part + 1) * C));
+  return out;
+}
+
+}  // namespace
+
+ops::RingAttentionOptions RingSelfAttention::options(const Context& ctx, std::int64_t Tq) const {
+  const Batch* batch = ctx.state().batch;
+  // The whole sequence's key mask: keys of every ring position meet this rank's queries.
+  const Tensor* mask = batch != nullptr && batch->attn_mask.defined() ? &batch->attn_mask : nullptr;
+  return {.n_head = n_head_, .causal = causal_, .first_query = ring_.rank() * Tq, .key_mask = mask};
+}
+
+Tensor RingSelfAttention::forward(const Tensor& qkv, Context& ctx) {
+  const std::int64_t B = qkv.dim(0), Tq = qkv.dim(1), T = Tq * ring_.size();
+  const ops::RingAttentionOptions opt = options(ctx, Tq);
+  Tensor q = third(qkv, 0, ctx), k = third(qkv, 1, ctx), v = third(qkv, 2, ctx);
+  Tensor probs = ctx.empty({B, n_head_, Tq, T});
+  RingPass ring(ring_);
+  ring.pass(k, ctx, [&](const Tensor& block, int owner) { ops::attention_scores(probs, q, block, owner * Tq, opt); });
+  ops::attention_softmax(probs, opt);
+  Tensor y = ctx.empty(q.shape(), q.dtype());
+  y.fill_(0.0f);
+  ring.pass(v, ctx, [&](const Tensor& block, int owner) { ops::attention_values(y, probs, block, owner * Tq, opt); });
+  ctx.saved = {q, k, v, probs};
+  return y;
+}
+
+Tensor RingSelfAttention::backward(const Tensor& dy, Context& ctx) {
+  const Tensor &q = ctx.saved.at(0), &k = ctx.saved.at(1), &v = ctx.saved.at(2), &probs = ctx.saved.at(3);
+  const std::int64_t Tq = q.dim(1);
+  const ops::RingAttentionOptions opt = options(ctx, Tq);
+  RingPass ring(ring_);
+  Tensor dprobs = ctx.empty(probs.shape());
+  const Tensor dv = ring.pass(
+      v, ctx, [&](const Tensor& block, int owner) { ops::attention_probs_grad(dprobs, dy, block, owner * Tq, opt); },
+      [&](const Tensor&, int owner, Tensor& acc) { ops::attention_values_grad(acc, probs, dy, owner * Tq, opt); });
+  ops::attention_softmax_backward(dprobs, probs);
+  Tensor dq = ctx.empty(q.shape(), q.dtype());
+  dq.fill_(0.0f);
+  const Tensor dk = ring.pass(
+      k, ctx, [&](const Tensor& block, int owner) { ops::attention_query_grad(dq, dprobs, block, owner * Tq, opt); },
+      [&](const Tensor&, int owner, Tensor& acc) { ops::attention_key_grad(acc, dprobs, q, owner * Tq, opt); });
+  const std::int64_t C = q.dim(2);
+  Tensor dqkv = ctx.empty({q.dim(0), Tq, 3 * C}, q.dtype());
+  int part = 0;
+  for (const Tensor* d : {static_cast<const Tensor*>(&dq), &dk, &dv}) {
+    Tensor cols = dqkv.slice(2, part * C, (part + 1) * C);
+    cols.copy_from(*d);
+    ++part;
+  }
+  ctx.saved.clear();
+  return dqkv;
+}
+
+}  // namespace tidal::nn::sp

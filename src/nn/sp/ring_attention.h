@@ -1,0 +1,39 @@
+// Ring self-attention (colossal-ai.txt sec. II-B-3 and Fig. 8; Li et al., "Sequence parallelism",
+// 2021): each rank of the sequence ring holds positions [s T', (s + 1) T') of every sample, with
+// their queries, keys and values. Forward passes the key blocks around the ring (N - 1 hops) to
+// build this rank's rows of the scores over all T positions, takes the softmax over whole rows
+// (causal by global position, padding masks from the batch), then passes the value blocks to
+// form P V. Backward passes the values again for dP and the value gradients, and the keys again
+// for dQ and the key gradients; the gradients of K and V travel back around the ring to their
+// owners (nn/sp/ring_pass.h).
+//
+// Per rank and layer, with blocks of B T' C elements: forward sends 2 (N - 1) blocks (K, V),
+// backward 4 (N - 1) (K, V, dK, dV). Kept for backward: q, k, v and the probabilities
+// [B, H, T', T] (T / N of the single process's).
+#pragma once
+
+#include "comm/communicator.h"
+#include "nn/module.h"
+#include "ops/ring_attention.h"
+
+namespace tidal::nn::sp {
+
+class RingSelfAttention final : public Module {
+ public:
+  // `ring` is the sequence group, ordered by position in the sequence.
+  RingSelfAttention(int n_head, bool causal, comm::Communicator& ring)
+      : n_head_(n_head), causal_(causal), ring_(ring) {}
+
+  Tensor forward(const Tensor& qkv, Context& ctx) override;  // [B, T', 3C] -> [B, T', C]
+  Tensor backward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  // For this rank's Tq queries.
+  ops::RingAttentionOptions options(const Context& ctx, std::int64_t Tq) const;
+
+  int n_head_;
+  bool causal_;
+  comm::Communicator& ring_;
+};
+
+}  // namespace tidal::nn::sp

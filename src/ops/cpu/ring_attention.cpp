@@ -1,0 +1,177 @@
+// CPU ring-attention blocks: one (sample, head) pair per task, each a single-threaded OpenBLAS
+// GEMM on a block of the probabilities (leading dimension T, the whole sequence) and one head's
+// columns of q, k or v (leading dimension C). Nothing is transposed or copied.
+#include "ops/ring_attention.h"
+
+#include "ops/cpu/softmax_row.h"
+#include "ops/cpu/typed.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace tidal::ops::cpu {
+namespace {
+
+struct Dims {
+  std::int64_t B, H, Tq, T, C, hd;
+  float scale;  // 1 / sqrt(hd)
+};
+
+// Checks probs [B, H, Tq, T] against this rank's queries `local` [B, Tq, C].
+Dims check(const Tensor& probs, const Tensor& local, const RingAttentionOptions& opt) {
+  expect_cpu_contiguous({&probs, &local}, "ring attention");
+  TIDAL_ASSERT(probs.dtype() == DType::f32 && local.dtype() == DType::f32, "CPU ring attention is fp32: {} {}",
+               probs.str(), local.str());
+  TIDAL_ASSERT(probs.ndim() == 4 && local.ndim() == 3, "ring attention probs {} queries {}", probs.str(), local.str());
+  Dims d{probs.dim(0), opt.n_head, probs.dim(2), probs.dim(3), local.dim(2), 0, 0.0f};
+  TIDAL_ASSERT(d.H > 0 && d.C % d.H == 0 && probs.dim(1) == d.H, "ring attention: {} channels, {} heads, probs {}", d.C,
+               d.H, probs.str());
+  TIDAL_ASSERT(local.dim(0) == d.B && local.dim(1) == d.Tq, "ring attention probs {} queries {}", probs.str(),
+               local.str());
+  d.hd = d.C / d.H;
+  d.scale = 1.0f / std::sqrt(float(d.hd));
+  if (opt.key_mask) {
+    expect_cpu_contiguous(*opt.key_mask, "ring attention key_mask");
+    TIDAL_ASSERT(opt.key_mask->dtype() == DType::i32 && opt.key_mask->shape() == Shape({d.B, d.T}),
+                 "ring attention key_mask {}", opt.key_mask->str());
+  }
+  return d;
+}
+
+// Checks a key / value block [B, Tk, C] at first_key; returns Tk.
+std::int64_t check_block(const Dims& d, const Tensor& block, std::int64_t first_key) {
+  expect_cpu_contiguous(block, "ring attention block");
+  TIDAL_ASSERT(block.dtype() == DType::f32 && block.ndim() == 3 && block.dim(0) == d.B && block.dim(2) == d.C,
+               "ring attention block {}", block.str());
+  const std::int64_t Tk = block.dim(1);
+  TIDAL_ASSERT(first_key >= 0 && first_key + Tk <= d.T, "key block [{}, {}) outside {} positions", first_key,
+               first_key + Tk, d.T);
+  return Tk;
+}
+
+// Whether every key of the block comes after every query (all masked when causal).
+bool after_all_queries(const RingAttentionOptions& opt, const Dims& d, std::int64_t first_key) {
+  return opt.causal && first_key > opt.first_query + d.Tq - 1;
+}
+
+// fn(b, h, probs row-block of (b, h) at column first_key, offset of head h in a [B, *, C] row b).
+template <class Float, class Fn>
+void for_each_head(const Dims& d, Float* probs, std::int64_t first_key, Fn&& fn) {
+#pragma omp parallel for schedule(dynamic)
+  for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+    const std::int64_t b = bh / d.H, h = bh % d.H;
+    fn(b, probs + bh * d.Tq * d.T + first_key, h * d.hd);
+  }
+}
+
+}  // namespace
+
+void attention_scores(Tensor& probs, const Tensor& q, const Tensor& k, std::int64_t first_key,
+                      const RingAttentionOptions& opt) {
+  const Dims d = check(probs, q, opt);
+  const std::int64_t Tk = check_block(d, k, first_key);
+  if (after_all_queries(opt, d, first_key)) return;  // never read: the softmax masks it
+  const float *pq = q.data<float>(), *pk = k.data<float>();
+  for_each_head(d, probs.data<float>(), first_key, [&](std::int64_t b, float* p, std::int64_t h) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(d.Tq), int(Tk), int(d.hd), d.scale,
+                pq + b * d.Tq * d.C + h, int(d.C), pk + b * Tk * d.C + h, int(d.C), 0.0f, p, int(d.T));
+  });
+}
+
+void attention_softmax(Tensor& probs, const RingAttentionOptions& opt) {
+  expect_cpu_contiguous(probs, "ring attention probs");
+  const std::int64_t B = probs.dim(0), H = probs.dim(1), Tq = probs.dim(2), T = probs.dim(3);
+  const std::int32_t* mask = opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr;
+  float* pp = probs.data<float>();
+#pragma omp parallel for schedule(dynamic)
+  for (std::int64_t bh = 0; bh < B * H; ++bh) {
+    const std::int32_t* mrow = mask ? mask + (bh / H) * T : nullptr;
+    for (std::int64_t i = 0; i < Tq; ++i) {
+      const std::int64_t query = opt.first_query + i;
+      float* row = pp + (bh * Tq + i) * T;
+      softmax_row(row, row, T, [&](std::int64_t j) { return (!opt.causal || j <= query) && (!mrow || mrow[j] != 0); });
+    }
+  }
+}
+
+void attention_values(Tensor& y, const Tensor& probs, const Tensor& v, std::int64_t first_key,
+                      const RingAttentionOptions& opt) {
+  const Dims d = check(probs, y, opt);
+  const std::int64_t Tk = check_block(d, v, first_key);
+  if (after_all_queries(opt, d, first_key)) return;
+  const float* pv = v.data<float>();
+  float* py = y.data<float>();
+  for_each_head(d, probs.data<float>(), first_key, [&](std::int64_t b, const float* p, std::int64_t h) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(d.Tq), int(d.hd), int(Tk), 1.0f, p, int(d.T),
+                pv + b * Tk * d.C + h, int(d.C), 1.0f, py + b * d.Tq * d.C + h, int(d.C));
+  });
+}
+
+void attention_probs_grad(Tensor& dprobs, const Tensor& dy, const Tensor& v, std::int64_t first_key,
+                          const RingAttentionOptions& opt) {
+  const Dims d = check(dprobs, dy, opt);
+  const std::int64_t Tk = check_block(d, v, first_key);
+  const bool skip = after_all_queries(opt, d, first_key);
+  const float *pdy = dy.data<float>(), *pv = v.data<float>();
+  for_each_head(d, dprobs.data<float>(), first_key, [&](std::int64_t b, float* dp, std::int64_t h) {
+    if (skip) {  // zero, not left as is: the softmax backward multiplies it by P = 0
+      for (std::int64_t i = 0; i < d.Tq; ++i) std::memset(dp + i * d.T, 0, std::size_t(Tk) * sizeof(float));
+      return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(d.Tq), int(Tk), int(d.hd), 1.0f,
+                pdy + b * d.Tq * d.C + h, int(d.C), pv + b * Tk * d.C + h, int(d.C), 0.0f, dp, int(d.T));
+  });
+}
+
+void attention_values_grad(Tensor& dv, const Tensor& probs, const Tensor& dy, std::int64_t first_key,
+                           const RingAttentionOptions& opt) {
+  const Dims d = check(probs, dy, opt);
+  const std::int64_t Tk = check_block(d, dv, first_key);
+  if (after_all_queries(opt, d, first_key)) return;
+  const float* pdy = dy.data<float>();
+  float* pdv = dv.data<float>();
+  for_each_head(d, probs.data<float>(), first_key, [&](std::int64_t b, const float* p, std::int64_t h) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(Tk), int(d.hd), int(d.Tq), 1.0f, p, int(d.T),
+                pdy + b * d.Tq * d.C + h, int(d.C), 1.0f, pdv + b * Tk * d.C + h, int(d.C));
+  });
+}
+
+void attention_softmax_backward(Tensor& dprobs, const Tensor& probs) {
+  expect_cpu_contiguous({&dprobs, &probs}, "ring attention softmax backward");
+  expect_same(dprobs, probs, "ring attention dprobs/probs");
+  const std::int64_t T = probs.dim(-1), rows = probs.numel() / T;
+  float* pd = dprobs.data<float>();
+  const float* pp = probs.data<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) softmax_row_backward(pd + r * T, pd + r * T, pp + r * T, T);
+}
+
+void attention_query_grad(Tensor& dq, const Tensor& dscores, const Tensor& k, std::int64_t first_key,
+                          const RingAttentionOptions& opt) {
+  const Dims d = check(dscores, dq, opt);
+  const std::int64_t Tk = check_block(d, k, first_key);
+  if (after_all_queries(opt, d, first_key)) return;
+  const float* pk = k.data<float>();
+  float* pdq = dq.data<float>();
+  for_each_head(d, dscores.data<float>(), first_key, [&](std::int64_t b, const float* ds, std::int64_t h) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(d.Tq), int(d.hd), int(Tk), d.scale, ds, int(d.T),
+                pk + b * Tk * d.C + h, int(d.C), 1.0f, pdq + b * d.Tq * d.C + h, int(d.C));
+  });
+}
+
+void attention_key_grad(Tensor& dk, const Tensor& dscores, const Tensor& q, std::int64_t first_key,
+                        const RingAttentionOptions& opt) {
+  const Dims d = check(dscores, q, opt);
+  const std::int64_t Tk = check_block(d, dk, first_key);
+  if (after_all_queries(opt, d, first_key)) return;
+  const float* pq = q.data<float>();
+  float* pdk = dk.data<float>();
+  for_each_head(d, dscores.data<float>(), first_key, [&](std::int64_t b, const float* ds, std::int64_t h) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(Tk), int(d.hd), int(d.Tq), d.scale, ds, int(d.T),
+                pq + b * d.Tq * d.C + h, int(d.C), 1.0f, pdk + b * Tk * d.C + h, int(d.C));
+  });
+}
+
+}  // namespace tidal::ops::cpu

@@ -1,0 +1,85 @@
+// Attention of one rank's queries against the sequence one block of keys at a time: the pieces
+// of ring self-attention (colossal-ai.txt sec. II-B-3, Fig. 8), where each rank holds positions
+// [first_query, first_query + Tq) of every sequence and the key and value blocks of the other
+// positions arrive around the ring. The scores of all T keys stay in `probs` [B, H, Tq, T]
+// (columns [first_key, first_key + Tk) for a block), so the softmax runs over whole rows.
+//
+// Forward:  scores(block) for every block, softmax, then values(block) for every block.
+// Backward: probs_grad(block) and values_grad(block) for every block, softmax_backward, then
+//           query_grad(block) and key_grad(block) for every block.
+//
+// q, k, v, y, dy, dq, dk, dv are [B, Tq or Tk, C] (C = H * head width, heads contiguous); blocks
+// wholly after every query under the causal mask are skipped (their probabilities are zero).
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/dispatch.h"
+
+namespace tidal::ops {
+
+struct RingAttentionOptions {
+  int n_head = 1;
+  bool causal = false;
+  std::int64_t first_query = 0;      // global position of this rank's query 0
+  const Tensor* key_mask = nullptr;  // [B, T] i32 over the whole sequence: 1 = real, 0 = padding
+};
+
+namespace cpu {
+void attention_scores(Tensor& probs, const Tensor& q, const Tensor& k, std::int64_t first_key,
+                      const RingAttentionOptions& opt);
+void attention_softmax(Tensor& probs, const RingAttentionOptions& opt);
+void attention_values(Tensor& y, const Tensor& probs, const Tensor& v, std::int64_t first_key,
+                      const RingAttentionOptions& opt);
+void attention_probs_grad(Tensor& dprobs, const Tensor& dy, const Tensor& v, std::int64_t first_key,
+                          const RingAttentionOptions& opt);
+void attention_values_grad(Tensor& dv, const Tensor& probs, const Tensor& dy, std::int64_t first_key,
+                           const RingAttentionOptions& opt);
+void attention_softmax_backward(Tensor& dprobs, const Tensor& probs);
+void attention_query_grad(Tensor& dq, const Tensor& dscores, const Tensor& k, std::int64_t first_key,
+                          const RingAttentionOptions& opt);
+void attention_key_grad(Tensor& dk, const Tensor& dscores, const Tensor& q, std::int64_t first_key,
+                        const RingAttentionOptions& opt);
+}  // namespace cpu
+
+// probs[:, :, :, block] = Q K_block^T / sqrt(head width).
+inline void attention_scores(Tensor& probs, const Tensor& q, const Tensor& k, std::int64_t first_key,
+                             const RingAttentionOptions& opt) {
+  TIDAL_OPS_DISPATCH(q, attention_scores, probs, q, k, first_key, opt);
+}
+// In place, over whole rows of T keys: masked keys (causal, padding) get 0; a row with none
+// left is all zeros.
+inline void attention_softmax(Tensor& probs, const RingAttentionOptions& opt) {
+  TIDAL_OPS_DISPATCH(probs, attention_softmax, probs, opt);
+}
+// y += P[:, :, :, block] V_block.
+inline void attention_values(Tensor& y, const Tensor& probs, const Tensor& v, std::int64_t first_key,
+                             const RingAttentionOptions& opt) {
+  TIDAL_OPS_DISPATCH(y, attention_values, y, probs, v, first_key, opt);
+}
+// dprobs[:, :, :, block] = dY V_block^T (zeros for a skipped block).
+inline void attention_probs_grad(Tensor& dprobs, const Tensor& dy, const Tensor& v, std::int64_t first_key,
+                                 const RingAttentionOptions& opt) {
+  TIDAL_OPS_DISPATCH(dy, attention_probs_grad, dprobs, dy, v, first_key, opt);
+}
+// dv += P[:, :, :, block]^T dY: this rank's queries' share of the block's value gradient.
+inline void attention_values_grad(Tensor& dv, const Tensor& probs, const Tensor& dy, std::int64_t first_key,
+                                  const RingAttentionOptions& opt) {
+  TIDAL_OPS_DISPATCH(dy, attention_values_grad, dv, probs, dy, first_key, opt);
+}
+// In place: dprobs -> dscores = P * (dP - rowsum(dP * P)) (the scores' gradient, unscaled).
+inline void attention_softmax_backward(Tensor& dprobs, const Tensor& probs) {
+  TIDAL_OPS_DISPATCH(probs, attention_softmax_backward, dprobs, probs);
+}
+// dq += dS[:, :, :, block] K_block / sqrt(head width).
+inline void attention_query_grad(Tensor& dq, const Tensor& dscores, const Tensor& k, std::int64_t first_key,
+                                 const RingAttentionOptions& opt) {
+  TIDAL_OPS_DISPATCH(k, attention_query_grad, dq, dscores, k, first_key, opt);
+}
+// dk += dS[:, :, :, block]^T Q / sqrt(head width): this rank's queries' share of the block's key
+// gradient.
+inline void attention_key_grad(Tensor& dk, const Tensor& dscores, const Tensor& q, std::int64_t first_key,
+                               const RingAttentionOptions& opt) {
+  TIDAL_OPS_DISPATCH(q, attention_key_grad, dk, dscores, q, first_key, opt);
+}
+
+}  // namespace tidal::ops
