@@ -122,7 +122,9 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   nn::Runner runner;
   // Ranks holding the same parameters: data replicas, and the sequence ring's positions, whose
   // gradients are each their positions' share. Their sum is the step's gradient.
-  comm::Communicator& gradient_group = pc.group(parallel::GroupKind::data_sequence);
+  // (Without a ring that is the data group itself, whose name the metrics then report.)
+  comm::Communicator& gradient_group = pc.group(pc.layout().spec().sequence > 1 ? parallel::GroupKind::data_sequence
+                                                                                 : parallel::GroupKind::data);
   std::optional<GradientReducer> reducer;
   if (gradient_group.size() > 1) {
     reducer.emplace(*model, gradient_group, std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));

@@ -17,42 +17,39 @@ class Identity final : public Module {
   Tensor backward(const Tensor& dy, Context&) override { return dy; }
 };
 
-class SingleDeviceLayers final : public LayerFactory {
- public:
-  std::unique_ptr<TableLookup> vocab_embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override {
-    return std::make_unique<Embedding>(num, dim, init);
-  }
-  std::unique_ptr<TableLookup> embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override {
-    return std::make_unique<Embedding>(num, dim, init);
-  }
-  std::unique_ptr<Module> position_embedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init) override {
-    return std::make_unique<PositionEmbedding>(max_positions, dim, init);
-  }
-  std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) override {
-    return std::make_unique<LayerNorm>(features, eps);
-  }
-  std::unique_ptr<Module> dropout(float p) override { return std::make_unique<Dropout>(p); }
-  std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init, int) override {
-    return std::make_unique<Linear>(in, out, bias, init);
-  }
-  std::unique_ptr<Module> output_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override {
-    return std::make_unique<Linear>(in, out, bias, init);
-  }
-  std::unique_ptr<Module> hidden_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override {
-    return std::make_unique<Linear>(in, out, bias, init);
-  }
-  std::unique_ptr<Module> split_features() override { return std::make_unique<Identity>(); }
-  std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) override {
-    return std::make_unique<TiedLmHead>(embedding.table(), bias);
-  }
-  std::unique_ptr<Module> cross_entropy(std::int64_t) override { return std::make_unique<CrossEntropyLoss>(); }
-  void split_hidden(Parameter&) override {}
-  int feature_parts() const override { return 1; }
-  BatchSlice batch_slice() const override { return {}; }
-  Tensor gather_features(const Tensor& part) override { return part; }
-};
-
 }  // namespace
+
+std::unique_ptr<TableLookup> SingleDeviceLayers::vocab_embedding(std::int64_t num, std::int64_t dim, ParameterInit init) {
+  return std::make_unique<Embedding>(num, dim, init);
+}
+std::unique_ptr<TableLookup> SingleDeviceLayers::embedding(std::int64_t num, std::int64_t dim, ParameterInit init) {
+  return std::make_unique<Embedding>(num, dim, init);
+}
+std::unique_ptr<Module> SingleDeviceLayers::position_embedding(std::int64_t max_positions, std::int64_t dim,
+                                                               ParameterInit init) {
+  return std::make_unique<PositionEmbedding>(max_positions, dim, init);
+}
+std::unique_ptr<Module> SingleDeviceLayers::layer_norm(std::int64_t features, float eps) {
+  return std::make_unique<LayerNorm>(features, eps);
+}
+std::unique_ptr<Module> SingleDeviceLayers::dropout(float p) { return std::make_unique<Dropout>(p); }
+std::unique_ptr<Module> SingleDeviceLayers::input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
+                                                         int) {
+  return std::make_unique<Linear>(in, out, bias, init);
+}
+std::unique_ptr<Module> SingleDeviceLayers::output_linear(std::int64_t in, std::int64_t out, bool bias,
+                                                          ParameterInit init) {
+  return std::make_unique<Linear>(in, out, bias, init);
+}
+std::unique_ptr<Module> SingleDeviceLayers::hidden_linear(std::int64_t in, std::int64_t out, bool bias,
+                                                          ParameterInit init) {
+  return std::make_unique<Linear>(in, out, bias, init);
+}
+std::unique_ptr<Module> SingleDeviceLayers::split_features() { return std::make_unique<Identity>(); }
+std::unique_ptr<Module> SingleDeviceLayers::tied_head(TableLookup& embedding, bool bias) {
+  return std::make_unique<TiedLmHead>(embedding.table(), bias);
+}
+std::unique_ptr<Module> SingleDeviceLayers::cross_entropy(std::int64_t) { return std::make_unique<CrossEntropyLoss>(); }
 
 std::unique_ptr<Module> LayerFactory::self_attention(int n_head, bool causal) {
   return std::make_unique<ScaledDotProductAttention>(n_head, causal, batch_slice());

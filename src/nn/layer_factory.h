@@ -71,8 +71,29 @@ class LayerFactory {
   virtual Tensor gather_features(const Tensor& part) = 0;
 };
 
-// Plain single-device layers (nn::Linear, nn::LayerNorm, ...): a new factory, and a shared one
-// (the factory is stateless).
+// Plain single-device layers (nn::Linear, nn::LayerNorm, ...). A layout that keeps weights whole
+// (sequence parallelism) derives from it and replaces what reads the batch or attends.
+class SingleDeviceLayers : public LayerFactory {
+ public:
+  std::unique_ptr<TableLookup> vocab_embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override;
+  std::unique_ptr<TableLookup> embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override;
+  std::unique_ptr<Module> position_embedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init) override;
+  std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) override;
+  std::unique_ptr<Module> dropout(float p) override;
+  std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
+                                       int segments = 1) override;
+  std::unique_ptr<Module> output_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override;
+  std::unique_ptr<Module> hidden_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override;
+  std::unique_ptr<Module> split_features() override;
+  std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) override;
+  std::unique_ptr<Module> cross_entropy(std::int64_t classes) override;
+  void split_hidden(Parameter&) override {}
+  int feature_parts() const override { return 1; }
+  BatchSlice batch_slice() const override { return {}; }
+  Tensor gather_features(const Tensor& part) override { return part; }
+};
+
+// A new single-device factory, and a shared one (the factory is stateless).
 std::unique_ptr<LayerFactory> make_single_device_layers();
 LayerFactory& single_device_layers();
 

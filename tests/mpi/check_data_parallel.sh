@@ -12,6 +12,8 @@ trap 'rm -rf "$dir"' EXIT
 common=(--set train.steps=20 --set train.batch_size=16 --set model.dropout=0.1 --set train.eval_every=10
         --set train.eval_batches=2 --set train.warmup_steps=5 --set parallel.bucket_mb=0.02)
 MPIRUN=("$@")
+support=$(cd "$(dirname "$0")/../support" && pwd)
+source "$support/expect_error.sh"
 "$tidal" train "${common[@]}" --metrics "$dir/single.jsonl" > "$dir/single.log"
 "$tidal" train "${common[@]}" --set train.micro_batch_size=4 --metrics "$dir/single_accum.jsonl" > /dev/null
 for layout in "2 0 none" "2 2 none" "4 0 none" "4 1 none" "2 2 blocks"; do
@@ -21,41 +23,21 @@ for layout in "2 0 none" "2 2 none" "4 0 none" "4 1 none" "2 2 blocks"; do
   "${MPIRUN[@]}" -np "$np" "$tidal" train "${common[@]}" --set parallel.data="$np" --set train.micro_batch_size="$micro" \
     --set train.activation_checkpointing="$ckpt" --metrics "$dir/$name.jsonl" > "$dir/$name.log"
 done
-/usr/bin/python3 - "$dir" <<'PY'
-import json, os, sys
-d = sys.argv[1]
-def read(name):
-    rows = [json.loads(l) for l in open(os.path.join(d, name + ".jsonl"))]
-    steps = {r["step"]: r["loss"] for r in rows if "loss" in r and not r.get("summary")}
-    evals = {r["step"]: r["eval_loss"] for r in rows if "eval_loss" in r}
-    summary = [r for r in rows if r.get("summary")][-1]
-    return steps, evals, summary
-ref, ref_evals, ref_summary = read("single")
-assert sorted(ref) == list(range(1, 21)), sorted(ref)
+/usr/bin/python3 - "$dir" "$support" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from runs import compare
 worst_all = 0.0
 for name in ["single_accum", "data2_micro0", "data2_micro2", "data4_micro0", "data4_micro1", "data2_micro2_blocks"]:
-    steps, evals, summary = read(name)
-    assert sorted(steps) == sorted(ref), f"{name}: steps {sorted(steps)}"
-    worst = max(abs(steps[s] - ref[s]) / abs(ref[s]) for s in ref)
-    worst_eval = max(abs(evals[s] - ref_evals[s]) / abs(ref_evals[s]) for s in ref_evals)
-    final = abs(summary["final_loss"] - ref_summary["final_loss"]) / ref_summary["final_loss"]
-    layout = summary["layout"]
-    print(f"{name:>14}: world {layout['world_size']}, data {layout['data']}: worst step-loss rel. diff {worst:.2e}, "
-          f"eval {worst_eval:.2e}, final eval {final:.2e}")
-    assert worst <= 1e-5 and worst_eval <= 1e-5 and final <= 1e-5, f"{name} differs from one process"
+    worst, summary = compare(sys.argv[1], name, "single", 1e-5, all_steps=True)
     worst_all = max(worst_all, worst)
-    if layout["data"] > 1:
+    if summary["layout"]["data"] > 1:
         comm = summary["communication"]["data"]["all_reduce"]
         assert comm["calls"] > 20, f"{name}: only {comm['calls']} all-reduces (buckets not split?)"
 print(f"PASS: data parallel = one process (worst relative difference {worst_all:.2e} <= 1e-5)")
 PY
 
 # A layout error under mpirun: exit code 2 and one message (every rank meets it; rank 0 says it).
-set +e
-"${MPIRUN[@]}" -np 2 "$tidal" train --set parallel.data=2 --set train.batch_size=7 > "$dir/err.log" 2>&1
-rc=$?
-set -e
-[ $rc -eq 2 ] || { cat "$dir/err.log"; echo "FAIL: exit $rc for a bad batch split, expected 2"; exit 1; }
-n=$(grep -c "train.batch_size (7) must be divisible by parallel.data (2)" "$dir/err.log")
-[ "$n" -eq 1 ] || { cat "$dir/err.log"; echo "FAIL: the error was printed $n times"; exit 1; }
+expect_error "train.batch_size (7) must be divisible by parallel.data (2)" 2 --set parallel.data=2 \
+  --set train.batch_size=7
 echo "PASS: a bad layout under mpirun exits 2 with one message"

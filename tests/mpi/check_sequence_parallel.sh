@@ -14,6 +14,8 @@ common=(--set train.steps=20 --set train.batch_size=8 --set model.dropout=0.1 --
         --set train.eval_batches=2 --set train.warmup_steps=5 --set train.grad_clip=0.5
         --set model.n_head=4 --set model.n_embd=64 --set model.n_layer=2 --set model.seq_len=64)
 MPIRUN=("$@")
+support=$(cd "$(dirname "$0")/../support" && pwd)
+source "$support/expect_error.sh"
 for model in gpt bert; do
   "$tidal" train "${common[@]}" --set model.type=$model --metrics "$dir/${model}_single.jsonl" > /dev/null
   for layout in "2 1" "4 1" "4 2"; do
@@ -29,50 +31,22 @@ done
 "$tidal" train "${common[@]}" --resume "$dir/ck_s2" --metrics "$dir/gpt_resume_s2_to_1.jsonl" > /dev/null
 grep -q "sequence parallel: a ring of 4 ranks with 16 positions each" "$dir/gpt_seq4_data1.log" ||
   { cat "$dir/gpt_seq4_data1.log"; echo "FAIL: no sequence-parallel line in the progress"; exit 1; }
-/usr/bin/python3 - "$dir" <<'PY'
-import json, os, sys
-d = sys.argv[1]
-def read(name):
-    rows = [json.loads(l) for l in open(os.path.join(d, name + ".jsonl"))]
-    steps = {r["step"]: r["loss"] for r in rows if "loss" in r and not r.get("summary")}
-    evals = {r["step"]: r["eval_loss"] for r in rows if "eval_loss" in r}
-    summary = [r for r in rows if r.get("summary")][-1]
-    return steps, evals, summary
+/usr/bin/python3 - "$dir" "$support" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from runs import compare
 worst_all = 0.0
 for model in ["gpt", "bert"]:
-    ref, ref_evals, ref_summary = read(f"{model}_single")
-    assert sorted(ref) == list(range(1, 21)), sorted(ref)
     names = [f"{model}_seq2_data1", f"{model}_seq4_data1", f"{model}_seq2_data2"]
     if model == "gpt":
         names.append("gpt_resume_s2_to_1")
     for name in names:
-        steps, evals, summary = read(name)
-        assert steps and set(steps) <= set(ref), f"{name}: steps {sorted(steps)}"
-        worst = max(abs(steps[s] - ref[s]) / abs(ref[s]) for s in steps)
-        worst_eval = max([abs(evals[s] - ref_evals[s]) / abs(ref_evals[s]) for s in evals] + [0.0])
-        final = abs(summary["final_loss"] - ref_summary["final_loss"]) / ref_summary["final_loss"]
-        layout = summary["layout"]
-        print(f"{name:>20}: world {layout['world_size']}, sequence {layout['sequence']}, data {layout['data']}: "
-              f"steps {min(steps)}-{max(steps)}, worst step-loss rel. diff {worst:.2e}, eval {worst_eval:.2e}, "
-              f"final eval {final:.2e}")
         # Summation order differs (attention rows in blocks, gradients summed over the ring).
-        assert worst <= 1e-4 and worst_eval <= 1e-4 and final <= 1e-4, f"{name} differs from one process"
-        assert summary["parameters"] == ref_summary["parameters"], f"{name}: parameter count"
+        worst, _ = compare(sys.argv[1], name, f"{model}_single", 1e-4, all_steps="resume" not in name)
         worst_all = max(worst_all, worst)
 print(f"PASS: sequence parallel = one process for GPT and BERT (worst relative difference {worst_all:.2e} <= 1e-4)")
 PY
 
-expect_error() {  # <message> <ranks> <tidal train arguments...>
-  local message=$1 np=$2; shift 2
-  set +e
-  "${MPIRUN[@]}" -np "$np" "$tidal" train "$@" > "$dir/err.log" 2>&1
-  local rc=$?
-  set -e
-  [ $rc -eq 2 ] || { cat "$dir/err.log"; echo "FAIL: exit $rc for '$*', expected 2"; exit 1; }
-  local n
-  n=$(grep -cF "$message" "$dir/err.log" || true)
-  [ "$n" -eq 1 ] || { cat "$dir/err.log"; echo "FAIL: '$message' was printed $n times"; exit 1; }
-}
 expect_error "model.seq_len (30) must be divisible by parallel.sequence (4)" 4 --set parallel.sequence=4 \
   --set model.seq_len=30
 expect_error "model.type = \"vit\" is not split by position" 2 --set parallel.sequence=2 --set model.type=vit \

@@ -15,6 +15,8 @@ common=(--set train.steps=20 --set train.batch_size=8 --set model.dropout=0.1 --
         --set train.eval_batches=2 --set train.warmup_steps=5 --set train.grad_clip=0.5
         --set model.n_head=4 --set model.n_embd=64 --set model.n_layer=2)
 MPIRUN=("$@")
+support=$(cd "$(dirname "$0")/../support" && pwd)
+source "$support/expect_error.sh"
 "$tidal" train "${common[@]}" --metrics "$dir/single.jsonl" > "$dir/single.log"
 "$tidal" train "${common[@]}" --set model.dropout=0 --metrics "$dir/single_nodrop.jsonl" > /dev/null
 for layout in "2 1 1d 1" "4 1 1d 1" "4 2 1d 1" "4 1 2d 1" "8 1 2.5d 2" "8 1 3d 1"; do
@@ -35,60 +37,37 @@ done
 "$tidal" train "${common[@]}" --set checkpoint.dir="$dir/ck_1" --stop-after 10 > /dev/null
 "${MPIRUN[@]}" -np 2 "$tidal" train "${common[@]}" --set parallel.tensor.size=2 --resume "$dir/ck_1" \
   --metrics "$dir/resume_1_to_t2.jsonl" > /dev/null
-/usr/bin/python3 - "$dir" <<'PY'
-import json, os, sys
-d = sys.argv[1]
-def read(name):
-    rows = [json.loads(l) for l in open(os.path.join(d, name + ".jsonl"))]
-    steps = {r["step"]: r["loss"] for r in rows if "loss" in r and not r.get("summary")}
-    evals = {r["step"]: r["eval_loss"] for r in rows if "eval_loss" in r}
-    summary = [r for r in rows if r.get("summary")][-1]
-    return steps, evals, summary
+/usr/bin/python3 - "$dir" "$support" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from runs import compare
 worst_all = 0.0
 for name in ["1d_tensor2_data1", "1d_tensor4_data1", "1d_tensor2_data2", "resume_t2_to_1", "resume_1_to_t2",
              "2d_tensor4_data1", "2.5d_tensor8_data1", "3d_tensor8_data1"]:
-    ref, ref_evals, ref_summary = read("single" if name.startswith(("1d", "resume")) else "single_nodrop")
-    assert sorted(ref) == list(range(1, 21)), sorted(ref)
-    steps, evals, summary = read(name)
-    assert steps and set(steps) <= set(ref), f"{name}: steps {sorted(steps)}"
-    worst = max(abs(steps[s] - ref[s]) / abs(ref[s]) for s in steps)
-    worst_eval = max([abs(evals[s] - ref_evals[s]) / abs(ref_evals[s]) for s in evals] + [0.0])
-    final = abs(summary["final_loss"] - ref_summary["final_loss"]) / ref_summary["final_loss"]
-    layout = summary["layout"]
-    print(f"{name:>15}: world {layout['world_size']}, tensor {layout['tensor']} ({layout['tensor_mode']}), "
-          f"data {layout['data']}: steps {min(steps)}-{max(steps)}, worst step-loss rel. diff {worst:.2e}, "
-          f"eval {worst_eval:.2e}, final eval {final:.2e}")
+    reference = "single" if name.startswith(("1d", "resume")) else "single_nodrop"
     # Summation order differs (split GEMMs, all-reduced partial sums): measured worst 1e-6 to 1e-5.
-    assert worst <= 1e-4 and worst_eval <= 1e-4 and final <= 1e-4, f"{name} differs from one process"
-    assert summary["parameters"] == ref_summary["parameters"], f"{name}: parameter count"
+    worst, _ = compare(sys.argv[1], name, reference, 1e-4)
     worst_all = max(worst_all, worst)
 print(f"PASS: 1D, 2D, 2.5D and 3D tensor parallel = one process (worst relative difference {worst_all:.2e} <= 1e-4)")
 PY
 
 # Impossible splits under mpirun: exit code 2 and one message naming the keys.
-expect_error() {  # <message> <ranks> <tidal train arguments...>
+tensor_error() {  # <message> <ranks> <arguments...>: expect_error with parallel.tensor.size = <ranks>
   local message=$1 np=$2; shift 2
-  set +e
-  "${MPIRUN[@]}" -np "$np" "$tidal" train --set parallel.tensor.size="$np" "$@" > "$dir/err.log" 2>&1
-  local rc=$?
-  set -e
-  [ $rc -eq 2 ] || { cat "$dir/err.log"; echo "FAIL: exit $rc for '$*', expected 2"; exit 1; }
-  local n
-  n=$(grep -cF "$message" "$dir/err.log" || true)
-  [ "$n" -eq 1 ] || { cat "$dir/err.log"; echo "FAIL: '$message' was printed $n times"; exit 1; }
+  expect_error "$message" "$np" --set parallel.tensor.size="$np" "$@"
 }
-expect_error "model.n_head (6) must be divisible by parallel.tensor.size (4)" 4 --set model.n_head=6 --set model.n_embd=96
-expect_error "model.vocab_size (130) must be divisible by parallel.tensor.size (4)" 4 --set model.n_head=4 \
+tensor_error "model.n_head (6) must be divisible by parallel.tensor.size (4)" 4 --set model.n_head=6 --set model.n_embd=96
+tensor_error "model.vocab_size (130) must be divisible by parallel.tensor.size (4)" 4 --set model.n_head=4 \
   --set model.vocab_size=130
-expect_error "4 were launched (start with mpirun -np 3" 4 --set parallel.tensor.size=3
-expect_error 'parallel.tensor.mode = "2d" needs a square parallel.tensor.size' 8 --set parallel.tensor.mode=2d
-expect_error 'model.n_head (3) must be divisible by the grid side q = 2' 4 --set parallel.tensor.mode=2d \
+tensor_error "4 were launched (start with mpirun -np 3" 4 --set parallel.tensor.size=3
+tensor_error 'parallel.tensor.mode = "2d" needs a square parallel.tensor.size' 8 --set parallel.tensor.mode=2d
+tensor_error 'model.n_head (3) must be divisible by the grid side q = 2' 4 --set parallel.tensor.mode=2d \
   --set model.n_head=3 --set model.n_embd=96
-expect_error 'needs parallel.tensor.size = q*q*parallel.tensor.depth' 8 --set parallel.tensor.mode=2.5d \
+tensor_error 'needs parallel.tensor.size = q*q*parallel.tensor.depth' 8 --set parallel.tensor.mode=2.5d \
   --set parallel.tensor.depth=3
-expect_error 'parallel.tensor.mode = "3d" needs a cubic parallel.tensor.size' 4 --set parallel.tensor.mode=3d
-expect_error 'model.n_embd (66) must be divisible by l*l = 4' 8 --set parallel.tensor.mode=3d --set model.n_head=2 \
+tensor_error 'parallel.tensor.mode = "3d" needs a cubic parallel.tensor.size' 4 --set parallel.tensor.mode=3d
+tensor_error 'model.n_embd (66) must be divisible by l*l = 4' 8 --set parallel.tensor.mode=3d --set model.n_head=2 \
   --set model.n_embd=66
-expect_error 'must be divisible by 4: parallel.tensor.mode = "3d" splits each micro-batch' 8 \
+tensor_error 'must be divisible by 4: parallel.tensor.mode = "3d" splits each micro-batch' 8 \
   --set parallel.tensor.mode=3d --set train.batch_size=6
 echo "PASS: impossible tensor splits under mpirun exit 2 with one message each"

@@ -2,16 +2,14 @@
 
 #include "nn/cross_entropy_loss.h"
 #include "nn/dropout.h"
-#include "nn/layernorm.h"
-#include "nn/linear.h"
-#include "nn/lm_head.h"
 #include "nn/sp/ring_attention.h"
 #include "nn/tp/mappings.h"
 
 namespace tidal::nn::sp {
 namespace {
 
-class SequenceLayers final : public LayerFactory {
+// Whole weights as on one device; what reads the batch or attends works on the ring's positions.
+class SequenceLayers final : public SingleDeviceLayers {
  public:
   explicit SequenceLayers(comm::Communicator& ring)
       : ring_(ring), positions_{.position_parts = ring.size(), .position_index = ring.rank()} {}
@@ -25,31 +23,15 @@ class SequenceLayers final : public LayerFactory {
   std::unique_ptr<Module> position_embedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init) override {
     return std::make_unique<PositionEmbedding>(max_positions, dim, init, positions_);
   }
-  std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) override {
-    return std::make_unique<LayerNorm>(features, eps);
-  }
   std::unique_ptr<Module> dropout(float p) override { return std::make_unique<Dropout>(p, 0, positions_); }
   std::unique_ptr<Module> self_attention(int n_head, bool causal) override {
     return std::make_unique<RingSelfAttention>(n_head, causal, ring_);
   }
-  std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init, int) override {
-    return std::make_unique<Linear>(in, out, bias, init);
-  }
-  std::unique_ptr<Module> output_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override {
-    return std::make_unique<Linear>(in, out, bias, init);
-  }
-  std::unique_ptr<Module> hidden_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override {
-    return std::make_unique<Linear>(in, out, bias, init);
-  }
   std::unique_ptr<Module> split_features() override { throw Error(no_images()); }
-  std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) override {
-    return std::make_unique<TiedLmHead>(embedding.table(), bias);
-  }
   std::unique_ptr<Module> cross_entropy(std::int64_t) override {
     return std::make_unique<CrossEntropyLoss>(positions_, std::vector<comm::Communicator*>{&ring_});
   }
   void split_hidden(Parameter&) override { throw Error(no_images()); }
-  int feature_parts() const override { return 1; }
   BatchSlice batch_slice() const override { return positions_; }
   // [B, T / N, ...] on each rank -> [B, T, ...].
   Tensor gather_features(const Tensor& part) override { return tp::all_gather_along(part, ring_, 1); }
