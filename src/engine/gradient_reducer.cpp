@@ -7,8 +7,10 @@
 namespace tidal::engine {
 namespace {
 
+// Adds the uses of the parameters already keys of `uses`.
 void count_uses(nn::Module& m, std::unordered_map<nn::Parameter*, int>& uses) {
-  for (nn::Parameter* p : m.used_parameters()) ++uses[p];
+  for (nn::Parameter* p : m.used_parameters())
+    if (auto it = uses.find(p); it != uses.end()) ++it->second;
   for (auto& [name, child] : m.children()) count_uses(*child, uses);
 }
 
@@ -18,16 +20,20 @@ double seconds(comm::Work::Clock::duration d) { return std::chrono::duration<dou
 
 GradientReducer::GradientReducer(models::Model& model, comm::Communicator& data_group, std::int64_t bucket_bytes,
                                  Allocator& alloc)
+    : GradientReducer({&model}, model.parameters(), data_group, bucket_bytes, alloc) {}
+
+GradientReducer::GradientReducer(const std::vector<nn::Module*>& roots, std::vector<nn::Parameter*> params,
+                                 comm::Communicator& data_group, std::int64_t bucket_bytes, Allocator& alloc)
     : group_(data_group) {
-  count_uses(model, uses_);
-  std::vector<nn::Parameter*> params = model.parameters();
+  for (nn::Parameter* p : params) uses_[p] = 0;
+  for (nn::Module* root : roots) count_uses(*root, uses_);
   std::reverse(params.begin(), params.end());
   // Group parameters into buckets of at least bucket_bytes (the last may be smaller).
   std::vector<std::vector<nn::Parameter*>> groups(1);
   std::int64_t bytes = 0;
   for (nn::Parameter* p : params) {
     TIDAL_ASSERT(p->grad.defined() && p->grad.dtype() == DType::f32, "parameter {} has no fp32 grad", p->name);
-    TIDAL_ASSERT(uses_.count(p), "parameter {} is used by no module", p->name);
+    TIDAL_ASSERT(uses_.at(p) > 0, "parameter {} is used by no module", p->name);
     if (bytes >= bucket_bytes) {
       groups.emplace_back();
       bytes = 0;

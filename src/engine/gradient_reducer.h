@@ -25,6 +25,9 @@ class GradientReducer final : public nn::ModuleHooks {
   // from `alloc` (where the gradients live).
   GradientReducer(models::Model& model, comm::Communicator& data_group, std::int64_t bucket_bytes,
                   Allocator& alloc = host_allocator());
+  // The same for `params` only (a pipeline rank's), whose uses are counted in `roots`.
+  GradientReducer(const std::vector<nn::Module*>& roots, std::vector<nn::Parameter*> params,
+                  comm::Communicator& data_group, std::int64_t bucket_bytes, Allocator& alloc = host_allocator());
 
   // Whether the coming backward is the step's last (its buckets are all-reduced).
   void set_sync(bool sync);

@@ -140,6 +140,7 @@ std::string_view group_name(GroupKind kind) {
     case GroupKind::sequence: return "sequence";
     case GroupKind::model: return "model";
     case GroupKind::data_sequence: return "data_sequence";
+    case GroupKind::pipeline_ends: return "pipeline_ends";
   }
   TIDAL_ASSERT(false, "unknown group kind {}", int(kind));
 }
@@ -257,6 +258,14 @@ std::vector<int> Layout::group(GroupKind kind, int rank) const {
         for (int s = 0; s < spec_.sequence; ++s)
           for (int t = 0; t < spec_.tensor; ++t) out.push_back(rank_from(t, s, c.data, p));
       return out;
+    }
+    case GroupKind::pipeline_ends: {
+      const int last = spec_.pipeline - 1;
+      if (last == 0 || (c.pipeline != 0 && c.pipeline != last)) return {rank};
+      Coordinates first_stage = c, last_stage = c;
+      first_stage.pipeline = 0;
+      last_stage.pipeline = last;
+      return {rank_of(first_stage), rank_of(last_stage)};
     }
     case GroupKind::data_sequence: {
       std::vector<int> out;

@@ -56,6 +56,8 @@ enum class GroupKind {
   model,         // pipeline x tensor x sequence: one model replica (same data); ascending rank
   data_sequence,  // data x sequence: the ranks holding the same parameters (same stage and
                   // tensor index) whose gradients are summed; ascending rank
+  pipeline_ends,  // the first and the last stage of one pipeline (they share tied embeddings);
+                  // a middle stage alone; ordered by stage
 };
 
 // Every kind, in declaration order (the order ParallelContext creates their communicators).
@@ -63,7 +65,7 @@ inline constexpr GroupKind kAllGroupKinds[] = {
     GroupKind::world,      GroupKind::data,       GroupKind::pipeline,     GroupKind::tensor,
     GroupKind::tensor_row, GroupKind::tensor_col, GroupKind::tensor_depth, GroupKind::tensor_x,
     GroupKind::tensor_y,   GroupKind::tensor_z,   GroupKind::sequence,     GroupKind::model,
-    GroupKind::data_sequence,
+    GroupKind::data_sequence, GroupKind::pipeline_ends,
 };
 
 // "world", "data", "tensor_row", ... (the enumerator's name).

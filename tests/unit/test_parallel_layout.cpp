@@ -28,9 +28,11 @@ using Tables = std::map<GroupKind, Table>;
 
 // Compares every kind's groups with `tables`; a kind the case does not list must be one group
 // per rank. Also checks group(kind, r) and group_index for every rank, and the round trip.
-// Without a sequence split, data_sequence is the data group (so cases list it only with one).
+// Without a sequence split, data_sequence is the data group, and with two stages pipeline_ends
+// is the pipeline group (so cases list them only otherwise).
 void expect_groups(const MeshSpec& spec, Tables tables) {
   if (spec.sequence == 1 && tables.count(GroupKind::data)) tables[GroupKind::data_sequence] = tables[GroupKind::data];
+  if (spec.pipeline == 2) tables[GroupKind::pipeline_ends] = tables.at(GroupKind::pipeline);
   const Layout layout(spec);
   const int world = layout.world_size();
   for (GroupKind kind : kAllGroupKinds) {
@@ -102,7 +104,10 @@ TEST(ParallelLayout, FourRanks) {
   {
     SCOPED_TRACE("pipeline=4");
     expect_groups({.world_size = 4, .pipeline = 4},
-                  {{GroupKind::world, all}, {GroupKind::pipeline, all}, {GroupKind::model, all}});
+                  {{GroupKind::world, all},
+                   {GroupKind::pipeline, all},
+                   {GroupKind::model, all},
+                   {GroupKind::pipeline_ends, {{0, 3}, {1}, {2}}}});
   }
   {
     SCOPED_TRACE("1d tensor=4");
@@ -236,7 +241,8 @@ TEST(ParallelLayout, EightRanks) {
                   {{GroupKind::world, all},
                    {GroupKind::data, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
                    {GroupKind::pipeline, {{0, 2, 4, 6}, {1, 3, 5, 7}}},
-                   {GroupKind::model, {{0, 2, 4, 6}, {1, 3, 5, 7}}}});
+                   {GroupKind::model, {{0, 2, 4, 6}, {1, 3, 5, 7}}},
+                   {GroupKind::pipeline_ends, {{0, 6}, {1, 7}, {2}, {3}, {4}, {5}}}});
   }
 }
 
