@@ -177,6 +177,28 @@ void validate(const Config& c) {
               "parallel.sequence = {} splits token sequences (GPT, BERT); model.type = \"vit\" is not split by "
               "position: set parallel.sequence = 1 and use parallel.data or parallel.tensor.size",
               p.sequence);
+  // Pipeline schedules that cannot run (pipeline/schedule.h, pipeline/partition.h say the same).
+  TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == "interleaved",
+              "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (it is \"{}\")", p.virtual_stages,
+              p.schedule);
+  // (One chunk per rank: check_model_fits says it for the layout.)
+  TIDAL_CHECK(p.virtual_stages == 1 || c.model.n_layer >= p.pipeline * p.virtual_stages,
+              "{} pipeline stages for {} transformer blocks (parallel.pipeline x parallel.virtual_stages = {} x {}): "
+              "every stage needs at least one block; use more layers (model.n_layer) or fewer stages",
+              p.pipeline * p.virtual_stages, c.model.n_layer, p.pipeline, p.virtual_stages);
+  const std::int64_t local = p.data >= 1 ? t.batch_size / p.data : 0;  // divisibility: ParallelContext
+  if (p.schedule == "interleaved" && local > 0 && (t.micro_batch_size == 0 || local % t.micro_batch_size == 0)) {
+    const std::int64_t micro_batches = t.micro_batch_size ? local / t.micro_batch_size : 1;
+    TIDAL_CHECK(micro_batches % p.pipeline == 0,
+                "parallel.schedule = \"interleaved\" runs micro-batches in groups of parallel.pipeline = {}: the {} "
+                "micro-batches per step (train.batch_size / parallel.data / train.micro_batch_size) must be a "
+                "multiple of {}",
+                p.pipeline, micro_batches, p.pipeline);
+  }
+  TIDAL_CHECK(p.pipeline == 1 || c.checkpoint.dir.empty(),
+              "checkpoint.dir with parallel.pipeline = {}: saving checkpoints across pipeline stages is not available "
+              "yet (resuming is); leave checkpoint.dir empty",
+              p.pipeline);
   TIDAL_CHECK(p.bucket_mb > 0, "parallel.bucket_mb must be > 0, got {}", p.bucket_mb);
   TIDAL_CHECK(p.timeout_s > 0, "parallel.timeout_s must be > 0 seconds, got {}", p.timeout_s);
   TIDAL_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3, "zero.stage must be 0, 1, 2 or 3, got {}", c.zero.stage);
@@ -187,7 +209,6 @@ void validate(const Config& c) {
 
   // Parsed and valid, but not built yet: say so rather than ignore it.
   if (t.precision != "fp32") not_available(fmt::format("train.precision = \"{}\" (CPU training runs fp32)", t.precision));
-  if (p.pipeline > 1) not_available(fmt::format("parallel.pipeline = {}", p.pipeline));
   if (c.zero.stage > 0) not_available(fmt::format("zero.stage = {}", c.zero.stage));
   if (c.memory.offload != "none") not_available(fmt::format("memory.offload = \"{}\"", c.memory.offload));
 }

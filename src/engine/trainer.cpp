@@ -13,6 +13,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/grad_norm.h"
 #include "optim/adamw.h"
+#include "pipeline/engine.h"
 
 #include <algorithm>
 #include <chrono>
@@ -45,8 +46,8 @@ std::int64_t valid_targets(const nn::Batch& batch) {
 // Mean loss over the valid targets of the fixed eval set: samples [0, eval_batches * batch_size)
 // of the eval split, whatever the layout. Each replica takes its slice of every batch, in
 // micro-batches, and weighs each micro-batch's mean by its targets.
-double evaluate(models::Model& model, const data::Dataset& dataset, nn::Runner& runner, const config::Config& cfg,
-                std::int64_t micro, parallel::ParallelContext& pc, Allocator& activations) {
+double evaluate(pipeline::PipelineEngine& engine, const data::Dataset& dataset, nn::Runner& runner,
+                const config::Config& cfg, std::int64_t micro, parallel::ParallelContext& pc, Allocator& activations) {
   const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
   const std::int64_t B = cfg.train.batch_size, local = B / replicas;
   double total = 0, targets = 0;
@@ -55,9 +56,8 @@ double evaluate(models::Model& model, const data::Dataset& dataset, nn::Runner& 
       const nn::Batch batch = dataset.batch(i * B + first, micro, data::Split::eval);
       nn::StepState state{
           .runner = &runner, .training = false, .seed = cfg.train.seed, .batch = &batch, .activations = &activations};
-      nn::Context ctx(state);
       const double count = double(valid_targets(batch));
-      total += model.run_forward(ctx).loss * count;
+      total += engine.evaluate(state) * count;
       targets += count;
     }
   }
@@ -87,11 +87,17 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   const nn::CheckpointPolicy checkpointing = checkpoint_policy(tc);
   const auto layers = nn::make_layers(pc);
   auto model = models::make_model(cfg.model, checkpointing, *layers);
+  // The model's layers in pipeline stages (one stage without pipeline parallelism: the schedule
+  // is then plain gradient accumulation); this rank holds its stage's parameters.
+  const int stages = pc.layout().spec().pipeline;
+  pipeline::PipelineEngine engine(*model, pc, pipeline::parse_schedule(cfg.parallel.schedule),
+                                  cfg.parallel.virtual_stages);
   // Activations (and their gradients) have a pool of their own, so their peak is measured alone.
   HostAllocator activations;
-  model->materialize(tc.seed);
-  optim::AdamW adam(model->parameters(), {.lr = float(tc.lr), .beta1 = float(tc.beta1), .beta2 = float(tc.beta2),
-                                          .eps = 1e-8f, .weight_decay = float(tc.weight_decay)});
+  engine.materialize(tc.seed);
+  const std::vector<nn::Parameter*>& params = engine.parameters();
+  optim::AdamW adam(params, {.lr = float(tc.lr), .beta1 = float(tc.beta1), .beta2 = float(tc.beta2), .eps = 1e-8f,
+                             .weight_decay = float(tc.weight_decay)});
   const std::string config_toml = config::to_toml(cfg);
 
   std::int64_t start = 0;
@@ -106,6 +112,8 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
   const std::int64_t B = tc.batch_size, local = B / replicas;  // divisibility: ParallelContext
   const std::int64_t micro = tc.micro_batch_size ? tc.micro_batch_size : local, accum = local / micro;
+  (void)pipeline::schedule(pipeline::parse_schedule(cfg.parallel.schedule), stages, pc.coordinates().pipeline,
+                           int(accum), engine.chunks());  // a schedule that cannot run is a start-up error
   // Positions per sample: tokens, or for ViT the patches and the class token.
   const std::int64_t T = cfg.model.type == "vit"
                              ? (cfg.model.image_size / cfg.model.patch_size) * (cfg.model.image_size / cfg.model.patch_size) + 1
@@ -127,7 +135,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                                                                                  : parallel::GroupKind::data);
   std::optional<GradientReducer> reducer;
   if (gradient_group.size() > 1) {
-    reducer.emplace(*model, gradient_group, std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
+    reducer.emplace(engine.layers(), params, gradient_group, std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
     runner.add_hooks(&*reducer);
   }
   if (replicas > 1) {
@@ -140,7 +148,15 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                               "gradients summed over {} ranks",
                               ring, T / ring, gradient_group.size()));
   }
-  const std::vector<nn::Parameter*> params = model->parameters();
+  if (stages > 1) {
+    std::string split;
+    for (std::size_t vs = 0; vs + 1 < engine.bounds().size(); ++vs)
+      split += fmt::format("{}{}", vs ? " | " : "", engine.bounds()[vs + 1] - engine.bounds()[vs]);
+    progress.line(fmt::format("pipeline: {} stages, schedule {}{}, layers per virtual stage {}, {} micro-batches",
+                              stages, cfg.parallel.schedule,
+                              engine.chunks() > 1 ? fmt::format(" ({} chunks per rank)", engine.chunks()) : "", split,
+                              accum));
+  }
   std::vector<Tensor> grads;
   for (nn::Parameter* p : params) grads.push_back(p->grad);
   const std::int64_t warm = std::min<std::int64_t>(3, std::max<std::int64_t>(0, end - start - 1));
@@ -152,8 +168,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     const auto t0 = Clock::now();
     const double lr = schedule.at(step);
     adam.set_lr(float(lr));
-    model->zero_grad();
-    double loss = 0;
+    engine.zero_grad();
     std::vector<nn::Batch> batches;
     std::vector<double> targets;  // valid targets per micro-batch
     for (std::int64_t m = 0; m < accum; ++m) {
@@ -161,23 +176,29 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
       targets.push_back(double(valid_targets(batches.back())));
     }
     const double all_targets = sum_over_replicas(pc, std::accumulate(targets.begin(), targets.end(), 0.0));
-    for (std::int64_t m = 0; m < accum; ++m) {
-      // The step's loss is the mean over the global batch's valid targets, as one process
-      // computes it: a micro-batch's mean counts with its share of the targets.
-      const double scale = all_targets > 0 ? targets[m] / all_targets : 0.0;
-      nn::StepState state{.runner = &runner, .training = true, .seed = tc.seed, .step = std::uint32_t(step),
-                          .first_sample = replica * local + m * micro, .batch = &batches[m],
-                          .activations = &activations};
-      nn::Context ctx(state);
-      loss += model->run_forward(ctx).loss * scale;
-      if (reducer) reducer->set_sync(m + 1 == accum);
-      model->run_backward(ctx, float(scale));
+    // The step's loss is the mean over the global batch's valid targets, as one process computes
+    // it: a micro-batch's mean counts with its share of the targets.
+    std::vector<pipeline::MicroBatch> micro_batches;
+    for (std::int64_t m = 0; m < accum; ++m)
+      micro_batches.push_back({.batch = &batches[std::size_t(m)],
+                               .first_sample = replica * local + m * micro,
+                               .loss_scale = float(all_targets > 0 ? targets[std::size_t(m)] / all_targets : 0.0)});
+    const nn::StepState state{.runner = &runner, .training = true, .seed = tc.seed, .step = std::uint32_t(step),
+                              .activations = &activations};
+    // With one chunk per rank the reducer overlaps with the last micro-batch's backward; with
+    // several, chunks finish at different times and it all-reduces after backward.
+    double loss = engine.train(micro_batches, state, [&](const pipeline::Action& a) {
+      if (reducer && engine.chunks() == 1) reducer->set_sync(a.micro_batch + 1 == accum);
+    });
+    if (reducer) {
+      if (engine.chunks() > 1) reducer->set_sync(true);
+      reducer->finish();
     }
-    if (reducer) reducer->finish();
     if (replicas > 1) loss = sum_over_replicas(pc, loss);
+    engine.reduce_tied_gradients();
     // Parameters held by several ranks of a tensor grid that saw different samples.
     nn::tp::reduce_replicated_gradients(params);
-    const double norm = std::sqrt(nn::tp::squared_gradient_norm(params, pc.group(parallel::GroupKind::tensor)));
+    const double norm = std::sqrt(engine.squared_gradient_norm());
     if (tc.grad_clip > 0) ops::clip_to_norm(grads, norm, tc.grad_clip);
     adam.step();
     train_loss = loss;
@@ -205,7 +226,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                    activations.peak_bytes()});
 
     if (tc.eval_every > 0 && (step + 1) % tc.eval_every == 0 && step + 1 < tc.steps) {
-      const double eval = evaluate(*model, *dataset, runner, cfg, micro, pc, activations);
+      const double eval = evaluate(engine, *dataset, runner, cfg, micro, pc, activations);
       metrics.write({{"step", step + 1}, {"eval_loss", eval}});
       progress.line(fmt::format("step {}: eval loss {:.4f}{}", step + 1, eval,
                                 floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
@@ -225,7 +246,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   TrainSummary summary;
   summary.steps_done = end;
   summary.final_train_loss = train_loss;
-  summary.final_loss = evaluate(*model, *dataset, runner, cfg, micro, pc, activations);
+  summary.final_loss = evaluate(engine, *dataset, runner, cfg, micro, pc, activations);
   summary.tokens_per_s = timed_steps ? double(timed_steps * B * T) / timed_seconds : 0.0;
   summary.entropy_floor = floor;
   nlohmann::json record = {{"summary", true},

@@ -102,7 +102,8 @@ Tensor PipelineEngine::receive(int virtual_stage, bool gradient) {
   return t;
 }
 
-double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const nn::StepState& state) {
+double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const nn::StepState& state,
+                             const std::function<void(const Action&)>& before_backward) {
   const int last = stages_ * chunks_ - 1;
   std::vector<nn::StepState> states;
   for (const MicroBatch& mb : micro_batches) {
@@ -126,6 +127,7 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
     } else {
       auto it = live.find({a.micro_batch, a.chunk});
       TIDAL_ASSERT(it != live.end(), "backward of micro-batch {} before its forward", a.micro_batch);
+      if (before_backward) before_backward(a);
       const Tensor dy = vs == last ? Tensor::full({1}, mb.loss_scale) : receive(vs, true);
       const Tensor dx = run_backward(vs, dy, *it->second);
       if (vs > 0) send(dx, vs, true);

@@ -17,6 +17,7 @@
 #include "parallel/context.h"
 #include "pipeline/schedule.h"
 
+#include <functional>
 #include <set>
 #include <vector>
 
@@ -45,9 +46,12 @@ class PipelineEngine {
   void zero_grad();
 
   // Forward and backward of every micro-batch in the schedule's order. `state` gives the runner,
-  // seed, step and allocator; each micro-batch its batch and first sample. Returns the sum of
-  // loss_scale x loss, on every rank of the pipeline.
-  double train(const std::vector<MicroBatch>& micro_batches, const nn::StepState& state);
+  // seed, step and allocator; each micro-batch its batch and first sample. before_backward, if
+  // given, is called before each backward (a gradient reducer arms itself for the last
+  // micro-batch). Returns the sum of loss_scale x loss, on every rank of the pipeline.
+  double train(const std::vector<MicroBatch>& micro_batches, const nn::StepState& state,
+               const std::function<void(const Action&)>& before_backward = {});
+  int chunks() const { return chunks_; }
   // The mean loss of one micro-batch, forward only, on every rank of the pipeline.
   double evaluate(const nn::StepState& state);
 
