@@ -7,6 +7,7 @@
 #include "engine/metrics.h"
 #include "engine/progress.h"
 #include "models/factory.h"
+#include "nn/cross_entropy_loss.h"
 #include "nn/runner.h"
 #include "nn/parallel_layers.h"
 #include "nn/tp/shard.h"
@@ -37,11 +38,6 @@ double sum_over_replicas(parallel::ParallelContext& pc, double value) {
   return double(v.data<float>()[0]);
 }
 
-// Targets of a batch that count in the loss (not the ignore index).
-std::int64_t valid_targets(const nn::Batch& batch) {
-  const std::int32_t* t = batch.targets.data<std::int32_t>();
-  return std::count_if(t, t + batch.targets.numel(), [](std::int32_t v) { return v != ops::kIgnoreIndex; });
-}
 
 // Mean loss over the valid targets of the fixed eval set: samples [0, eval_batches * batch_size)
 // of the eval split, whatever the layout. Each replica takes its slice of every batch, in
@@ -56,7 +52,7 @@ double evaluate(pipeline::PipelineEngine& engine, const data::Dataset& dataset, 
       const nn::Batch batch = dataset.batch(i * B + first, micro, data::Split::eval);
       nn::StepState state{
           .runner = &runner, .training = false, .seed = cfg.train.seed, .batch = &batch, .activations = &activations};
-      const double count = double(valid_targets(batch));
+      const double count = double(nn::valid_targets(batch));
       total += engine.evaluate(state) * count;
       targets += count;
     }
@@ -173,7 +169,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     std::vector<double> targets;  // valid targets per micro-batch
     for (std::int64_t m = 0; m < accum; ++m) {
       batches.push_back(dataset->batch(step * B + replica * local + m * micro, micro, data::Split::train));
-      targets.push_back(double(valid_targets(batches.back())));
+      targets.push_back(double(nn::valid_targets(batches.back())));
     }
     const double all_targets = sum_over_replicas(pc, std::accumulate(targets.begin(), targets.end(), 0.0));
     // The step's loss is the mean over the global batch's valid targets, as one process computes

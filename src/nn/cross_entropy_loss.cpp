@@ -2,7 +2,14 @@
 
 #include "ops/cross_entropy.h"
 
+#include <algorithm>
+
 namespace tidal::nn {
+
+std::int64_t valid_targets(const Batch& batch) {
+  const std::int32_t* t = batch.targets.data<std::int32_t>();
+  return std::count_if(t, t + batch.targets.numel(), [](std::int32_t v) { return v != ops::kIgnoreIndex; });
+}
 
 Tensor CrossEntropyLoss::forward(const Tensor& logits, Context& ctx) {
   const Batch* batch = ctx.state().batch;

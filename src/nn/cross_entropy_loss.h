@@ -14,6 +14,10 @@
 
 namespace tidal::nn {
 
+// Targets of a batch that count in the loss (not the ignore index): a micro-batch's mean loss
+// weighs this much in the step's.
+std::int64_t valid_targets(const Batch& batch);
+
 class CrossEntropyLoss final : public Module {
  public:
   explicit CrossEntropyLoss(BatchSlice part = {}, std::vector<comm::Communicator*> batch_groups = {})

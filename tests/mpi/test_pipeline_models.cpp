@@ -5,6 +5,7 @@
 // first step every gradient a stage holds, including the tied embedding summed over both end
 // stages, equals the single process's.
 #include "models/factory.h"
+#include "nn/cross_entropy_loss.h"
 #include "nn/runner.h"
 #include "ops/cross_entropy.h"
 #include "optim/adamw.h"
@@ -16,7 +17,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 
 namespace tidal {
@@ -72,10 +72,6 @@ nn::Batch rows(const nn::Batch& b, std::int64_t first, std::int64_t n) {
           .targets = part(b.targets)};
 }
 
-std::int64_t valid_targets(const nn::Batch& b) {
-  const std::int32_t* t = b.targets.data<std::int32_t>();
-  return std::count_if(t, t + b.targets.numel(), [](std::int32_t v) { return v != ops::kIgnoreIndex; });
-}
 
 class PipelineModels : public ::testing::TestWithParam<std::string> {};
 
@@ -99,12 +95,13 @@ TEST_P(PipelineModels, MatchSingleProcess) {
     const std::int64_t micro = cfg.train.batch_size / kMicro;
     for (int step = 0; step < kSteps; ++step) {
       const nn::Batch batch = make_batch(cfg, step);
-      const double all = double(valid_targets(batch));
+      const double all = double(nn::valid_targets(batch));
       std::vector<nn::Batch> parts;
       std::vector<pipeline::MicroBatch> micro_batches;
       for (int m = 0; m < kMicro; ++m) parts.push_back(rows(batch, m * micro, micro));
-      for (int m = 0; m < kMicro; ++m)
-        micro_batches.push_back({&parts[std::size_t(m)], m * micro, float(double(valid_targets(parts[std::size_t(m)])) / all)});
+      for (const nn::Batch& part : parts)
+        micro_batches.push_back({&part, std::int64_t(micro_batches.size()) * micro,
+                                 float(double(nn::valid_targets(part)) / all)});
       engine.zero_grad();
       ref->zero_grad();
       const nn::StepState state{.runner = &runner, .training = true, .seed = kSeed, .step = std::uint32_t(step)};

@@ -6,6 +6,7 @@
 // positions. At 4 ranks both a ring of 4 and data 2 x a ring of 2 run.
 #include "engine/gradient_reducer.h"
 #include "models/factory.h"
+#include "nn/cross_entropy_loss.h"
 #include "nn/parallel_layers.h"
 #include "nn/runner.h"
 #include "ops/cross_entropy.h"
@@ -17,7 +18,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 
 namespace tidal {
@@ -84,10 +84,6 @@ nn::Batch samples(const nn::Batch& b, std::int64_t first, std::int64_t n) {
           .targets = rows(b.targets)};
 }
 
-std::int64_t valid_targets(const nn::Batch& b) {
-  const std::int32_t* t = b.targets.data<std::int32_t>();
-  return std::count_if(t, t + b.targets.numel(), [](std::int32_t v) { return v != ops::kIgnoreIndex; });
-}
 
 struct StepResult {
   Tensor logits;
@@ -132,7 +128,7 @@ TEST_P(SequenceParallelModels, MatchSingleProcess) {
       ref->zero_grad();
       // Each replica's loss is the mean over its valid targets: weighted by its share of the
       // batch's, the sum over replicas is the batch's mean (as the trainer does).
-      const float share = float(valid_targets(mine)) / float(valid_targets(batch));
+      const float share = float(nn::valid_targets(mine)) / float(nn::valid_targets(batch));
       reducer.set_sync(true);
       const StepResult p = forward_backward(*par, mine, step, first, share, par_runner);
       reducer.finish();
