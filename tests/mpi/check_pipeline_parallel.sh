@@ -3,8 +3,10 @@
 # micro-batches, dropout and clipping on) for 20 steps under GPipe and 1F1B at pipeline 2 and 4
 # and interleaved (2 chunks per rank) at pipeline 2, and the hybrids data 2 x pipeline 2,
 # pipeline 2 x tensor 2 (1D) and pipeline 2 x sequence 2, give per-step and eval losses within
-# 1e-4 (relative) of one process. A schedule or split that cannot run stops at start-up with
-# exit code 2 and one message naming the keys.
+# 1e-4 (relative) of one process; so do, for 10 steps on 8 ranks, data 2 x pipeline 2 x tensor 2
+# (1D), pipeline 2 x tensor 4 (2D), data 2 x tensor 4 (2.5D, depth 1), pipeline 2 x sequence 4 and
+# tensor 8 (3D). A schedule or split that cannot run stops at start-up with exit code 2 and one
+# message naming the keys.
 # usage: check_pipeline_parallel.sh path/to/tidal <mpirun command...>
 set -euo pipefail
 tidal=$1; shift
@@ -29,6 +31,14 @@ run interleaved_p2 2 --set parallel.pipeline=2 --set parallel.schedule=interleav
 run data2_p2 4 --set parallel.pipeline=2 --set parallel.data=2
 run p2_tensor2 4 --set parallel.pipeline=2 --set parallel.tensor.size=2
 run p2_sequence2 4 --set parallel.pipeline=2 --set parallel.sequence=2
+# The hybrids of 8 ranks, 10 steps each (dropout off: the grid modes draw their own masks).
+hybrid=(--set train.steps=10 --set model.dropout=0 --set train.eval_every=5 --set train.micro_batch_size=4)
+"$tidal" train "${common[@]}" "${hybrid[@]}" --metrics "$dir/single_hybrid.jsonl" > /dev/null
+run d2_p2_t2 8 "${hybrid[@]}" --set parallel.data=2 --set parallel.pipeline=2 --set parallel.tensor.size=2
+run p2_t4_2d 8 "${hybrid[@]}" --set parallel.pipeline=2 --set parallel.tensor.size=4 --set parallel.tensor.mode=2d
+run d2_t4_2.5d 8 "${hybrid[@]}" --set parallel.data=2 --set parallel.tensor.size=4 --set parallel.tensor.mode=2.5d
+run p2_s4 8 "${hybrid[@]}" --set parallel.pipeline=2 --set parallel.sequence=4
+run t8_3d 8 "${hybrid[@]}" --set parallel.tensor.size=8 --set parallel.tensor.mode=3d
 grep -q "pipeline: 4 stages, schedule 1f1b, layers per virtual stage 2 | 1 | 1 | 4, 8 micro-batches" \
   "$dir/1f1b_p4.log" || { cat "$dir/1f1b_p4.log"; echo "FAIL: no pipeline line in the progress"; exit 1; }
 /usr/bin/python3 - "$dir" "$support" <<'PY'
@@ -40,7 +50,10 @@ for name in ["gpipe_p2", "1f1b_p2", "gpipe_p4", "1f1b_p4", "interleaved_p2", "da
     # Summation order differs (gradients summed over stages' ends, replicas, split GEMMs).
     worst, _ = compare(sys.argv[1], name, "single", 1e-4, all_steps=True)
     worst_all = max(worst_all, worst)
-print(f"PASS: pipeline parallel = one process (worst relative difference {worst_all:.2e} <= 1e-4)")
+for name in ["d2_p2_t2", "p2_t4_2d", "d2_t4_2.5d", "p2_s4", "t8_3d"]:
+    worst, _ = compare(sys.argv[1], name, "single_hybrid", 1e-4, all_steps=True)
+    worst_all = max(worst_all, worst)
+print(f"PASS: pipeline parallel and 8-rank hybrids = one process (worst relative difference {worst_all:.2e} <= 1e-4)")
 PY
 expect_error "the 5 micro-batches per step" 2 --set parallel.pipeline=2 --set parallel.schedule=interleaved \
   --set parallel.virtual_stages=2 --set train.batch_size=10 --set train.micro_batch_size=2 --set model.n_layer=4

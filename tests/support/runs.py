@@ -30,7 +30,7 @@ def compare(directory, name, reference, tolerance, all_steps=False):
     worst_eval = max([abs(evals[s] - ref_evals[s]) / abs(ref_evals[s]) for s in evals] + [0.0])
     final = abs(summary["final_loss"] - ref_summary["final_loss"]) / ref_summary["final_loss"]
     layout = summary["layout"]
-    shape = ", ".join(f"{k} {layout[k]}" for k in ("world_size", "data", "tensor", "sequence") if k in layout)
+    shape = ", ".join(f"{k} {layout[k]}" for k in ("world_size", "data", "pipeline", "tensor", "sequence") if k in layout)
     if layout.get("tensor", 1) > 1:
         shape += f" ({layout['tensor_mode']})"
     print(f"{name:>20}: {shape}: steps {min(steps)}-{max(steps)}, worst step-loss rel. diff {worst:.2e}, "
