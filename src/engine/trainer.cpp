@@ -108,8 +108,6 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
   const std::int64_t B = tc.batch_size, local = B / replicas;  // divisibility: ParallelContext
   const std::int64_t micro = tc.micro_batch_size ? tc.micro_batch_size : local, accum = local / micro;
-  (void)pipeline::schedule(pipeline::parse_schedule(cfg.parallel.schedule), stages, pc.coordinates().pipeline,
-                           int(accum), engine.chunks());  // a schedule that cannot run is a start-up error
   // Positions per sample: tokens, or for ViT the patches and the class token.
   const std::int64_t T = cfg.model.type == "vit"
                              ? (cfg.model.image_size / cfg.model.patch_size) * (cfg.model.image_size / cfg.model.patch_size) + 1

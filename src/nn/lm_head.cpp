@@ -5,7 +5,12 @@
 namespace tidal::nn {
 
 TiedLmHead::TiedLmHead(Parameter& table, bool bias)
-    : table_(table), bias_(bias ? &add_parameter("bias", {table.shape[0]}, ParameterInit::zeros()) : nullptr) {}
+    : table_(table), bias_(bias ? &add_parameter("bias", {table.shape[0]}, ParameterInit::zeros()) : nullptr) {
+  if (bias_ && table.full_shape.size()) {  // rows [offset, offset + V') of the table: the bias's too
+    bias_->full_shape = {table.full_shape[0]};
+    bias_->offset = {table.offset.size() ? table.offset[0] : 0};
+  }
+}
 
 std::vector<Parameter*> TiedLmHead::used_parameters() {
   std::vector<Parameter*> out{&table_};

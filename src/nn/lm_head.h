@@ -8,7 +8,8 @@ namespace tidal::nn {
 
 class TiedLmHead final : public Module {
  public:
-  // With `bias`, the head owns a bias [V] named "bias" (BERT's decoder bias).
+  // With `bias`, the head owns a bias [V] named "bias" (BERT's decoder bias). When the table is a
+  // block of rows (a vocab-parallel embedding), the bias is the same rows' block of the whole bias.
   TiedLmHead(Parameter& table, bool bias);
 
   Tensor forward(const Tensor& x, Context& ctx) override;  // [..., C] -> [..., V]
