@@ -11,6 +11,7 @@
 #include "optim/adamw.h"
 #include "parallel/context.h"
 #include "pipeline/engine.h"
+#include "support/batches.h"
 #include "support/mpi.h"
 #include "support/random.h"
 #include "support/tolerance.h"
@@ -66,12 +67,6 @@ nn::Batch make_batch(const config::Config& cfg, int step) {
   return b;
 }
 
-nn::Batch rows(const nn::Batch& b, std::int64_t first, std::int64_t n) {
-  auto part = [&](const Tensor& t) { return t.defined() ? t.slice(0, first, first + n).clone() : Tensor{}; };
-  return {.tokens = part(b.tokens), .token_types = part(b.token_types), .attn_mask = part(b.attn_mask),
-          .targets = part(b.targets)};
-}
-
 
 class PipelineModels : public ::testing::TestWithParam<std::string> {};
 
@@ -98,7 +93,7 @@ TEST_P(PipelineModels, MatchSingleProcess) {
       const double all = double(nn::valid_targets(batch));
       std::vector<nn::Batch> parts;
       std::vector<pipeline::MicroBatch> micro_batches;
-      for (int m = 0; m < kMicro; ++m) parts.push_back(rows(batch, m * micro, micro));
+      for (int m = 0; m < kMicro; ++m) parts.push_back(testing::batch_rows(batch, m * micro, micro));
       for (const nn::Batch& part : parts)
         micro_batches.push_back({&part, std::int64_t(micro_batches.size()) * micro,
                                  float(double(nn::valid_targets(part)) / all)});

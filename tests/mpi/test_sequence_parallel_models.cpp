@@ -12,6 +12,7 @@
 #include "ops/cross_entropy.h"
 #include "optim/adamw.h"
 #include "parallel/context.h"
+#include "support/batches.h"
 #include "support/mpi.h"
 #include "support/random.h"
 #include "support/tolerance.h"
@@ -77,13 +78,6 @@ nn::Batch make_batch(const config::Config& cfg, int step) {
   return b;
 }
 
-// Samples [first, first + n) of a batch (a data replica's share).
-nn::Batch samples(const nn::Batch& b, std::int64_t first, std::int64_t n) {
-  auto rows = [&](const Tensor& t) { return t.defined() ? t.slice(0, first, first + n).clone() : Tensor{}; };
-  return {.tokens = rows(b.tokens), .token_types = rows(b.token_types), .attn_mask = rows(b.attn_mask),
-          .targets = rows(b.targets)};
-}
-
 
 struct StepResult {
   Tensor logits;
@@ -123,7 +117,7 @@ TEST_P(SequenceParallelModels, MatchSingleProcess) {
     const std::int64_t local = cfg.train.batch_size / l.data, first = pc.coordinates().data * local;
     for (int step = 0; step < kSteps; ++step) {
       const nn::Batch batch = make_batch(cfg, step);
-      const nn::Batch mine = samples(batch, first, local);
+      const nn::Batch mine = testing::batch_rows(batch, first, local);
       par->zero_grad();
       ref->zero_grad();
       // Each replica's loss is the mean over its valid targets: weighted by its share of the
