@@ -20,6 +20,7 @@ std::string type_name(Key::Type t) {
     case Key::Type::integer: return "an integer";
     case Key::Type::number: return "a number";
     case Key::Type::string: return "a string";
+    case Key::Type::boolean: return "true or false";
   }
   return "?";
 }
@@ -59,6 +60,9 @@ Value convert(const Key& key, const toml::node& n, const std::string& where) {
       break;
     case Key::Type::string:
       if (auto v = n.value_exact<std::string>()) return *v;
+      break;
+    case Key::Type::boolean:
+      if (auto v = n.value_exact<bool>()) return *v;
       break;
   }
   throw Error(fmt::format("{}: {} must be {}, got {}", where, key.name, type_name(key.type), describe(n)));
@@ -170,6 +174,7 @@ void validate(const Config& c) {
   const ParallelConfig& p = c.parallel;
   check_one_of("parallel.tensor.mode", p.tensor.mode, {"1d", "2d", "2.5d", "3d"});
   check_one_of("parallel.schedule", p.schedule, {"gpipe", "1f1b", "interleaved"});
+  check_one_of("parallel.partition", p.partition, {"layers", "parameters", "time"});
   TIDAL_CHECK(p.data >= 1 && p.pipeline >= 1 && p.sequence >= 1 && p.tensor.size >= 1 && p.tensor.depth >= 1 &&
                   p.virtual_stages >= 1,
               "parallel sizes must be >= 1");
@@ -181,11 +186,19 @@ void validate(const Config& c) {
   TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == "interleaved",
               "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (it is \"{}\")", p.virtual_stages,
               p.schedule);
-  // (One chunk per rank: check_model_fits says it for the layout.)
-  TIDAL_CHECK(p.virtual_stages == 1 || c.model.n_layer >= p.pipeline * p.virtual_stages,
-              "{} pipeline stages for {} transformer blocks (parallel.pipeline x parallel.virtual_stages = {} x {}): "
-              "every stage needs at least one block; use more layers (model.n_layer) or fewer stages",
-              p.pipeline * p.virtual_stages, c.model.n_layer, p.pipeline, p.virtual_stages);
+  // (One chunk per rank and a block per layer: check_model_fits says it for the layout.)
+  // A checkpointed run of blocks (every_k) is one layer and never split between stages.
+  const bool runs = t.activation_checkpointing == "every_k" && t.activation_checkpointing_k > 1;
+  const std::int64_t block_layers = runs ? (c.model.n_layer + t.activation_checkpointing_k - 1) / t.activation_checkpointing_k
+                                         : c.model.n_layer;
+  TIDAL_CHECK((p.virtual_stages == 1 && !runs) || p.pipeline * p.virtual_stages == 1 ||
+                  block_layers >= p.pipeline * p.virtual_stages,
+              "{} pipeline stages (parallel.pipeline x parallel.virtual_stages = {} x {}) for {} block layers ({} "
+              "transformer blocks{}): every stage needs at least one; use more layers (model.n_layer) or fewer "
+              "stages{}",
+              p.pipeline * p.virtual_stages, p.pipeline, p.virtual_stages, block_layers, c.model.n_layer,
+              runs ? fmt::format(" in checkpointed runs of train.activation_checkpointing_k = {}", t.activation_checkpointing_k) : "",
+              runs ? ", or a smaller train.activation_checkpointing_k" : "");
   const std::int64_t local = p.data >= 1 ? t.batch_size / p.data : 0;  // divisibility: ParallelContext
   if (p.schedule == "interleaved" && local > 0 && (t.micro_batch_size == 0 || local % t.micro_batch_size == 0)) {
     const std::int64_t micro_batches = t.micro_batch_size ? local / t.micro_batch_size : 1;
@@ -195,10 +208,6 @@ void validate(const Config& c) {
                 "multiple of {}",
                 p.pipeline, micro_batches, p.pipeline);
   }
-  TIDAL_CHECK(p.pipeline == 1 || c.checkpoint.dir.empty(),
-              "checkpoint.dir with parallel.pipeline = {}: saving checkpoints across pipeline stages is not available "
-              "yet (resuming is); leave checkpoint.dir empty",
-              p.pipeline);
   TIDAL_CHECK(p.bucket_mb > 0, "parallel.bucket_mb must be > 0, got {}", p.bucket_mb);
   TIDAL_CHECK(p.timeout_s > 0, "parallel.timeout_s must be > 0 seconds, got {}", p.timeout_s);
   TIDAL_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3, "zero.stage must be 0, 1, 2 or 3, got {}", c.zero.stage);

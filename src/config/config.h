@@ -64,6 +64,8 @@ struct ParallelConfig {
   int sequence = 1;
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
   int virtual_stages = 1;
+  std::string partition = "layers";  // layers | parameters | time: what pipeline stages balance
+  bool scatter_gather = true;         // pipeline x 1D tensor: send 1/t of each activation
   double bucket_mb = 25.0;   // data parallel: gradient bucket size (MiB) for the overlapped all-reduce
   double timeout_s = 300.0;  // a collective slower than this ends the job (the watchdog)
   int ranks_per_node = 0;    // 0 = as the launcher reports; keeps the busiest groups on one node

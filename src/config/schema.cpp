@@ -18,6 +18,10 @@ Key field(std::string name, Access access, std::string help) {
     k.type = Key::Type::string;
     k.set = [=](Config& c, const Value& v) { access(c) = std::get<std::string>(v); };
     k.get = [=](const Config& c) { return Value(access(const_cast<Config&>(c))); };
+  } else if constexpr (std::is_same_v<F, bool>) {
+    k.type = Key::Type::boolean;
+    k.set = [=](Config& c, const Value& v) { access(c) = std::get<bool>(v); };
+    k.get = [=](const Config& c) { return Value(access(const_cast<Config&>(c))); };
   } else if constexpr (std::is_floating_point_v<F>) {
     k.type = Key::Type::number;
     k.set = [=](Config& c, const Value& v) { access(c) = F(std::get<double>(v)); };
@@ -78,6 +82,9 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(parallel.sequence, "sequence-parallel ranks (ring self-attention)"),
       TIDAL_KEY(parallel.schedule, "gpipe | 1f1b | interleaved"),
       TIDAL_KEY(parallel.virtual_stages, "interleaved: model chunks per pipeline rank"),
+      TIDAL_KEY(parallel.partition, "pipeline stages balance: layers | parameters | time (measured at start-up)"),
+      TIDAL_KEY(parallel.scatter_gather,
+                "pipeline x 1D tensor: each tensor rank sends 1/t of the activation, the next stage all-gathers"),
       TIDAL_KEY(parallel.bucket_mb, "data parallel: MiB of gradients per all-reduce bucket, overlapped with backward"),
       TIDAL_KEY(parallel.timeout_s, "seconds a collective may take before the watchdog ends the job"),
       TIDAL_KEY(parallel.ranks_per_node, "ranks per node (0 = as launched); keeps tensor groups inside a node"),
@@ -107,6 +114,7 @@ const std::vector<Key>& schema() {
 std::string format_value(const Value& v) {
   if (auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
   if (auto* d = std::get_if<double>(&v)) return fmt::format("{}", *d);
+  if (auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
   return "\"" + std::get<std::string>(v) + "\"";
 }
 

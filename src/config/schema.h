@@ -11,18 +11,18 @@
 
 namespace tidal::config {
 
-using Value = std::variant<std::int64_t, double, std::string>;
+using Value = std::variant<std::int64_t, double, std::string, bool>;
 
 struct Key {
   std::string name;  // "train.steps"
-  enum class Type { integer, number, string } type;
+  enum class Type { integer, number, string, boolean } type;
   std::function<void(Config&, const Value&)> set;
   std::function<Value(const Config&)> get;
   std::string help;
 };
 
 const std::vector<Key>& schema();
-// A value as TOML writes it: 10, 0.0003, "gpt".
+// A value as TOML writes it: 10, 0.0003, "gpt", true.
 std::string format_value(const Value& v);
 const Key* find_key(const std::string& name);
 

@@ -45,10 +45,43 @@ void prune(const fs::path& dir, const std::string& latest, int keep) {
     if (steps[std::size_t(i)] != latest) fs::remove_all(dir / steps[std::size_t(i)]);
 }
 
+// Stage s > 0 sends stage 0 the whole weight and moments of each parameter in sent_by[s]; stage 0
+// appends them to its own. `params` are this rank's, weights[i] and moments[2i], moments[2i+1]
+// theirs.
+void share_with_first_stage(const PipelineShare& share, const std::vector<nn::Parameter*>& params,
+                            std::vector<std::pair<std::string, Tensor>>& weights,
+                            std::vector<std::pair<std::string, Tensor>>& moments) {
+  comm::Communicator& group = *share.group;
+  constexpr int kTag = 1 << 20;  // apart from the engine's activation and gradient tags
+  const int stage = group.rank();
+  if (stage > 0) {
+    std::vector<comm::WorkPtr> sends;
+    for (const nn::Parameter* p : share.sent_by[std::size_t(stage)]) {
+      const auto at = std::find(params.begin(), params.end(), p);
+      TIDAL_ASSERT(at != params.end(), "stage {} does not hold {}, which it should save", stage, p->name);
+      const std::size_t i = std::size_t(at - params.begin());
+      for (const Tensor* t : {&weights[i].second, &moments[2 * i].second, &moments[2 * i + 1].second})
+        sends.push_back(group.send(*t, 0, {.tag = kTag}));
+    }
+    for (const comm::WorkPtr& w : sends) w->wait();
+    return;
+  }
+  for (int s = 1; s < group.size(); ++s)
+    for (const nn::Parameter* p : share.sent_by[std::size_t(s)]) {
+      const Shape& full = p->full_shape.size() ? p->full_shape : p->shape;
+      Tensor w = Tensor::empty(full), m = Tensor::empty(full), v = Tensor::empty(full);
+      for (Tensor* t : {&w, &m, &v}) group.recv(*t, s, {.tag = kTag})->wait();
+      weights.emplace_back(p->name, w);
+      moments.emplace_back("m." + p->name, m);
+      moments.emplace_back("v." + p->name, v);
+    }
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& adam, const std::string& config_toml,
-                     int keep, comm::Communicator* tensor_group, bool writer) {
+                     int keep, const std::string& layout, const SaveGroups& groups) {
+  comm::Communicator* tensor_group = groups.tensor;
   auto whole = [&](const nn::Parameter& p, const Tensor& local) {
     if (p.full_shape.size() == 0) return local;
     TIDAL_ASSERT(tensor_group, "{} is a shard: saving it needs its tensor group", p.name);
@@ -62,7 +95,9 @@ void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& ad
     moments.emplace_back("m." + p.name, whole(p, adam.momentum(i)));
     moments.emplace_back("v." + p.name, whole(p, adam.variance(i)));
   }
-  if (!writer) return;
+  if (groups.pipeline && groups.pipeline->group->size() > 1 && (!tensor_group || tensor_group->rank() == 0))
+    share_with_first_stage(*groups.pipeline, params, weights, moments);
+  if (!groups.writer) return;
   const fs::path root(dir);
   std::error_code ec;
   fs::create_directories(root, ec);
@@ -77,7 +112,7 @@ void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& ad
 
   io::save_safetensors((tmp / "model.safetensors").string(), weights,
                        {{"format", kFormat}, {"step", std::to_string(step)}, {"config", config_toml},
-                        {"layout", "data=1,pipeline=1,tensor=1,sequence=1"}});
+                        {"layout", layout}});
   io::save_safetensors((tmp / "optimizer.safetensors").string(), moments,
                        {{"format", kFormat}, {"adamw_step", std::to_string(adam.steps_taken())}});
   fsync_dir(tmp);
@@ -121,7 +156,8 @@ CheckpointInfo load_checkpoint(const std::string& path, optim::AdamW& adam) {
     take(moments, "v." + params[i]->name, *params[i], adam.variance(i));
   }
   adam.set_steps_taken(std::stoll(moments.metadata.at("adamw_step")));
-  return {.step = std::stoll(weights.metadata.at("step")), .config_toml = weights.metadata["config"], .path = dir.string()};
+  return {.step = std::stoll(weights.metadata.at("step")), .config_toml = weights.metadata["config"],
+          .layout = weights.metadata["layout"], .path = dir.string()};
 }
 
 }  // namespace tidal::engine

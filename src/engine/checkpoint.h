@@ -16,15 +16,33 @@ namespace tidal::engine {
 struct CheckpointInfo {
   std::int64_t step = 0;  // optimizer steps completed
   std::string config_toml;
-  std::string path;  // the step directory read
+  std::string layout;  // the saving run's layout (ParallelContext::describe as JSON)
+  std::string path;    // the step directory read
+};
+
+// Pipeline parallelism: the first stage writes what every stage holds. sent_by[s] lists the
+// parameters stage s > 0 sends it (those the first stage does not hold itself), in the same
+// order on every rank of the group.
+struct PipelineShare {
+  comm::Communicator* group = nullptr;  // the pipeline group, ordered by stage
+  std::vector<std::vector<const nn::Parameter*>> sent_by;
+};
+
+// Who takes part in a save besides this rank: with tensor parallelism every rank of `tensor`
+// calls save_checkpoint (each parameter and its moments are gathered, nn/tp/shard.h); with
+// pipeline parallelism every stage does, and the stages send their whole tensors to the first
+// (tensor rank 0 of each stage sends). Only the `writer` (on the first stage) writes.
+struct SaveGroups {
+  comm::Communicator* tensor = nullptr;
+  const PipelineShare* pipeline = nullptr;
+  bool writer = true;
 };
 
 // Saves into dir/step-<step>, points dir/latest at it, keeps the newest `keep` step directories.
-// Tensors are saved whole, so a checkpoint loads under any tensor layout: with tensor
-// parallelism every rank of `tensor_group` calls this (each parameter and its moments are
-// gathered, nn/tp/shard.h) and only the `writer` writes.
+// Tensors are saved whole, so a checkpoint loads under any layout; `layout` (the saving run's,
+// as ParallelContext::describe) and the config are kept in the metadata.
 void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& adam, const std::string& config_toml,
-                     int keep, comm::Communicator* tensor_group = nullptr, bool writer = true);
+                     int keep, const std::string& layout = "{}", const SaveGroups& groups = {});
 
 // Loads `path` (a step directory, or a checkpoint directory and then its `latest`) into the
 // optimizer's parameters and moments, each rank taking its block of every tensor. Every

@@ -15,6 +15,7 @@
 #include "ops/grad_norm.h"
 #include "optim/adamw.h"
 #include "pipeline/engine.h"
+#include "pipeline/stage_costs.h"
 
 #include <algorithm>
 #include <chrono>
@@ -83,11 +84,27 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   const nn::CheckpointPolicy checkpointing = checkpoint_policy(tc);
   const auto layers = nn::make_layers(pc);
   auto model = models::make_model(cfg.model, checkpointing, *layers);
+  // Each data replica d takes samples [d * local, (d + 1) * local) of every global batch.
+  const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
+  const std::int64_t B = tc.batch_size, local = B / replicas;  // divisibility: ParallelContext
+  const std::int64_t micro = tc.micro_batch_size ? tc.micro_batch_size : local, accum = local / micro;
   // The model's layers in pipeline stages (one stage without pipeline parallelism: the schedule
   // is then plain gradient accumulation); this rank holds its stage's parameters.
   const int stages = pc.layout().spec().pipeline;
-  pipeline::PipelineEngine engine(*model, pc, pipeline::parse_schedule(cfg.parallel.schedule),
-                                  cfg.parallel.virtual_stages);
+  pipeline::PipelineOptions pipeline_options;
+  pipeline_options.scatter_gather = cfg.parallel.scatter_gather;
+  pipeline_options.schedule = pipeline::parse_schedule(cfg.parallel.schedule);
+  pipeline_options.chunks = cfg.parallel.virtual_stages;
+  if (stages > 1) {
+    const auto by = pipeline::parse_partition(cfg.parallel.partition);
+    HostAllocator probe_activations;
+    const nn::Batch probe_batch = dataset->batch(replica * local, micro, data::Split::train);  // step 0's first
+    const pipeline::TimeProbe probe{.state = {.training = true, .seed = tc.seed, .first_sample = replica * local,
+                                              .batch = &probe_batch, .activations = &probe_activations},
+                                    .world = &pc.group(parallel::GroupKind::world)};
+    pipeline_options.unit_costs = pipeline::unit_costs(*model, by, &probe);
+  }
+  pipeline::PipelineEngine engine(*model, pc, pipeline_options);
   // Activations (and their gradients) have a pool of their own, so their peak is measured alone.
   HostAllocator activations;
   engine.materialize(tc.seed);
@@ -104,10 +121,6 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                 info.path, start, tc.steps);
     progress.line(fmt::format("resumed from {} at step {}", info.path, start));
   }
-  // Each data replica d takes samples [d * local, (d + 1) * local) of every global batch.
-  const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
-  const std::int64_t B = tc.batch_size, local = B / replicas;  // divisibility: ParallelContext
-  const std::int64_t micro = tc.micro_batch_size ? tc.micro_batch_size : local, accum = local / micro;
   // Positions per sample: tokens, or for ViT the patches and the class token.
   const std::int64_t T = cfg.model.type == "vit"
                              ? (cfg.model.image_size / cfg.model.patch_size) * (cfg.model.image_size / cfg.model.patch_size) + 1
@@ -146,13 +159,35 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     std::string split;
     for (std::size_t vs = 0; vs + 1 < engine.bounds().size(); ++vs)
       split += fmt::format("{}{}", vs ? " | " : "", engine.bounds()[vs + 1] - engine.bounds()[vs]);
-    progress.line(fmt::format("pipeline: {} stages, schedule {}{}, layers per virtual stage {}, {} micro-batches",
+    progress.line(fmt::format("pipeline: {} stages, schedule {}{}, layers per virtual stage {} (balanced by {}), {} "
+                              "micro-batches{}",
                               stages, cfg.parallel.schedule,
                               engine.chunks() > 1 ? fmt::format(" ({} chunks per rank)", engine.chunks()) : "", split,
-                              accum));
+                              cfg.parallel.partition, accum,
+                              engine.scatter_gather()
+                                  ? fmt::format("; activations scatter-gathered over the {} tensor ranks",
+                                                pc.layout().spec().tensor)
+                                  : ""));
+    if (cfg.parallel.partition != "layers") {
+      std::string costs;
+      const bool time = cfg.parallel.partition == "time";
+      for (std::size_t vs = 0; vs < engine.stage_costs().size(); ++vs)
+        costs += fmt::format("{}{:.{}f}", vs ? " | " : "", engine.stage_costs()[vs] * (time ? 1e3 : 1e-6), time ? 2 : 3);
+      progress.line(fmt::format("pipeline: {} per virtual stage {}", time ? "measured ms (forward + backward of a "
+                                                                          "micro-batch)" : "million parameters",
+                                costs));
+    }
   }
   std::vector<Tensor> grads;
   for (nn::Parameter* p : params) grads.push_back(p->grad);
+  // What each later stage sends the first when a checkpoint is saved: what the first lacks.
+  PipelineShare stage_share{.group = &pc.group(parallel::GroupKind::pipeline),
+                            .sent_by = std::vector<std::vector<const nn::Parameter*>>(std::size_t(stages))};
+  for (int s = 1; s < stages; ++s) {
+    const std::vector<nn::Parameter*> first = engine.parameters_of(0);
+    for (nn::Parameter* p : engine.parameters_of(s))
+      if (std::find(first.begin(), first.end(), p) == first.end()) stage_share.sent_by[std::size_t(s)].push_back(p);
+  }
   const std::int64_t warm = std::min<std::int64_t>(3, std::max<std::int64_t>(0, end - start - 1));
   double timed_seconds = 0, train_loss = 0, comm_seconds = 0, exposed_seconds = 0;
   std::int64_t timed_steps = 0;
@@ -226,12 +261,14 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                                 floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
     }
     const bool last = step + 1 == end;
-    // Replicas and ring positions hold identical weights and optimizer state: the tensor group
-    // of the main rank gathers them and the main rank writes.
+    // Replicas and ring positions hold identical weights and optimizer state: each stage's tensor
+    // group gathers them, the stages send them to the first, and the main rank writes.
     if (pc.layout().group_index(parallel::GroupKind::data_sequence, pc.rank()) == 0 && !cfg.checkpoint.dir.empty() &&
         (last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0))) {
-      save_checkpoint(cfg.checkpoint.dir, step + 1, adam, config_toml, cfg.checkpoint.keep,
-                      &pc.group(parallel::GroupKind::tensor), pc.is_main());
+      save_checkpoint(cfg.checkpoint.dir, step + 1, adam, config_toml, cfg.checkpoint.keep, pc.describe().dump(),
+                      {.tensor = &pc.group(parallel::GroupKind::tensor),
+                       .pipeline = stages > 1 ? &stage_share : nullptr,
+                       .writer = pc.is_main()});
       if (!last) progress.line(fmt::format("step {}: checkpoint written to {}", step + 1, cfg.checkpoint.dir));
     }
   }

@@ -2,6 +2,8 @@
 
 #include "nn/runner.h"
 
+#include <algorithm>
+
 namespace tidal::models {
 
 Tensor Model::forward(const Tensor& x, nn::Context& ctx) {
@@ -39,7 +41,13 @@ void Model::add_blocks(int n, const std::function<std::unique_ptr<nn::Module>()>
                        const nn::CheckpointPolicy& policy) {
   std::vector<std::pair<std::string, std::unique_ptr<nn::Module>>> blocks;
   for (int i = 0; i < n; ++i) blocks.emplace_back("blocks." + std::to_string(i), make_block());
+  TIDAL_ASSERT(blocks_in_layer_.empty(), "a model has one run of blocks");
+  first_block_layer_ = int(layers_.size());
   for (auto& [name, layer] : nn::checkpointed_blocks(std::move(blocks), policy)) add_layer(name, std::move(layer));
+  // checkpointed_blocks groups runs of policy.every blocks (the last may be shorter).
+  const int per_layer = std::max(1, policy.every);
+  for (int i = 0; i < n; i += per_layer) blocks_in_layer_.push_back(std::min(per_layer, n - i));
+  TIDAL_ASSERT(end_block_layer() == int(layers_.size()), "blocks_in_layer disagrees with checkpointed_blocks");
 }
 
 void Model::zero_grad() {

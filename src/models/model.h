@@ -42,6 +42,12 @@ class Model : public nn::Module {
   std::int64_t num_parameters();
   nn::Parameter& parameter(const std::string& name);
   const std::vector<nn::Module*>& layers() const { return layers_; }
+  // The layers holding the transformer blocks, [begin, end) of layers(): one block each, or a
+  // checkpointed run of several (train.activation_checkpointing_k).
+  int first_block_layer() const { return first_block_layer_; }
+  int end_block_layer() const { return first_block_layer_ + int(blocks_in_layer_.size()); }
+  // Transformer blocks in layers()[first_block_layer() + i].
+  const std::vector<int>& blocks_in_layer() const { return blocks_in_layer_; }
 
  protected:
   template <class M>
@@ -56,6 +62,8 @@ class Model : public nn::Module {
 
  private:
   std::vector<nn::Module*> layers_;
+  int first_block_layer_ = 0;
+  std::vector<int> blocks_in_layer_;
 };
 
 }  // namespace tidal::models

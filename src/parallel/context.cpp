@@ -78,6 +78,10 @@ nlohmann::json ParallelContext::communication_stats() const {
   return out;
 }
 
+void ParallelContext::reset_communication_stats() {
+  for (auto& [kind, c] : groups_) c->reset();
+}
+
 nlohmann::json ParallelContext::describe() const {
   const MeshSpec& s = layout_.spec();
   return {{"world_size", s.world_size},         {"data", s.data},

@@ -37,6 +37,8 @@ class ParallelContext {
   comm::Communicator& group(GroupKind kind);
   // Volume and time per operation on each group so far, as JSON for metrics.
   nlohmann::json communication_stats() const;
+  // Starts the counts of every group again from zero.
+  void reset_communication_stats();
   // {"world_size", "data", "pipeline", "tensor", "tensor_mode", "sequence", "ranks_per_node"}
   nlohmann::json describe() const;
 

@@ -3,51 +3,71 @@
 #include "nn/runner.h"
 #include "nn/tp/shard.h"
 #include "pipeline/partition.h"
+#include "pipeline/stage_costs.h"
 
-#include <array>
-#include <map>
+#include <algorithm>
+#include <chrono>
 #include <memory>
+#include <numeric>
+#include <optional>
 
 namespace tidal::pipeline {
 namespace {
 
 constexpr int kHeader = 8;  // ndim, then up to 7 extents
 
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
 void collect_used(nn::Module& m, std::set<nn::Parameter*>& out) {
   for (nn::Parameter* p : m.used_parameters()) out.insert(p);
   for (auto& [name, child] : m.children()) collect_used(*child, out);
 }
 
-// Transformer blocks cost 1, everything else (embeddings, final LayerNorm, head, loss) 0.
-std::vector<double> layer_costs(const models::Model& model) {
-  std::vector<double> costs;
-  for (const nn::Module* layer : model.layers()) costs.push_back(layer->path().rfind("blocks.", 0) == 0 ? 1.0 : 0.0);
-  return costs;
-}
-
 }  // namespace
 
-PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& pc, ScheduleKind kind, int chunks)
+PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& pc, const PipelineOptions& options)
     : model_(model),
       pc_(pc),
       pipeline_(pc.group(parallel::GroupKind::pipeline)),
-      kind_(kind),
+      tensor_(pc.group(parallel::GroupKind::tensor)),
+      kind_(options.schedule),
       stages_(pc.layout().spec().pipeline),
       stage_(pc.coordinates().pipeline),
-      chunks_(chunks) {
+      chunks_(options.chunks),
+      scatter_gather_(options.scatter_gather && stages_ > 1 && pc.layout().spec().mode == parallel::TensorMode::d1 &&
+                      tensor_.size() > 1) {
   model_.assign_names("");
-  bounds_ = partition(layer_costs(model_), stages_ * chunks_);
-  std::set<nn::Parameter*> mine, others;
-  for (int vs = 0; vs < stages_ * chunks_; ++vs)
-    for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i)
-      collect_used(*model_.layers()[std::size_t(i)], rank_of(vs) == stage_ ? mine : others);
-  for (nn::Parameter* p : model_.parameters()) {
-    if (!mine.count(p)) continue;
-    params_.push_back(p);
-    if (others.count(p)) tied_.insert(p);
+  const std::vector<int> units = unit_bounds(model_);
+  const std::vector<double> costs =
+      options.unit_costs.empty() ? unit_costs(model_, PartitionBy::layers) : options.unit_costs;
+  TIDAL_ASSERT(costs.size() + 1 == units.size(), "{} unit costs for {} units", costs.size(), units.size() - 1);
+  const std::vector<int> split = partition(costs, stages_ * chunks_);
+  for (std::size_t vs = 0; vs < split.size(); ++vs) {
+    bounds_.push_back(units[std::size_t(split[vs])]);
+    if (vs + 1 < split.size())
+      stage_costs_.push_back(std::accumulate(costs.begin() + split[vs], costs.begin() + split[vs + 1], 0.0));
+  }
+  params_ = parameters_of(stage_);
+  for (int s = 0; s < stages_; ++s) {
+    if (s == stage_) continue;
+    for (nn::Parameter* p : parameters_of(s))
+      if (std::find(params_.begin(), params_.end(), p) != params_.end()) tied_.insert(p);
   }
   TIDAL_ASSERT(tied_.empty() || stage_ == 0 || stage_ == stages_ - 1,
                "pipeline stage {} shares parameters with another stage; only the end stages may", stage_);
+}
+
+std::vector<nn::Parameter*> PipelineEngine::parameters_of(int stage) const {
+  std::set<nn::Parameter*> used;
+  for (int c = 0; c < chunks_; ++c) {
+    const int vs = c * stages_ + stage;
+    for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i) collect_used(*model_.layers()[std::size_t(i)], used);
+  }
+  std::vector<nn::Parameter*> out;
+  for (nn::Parameter* p : model_.parameters())
+    if (used.count(p)) out.push_back(p);
+  return out;
 }
 
 std::vector<nn::Module*> PipelineEngine::layers() const {
@@ -77,33 +97,76 @@ Tensor PipelineEngine::run_backward(int vs, Tensor dy, nn::Context& ctx) {
   return dy;
 }
 
-void PipelineEngine::send(const Tensor& t, int virtual_stage, bool gradient) {
-  // An activation goes to virtual_stage + 1, a gradient to virtual_stage - 1.
-  const int to = gradient ? virtual_stage - 1 : virtual_stage + 1;
-  const int tag = gradient ? 2 * to + 1 : 2 * to;
-  TIDAL_ASSERT(t.ndim() < kHeader && t.dtype() == DType::f32, "pipeline transfer of {}", t.str());
-  Tensor header = Tensor::zeros({kHeader}, DType::i32);
-  header.data<std::int32_t>()[0] = std::int32_t(t.ndim());
-  for (int d = 0; d < t.ndim(); ++d) header.data<std::int32_t>()[d + 1] = std::int32_t(t.dim(d));
-  sends_.push_back(pipeline_.send(header, rank_of(to), {.tag = tag}));
-  sends_.push_back(pipeline_.send(t.is_contiguous() ? t : t.clone(), rank_of(to), {.tag = tag}));
+std::int64_t PipelineEngine::payload_elements(std::int64_t n) const {
+  return scatter_gather_ && n % tensor_.size() == 0 ? n / tensor_.size() : n;
 }
 
-Tensor PipelineEngine::receive(int virtual_stage, bool gradient) {
-  // An activation comes from virtual_stage - 1, a gradient from virtual_stage + 1.
-  const int from = gradient ? virtual_stage + 1 : virtual_stage - 1;
-  const int tag = gradient ? 2 * virtual_stage + 1 : 2 * virtual_stage;
-  Tensor header = Tensor::empty({kHeader}, DType::i32);
-  pipeline_.recv(header, rank_of(from), {.tag = tag})->wait();
-  Shape shape;
-  for (int d = 0; d < header.data<std::int32_t>()[0]; ++d) shape.push_back(header.data<std::int32_t>()[d + 1]);
-  Tensor t = Tensor::empty(shape, DType::f32);
-  pipeline_.recv(t, rank_of(from), {.tag = tag})->wait();
-  return t;
+void PipelineEngine::send(const Tensor& t, Stream to) {
+  TIDAL_ASSERT(t.ndim() < kHeader && t.dtype() == DType::f32, "pipeline transfer of {}", t.str());
+  const int dst = rank_of(to.virtual_stage), tag = tag_of(to);
+  auto [it, first] = sent_shapes_.try_emplace(to, t.shape());
+  if (first) {
+    Tensor header = Tensor::zeros({kHeader}, DType::i32);
+    header.data<std::int32_t>()[0] = std::int32_t(t.ndim());
+    for (int d = 0; d < t.ndim(); ++d) header.data<std::int32_t>()[d + 1] = std::int32_t(t.dim(d));
+    sends_.push_back(pipeline_.send(header, dst, {.tag = tag}));
+  } else {
+    TIDAL_ASSERT(it->second == t.shape(), "pipeline micro-batches of one step differ in shape: {} after {}",
+                 t.shape().str(), it->second.str());
+  }
+  const Tensor whole = (t.is_contiguous() ? t : t.clone()).reshape({t.numel()});
+  const std::int64_t part = payload_elements(t.numel());
+  const std::int64_t begin = part == t.numel() ? 0 : tensor_.rank() * part;
+  sends_.push_back(pipeline_.send(whole.slice(0, begin, begin + part), dst, {.tag = tag}));
+}
+
+void PipelineEngine::post_receive(Stream s, Allocator& alloc) {
+  const Shape& shape = received_shapes_.at(s);
+  Tensor buffer = Tensor::empty({payload_elements(shape.numel())}, DType::f32, alloc);
+  comm::WorkPtr work = pipeline_.recv(buffer, source_of(s), {.tag = tag_of(s)});
+  pending_[s] = {std::move(buffer), std::move(work)};
+}
+
+Tensor PipelineEngine::receive(Stream s, Allocator& alloc) {
+  const auto t0 = Clock::now();
+  if (!received_shapes_.count(s)) {
+    Tensor header = Tensor::empty({kHeader}, DType::i32);
+    pipeline_.recv(header, source_of(s), {.tag = tag_of(s)})->wait();
+    Shape shape;
+    for (int d = 0; d < header.data<std::int32_t>()[0]; ++d) shape.push_back(header.data<std::int32_t>()[d + 1]);
+    received_shapes_[s] = shape;
+  }
+  if (!pending_.count(s)) post_receive(s, alloc);
+  PendingReceive r = std::move(pending_.at(s));
+  pending_.erase(s);
+  r.work->wait();
+  const Shape& shape = received_shapes_.at(s);
+  Tensor out = r.buffer;
+  if (r.buffer.numel() != shape.numel()) {  // a scatter-gathered part: the tensor group holds the rest
+    out = Tensor::empty({shape.numel()}, DType::f32, alloc);
+    tensor_.all_gather(out, r.buffer)->wait();
+  }
+  profile_.wait_seconds += seconds_since(t0);
+  return out.reshape(shape);
+}
+
+void PipelineEngine::begin_call() {
+  TIDAL_ASSERT(sends_.empty() && pending_.empty(), "a pipeline call began with transfers in flight");
+  sent_shapes_.clear();
+  received_shapes_.clear();
+}
+
+void PipelineEngine::finish_sends() {
+  for (const comm::WorkPtr& w : sends_) w->wait();
+  sends_.clear();
 }
 
 double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const nn::StepState& state,
                              const std::function<void(const Action&)>& before_backward) {
+  const auto start = Clock::now();
+  profile_ = {};
+  begin_call();
+  Allocator& alloc = state.activations ? *state.activations : host_allocator();
   const int last = stages_ * chunks_ - 1;
   std::vector<nn::StepState> states;
   for (const MicroBatch& mb : micro_batches) {
@@ -112,48 +175,65 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
     st.first_sample = mb.first_sample;
     states.push_back(st);
   }
+  // The stream an action's input comes from, if it is received.
+  auto input_of = [&](const Action& a) -> std::optional<Stream> {
+    const int vs = a.chunk * stages_ + stage_;
+    if (a.kind == Action::forward) return vs == 0 ? std::nullopt : std::optional<Stream>({vs, false});
+    return vs == last ? std::nullopt : std::optional<Stream>({vs, true});
+  };
+  const std::vector<Action> actions = schedule(kind_, stages_, stage_, int(micro_batches.size()), chunks_);
   std::map<std::pair<int, int>, std::unique_ptr<nn::Context>> live;  // (micro-batch, chunk) -> its forward's context
   double loss = 0;
-  for (const Action& a : schedule(kind_, stages_, stage_, int(micro_batches.size()), chunks_)) {
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
     const int vs = a.chunk * stages_ + stage_;
     const MicroBatch& mb = micro_batches[std::size_t(a.micro_batch)];
+    Tensor input;
+    if (const auto s = input_of(a)) input = receive(*s, alloc);
+    // The next action's input, when its size is known, is received while this one computes.
+    if (i + 1 < actions.size())
+      if (const auto next = input_of(actions[i + 1]); next && received_shapes_.count(*next) && !pending_.count(*next))
+        post_receive(*next, alloc);
     if (a.kind == Action::forward) {
       auto ctx = std::make_unique<nn::Context>(states[std::size_t(a.micro_batch)]);
-      const Tensor x = vs == 0 ? model_.input(*mb.batch) : receive(vs, false);
-      const Tensor y = run_forward(vs, x, *ctx);
+      const auto t0 = Clock::now();
+      const Tensor y = run_forward(vs, vs == 0 ? model_.input(*mb.batch) : input, *ctx);
       if (vs == last) loss += double(y.item()) * mb.loss_scale;
-      else send(y, vs, false);
+      profile_.compute_seconds += seconds_since(t0);
+      if (vs != last) send(y, {vs + 1, false});
       live[{a.micro_batch, a.chunk}] = std::move(ctx);
     } else {
       auto it = live.find({a.micro_batch, a.chunk});
       TIDAL_ASSERT(it != live.end(), "backward of micro-batch {} before its forward", a.micro_batch);
       if (before_backward) before_backward(a);
-      const Tensor dy = vs == last ? Tensor::full({1}, mb.loss_scale) : receive(vs, true);
-      const Tensor dx = run_backward(vs, dy, *it->second);
-      if (vs > 0) send(dx, vs, true);
+      const auto t0 = Clock::now();
+      const Tensor dx = run_backward(vs, vs == last ? Tensor::full({1}, mb.loss_scale) : input, *it->second);
+      profile_.compute_seconds += seconds_since(t0);
+      if (vs > 0) send(dx, {vs - 1, true});
       live.erase(it);
     }
   }
-  for (const comm::WorkPtr& w : sends_) w->wait();
-  sends_.clear();
+  finish_sends();
   Tensor total = Tensor::full({1}, float(loss));
   pipeline_.all_reduce(total)->wait();  // only the last stage holds it
+  profile_.seconds = seconds_since(start);
   return double(total.item());
 }
 
 double PipelineEngine::evaluate(const nn::StepState& state) {
+  begin_call();
+  Allocator& alloc = state.activations ? *state.activations : host_allocator();
   const int last = stages_ * chunks_ - 1;
   double loss = 0;
   for (int c = 0; c < chunks_; ++c) {
     const int vs = c * stages_ + stage_;
     nn::Context ctx(state);
-    const Tensor x = vs == 0 ? model_.input(*state.batch) : receive(vs, false);
+    const Tensor x = vs == 0 ? model_.input(*state.batch) : receive({vs, false}, alloc);
     const Tensor y = run_forward(vs, x, ctx);
     if (vs == last) loss = y.item();
-    else send(y, vs, false);
+    else send(y, {vs + 1, false});
   }
-  for (const comm::WorkPtr& w : sends_) w->wait();
-  sends_.clear();
+  finish_sends();
   Tensor total = Tensor::full({1}, float(loss));
   pipeline_.all_reduce(total)->wait();
   return double(total.item());

@@ -1,16 +1,25 @@
 // The pipeline engine (colossal-ai.txt sec. II-B-2): this rank's model chunks - contiguous runs
-// of the model's layers (pipeline/partition.h) - run a step's micro-batches in a schedule's
-// order (pipeline/schedule.h). A forward takes the activation from the previous virtual stage
-// (or the batch, on the first), a backward the gradient from the next (or the loss scale, on the
-// last); results go on with non-blocking sends, so a rank only waits for what it needs.
+// of the model's layers (pipeline/partition.h, pipeline/stage_costs.h) - run a step's
+// micro-batches in a schedule's order (pipeline/schedule.h). A forward takes the activation from
+// the previous virtual stage (or the batch, on the first), a backward the gradient from the next
+// (or the loss scale, on the last); results go on with non-blocking sends, and the receive the
+// next action needs is posted before the current action computes, so transfers overlap compute
+// both ways.
 //
 // Every rank builds the whole model but materializes only the parameters its chunks use. A tied
 // embedding is used by the first stage (lookup) and the last (head): both hold it, and their
 // gradients are summed over GroupKind::pipeline_ends before the optimizer step, so the copies
 // stay equal (Megatron-LM's embedding group).
 //
-// Messages between virtual stages vs and vs + 1 carry a small shape header, then the tensor;
-// activations use tag 2 (vs + 1), gradients 2 vs + 1, so each stream is matched in order.
+// Transfers between virtual stages vs and vs + 1: activations use tag 2 (vs + 1), gradients
+// 2 vs + 1, so each stream is matched in order. In each train() / evaluate() the first message
+// of a stream is preceded by a small shape header; the micro-batches of a call share one shape,
+// so later receives know their size and are posted ahead.
+//
+// With 1D tensor parallelism the hidden state (and its gradient) is replicated over the tensor
+// group: each tensor rank sends 1/t of it and the next stage all-gathers it over its tensor
+// group (colossal-ai.txt Fig. 7), t times fewer bytes between stages. 2D, 2.5D and 3D send their
+// shard, sequence parallelism its positions: already 1/t of the activation.
 #pragma once
 
 #include "models/model.h"
@@ -18,6 +27,7 @@
 #include "pipeline/schedule.h"
 
 #include <functional>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -29,17 +39,36 @@ struct MicroBatch {
   float loss_scale = 1.0f;        // weight of its mean loss in the step's loss
 };
 
+struct PipelineOptions {
+  std::vector<double> unit_costs;  // per unit (stage_costs.h); empty = its blocks (by layers)
+  bool scatter_gather = true;      // 1D tensor parallelism: send 1/t, all-gather in the next stage
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int chunks = 1;  // virtual stages per rank (interleaved)
+};
+
+// Where one rank's time went in its last train() call.
+struct StepProfile {
+  double seconds = 0;          // the whole call, from entry until the pipeline's loss is known
+  double compute_seconds = 0;  // forward and backward of its chunks
+  double wait_seconds = 0;     // blocked on receives (and the scatter-gather all-gather)
+};
+
 class PipelineEngine {
  public:
-  // Splits the model's transformer blocks evenly over parallel.pipeline x `chunks` virtual stages.
-  PipelineEngine(models::Model& model, parallel::ParallelContext& pc, ScheduleKind kind, int chunks);
+  PipelineEngine(models::Model& model, parallel::ParallelContext& pc, const PipelineOptions& options = {});
 
   // This rank's parameters (used by its chunks' layers), in the model's order.
   const std::vector<nn::Parameter*>& parameters() const { return params_; }
+  // The parameters pipeline stage `stage` holds, in the model's order (the same on every rank).
+  std::vector<nn::Parameter*> parameters_of(int stage) const;
   // The layers of this rank's chunks, in order.
   std::vector<nn::Module*> layers() const;
-  // Layer boundaries of the virtual stages (partition()).
+  // Layer boundaries of the virtual stages: virtual stage vs runs layers [bounds[vs], bounds[vs+1]).
   const std::vector<int>& bounds() const { return bounds_; }
+  // The summed unit costs of each virtual stage (PipelineOptions::unit_costs).
+  const std::vector<double>& stage_costs() const { return stage_costs_; }
+  int chunks() const { return chunks_; }
+  bool scatter_gather() const { return scatter_gather_; }
 
   // Allocates and initialises this rank's parameters as Model::materialize does.
   void materialize(std::uint64_t seed, Allocator& alloc = host_allocator());
@@ -51,7 +80,7 @@ class PipelineEngine {
   // micro-batch). Returns the sum of loss_scale x loss, on every rank of the pipeline.
   double train(const std::vector<MicroBatch>& micro_batches, const nn::StepState& state,
                const std::function<void(const Action&)>& before_backward = {});
-  int chunks() const { return chunks_; }
+  const StepProfile& last_step() const { return profile_; }
   // The mean loss of one micro-batch, forward only, on every rank of the pipeline.
   double evaluate(const nn::StepState& state);
 
@@ -62,22 +91,48 @@ class PipelineEngine {
   double squared_gradient_norm();
 
  private:
-  Tensor receive(int virtual_stage, bool gradient);
-  void send(const Tensor& t, int virtual_stage, bool gradient);
+  // A transfer stream: the activations (from vs - 1) or the gradients (from vs + 1) into
+  // virtual stage vs.
+  struct Stream {
+    int virtual_stage;
+    bool gradient;
+    auto operator<=>(const Stream&) const = default;
+  };
+  struct PendingReceive {
+    Tensor buffer;
+    comm::WorkPtr work;
+  };
+  Tensor receive(Stream s, Allocator& alloc);
+  void post_receive(Stream s, Allocator& alloc);
+  void send(const Tensor& t, Stream to);
+  void begin_call();
+  void finish_sends();
   int rank_of(int virtual_stage) const { return virtual_stage % stages_; }
-  // [begin, end) of the model's layers in virtual stage `vs`.
+  int tag_of(Stream s) const { return s.gradient ? 2 * s.virtual_stage + 1 : 2 * s.virtual_stage; }
+  // The stage that sends on stream s.
+  int source_of(Stream s) const { return rank_of(s.gradient ? s.virtual_stage + 1 : s.virtual_stage - 1); }
+  // Elements of the message for a tensor of n elements: 1/t of it when scatter-gathering.
+  std::int64_t payload_elements(std::int64_t n) const;
   Tensor run_forward(int vs, Tensor x, nn::Context& ctx);
   Tensor run_backward(int vs, Tensor dy, nn::Context& ctx);
 
   models::Model& model_;
   parallel::ParallelContext& pc_;
   comm::Communicator& pipeline_;
+  comm::Communicator& tensor_;
   ScheduleKind kind_;
   int stages_, stage_, chunks_;
+  bool scatter_gather_;
   std::vector<int> bounds_;
+  std::vector<double> stage_costs_;
   std::vector<nn::Parameter*> params_;
   std::set<nn::Parameter*> tied_;  // held by another stage too
   std::vector<comm::WorkPtr> sends_;
+  // Per call: the shape of each stream this rank sends on and receives from (the first message
+  // carries it), and receives posted ahead of the action that needs them.
+  std::map<Stream, Shape> sent_shapes_, received_shapes_;
+  std::map<Stream, PendingReceive> pending_;
+  StepProfile profile_;
 };
 
 }  // namespace tidal::pipeline

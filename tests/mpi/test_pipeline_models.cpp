@@ -78,7 +78,10 @@ TEST_P(PipelineModels, MatchSingleProcess) {
     parallel::ParallelContext pc(cfg, &mpi());
     auto par = models::make_model(cfg.model);
     auto ref = models::make_model(cfg.model);
-    pipeline::PipelineEngine engine(*par, pc, pipeline::parse_schedule(k.schedule), k.chunks);
+    pipeline::PipelineOptions options;
+    options.schedule = pipeline::parse_schedule(k.schedule);
+    options.chunks = k.chunks;
+    pipeline::PipelineEngine engine(*par, pc, options);
     engine.materialize(kSeed);
     ref->materialize(kSeed);
     // At lr 1e-2 the 16-layer post-LN BERT of the interleaved case amplifies fp32 summation-order

@@ -34,7 +34,7 @@ TEST(Checkpoint, RoundTripRestoresWeightsMomentsAndStep) {
   optim::AdamW adam(model->parameters(), {});
   for (nn::Parameter* p : model->parameters()) p->grad.fill_(0.5f);
   adam.step();
-  engine::save_checkpoint(dir.string(), 7, adam, "[train]\nsteps = 9\n", 2);
+  engine::save_checkpoint(dir.string(), 7, adam, "[train]\nsteps = 9\n", 2, R"({"pipeline":2})");
 
   auto other = small_gpt();
   fill(*other, -1.0f);
@@ -43,6 +43,7 @@ TEST(Checkpoint, RoundTripRestoresWeightsMomentsAndStep) {
   EXPECT_EQ(info.step, 7);
   EXPECT_EQ(adam2.steps_taken(), 1);
   EXPECT_EQ(info.config_toml, "[train]\nsteps = 9\n");
+  EXPECT_EQ(info.layout, R"({"pipeline":2})");
   const auto a = model->parameters(), b = other->parameters();
   for (std::size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(std::memcmp(a[i]->data.raw(), b[i]->data.raw(), a[i]->data.nbytes()), 0) << a[i]->name;

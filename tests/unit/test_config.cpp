@@ -20,7 +20,9 @@ std::string write_temp(const std::string& name, const std::string& text) {
 TEST(Config, FileThenOverridesThenRoundTrip) {
   const std::string path = write_temp("cfg", "[model]\nn_layer = 3\nn_embd = 96\nn_head = 4\n[train]\nlr = 1e-3\n"
                                              "[parallel.tensor]\nmode = \"1d\"\n");
-  const config::Config c = config::load_config(path, {"train.lr=5e-4", "model.type=bert", "checkpoint.dir=\"a b\""});
+  const config::Config c = config::load_config(
+      path, {"train.lr=5e-4", "model.type=bert", "checkpoint.dir=\"a b\"", "parallel.scatter_gather=false"});
+  EXPECT_FALSE(c.parallel.scatter_gather);  // a boolean key, and it survives the round trip below
   EXPECT_EQ(c.model.n_layer, 3);
   EXPECT_EQ(c.model.n_embd, 96);
   EXPECT_EQ(c.model.type, "bert");
@@ -55,6 +57,9 @@ TEST(Config, ErrorsNameTheKey) {
             std::string::npos);
   EXPECT_NE(message({"parallel.timeout_s=0"}).find("parallel.timeout_s"), std::string::npos);
   EXPECT_NE(message({"parallel.bucket_mb=0"}).find("parallel.bucket_mb"), std::string::npos);
+  EXPECT_NE(message({"parallel.scatter_gather=1"}).find("parallel.scatter_gather must be true or false, got the "
+                                                         "integer 1"),
+            std::string::npos);
 }
 
 TEST(Config, Sizes) {

@@ -119,6 +119,9 @@ TEST(PipelinePartition, BalancesCostWithEndsOnTheEndStages) {
   EXPECT_EQ(partition({0, 1, 1, 1, 0}, 2), (std::vector<int>{0, 3, 5}));
   // By parameters: a heavy embedding and head pull blocks to the middle stages.
   EXPECT_EQ(partition({6, 2, 2, 2, 2, 2, 2, 6}, 3), (std::vector<int>{0, 2, 6, 8}));
+  // The end stages are the bottleneck (5); the middle ones share the other blocks evenly (3 | 2,
+  // not 4 | 1), the earlier taking the extra one.
+  EXPECT_EQ(partition({5, 1, 1, 1, 1, 1, 5}, 4), (std::vector<int>{0, 1, 4, 6, 7}));
   EXPECT_THROW(partition(layers, 9), Error);
 }
 
