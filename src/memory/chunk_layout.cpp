@@ -1,0 +1,48 @@
+#include "memory/chunk_layout.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+
+namespace tidal::memory {
+
+double ChunkLayout::fragmentation() const {
+  const double space = double(chunks) * double(chunk_elements);
+  return space > 0 ? 1.0 - double(used_elements) / space : 0.0;
+}
+
+ChunkLayout layout_chunks(const std::vector<std::int64_t>& numels, std::int64_t chunk_elements, int group_size) {
+  TIDAL_CHECK(chunk_elements > 0 && group_size >= 1, "chunk size {} and group size {} must be positive",
+              chunk_elements, group_size);
+  ChunkLayout layout;
+  layout.chunk_elements = chunk_elements;
+  layout.group_size = group_size;
+  int chunk = 0;
+  std::int64_t filled = 0;
+  for (std::int64_t n : numels) {
+    TIDAL_CHECK(n <= chunk_elements,
+                "a parameter of {} elements does not fit in chunks of {}: set memory.chunk_size >= {} (or 0 to search)",
+                n, chunk_elements, n);
+    if (filled + n > chunk_elements) ++chunk, filled = 0;
+    layout.places.push_back({chunk, filled});
+    filled += n;
+    layout.used_elements += n;
+  }
+  const int used = numels.empty() ? 0 : chunk + 1;
+  layout.chunks = (used + group_size - 1) / group_size * group_size;
+  return layout;
+}
+
+std::int64_t search_chunk_size(const std::vector<std::int64_t>& numels, int group_size) {
+  const std::int64_t largest = numels.empty() ? 1 : *std::max_element(numels.begin(), numels.end());
+  const std::int64_t step = std::max<std::int64_t>(1, largest / 32);
+  std::int64_t best = largest;
+  double best_waste = 2.0;
+  for (std::int64_t size = largest; size <= 4 * largest; size += step) {
+    const double waste = layout_chunks(numels, size, group_size).fragmentation();
+    if (waste < best_waste - 1e-12) best = size, best_waste = waste;
+  }
+  return best;
+}
+
+}  // namespace tidal::memory

@@ -1,0 +1,41 @@
+// The tensor-to-chunk mapping (patrickstar-v2 sec. 6.1.1): parameters in model-initialisation
+// order fill chunks of equal size, each parameter whole in one chunk (a parameter that does not
+// fit in what is left of a chunk starts the next). The four chunk lists of model data - param
+// (the compute precision), param fp32, momentum, variance - share this layout, so a parameter has
+// the same chunk and offset in each, and splitting the lists at the same chunk boundaries keeps
+// the optimizer's work local to a rank (sec. 6.2). The chunk count is padded to a multiple of the
+// communication group's size (nproc chunks per group, one owned by each rank).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tidal::memory {
+
+struct ChunkLayout {
+  struct Place {
+    int chunk = 0;
+    std::int64_t offset = 0;  // elements from the chunk's start
+  };
+  std::int64_t chunk_elements = 0;
+  int chunks = 0;            // including padding chunks (empty) to a multiple of group_size
+  int group_size = 1;        // chunks per communication group
+  std::vector<Place> places;  // per parameter, in the given order
+  std::int64_t used_elements = 0;
+
+  // Elements of chunk space not holding a parameter, as a fraction of all chunk space.
+  double fragmentation() const;
+  // The communication group of a chunk, and the rank owning it (its index in the group).
+  int group_of(int chunk) const { return chunk / group_size; }
+  int owner_of(int chunk) const { return chunk % group_size; }
+};
+
+// A tidal::Error if a parameter is larger than a chunk (the message names the size needed).
+ChunkLayout layout_chunks(const std::vector<std::int64_t>& numels, std::int64_t chunk_elements, int group_size = 1);
+
+// The chunk size (elements) with the least fragmentation (padding chunks of the last group
+// included) among sizes from the largest parameter up to 4x it in steps of 1/32 of it; the
+// smaller size wins ties. PatrickStar's pre-training search tool.
+std::int64_t search_chunk_size(const std::vector<std::int64_t>& numels, int group_size = 1);
+
+}  // namespace tidal::memory
