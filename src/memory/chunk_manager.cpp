@@ -3,6 +3,8 @@
 #include "ops/cast.h"
 #include "ops/residual.h"
 
+#include <algorithm>
+
 namespace tidal::memory {
 namespace {
 
@@ -26,34 +28,52 @@ const char* chunk_kind_name(ChunkKind k) {
 
 ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params, const ChunkOptions& options,
                            Allocator& device, Allocator& host)
-    : params_(std::move(params)), options_(options) {
+    : params_(std::move(params)), options_(options), device_(&device) {
+  TIDAL_CHECK(options_.zero_stage >= 0 && options_.zero_stage <= 3, "zero.stage must be 0..3, got {}",
+              options_.zero_stage);
+  const int nproc = sharded() ? options_.group->size() : 1;
+  rank_ = sharded() ? options_.group->rank() : 0;
+  TIDAL_CHECK(!(sharded() && options_.accumulate),
+              "zero.stage = {} with several micro-batches per step (train.micro_batch_size) is not available yet: "
+              "use one micro-batch per replica",
+              options_.zero_stage);
   std::vector<std::int64_t> numels;
   for (const nn::Parameter* p : params_) {
     TIDAL_ASSERT(p->data.defined() && p->data.dtype() == DType::f32, "chunks take materialized fp32 parameters ({})",
                  p->name);
     numels.push_back(p->data.numel());
   }
-  const std::int64_t size = options_.chunk_elements ? options_.chunk_elements : search_chunk_size(numels);
-  layout_ = layout_chunks(numels, size);
-  auto make = [&](ChunkKind kind, DType dtype, Allocator& alloc) {
+  const std::int64_t size = options_.chunk_elements ? options_.chunk_elements : search_chunk_size(numels, nproc);
+  layout_ = layout_chunks(numels, size, nproc);
+  const bool remote_params = options_.zero_stage == 3 && sharded();
+  auto make = [&](ChunkKind kind, DType dtype, Allocator& alloc, bool owned_only) {
     std::vector<Tensor>& chunks = lists_[kind];
-    for (int c = 0; c < layout_.chunks; ++c) chunks.push_back(Tensor::zeros({layout_.chunk_elements}, dtype, alloc));
+    for (int c = 0; c < layout_.chunks; ++c)
+      chunks.push_back(owned_only && !owns(c) ? Tensor() : Tensor::zeros({layout_.chunk_elements}, dtype, alloc));
   };
-  make(ChunkKind::param, options_.compute_dtype, device);
-  make(ChunkKind::master, DType::f32, host);
-  make(ChunkKind::momentum, DType::f32, host);
-  make(ChunkKind::variance, DType::f32, host);
-  if (options_.accumulate) make(ChunkKind::grad, DType::f32, host);
+  make(ChunkKind::param, options_.compute_dtype, device, remote_params);
+  make(ChunkKind::master, DType::f32, host, true);
+  make(ChunkKind::momentum, DType::f32, host, true);
+  make(ChunkKind::variance, DType::f32, host, true);
+  if (options_.accumulate) make(ChunkKind::grad, DType::f32, host, true);
+  reduced_.assign(std::size_t(layout_.chunks / layout_.group_size), false);
 
   std::map<const nn::Parameter*, int> users;
   count_users(model, users);
+  in_chunk_.resize(std::size_t(layout_.chunks));
   for (std::size_t i = 0; i < params_.size(); ++i) {
     nn::Parameter* p = params_[i];
     index_[p] = i;
+    const int chunk = layout_.places[i].chunk;
+    in_chunk_[std::size_t(chunk)].push_back(i);
     tracked_.push_back({.param = p, .users = users[p]});
-    Tensor master = slot(ChunkKind::master, *p), param = slot(ChunkKind::param, *p);
-    master.copy_from(p->data);
-    ops::cast(param, p->data);
+    if (owns(chunk)) slot(ChunkKind::master, *p).copy_from(p->data);
+    if (resident(chunk)) {
+      Tensor param = slot(ChunkKind::param, *p);
+      ops::cast(param, p->data);
+    } else {
+      tracked_.back().state = TensorState::free;  // held by its owner
+    }
     p->data = p->grad = Tensor();  // from now on the chunks hold them (access hands out views)
   }
 }
@@ -76,8 +96,9 @@ Tensor ChunkManager::slot(ChunkKind kind, const nn::Parameter& p) const {
   const auto i = index_.find(&p);
   TIDAL_ASSERT(i != index_.end(), "parameter {} is not managed in chunks", p.name);
   const ChunkLayout::Place& place = layout_.places[i->second];
-  const Shape& shape = p.shape;
-  return it->second[std::size_t(place.chunk)].slice(0, place.offset, place.offset + shape.numel()).reshape(shape);
+  const Tensor& chunk = it->second[std::size_t(place.chunk)];
+  TIDAL_ASSERT(chunk.defined(), "{}: its {} chunk {} is not on this rank", p.name, chunk_kind_name(kind), place.chunk);
+  return chunk.slice(0, place.offset, place.offset + p.shape.numel()).reshape(p.shape);
 }
 
 Tensor ChunkManager::gradient(const nn::Parameter& p) const {
@@ -101,6 +122,8 @@ void ChunkManager::set_state(Tracked& t, TensorState to) {
 
 void ChunkManager::access(nn::Parameter& p, bool backward) {  // patrickstar-v2 Alg. 1
   Tracked& t = tracked(p);
+  const int group = layout_.group_of(layout_.places[index_.at(&p)].chunk);
+  if (!group_resident(group)) fetch_group(group);  // the same answer on every rank of the group
   const TensorState old = t.state;
   set_state(t, TensorState::compute);
   p.data = slot(ChunkKind::param, p);
@@ -111,6 +134,74 @@ void ChunkManager::access(nn::Parameter& p, bool backward) {  // patrickstar-v2 
 void ChunkManager::release(nn::Parameter& p, TensorState target) {  // patrickstar-v2 Alg. 2
   set_state(tracked(p), target);
   p.data = Tensor();
+  if (!sharded()) return;
+  const int group = layout_.group_of(layout_.places[index_.at(&p)].chunk);
+  if (target == TensorState::hold_after_bwd && group_all(group, TensorState::hold_after_bwd)) reduce_group(group);
+  if (options_.zero_stage == 3 && target == TensorState::hold_after_fwd && group_all(group, TensorState::hold_after_fwd))
+    free_remote(group);
+}
+
+bool ChunkManager::group_resident(int group) const {
+  for (int c = group * layout_.group_size; c < (group + 1) * layout_.group_size; ++c)
+    if (!resident(c)) return false;
+  return true;
+}
+
+bool ChunkManager::group_all(int group, TensorState s) const {
+  for (int c = group * layout_.group_size; c < (group + 1) * layout_.group_size; ++c)
+    for (std::size_t i : tensors_of(c))
+      if (tracked_[i].state != s) return false;
+  return true;
+}
+
+Tensor ChunkManager::pack(int group) const {
+  const std::int64_t C = layout_.chunk_elements;
+  Tensor packed = Tensor::empty({C * layout_.group_size}, options_.compute_dtype, *device_);
+  for (int r = 0; r < layout_.group_size; ++r)
+    packed.slice(0, r * C, (r + 1) * C).copy_from(lists_.at(ChunkKind::param)[std::size_t(group * layout_.group_size + r)]);
+  return packed;
+}
+
+void ChunkManager::unpack(int group, const Tensor& packed) {
+  const std::int64_t C = layout_.chunk_elements;
+  for (int r = 0; r < layout_.group_size; ++r)
+    list(ChunkKind::param)[std::size_t(group * layout_.group_size + r)].copy_from(packed.slice(0, r * C, (r + 1) * C));
+}
+
+void ChunkManager::fetch_group(int group) {
+  // The owners' chunks, gathered into a buffer whose slices become the remote chunks' payloads.
+  const std::int64_t C = layout_.chunk_elements;
+  const int first = group * layout_.group_size;
+  Tensor gathered = Tensor::empty({C * layout_.group_size}, options_.compute_dtype, *device_);
+  options_.group->all_gather(gathered, list(ChunkKind::param)[std::size_t(first + rank_)])->wait();
+  for (int r = 0; r < layout_.group_size; ++r) {
+    if (r == rank_) continue;
+    list(ChunkKind::param)[std::size_t(first + r)] = gathered.slice(0, r * C, (r + 1) * C);
+    for (std::size_t i : tensors_of(first + r)) set_state(tracked_[i], TensorState::hold);
+  }
+}
+
+void ChunkManager::free_remote(int group) {
+  const int first = group * layout_.group_size;
+  for (int r = 0; r < layout_.group_size; ++r) {
+    if (r == rank_) continue;
+    for (std::size_t i : tensors_of(first + r)) set_state(tracked_[i], TensorState::free);
+    list(ChunkKind::param)[std::size_t(first + r)] = Tensor();
+  }
+}
+
+void ChunkManager::reduce_group(int group) {
+  reduced_[std::size_t(group)] = true;
+  if (options_.zero_stage == 1) {
+    Tensor packed = pack(group);
+    options_.group->all_reduce(packed)->wait();
+    unpack(group, packed);
+    return;
+  }
+  Tensor packed = pack(group);
+  Tensor& owned = list(ChunkKind::param)[std::size_t(group * layout_.group_size + rank_)];
+  options_.group->reduce_scatter(owned, packed)->wait();
+  if (options_.zero_stage == 3) free_remote(group);
 }
 
 void ChunkManager::store_gradient(Tracked& t) {
@@ -162,27 +253,38 @@ void ChunkManager::end_forward() {
     if (t.state == TensorState::hold_after_fwd) set_state(t, TensorState::hold);
     t.backward_left = t.users;
   }
+  std::fill(reduced_.begin(), reduced_.end(), false);
 }
 
 void ChunkManager::end_backward() {
-  for (Tracked& t : tracked_) {
-    if (t.state == TensorState::hold_after_bwd) continue;
-    // Not used in this pass: a zero gradient (nothing to add with accumulation).
-    TIDAL_ASSERT(!t.param->grad.defined(), "{}: backward ended with its gradient incomplete", t.param->name);
-    access(*t.param, false);
-    if (!options_.accumulate) t.param->data.zero_();
-    release(*t.param, TensorState::hold_after_bwd);
+  // Parameters this pass did not use get a zero gradient, and groups not reduced yet are reduced
+  // now: group by group, in the same order on every rank.
+  for (std::size_t g = 0; g < reduced_.size(); ++g) {
+    if (sharded() && reduced_[g]) continue;
+    if (!group_resident(int(g))) fetch_group(int(g));
+    for (int c = int(g) * layout_.group_size; c < int(g + 1) * layout_.group_size; ++c)
+      for (std::size_t i : tensors_of(c)) {
+        Tracked& t = tracked_[i];
+        if (t.state == TensorState::hold_after_bwd) continue;
+        TIDAL_ASSERT(!t.param->grad.defined(), "{}: backward ended with its gradient incomplete", t.param->name);
+        access(*t.param, false);
+        if (!options_.accumulate) t.param->data.zero_();
+        release(*t.param, TensorState::hold_after_bwd);  // the group's last one reduces it
+      }
+    if (sharded() && !reduced_[g]) reduce_group(int(g));  // a group of padding chunks
   }
 }
 
 void ChunkManager::zero_grad() {
   if (options_.accumulate)
-    for (Tensor& chunk : list(ChunkKind::grad)) chunk.zero_();
+    for (Tensor& chunk : list(ChunkKind::grad))
+      if (chunk.defined()) chunk.zero_();
 }
 
 void ChunkManager::adamw_step(const ops::AdamWOptions& options, std::int64_t step) {
   for (Tracked& t : tracked_) {
     nn::Parameter& p = *t.param;
+    if (!owns(layout_.places[index_.at(&p)].chunk)) continue;
     set_state(t, TensorState::compute);  // HOLD_AFTER_BWD: the gradient is complete
     Tensor master = slot(ChunkKind::master, p), m = slot(ChunkKind::momentum, p), v = slot(ChunkKind::variance, p);
     ops::adamw_step(master, gradient(p), m, v, options, step);
@@ -190,12 +292,51 @@ void ChunkManager::adamw_step(const ops::AdamWOptions& options, std::int64_t ste
     ops::cast(param, master);  // the gradient it held is spent
     set_state(t, TensorState::hold);
   }
+  if (!sharded() || options_.zero_stage == 3) return;
+  // Stages 1 and 2: every rank's param chunks again from their owners.
+  for (std::size_t g = 0; g < reduced_.size(); ++g) {
+    const int first = int(g) * layout_.group_size;
+    Tensor gathered = Tensor::empty({layout_.chunk_elements * layout_.group_size}, options_.compute_dtype, *device_);
+    options_.group->all_gather(gathered, list(ChunkKind::param)[std::size_t(first + rank_)])->wait();
+    unpack(int(g), gathered);
+    for (int c = first; c < first + layout_.group_size; ++c)
+      if (!owns(c))
+        for (std::size_t i : tensors_of(c)) set_state(tracked_[i], TensorState::hold);
+  }
+}
+
+double ChunkManager::squared_gradient_norm() {
+  double sum = 0;
+  for (const Tracked& t : tracked_) {
+    if (!owns(layout_.places[index_.at(t.param)].chunk)) continue;
+    Tensor g = gradient(*t.param);
+    if (g.dtype() != DType::f32) {
+      Tensor wide = Tensor::empty(g.shape());
+      ops::cast(wide, g);
+      g = wide;
+    }
+    const Tensor flat = g.reshape({g.numel()});
+    for (std::int64_t k = 0; k < flat.numel(); ++k) sum += double(flat.data<float>()[k]) * flat.data<float>()[k];
+  }
+  if (!sharded()) return sum;
+  Tensor total = Tensor::full({1}, float(sum));
+  options_.group->all_reduce(total)->wait();
+  return double(total.item());
+}
+
+void ChunkManager::scale_gradients(float s) {
+  for (const Tracked& t : tracked_) {
+    if (!owns(layout_.places[index_.at(t.param)].chunk)) continue;
+    Tensor g = gradient(*t.param);
+    ops::scale(g, s);
+  }
 }
 
 std::int64_t ChunkManager::model_data_bytes() const {
   std::int64_t bytes = 0;
   for (const auto& [kind, chunks] : lists_)
-    for (const Tensor& c : chunks) bytes += std::int64_t(c.nbytes());
+    for (const Tensor& c : chunks)
+      if (c.defined()) bytes += std::int64_t(c.nbytes());
   return bytes;
 }
 

@@ -18,8 +18,20 @@
 // Between access and release a parameter's `data` (and in backward its `grad`) is a tensor of
 // its own shape; outside, both are undefined (Alg. 2 line 38), so a use without access fails
 // loudly instead of reading a stale place.
+//
+// Zero-redundancy sharding over a group of N data-parallel ranks (sec. 6.2, DeepSpeed's ZeRO):
+// the lists are cut into communication groups of N consecutive chunks, rank r owning the r-th
+// chunk of each; the optimizer's lists hold owned chunks only, so AdamW runs on them locally.
+// When every tensor of a group is HOLD_AFTER_BWD its gradients are complete on every rank and
+// the group is reduced: summed into every rank's chunks (stage 1, all-reduce) or into the owner's
+// (stages 2 and 3, reduce-scatter). After the step the owners' updated chunks are all-gathered
+// back (stages 1 and 2). Stage 3 keeps only owned param chunks: the first access in a group
+// all-gathers it (Alg. 1, FetchRemoteChunks), and when all its tensors are HOLD_AFTER_FWD (in
+// forward) or reduced (in backward) the remote chunks are freed (Alg. 2, ReleaseRemoteChunks).
+// Gradients are summed (the trainer's losses are weighted by the global batch).
 #pragma once
 
+#include "comm/communicator.h"
 #include "core/allocator.h"
 #include "memory/chunk_layout.h"
 #include "memory/tensor_state.h"
@@ -36,6 +48,8 @@ struct ChunkOptions {
   std::int64_t chunk_elements = 0;   // 0 = search_chunk_size
   DType compute_dtype = DType::f32;  // the param list (bf16 / fp16 under mixed precision)
   bool accumulate = false;           // gradients of several micro-batches: a fp32 grad list
+  int zero_stage = 0;                // 1..3 with a group: what is sharded over it
+  comm::Communicator* group = nullptr;  // the data-parallel ranks sharing the model data
 };
 
 enum class ChunkKind { param, master, momentum, variance, grad };
@@ -65,9 +79,14 @@ class ChunkManager final : public nn::ModuleHooks {
   void access(nn::Parameter& p, bool backward);
   void release(nn::Parameter& p, TensorState target);
 
-  // AdamW on every parameter from its complete gradient, then the param list is rewritten from
-  // the updated master copy (HOLD_AFTER_BWD -> COMPUTE -> HOLD). `step` counts from 1.
+  // AdamW on every parameter (with ZeRO: every owned one) from its complete gradient, then the
+  // param list is rewritten from the updated master copy (HOLD_AFTER_BWD -> COMPUTE -> HOLD) and,
+  // at stages 1 and 2, all-gathered. `step` counts from 1.
   void adamw_step(const ops::AdamWOptions& options, std::int64_t step);
+  // The squared norm of the step's gradient (owned parts, summed over the group).
+  double squared_gradient_norm();
+  // Multiplies the step's gradient by s (clipping).
+  void scale_gradients(float s);
 
   TensorState state(const nn::Parameter& p) const;
   Placement placement(int chunk) const;  // of param chunk `chunk`
@@ -77,8 +96,10 @@ class ChunkManager final : public nn::ModuleHooks {
   // gradient: the param slot, or the grad list's with accumulation.
   Tensor slot(ChunkKind kind, const nn::Parameter& p) const;
   Tensor gradient(const nn::Parameter& p) const;
-  // Bytes held by every chunk of every list (the model data).
+  // Bytes held by every chunk of every list (the model data), remote chunks in flight included.
   std::int64_t model_data_bytes() const;
+  bool owns(int chunk) const { return !sharded() || layout_.owner_of(chunk) == rank_; }
+  bool resident(int chunk) const { return lists_.at(ChunkKind::param)[std::size_t(chunk)].defined(); }
 
  private:
   struct Tracked {
@@ -93,6 +114,19 @@ class ChunkManager final : public nn::ModuleHooks {
   // The gradient buffer of p is complete: into its slot (or summed into the grad list).
   void store_gradient(Tracked& t);
   std::vector<Tensor>& list(ChunkKind kind) { return lists_.at(kind); }
+  bool sharded() const { return options_.zero_stage > 0 && options_.group && options_.group->size() > 1; }
+  // The parameters (tracked_ indices) in each chunk.
+  const std::vector<std::size_t>& tensors_of(int chunk) const { return in_chunk_[std::size_t(chunk)]; }
+  bool group_all(int group, TensorState s) const;
+  bool group_resident(int group) const;
+  // Stage 3: Alg. 1's FetchRemoteChunks and Alg. 2's release of the remote chunks.
+  void fetch_group(int group);
+  void free_remote(int group);
+  // A group's gradients are complete: sum them over the ranks.
+  void reduce_group(int group);
+  // The param chunks of a group, packed contiguous (for a collective), and back.
+  Tensor pack(int group) const;
+  void unpack(int group, const Tensor& packed);
 
   std::vector<nn::Parameter*> params_;
   ChunkOptions options_;
@@ -100,6 +134,10 @@ class ChunkManager final : public nn::ModuleHooks {
   std::map<ChunkKind, std::vector<Tensor>> lists_;  // kind -> chunk payloads
   std::map<const nn::Parameter*, std::size_t> index_;
   std::vector<Tracked> tracked_;
+  std::vector<std::vector<std::size_t>> in_chunk_;
+  std::vector<bool> reduced_;  // per communication group, in this backward pass
+  int rank_ = 0;
+  Allocator* device_;
 };
 
 }  // namespace tidal::memory
