@@ -9,6 +9,7 @@
 #include "nn/runner.h"
 #include "optim/adamw.h"
 #include "support/batches.h"
+#include "support/models.h"
 #include "support/mpi.h"
 #include "support/random.h"
 #include "support/tolerance.h"
@@ -19,18 +20,6 @@
 
 namespace tidal::memory {
 namespace {
-
-config::ModelConfig gpt() {
-  config::ModelConfig c;
-  c.type = "gpt";
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.vocab_size = 40;
-  c.seq_len = 8;
-  c.dropout = 0.0f;  // the single process draws masks for the whole batch
-  return c;
-}
 
 struct Case {
   int stage;
@@ -44,7 +33,7 @@ TEST_P(ZeroChunks, MatchOneProcess) {
   auto world = testing::mpi().world(comm::Seconds(60));
   const int N = world->size(), rank = world->rank();
   const nn::CheckpointPolicy policy{.every = k.recompute ? 1 : 0};
-  auto model = models::make_model(gpt(), policy), ref = models::make_model(gpt(), policy);
+  auto model = models::make_model(testing::tiny_gpt(3), policy), ref = models::make_model(testing::tiny_gpt(3), policy);
   model->materialize(9);
   ref->materialize(9);
   const double M = double(ref->num_parameters());

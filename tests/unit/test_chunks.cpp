@@ -8,6 +8,7 @@
 #include "nn/runner.h"
 #include "optim/adamw.h"
 #include "support/batches.h"
+#include "support/models.h"
 #include "support/random.h"
 #include "support/tolerance.h"
 
@@ -62,17 +63,6 @@ TEST(ChunkLayout, ParametersFillChunksInOrder) {
   EXPECT_DOUBLE_EQ(layout_chunks(numels, 20).fragmentation(), 0.0);
 }
 
-config::ModelConfig gpt() {
-  config::ModelConfig c;
-  c.type = "gpt";
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.vocab_size = 40;
-  c.seq_len = 8;
-  return c;
-}
-
 nn::Batch batch(std::uint64_t key) {
   nn::Batch b;
   b.tokens = testing::randint({2, 8}, key, 0, 40);
@@ -103,7 +93,7 @@ class Chunks : public ::testing::TestWithParam<bool> {};  // activation checkpoi
 
 TEST_P(Chunks, GradientsReuseTheParamSlotAndMatchThePlainModel) {
   const nn::CheckpointPolicy policy{.every = GetParam() ? 1 : 0};
-  auto model = models::make_model(gpt(), policy), ref = models::make_model(gpt(), policy);
+  auto model = models::make_model(testing::tiny_gpt(2), policy), ref = models::make_model(testing::tiny_gpt(2), policy);
   model->materialize(5);
   ref->materialize(5);
   ChunkManager chunks(*model, model->parameters(), {.chunk_elements = 2048});
@@ -138,7 +128,7 @@ TEST_P(Chunks, GradientsReuseTheParamSlotAndMatchThePlainModel) {
 
 TEST_P(Chunks, AdamOnChunksMatchesAdamW) {
   const nn::CheckpointPolicy policy{.every = GetParam() ? 1 : 0};
-  auto model = models::make_model(gpt(), policy), ref = models::make_model(gpt(), policy);
+  auto model = models::make_model(testing::tiny_gpt(2), policy), ref = models::make_model(testing::tiny_gpt(2), policy);
   model->materialize(5);
   ref->materialize(5);
   ChunkManager chunks(*model, model->parameters(), {.chunk_elements = 2048});
@@ -172,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Checkpointing, Chunks, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "recomputed" : "kept"; });
 
 TEST(Chunks, AccumulationSumsMicroBatchesInTheGradList) {
-  auto model = models::make_model(gpt()), ref = models::make_model(gpt());
+  auto model = models::make_model(testing::tiny_gpt(2)), ref = models::make_model(testing::tiny_gpt(2));
   model->materialize(5);
   ref->materialize(5);
   ChunkManager chunks(*model, model->parameters(), {.chunk_elements = 2048, .accumulate = true});
@@ -199,11 +189,11 @@ TEST(Chunks, AccumulationSumsMicroBatchesInTheGradList) {
 }
 
 TEST(Chunks, ModelDataBytes) {
-  auto model = models::make_model(gpt());
+  auto model = models::make_model(testing::tiny_gpt(2));
   model->materialize(5);
   const double M = double(model->num_parameters());
   auto bytes = [&](DType compute, bool accumulate) {
-    auto m = models::make_model(gpt());
+    auto m = models::make_model(testing::tiny_gpt(2));
     m->materialize(5);
     ChunkManager chunks(*m, m->parameters(), {.compute_dtype = compute, .accumulate = accumulate});
     const double space = double(chunks.layout().chunks) * double(chunks.layout().chunk_elements);

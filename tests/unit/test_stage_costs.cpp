@@ -6,6 +6,7 @@
 #include "pipeline/partition.h"
 #include "pipeline/stage_costs.h"
 #include "support/batches.h"
+#include "support/models.h"
 #include "support/random.h"
 
 #include <gtest/gtest.h>
@@ -13,19 +14,8 @@
 namespace tidal::pipeline {
 namespace {
 
-config::ModelConfig gpt(int layers) {
-  config::ModelConfig c;
-  c.type = "gpt";
-  c.n_layer = layers;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.vocab_size = 40;
-  c.seq_len = 8;
-  return c;
-}
-
 TEST(StageCosts, UnitsStartAtBlockLayers) {
-  auto model = models::make_model(gpt(4));
+  auto model = models::make_model(testing::tiny_gpt(4));
   const int n = int(model->layers().size());
   // embedding | blocks.0 .. blocks.3 | ln_f, head and loss
   EXPECT_EQ(model->first_block_layer(), 1);
@@ -35,14 +25,14 @@ TEST(StageCosts, UnitsStartAtBlockLayers) {
 
 TEST(StageCosts, CheckpointedRunsAreUnits) {
   // Runs of 3 blocks (every_k): 4 blocks make two block layers, of 3 and 1 blocks.
-  auto model = models::make_model(gpt(4), {.every = 3});
+  auto model = models::make_model(testing::tiny_gpt(4), {.every = 3});
   EXPECT_EQ(model->blocks_in_layer(), (std::vector<int>{3, 1}));
   EXPECT_EQ(unit_costs(*model, PartitionBy::layers), (std::vector<double>{3, 1}));
   EXPECT_EQ(partition(unit_costs(*model, PartitionBy::layers), 2), (std::vector<int>{0, 1, 2}));
 }
 
 TEST(StageCosts, ByParameters) {
-  const config::ModelConfig c = gpt(3);
+  const config::ModelConfig c = testing::tiny_gpt(3);
   auto model = models::make_model(c);
   const double C = double(c.n_embd), V = double(c.vocab_size), T = double(c.seq_len);
   // Two LayerNorms, qkv, attention projection and the MLP (4C), with biases.
@@ -53,7 +43,7 @@ TEST(StageCosts, ByParameters) {
 }
 
 TEST(StageCosts, ByMeasuredTime) {
-  auto model = models::make_model(gpt(3));
+  auto model = models::make_model(testing::tiny_gpt(3));
   nn::Batch batch;
   batch.tokens = testing::randint({2, 8}, 5, 0, 40);
   batch.targets = testing::randint({2, 8}, 6, 0, 40);
