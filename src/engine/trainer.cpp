@@ -183,10 +183,10 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   // What each later stage sends the first when a checkpoint is saved: what the first lacks.
   PipelineShare stage_share{.group = &pc.group(parallel::GroupKind::pipeline),
                             .sent_by = std::vector<std::vector<const nn::Parameter*>>(std::size_t(stages))};
+  const std::vector<nn::Parameter*> first_stage = engine.parameters_of(0);
   for (int s = 1; s < stages; ++s) {
-    const std::vector<nn::Parameter*> first = engine.parameters_of(0);
     for (nn::Parameter* p : engine.parameters_of(s))
-      if (std::find(first.begin(), first.end(), p) == first.end()) stage_share.sent_by[std::size_t(s)].push_back(p);
+      if (std::find(first_stage.begin(), first_stage.end(), p) == first_stage.end()) stage_share.sent_by[std::size_t(s)].push_back(p);
   }
   const std::int64_t warm = std::min<std::int64_t>(3, std::max<std::int64_t>(0, end - start - 1));
   double timed_seconds = 0, train_loss = 0, comm_seconds = 0, exposed_seconds = 0;

@@ -20,6 +20,11 @@ std::vector<Parameter*> Module::used_parameters() {
   return out;
 }
 
+void Module::collect_used_parameters(std::set<Parameter*>& out) {
+  for (Parameter* p : used_parameters()) out.insert(p);
+  for (auto& [name, child] : children_) child->collect_used_parameters(out);
+}
+
 void Module::assign_names(const std::string& path) {
   path_ = path;
   const std::string prefix = path.empty() ? "" : path + ".";

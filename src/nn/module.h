@@ -8,6 +8,7 @@
 #include "nn/parameter.h"
 
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,8 @@ class Module {
   // Parameters this module itself reads in forward / backward, owned or borrowed (a tied head
   // borrows the embedding's table). The memory manager's access / release act on these.
   virtual std::vector<Parameter*> used_parameters();
+  // The used parameters of this module and every module below it, added to `out`.
+  void collect_used_parameters(std::set<Parameter*>& out);
   const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const { return children_; }
 
   // Gives every module its path and every owned parameter its full name.

@@ -19,11 +19,6 @@ constexpr int kHeader = 8;  // ndim, then up to 7 extents
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void collect_used(nn::Module& m, std::set<nn::Parameter*>& out) {
-  for (nn::Parameter* p : m.used_parameters()) out.insert(p);
-  for (auto& [name, child] : m.children()) collect_used(*child, out);
-}
-
 }  // namespace
 
 PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& pc, const PipelineOptions& options)
@@ -62,7 +57,7 @@ std::vector<nn::Parameter*> PipelineEngine::parameters_of(int stage) const {
   std::set<nn::Parameter*> used;
   for (int c = 0; c < chunks_; ++c) {
     const int vs = c * stages_ + stage;
-    for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i) collect_used(*model_.layers()[std::size_t(i)], used);
+    for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i) model_.layers()[std::size_t(i)]->collect_used_parameters(used);
   }
   std::vector<nn::Parameter*> out;
   for (nn::Parameter* p : model_.parameters())

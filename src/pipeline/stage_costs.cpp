@@ -11,14 +11,9 @@
 namespace tidal::pipeline {
 namespace {
 
-void collect_used(nn::Module& m, std::set<nn::Parameter*>& out) {
-  for (nn::Parameter* p : m.used_parameters()) out.insert(p);
-  for (auto& [name, child] : m.children()) collect_used(*child, out);
-}
-
 double parameter_elements(nn::Module& layer) {
   std::set<nn::Parameter*> used;
-  collect_used(layer, used);
+  layer.collect_used_parameters(used);
   double n = 0;
   for (const nn::Parameter* p : used) n += double((p->full_shape.size() ? p->full_shape : p->shape).numel());
   return n;
@@ -34,7 +29,7 @@ std::vector<double> measure_layer_times(models::Model& model, const TimeProbe& p
   for (int i = 0; i < int(layers.size()); ++i)
     if (i <= model.first_block_layer() || i >= model.end_block_layer()) chain.push_back(i);
   std::set<nn::Parameter*> used, borrowed;
-  for (int i : chain) collect_used(*layers[std::size_t(i)], used);
+  for (int i : chain) layers[std::size_t(i)]->collect_used_parameters(used);
   HostAllocator scratch;
   for (nn::Parameter* p : used)
     if (!p->data.defined()) {
