@@ -8,6 +8,16 @@
 namespace tidal::memory {
 namespace {
 
+// sum += x, with sum fp32 and x of any float type.
+void add_into(Tensor sum, const Tensor& x) {
+  Tensor wide = x;
+  if (x.dtype() != DType::f32) {
+    wide = Tensor::empty(x.shape());
+    ops::cast(wide, x);
+  }
+  ops::accumulate(sum, wide);
+}
+
 void count_users(nn::Module& m, std::map<const nn::Parameter*, int>& users) {
   for (nn::Parameter* p : m.used_parameters()) ++users[p];
   for (auto& [name, child] : m.children()) count_users(*child, users);
@@ -31,12 +41,8 @@ ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params
     : params_(std::move(params)), options_(options), device_(&device) {
   TIDAL_CHECK(options_.zero_stage >= 0 && options_.zero_stage <= 3, "zero.stage must be 0..3, got {}",
               options_.zero_stage);
-  const int nproc = sharded() ? options_.group->size() : 1;
-  rank_ = sharded() ? options_.group->rank() : 0;
-  TIDAL_CHECK(!(sharded() && options_.accumulate),
-              "zero.stage = {} with several micro-batches per step (train.micro_batch_size) is not available yet: "
-              "use one micro-batch per replica",
-              options_.zero_stage);
+  const int nproc = distributed() ? options_.group->size() : 1;
+  rank_ = distributed() ? options_.group->rank() : 0;
   std::vector<std::int64_t> numels;
   for (const nn::Parameter* p : params_) {
     TIDAL_ASSERT(p->data.defined() && p->data.dtype() == DType::f32, "chunks take materialized fp32 parameters ({})",
@@ -57,6 +63,7 @@ ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params
   make(ChunkKind::variance, DType::f32, host, true);
   if (options_.accumulate) make(ChunkKind::grad, DType::f32, host, true);
   reduced_.assign(std::size_t(layout_.chunks / layout_.group_size), false);
+  pending_.resize(reduced_.size());
 
   std::map<const nn::Parameter*, int> users;
   count_users(model, users);
@@ -134,7 +141,7 @@ void ChunkManager::access(nn::Parameter& p, bool backward) {  // patrickstar-v2 
 void ChunkManager::release(nn::Parameter& p, TensorState target) {  // patrickstar-v2 Alg. 2
   set_state(tracked(p), target);
   p.data = Tensor();
-  if (!sharded()) return;
+  if (!distributed()) return;
   const int group = layout_.group_of(layout_.places[index_.at(&p)].chunk);
   if (target == TensorState::hold_after_bwd && group_all(group, TensorState::hold_after_bwd)) reduce_group(group);
   if (options_.zero_stage == 3 && target == TensorState::hold_after_fwd && group_all(group, TensorState::hold_after_fwd))
@@ -190,29 +197,56 @@ void ChunkManager::free_remote(int group) {
   }
 }
 
+Tensor& ChunkManager::pending(int group) {
+  Tensor& packed = pending_[std::size_t(group)];
+  if (!packed.defined())
+    packed = Tensor::zeros({layout_.chunk_elements * layout_.group_size}, options_.compute_dtype, *device_);
+  return packed;
+}
+
 void ChunkManager::reduce_group(int group) {
   reduced_[std::size_t(group)] = true;
-  if (options_.zero_stage == 1) {
+  const int first = group * layout_.group_size;
+  if (options_.accumulate) {
+    // This micro-batch's gradients of the group, summed over the ranks and added to the fp32
+    // grad list: every chunk at stage 0, the owned one (reduce-scatter) when sharded.
+    const std::int64_t C = layout_.chunk_elements;
+    Tensor packed = pending(group);
+    if (!sharded()) {
+      options_.group->all_reduce(packed)->wait();
+      for (int r = 0; r < layout_.group_size; ++r)
+        add_into(list(ChunkKind::grad)[std::size_t(first + r)], packed.slice(0, r * C, (r + 1) * C));
+    } else {
+      Tensor mine = Tensor::empty({C}, options_.compute_dtype, *device_);
+      options_.group->reduce_scatter(mine, packed)->wait();
+      add_into(list(ChunkKind::grad)[std::size_t(first + rank_)], mine);
+    }
+    pending_[std::size_t(group)] = Tensor();
+    if (options_.zero_stage == 3) free_remote(group);
+    return;
+  }
+  if (options_.zero_stage <= 1) {
     Tensor packed = pack(group);
     options_.group->all_reduce(packed)->wait();
     unpack(group, packed);
     return;
   }
   Tensor packed = pack(group);
-  Tensor& owned = list(ChunkKind::param)[std::size_t(group * layout_.group_size + rank_)];
+  Tensor& owned = list(ChunkKind::param)[std::size_t(first + rank_)];
   options_.group->reduce_scatter(owned, packed)->wait();
   if (options_.zero_stage == 3) free_remote(group);
 }
 
 void ChunkManager::store_gradient(Tracked& t) {
   nn::Parameter& p = *t.param;
-  if (options_.accumulate) {
-    Tensor sum = slot(ChunkKind::grad, p), grad = p.grad;
-    if (grad.dtype() != DType::f32) {
-      grad = Tensor::empty(p.shape);
-      ops::cast(grad, p.grad);
-    }
-    ops::accumulate(sum, grad);
+  if (options_.accumulate && distributed()) {
+    // Waits in the group's buffer until the group is reduced.
+    const ChunkLayout::Place& place = layout_.places[index_.at(&p)];
+    const std::int64_t at = std::int64_t(place.chunk % layout_.group_size) * layout_.chunk_elements + place.offset;
+    Tensor into = pending(layout_.group_of(place.chunk)).slice(0, at, at + p.shape.numel()).reshape(p.shape);
+    ops::cast(into, p.grad);
+  } else if (options_.accumulate) {
+    add_into(slot(ChunkKind::grad, p), p.grad);
   } else {
     // The parameter is not needed again before the optimizer step: its slot takes the gradient
     // (Fig. 5).
@@ -260,7 +294,7 @@ void ChunkManager::end_backward() {
   // Parameters this pass did not use get a zero gradient, and groups not reduced yet are reduced
   // now: group by group, in the same order on every rank.
   for (std::size_t g = 0; g < reduced_.size(); ++g) {
-    if (sharded() && reduced_[g]) continue;
+    if (distributed() && reduced_[g]) continue;
     if (!group_resident(int(g))) fetch_group(int(g));
     for (int c = int(g) * layout_.group_size; c < int(g + 1) * layout_.group_size; ++c)
       for (std::size_t i : tensors_of(c)) {
@@ -271,7 +305,7 @@ void ChunkManager::end_backward() {
         if (!options_.accumulate) t.param->data.zero_();
         release(*t.param, TensorState::hold_after_bwd);  // the group's last one reduces it
       }
-    if (sharded() && !reduced_[g]) reduce_group(int(g));  // a group of padding chunks
+    if (distributed() && !reduced_[g]) reduce_group(int(g));  // a group of padding chunks
   }
 }
 
@@ -282,12 +316,23 @@ void ChunkManager::zero_grad() {
 }
 
 void ChunkManager::adamw_step(const ops::AdamWOptions& options, std::int64_t step) {
+  finish_step([&](nn::Parameter& p) {
+    Tensor master = slot(ChunkKind::master, p), m = slot(ChunkKind::momentum, p), v = slot(ChunkKind::variance, p);
+    ops::adamw_step(master, gradient(p), m, v, options, step);
+  });
+}
+
+void ChunkManager::skip_step() {
+  finish_step([](nn::Parameter&) {});
+}
+
+void ChunkManager::finish_step(const std::function<void(nn::Parameter&)>& update) {
   for (Tracked& t : tracked_) {
     nn::Parameter& p = *t.param;
     if (!owns(layout_.places[index_.at(&p)].chunk)) continue;
     set_state(t, TensorState::compute);  // HOLD_AFTER_BWD: the gradient is complete
-    Tensor master = slot(ChunkKind::master, p), m = slot(ChunkKind::momentum, p), v = slot(ChunkKind::variance, p);
-    ops::adamw_step(master, gradient(p), m, v, options, step);
+    update(p);
+    Tensor master = slot(ChunkKind::master, p);
     Tensor param = slot(ChunkKind::param, p);
     ops::cast(param, master);  // the gradient it held is spent
     set_state(t, TensorState::hold);
@@ -324,13 +369,6 @@ double ChunkManager::squared_gradient_norm() {
   return double(total.item());
 }
 
-void ChunkManager::scale_gradients(float s) {
-  for (const Tracked& t : tracked_) {
-    if (!owns(layout_.places[index_.at(t.param)].chunk)) continue;
-    Tensor g = gradient(*t.param);
-    ops::scale(g, s);
-  }
-}
 
 std::int64_t ChunkManager::model_data_bytes() const {
   std::int64_t bytes = 0;

@@ -9,7 +9,8 @@
 // over the parameter's own slot, which the step does not need until the optimizer rewrites it
 // from the master copy. Gradient accumulation over micro-batches (which PatrickStar lacked)
 // cannot reuse the slot - the next micro-batch needs the parameters - so with
-// ChunkOptions::accumulate the gradients are summed into a fp32 `grad` list of the same layout.
+// ChunkOptions::accumulate the gradients are summed into a fp32 `grad` list of the same layout
+// (with ZeRO, its owned chunks only).
 //
 // Protocol, per micro-batch: the hooks run forward (access -> COMPUTE, release ->
 // HOLD_AFTER_FWD); end_forward() resets HOLD_AFTER_FWD to HOLD and arms the backward counts;
@@ -19,7 +20,10 @@
 // its own shape; outside, both are undefined (Alg. 2 line 38), so a use without access fails
 // loudly instead of reading a stale place.
 //
-// Zero-redundancy sharding over a group of N data-parallel ranks (sec. 6.2, DeepSpeed's ZeRO):
+// Data parallelism over a group of N ranks: communication groups of N consecutive chunks are
+// summed over the ranks when every tensor in them is HOLD_AFTER_BWD (stage 0: all-reduce, every
+// rank keeps every list whole).
+// Zero-redundancy sharding over the group (sec. 6.2, DeepSpeed's ZeRO):
 // the lists are cut into communication groups of N consecutive chunks, rank r owning the r-th
 // chunk of each; the optimizer's lists hold owned chunks only, so AdamW runs on them locally.
 // When every tensor of a group is HOLD_AFTER_BWD its gradients are complete on every rank and
@@ -28,7 +32,10 @@
 // back (stages 1 and 2). Stage 3 keeps only owned param chunks: the first access in a group
 // all-gathers it (Alg. 1, FetchRemoteChunks), and when all its tensors are HOLD_AFTER_FWD (in
 // forward) or reduced (in backward) the remote chunks are freed (Alg. 2, ReleaseRemoteChunks).
-// Gradients are summed (the trainer's losses are weighted by the global batch).
+// Gradients are summed (the trainer's losses are weighted by the global batch). With
+// accumulation a group's gradients of one micro-batch wait in a packed buffer of the group's size
+// until the group is complete, and are then reduced (all-reduce at stage 0, reduce-scatter at
+// 1-3) and added to the fp32 grad list; the param chunks stay intact for the next micro-batch.
 #pragma once
 
 #include "comm/communicator.h"
@@ -39,6 +46,7 @@
 #include "nn/runner.h"
 #include "ops/optimizer_step.h"
 
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -81,12 +89,14 @@ class ChunkManager final : public nn::ModuleHooks {
 
   // AdamW on every parameter (with ZeRO: every owned one) from its complete gradient, then the
   // param list is rewritten from the updated master copy (HOLD_AFTER_BWD -> COMPUTE -> HOLD) and,
-  // at stages 1 and 2, all-gathered. `step` counts from 1.
+  // at stages 1 and 2, all-gathered. `step` counts from 1; options.grad_scale divides out a loss
+  // scale and clipping.
   void adamw_step(const ops::AdamWOptions& options, std::int64_t step);
-  // The squared norm of the step's gradient (owned parts, summed over the group).
+  // A step whose gradient overflowed: the same, without the update (the gradient is dropped).
+  void skip_step();
+  // The squared norm of the step's gradient (owned parts, summed over the group): not finite on
+  // every rank when any rank's part overflowed.
   double squared_gradient_norm();
-  // Multiplies the step's gradient by s (clipping).
-  void scale_gradients(float s);
 
   TensorState state(const nn::Parameter& p) const;
   Placement placement(int chunk) const;  // of param chunk `chunk`
@@ -114,7 +124,10 @@ class ChunkManager final : public nn::ModuleHooks {
   // The gradient buffer of p is complete: into its slot (or summed into the grad list).
   void store_gradient(Tracked& t);
   std::vector<Tensor>& list(ChunkKind kind) { return lists_.at(kind); }
-  bool sharded() const { return options_.zero_stage > 0 && options_.group && options_.group->size() > 1; }
+  // Data-parallel ranks share the model: gradients are summed over them.
+  bool distributed() const { return options_.group && options_.group->size() > 1; }
+  // ... and ZeRO splits the optimizer's lists (and more) between them.
+  bool sharded() const { return distributed() && options_.zero_stage > 0; }
   // The parameters (tracked_ indices) in each chunk.
   const std::vector<std::size_t>& tensors_of(int chunk) const { return in_chunk_[std::size_t(chunk)]; }
   bool group_all(int group, TensorState s) const;
@@ -124,6 +137,12 @@ class ChunkManager final : public nn::ModuleHooks {
   void free_remote(int group);
   // A group's gradients are complete: sum them over the ranks.
   void reduce_group(int group);
+  // With accumulation over a group: a micro-batch's gradients of the group wait here, packed,
+  // until the group is reduced into the grad list.
+  Tensor& pending(int group);
+  // The owned parameters from HOLD_AFTER_BWD back to HOLD through `update`, the param list
+  // rewritten from the master copy, and at stages 1 and 2 gathered.
+  void finish_step(const std::function<void(nn::Parameter&)>& update);
   // The param chunks of a group, packed contiguous (for a collective), and back.
   Tensor pack(int group) const;
   void unpack(int group, const Tensor& packed);
@@ -136,6 +155,7 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<Tracked> tracked_;
   std::vector<std::vector<std::size_t>> in_chunk_;
   std::vector<bool> reduced_;  // per communication group, in this backward pass
+  std::vector<Tensor> pending_;  // per communication group (accumulate and distributed)
   int rank_ = 0;
   Allocator* device_;
 };

@@ -16,6 +16,9 @@ struct AdamWOptions {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;
+  // The gradient handed in is grad_scale times the one to apply: a loss scale, with a clipping
+  // factor folded in, is divided out inside the update.
+  float grad_scale = 1.0f;
 };
 
 struct SgdOptions {

@@ -1,6 +1,7 @@
 // Chunk-based ZeRO (src/memory/chunk_manager.h) against one process: each rank runs its slice
-// of the global batch through a GPT whose parameters live in chunks sharded over the launched
-// ranks, at stages 1, 2 and 3 (with activation checkpointing too); 5 AdamW steps give the
+// of the global batch through a GPT whose parameters live in chunks shared by the launched ranks,
+// at stage 0 (plain data parallelism on chunks) and stages 1, 2 and 3 (with activation
+// checkpointing too), with one micro-batch per rank or two accumulated; 5 AdamW steps give the
 // single process's losses, and every owned parameter's master copy ends equal to the single
 // process's parameter (fp32 tolerance: the gradient sums over ranks round differently). At
 // stage 3 only owned param chunks stay between steps.
@@ -24,6 +25,7 @@ namespace {
 struct Case {
   int stage;
   bool recompute;
+  int micro_batches;  // per rank and step: several accumulate their gradients
 };
 
 class ZeroChunks : public ::testing::TestWithParam<Case> {};
@@ -38,8 +40,9 @@ TEST_P(ZeroChunks, MatchOneProcess) {
   ref->materialize(9);
   const double M = double(ref->num_parameters());
   // Small chunks, so that there are several communication groups.
+  const bool accumulate = k.micro_batches > 1;
   ChunkManager chunks(*model, model->parameters(),
-                      {.chunk_elements = 1200, .zero_stage = k.stage, .group = world.get()});
+                      {.chunk_elements = 1200, .accumulate = accumulate, .zero_stage = k.stage, .group = world.get()});
   // The attention's key bias has a gradient of zero up to rounding (softmax ignores a constant
   // per row); AdamW's eps = 1e-8 turns that noise into updates of ~1e-4 whose sign depends on the
   // summation order (measured: 1.45e-5 apart after 5 steps). eps = 1e-6 keeps such noise inert
@@ -53,17 +56,25 @@ TEST_P(ZeroChunks, MatchOneProcess) {
     nn::Batch batch;
     batch.tokens = testing::randint({B, 8}, 100 + std::uint64_t(step), 0, 40);
     batch.targets = testing::randint({B, 8}, 200 + std::uint64_t(step), 0, 40);
-    const nn::Batch mine = testing::batch_rows(batch, rank * per_rank, per_rank);
-    nn::StepState state{.runner = &runner, .seed = 9, .step = std::uint32_t(step), .batch = &mine};
     nn::StepState ref_state{.runner = &ref_runner, .seed = 9, .step = std::uint32_t(step), .batch = &batch};
-    nn::Context ctx(state), ref_ctx(ref_state);
-    Tensor loss = Tensor::full({1}, model->run_forward(ctx).loss / float(N));
+    nn::Context ref_ctx(ref_state);
+    chunks.zero_grad();
+    const std::int64_t rows = per_rank / k.micro_batches;
+    float local_loss = 0;
+    for (int m = 0; m < k.micro_batches; ++m) {
+      const nn::Batch mine = testing::batch_rows(batch, rank * per_rank + m * rows, rows);
+      nn::StepState state{.runner = &runner, .seed = 9, .step = std::uint32_t(step), .batch = &mine};
+      nn::Context ctx(state);
+      const float weight = 1.0f / float(N * k.micro_batches);
+      local_loss += model->run_forward(ctx).loss * weight;
+      chunks.end_forward();
+      model->run_backward(ctx, weight);  // summed over ranks: the gradient of the mean
+      chunks.end_backward();
+    }
+    Tensor loss = Tensor::full({1}, local_loss);
     world->all_reduce(loss)->wait();
     const float ref_loss = ref->run_forward(ref_ctx).loss;
     EXPECT_NEAR(loss.item(), ref_loss, 1e-5 * std::abs(ref_loss)) << "step " << step;
-    chunks.end_forward();
-    model->run_backward(ctx, 1.0f / float(N));  // summed over ranks: the gradient of the mean
-    chunks.end_backward();
     ref->zero_grad();
     ref->run_backward(ref_ctx);
     double ref_norm = 0;
@@ -79,6 +90,7 @@ TEST_P(ZeroChunks, MatchOneProcess) {
     const int chunk = chunks.layout().places[i].chunk;
     if (!chunks.owns(chunk)) {
       EXPECT_EQ(chunks.resident(chunk), k.stage < 3) << p.name;
+      EXPECT_GT(k.stage, 0) << p.name;  // stage 0: every rank owns everything
       continue;
     }
     ++owned;
@@ -87,20 +99,26 @@ TEST_P(ZeroChunks, MatchOneProcess) {
   }
   Tensor total = Tensor::full({1}, float(owned));
   world->all_reduce(total)->wait();
-  EXPECT_EQ(int(total.item()), int(chunks.parameters().size()));  // every parameter has one owner
-  // Model data per rank (fp32 param list): the optimizer's 12 bytes per element sharded, the
-  // param list whole (stages 1, 2: 4M + 12M/N) or sharded (stage 3: 16M/N), up to the chunks'
-  // padding and fragmentation.
+  // Every parameter has one owner (stage 0: N, every rank).
+  EXPECT_EQ(int(total.item()), int(chunks.parameters().size()) * (k.stage == 0 ? N : 1));
+  // Model data per rank (fp32 param list): the optimizer's 12 bytes per element whole (stage 0:
+  // 16M) or sharded, the param list whole (stages 1, 2: 4M + 12M/N) or sharded (stage 3: 16M/N),
+  // up to the chunks' padding and fragmentation; accumulation adds a fp32 grad list, sharded as
+  // the optimizer's.
   const double space = double(chunks.layout().chunks) * double(chunks.layout().chunk_elements);
-  const double expected = k.stage == 3 ? 16 * space / N : 4 * space + 12 * space / N;
+  const double optimizer = (accumulate ? 16 : 12) * space / (k.stage == 0 ? 1 : N);
+  const double expected = (k.stage == 3 ? 4 * space / N : 4 * space) + optimizer;
   EXPECT_EQ(double(chunks.model_data_bytes()), expected);
   EXPECT_LT(space, 1.5 * M);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroChunks,
-                         ::testing::Values(Case{1, false}, Case{2, false}, Case{3, false}, Case{3, true}),
+                         ::testing::Values(Case{0, false, 1}, Case{1, false, 1}, Case{2, false, 1}, Case{3, false, 1},
+                                           Case{3, true, 1}, Case{0, false, 2}, Case{1, false, 2}, Case{2, false, 2},
+                                           Case{3, true, 2}),
                          [](const auto& info) {
-                           return "stage" + std::to_string(info.param.stage) + (info.param.recompute ? "_recomputed" : "");
+                           return "stage" + std::to_string(info.param.stage) + (info.param.recompute ? "_recomputed" : "") +
+                                  (info.param.micro_batches > 1 ? "_accumulated" : "");
                          });
 
 }  // namespace

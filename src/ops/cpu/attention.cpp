@@ -1,7 +1,10 @@
 // CPU attention: one (batch, head) pair per task, each doing its GEMMs with single-threaded
 // OpenBLAS calls (the OpenMP build runs sgemm serially inside a parallel region). Q, K and V are
-// read in place from qkv with leading dimension 3C; nothing is transposed or copied.
+// read in place from qkv with leading dimension 3C; nothing is transposed or copied. bf16 / fp16
+// inputs are widened to fp32 copies and the results rounded back (the probabilities stay fp32).
 #include "ops/attention.h"
+
+#include "ops/cast.h"
 
 #include "ops/cpu/softmax_row.h"
 #include "ops/cpu/typed.h"
@@ -21,7 +24,7 @@ struct Dims {
 Dims check(const Tensor& qkv, const Tensor& probs, const AttentionOptions& opt) {
   expect_cpu_contiguous(qkv, "attention qkv");
   expect_cpu_contiguous(probs, "attention probs");
-  TIDAL_ASSERT(qkv.dtype() == DType::f32 && probs.dtype() == DType::f32, "CPU attention is fp32, got {}", qkv.str());
+  TIDAL_ASSERT(probs.dtype() == DType::f32, "attention probabilities are fp32, got {}", probs.str());
   TIDAL_ASSERT(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0, "attention qkv {}", qkv.str());
   Dims d{qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, opt.n_head, 0};
   TIDAL_ASSERT(d.H > 0 && d.C % d.H == 0, "attention: {} channels, {} heads", d.C, d.H);
@@ -35,9 +38,23 @@ Dims check(const Tensor& qkv, const Tensor& probs, const AttentionOptions& opt) 
   return d;
 }
 
+Tensor widened(const Tensor& t) {
+  if (t.dtype() == DType::f32) return t;
+  Tensor w = Tensor::empty(t.shape());
+  cast(w, t);
+  return w;
+}
+
 }  // namespace
 
 void attention_forward(Tensor& y, Tensor& probs, const Tensor& qkv, const AttentionOptions& opt) {
+  if (qkv.dtype() != DType::f32) {
+    TIDAL_ASSERT(y.dtype() == qkv.dtype(), "attention y {} for qkv {}", y.str(), qkv.str());
+    Tensor y32 = Tensor::empty(y.shape());
+    cpu::attention_forward(y32, probs, widened(qkv), opt);
+    cast(y, y32);
+    return;
+  }
   const Dims d = check(qkv, probs, opt);
   expect_cpu_contiguous(y, "attention y");
   TIDAL_ASSERT(y.shape() == Shape({d.B, d.T, d.C}) && y.dtype() == DType::f32, "attention y {}", y.str());
@@ -74,6 +91,13 @@ void attention_forward(Tensor& y, Tensor& probs, const Tensor& qkv, const Attent
 
 void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Tensor& probs,
                         const AttentionOptions& opt) {
+  if (qkv.dtype() != DType::f32) {
+    expect_same(dqkv, qkv, "attention dqkv/qkv");
+    Tensor dqkv32 = Tensor::empty(dqkv.shape());
+    cpu::attention_backward(dqkv32, widened(dy), widened(qkv), probs, opt);
+    cast(dqkv, dqkv32);
+    return;
+  }
   const Dims d = check(qkv, probs, opt);
   expect_cpu_contiguous(dy, "attention dy");
   expect_cpu_contiguous(dqkv, "attention dqkv");

@@ -19,6 +19,7 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
   const float step_size = opt.lr / bc1;
   const float bc2_sqrt = std::sqrt(bc2);
   const float decay = 1.0f - opt.lr * opt.weight_decay;
+  const float unscale = 1.0f / opt.grad_scale;
   const std::int64_t n = param.numel();
   float* p = param.data<float>();
   float* pm = m.data<float>();
@@ -27,7 +28,7 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
     const G* pg = grad.data<G>();
 #pragma omp parallel for simd schedule(static)
     for (std::int64_t i = 0; i < n; ++i) {
-      const float g = to_float(pg[i]);
+      const float g = to_float(pg[i]) * unscale;
       const float mi = opt.beta1 * pm[i] + (1.0f - opt.beta1) * g;
       const float vi = opt.beta2 * pv[i] + (1.0f - opt.beta2) * g * g;
       pm[i] = mi;
