@@ -160,6 +160,8 @@ void validate(const Config& c) {
               t.batch_size);
   TIDAL_CHECK(t.lr > 0 && t.min_lr >= 0 && t.min_lr <= t.lr, "need 0 <= train.min_lr <= train.lr and train.lr > 0");
   TIDAL_CHECK(t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)");
+  TIDAL_CHECK(t.loss_scale > 0, "train.loss_scale must be > 0, got {}", t.loss_scale);
+  TIDAL_CHECK(t.loss_scale_window >= 1, "train.loss_scale_window must be >= 1, got {}", t.loss_scale_window);
   TIDAL_CHECK(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "train.beta1 and train.beta2 must be in [0, 1)");
   check_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
   check_one_of("train.activation_checkpointing", t.activation_checkpointing, {"none", "blocks", "every_k"});
@@ -216,9 +218,18 @@ void validate(const Config& c) {
   if (!c.memory.device_limit.empty()) parse_bytes(c.memory.device_limit, "memory.device_limit");
   TIDAL_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
 
+  // Mixed precision and ZeRO keep the model data in chunks (memory/chunk_manager.h), shared by
+  // the data-parallel ranks only.
+  if (c.zero.stage > 0 || t.precision != "fp32") {
+    const std::string why = c.zero.stage > 0 ? fmt::format("zero.stage = {}", c.zero.stage)
+                                             : fmt::format("train.precision = \"{}\"", t.precision);
+    TIDAL_CHECK(p.pipeline == 1 && p.tensor.size == 1 && p.sequence == 1,
+                "{} keeps the model data in chunks shared by the data-parallel ranks, and runs with parallel.data "
+                "alone for now: set parallel.pipeline, parallel.tensor.size and parallel.sequence to 1 (they are {}, "
+                "{} and {})",
+                why, p.pipeline, p.tensor.size, p.sequence);
+  }
   // Parsed and valid, but not built yet: say so rather than ignore it.
-  if (t.precision != "fp32") not_available(fmt::format("train.precision = \"{}\" (CPU training runs fp32)", t.precision));
-  if (c.zero.stage > 0) not_available(fmt::format("zero.stage = {}", c.zero.stage));
   if (c.memory.offload != "none") not_available(fmt::format("memory.offload = \"{}\"", c.memory.offload));
 }
 

@@ -44,6 +44,8 @@ struct TrainConfig {
   double grad_clip = 1.0;  // 0 = off
   std::uint64_t seed = 1;
   std::string precision = "fp32";  // fp32 | bf16 | fp16
+  double loss_scale = 65536.0;     // fp16: the first dynamic loss scale
+  std::int64_t loss_scale_window = 1000;  // fp16: finite steps before it doubles
   std::int64_t eval_every = 200;   // 0 = only at the end
   std::int64_t eval_batches = 16;
   std::int64_t log_every = 50;     // plain progress lines when not on a terminal

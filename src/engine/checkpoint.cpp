@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 namespace tidal::engine {
 namespace fs = std::filesystem;
@@ -98,6 +99,11 @@ void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& ad
   if (groups.pipeline && groups.pipeline->group->size() > 1 && (!tensor_group || tensor_group->rank() == 0))
     share_with_first_stage(*groups.pipeline, params, weights, moments);
   if (!groups.writer) return;
+  write_checkpoint(dir, step, weights, moments, {.adamw_step = adam.steps_taken()}, config_toml, keep, layout);
+}
+
+void write_checkpoint(const std::string& dir, std::int64_t step, const NamedTensors& weights, const NamedTensors& moments,
+                      const OptimizerMeta& meta, const std::string& config_toml, int keep, const std::string& layout) {
   const fs::path root(dir);
   std::error_code ec;
   fs::create_directories(root, ec);
@@ -113,8 +119,12 @@ void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& ad
   io::save_safetensors((tmp / "model.safetensors").string(), weights,
                        {{"format", kFormat}, {"step", std::to_string(step)}, {"config", config_toml},
                         {"layout", layout}});
-  io::save_safetensors((tmp / "optimizer.safetensors").string(), moments,
-                       {{"format", kFormat}, {"adamw_step", std::to_string(adam.steps_taken())}});
+  std::map<std::string, std::string> counters{{"format", kFormat}, {"adamw_step", std::to_string(meta.adamw_step)}};
+  if (meta.loss_scale > 0) {
+    counters["loss_scale"] = fmt::format("{}", meta.loss_scale);
+    counters["loss_scale_good_steps"] = std::to_string(meta.loss_scale_good_steps);
+  }
+  io::save_safetensors((tmp / "optimizer.safetensors").string(), moments, counters);
   fsync_dir(tmp);
   fs::rename(tmp, root / name);
   fsync_dir(root);
@@ -155,9 +165,18 @@ CheckpointInfo load_checkpoint(const std::string& path, optim::AdamW& adam) {
     take(moments, "m." + params[i]->name, *params[i], adam.momentum(i));
     take(moments, "v." + params[i]->name, *params[i], adam.variance(i));
   }
-  adam.set_steps_taken(std::stoll(moments.metadata.at("adamw_step")));
-  return {.step = std::stoll(weights.metadata.at("step")), .config_toml = weights.metadata["config"],
-          .layout = weights.metadata["layout"], .path = dir.string()};
+  CheckpointInfo info;
+  info.step = std::stoll(weights.metadata.at("step"));
+  info.config_toml = weights.metadata["config"];
+  info.layout = weights.metadata["layout"];
+  info.path = dir.string();
+  info.optimizer.adamw_step = std::stoll(moments.metadata.at("adamw_step"));
+  if (moments.metadata.count("loss_scale")) {
+    info.optimizer.loss_scale = std::stod(moments.metadata.at("loss_scale"));
+    info.optimizer.loss_scale_good_steps = std::stoll(moments.metadata.at("loss_scale_good_steps"));
+  }
+  adam.set_steps_taken(info.optimizer.adamw_step);
+  return info;
 }
 
 }  // namespace tidal::engine

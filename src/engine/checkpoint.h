@@ -13,11 +13,19 @@
 
 namespace tidal::engine {
 
+// The optimizer file's counters.
+struct OptimizerMeta {
+  std::int64_t adamw_step = 0;  // updates applied (steps skipped on an fp16 overflow are not)
+  double loss_scale = 0;        // fp16's dynamic loss scale; 0 = none
+  std::int64_t loss_scale_good_steps = 0;
+};
+
 struct CheckpointInfo {
-  std::int64_t step = 0;  // optimizer steps completed
+  std::int64_t step = 0;  // training steps completed
   std::string config_toml;
   std::string layout;  // the saving run's layout (ParallelContext::describe as JSON)
   std::string path;    // the step directory read
+  OptimizerMeta optimizer;
 };
 
 // Pipeline parallelism: the first stage writes what every stage holds. sent_by[s] lists the
@@ -43,6 +51,12 @@ struct SaveGroups {
 // as ParallelContext::describe) and the config are kept in the metadata.
 void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& adam, const std::string& config_toml,
                      int keep, const std::string& layout = "{}", const SaveGroups& groups = {});
+
+// Writes whole tensors as save_checkpoint does: `weights` by parameter name, `moments` as
+// "m.<name>" and "v.<name>".
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+void write_checkpoint(const std::string& dir, std::int64_t step, const NamedTensors& weights, const NamedTensors& moments,
+                      const OptimizerMeta& meta, const std::string& config_toml, int keep, const std::string& layout);
 
 // Loads `path` (a step directory, or a checkpoint directory and then its `latest`) into the
 // optimizer's parameters and moments, each rank taking its block of every tensor. Every

@@ -5,6 +5,7 @@
 #include "engine/gradient_reducer.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
+#include "engine/model_data.h"
 #include "engine/progress.h"
 #include "models/factory.h"
 #include "nn/cross_entropy_loss.h"
@@ -13,7 +14,7 @@
 #include "nn/tp/shard.h"
 #include "ops/cross_entropy.h"
 #include "ops/grad_norm.h"
-#include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 #include "pipeline/engine.h"
 #include "pipeline/stage_costs.h"
 
@@ -43,8 +44,9 @@ double sum_over_replicas(parallel::ParallelContext& pc, double value) {
 // Mean loss over the valid targets of the fixed eval set: samples [0, eval_batches * batch_size)
 // of the eval split, whatever the layout. Each replica takes its slice of every batch, in
 // micro-batches, and weighs each micro-batch's mean by its targets.
-double evaluate(pipeline::PipelineEngine& engine, const data::Dataset& dataset, nn::Runner& runner,
-                const config::Config& cfg, std::int64_t micro, parallel::ParallelContext& pc, Allocator& activations) {
+double evaluate(pipeline::PipelineEngine& engine, ModelData& model_data, const data::Dataset& dataset,
+                nn::Runner& runner, const config::Config& cfg, std::int64_t micro, parallel::ParallelContext& pc,
+                Allocator& activations) {
   const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
   const std::int64_t B = cfg.train.batch_size, local = B / replicas;
   double total = 0, targets = 0;
@@ -55,6 +57,7 @@ double evaluate(pipeline::PipelineEngine& engine, const data::Dataset& dataset, 
           .runner = &runner, .training = false, .seed = cfg.train.seed, .batch = &batch, .activations = &activations};
       const double count = double(nn::valid_targets(batch));
       total += engine.evaluate(state) * count;
+      model_data.end_forward_only();
       targets += count;
     }
   }
@@ -107,19 +110,21 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   pipeline::PipelineEngine engine(*model, pc, pipeline_options);
   // Activations (and their gradients) have a pool of their own, so their peak is measured alone.
   HostAllocator activations;
-  engine.materialize(tc.seed);
-  const std::vector<nn::Parameter*>& params = engine.parameters();
-  optim::AdamW adam(params, {.lr = float(tc.lr), .beta1 = float(tc.beta1), .beta2 = float(tc.beta2), .eps = 1e-8f,
-                             .weight_decay = float(tc.weight_decay)});
+  nn::Runner runner;
+  const std::unique_ptr<ModelData> model_data = make_model_data(cfg, *model, engine, pc, runner, options.resume_path);
   const std::string config_toml = config::to_toml(cfg);
+  // fp16: dynamic loss scaling; the other precisions train unscaled.
+  std::optional<optim::LossScaler> scaler;
+  if (tc.precision == "fp16") scaler.emplace(optim::LossScalerOptions{.initial = tc.loss_scale, .window = tc.loss_scale_window});
 
   std::int64_t start = 0;
-  if (!options.resume_path.empty()) {
-    const CheckpointInfo info = load_checkpoint(options.resume_path, adam);
-    start = info.step;
+  if (const auto& info = model_data->resumed()) {
+    start = info->step;
     TIDAL_CHECK(start < tc.steps, "checkpoint '{}' is at step {}: nothing left to train up to train.steps = {}",
-                info.path, start, tc.steps);
-    progress.line(fmt::format("resumed from {} at step {}", info.path, start));
+                info->path, start, tc.steps);
+    if (scaler && info->optimizer.loss_scale > 0)
+      scaler->restore(info->optimizer.loss_scale, info->optimizer.loss_scale_good_steps);
+    progress.line(fmt::format("resumed from {} at step {}", info->path, start));
   }
   // Positions per sample: tokens, or for ViT the patches and the class token.
   const std::int64_t T = cfg.model.type == "vit"
@@ -134,26 +139,16 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                             cfg.model.n_head, B, T, accum > 1 ? fmt::format(" in {} micro-batches", accum) : ""));
   progress.line("data: " + dataset->describe());
 
-  nn::Runner runner;
-  // Ranks holding the same parameters: data replicas, and the sequence ring's positions, whose
-  // gradients are each their positions' share. Their sum is the step's gradient.
-  // (Without a ring that is the data group itself, whose name the metrics then report.)
-  comm::Communicator& gradient_group = pc.group(pc.layout().spec().sequence > 1 ? parallel::GroupKind::data_sequence
-                                                                                 : parallel::GroupKind::data);
-  std::optional<GradientReducer> reducer;
-  if (gradient_group.size() > 1) {
-    reducer.emplace(engine.layers(), params, gradient_group, std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
-    runner.add_hooks(&*reducer);
-  }
   if (replicas > 1) {
-    progress.line(fmt::format("data parallel: {} replicas of {} sequences{}, gradients in {} buckets of {} MiB", replicas,
-                              local, accum > 1 ? fmt::format(" ({} micro-batches)", accum) : "",
-                              reducer->bucket_count(), cfg.parallel.bucket_mb));
+    progress.line(fmt::format("data parallel: {} replicas of {} sequences{}", replicas, local,
+                              accum > 1 ? fmt::format(" ({} micro-batches)", accum) : ""));
   }
+  if (const std::string line = model_data->describe(); !line.empty()) progress.line(line);
+  if (scaler) progress.line(fmt::format("fp16: dynamic loss scale from {}", scaler->scale()));
   if (const int ring = pc.layout().spec().sequence; ring > 1) {
     progress.line(fmt::format("sequence parallel: a ring of {} ranks with {} positions each (ring self-attention), "
                               "gradients summed over {} ranks",
-                              ring, T / ring, gradient_group.size()));
+                              ring, T / ring, pc.group(parallel::GroupKind::data_sequence).size()));
   }
   if (stages > 1) {
     std::string split;
@@ -178,16 +173,8 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                                 costs));
     }
   }
-  std::vector<Tensor> grads;
-  for (nn::Parameter* p : params) grads.push_back(p->grad);
-  // What each later stage sends the first when a checkpoint is saved: what the first lacks.
-  PipelineShare stage_share{.group = &pc.group(parallel::GroupKind::pipeline),
-                            .sent_by = std::vector<std::vector<const nn::Parameter*>>(std::size_t(stages))};
-  const std::vector<nn::Parameter*> first_stage = engine.parameters_of(0);
-  for (int s = 1; s < stages; ++s) {
-    for (nn::Parameter* p : engine.parameters_of(s))
-      if (std::find(first_stage.begin(), first_stage.end(), p) == first_stage.end()) stage_share.sent_by[std::size_t(s)].push_back(p);
-  }
+  const GradientReducer* reducer = model_data->reducer();
+  std::int64_t skipped = 0;
   const std::int64_t warm = std::min<std::int64_t>(3, std::max<std::int64_t>(0, end - start - 1));
   double timed_seconds = 0, train_loss = 0, comm_seconds = 0, exposed_seconds = 0;
   std::int64_t timed_steps = 0;
@@ -196,8 +183,8 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   for (std::int64_t step = start; step < end; ++step) {
     const auto t0 = Clock::now();
     const double lr = schedule.at(step);
-    adam.set_lr(float(lr));
-    engine.zero_grad();
+    model_data->zero_grad();
+    const double loss_scale = scaler ? scaler->scale() : 1.0;
     std::vector<nn::Batch> batches;
     std::vector<double> targets;  // valid targets per micro-batch
     for (std::int64_t m = 0; m < accum; ++m) {
@@ -211,25 +198,25 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     for (std::int64_t m = 0; m < accum; ++m)
       micro_batches.push_back({.batch = &batches[std::size_t(m)],
                                .first_sample = replica * local + m * micro,
-                               .loss_scale = float(all_targets > 0 ? targets[std::size_t(m)] / all_targets : 0.0)});
+                               .loss_scale = float(all_targets > 0 ? targets[std::size_t(m)] / all_targets : 0.0),
+                               .gradient_scale = float(loss_scale)});
     const nn::StepState state{.runner = &runner, .training = true, .seed = tc.seed, .step = std::uint32_t(step),
                               .activations = &activations};
-    // With one chunk per rank the reducer overlaps with the last micro-batch's backward; with
-    // several, chunks finish at different times and it all-reduces after backward.
-    double loss = engine.train(micro_batches, state, [&](const pipeline::Action& a) {
-      if (reducer && engine.chunks() == 1) reducer->set_sync(a.micro_batch + 1 == accum);
-    });
-    if (reducer) {
-      if (engine.chunks() > 1) reducer->set_sync(true);
-      reducer->finish();
-    }
+    double loss = engine.train(micro_batches, state, model_data->hooks(accum));
+    model_data->finish_backward();
     if (replicas > 1) loss = sum_over_replicas(pc, loss);
-    engine.reduce_tied_gradients();
-    // Parameters held by several ranks of a tensor grid that saw different samples.
-    nn::tp::reduce_replicated_gradients(params);
-    const double norm = std::sqrt(engine.squared_gradient_norm());
-    if (tc.grad_clip > 0) ops::clip_to_norm(grads, norm, tc.grad_clip);
-    adam.step();
+    // The gradient carries the loss scale; its norm is not finite on every rank when it
+    // overflowed on any (the norm is summed over them).
+    const double norm = std::sqrt(model_data->squared_gradient_norm()) / loss_scale;
+    const bool applied = scaler ? scaler->update(std::isfinite(norm)) : true;
+    if (applied) {
+      model_data->step(float(lr), float(loss_scale), norm, tc.grad_clip);
+    } else {
+      model_data->skip_step();
+      ++skipped;
+      progress.line(fmt::format("step {}: gradient overflowed in fp16 at loss scale {}: step skipped, scale now {}",
+                                step + 1, loss_scale, scaler->scale()));
+    }
     train_loss = loss;
 
     const double dt = seconds_since(t0);
@@ -250,25 +237,25 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
       record["allreduce_s"] = reducer->comm_seconds();
       record["allreduce_exposed_s"] = reducer->exposed_seconds();
     }
+    if (scaler) {
+      record["loss_scale"] = loss_scale;
+      record["skipped"] = !applied;
+    }
     metrics.write(record);
     progress.step({step + 1, tc.steps, loss, lr, tokens_per_s, eta, host_allocator().peak_bytes(),
                    activations.peak_bytes()});
 
     if (tc.eval_every > 0 && (step + 1) % tc.eval_every == 0 && step + 1 < tc.steps) {
-      const double eval = evaluate(engine, *dataset, runner, cfg, micro, pc, activations);
+      const double eval = evaluate(engine, *model_data, *dataset, runner, cfg, micro, pc, activations);
       metrics.write({{"step", step + 1}, {"eval_loss", eval}});
       progress.line(fmt::format("step {}: eval loss {:.4f}{}", step + 1, eval,
                                 floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
     }
     const bool last = step + 1 == end;
-    // Replicas and ring positions hold identical weights and optimizer state: each stage's tensor
-    // group gathers them, the stages send them to the first, and the main rank writes.
-    if (pc.layout().group_index(parallel::GroupKind::data_sequence, pc.rank()) == 0 && !cfg.checkpoint.dir.empty() &&
-        (last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0))) {
-      save_checkpoint(cfg.checkpoint.dir, step + 1, adam, config_toml, cfg.checkpoint.keep, pc.describe().dump(),
-                      {.tensor = &pc.group(parallel::GroupKind::tensor),
-                       .pipeline = stages > 1 ? &stage_share : nullptr,
-                       .writer = pc.is_main()});
+    if (!cfg.checkpoint.dir.empty() && (last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0))) {
+      const OptimizerMeta counters{.loss_scale = scaler ? scaler->scale() : 0.0,
+                                   .loss_scale_good_steps = scaler ? scaler->good_steps() : 0};
+      model_data->save(cfg.checkpoint.dir, step + 1, counters, config_toml, cfg.checkpoint.keep);
       if (!last) progress.line(fmt::format("step {}: checkpoint written to {}", step + 1, cfg.checkpoint.dir));
     }
   }
@@ -277,7 +264,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   TrainSummary summary;
   summary.steps_done = end;
   summary.final_train_loss = train_loss;
-  summary.final_loss = evaluate(engine, *dataset, runner, cfg, micro, pc, activations);
+  summary.final_loss = evaluate(engine, *model_data, *dataset, runner, cfg, micro, pc, activations);
   summary.tokens_per_s = timed_steps ? double(timed_steps * B * T) / timed_seconds : 0.0;
   summary.entropy_floor = floor;
   nlohmann::json record = {{"summary", true},
@@ -289,9 +276,16 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                            {"parameters", model->num_parameters()},
                            {"peak_bytes", {{"host", host_allocator().peak_bytes()}, {"activations", activations.peak_bytes()}}},
                            {"activation_checkpointing", tc.activation_checkpointing},
+                           {"precision", tc.precision},
+                           {"zero_stage", cfg.zero.stage},
+                           {"model_data", model_data->memory()},
                            {"layout", pc.describe()},
                            {"communication", pc.communication_stats()}};
   if (floor) record["entropy_floor"] = *floor;
+  if (scaler) {
+    record["skipped_steps"] = skipped;
+    record["loss_scale"] = scaler->scale();
+  }
   if (reducer && comm_seconds > 0) {
     summary.allreduce_hidden_fraction = 1.0 - exposed_seconds / comm_seconds;
     record["allreduce_hidden_fraction"] = *summary.allreduce_hidden_fraction;
@@ -306,7 +300,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   if (summary.allreduce_hidden_fraction) {
     progress.line(fmt::format("gradients: all-reduce over {} ranks {:.1f} ms per step, {:.0f}% of it hidden behind "
                               "backward",
-                              gradient_group.size(), 1e3 * comm_seconds / double(timed_steps),
+                              replicas * pc.layout().spec().sequence, 1e3 * comm_seconds / double(timed_steps),
                               100 * *summary.allreduce_hidden_fraction));
   }
   if (!cfg.checkpoint.dir.empty()) progress.line(fmt::format("checkpoint: {}", cfg.checkpoint.dir));

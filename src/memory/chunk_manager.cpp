@@ -370,6 +370,37 @@ double ChunkManager::squared_gradient_norm() {
 }
 
 
+void ChunkManager::gather_state(const StateVisitor& visit) {
+  const std::int64_t C = layout_.chunk_elements;
+  const ChunkKind kinds[] = {ChunkKind::master, ChunkKind::momentum, ChunkKind::variance};
+  for (std::size_t g = 0; g < reduced_.size(); ++g) {
+    const int first = int(g) * layout_.group_size;
+    Tensor whole[3];  // the group's chunks of each kind, back to back
+    for (int k = 0; k < 3; ++k) {
+      whole[k] = Tensor::empty({C * layout_.group_size});
+      if (sharded()) {
+        options_.group->all_gather(whole[k], list(kinds[k])[std::size_t(first + rank_)])->wait();
+      } else {
+        for (int r = 0; r < layout_.group_size; ++r)
+          whole[k].slice(0, r * C, (r + 1) * C).copy_from(list(kinds[k])[std::size_t(first + r)]);
+      }
+    }
+    for (int r = 0; r < layout_.group_size; ++r)
+      for (std::size_t i : tensors_of(first + r)) {
+        const nn::Parameter& p = *tracked_[i].param;
+        const std::int64_t at = r * C + layout_.places[i].offset;
+        auto view = [&](const Tensor& t) { return t.slice(0, at, at + p.shape.numel()).reshape(p.shape); };
+        visit(p, view(whole[0]), view(whole[1]), view(whole[2]));
+      }
+  }
+}
+
+void ChunkManager::load_moments(const nn::Parameter& p, const Tensor& momentum, const Tensor& variance) {
+  if (!owns(layout_.places[index_.at(&p)].chunk)) return;
+  slot(ChunkKind::momentum, p).copy_from(momentum);
+  slot(ChunkKind::variance, p).copy_from(variance);
+}
+
 std::int64_t ChunkManager::model_data_bytes() const {
   std::int64_t bytes = 0;
   for (const auto& [kind, chunks] : lists_)

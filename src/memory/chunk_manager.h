@@ -98,6 +98,15 @@ class ChunkManager final : public nn::ModuleHooks {
   // every rank when any rank's part overflowed.
   double squared_gradient_norm();
 
+  // For a checkpoint: visits every parameter with its whole fp32 master copy, momentum and
+  // variance (views valid during the call), on every rank of the group (a collective: the owners'
+  // chunks are all-gathered a communication group at a time).
+  using StateVisitor = std::function<void(const nn::Parameter&, const Tensor& master, const Tensor& momentum,
+                                          const Tensor& variance)>;
+  void gather_state(const StateVisitor& visit);
+  // From a checkpoint: p's moments, where this rank owns p (its master copy came from p.data).
+  void load_moments(const nn::Parameter& p, const Tensor& momentum, const Tensor& variance);
+
   TensorState state(const nn::Parameter& p) const;
   Placement placement(int chunk) const;  // of param chunk `chunk`
   const ChunkLayout& layout() const { return layout_; }

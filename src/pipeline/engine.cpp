@@ -157,7 +157,7 @@ void PipelineEngine::finish_sends() {
 }
 
 double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const nn::StepState& state,
-                             const std::function<void(const Action&)>& before_backward) {
+                             const ActionHooks& hooks) {
   const auto start = Clock::now();
   profile_ = {};
   begin_call();
@@ -200,12 +200,13 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
     } else {
       auto it = live.find({a.micro_batch, a.chunk});
       TIDAL_ASSERT(it != live.end(), "backward of micro-batch {} before its forward", a.micro_batch);
-      if (before_backward) before_backward(a);
+      if (hooks.before_backward) hooks.before_backward(a);
       const auto t0 = Clock::now();
-      const Tensor dx = run_backward(vs, vs == last ? Tensor::full({1}, mb.loss_scale) : input, *it->second);
+      const Tensor dx = run_backward(vs, vs == last ? Tensor::full({1}, mb.loss_scale * mb.gradient_scale) : input, *it->second);
       profile_.compute_seconds += seconds_since(t0);
       if (vs > 0) send(dx, {vs - 1, true});
       live.erase(it);
+      if (hooks.after_backward) hooks.after_backward(a);
     }
   }
   finish_sends();

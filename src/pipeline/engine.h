@@ -37,6 +37,7 @@ struct MicroBatch {
   const nn::Batch* batch = nullptr;
   std::int64_t first_sample = 0;  // index of its first sample in the step's global batch
   float loss_scale = 1.0f;        // weight of its mean loss in the step's loss
+  float gradient_scale = 1.0f;    // a further factor on its gradient only (fp16's dynamic loss scale)
 };
 
 struct PipelineOptions {
@@ -44,6 +45,12 @@ struct PipelineOptions {
   bool scatter_gather = true;      // 1D tensor parallelism: send 1/t, all-gather in the next stage
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int chunks = 1;  // virtual stages per rank (interleaved)
+};
+
+// Called around each backward action of train(): a gradient reducer arms itself for the last
+// micro-batch, a chunk manager closes the forward pass and completes the gradients.
+struct ActionHooks {
+  std::function<void(const Action&)> before_backward, after_backward;
 };
 
 // Where one rank's time went in its last train() call.
@@ -75,11 +82,10 @@ class PipelineEngine {
   void zero_grad();
 
   // Forward and backward of every micro-batch in the schedule's order. `state` gives the runner,
-  // seed, step and allocator; each micro-batch its batch and first sample. before_backward, if
-  // given, is called before each backward (a gradient reducer arms itself for the last
-  // micro-batch). Returns the sum of loss_scale x loss, on every rank of the pipeline.
+  // seed, step and allocator; each micro-batch its batch and first sample; `hooks` run around
+  // each backward. Returns the sum of loss_scale x loss, on every rank of the pipeline.
   double train(const std::vector<MicroBatch>& micro_batches, const nn::StepState& state,
-               const std::function<void(const Action&)>& before_backward = {});
+               const ActionHooks& hooks = {});
   const StepProfile& last_step() const { return profile_; }
   // The mean loss of one micro-batch, forward only, on every rank of the pipeline.
   double evaluate(const nn::StepState& state);

@@ -39,7 +39,10 @@ expect missing-config "nope.toml" -- train -c "$dir/nope.toml"
 expect toml-syntax "syntax.toml:1" -- train -c "$dir/syntax.toml"
 expect bad-set-value "train.lr must be a number" -- train --set train.lr=fast
 expect unknown-set-key "model.layers" -- train --set model.layers=3
-expect not-built "zero.stage = 1 is not available" -- train --set zero.stage=1
+expect not-built "memory.offload = \"chunk\" is not available" -- train --set memory.offload=chunk
+expect zero-with-pipeline "set parallel.pipeline, parallel.tensor.size and parallel.sequence to 1" -- \
+  train --set zero.stage=2 --set parallel.pipeline=2
+expect bad-loss-scale "train.loss_scale must be > 0" -- train --set train.precision=fp16 --set train.loss_scale=0
 expect bad-size "memory.device_limit" -- train --set memory.device_limit=lots
 expect bad-enum "model.type" -- train --set model.type=llama
 expect bad-flag "stop-after" -- train --stop-after -3

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 namespace tidal::memory {
 namespace {
@@ -110,6 +111,66 @@ TEST_P(ZeroChunks, MatchOneProcess) {
   const double expected = (k.stage == 3 ? 4 * space / N : 4 * space) + optimizer;
   EXPECT_EQ(double(chunks.model_data_bytes()), expected);
   EXPECT_LT(space, 1.5 * M);
+}
+
+// fp16's overflow check: an infinity in one rank's owned gradient (stage 2: no other rank holds
+// it) makes the gradient norm, summed over the group, infinite on every rank; every rank skips
+// that step (the param list is restored from the unchanged master copy), and the next step trains
+// like a single process that skipped it too.
+TEST(ZeroChunks, AnOverflowOnOneRankSkipsTheStepOnEvery) {
+  auto world = testing::mpi().world(comm::Seconds(60));
+  const int N = world->size(), rank = world->rank();
+  auto model = models::make_model(testing::tiny_gpt(2)), ref = models::make_model(testing::tiny_gpt(2));
+  model->materialize(9);
+  ref->materialize(9);
+  ChunkManager chunks(*model, model->parameters(), {.chunk_elements = 1200, .zero_stage = 2, .group = world.get()});
+  const ops::AdamWOptions opt{.lr = 1e-2f, .eps = 1e-6f};
+  optim::AdamW adam(ref->parameters(), opt);
+  nn::Runner runner, ref_runner;
+  runner.add_hooks(&chunks);
+  std::int64_t applied = 0;
+  for (int step = 1; step <= 3; ++step) {
+    nn::Batch batch;
+    batch.tokens = testing::randint({2 * N, 8}, 300 + std::uint64_t(step), 0, 40);
+    batch.targets = testing::randint({2 * N, 8}, 400 + std::uint64_t(step), 0, 40);
+    const nn::Batch mine = testing::batch_rows(batch, rank * 2, 2);
+    nn::StepState state{.runner = &runner, .seed = 9, .step = std::uint32_t(step), .batch = &mine};
+    nn::Context ctx(state);
+    model->run_forward(ctx);
+    chunks.end_forward();
+    model->run_backward(ctx, 1.0f / float(N));
+    chunks.end_backward();
+    const bool overflow_here = step == 2 && rank == N - 1;
+    if (overflow_here) {
+      for (std::size_t i = 0; i < chunks.parameters().size(); ++i)
+        if (chunks.owns(chunks.layout().places[i].chunk)) {
+          chunks.gradient(*chunks.parameters()[i]).data<float>()[0] = std::numeric_limits<float>::infinity();
+          break;
+        }
+    }
+    const double norm2 = chunks.squared_gradient_norm();
+    EXPECT_EQ(std::isfinite(norm2), step != 2) << "step " << step << " rank " << rank;
+    if (!std::isfinite(norm2)) {
+      chunks.skip_step();
+      continue;
+    }
+    chunks.adamw_step(opt, ++applied);
+    nn::StepState ref_state{.runner = &ref_runner, .seed = 9, .step = std::uint32_t(step), .batch = &batch};
+    nn::Context ref_ctx(ref_state);
+    ref->run_forward(ref_ctx);
+    ref->zero_grad();
+    ref->run_backward(ref_ctx);
+    adam.step();
+  }
+  for (std::size_t i = 0; i < chunks.parameters().size(); ++i) {
+    const nn::Parameter& p = *chunks.parameters()[i];
+    EXPECT_EQ(chunks.state(p), TensorState::hold) << p.name;
+    if (!chunks.owns(chunks.layout().places[i].chunk)) continue;
+    EXPECT_TRUE(testing::all_close(chunks.slot(ChunkKind::master, p), ref->parameter(p.name).data, testing::kFp32))
+        << p.name;
+    EXPECT_TRUE(testing::all_close(chunks.slot(ChunkKind::param, p), ref->parameter(p.name).data, testing::kFp32))
+        << p.name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroChunks,

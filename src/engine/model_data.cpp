@@ -1,0 +1,230 @@
+#include "engine/model_data.h"
+
+#include "engine/progress.h"
+#include "memory/chunk_manager.h"
+#include "nn/tp/shard.h"
+#include "ops/grad_norm.h"
+#include "optim/adamw.h"
+
+#include <algorithm>
+
+namespace tidal::engine {
+namespace {
+
+ops::AdamWOptions adamw_options(const config::TrainConfig& tc) {
+  return {.lr = float(tc.lr), .beta1 = float(tc.beta1), .beta2 = float(tc.beta2), .eps = 1e-8f,
+          .weight_decay = float(tc.weight_decay)};
+}
+
+DType precision_dtype(const std::string& precision) {
+  return precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
+}
+
+// Each parameter a tensor of its own, AdamW, gradients all-reduced in buckets during backward.
+class TensorModelData final : public ModelData {
+ public:
+  TensorModelData(const config::Config& cfg, pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
+                  nn::Runner& runner, const std::string& resume_path)
+      : engine_(engine), pc_(pc), params_(engine.parameters()), adam_(params_, adamw_options(cfg.train)),
+        stages_(pc.layout().spec().pipeline), replicas_(pc.layout().spec().data), bucket_mb_(cfg.parallel.bucket_mb) {
+    if (!resume_path.empty()) resumed_ = load_checkpoint(resume_path, adam_);
+    // Ranks holding the same parameters: data replicas, and the sequence ring's positions, whose
+    // gradients are each their positions' share. Their sum is the step's gradient.
+    comm::Communicator& group = pc.group(pc.layout().spec().sequence > 1 ? parallel::GroupKind::data_sequence
+                                                                         : parallel::GroupKind::data);
+    if (group.size() > 1) {
+      reducer_.emplace(engine.layers(), params_, group, std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
+      runner.add_hooks(&*reducer_);
+    }
+    for (nn::Parameter* p : params_) grads_.push_back(p->grad);
+    // What each later stage sends the first when a checkpoint is saved: what the first lacks.
+    share_ = {.group = &pc.group(parallel::GroupKind::pipeline),
+              .sent_by = std::vector<std::vector<const nn::Parameter*>>(std::size_t(stages_))};
+    const std::vector<nn::Parameter*> first_stage = engine.parameters_of(0);
+    for (int s = 1; s < stages_; ++s)
+      for (nn::Parameter* p : engine.parameters_of(s))
+        if (std::find(first_stage.begin(), first_stage.end(), p) == first_stage.end())
+          share_.sent_by[std::size_t(s)].push_back(p);
+  }
+
+  void zero_grad() override { engine_.zero_grad(); }
+
+  pipeline::ActionHooks hooks(std::int64_t micro_batches) override {
+    // With one chunk per rank the reducer overlaps with the last micro-batch's backward; with
+    // several, chunks finish at different times and it all-reduces after backward.
+    if (!reducer_ || engine_.chunks() > 1) return {};
+    pipeline::ActionHooks hooks;
+    hooks.before_backward = [this, micro_batches](const pipeline::Action& a) {
+      reducer_->set_sync(a.micro_batch + 1 == micro_batches);
+    };
+    return hooks;
+  }
+
+  void finish_backward() override {
+    if (reducer_) {
+      if (engine_.chunks() > 1) reducer_->set_sync(true);
+      reducer_->finish();
+    }
+    engine_.reduce_tied_gradients();
+    // Parameters held by several ranks of a tensor grid that saw different samples.
+    nn::tp::reduce_replicated_gradients(params_);
+  }
+
+  double squared_gradient_norm() override { return engine_.squared_gradient_norm(); }
+
+  void step(float lr, float gradient_scale, double norm, double max_norm) override {
+    TIDAL_ASSERT(gradient_scale == 1.0f, "fp32 tensors carry no loss scale");
+    adam_.set_lr(lr);
+    if (max_norm > 0) ops::clip_to_norm(grads_, norm, max_norm);
+    adam_.step();
+  }
+
+  void skip_step() override {}  // the next step zeroes the gradient
+  std::int64_t optimizer_steps() const override { return adam_.steps_taken(); }
+
+  void save(const std::string& dir, std::int64_t step, const OptimizerMeta&, const std::string& config_toml,
+            int keep) override {
+    // Replicas and ring positions hold identical weights and optimizer state: each stage's tensor
+    // group gathers them, the stages send them to the first, and the main rank writes.
+    if (pc_.layout().group_index(parallel::GroupKind::data_sequence, pc_.rank()) != 0) return;
+    save_checkpoint(dir, step, adam_, config_toml, keep, pc_.describe().dump(),
+                    {.tensor = &pc_.group(parallel::GroupKind::tensor),
+                     .pipeline = stages_ > 1 ? &share_ : nullptr,
+                     .writer = pc_.is_main()});
+  }
+
+  std::string describe() const override {
+    if (replicas_ == 1) return "";
+    return fmt::format("gradients all-reduced over the {} data replicas in {} buckets of {} MiB during backward",
+                       replicas_, reducer_->bucket_count(), bucket_mb_);
+  }
+  const GradientReducer* reducer() const override { return reducer_ ? &*reducer_ : nullptr; }
+
+ private:
+  pipeline::PipelineEngine& engine_;
+  parallel::ParallelContext& pc_;
+  const std::vector<nn::Parameter*>& params_;
+  optim::AdamW adam_;
+  int stages_, replicas_;
+  double bucket_mb_;
+  std::optional<GradientReducer> reducer_;
+  std::vector<Tensor> grads_;
+  PipelineShare share_;
+};
+
+// PatrickStar's chunks shared by the data-parallel ranks (ZeRO stages 0-3), in train.precision.
+class ChunkModelData final : public ModelData {
+ public:
+  ChunkModelData(const config::Config& cfg, models::Model& model, pipeline::PipelineEngine& engine,
+                 parallel::ParallelContext& pc, nn::Runner& runner, const std::string& resume_path, std::int64_t accum)
+      : pc_(pc), options_(adamw_options(cfg.train)), param_memory_(MemoryTier::device), optimizer_memory_() {
+    const std::vector<nn::Parameter*>& params = engine.parameters();
+    // A checkpoint's whole tensors: the weights into the parameters (the chunks copy them), the
+    // moments held until the chunks exist.
+    std::optional<optim::AdamW> loaded;
+    if (!resume_path.empty()) {
+      loaded.emplace(params, options_);
+      resumed_ = load_checkpoint(resume_path, *loaded);
+      steps_ = loaded->steps_taken();
+    }
+    comm::Communicator& group = pc.group(parallel::GroupKind::data);
+    chunks_.emplace(model, params,
+                    memory::ChunkOptions{.chunk_elements = cfg.memory.chunk_size,
+                                         .compute_dtype = precision_dtype(cfg.train.precision),
+                                         .accumulate = accum > 1,
+                                         .zero_stage = cfg.zero.stage,
+                                         .group = &group},
+                    param_memory_, optimizer_memory_);
+    if (loaded)
+      for (std::size_t i = 0; i < params.size(); ++i)
+        chunks_->load_moments(*params[i], loaded->momentum(i), loaded->variance(i));
+    runner.add_hooks(&*chunks_);
+    stage_ = cfg.zero.stage;
+    precision_ = cfg.train.precision;
+  }
+
+  void zero_grad() override { chunks_->zero_grad(); }
+
+  pipeline::ActionHooks hooks(std::int64_t) override {
+    return {.before_backward = [this](const pipeline::Action&) { chunks_->end_forward(); },
+            .after_backward = [this](const pipeline::Action&) { chunks_->end_backward(); }};
+  }
+
+  void finish_backward() override {}
+  void end_forward_only() override { chunks_->end_forward(); }
+  double squared_gradient_norm() override { return chunks_->squared_gradient_norm(); }
+
+  void step(float lr, float gradient_scale, double norm, double max_norm) override {
+    // Clipping folds into the scale the update divides out (torch.nn.utils.clip_grad_norm_'s
+    // factor max_norm / (norm + 1e-6)).
+    const double clip = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+    ops::AdamWOptions o = options_;
+    o.lr = lr;
+    o.grad_scale = float(double(gradient_scale) / clip);
+    chunks_->adamw_step(o, ++steps_);
+  }
+
+  void skip_step() override { chunks_->skip_step(); }
+  std::int64_t optimizer_steps() const override { return steps_; }
+
+  void save(const std::string& dir, std::int64_t step, const OptimizerMeta& extra, const std::string& config_toml,
+            int keep) override {
+    const bool writer = pc_.is_main();
+    NamedTensors weights, moments;
+    chunks_->gather_state([&](const nn::Parameter& p, const Tensor& master, const Tensor& m, const Tensor& v) {
+      if (!writer) return;
+      weights.emplace_back(p.name, master.clone());
+      moments.emplace_back("m." + p.name, m.clone());
+      moments.emplace_back("v." + p.name, v.clone());
+    });
+    if (!writer) return;
+    OptimizerMeta meta = extra;
+    meta.adamw_step = steps_;
+    write_checkpoint(dir, step, weights, moments, meta, config_toml, keep, pc_.describe().dump());
+  }
+
+  std::string describe() const override {
+    const memory::ChunkLayout& l = chunks_->layout();
+    const int ranks = pc_.layout().spec().data;
+    const char* what[] = {"every rank holds all model data, gradients all-reduced",
+                          "optimizer states sharded", "optimizer states and gradients sharded",
+                          "optimizer states, gradients and parameters sharded"};
+    return fmt::format("model data in {} chunks of {} elements ({:.1f}% padding), params {}{}; {}: {}; {} of model "
+                       "data on this rank",
+                       l.chunks, l.chunk_elements, 100 * l.fragmentation(), precision_,
+                       precision_ == "fp32" ? "" : " with fp32 master weights",
+                       ranks > 1 ? fmt::format("zero.stage {} over {} data ranks", stage_, ranks) : "one rank",
+                       what[stage_], human_bytes(std::uint64_t(chunks_->model_data_bytes())));
+  }
+
+  nlohmann::json memory() const override {
+    return {{"param_bytes_peak", param_memory_.peak_bytes()},
+            {"optimizer_bytes_peak", optimizer_memory_.peak_bytes()},
+            {"model_data_bytes", chunks_->model_data_bytes()}};
+  }
+
+ private:
+  parallel::ParallelContext& pc_;
+  ops::AdamWOptions options_;
+  HostAllocator param_memory_;      // the param list (the computing device's tier), gathered groups included
+  HostAllocator optimizer_memory_;  // master copy, moments, accumulated gradients
+  std::optional<memory::ChunkManager> chunks_;
+  std::int64_t steps_ = 0;
+  int stage_ = 0;
+  std::string precision_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Model& model,
+                                           pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
+                                           nn::Runner& runner, const std::string& resume_path) {
+  engine.materialize(cfg.train.seed);
+  if (cfg.zero.stage == 0 && cfg.train.precision == "fp32")
+    return std::make_unique<TensorModelData>(cfg, engine, pc, runner, resume_path);
+  const std::int64_t local = cfg.train.batch_size / pc.layout().spec().data;
+  const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
+  return std::make_unique<ChunkModelData>(cfg, model, engine, pc, runner, resume_path, local / micro);
+}
+
+}  // namespace tidal::engine

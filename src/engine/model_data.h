@@ -1,0 +1,69 @@
+// The model data of a run - parameters, gradients and optimizer states (patrickstar-v2's term) -
+// and what a training step does with it. Two keepers:
+// - tensors: each parameter a fp32 tensor of its own with AdamW; gradients all-reduced over the
+//   data (and sequence) ranks in buckets during backward (engine/gradient_reducer.h). Any layout.
+// - chunks: PatrickStar's chunk lists (memory/chunk_manager.h), shared by the data-parallel
+//   ranks at zero.stage 0-3; the param list in train.precision (bf16 / fp16 with fp32 master
+//   weights). Chosen by mixed precision or zero.stage > 0; data parallelism only.
+// The trainer drives either the same way: zero_grad, the schedule with hooks(), finish_backward,
+// the gradient norm, then step or skip_step.
+#pragma once
+
+#include "engine/checkpoint.h"
+#include "engine/gradient_reducer.h"
+#include "nn/runner.h"
+#include "parallel/context.h"
+#include "pipeline/engine.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace tidal::engine {
+
+class ModelData {
+ public:
+  virtual ~ModelData() = default;
+
+  virtual void zero_grad() = 0;
+  // Around each backward of the step's schedule of `micro_batches` (pipeline/engine.h).
+  virtual pipeline::ActionHooks hooks(std::int64_t micro_batches) = 0;
+  // After the schedule: the step's gradient complete where the optimizer reads it.
+  virtual void finish_backward() = 0;
+  // After a forward-only pass (evaluation).
+  virtual void end_forward_only() {}
+  // The squared norm of the step's whole gradient as held (times the loss scale), on every rank;
+  // not finite when it overflowed anywhere.
+  virtual double squared_gradient_norm() = 0;
+  // AdamW from the gradient: `norm` is its true norm (loss scale divided out), clipped to
+  // max_norm (0 = off); `gradient_scale` is the loss scale the held gradient carries.
+  virtual void step(float lr, float gradient_scale, double norm, double max_norm) = 0;
+  // A step whose gradient overflowed: no update, the gradient dropped.
+  virtual void skip_step() = 0;
+  virtual std::int64_t optimizer_steps() const = 0;
+
+  // Every rank calls it; the main rank writes dir/step-<step>.
+  virtual void save(const std::string& dir, std::int64_t step, const OptimizerMeta& extra, const std::string& config_toml,
+                    int keep) = 0;
+  // The checkpoint resumed from, if any.
+  const std::optional<CheckpointInfo>& resumed() const { return resumed_; }
+
+  // A progress line on how the model data is kept and its gradients summed ("" = nothing to say).
+  virtual std::string describe() const = 0;
+  // The bucketed all-reduce of the tensor keeper (its timings go to the metrics), if any.
+  virtual const GradientReducer* reducer() const { return nullptr; }
+  // Bytes of model data (params, gradients, optimizer states) at their peak, by list; empty for
+  // the tensor keeper (its tensors live in the host allocator).
+  virtual nlohmann::json memory() const { return nlohmann::json::object(); }
+
+ protected:
+  std::optional<CheckpointInfo> resumed_;
+};
+
+// Materializes the parameters of this rank's stages, loads `resume_path` if given, and hooks
+// what needs the modules' hooks into `runner`.
+std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Model& model,
+                                           pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
+                                           nn::Runner& runner, const std::string& resume_path);
+
+}  // namespace tidal::engine
