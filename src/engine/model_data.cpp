@@ -186,15 +186,16 @@ class ChunkModelData final : public ModelData {
   std::string describe() const override {
     const memory::ChunkLayout& l = chunks_->layout();
     const int ranks = pc_.layout().spec().data;
-    const char* what[] = {"every rank holds all model data, gradients all-reduced",
-                          "optimizer states sharded", "optimizer states and gradients sharded",
+    const char* what[] = {"every rank holds all model data, gradients all-reduced", "optimizer states sharded",
+                          "optimizer states and gradients sharded",
                           "optimizer states, gradients and parameters sharded"};
-    return fmt::format("model data in {} chunks of {} elements ({:.1f}% padding), params {}{}; {}: {}; {} of model "
-                       "data on this rank",
+    return fmt::format("model data in {} chunks of {} elements ({:.1f}% padding), params {}{}; {}; {} of model data on "
+                       "this rank",
                        l.chunks, l.chunk_elements, 100 * l.fragmentation(), precision_,
                        precision_ == "fp32" ? "" : " with fp32 master weights",
-                       ranks > 1 ? fmt::format("zero.stage {} over {} data ranks", stage_, ranks) : "one rank",
-                       what[stage_], human_bytes(std::uint64_t(chunks_->model_data_bytes())));
+                       ranks > 1 ? fmt::format("zero.stage {} over {} data ranks: {}", stage_, ranks, what[stage_])
+                                 : "one rank",
+                       human_bytes(std::uint64_t(chunks_->model_data_bytes())));
   }
 
   nlohmann::json memory() const override {

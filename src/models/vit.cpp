@@ -3,6 +3,7 @@
 #include "nn/transformer_block.h"
 #include "ops/class_token.h"
 #include "ops/embedding.h"
+#include "ops/cast.h"
 #include "ops/patchify.h"
 
 namespace tidal::models {
@@ -28,6 +29,11 @@ class PatchEmbedding final : public nn::Module {
     const std::int64_t B = images.dim(0), P = patch_size_;
     Tensor patches = ctx.empty({B, (images.dim(2) / P) * (images.dim(3) / P), images.dim(1) * P * P}, images.dtype());
     ops::patchify(patches, images, P);
+    if (patches.dtype() != cls_->data.dtype()) {  // mixed precision: the model computes in its parameters' type
+      Tensor narrow = ctx.empty(patches.shape(), cls_->data.dtype());
+      ops::cast(narrow, patches);
+      patches = narrow;
+    }
     Tensor e = ctx.forward(*patch_, ctx.forward(*split_, patches, kSplit), kPatch);  // [B, N, D]
     TIDAL_CHECK(e.dim(1) + 1 == pos_->shape[0], "images give {} patches; the model was built for {} (model.image_size)",
                 e.dim(1), pos_->shape[0] - 1);
