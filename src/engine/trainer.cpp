@@ -2,7 +2,6 @@
 
 #include "data/dataset.h"
 #include "engine/checkpoint.h"
-#include "engine/gradient_reducer.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
 #include "engine/model_data.h"
@@ -11,9 +10,6 @@
 #include "nn/cross_entropy_loss.h"
 #include "nn/runner.h"
 #include "nn/parallel_layers.h"
-#include "nn/tp/shard.h"
-#include "ops/cross_entropy.h"
-#include "ops/grad_norm.h"
 #include "optim/loss_scaler.h"
 #include "pipeline/engine.h"
 #include "pipeline/stage_costs.h"

@@ -1,6 +1,7 @@
 #include "memory/chunk_manager.h"
 
 #include "ops/cast.h"
+#include "ops/grad_norm.h"
 #include "ops/residual.h"
 
 #include <algorithm>
@@ -354,14 +355,7 @@ double ChunkManager::squared_gradient_norm() {
   double sum = 0;
   for (const Tracked& t : tracked_) {
     if (!owns(layout_.places[index_.at(t.param)].chunk)) continue;
-    Tensor g = gradient(*t.param);
-    if (g.dtype() != DType::f32) {
-      Tensor wide = Tensor::empty(g.shape());
-      ops::cast(wide, g);
-      g = wide;
-    }
-    const Tensor flat = g.reshape({g.numel()});
-    for (std::int64_t k = 0; k < flat.numel(); ++k) sum += double(flat.data<float>()[k]) * flat.data<float>()[k];
+    sum += ops::sum_of_squares(gradient(*t.param));
   }
   if (!sharded()) return sum;
   Tensor total = Tensor::full({1}, float(sum));

@@ -89,6 +89,27 @@ class TiedWatch final : public nn::ModuleHooks {
   const nn::Parameter& p_;
 };
 
+// One AdamW step on batch(key) for the model on chunks and for the plain reference; returns their
+// losses.
+std::pair<float, float> step_both(models::Model& model, ChunkManager& chunks, nn::Runner& runner, models::Model& ref,
+                                  optim::AdamW& adam, nn::Runner& ref_runner, const ops::AdamWOptions& opt, int step,
+                                  std::uint64_t key) {
+  const nn::Batch b = batch(key);
+  nn::StepState state{.runner = &runner, .seed = 5, .step = std::uint32_t(step), .batch = &b};
+  nn::StepState ref_state = state;
+  ref_state.runner = &ref_runner;
+  nn::Context ctx(state), ref_ctx(ref_state);
+  const float loss = model.run_forward(ctx).loss, ref_loss = ref.run_forward(ref_ctx).loss;
+  chunks.end_forward();
+  model.run_backward(ctx);
+  chunks.end_backward();
+  ref.zero_grad();
+  ref.run_backward(ref_ctx);
+  chunks.adamw_step(opt, step);
+  adam.step();
+  return {loss, ref_loss};
+}
+
 class Chunks : public ::testing::TestWithParam<bool> {};  // activation checkpointing off / on
 
 TEST_P(Chunks, GradientsReuseTheParamSlotAndMatchThePlainModel) {
@@ -137,19 +158,9 @@ TEST_P(Chunks, AdamOnChunksMatchesAdamW) {
   nn::Runner runner, ref_runner;
   runner.add_hooks(&chunks);
   for (int step = 1; step <= 3; ++step) {
-    const nn::Batch b = batch(20 + std::uint64_t(step));
-    nn::StepState state{.runner = &runner, .seed = 5, .step = std::uint32_t(step), .batch = &b};
-    nn::StepState ref_state = state;
-    ref_state.runner = &ref_runner;
-    nn::Context ctx(state), ref_ctx(ref_state);
-    EXPECT_EQ(model->run_forward(ctx).loss, ref->run_forward(ref_ctx).loss) << "step " << step;
-    chunks.end_forward();
-    model->run_backward(ctx);
-    chunks.end_backward();
-    ref->zero_grad();
-    ref->run_backward(ref_ctx);
-    chunks.adamw_step(opt, step);
-    adam.step();
+    const auto [loss, ref_loss] =
+        step_both(*model, chunks, runner, *ref, adam, ref_runner, opt, step, 20 + std::uint64_t(step));
+    EXPECT_EQ(loss, ref_loss) << "step " << step;
   }
   for (nn::Parameter* p : model->parameters()) {
     EXPECT_EQ(chunks.state(*p), S::hold) << p->name;
@@ -204,20 +215,9 @@ TEST_P(MixedPrecision, TrainsLikeFp32) {
   runner.add_hooks(&chunks);
   double worst = 0;
   for (int step = 1; step <= 5; ++step) {
-    const nn::Batch b = batch(40 + std::uint64_t(step));
-    nn::StepState state{.runner = &runner, .seed = 5, .step = std::uint32_t(step), .batch = &b};
-    nn::StepState ref_state = state;
-    ref_state.runner = &ref_runner;
-    nn::Context ctx(state), ref_ctx(ref_state);
-    const double loss = model->run_forward(ctx).loss, ref_loss = ref->run_forward(ref_ctx).loss;
-    worst = std::max(worst, std::abs(loss - ref_loss) / ref_loss);
-    chunks.end_forward();
-    model->run_backward(ctx);
-    chunks.end_backward();
-    ref->zero_grad();
-    ref->run_backward(ref_ctx);
-    chunks.adamw_step(opt, step);
-    adam.step();
+    const auto [loss, ref_loss] =
+        step_both(*model, chunks, runner, *ref, adam, ref_runner, opt, step, 40 + std::uint64_t(step));
+    worst = std::max(worst, std::abs(double(loss) - ref_loss) / ref_loss);
   }
   std::printf("%s: worst relative loss difference to fp32 over 5 steps %.3g\n", std::string(dtype_name(compute)).c_str(), worst);
   EXPECT_LT(worst, 1e-2);
