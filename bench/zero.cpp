@@ -9,13 +9,17 @@
 //    or 2M/N (stage 2) is not spent: the column "ours" is the formula less it, evaluated on the
 //    chunk space S (M plus padding), which the measurement must equal exactly; the peak of the
 //    param allocator adds the gathered group and the gradient buffers in flight.
-// 2. Bytes each rank sends per iteration in the data group (counting communicator: an
-//    all-gather of n bytes sends (N-1)/N n, a reduce-scatter of n bytes (N-1)/N n, an all-reduce
-//    2 (N-1)/N n), beside patrickstar-v2 sec. 6.2's stage-3 volume: two all-gathers and one
-//    reduce-scatter of the fp16 param list, 3 (N-1)/N M elements = 6 (N-1)/N M bytes.
+// 2. Communication per iteration in the data group: the link bytes of the counting communicator
+//    (the bandwidth term of the cost model patrickstar-v1 sec. 6.2 uses: an all-gather or a
+//    reduce-scatter of n bytes (N-1)/N n, an all-reduce 2 (N-1)/N n, a broadcast 2 (N-1)/N n,
+//    a scatter and then an all-gather), beside the stage-3 volumes of patrickstar-v1 sec. 6.2:
+//    PatrickStar's two all-gathers and one reduce-scatter of the fp16 param list, 6 (N-1)/N M
+//    bytes, and the broadcast-based baseline of ZeRO-DP (zero.fetch = "broadcast": each chunk
+//    broadcast from its owner, in forward and again in backward), 10 (N-1)/N M bytes. Both run.
 //
-// --verify: exit 1 unless every stage's resident model data equals "ours" on S and its losses
-// equal stage 0's within 1e-3 relative.
+// --verify: exit 1 unless every stage's resident model data equals "ours" on S, its losses
+// equal stage 0's within 1e-3 relative, the broadcast baseline's losses equal stage 3's, and the
+// two stage-3 volumes equal their formulas on S.
 //
 //   mpirun -np 4 bench_zero [--verify]
 #include "comm/mpi_runtime.h"
@@ -61,11 +65,12 @@ struct Result {
   double M = 0, S = 0;  // parameters, chunk space (elements)
   double resident = 0;  // model data bytes between steps (allocators' current)
   double param_peak = 0, optimizer_bytes = 0;
-  std::map<std::string, double> sent;  // per iteration, by collective
+  std::map<std::string, double> link;  // link bytes per iteration, by collective
+  double seconds = 0;                  // in the collectives, that iteration
   std::vector<double> losses;
 };
 
-Result run(comm::MpiRuntime& mpi, int stage) {
+Result run(comm::MpiRuntime& mpi, int stage, memory::ChunkFetch fetch) {
   const config::Config cfg = gpt(mpi.world_size());
   parallel::ParallelContext pc(cfg, &mpi);
   comm::Communicator& group = pc.group(parallel::GroupKind::data);
@@ -74,8 +79,11 @@ Result run(comm::MpiRuntime& mpi, int stage) {
   model->materialize(7);
   HostAllocator param_memory(MemoryTier::device), optimizer_memory;
   memory::ChunkManager chunks(*model, model->parameters(),
-                              {.chunk_elements = kChunk, .compute_dtype = DType::f16, .zero_stage = stage,
-                               .group = &group},
+                              {.chunk_elements = kChunk,
+                               .compute_dtype = DType::f16,
+                               .zero_stage = stage,
+                               .group = &group,
+                               .fetch = fetch},
                               param_memory,
                               optimizer_memory);
   auto dataset = data::make_dataset(cfg);
@@ -106,7 +114,10 @@ Result run(comm::MpiRuntime& mpi, int stage) {
   out.optimizer_bytes = double(optimizer_memory.current_bytes());
   const nlohmann::json stats = pc.communication_stats();
   if (stats.contains("data"))
-    for (const auto& [op, s] : stats["data"].items()) out.sent[op] = s["bytes_sent"].get<double>();
+    for (const auto& [op, s] : stats["data"].items()) {
+      out.link[op] = s["link_bytes"].get<double>();
+      out.seconds += s["seconds"].get<double>();
+    }
   return out;
 }
 
@@ -123,7 +134,9 @@ int main(int argc, char** argv) {
   const bool main_rank = mpi.world_rank() == 0;
   bool ok = true;
   std::vector<Result> results;
-  for (int stage = 0; stage <= 3; ++stage) results.push_back(run(mpi, stage));
+  for (int stage = 0; stage <= 3; ++stage) results.push_back(run(mpi, stage, memory::ChunkFetch::all_gather));
+  const Result baseline = run(mpi, 3, memory::ChunkFetch::broadcast);
+  if (baseline.losses != results[3].losses) ok = false;
   const double M = results[0].M, S = results[0].S, n = N;
   if (main_rank) {
     fmt::print("# GPT 12 layers, width 256, 8 heads, sequence 128, vocabulary 512: M = {:.0f} parameters in chunks of "
@@ -146,26 +159,38 @@ int main(int argc, char** argv) {
     for (std::size_t s = 0; s < r.losses.size(); ++s)
       if (std::abs(r.losses[s] - results[0].losses[s]) > 1e-3 * std::abs(results[0].losses[s])) ok = false;
   }
+  auto get = [](const Result& r, const char* op) { return r.link.count(op) ? r.link.at(op) : 0.0; };
+  auto total = [&](const Result& r) {
+    return get(r, "all_gather") + get(r, "broadcast") + get(r, "reduce_scatter") + get(r, "all_reduce");
+  };
+  // Stage 3's model data traffic (the loss's all-reduce aside): the seed's volumes.
+  auto chunks = [&](const Result& r) { return get(r, "all_gather") + get(r, "broadcast") + get(r, "reduce_scatter"); };
+  const double agather = 6 * (n - 1) / n, broadcast = 10 * (n - 1) / n;
+  // Sums of many per-collective terms: equal up to the last bits.
+  auto equal = [](double a, double b) { return std::abs(a - b) <= 1e-12 * b; };
+  if (!equal(chunks(results[3]), agather * S) || !equal(chunks(baseline), broadcast * S)) ok = false;
   if (main_rank) {
-    fmt::print("\n## bytes sent per rank in one iteration (data group)\n");
-    fmt::print("{:>5} | {:>14} | {:>14} | {:>14} | {:>14}\n", "stage", "all_gather", "reduce_scatter", "all_reduce",
-               "total");
-    for (int stage = 0; stage <= 3; ++stage) {
-      const Result& r = results[std::size_t(stage)];
-      auto get = [&](const char* op) { return r.sent.count(op) ? r.sent.at(op) : 0.0; };
-      const double total = get("all_gather") + get("reduce_scatter") + get("all_reduce");
-      fmt::print("{:>5} | {:>14} | {:>14} | {:>14} | {:>14}\n", stage, mib(get("all_gather")),
-                 mib(get("reduce_scatter")), mib(get("all_reduce")), mib(total));
-    }
-    const Result& r3 = results[3];
-    auto get = [&](const char* op) { return r3.sent.count(op) ? r3.sent.at(op) : 0.0; };
-    const double measured = get("all_gather") + get("reduce_scatter");
-    const double paper = 6 * (n - 1) / n * M, paper_s = 6 * (n - 1) / n * S;
-    fmt::print("\nstage 3: measured {} per iteration; 6(N-1)/N x M bytes = {} (on S: {}); ratio measured / formula "
-               "on S = {:.3f}\n",
-               mib(measured), mib(paper), mib(paper_s), measured / paper_s);
+    fmt::print("\n## communication per iteration (data group): link bytes, the cost model's bandwidth term\n");
+    fmt::print("{:>15} | {:>12} | {:>12} | {:>14} | {:>12} | {:>12} | {:>9}\n", "stage", "all_gather", "broadcast",
+               "reduce_scatter", "all_reduce", "total", "comm s");
+    auto row = [&](const std::string& name, const Result& r) {
+      fmt::print("{:>15} | {:>12} | {:>12} | {:>14} | {:>12} | {:>12} | {:>9.3f}\n", name, mib(get(r, "all_gather")),
+                 mib(get(r, "broadcast")), mib(get(r, "reduce_scatter")), mib(get(r, "all_reduce")), mib(total(r)),
+                 r.seconds);
+    };
+    for (int stage = 0; stage <= 3; ++stage) row(std::to_string(stage), results[std::size_t(stage)]);
+    row("3, broadcast", baseline);
+    fmt::print("\nstage 3, all-gather (PatrickStar): {} per iteration; 6(N-1)/N x M bytes = {} (on S: {}); measured / "
+               "formula on S = {:.3f}\n",
+               mib(chunks(results[3])), mib(agather * M), mib(agather * S), chunks(results[3]) / (agather * S));
+    fmt::print("stage 3, broadcast (ZeRO-DP baseline): {} per iteration; 10(N-1)/N x M bytes = {} (on S: {}); measured "
+               "/ formula on S = {:.3f}\n",
+               mib(chunks(baseline)), mib(broadcast * M), mib(broadcast * S), chunks(baseline) / (broadcast * S));
+    fmt::print("broadcast / all-gather = {:.3f} (the seed: 5/3 = 1.667); losses of the two {}\n",
+               chunks(baseline) / chunks(results[3]), baseline.losses == results[3].losses ? "identical" : "DIFFER");
     fmt::print("(each group is gathered once in forward and once in backward; the tied embedding's group is gathered "
-               "again for the head in forward and then stays for the head's and the embedding's backward)\n");
+               "again for the head in forward and then stays for the head's and the embedding's backward; comm s is "
+               "the time in collectives, ranks oversubscribed on this machine's cores)\n");
     fmt::print("{}\n", ok ? "verify: ok" : "verify: FAILED");
   }
   if (verify && !ok) return 1;

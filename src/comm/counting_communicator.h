@@ -6,6 +6,13 @@
 // with p ranks and a buffer of n bytes, all-reduce sends 2(p-1)/p n, all-gather and
 // reduce-scatter (p-1)/p of the full buffer, broadcast n from the root (0 elsewhere), reduce n
 // from every non-root, send n.
+//
+// link_bytes is the operation's bandwidth term in the cost model patrickstar-v1 sec. 6.2 uses
+// (Thakur, Rabenseifner, Gropp): the bytes through the busiest rank's link, so that time is
+// about link_bytes / bandwidth. All-reduce 2(p-1)/p n; all-gather and reduce-scatter (p-1)/p of
+// the full buffer; broadcast 2(p-1)/p n (a scatter, then an all-gather: the root sends both) and
+// reduce 2(p-1)/p n (a reduce-scatter, then a gather: the root receives both); send n (its recv
+// 0, the transfer is counted once). It is the same on every rank of a collective.
 #pragma once
 
 #include "comm/communicator.h"
@@ -20,6 +27,7 @@ struct OperationStats {
   std::int64_t calls = 0;
   std::int64_t elements = 0;
   double bytes_sent = 0;
+  double link_bytes = 0;
   double seconds = 0;  // summed call-to-completion time
 };
 
@@ -46,7 +54,7 @@ class CountingCommunicator final : public Communicator {
   void reset();
 
  private:
-  WorkPtr record(const char* kind, std::int64_t elements, double bytes_sent, WorkPtr work);
+  WorkPtr record(const char* kind, std::int64_t elements, double bytes_sent, double link_bytes, WorkPtr work);
 
   std::shared_ptr<Communicator> inner_;
   mutable std::mutex mutex_;

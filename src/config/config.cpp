@@ -213,6 +213,7 @@ void validate(const Config& c) {
   TIDAL_CHECK(p.bucket_mb > 0, "parallel.bucket_mb must be > 0, got {}", p.bucket_mb);
   TIDAL_CHECK(p.timeout_s > 0, "parallel.timeout_s must be > 0 seconds, got {}", p.timeout_s);
   TIDAL_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3, "zero.stage must be 0, 1, 2 or 3, got {}", c.zero.stage);
+  check_one_of("zero.fetch", c.zero.fetch, {"all_gather", "broadcast"});
   check_one_of("memory.offload", c.memory.offload, {"none", "chunk"});
   check_one_of("memory.eviction", c.memory.eviction, {"belady", "lru"});
   if (!c.memory.device_limit.empty()) parse_bytes(c.memory.device_limit, "memory.device_limit");

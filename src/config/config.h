@@ -76,6 +76,7 @@ struct ParallelConfig {
 
 struct ZeroConfig {
   int stage = 0;
+  std::string fetch = "all_gather";  // all_gather | broadcast
 };
 
 struct MemoryConfig {

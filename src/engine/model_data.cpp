@@ -133,13 +133,16 @@ class ChunkModelData final : public ModelData {
                                          .compute_dtype = precision_dtype(cfg.train.precision),
                                          .accumulate = accum > 1,
                                          .zero_stage = cfg.zero.stage,
-                                         .group = &group},
+                                         .group = &group,
+                                         .fetch = cfg.zero.fetch == "broadcast" ? memory::ChunkFetch::broadcast
+                                                                                : memory::ChunkFetch::all_gather},
                     param_memory_, optimizer_memory_);
     if (loaded)
       for (std::size_t i = 0; i < params.size(); ++i)
         chunks_->load_moments(*params[i], loaded->momentum(i), loaded->variance(i));
     runner.add_hooks(&*chunks_);
     stage_ = cfg.zero.stage;
+    fetch_ = cfg.zero.fetch;
     precision_ = cfg.train.precision;
   }
 
@@ -193,7 +196,8 @@ class ChunkModelData final : public ModelData {
                        "this rank",
                        l.chunks, l.chunk_elements, 100 * l.fragmentation(), precision_,
                        precision_ == "fp32" ? "" : " with fp32 master weights",
-                       ranks > 1 ? fmt::format("zero.stage {} over {} data ranks: {}", stage_, ranks, what[stage_])
+                       ranks > 1 ? fmt::format("zero.stage {} over {} data ranks: {}{}", stage_, ranks, what[stage_],
+                                               stage_ > 0 ? fmt::format(", parameters by {}", fetch_) : "")
                                  : "one rank",
                        human_bytes(std::uint64_t(chunks_->model_data_bytes())));
   }
@@ -212,6 +216,7 @@ class ChunkModelData final : public ModelData {
   std::optional<memory::ChunkManager> chunks_;
   std::int64_t steps_ = 0;
   int stage_ = 0;
+  std::string fetch_;
   std::string precision_;
 };
 

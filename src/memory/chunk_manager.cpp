@@ -145,7 +145,11 @@ void ChunkManager::release(nn::Parameter& p, TensorState target) {  // patrickst
   if (!distributed()) return;
   const int group = layout_.group_of(layout_.places[index_.at(&p)].chunk);
   if (target == TensorState::hold_after_bwd && group_all(group, TensorState::hold_after_bwd)) reduce_group(group);
-  if (options_.zero_stage == 3 && target == TensorState::hold_after_fwd && group_all(group, TensorState::hold_after_fwd))
+  // Alg. 2's training_stage: in forward a group is done when its tensors are all HOLD_AFTER_FWD;
+  // in backward (a recomputed forward releases to HOLD_AFTER_FWD too) only once it is reduced,
+  // so that a checkpointed block's backward does not fetch again what its recomputation fetched.
+  if (options_.zero_stage == 3 && !in_backward_ && target == TensorState::hold_after_fwd &&
+      group_all(group, TensorState::hold_after_fwd))
     free_remote(group);
 }
 
@@ -177,16 +181,35 @@ void ChunkManager::unpack(int group, const Tensor& packed) {
 }
 
 void ChunkManager::fetch_group(int group) {
-  // The owners' chunks, gathered into a buffer whose slices become the remote chunks' payloads.
+  // Every remote param chunk of the group from its owner (stage 3: into new payloads; stages 1
+  // and 2 after the step: over the stale ones), then HOLD.
   const std::int64_t C = layout_.chunk_elements;
   const int first = group * layout_.group_size;
-  Tensor gathered = Tensor::empty({C * layout_.group_size}, options_.compute_dtype, *device_);
-  options_.group->all_gather(gathered, list(ChunkKind::param)[std::size_t(first + rank_)])->wait();
-  for (int r = 0; r < layout_.group_size; ++r) {
-    if (r == rank_) continue;
-    list(ChunkKind::param)[std::size_t(first + r)] = gathered.slice(0, r * C, (r + 1) * C);
-    for (std::size_t i : tensors_of(first + r)) set_state(tracked_[i], TensorState::hold);
+  std::vector<Tensor>& param = list(ChunkKind::param);
+  if (options_.fetch == ChunkFetch::broadcast) {
+    // ZeRO-DP's way (patrickstar-v1 sec. 6.2): each owner broadcasts its chunk in turn, straight
+    // into the chunk's payload (patrickstar-v2 sec. 6.2: one chunk in flight, no group buffer).
+    for (int r = 0; r < layout_.group_size; ++r) {
+      Tensor& chunk = param[std::size_t(first + r)];
+      if (!chunk.defined()) chunk = Tensor::empty({C}, options_.compute_dtype, *device_);
+      options_.group->broadcast(chunk, {.root = r})->wait();
+    }
+  } else {
+    // One all-gather into a buffer whose slices become (or fill) the remote chunks' payloads.
+    Tensor gathered = Tensor::empty({C * layout_.group_size}, options_.compute_dtype, *device_);
+    options_.group->all_gather(gathered, param[std::size_t(first + rank_)])->wait();
+    for (int r = 0; r < layout_.group_size; ++r) {
+      if (r == rank_) continue;
+      Tensor& chunk = param[std::size_t(first + r)];
+      if (chunk.defined())
+        chunk.copy_from(gathered.slice(0, r * C, (r + 1) * C));
+      else
+        chunk = gathered.slice(0, r * C, (r + 1) * C);
+    }
   }
+  for (int r = 0; r < layout_.group_size; ++r)
+    if (r != rank_)
+      for (std::size_t i : tensors_of(first + r)) set_state(tracked_[i], TensorState::hold);
 }
 
 void ChunkManager::free_remote(int group) {
@@ -289,6 +312,7 @@ void ChunkManager::end_forward() {
     t.backward_left = t.users;
   }
   std::fill(reduced_.begin(), reduced_.end(), false);
+  in_backward_ = true;
 }
 
 void ChunkManager::end_backward() {
@@ -308,6 +332,7 @@ void ChunkManager::end_backward() {
       }
     if (distributed() && !reduced_[g]) reduce_group(int(g));  // a group of padding chunks
   }
+  in_backward_ = false;
 }
 
 void ChunkManager::zero_grad() {
@@ -340,15 +365,7 @@ void ChunkManager::finish_step(const std::function<void(nn::Parameter&)>& update
   }
   if (!sharded() || options_.zero_stage == 3) return;
   // Stages 1 and 2: every rank's param chunks again from their owners.
-  for (std::size_t g = 0; g < reduced_.size(); ++g) {
-    const int first = int(g) * layout_.group_size;
-    Tensor gathered = Tensor::empty({layout_.chunk_elements * layout_.group_size}, options_.compute_dtype, *device_);
-    options_.group->all_gather(gathered, list(ChunkKind::param)[std::size_t(first + rank_)])->wait();
-    unpack(int(g), gathered);
-    for (int c = first; c < first + layout_.group_size; ++c)
-      if (!owns(c))
-        for (std::size_t i : tensors_of(c)) set_state(tracked_[i], TensorState::hold);
-  }
+  for (std::size_t g = 0; g < reduced_.size(); ++g) fetch_group(int(g));
 }
 
 double ChunkManager::squared_gradient_norm() {

@@ -52,12 +52,20 @@
 
 namespace tidal::memory {
 
+// How a communication group's param chunks reach every rank (Alg. 1's FetchRemoteChunks at
+// stage 3, the gather after the step at stages 1 and 2): one all-gather of the group
+// (PatrickStar: 6(p-1)/p M bytes an iteration at stage 3 with the reduce-scatter), or one
+// broadcast per chunk from its owner (ZeRO-DP, the baseline of patrickstar-v1 sec. 6.2:
+// 10(p-1)/p M, a broadcast costing twice an all-gather's link bytes).
+enum class ChunkFetch { all_gather, broadcast };
+
 struct ChunkOptions {
   std::int64_t chunk_elements = 0;   // 0 = search_chunk_size
   DType compute_dtype = DType::f32;  // the param list (bf16 / fp16 under mixed precision)
   bool accumulate = false;           // gradients of several micro-batches: a fp32 grad list
   int zero_stage = 0;                // 1..3 with a group: what is sharded over it
   comm::Communicator* group = nullptr;  // the data-parallel ranks sharing the model data
+  ChunkFetch fetch = ChunkFetch::all_gather;
 };
 
 enum class ChunkKind { param, master, momentum, variance, grad };
@@ -141,7 +149,8 @@ class ChunkManager final : public nn::ModuleHooks {
   const std::vector<std::size_t>& tensors_of(int chunk) const { return in_chunk_[std::size_t(chunk)]; }
   bool group_all(int group, TensorState s) const;
   bool group_resident(int group) const;
-  // Stage 3: Alg. 1's FetchRemoteChunks and Alg. 2's release of the remote chunks.
+  // Alg. 1's FetchRemoteChunks (stage 3; stages 1 and 2 after the step) and Alg. 2's release of
+  // the remote chunks (stage 3).
   void fetch_group(int group);
   void free_remote(int group);
   // A group's gradients are complete: sum them over the ranks.
@@ -164,6 +173,7 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<Tracked> tracked_;
   std::vector<std::vector<std::size_t>> in_chunk_;
   std::vector<bool> reduced_;  // per communication group, in this backward pass
+  bool in_backward_ = false;   // between end_forward and end_backward
   std::vector<Tensor> pending_;  // per communication group (accumulate and distributed)
   int rank_ = 0;
   Allocator* device_;

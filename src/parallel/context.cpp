@@ -72,7 +72,8 @@ nlohmann::json ParallelContext::communication_stats() const {
   for (const auto& [kind, c] : groups_) {
     for (const auto& [op, s] : c->stats()) {
       out[std::string(group_name(kind))][op] = {
-          {"calls", s.calls}, {"elements", s.elements}, {"bytes_sent", s.bytes_sent}, {"seconds", s.seconds}};
+          {"calls", s.calls}, {"elements", s.elements}, {"bytes_sent", s.bytes_sent}, {"link_bytes", s.link_bytes},
+          {"seconds", s.seconds}};
     }
   }
   return out;

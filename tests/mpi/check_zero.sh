@@ -4,7 +4,8 @@
 # accumulated) for 12 steps.
 # - fp32: zero.stage 1, 2 and 3 give plain data parallelism's per-step and eval losses within
 #   1e-5 (relative; the gradients are summed in another order), and so does stage 3 with one
-#   micro-batch per rank and activation checkpointing.
+#   micro-batch per rank and activation checkpointing. Stage 3 with zero.fetch = "broadcast"
+#   (ZeRO-DP's per-chunk broadcasts instead of all-gathers) gives stage 3's losses exactly.
 # - bf16: stages 1, 2 and 3 give stage 0's (plain data parallelism on bf16 chunks) within 1e-3
 #   (declared: bf16 keeps 8 significant bits, so one rounding is up to 2^-9 = 2e-3 relative; the
 #   reduce-scatter sums the bf16 gradients in another order than the all-reduce); bf16 and fp16
@@ -31,6 +32,7 @@ run() {  # <name> <arguments...>
 }
 run plain
 for stage in 1 2 3; do run "fp32_stage$stage" --set zero.stage=$stage; done
+run fp32_stage3_broadcast --set zero.stage=3 --set zero.fetch=broadcast
 run plain_whole --set train.micro_batch_size=0
 run fp32_stage3_whole_recomputed --set zero.stage=3 --set train.micro_batch_size=0 \
   --set train.activation_checkpointing=blocks
@@ -41,6 +43,8 @@ grep -q "step 1: gradient overflowed in fp16 at loss scale 16777216: step skippe
   { cat "$dir/fp16_overflow.log"; echo "FAIL: no overflow line in the progress"; exit 1; }
 grep -q "zero.stage 3 over 4 data ranks: optimizer states, gradients and parameters sharded" "$dir/fp32_stage3.log" ||
   { cat "$dir/fp32_stage3.log"; echo "FAIL: no chunk line in the progress"; exit 1; }
+grep -q "parameters sharded, parameters by broadcast" "$dir/fp32_stage3_broadcast.log" ||
+  { cat "$dir/fp32_stage3_broadcast.log"; echo "FAIL: zero.fetch not in the progress"; exit 1; }
 # Checkpoints: interrupted at step 6 and resumed, and a 4-rank stage-3 checkpoint in one process.
 "${MPIRUN[@]}" -np 4 "$tidal" train "${common[@]}" --set zero.stage=3 --set train.precision=bf16 \
   --set checkpoint.dir="$dir/ck_bf16" --stop-after 6 > /dev/null
@@ -57,6 +61,7 @@ d = sys.argv[1]
 for stage in (1, 2, 3):
     compare(d, f"fp32_stage{stage}", "plain", 1e-5, all_steps=True)
 compare(d, "fp32_stage3_whole_recomputed", "plain_whole", 1e-5, all_steps=True)
+compare(d, "fp32_stage3_broadcast", "fp32_stage3", 0.0, all_steps=True)
 for stage in (1, 2, 3):
     compare(d, f"bf16_stage{stage}", "bf16_stage0", 1e-3, all_steps=True)
 compare(d, "bf16_stage0", "plain", 2e-2, all_steps=True)

@@ -246,6 +246,23 @@ TEST(Collectives, CountingRecordsModelledVolume) {
   EXPECT_GT(stats.at("all_reduce").seconds, 0.0);
   EXPECT_DOUBLE_EQ(stats.at("all_gather").bytes_sent, double(p - 1) / p * 4000 * p);
   EXPECT_EQ(stats.at("all_gather").elements, 1000);
+  EXPECT_DOUBLE_EQ(stats.at("all_reduce").link_bytes, stats.at("all_reduce").bytes_sent);
+  EXPECT_DOUBLE_EQ(stats.at("all_gather").link_bytes, stats.at("all_gather").bytes_sent);
+}
+
+// A broadcast's bytes leave the root; its link term is a scatter plus an all-gather, on every
+// rank (patrickstar-v1 sec. 6.2: twice an all-gather's for the same bytes delivered).
+TEST(Collectives, CountingModelsBroadcastAsScatterAndAllGather) {
+  CountingCommunicator counted(groups().front());
+  const int p = counted.size(), root = p - 1;
+  Tensor t = filled(1000, DType::f32, [](std::int64_t) { return 1.0; });
+  counted.broadcast(t, {.root = root})->wait();
+  counted.reduce(t, {.root = root})->wait();
+  const auto stats = counted.stats();
+  EXPECT_DOUBLE_EQ(stats.at("broadcast").bytes_sent, counted.rank() == root && p > 1 ? 4000.0 : 0.0);
+  EXPECT_DOUBLE_EQ(stats.at("broadcast").link_bytes, 2.0 * (p - 1) / p * 4000);
+  EXPECT_DOUBLE_EQ(stats.at("reduce").bytes_sent, counted.rank() == root ? 0.0 : 4000.0);
+  EXPECT_DOUBLE_EQ(stats.at("reduce").link_bytes, 2.0 * (p - 1) / p * 4000);
 }
 
 }  // namespace

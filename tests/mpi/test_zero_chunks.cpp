@@ -4,7 +4,12 @@
 // checkpointing too), with one micro-batch per rank or two accumulated; 5 AdamW steps give the
 // single process's losses, and every owned parameter's master copy ends equal to the single
 // process's parameter (fp32 tolerance: the gradient sums over ranks round differently). At
-// stage 3 only owned param chunks stay between steps.
+// stage 3 only owned param chunks stay between steps. Sharded parameters travel by all-gather or,
+// as ZeRO-DP does, by one broadcast per chunk from its owner (ChunkFetch): the same numbers, and
+// at stage 3 each iteration's link bytes (counting_communicator.h) are two fetches of the param
+// list and one reduce-scatter: 3 (N-1)/N S elements by all-gather, 5 (N-1)/N S by broadcast
+// (patrickstar-v1 sec. 6.2's 6 and 10 (p-1)/p M bytes in fp16).
+#include "comm/counting_communicator.h"
 #include "memory/chunk_manager.h"
 #include "models/factory.h"
 #include "nn/runner.h"
@@ -27,13 +32,14 @@ struct Case {
   int stage;
   bool recompute;
   int micro_batches;  // per rank and step: several accumulate their gradients
+  ChunkFetch fetch = ChunkFetch::all_gather;
 };
 
 class ZeroChunks : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ZeroChunks, MatchOneProcess) {
   const Case k = GetParam();
-  auto world = testing::mpi().world(comm::Seconds(60));
+  auto world = std::make_shared<comm::CountingCommunicator>(testing::mpi().world(comm::Seconds(60)));
   const int N = world->size(), rank = world->rank();
   const nn::CheckpointPolicy policy{.every = k.recompute ? 1 : 0};
   auto model = models::make_model(testing::tiny_gpt(3), policy), ref = models::make_model(testing::tiny_gpt(3), policy);
@@ -43,7 +49,11 @@ TEST_P(ZeroChunks, MatchOneProcess) {
   // Small chunks, so that there are several communication groups.
   const bool accumulate = k.micro_batches > 1;
   ChunkManager chunks(*model, model->parameters(),
-                      {.chunk_elements = 1200, .accumulate = accumulate, .zero_stage = k.stage, .group = world.get()});
+                      {.chunk_elements = 1200,
+                       .accumulate = accumulate,
+                       .zero_stage = k.stage,
+                       .group = world.get(),
+                       .fetch = k.fetch});
   // The attention's key bias has a gradient of zero up to rounding (softmax ignores a constant
   // per row); AdamW's eps = 1e-8 turns that noise into updates of ~1e-4 whose sign depends on the
   // summation order (measured: 1.45e-5 apart after 5 steps). eps = 1e-6 keeps such noise inert
@@ -53,7 +63,9 @@ TEST_P(ZeroChunks, MatchOneProcess) {
   nn::Runner runner, ref_runner;
   runner.add_hooks(&chunks);
   const std::int64_t per_rank = 2, B = per_rank * N;
+  const double S = double(chunks.layout().chunks) * double(chunks.layout().chunk_elements);
   for (int step = 1; step <= 5; ++step) {
+    world->reset();
     nn::Batch batch;
     batch.tokens = testing::randint({B, 8}, 100 + std::uint64_t(step), 0, 40);
     batch.targets = testing::randint({B, 8}, 200 + std::uint64_t(step), 0, 40);
@@ -84,6 +96,13 @@ TEST_P(ZeroChunks, MatchOneProcess) {
     EXPECT_NEAR(chunks.squared_gradient_norm(), ref_norm, 1e-4 * ref_norm) << "step " << step;
     chunks.adamw_step(opt, step);
     adam.step();
+    if (k.stage == 3 && k.micro_batches == 1) {
+      double link = 0;
+      for (const auto& [op, stats] : world->stats())
+        if (op != "all_reduce") link += stats.link_bytes;  // the loss and the norm are all-reduced
+      const double elements = (k.fetch == ChunkFetch::broadcast ? 5 : 3) * double(N - 1) / N * S;
+      EXPECT_DOUBLE_EQ(link, 4 * elements) << "step " << step;
+    }
   }
   int owned = 0;
   for (std::size_t i = 0; i < chunks.parameters().size(); ++i) {
@@ -106,11 +125,10 @@ TEST_P(ZeroChunks, MatchOneProcess) {
   // 16M) or sharded, the param list whole (stages 1, 2: 4M + 12M/N) or sharded (stage 3: 16M/N),
   // up to the chunks' padding and fragmentation; accumulation adds a fp32 grad list, sharded as
   // the optimizer's.
-  const double space = double(chunks.layout().chunks) * double(chunks.layout().chunk_elements);
-  const double optimizer = (accumulate ? 16 : 12) * space / (k.stage == 0 ? 1 : N);
-  const double expected = (k.stage == 3 ? 4 * space / N : 4 * space) + optimizer;
+  const double optimizer = (accumulate ? 16 : 12) * S / (k.stage == 0 ? 1 : N);
+  const double expected = (k.stage == 3 ? 4 * S / N : 4 * S) + optimizer;
   EXPECT_EQ(double(chunks.model_data_bytes()), expected);
-  EXPECT_LT(space, 1.5 * M);
+  EXPECT_LT(S, 1.5 * M);
 }
 
 // fp16's overflow check: an infinity in one rank's owned gradient (stage 2: no other rank holds
@@ -176,10 +194,13 @@ TEST(ZeroChunks, AnOverflowOnOneRankSkipsTheStepOnEvery) {
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroChunks,
                          ::testing::Values(Case{0, false, 1}, Case{1, false, 1}, Case{2, false, 1}, Case{3, false, 1},
                                            Case{3, true, 1}, Case{0, false, 2}, Case{1, false, 2}, Case{2, false, 2},
-                                           Case{3, true, 2}),
+                                           Case{3, true, 2}, Case{1, false, 1, ChunkFetch::broadcast},
+                                           Case{3, false, 1, ChunkFetch::broadcast},
+                                           Case{3, true, 2, ChunkFetch::broadcast}),
                          [](const auto& info) {
                            return "stage" + std::to_string(info.param.stage) + (info.param.recompute ? "_recomputed" : "") +
-                                  (info.param.micro_batches > 1 ? "_accumulated" : "");
+                                  (info.param.micro_batches > 1 ? "_accumulated" : "") +
+                                  (info.param.fetch == ChunkFetch::broadcast ? "_broadcast" : "");
                          });
 
 }  // namespace
