@@ -119,10 +119,6 @@ void check_one_of(const std::string& key, const std::string& value, std::initial
   throw Error(fmt::format("{} = \"{}\" is not one of {}", key, value, list));
 }
 
-[[noreturn]] void not_available(const std::string& what) {
-  throw Error(fmt::format("{} is not available in this build yet", what));
-}
-
 void validate(const Config& c) {
   const ModelConfig& m = c.model;
   check_one_of("model.type", m.type, {"gpt", "bert", "vit"});
@@ -214,24 +210,37 @@ void validate(const Config& c) {
   TIDAL_CHECK(p.timeout_s > 0, "parallel.timeout_s must be > 0 seconds, got {}", p.timeout_s);
   TIDAL_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3, "zero.stage must be 0, 1, 2 or 3, got {}", c.zero.stage);
   check_one_of("zero.fetch", c.zero.fetch, {"all_gather", "broadcast"});
-  check_one_of("memory.offload", c.memory.offload, {"none", "chunk"});
+  check_one_of("memory.offload", c.memory.offload, {"none", "chunk", "static"});
+  TIDAL_CHECK(c.memory.warmup_fraction > 0 && c.memory.warmup_fraction <= 1,
+              "memory.warmup_fraction must be in (0, 1], got {}", c.memory.warmup_fraction);
   check_one_of("memory.eviction", c.memory.eviction, {"belady", "lru"});
   if (!c.memory.device_limit.empty()) parse_bytes(c.memory.device_limit, "memory.device_limit");
   TIDAL_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
 
   // Mixed precision and ZeRO keep the model data in chunks (memory/chunk_manager.h), shared by
   // the data-parallel ranks only.
-  if (c.zero.stage > 0 || t.precision != "fp32") {
-    const std::string why = c.zero.stage > 0 ? fmt::format("zero.stage = {}", c.zero.stage)
-                                             : fmt::format("train.precision = \"{}\"", t.precision);
+  const bool offload = c.memory.offload != "none";
+  if (c.zero.stage > 0 || t.precision != "fp32" || offload) {
+    const std::string why = offload            ? fmt::format("memory.offload = \"{}\"", c.memory.offload)
+                            : c.zero.stage > 0 ? fmt::format("zero.stage = {}", c.zero.stage)
+                                               : fmt::format("train.precision = \"{}\"", t.precision);
     TIDAL_CHECK(p.pipeline == 1 && p.tensor.size == 1 && p.sequence == 1,
                 "{} keeps the model data in chunks shared by the data-parallel ranks, and runs with parallel.data "
                 "alone for now: set parallel.pipeline, parallel.tensor.size and parallel.sequence to 1 (they are {}, "
                 "{} and {})",
                 why, p.pipeline, p.tensor.size, p.sequence);
   }
-  // Parsed and valid, but not built yet: say so rather than ignore it.
-  if (c.memory.offload != "none") not_available(fmt::format("memory.offload = \"{}\"", c.memory.offload));
+  if (offload) {
+    TIDAL_CHECK(p.data == 1,
+                "memory.offload = \"{}\" moves the chunks of one rank for now: set parallel.data to 1 (it is {}), or "
+                "memory.offload to \"none\"",
+                c.memory.offload, p.data);
+    // Without a GPU the device tier is host memory: only a cap makes it a budget.
+    TIDAL_CHECK(!c.memory.device_limit.empty(),
+                "memory.offload = \"{}\" needs memory.device_limit on a machine without a GPU (the device tier is "
+                "host memory with a cap), e.g. --set memory.device_limit=64MiB",
+                c.memory.offload);
+  }
 }
 
 }  // namespace

@@ -99,10 +99,16 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(zero.fetch,
                 "how sharded parameters reach every rank: all_gather (a chunk group at once, PatrickStar) | "
                 "broadcast (each chunk from its owner, ZeRO-DP's way: 10(p-1)/p M bytes against 6(p-1)/p M)"),
-      TIDAL_KEY(memory.offload, "none | chunk"),
-      TIDAL_KEY(memory.device_limit, "cap on the device tier, e.g. \"2GiB\" (\"\" = none)"),
+      TIDAL_KEY(memory.offload,
+                "none | chunk (chunks move between the device and the host by tensor state, guided by a warm-up "
+                "trace) | static (ZeRO-Offload's split: parameters on the device, optimizer states and Adam on the "
+                "host)"),
+      TIDAL_KEY(memory.device_limit,
+                "cap on the device tier (chunks and activations together), e.g. \"2GiB\" (\"\" = none; needed by "
+                "memory.offload on a machine without a GPU)"),
       TIDAL_KEY(memory.chunk_size, "chunk elements (0 = searched)"),
-      TIDAL_KEY(memory.eviction, "belady | lru"),
+      TIDAL_KEY(memory.eviction, "belady (the chunk used again furthest ahead, from the trace) | lru"),
+      TIDAL_KEY(memory.warmup_fraction, "of the device tier the chunks may take during the warm-up iteration"),
       TIDAL_KEY(checkpoint.dir, "checkpoint directory (\"\" = no checkpoints)"),
       TIDAL_KEY(checkpoint.every, "steps between checkpoints (0 = at the end and at --stop-after)"),
       TIDAL_KEY(checkpoint.keep, "checkpoints kept"),

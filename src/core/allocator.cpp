@@ -20,10 +20,10 @@ void* Allocator::allocate(std::size_t bytes) {
   std::size_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   if (now > capacity_) {
     current_.fetch_sub(bytes, std::memory_order_relaxed);
-    throw OutOfMemory(fmt::format(
-        "out of {} memory: asked for {} bytes with {} of {} in use; raise the tier's capacity "
-        "(e.g. [memory] device_limit) or make the model or batch smaller",
-        tier_name(tier_), bytes, now - bytes, capacity_));
+    throw OutOfMemory(fmt::format("out of {} memory: asked for {} bytes with {} of {} in use; raise the tier's "
+                                  "capacity (e.g. [memory] device_limit) or make the model or batch smaller",
+                                  tier_name(tier_), bytes, now - bytes, capacity_),
+                      now);
   }
   std::size_t peak = peak_.load(std::memory_order_relaxed);
   while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
@@ -53,5 +53,24 @@ Allocator& host_allocator() {
   static HostAllocator allocator(MemoryTier::host);
   return allocator;
 }
+
+Allocator& device_allocator() {
+  static HostAllocator allocator(MemoryTier::device);
+  return allocator;
+}
+
+namespace {
+std::atomic<Allocator*> default_allocator_{nullptr};
+}  // namespace
+
+Allocator& default_allocator() {
+  Allocator* a = default_allocator_.load(std::memory_order_relaxed);
+  return a ? *a : host_allocator();
+}
+
+ScopedDefaultAllocator::ScopedDefaultAllocator(Allocator& a)
+    : previous_(default_allocator_.exchange(&a, std::memory_order_relaxed)) {}
+
+ScopedDefaultAllocator::~ScopedDefaultAllocator() { default_allocator_.store(previous_, std::memory_order_relaxed); }
 
 }  // namespace tidal

@@ -60,7 +60,41 @@ class HostAllocator final : public Allocator {
   void raw_deallocate(void* ptr, std::size_t bytes) override;
 };
 
-// The process's host tier: the default home of tensors that nobody placed elsewhere.
+// Counts a share of another allocator: its bytes come from (and are charged to) `parent`, whose
+// capacity binds both. The chunks' share of the device tier, or the non-model data's.
+class SubAllocator final : public Allocator {
+ public:
+  explicit SubAllocator(Allocator& parent, std::size_t capacity = std::numeric_limits<std::size_t>::max())
+      : Allocator(parent.tier(), parent.device(), capacity), parent_(parent) {}
+  Allocator& parent() const { return parent_; }
+
+ protected:
+  void* raw_allocate(std::size_t bytes) override { return parent_.allocate(bytes); }
+  void raw_deallocate(void* ptr, std::size_t bytes) override { parent_.deallocate(ptr, bytes); }
+
+ private:
+  Allocator& parent_;
+};
+
+// The process's host tier.
 Allocator& host_allocator();
+// The process's device tier: the computing device's memory (on a machine without a GPU, host
+// memory that a capacity - [memory] device_limit - turns into a budget).
+Allocator& device_allocator();
+
+// Where tensors go that nobody placed elsewhere: the host tier, unless a ScopedDefaultAllocator
+// says otherwise (the trainer under heterogeneous memory: activations then count in the device
+// tier, beside the chunks, as on a GPU).
+Allocator& default_allocator();
+class ScopedDefaultAllocator {
+ public:
+  explicit ScopedDefaultAllocator(Allocator& a);
+  ~ScopedDefaultAllocator();
+  ScopedDefaultAllocator(const ScopedDefaultAllocator&) = delete;
+  ScopedDefaultAllocator& operator=(const ScopedDefaultAllocator&) = delete;
+
+ private:
+  Allocator* previous_;
+};
 
 }  // namespace tidal

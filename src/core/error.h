@@ -23,6 +23,12 @@ class InternalError : public std::logic_error {
 class OutOfMemory : public Error {
  public:
   using Error::Error;
+  OutOfMemory(const std::string& what, std::size_t needed) : Error(what), needed_(needed) {}
+  // The bytes the tier would have had to hold (0 where unknown).
+  std::size_t needed() const { return needed_; }
+
+ private:
+  std::size_t needed_ = 0;
 };
 
 namespace detail {

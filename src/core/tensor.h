@@ -36,9 +36,9 @@ class Tensor {
  public:
   Tensor() = default;
 
-  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Allocator& alloc = host_allocator());
-  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Allocator& alloc = host_allocator());
-  static Tensor full(const Shape& shape, float value, Allocator& alloc = host_allocator());
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Allocator& alloc = default_allocator());
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Allocator& alloc = default_allocator());
+  static Tensor full(const Shape& shape, float value, Allocator& alloc = default_allocator());
   // A contiguous view of memory owned by someone else (a chunk, a buffer); never frees it.
   static Tensor view_of(void* data, const Shape& shape, DType dtype, Device device = Device::cpu());
 
@@ -53,6 +53,8 @@ class Tensor {
   Device device() const { return device_; }
   bool is_contiguous() const;
   bool owns_storage() const { return storage_ != nullptr; }
+  // The allocator its storage came from (null for a view of someone else's memory).
+  Allocator* allocator() const { return storage_ ? &storage_->allocator() : nullptr; }
 
   void* raw() const { return data_; }
   template <class T>
@@ -70,7 +72,7 @@ class Tensor {
   void zero_();
   void fill_(float value);
   void copy_from(const Tensor& src);  // same shape and dtype (ops::cast converts); either side may be strided
-  Tensor clone(Allocator& alloc = host_allocator()) const;
+  Tensor clone(Allocator& alloc = default_allocator()) const;
   float item() const;  // the single element of a one-element fp32 tensor
 
   std::string str() const;  // "f32[3, 37, 72]"

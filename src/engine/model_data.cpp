@@ -119,6 +119,19 @@ class ChunkModelData final : public ModelData {
                  parallel::ParallelContext& pc, nn::Runner& runner, const std::string& resume_path, std::int64_t accum)
       : pc_(pc), options_(adamw_options(cfg.train)), param_memory_(MemoryTier::device), optimizer_memory_() {
     const std::vector<nn::Parameter*>& params = engine.parameters();
+    std::optional<memory::OffloadOptions> offload;
+    if (cfg.memory.offload != "none") {
+      // The device tier binds the chunks on it and the step's other tensors (activations,
+      // gradients in flight, workspaces) together, as a GPU's memory does.
+      offload = memory::OffloadOptions{
+          .partition = cfg.memory.offload == "static" ? memory::Partition::fixed : memory::Partition::dynamic,
+          .eviction = cfg.memory.eviction == "lru" ? memory::Eviction::lru : memory::Eviction::belady,
+          .warmup_fraction = cfg.memory.warmup_fraction};
+      device_allocator().set_capacity(config::parse_bytes(cfg.memory.device_limit, "memory.device_limit"));
+      device_allocator().reset_peak();
+      on_device_.emplace(device_allocator());
+      eviction_ = cfg.memory.eviction;
+    }
     // A checkpoint's whole tensors: the weights into the parameters (the chunks copy them), the
     // moments held until the chunks exist.
     std::optional<optim::AdamW> loaded;
@@ -128,15 +141,14 @@ class ChunkModelData final : public ModelData {
       steps_ = loaded->steps_taken();
     }
     comm::Communicator& group = pc.group(parallel::GroupKind::data);
-    chunks_.emplace(model, params,
-                    memory::ChunkOptions{.chunk_elements = cfg.memory.chunk_size,
-                                         .compute_dtype = precision_dtype(cfg.train.precision),
-                                         .accumulate = accum > 1,
-                                         .zero_stage = cfg.zero.stage,
-                                         .group = &group,
-                                         .fetch = cfg.zero.fetch == "broadcast" ? memory::ChunkFetch::broadcast
-                                                                                : memory::ChunkFetch::all_gather},
-                    param_memory_, optimizer_memory_);
+    offload_ = cfg.memory.offload;
+    try {
+      make_chunks(cfg, model, params, group, accum, offload);
+    } catch (const OutOfMemory& e) {  // the static partition's param list does not fit
+      throw OutOfMemory(e.what() + out_of_memory_hint(e), e.needed());
+    }
+    const memory::ChunkLayout& layout = chunks_->layout();
+    param_list_bytes_ = layout.chunks * layout.chunk_elements * std::int64_t(dtype_size(precision_dtype(cfg.train.precision)));
     if (loaded)
       for (std::size_t i = 0; i < params.size(); ++i)
         chunks_->load_moments(*params[i], loaded->momentum(i), loaded->variance(i));
@@ -144,6 +156,11 @@ class ChunkModelData final : public ModelData {
     stage_ = cfg.zero.stage;
     fetch_ = cfg.zero.fetch;
     precision_ = cfg.train.precision;
+  }
+
+  ~ChunkModelData() override {
+    chunks_.reset();
+    if (on_device_) device_allocator().set_capacity(std::numeric_limits<std::size_t>::max());
   }
 
   void zero_grad() override { chunks_->zero_grad(); }
@@ -192,28 +209,84 @@ class ChunkModelData final : public ModelData {
     const char* what[] = {"every rank holds all model data, gradients all-reduced", "optimizer states sharded",
                           "optimizer states and gradients sharded",
                           "optimizer states, gradients and parameters sharded"};
+    std::string tiers;
+    if (chunks_->dynamic_memory())
+      tiers = offload_ == "static"
+                  ? fmt::format("; static partition (ZeRO-Offload): params on a device tier of {}, optimizer states "
+                                "and Adam on the host",
+                                human_bytes(device_allocator().capacity()))
+                  : fmt::format("; chunks move between a device tier of {} and the host ({} eviction after a warm-up "
+                                "iteration)",
+                                human_bytes(device_allocator().capacity()), eviction_);
     return fmt::format("model data in {} chunks of {} elements ({:.1f}% padding), params {}{}; {}; {} of model data on "
-                       "this rank",
+                       "this rank{}",
                        l.chunks, l.chunk_elements, 100 * l.fragmentation(), precision_,
                        precision_ == "fp32" ? "" : " with fp32 master weights",
                        ranks > 1 ? fmt::format("zero.stage {} over {} data ranks: {}{}", stage_, ranks, what[stage_],
                                                stage_ > 0 ? fmt::format(", parameters by {}", fetch_) : "")
                                  : "one rank",
-                       human_bytes(std::uint64_t(chunks_->model_data_bytes())));
+                       human_bytes(std::uint64_t(chunks_->model_data_bytes())), tiers);
   }
 
   nlohmann::json memory() const override {
-    return {{"param_bytes_peak", param_memory_.peak_bytes()},
-            {"optimizer_bytes_peak", optimizer_memory_.peak_bytes()},
-            {"model_data_bytes", chunks_->model_data_bytes()}};
+    nlohmann::json out = {{"param_bytes_peak", param_memory_.peak_bytes()},
+                          {"optimizer_bytes_peak", optimizer_memory_.peak_bytes()},
+                          {"model_data_bytes", chunks_->model_data_bytes()}};
+    if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) {
+      out["offload"] = dmm->json();
+      out["offload"]["device_limit_bytes"] = device_allocator().capacity();
+      out["offload"]["trace"] = dmm->tracer().json();
+    }
+    return out;
+  }
+
+  std::string out_of_memory_hint(const OutOfMemory& e) const override {
+    if (offload_ != "static") return "";
+    return fmt::format(
+        "; the static partition (memory.offload = \"static\") keeps the whole param list{} on the device, so the "
+        "device tier needs it plus the step's activations and gradients: at least {}, more than memory.device_limit "
+        "= {}; memory.offload = \"chunk\" moves chunks to the host instead",
+        param_list_bytes_ ? fmt::format(" ({})", human_bytes(std::uint64_t(param_list_bytes_))) : "",
+        human_bytes(e.needed()), human_bytes(device_allocator().capacity()));
+  }
+
+  nlohmann::json step_record() override {
+    const memory::DynamicMemory* dmm = chunks_->dynamic_memory();
+    if (!dmm) return nlohmann::json::object();
+    const memory::MoveStats& now = dmm->stats();
+    nlohmann::json out = {{"bytes_host_to_device", now.bytes_to_device - reported_.bytes_to_device},
+                          {"bytes_device_to_host", now.bytes_to_host - reported_.bytes_to_host},
+                          {"evictions", now.evictions - reported_.evictions},
+                          {"move_s", now.seconds - reported_.seconds},
+                          {"device_peak_bytes", dmm->device_peak_bytes()}};
+    reported_ = now;
+    return out;
   }
 
  private:
+  void make_chunks(const config::Config& cfg, models::Model& model, const std::vector<nn::Parameter*>& params,
+                   comm::Communicator& group, std::int64_t accum, const std::optional<memory::OffloadOptions>& offload) {
+    chunks_.emplace(model, params,
+                    memory::ChunkOptions{.chunk_elements = cfg.memory.chunk_size,
+                                         .compute_dtype = precision_dtype(cfg.train.precision),
+                                         .accumulate = accum > 1,
+                                         .zero_stage = cfg.zero.stage,
+                                         .group = &group,
+                                         .fetch = cfg.zero.fetch == "broadcast" ? memory::ChunkFetch::broadcast
+                                                                                : memory::ChunkFetch::all_gather,
+                                         .offload = offload},
+                    offload ? device_allocator() : param_memory_, optimizer_memory_);
+  }
+
   parallel::ParallelContext& pc_;
   ops::AdamWOptions options_;
   HostAllocator param_memory_;      // the param list (the computing device's tier), gathered groups included
   HostAllocator optimizer_memory_;  // master copy, moments, accumulated gradients
+  std::optional<ScopedDefaultAllocator> on_device_;  // with offload: the step's tensors in the device tier
   std::optional<memory::ChunkManager> chunks_;
+  memory::MoveStats reported_;  // moves up to the last step's record
+  std::int64_t param_list_bytes_ = 0;
+  std::string offload_, eviction_;
   std::int64_t steps_ = 0;
   int stage_ = 0;
   std::string fetch_;
@@ -226,7 +299,7 @@ std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Mo
                                            pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                                            nn::Runner& runner, const std::string& resume_path) {
   engine.materialize(cfg.train.seed);
-  if (cfg.zero.stage == 0 && cfg.train.precision == "fp32")
+  if (cfg.zero.stage == 0 && cfg.train.precision == "fp32" && cfg.memory.offload == "none")
     return std::make_unique<TensorModelData>(cfg, engine, pc, runner, resume_path);
   const std::int64_t local = cfg.train.batch_size / pc.layout().spec().data;
   const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;

@@ -55,6 +55,10 @@ class ModelData {
   // Bytes of model data (params, gradients, optimizer states) at their peak, by list; empty for
   // the tensor keeper (its tensors live in the host allocator).
   virtual nlohmann::json memory() const { return nlohmann::json::object(); }
+  // What to add to an out-of-memory error of the step (how this keeper uses the device tier).
+  virtual std::string out_of_memory_hint(const OutOfMemory&) const { return ""; }
+  // Keys for this step's metrics record (chunk moves under memory.offload), since the last call.
+  virtual nlohmann::json step_record() { return nlohmann::json::object(); }
 
  protected:
   std::optional<CheckpointInfo> resumed_;

@@ -104,8 +104,14 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     pipeline_options.unit_costs = pipeline::unit_costs(*model, by, &probe);
   }
   pipeline::PipelineEngine engine(*model, pc, pipeline_options);
-  // Activations (and their gradients) have a pool of their own, so their peak is measured alone.
-  HostAllocator activations;
+  // Activations (and their gradients) have a pool of their own, so their peak is measured alone;
+  // under memory.offload it is a share of the device tier, beside the chunks.
+  std::unique_ptr<Allocator> activation_pool;
+  if (cfg.memory.offload != "none")
+    activation_pool = std::make_unique<SubAllocator>(device_allocator());
+  else
+    activation_pool = std::make_unique<HostAllocator>();
+  Allocator& activations = *activation_pool;
   nn::Runner runner;
   const std::unique_ptr<ModelData> model_data = make_model_data(cfg, *model, engine, pc, runner, options.resume_path);
   const std::string config_toml = config::to_toml(cfg);
@@ -198,7 +204,12 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                                .gradient_scale = float(loss_scale)});
     const nn::StepState state{.runner = &runner, .training = true, .seed = tc.seed, .step = std::uint32_t(step),
                               .activations = &activations};
-    double loss = engine.train(micro_batches, state, model_data->hooks(accum));
+    double loss = 0;
+    try {
+      loss = engine.train(micro_batches, state, model_data->hooks(accum));
+    } catch (const OutOfMemory& e) {
+      throw OutOfMemory(e.what() + model_data->out_of_memory_hint(e), e.needed());
+    }
     model_data->finish_backward();
     if (replicas > 1) loss = sum_over_replicas(pc, loss);
     // The gradient carries the loss scale; its norm is not finite on every rank when it
@@ -237,6 +248,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
       record["loss_scale"] = loss_scale;
       record["skipped"] = !applied;
     }
+    record.update(model_data->step_record());
     metrics.write(record);
     progress.step({step + 1, tc.steps, loss, lr, tokens_per_s, eta, host_allocator().peak_bytes(),
                    activations.peak_bytes()});

@@ -6,6 +6,17 @@
 
 namespace tidal::memory {
 
+const char* chunk_kind_name(ChunkKind k) {
+  switch (k) {
+    case ChunkKind::param: return "param";
+    case ChunkKind::master: return "param fp32";
+    case ChunkKind::momentum: return "momentum";
+    case ChunkKind::variance: return "variance";
+    case ChunkKind::grad: return "grad fp32";
+  }
+  return "?";
+}
+
 double ChunkLayout::fragmentation() const {
   const double space = double(chunks) * double(chunk_elements);
   return space > 0 ? 1.0 - double(used_elements) / space : 0.0;
@@ -33,12 +44,12 @@ ChunkLayout layout_chunks(const std::vector<std::int64_t>& numels, std::int64_t 
   return layout;
 }
 
-std::int64_t search_chunk_size(const std::vector<std::int64_t>& numels, int group_size) {
+std::int64_t search_chunk_size(const std::vector<std::int64_t>& numels, int group_size, std::int64_t at_most) {
   const std::int64_t largest = numels.empty() ? 1 : *std::max_element(numels.begin(), numels.end());
   const std::int64_t step = std::max<std::int64_t>(1, largest / 32);
   std::int64_t best = largest;
   double best_waste = 2.0;
-  for (std::int64_t size = largest; size <= 4 * largest; size += step) {
+  for (std::int64_t size = largest; size <= std::min(4 * largest, std::max(largest, at_most)); size += step) {
     const double waste = layout_chunks(numels, size, group_size).fragmentation();
     if (waste < best_waste - 1e-12) best = size, best_waste = waste;
   }

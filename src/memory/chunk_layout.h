@@ -8,9 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace tidal::memory {
+
+// The lists sharing a layout (grad: the fp32 sum of accumulated micro-batches' gradients).
+enum class ChunkKind { param, master, momentum, variance, grad };
+const char* chunk_kind_name(ChunkKind k);
 
 struct ChunkLayout {
   struct Place {
@@ -34,8 +39,10 @@ struct ChunkLayout {
 ChunkLayout layout_chunks(const std::vector<std::int64_t>& numels, std::int64_t chunk_elements, int group_size = 1);
 
 // The chunk size (elements) with the least fragmentation (padding chunks of the last group
-// included) among sizes from the largest parameter up to 4x it in steps of 1/32 of it; the
-// smaller size wins ties. PatrickStar's pre-training search tool.
-std::int64_t search_chunk_size(const std::vector<std::int64_t>& numels, int group_size = 1);
+// included) among sizes from the largest parameter up to 4x it (and up to `at_most`, unless the
+// largest parameter is larger) in steps of 1/32 of it; the smaller size wins ties. PatrickStar's
+// pre-training search tool.
+std::int64_t search_chunk_size(const std::vector<std::int64_t>& numels, int group_size = 1,
+                               std::int64_t at_most = std::numeric_limits<std::int64_t>::max());
 
 }  // namespace tidal::memory

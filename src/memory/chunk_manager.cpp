@@ -26,17 +26,6 @@ void count_users(nn::Module& m, std::map<const nn::Parameter*, int>& users) {
 
 }  // namespace
 
-const char* chunk_kind_name(ChunkKind k) {
-  switch (k) {
-    case ChunkKind::param: return "param";
-    case ChunkKind::master: return "param fp32";
-    case ChunkKind::momentum: return "momentum";
-    case ChunkKind::variance: return "variance";
-    case ChunkKind::grad: return "grad fp32";
-  }
-  return "?";
-}
-
 ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params, const ChunkOptions& options,
                            Allocator& device, Allocator& host)
     : params_(std::move(params)), options_(options), device_(&device) {
@@ -50,13 +39,31 @@ ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params
                  p->name);
     numels.push_back(p->data.numel());
   }
-  const std::int64_t size = options_.chunk_elements ? options_.chunk_elements : search_chunk_size(numels, nproc);
+  // Chunks that move must leave room to move: two fit in the warm-up's share of the device.
+  const std::int64_t at_most =
+      options_.offload ? std::int64_t(options_.offload->warmup_fraction * double(device.capacity()) / 2 /
+                                      double(dtype_size(options_.compute_dtype)))
+                       : std::numeric_limits<std::int64_t>::max();
+  const std::int64_t size =
+      options_.chunk_elements ? options_.chunk_elements : search_chunk_size(numels, nproc, at_most);
   layout_ = layout_chunks(numels, size, nproc);
   const bool remote_params = options_.zero_stage == 3 && sharded();
+  if (options_.offload) {
+    TIDAL_CHECK(!distributed(), "chunks that move between the device and the host run on one rank for now");
+    dmm_ = std::make_unique<DynamicMemory>(*options_.offload, device, host, lists_);
+  }
+  if (dmm_ && options_.offload->partition == Partition::fixed) {
+    const std::size_t list = std::size_t(layout_.chunks * layout_.chunk_elements) * dtype_size(options_.compute_dtype);
+    if (list + device.current_bytes() > device.capacity())
+      throw OutOfMemory(fmt::format("the param list takes {} bytes of the device tier, which holds {} ({} in use)",
+                                    list, device.capacity(), device.current_bytes()),
+                        list + device.current_bytes());
+  }
   auto make = [&](ChunkKind kind, DType dtype, Allocator& alloc, bool owned_only) {
     std::vector<Tensor>& chunks = lists_[kind];
+    Allocator& where = dmm_ ? dmm_->initial(kind) : alloc;
     for (int c = 0; c < layout_.chunks; ++c)
-      chunks.push_back(owned_only && !owns(c) ? Tensor() : Tensor::zeros({layout_.chunk_elements}, dtype, alloc));
+      chunks.push_back(owned_only && !owns(c) ? Tensor() : Tensor::zeros({layout_.chunk_elements}, dtype, where));
   };
   make(ChunkKind::param, options_.compute_dtype, device, remote_params);
   make(ChunkKind::master, DType::f32, host, true);
@@ -132,6 +139,7 @@ void ChunkManager::access(nn::Parameter& p, bool backward) {  // patrickstar-v2 
   Tracked& t = tracked(p);
   const int group = layout_.group_of(layout_.places[index_.at(&p)].chunk);
   if (!group_resident(group)) fetch_group(group);  // the same answer on every rank of the group
+  if (dmm_) dmm_->to_device({layout_.places[index_.at(&p)].chunk}, [this](int c) { return busy(c); });
   const TensorState old = t.state;
   set_state(t, TensorState::compute);
   p.data = slot(ChunkKind::param, p);
@@ -281,20 +289,36 @@ void ChunkManager::store_gradient(Tracked& t) {
   release(p, TensorState::hold_after_bwd);
 }
 
-void ChunkManager::before_forward(nn::Module& m) {
-  for (nn::Parameter* p : m.used_parameters())
-    if (index_.count(p)) access(*p, false);
+bool ChunkManager::busy(int chunk) const {
+  for (std::size_t i : tensors_of(chunk))
+    if (tracked_[i].state == TensorState::compute) return true;
+  return false;
 }
+
+void ChunkManager::access_all(nn::Module& m, bool backward) {
+  bool any = false;
+  for (nn::Parameter* p : m.used_parameters()) any = any || index_.count(p);
+  if (!any) return;
+  if (dmm_) {
+    dmm_->begin_moment((backward ? "backward " : "forward ") + m.path());
+    std::vector<int> chunks;
+    for (nn::Parameter* p : m.used_parameters())
+      if (index_.count(p)) chunks.push_back(layout_.places[index_.at(p)].chunk);
+    dmm_->to_device(chunks, [this](int c) { return busy(c); });
+  }
+  for (nn::Parameter* p : m.used_parameters())
+    if (index_.count(p)) access(*p, backward);
+  if (dmm_) dmm_->end_moment();
+}
+
+void ChunkManager::before_forward(nn::Module& m) { access_all(m, false); }
 
 void ChunkManager::after_forward(nn::Module& m) {
   for (nn::Parameter* p : m.used_parameters())
     if (index_.count(p)) release(*p, TensorState::hold_after_fwd);
 }
 
-void ChunkManager::before_backward(nn::Module& m) {
-  for (nn::Parameter* p : m.used_parameters())
-    if (index_.count(p)) access(*p, true);
-}
+void ChunkManager::before_backward(nn::Module& m) { access_all(m, true); }
 
 void ChunkManager::after_backward(nn::Module& m) {
   for (nn::Parameter* p : m.used_parameters()) {
@@ -318,6 +342,7 @@ void ChunkManager::end_forward() {
 void ChunkManager::end_backward() {
   // Parameters this pass did not use get a zero gradient, and groups not reduced yet are reduced
   // now: group by group, in the same order on every rank.
+  if (dmm_) dmm_->begin_moment("end of backward");
   for (std::size_t g = 0; g < reduced_.size(); ++g) {
     if (distributed() && reduced_[g]) continue;
     if (!group_resident(int(g))) fetch_group(int(g));
@@ -332,10 +357,12 @@ void ChunkManager::end_backward() {
       }
     if (distributed() && !reduced_[g]) reduce_group(int(g));  // a group of padding chunks
   }
+  if (dmm_) dmm_->end_moment();
   in_backward_ = false;
 }
 
 void ChunkManager::zero_grad() {
+  if (dmm_) dmm_->begin_iteration();
   if (options_.accumulate)
     for (Tensor& chunk : list(ChunkKind::grad))
       if (chunk.defined()) chunk.zero_();
@@ -353,15 +380,24 @@ void ChunkManager::skip_step() {
 }
 
 void ChunkManager::finish_step(const std::function<void(nn::Parameter&)>& update) {
+  const auto is_busy = [this](int c) { return busy(c); };
+  if (dmm_) dmm_->begin_moment("optimizer step");
   for (Tracked& t : tracked_) {
     nn::Parameter& p = *t.param;
-    if (!owns(layout_.places[index_.at(&p)].chunk)) continue;
+    const int chunk = layout_.places[index_.at(&p)].chunk;
+    if (!owns(chunk)) continue;
+    if (dmm_) dmm_->to_optimizer_side(chunk, is_busy);  // hybrid Adam: where the states are
     set_state(t, TensorState::compute);  // HOLD_AFTER_BWD: the gradient is complete
     update(p);
     Tensor master = slot(ChunkKind::master, p);
     Tensor param = slot(ChunkKind::param, p);
     ops::cast(param, master);  // the gradient it held is spent
     set_state(t, TensorState::hold);
+  }
+  if (dmm_) {
+    dmm_->after_step(is_busy);
+    dmm_->end_moment();
+    dmm_->end_iteration();
   }
   if (!sharded() || options_.zero_stage == 3) return;
   // Stages 1 and 2: every rank's param chunks again from their owners.

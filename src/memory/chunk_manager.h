@@ -41,6 +41,7 @@
 #include "comm/communicator.h"
 #include "core/allocator.h"
 #include "memory/chunk_layout.h"
+#include "memory/dynamic_memory.h"
 #include "memory/tensor_state.h"
 #include "nn/module.h"
 #include "nn/runner.h"
@@ -48,6 +49,8 @@
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <vector>
 
 namespace tidal::memory {
@@ -66,16 +69,16 @@ struct ChunkOptions {
   int zero_stage = 0;                // 1..3 with a group: what is sharded over it
   comm::Communicator* group = nullptr;  // the data-parallel ranks sharing the model data
   ChunkFetch fetch = ChunkFetch::all_gather;
+  // Heterogeneous memory (dynamic_memory.h): chunks move between the device tier and the host.
+  std::optional<OffloadOptions> offload = std::nullopt;
 };
-
-enum class ChunkKind { param, master, momentum, variance, grad };
-const char* chunk_kind_name(ChunkKind k);
 
 class ChunkManager final : public nn::ModuleHooks {
  public:
   // Takes over `params` (materialized fp32, in initialisation order), counting their users among
   // the modules under `model`. Their values move into the lists: `param` chunks come from
-  // `device`, the optimizer's lists from `host`.
+  // `device`, the optimizer's lists from `host`. With ChunkOptions::offload, `device` is the
+  // device tier (its capacity binds chunks and non-model data) and every list may live in either.
   ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params, const ChunkOptions& options,
                Allocator& device = host_allocator(), Allocator& host = host_allocator());
   ~ChunkManager() override;
@@ -88,7 +91,8 @@ class ChunkManager final : public nn::ModuleHooks {
   void after_backward(nn::Module& m) override;
   void end_forward();
   void end_backward();
-  // Zeroes the accumulated gradients (ChunkOptions::accumulate) before a step's micro-batches.
+  // Before a step's micro-batches: zeroes the accumulated gradients (ChunkOptions::accumulate)
+  // and starts a training iteration (the first is the memory tracer's warm-up).
   void zero_grad();
 
   // Alg. 1 and 2 for one parameter. `backward`: a gradient buffer is attached on access.
@@ -127,6 +131,8 @@ class ChunkManager final : public nn::ModuleHooks {
   std::int64_t model_data_bytes() const;
   bool owns(int chunk) const { return !sharded() || layout_.owner_of(chunk) == rank_; }
   bool resident(int chunk) const { return lists_.at(ChunkKind::param)[std::size_t(chunk)].defined(); }
+  // The dynamic memory manager (null without ChunkOptions::offload).
+  const DynamicMemory* dynamic_memory() const { return dmm_.get(); }
 
  private:
   struct Tracked {
@@ -161,6 +167,10 @@ class ChunkManager final : public nn::ModuleHooks {
   // The owned parameters from HOLD_AFTER_BWD back to HOLD through `update`, the param list
   // rewritten from the master copy, and at stages 1 and 2 gathered.
   void finish_step(const std::function<void(nn::Parameter&)>& update);
+  // A moment of the memory tracer around placing the chunks of `m`'s parameters.
+  void access_all(nn::Module& m, bool backward);
+  // Param chunk c holds a tensor in COMPUTE (it must stay on the device).
+  bool busy(int chunk) const;
   // The param chunks of a group, packed contiguous (for a collective), and back.
   Tensor pack(int group) const;
   void unpack(int group, const Tensor& packed);
@@ -177,6 +187,7 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<Tensor> pending_;  // per communication group (accumulate and distributed)
   int rank_ = 0;
   Allocator* device_;
+  std::unique_ptr<DynamicMemory> dmm_;
 };
 
 }  // namespace tidal::memory

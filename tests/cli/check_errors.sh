@@ -39,7 +39,11 @@ expect missing-config "nope.toml" -- train -c "$dir/nope.toml"
 expect toml-syntax "syntax.toml:1" -- train -c "$dir/syntax.toml"
 expect bad-set-value "train.lr must be a number" -- train --set train.lr=fast
 expect unknown-set-key "model.layers" -- train --set model.layers=3
-expect not-built "memory.offload = \"chunk\" is not available" -- train --set memory.offload=chunk
+expect offload-without-cap "needs memory.device_limit on a machine without a GPU" -- train --set memory.offload=chunk
+expect offload-with-data "moves the chunks of one rank for now: set parallel.data to 1" -- \
+  train --set memory.offload=chunk --set memory.device_limit=1GiB --set parallel.data=2
+expect offload-too-small "the device tier is too small" -- \
+  train --set memory.offload=chunk --set memory.device_limit=200KiB --set train.steps=2
 expect zero-with-pipeline "set parallel.pipeline, parallel.tensor.size and parallel.sequence to 1" -- \
   train --set zero.stage=2 --set parallel.pipeline=2
 expect bad-loss-scale "train.loss_scale must be > 0" -- train --set train.precision=fp16 --set train.loss_scale=0

@@ -1,0 +1,207 @@
+#include "memory/dynamic_memory.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace tidal::memory {
+namespace {
+
+constexpr ChunkKind kOptimizerKinds[] = {ChunkKind::master, ChunkKind::momentum, ChunkKind::variance,
+                                         ChunkKind::grad};
+
+std::string mib(std::int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / double(1 << 20)); }
+
+}  // namespace
+
+std::int64_t DynamicMemory::device_peak_bytes() const {
+  return std::max(device_peak_, std::int64_t(device_.peak_bytes()));
+}
+
+DynamicMemory::DynamicMemory(const OffloadOptions& options, Allocator& device, Allocator& host, Lists& lists)
+    : options_(options), device_(device), device_chunks_(device), host_(host), lists_(lists) {
+  TIDAL_CHECK(options_.warmup_fraction > 0 && options_.warmup_fraction <= 1,
+              "memory.warmup_fraction must be in (0, 1], got {}", options_.warmup_fraction);
+}
+
+Allocator& DynamicMemory::initial(ChunkKind kind) {
+  return kind == ChunkKind::param && options_.partition == Partition::fixed ? static_cast<Allocator&>(device_chunks_)
+                                                                             : host_;
+}
+
+MemoryTier DynamicMemory::where(ChunkKind kind, int chunk) const {
+  const Tensor& payload = lists_.at(kind)[std::size_t(chunk)];
+  return payload.allocator() == &device_chunks_ ? MemoryTier::device : MemoryTier::host;
+}
+
+void DynamicMemory::move(ChunkKind kind, int chunk, MemoryTier to) {
+  Tensor& payload = lists_.at(kind)[std::size_t(chunk)];
+  if (!payload.defined() || where(kind, chunk) == to) return;
+  const auto start = std::chrono::steady_clock::now();
+  Allocator& target = to == MemoryTier::device ? static_cast<Allocator&>(device_chunks_) : host_;
+  Tensor moved = Tensor::empty(payload.shape(), payload.dtype(), target);
+  moved.copy_from(payload);  // on a GPU: cudaMemcpyAsync on the copy stream
+  payload = moved;
+  (to == MemoryTier::device ? stats_.bytes_to_device : stats_.bytes_to_host) += std::int64_t(moved.nbytes());
+  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void DynamicMemory::begin_iteration() {
+  TIDAL_ASSERT(!in_iteration_, "an iteration began inside another");
+  in_iteration_ = true;
+  moment_ = -1;
+}
+
+void DynamicMemory::end_iteration() {
+  TIDAL_ASSERT(!in_moment_, "an iteration ended inside a moment");
+  if (!in_iteration_) return;  // a step without zero_grad: nothing traced
+  if (!tracer_.finished() && moment_ >= 0) {
+    tracer_.close_interval(std::int64_t(device_.peak_bytes()), device_chunk_bytes());
+    tracer_.finish();
+    if (options_.partition == Partition::dynamic) place_optimizer_states();
+  }
+  in_iteration_ = false;
+  moment_ = -1;
+}
+
+void DynamicMemory::begin_moment(const std::string& label) {
+  TIDAL_ASSERT(!in_moment_, "a moment began inside another");
+  in_moment_ = true;
+  ++tick_;
+  if (!in_iteration_) return;  // evaluation: placed like a moment, not traced
+  if (!tracer_.finished() && moment_ >= 0) tracer_.close_interval(std::int64_t(device_.peak_bytes()), device_chunk_bytes());
+  ++moment_;
+  if (!tracer_.finished()) tracer_.record_moment(label);
+}
+
+void DynamicMemory::end_moment() {
+  TIDAL_ASSERT(in_moment_, "a moment ended that did not begin");
+  in_moment_ = false;
+  pinned_.clear();
+  device_peak_ = std::max(device_peak_, std::int64_t(device_.peak_bytes()));
+  device_.reset_peak();  // the interval's peak starts from the chunks as placed
+}
+
+std::int64_t DynamicMemory::param_bytes_on_device() const {
+  std::int64_t bytes = 0;
+  const std::vector<Tensor>& params = lists_.at(ChunkKind::param);
+  for (int c = 0; c < int(params.size()); ++c)
+    if (params[std::size_t(c)].defined() && where(ChunkKind::param, c) == MemoryTier::device)
+      bytes += std::int64_t(params[std::size_t(c)].nbytes());
+  return bytes;
+}
+
+std::int64_t DynamicMemory::chunk_budget() const {
+  const double L = double(device_.capacity());
+  if (!tracer_.finished()) return std::int64_t(options_.warmup_fraction * L);
+  // sec. 7.3: the room the non-model data needs during the coming interval stays free. Outside
+  // an iteration (evaluation) the largest of them.
+  const std::int64_t non_model = in_iteration_ ? tracer_.non_model(moment_) : tracer_.peak_non_model();
+  const std::int64_t optimizer_on_device = device_chunk_bytes() - param_bytes_on_device();
+  return std::int64_t(std::min(L, 9e18)) - non_model - optimizer_on_device;
+}
+
+int DynamicMemory::victim(const std::vector<int>& candidates) const {
+  if (!tracer_.finished())  // the warm-up: list order
+    return *std::min_element(candidates.begin(), candidates.end());
+  if (options_.eviction == Eviction::lru)
+    return *std::min_element(candidates.begin(), candidates.end(), [&](int a, int b) {
+      return last_use_[std::size_t(a)] < last_use_[std::size_t(b)];
+    });
+  // Belady: the chunk whose next use is furthest away (O(C log T) for C candidates).
+  const int now = in_iteration_ ? moment_ : -1;
+  return *std::max_element(candidates.begin(), candidates.end(), [&](int a, int b) {
+    return tracer_.next_use(a, now) < tracer_.next_use(b, now);
+  });
+}
+
+void DynamicMemory::to_device(std::vector<int> chunks, const std::function<bool(int)>& busy) {
+  std::sort(chunks.begin(), chunks.end());
+  chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
+  std::vector<Tensor>& params = lists_.at(ChunkKind::param);
+  if (last_use_.size() < params.size()) last_use_.resize(params.size(), 0);
+  std::int64_t need = 0;
+  for (int c : chunks) {
+    last_use_[std::size_t(c)] = tick_;
+    if (in_iteration_ && !tracer_.finished()) tracer_.record_use(c);
+    if (in_moment_) pinned_.insert(c);
+    if (where(ChunkKind::param, c) != MemoryTier::device) need += std::int64_t(params[std::size_t(c)].nbytes());
+  }
+  if (options_.partition == Partition::dynamic) {
+    // sec. 7.3: C + O must fit A, the room the coming interval's non-model data leaves; HOLD-like
+    // chunks this operator does not use go to the host until it does.
+    const std::int64_t budget = chunk_budget();
+    std::int64_t held = param_bytes_on_device();
+    while (held + need > budget) {
+      std::vector<int> candidates;
+      for (int c = 0; c < int(params.size()); ++c)
+        if (params[std::size_t(c)].defined() && where(ChunkKind::param, c) == MemoryTier::device && !pinned_.count(c) &&
+            !std::binary_search(chunks.begin(), chunks.end(), c) && !busy(c))
+          candidates.push_back(c);
+      if (candidates.empty()) {
+        if (need == 0) break;  // what this operator uses is here; the allocator has the last word
+        throw OutOfMemory(fmt::format(
+            "the device tier is too small for this operator: its chunks need {} on the device, and the chunks may "
+            "take {} now ({}; memory.device_limit = {}); raise memory.device_limit, or make memory.chunk_size "
+            "smaller",
+            mib(held + need), mib(budget),
+            tracer_.finished() ? "the limit less the non-model data traced for this moment and the optimizer states "
+                                 "placed on the device"
+                               : fmt::format("memory.warmup_fraction = {} of it during the warm-up iteration",
+                                             options_.warmup_fraction),
+            mib(std::int64_t(device_.capacity()))));
+      }
+      const int out = victim(candidates);
+      move(ChunkKind::param, out, MemoryTier::host);
+      ++stats_.evictions;
+      held -= std::int64_t(params[std::size_t(out)].nbytes());
+    }
+  }
+  for (int c : chunks) move(ChunkKind::param, c, MemoryTier::device);
+}
+
+void DynamicMemory::to_optimizer_side(int chunk, const std::function<bool(int)>& busy) {
+  if (where(ChunkKind::master, chunk) == MemoryTier::device)
+    to_device({chunk}, busy);
+  else
+    move(ChunkKind::param, chunk, MemoryTier::host);
+}
+
+void DynamicMemory::after_step(const std::function<bool(int)>& busy) {
+  if (options_.partition != Partition::fixed) return;
+  for (int c = 0; c < int(lists_.at(ChunkKind::param).size()); ++c)
+    if (lists_.at(ChunkKind::param)[std::size_t(c)].defined()) to_device({c}, busy);
+}
+
+void DynamicMemory::place_optimizer_states() {
+  // sec. 7.2: the margin is what the param list and the peak non-model data leave.
+  std::int64_t param_bytes = 0;
+  for (const Tensor& t : lists_.at(ChunkKind::param))
+    if (t.defined()) param_bytes += std::int64_t(t.nbytes());
+  std::int64_t margin = std::int64_t(std::min(double(device_.capacity()), 9e18)) - tracer_.peak_non_model() -
+                        param_bytes;
+  const int chunks = int(lists_.at(ChunkKind::master).size());
+  for (int c = 0; c < chunks; ++c) {
+    std::int64_t trio = 0;
+    for (ChunkKind k : kOptimizerKinds)
+      if (lists_.count(k) && lists_.at(k)[std::size_t(c)].defined()) trio += std::int64_t(lists_.at(k)[std::size_t(c)].nbytes());
+    if (trio == 0) continue;
+    if (trio > margin) break;
+    for (ChunkKind k : kOptimizerKinds)
+      if (lists_.count(k)) move(k, c, MemoryTier::device);
+    margin -= trio;
+  }
+}
+
+nlohmann::json DynamicMemory::json() const {
+  return {{"bytes_to_device", stats_.bytes_to_device},
+          {"bytes_to_host", stats_.bytes_to_host},
+          {"evictions", stats_.evictions},
+          {"move_seconds", stats_.seconds},
+          {"device_chunk_bytes", device_chunk_bytes()},
+          {"device_peak_bytes", device_peak_bytes()}};
+}
+
+}  // namespace tidal::memory

@@ -1,0 +1,114 @@
+// PatrickStar's dynamic memory manager (patrickstar-v2 sec. 7): where each chunk's payload lives,
+// device or host, and the moves between them. The device tier's capacity L binds the chunks on
+// it and the non-model data (activations, workspaces) together.
+//
+// - A param chunk must be on the device while a tensor in it is COMPUTE (Alg. 1 line 24). Before
+//   an operator, to_device() brings it there, first evicting HOLD-like chunks until the chunks
+//   fit the room left for them during the coming interval: L - N_j, the non-model peak the
+//   warm-up traced for it (memory_tracer.h; sec. 7.3). The victim is the chunk used again
+//   furthest in the future (Belady's OPT, from the trace) or, as a baseline, the least recently
+//   used one. During the warm-up the chunks may take only a fraction of L (default 20%) and are
+//   evicted in list order.
+// - Optimizer states (sec. 7.2): after the warm-up the chunks of master weights, momentum and
+//   variance fill the device's margin, L - peak non-model - the param list, in list order; the
+//   rest stay on the host. AdamW runs where a chunk's states are (hybrid Adam), so a param chunk
+//   whose states are on the host goes there for the step (its gradient out, the updated
+//   parameters back at the next use) and one whose states are on the device stays.
+// - The static partition (ZeRO-Offload, the baseline of sec. 4): every param chunk stays on the
+//   device, every optimizer state on the host; each step moves the gradients down and the
+//   parameters back up.
+//
+// On a machine without a GPU both tiers are host memory and a move is a copy between allocators
+// (the device tier capped by [memory] device_limit), so all of this runs and is checked anywhere.
+#pragma once
+
+#include "core/allocator.h"
+#include "core/tensor.h"
+#include "memory/chunk_layout.h"
+#include "memory/memory_tracer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace tidal::memory {
+
+enum class Eviction { belady, lru };
+enum class Partition { dynamic, fixed };  // PatrickStar's chunks, or ZeRO-Offload's static split
+
+struct OffloadOptions {
+  Partition partition = Partition::dynamic;
+  Eviction eviction = Eviction::belady;
+  double warmup_fraction = 0.2;  // of the device the chunks may take during the warm-up
+};
+
+struct MoveStats {
+  std::int64_t bytes_to_host = 0, bytes_to_device = 0;
+  std::int64_t evictions = 0;  // param chunks sent to the host to make room
+  double seconds = 0;          // in moves
+};
+
+class DynamicMemory {
+ public:
+  using Lists = std::map<ChunkKind, std::vector<Tensor>>;
+  // `device`: the device tier (its capacity is L); chunk payloads there come from a share of it.
+  // `lists` are the chunk manager's, filled after this is made (payloads from allocator()).
+  DynamicMemory(const OffloadOptions& options, Allocator& device, Allocator& host, Lists& lists);
+
+  // Where a new chunk of `kind` starts: param chunks on the device under the static partition,
+  // everything else on the host.
+  Allocator& initial(ChunkKind kind);
+  MemoryTier where(ChunkKind kind, int chunk) const;
+
+  // A training iteration (the first is the warm-up) and its moments: begin_moment() before an
+  // operator's chunks are placed, end_moment() once they are (the interval starts).
+  void begin_iteration();
+  void end_iteration();
+  void begin_moment(const std::string& label);
+  void end_moment();
+  // Alg. 1 line 24 for an operator: its param chunks on the device, other chunks evicted until
+  // they fit beside the coming interval's non-model data; `busy(c)`: chunk c has a COMPUTE
+  // tensor. Chunks placed in a moment stay until it ends.
+  void to_device(std::vector<int> chunks, const std::function<bool(int)>& busy);
+  // Before AdamW on `chunk`: its param chunk where its optimizer states are.
+  void to_optimizer_side(int chunk, const std::function<bool(int)>& busy);
+  // After the step (static partition): the param chunks back on the device.
+  void after_step(const std::function<bool(int)>& busy);
+
+  const MoveStats& stats() const { return stats_; }
+  const MemoryTracer& tracer() const { return tracer_; }
+  std::int64_t device_chunk_bytes() const { return std::int64_t(device_chunks_.current_bytes()); }
+  std::int64_t host_chunk_bytes() const { return std::int64_t(host_.current_bytes()); }
+  // The device tier's peak (chunks and non-model data) since this was made.
+  std::int64_t device_peak_bytes() const;
+  nlohmann::json json() const;
+
+ private:
+  void move(ChunkKind kind, int chunk, MemoryTier to);
+  // The bytes param chunks may hold on the device now.
+  std::int64_t chunk_budget() const;
+  std::int64_t param_bytes_on_device() const;
+  int victim(const std::vector<int>& candidates) const;
+  void place_optimizer_states();
+
+  OffloadOptions options_;
+  Allocator& device_;
+  SubAllocator device_chunks_;
+  Allocator& host_;
+  Lists& lists_;
+  std::map<ChunkKind, std::vector<MemoryTier>> where_;
+  MemoryTracer tracer_;
+  bool in_iteration_ = false, in_moment_ = false;
+  int moment_ = -1;                     // in the current iteration
+  std::int64_t tick_ = 0;               // moments since the start, for LRU
+  std::vector<std::int64_t> last_use_;  // per param chunk, in ticks
+  std::int64_t device_peak_ = 0;        // before the last reset of the tier's peak
+  std::set<int> pinned_;                // placed in the current moment
+  MoveStats stats_;
+};
+
+}  // namespace tidal::memory

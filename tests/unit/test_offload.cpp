@@ -1,0 +1,188 @@
+// Heterogeneous memory (src/memory/dynamic_memory.h, memory_tracer.h): the tracer's moments and
+// next uses, and a GPT trained with its chunks moving between a capped device tier and the host
+// - at 25% of its model data, activations counted in the same tier - against the same GPT on
+// chunks that never move: per-step losses and final weights bitwise equal, the device tier's peak
+// within the cap, evictions in every iteration. Belady moves no more bytes than LRU; the static
+// partition (every param chunk pinned on the device) moves the gradients down and the parameters
+// up each step, and stops with an error naming the device tier when they do not fit.
+#include "memory/chunk_manager.h"
+#include "models/factory.h"
+#include "nn/runner.h"
+#include "support/random.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace tidal::memory {
+namespace {
+
+TEST(MemoryTracer, NonModelBytesAndNextUses) {
+  MemoryTracer t;
+  // Three moments: chunk 0 at 0 and 2, chunk 1 at 1.
+  t.record_moment("a");
+  t.record_use(0);
+  t.record_use(0);
+  t.close_interval(100, 60);
+  t.record_moment("b");
+  t.record_use(1);
+  t.close_interval(150, 60);
+  t.record_moment("c");
+  t.record_use(0);
+  t.close_interval(90, 80);
+  t.finish();
+  EXPECT_EQ(t.moments(), 3);
+  EXPECT_EQ(t.non_model(0), 40);
+  EXPECT_EQ(t.non_model(1), 90);
+  EXPECT_EQ(t.non_model(2), 10);
+  EXPECT_EQ(t.non_model(7), 90);  // outside the trace: the peak
+  EXPECT_EQ(t.next_use(0, 0), 2);
+  EXPECT_EQ(t.next_use(0, 2), 3);  // the next iteration's moment 0
+  EXPECT_EQ(t.next_use(1, 1), 4);  // the next iteration's moment 1
+  EXPECT_EQ(t.next_use(1, -1), 1);
+  EXPECT_EQ(t.next_use(5, 0), MemoryTracer::kNever);
+  EXPECT_EQ(t.json()["moments"][1]["operator"], "b");
+}
+
+// A GPT whose parameters are large beside its activations (a short sequence, two sequences).
+config::ModelConfig gpt() {
+  config::ModelConfig c;
+  c.type = "gpt";
+  c.n_layer = 4;
+  c.n_head = 4;
+  c.n_embd = 64;
+  c.vocab_size = 128;
+  c.seq_len = 16;
+  c.dropout = 0.0;
+  return c;
+}
+
+constexpr std::int64_t kChunk = 20000;  // 13 chunks: a block's weights span several
+
+struct Trained {
+  std::vector<float> losses;
+  std::vector<float> weights;  // every parameter's master copy, concatenated
+  std::int64_t model_data = 0, device_peak = 0;
+  MoveStats moves;                    // all steps
+  std::vector<std::int64_t> moved;    // bytes moved per step (both ways)
+  std::vector<std::int64_t> evictions;  // per step
+};
+
+// `cap` = 0: plain chunks, no tiers.
+Trained train(std::optional<OffloadOptions> offload, double cap_fraction, DType dtype = DType::f32, int steps = 4) {
+  Trained out;
+  auto model = models::make_model(gpt());
+  model->materialize(11);
+  // The cap is a fraction of the model data: 4 (param) + 12 (optimizer) bytes per element of
+  // chunk space, in fp32.
+  HostAllocator host;
+  Allocator& device = device_allocator();
+  device.set_capacity(std::numeric_limits<std::size_t>::max());
+  std::optional<ScopedDefaultAllocator> scope;
+  if (offload) scope.emplace(device);
+  ChunkManager chunks(*model, model->parameters(),
+                      {.chunk_elements = kChunk, .compute_dtype = dtype, .offload = offload}, device, host);
+  out.model_data = chunks.model_data_bytes();
+  if (offload) {
+    device.set_capacity(std::size_t(cap_fraction * double(out.model_data)));
+    device.reset_peak();
+  }
+  nn::Runner runner;
+  runner.add_hooks(&chunks);
+  const ops::AdamWOptions opt{.lr = 1e-2f, .weight_decay = 0.01f};
+  MoveStats before;
+  for (int step = 1; step <= steps; ++step) {
+    nn::Batch batch;
+    batch.tokens = testing::randint({2, 16}, 300 + std::uint64_t(step), 0, 128);
+    batch.targets = testing::randint({2, 16}, 400 + std::uint64_t(step), 0, 128);
+    nn::StepState state{
+        .runner = &runner, .seed = 11, .step = std::uint32_t(step), .batch = &batch, .activations = &default_allocator()};
+    nn::Context ctx(state);
+    chunks.zero_grad();
+    out.losses.push_back(model->run_forward(ctx).loss);
+    chunks.end_forward();
+    model->run_backward(ctx);
+    chunks.end_backward();
+    chunks.adamw_step(opt, step);
+    if (const DynamicMemory* dmm = chunks.dynamic_memory()) {
+      const MoveStats& now = dmm->stats();
+      out.moved.push_back(now.bytes_to_device + now.bytes_to_host - before.bytes_to_device - before.bytes_to_host);
+      out.evictions.push_back(now.evictions - before.evictions);
+      before = now;
+    }
+  }
+  for (const nn::Parameter* p : chunks.parameters()) {
+    const Tensor master = chunks.slot(ChunkKind::master, *p);
+    out.weights.insert(out.weights.end(), master.data<float>(), master.data<float>() + master.numel());
+  }
+  if (const DynamicMemory* dmm = chunks.dynamic_memory()) {
+    out.moves = dmm->stats();
+    out.device_peak = dmm->device_peak_bytes();
+  }
+  return out;
+}
+
+struct RestoreDevice {
+  ~RestoreDevice() { device_allocator().set_capacity(std::numeric_limits<std::size_t>::max()); }
+};
+
+TEST(Offload, CappedAtAQuarterOfModelDataTrainsBitwiseLikeUncapped) {
+  RestoreDevice restore;
+  const Trained plain = train(std::nullopt, 0);
+  for (Eviction e : {Eviction::belady, Eviction::lru}) {
+    SCOPED_TRACE(e == Eviction::belady ? "belady" : "lru");
+    const Trained capped = train(OffloadOptions{.eviction = e}, 0.25);
+    ASSERT_EQ(capped.losses.size(), plain.losses.size());
+    EXPECT_EQ(std::memcmp(capped.losses.data(), plain.losses.data(), plain.losses.size() * sizeof(float)), 0);
+    ASSERT_EQ(capped.weights.size(), plain.weights.size());
+    EXPECT_EQ(std::memcmp(capped.weights.data(), plain.weights.data(), plain.weights.size() * sizeof(float)), 0);
+    EXPECT_LE(double(capped.device_peak), 0.25 * double(capped.model_data));
+    EXPECT_GT(double(capped.device_peak), 0.2 * double(capped.model_data));  // the cap is what binds
+    for (std::size_t s = 0; s < capped.evictions.size(); ++s) EXPECT_GT(capped.evictions[s], 0) << "step " << s + 1;
+  }
+}
+
+TEST(Offload, BeladyMovesNoMoreThanLruAfterTheWarmUp) {
+  RestoreDevice restore;
+  for (double cap : {0.25, 0.3}) {
+    const Trained belady = train(OffloadOptions{.eviction = Eviction::belady}, cap);
+    const Trained lru = train(OffloadOptions{.eviction = Eviction::lru}, cap);
+    std::int64_t b = 0, l = 0;
+    for (std::size_t s = 1; s < belady.moved.size(); ++s) b += belady.moved[s], l += lru.moved[s];
+    EXPECT_LE(b, l) << "cap " << cap;
+    EXPECT_GT(b, 0) << "cap " << cap;
+  }
+}
+
+TEST(Offload, OptimizerStatesFillTheMarginAndStayThere) {
+  RestoreDevice restore;
+  // A roomy device: after the warm-up every param chunk and some optimizer states fit, so the
+  // steps after it move less than the warm-up's, and the param chunks whose states are on the
+  // device never leave.
+  const Trained plain = train(std::nullopt, 0);
+  const Trained roomy = train(OffloadOptions{}, 0.6);
+  EXPECT_EQ(std::memcmp(roomy.losses.data(), plain.losses.data(), plain.losses.size() * sizeof(float)), 0);
+  EXPECT_LT(roomy.moved.back(), roomy.moved.front());
+  EXPECT_EQ(roomy.evictions.back(), 0);
+}
+
+TEST(Offload, StaticPartitionMovesGradientsAndParametersEachStep) {
+  RestoreDevice restore;
+  const Trained plain = train(std::nullopt, 0);
+  const Trained fixed = train(OffloadOptions{.partition = Partition::fixed}, 0.6);
+  EXPECT_EQ(std::memcmp(fixed.losses.data(), plain.losses.data(), plain.losses.size() * sizeof(float)), 0);
+  // Each step: the param list down (gradients) and back up (parameters), in fp32.
+  const std::int64_t param_list = fixed.model_data / 4;
+  for (std::size_t s = 0; s < fixed.moved.size(); ++s) EXPECT_EQ(fixed.moved[s], 2 * param_list) << "step " << s + 1;
+  EXPECT_EQ(fixed.moves.evictions, 0);
+  // At a quarter of the model data the param list (a quarter) and the activations do not fit.
+  try {
+    train(OffloadOptions{.partition = Partition::fixed}, 0.25);
+    FAIL() << "the static partition should not fit";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("device"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tidal::memory
