@@ -182,90 +182,91 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   std::int64_t timed_steps = 0;
   const auto run_start = Clock::now();
 
-  for (std::int64_t step = start; step < end; ++step) {
-    const auto t0 = Clock::now();
-    const double lr = schedule.at(step);
-    model_data->zero_grad();
-    const double loss_scale = scaler ? scaler->scale() : 1.0;
-    std::vector<nn::Batch> batches;
-    std::vector<double> targets;  // valid targets per micro-batch
-    for (std::int64_t m = 0; m < accum; ++m) {
-      batches.push_back(dataset->batch(step * B + replica * local + m * micro, micro, data::Split::train));
-      targets.push_back(double(nn::valid_targets(batches.back())));
-    }
-    const double all_targets = sum_over_replicas(pc, std::accumulate(targets.begin(), targets.end(), 0.0));
-    // The step's loss is the mean over the global batch's valid targets, as one process computes
-    // it: a micro-batch's mean counts with its share of the targets.
-    std::vector<pipeline::MicroBatch> micro_batches;
-    for (std::int64_t m = 0; m < accum; ++m)
-      micro_batches.push_back({.batch = &batches[std::size_t(m)],
-                               .first_sample = replica * local + m * micro,
-                               .loss_scale = float(all_targets > 0 ? targets[std::size_t(m)] / all_targets : 0.0),
-                               .gradient_scale = float(loss_scale)});
-    const nn::StepState state{.runner = &runner, .training = true, .seed = tc.seed, .step = std::uint32_t(step),
-                              .activations = &activations};
-    double loss = 0;
-    try {
-      loss = engine.train(micro_batches, state, model_data->hooks(accum));
-    } catch (const OutOfMemory& e) {
-      throw OutOfMemory(e.what() + model_data->out_of_memory_hint(e), e.needed());
-    }
-    model_data->finish_backward();
-    if (replicas > 1) loss = sum_over_replicas(pc, loss);
-    // The gradient carries the loss scale; its norm is not finite on every rank when it
-    // overflowed on any (the norm is summed over them).
-    const double norm = std::sqrt(model_data->squared_gradient_norm()) / loss_scale;
-    const bool applied = scaler ? scaler->update(std::isfinite(norm)) : true;
-    if (applied) {
-      model_data->step(float(lr), float(loss_scale), norm, tc.grad_clip);
-    } else {
-      model_data->skip_step();
-      ++skipped;
-      progress.line(fmt::format("step {}: gradient overflowed in fp16 at loss scale {}: step skipped, scale now {}",
-                                step + 1, loss_scale, scaler->scale()));
-    }
-    train_loss = loss;
+  // An operator that ran out of the device tier: the model data keeper says how it uses it.
+  try {
+    for (std::int64_t step = start; step < end; ++step) {
+      const auto t0 = Clock::now();
+      const double lr = schedule.at(step);
+      model_data->zero_grad();
+      const double loss_scale = scaler ? scaler->scale() : 1.0;
+      std::vector<nn::Batch> batches;
+      std::vector<double> targets;  // valid targets per micro-batch
+      for (std::int64_t m = 0; m < accum; ++m) {
+        batches.push_back(dataset->batch(step * B + replica * local + m * micro, micro, data::Split::train));
+        targets.push_back(double(nn::valid_targets(batches.back())));
+      }
+      const double all_targets = sum_over_replicas(pc, std::accumulate(targets.begin(), targets.end(), 0.0));
+      // The step's loss is the mean over the global batch's valid targets, as one process computes
+      // it: a micro-batch's mean counts with its share of the targets.
+      std::vector<pipeline::MicroBatch> micro_batches;
+      for (std::int64_t m = 0; m < accum; ++m)
+        micro_batches.push_back({.batch = &batches[std::size_t(m)],
+                                 .first_sample = replica * local + m * micro,
+                                 .loss_scale = float(all_targets > 0 ? targets[std::size_t(m)] / all_targets : 0.0),
+                                 .gradient_scale = float(loss_scale)});
+      const nn::StepState state{.runner = &runner, .training = true, .seed = tc.seed, .step = std::uint32_t(step),
+                                .activations = &activations};
+      double loss = engine.train(micro_batches, state, model_data->hooks(accum));
+      model_data->finish_backward();
+      if (replicas > 1) loss = sum_over_replicas(pc, loss);
+      // The gradient carries the loss scale; its norm is not finite on every rank when it
+      // overflowed on any (the norm is summed over them).
+      const double norm = std::sqrt(model_data->squared_gradient_norm()) / loss_scale;
+      const bool applied = scaler ? scaler->update(std::isfinite(norm)) : true;
+      if (applied) {
+        model_data->step(float(lr), float(loss_scale), norm, tc.grad_clip);
+      } else {
+        model_data->skip_step();
+        ++skipped;
+        progress.line(fmt::format("step {}: gradient overflowed in fp16 at loss scale {}: step skipped, scale now {}",
+                                  step + 1, loss_scale, scaler->scale()));
+      }
+      train_loss = loss;
 
-    const double dt = seconds_since(t0);
-    const double tokens_per_s = double(B * T) / dt;
-    if (step - start >= warm) {
-      timed_seconds += dt;
-      ++timed_steps;
+      const double dt = seconds_since(t0);
+      const double tokens_per_s = double(B * T) / dt;
+      if (step - start >= warm) {
+        timed_seconds += dt;
+        ++timed_steps;
+        if (reducer) {
+          comm_seconds += reducer->comm_seconds();
+          exposed_seconds += reducer->exposed_seconds();
+        }
+      }
+      const double elapsed = seconds_since(run_start);
+      const double eta = elapsed / double(step - start + 1) * double(end - step - 1);
+      nlohmann::json record = {{"step", step + 1},         {"loss", loss},      {"lr", lr},
+                               {"tokens_per_s", tokens_per_s}, {"grad_norm", norm}, {"step_time_s", dt}};
       if (reducer) {
-        comm_seconds += reducer->comm_seconds();
-        exposed_seconds += reducer->exposed_seconds();
+        record["allreduce_s"] = reducer->comm_seconds();
+        record["allreduce_exposed_s"] = reducer->exposed_seconds();
+      }
+      if (scaler) {
+        record["loss_scale"] = loss_scale;
+        record["skipped"] = !applied;
+      }
+      record.update(model_data->step_record());
+      metrics.write(record);
+      progress.step({step + 1, tc.steps, loss, lr, tokens_per_s, eta, host_allocator().peak_bytes(),
+                     activations.peak_bytes()});
+
+      if (tc.eval_every > 0 && (step + 1) % tc.eval_every == 0 && step + 1 < tc.steps) {
+        const double eval = evaluate(engine, *model_data, *dataset, runner, cfg, micro, pc, activations);
+        metrics.write({{"step", step + 1}, {"eval_loss", eval}});
+        progress.line(fmt::format("step {}: eval loss {:.4f}{}", step + 1, eval,
+                                  floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
+      }
+      const bool last = step + 1 == end;
+      const bool due = last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0);
+      if (!cfg.checkpoint.dir.empty() && due) {
+        const OptimizerMeta counters{.loss_scale = scaler ? scaler->scale() : 0.0,
+                                     .loss_scale_good_steps = scaler ? scaler->good_steps() : 0};
+        model_data->save(cfg.checkpoint.dir, step + 1, counters, config_toml, cfg.checkpoint.keep);
+        if (!last) progress.line(fmt::format("step {}: checkpoint written to {}", step + 1, cfg.checkpoint.dir));
       }
     }
-    const double elapsed = seconds_since(run_start);
-    const double eta = elapsed / double(step - start + 1) * double(end - step - 1);
-    nlohmann::json record = {{"step", step + 1},         {"loss", loss},      {"lr", lr},
-                             {"tokens_per_s", tokens_per_s}, {"grad_norm", norm}, {"step_time_s", dt}};
-    if (reducer) {
-      record["allreduce_s"] = reducer->comm_seconds();
-      record["allreduce_exposed_s"] = reducer->exposed_seconds();
-    }
-    if (scaler) {
-      record["loss_scale"] = loss_scale;
-      record["skipped"] = !applied;
-    }
-    record.update(model_data->step_record());
-    metrics.write(record);
-    progress.step({step + 1, tc.steps, loss, lr, tokens_per_s, eta, host_allocator().peak_bytes(),
-                   activations.peak_bytes()});
-
-    if (tc.eval_every > 0 && (step + 1) % tc.eval_every == 0 && step + 1 < tc.steps) {
-      const double eval = evaluate(engine, *model_data, *dataset, runner, cfg, micro, pc, activations);
-      metrics.write({{"step", step + 1}, {"eval_loss", eval}});
-      progress.line(fmt::format("step {}: eval loss {:.4f}{}", step + 1, eval,
-                                floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
-    }
-    const bool last = step + 1 == end;
-    if (!cfg.checkpoint.dir.empty() && (last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0))) {
-      const OptimizerMeta counters{.loss_scale = scaler ? scaler->scale() : 0.0,
-                                   .loss_scale_good_steps = scaler ? scaler->good_steps() : 0};
-      model_data->save(cfg.checkpoint.dir, step + 1, counters, config_toml, cfg.checkpoint.keep);
-      if (!last) progress.line(fmt::format("step {}: checkpoint written to {}", step + 1, cfg.checkpoint.dir));
-    }
+  } catch (const OutOfMemory& e) {
+    throw OutOfMemory(e.what() + model_data->out_of_memory_hint(e), e.needed());
   }
   progress.finish();
 
