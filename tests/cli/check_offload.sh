@@ -14,7 +14,8 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 support=$(cd "$(dirname "$0")/../support" && pwd)
 common=(--set model.n_embd=384 --set model.n_layer=4 --set model.n_head=4 --set model.seq_len=32
-        --set train.batch_size=2 --set train.steps=8 --set train.eval_every=4 --set train.eval_batches=1)
+        --set train.batch_size=2 --set train.steps=8 --set train.eval_every=4 --set train.eval_batches=1
+        --set memory.chunk_size=600000)
 # Uncapped: the same chunks, the device tier large enough for everything (nothing moves after the
 # warm-up).
 "$tidal" train "${common[@]}" --set memory.offload=chunk --set memory.device_limit=64GiB \

@@ -8,6 +8,7 @@
 #include "memory/chunk_manager.h"
 #include "models/factory.h"
 #include "nn/runner.h"
+#include "support/models.h"
 #include "support/random.h"
 
 #include <gtest/gtest.h>
@@ -46,14 +47,11 @@ TEST(MemoryTracer, NonModelBytesAndNextUses) {
 
 // A GPT whose parameters are large beside its activations (a short sequence, two sequences).
 config::ModelConfig gpt() {
-  config::ModelConfig c;
-  c.type = "gpt";
-  c.n_layer = 4;
+  config::ModelConfig c = testing::tiny_gpt(4);
   c.n_head = 4;
   c.n_embd = 64;
   c.vocab_size = 128;
   c.seq_len = 16;
-  c.dropout = 0.0;
   return c;
 }
 
