@@ -178,6 +178,8 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<nn::Parameter*> params_;
   ChunkOptions options_;
   ChunkLayout layout_;
+  // Before the lists: under offload their payloads go back to its share of the device tier.
+  std::unique_ptr<DynamicMemory> dmm_;
   std::map<ChunkKind, std::vector<Tensor>> lists_;  // kind -> chunk payloads
   std::map<const nn::Parameter*, std::size_t> index_;
   std::vector<Tracked> tracked_;
@@ -187,7 +189,6 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<Tensor> pending_;  // per communication group (accumulate and distributed)
   int rank_ = 0;
   Allocator* device_;
-  std::unique_ptr<DynamicMemory> dmm_;
 };
 
 }  // namespace tidal::memory
