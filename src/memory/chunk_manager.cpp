@@ -139,7 +139,6 @@ void ChunkManager::access(nn::Parameter& p, bool backward) {  // patrickstar-v2 
   Tracked& t = tracked(p);
   const int group = layout_.group_of(layout_.places[index_.at(&p)].chunk);
   if (!group_resident(group)) fetch_group(group);  // the same answer on every rank of the group
-  if (dmm_) dmm_->to_device({layout_.places[index_.at(&p)].chunk}, [this](int c) { return busy(c); });
   const TensorState old = t.state;
   set_state(t, TensorState::compute);
   p.data = slot(ChunkKind::param, p);
@@ -351,6 +350,7 @@ void ChunkManager::end_backward() {
         Tracked& t = tracked_[i];
         if (t.state == TensorState::hold_after_bwd) continue;
         TIDAL_ASSERT(!t.param->grad.defined(), "{}: backward ended with its gradient incomplete", t.param->name);
+        if (dmm_) dmm_->to_device({c}, [this](int b) { return busy(b); });
         access(*t.param, false);
         if (!options_.accumulate) t.param->data.zero_();
         release(*t.param, TensorState::hold_after_bwd);  // the group's last one reduces it

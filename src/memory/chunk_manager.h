@@ -95,7 +95,8 @@ class ChunkManager final : public nn::ModuleHooks {
   // and starts a training iteration (the first is the memory tracer's warm-up).
   void zero_grad();
 
-  // Alg. 1 and 2 for one parameter. `backward`: a gradient buffer is attached on access.
+  // Alg. 1 and 2 for one parameter. `backward`: a gradient buffer is attached on access. Under
+  // offload its chunk must be on the device already (the module hooks place an operator's chunks).
   void access(nn::Parameter& p, bool backward);
   void release(nn::Parameter& p, TensorState target);
 

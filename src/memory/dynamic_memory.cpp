@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 
 namespace tidal::memory {
 namespace {
@@ -93,14 +92,17 @@ std::int64_t DynamicMemory::param_bytes_on_device() const {
   return bytes;
 }
 
+std::int64_t DynamicMemory::limit() const {
+  return std::int64_t(std::min<std::size_t>(device_.capacity(), std::numeric_limits<std::int64_t>::max()));
+}
+
 std::int64_t DynamicMemory::chunk_budget() const {
-  const double L = double(device_.capacity());
-  if (!tracer_.finished()) return std::int64_t(options_.warmup_fraction * L);
+  if (!tracer_.finished()) return std::int64_t(options_.warmup_fraction * double(limit()));
   // sec. 7.3: the room the non-model data needs during the coming interval stays free. Outside
   // an iteration (evaluation) the largest of them.
   const std::int64_t non_model = in_iteration_ ? tracer_.non_model(moment_) : tracer_.peak_non_model();
   const std::int64_t optimizer_on_device = device_chunk_bytes() - param_bytes_on_device();
-  return std::int64_t(std::min(L, 9e18)) - non_model - optimizer_on_device;
+  return limit() - non_model - optimizer_on_device;
 }
 
 int DynamicMemory::victim(const std::vector<int>& candidates) const {
@@ -151,7 +153,7 @@ void DynamicMemory::to_device(std::vector<int> chunks, const std::function<bool(
                                  "placed on the device"
                                : fmt::format("memory.warmup_fraction = {} of it during the warm-up iteration",
                                              options_.warmup_fraction),
-            mib(std::int64_t(device_.capacity()))));
+            mib(limit())));
       }
       const int out = victim(candidates);
       move(ChunkKind::param, out, MemoryTier::host);
@@ -180,8 +182,7 @@ void DynamicMemory::place_optimizer_states() {
   std::int64_t param_bytes = 0;
   for (const Tensor& t : lists_.at(ChunkKind::param))
     if (t.defined()) param_bytes += std::int64_t(t.nbytes());
-  std::int64_t margin = std::int64_t(std::min(double(device_.capacity()), 9e18)) - tracer_.peak_non_model() -
-                        param_bytes;
+  std::int64_t margin = limit() - tracer_.peak_non_model() - param_bytes;
   const int chunks = int(lists_.at(ChunkKind::master).size());
   for (int c = 0; c < chunks; ++c) {
     std::int64_t trio = 0;

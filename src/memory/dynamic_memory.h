@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -89,6 +90,8 @@ class DynamicMemory {
 
  private:
   void move(ChunkKind kind, int chunk, MemoryTier to);
+  // The device tier's capacity L, in bytes.
+  std::int64_t limit() const;
   // The bytes param chunks may hold on the device now.
   std::int64_t chunk_budget() const;
   std::int64_t param_bytes_on_device() const;
