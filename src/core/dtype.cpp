@@ -24,24 +24,6 @@ std::string_view dtype_name(DType t) {
   TIDAL_ASSERT(false, "unknown dtype {}", int(t));
 }
 
-float f16_to_float(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t man = h & 0x3ffu;
-  if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | (man << 13));  // inf / NaN
-  if (exp == 0) {
-    if (man == 0) return bits_to_float(sign);
-    // Subnormal: normalise the mantissa.
-    int e = -1;
-    do {
-      ++e;
-      man <<= 1;
-    } while ((man & 0x400u) == 0);
-    return bits_to_float(sign | (std::uint32_t(112 - e) << 23) | ((man & 0x3ffu) << 13));
-  }
-  return bits_to_float(sign | ((exp + 112) << 23) | (man << 13));
-}
-
 std::uint16_t float_to_f16_bits(float f) {
   const std::uint32_t u = float_to_bits(f);
   const std::uint16_t sign = std::uint16_t((u >> 16) & 0x8000u);

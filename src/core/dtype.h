@@ -34,7 +34,17 @@ inline std::uint32_t float_to_bits(float f) {
 
 inline float to_float(float v) { return v; }
 inline float to_float(bf16 v) { return bits_to_float(std::uint32_t(v.bits) << 16); }
-float f16_to_float(std::uint16_t h);
+// Exact, and branch-free so that kernels reading fp16 vectorise: the exponent is rebiased; an
+// all-ones exponent (inf, NaN) is rebiased once more; a subnormal is formed as 2^-14 * (1 + m)
+// and 2^-14 subtracted in fp32, which is exact.
+inline float f16_to_float(std::uint16_t h) {
+  const std::uint32_t shifted = std::uint32_t(h & 0x7fffu) << 13;
+  const std::uint32_t exp = shifted & 0x0f800000u;
+  const std::uint32_t u = shifted + (112u << 23) + (exp == 0x0f800000u ? (112u << 23) : 0u);
+  const float subnormal = bits_to_float(u + (1u << 23)) - bits_to_float(113u << 23);
+  const float magnitude = exp == 0 ? subnormal : bits_to_float(u);
+  return bits_to_float(float_to_bits(magnitude) | (std::uint32_t(h & 0x8000u) << 16));
+}
 inline float to_float(f16 v) { return f16_to_float(v.bits); }
 
 inline bf16 to_bf16(float f) {

@@ -39,6 +39,21 @@ TEST(DType, F16RoundTripsEveryFiniteValue) {
   }
 }
 
+// The branch-free decoder against the definition, on all 65536 bit patterns.
+TEST(DType, F16DecodesEveryBitPatternByTheDefinition) {
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    const std::uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const std::uint32_t sign = (h & 0x8000u) << 16;
+    const float f = f16_to_float(std::uint16_t(h));
+    if (e == 0x1f) {  // inf / NaN: all-ones exponent, payload kept
+      ASSERT_EQ(float_to_bits(f), sign | 0x7f800000u | (m << 13)) << "bits " << h;
+      continue;
+    }
+    const float magnitude = e == 0 ? std::ldexp(float(m), -24) : std::ldexp(1.0f + float(m) / 1024.0f, int(e) - 15);
+    ASSERT_EQ(float_to_bits(f), float_to_bits(magnitude) | sign) << "bits " << h;
+  }
+}
+
 TEST(DType, Sizes) {
   EXPECT_EQ(dtype_size(DType::f32), 4u);
   EXPECT_EQ(dtype_size(DType::bf16), 2u);

@@ -14,26 +14,29 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
                    grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
                "adamw param {} grad {} m {} v {}", param.str(), grad.str(), m.str(), v.str());
   TIDAL_ASSERT(step >= 1, "adamw step {} (counts from 1)", step);
-  const float bc1 = 1.0f - std::pow(opt.beta1, float(step));
-  const float bc2 = 1.0f - std::pow(opt.beta2, float(step));
+  // Every constant in a local: the loop then vectorises (sqrt included: the build does not keep
+  // errno for math functions), and the threads split it evenly.
+  const float beta1 = opt.beta1, beta2 = opt.beta2, eps = opt.eps;
+  const float bc1 = 1.0f - std::pow(beta1, float(step));
+  const float bc2 = 1.0f - std::pow(beta2, float(step));
   const float step_size = opt.lr / bc1;
   const float bc2_sqrt = std::sqrt(bc2);
   const float decay = 1.0f - opt.lr * opt.weight_decay;
   const float unscale = 1.0f / opt.grad_scale;
   const std::int64_t n = param.numel();
-  float* p = param.data<float>();
-  float* pm = m.data<float>();
-  float* pv = v.data<float>();
+  float* __restrict p = param.data<float>();
+  float* __restrict pm = m.data<float>();
+  float* __restrict pv = v.data<float>();
   with_float_type(grad.dtype(), [&]<class G>() {
-    const G* pg = grad.data<G>();
+    const G* __restrict pg = grad.data<G>();
 #pragma omp parallel for simd schedule(static)
     for (std::int64_t i = 0; i < n; ++i) {
       const float g = to_float(pg[i]) * unscale;
-      const float mi = opt.beta1 * pm[i] + (1.0f - opt.beta1) * g;
-      const float vi = opt.beta2 * pv[i] + (1.0f - opt.beta2) * g * g;
+      const float mi = beta1 * pm[i] + (1.0f - beta1) * g;
+      const float vi = beta2 * pv[i] + (1.0f - beta2) * g * g;
       pm[i] = mi;
       pv[i] = vi;
-      p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + opt.eps);
+      p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
     }
   });
 }
@@ -43,19 +46,20 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   TIDAL_ASSERT(param.dtype() == DType::f32 && momentum_buffer.dtype() == DType::f32 && grad.numel() == param.numel() &&
                    momentum_buffer.numel() == param.numel(),
                "sgd param {} grad {} buffer {}", param.str(), grad.str(), momentum_buffer.str());
+  const float lr = opt.lr, momentum = opt.momentum, weight_decay = opt.weight_decay;
   const std::int64_t n = param.numel();
-  float* p = param.data<float>();
-  float* buf = momentum_buffer.data<float>();
+  float* __restrict p = param.data<float>();
+  float* __restrict buf = momentum_buffer.data<float>();
   with_float_type(grad.dtype(), [&]<class G>() {
-    const G* pg = grad.data<G>();
+    const G* __restrict pg = grad.data<G>();
 #pragma omp parallel for simd schedule(static)
     for (std::int64_t i = 0; i < n; ++i) {
-      float g = to_float(pg[i]) + opt.weight_decay * p[i];
-      if (opt.momentum != 0.0f) {
-        buf[i] = first_step ? g : opt.momentum * buf[i] + g;
+      float g = to_float(pg[i]) + weight_decay * p[i];
+      if (momentum != 0.0f) {
+        buf[i] = first_step ? g : momentum * buf[i] + g;
         g = buf[i];
       }
-      p[i] -= opt.lr * g;
+      p[i] -= lr * g;
     }
   });
 }
