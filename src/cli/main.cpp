@@ -4,6 +4,11 @@
 #include "config/schema.h"
 #include "core/blas_kernels.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
+#include "engine/chunk_search.h"
+#include "engine/memory_plan.h"
+#include "engine/progress.h"
+#include "engine/tide.h"
 #include "engine/trainer.h"
 #include "parallel/context.h"
 #if TIDAL_MPI
@@ -20,6 +25,26 @@
 #include <thread>
 
 namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+  tidal::io::AtomicFile f(path);
+  f.write(text.data(), text.size());
+  f.commit();
+}
+
+// A subcommand's config: a TOML file and --set overrides.
+struct ConfigArgs {
+  std::string path;
+  std::vector<std::string> overrides;
+  tidal::config::Config load() const { return tidal::config::load_config(path, overrides); }
+};
+
+void add_config_options(CLI::App* cmd, ConfigArgs& args, const std::string& file_help, const std::string& example) {
+  cmd->add_option("-c,--config", args.path, file_help);
+  cmd->add_option("--set", args.overrides, "Override one key, e.g. --set " + example)
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+}
 
 void print_info() {
   fmt::print("tidal {}\n", TIDAL_VERSION);
@@ -56,19 +81,18 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  tidal train                           # a small GPT on the built-in Markov language, ~1 minute\n"
       "  tidal train -c gpt.toml --set train.steps=1000 --metrics run.jsonl\n"
+      "  tidal trace / chunk-search / plan     # size a run beyond the device's memory (docs/memory.md)\n"
       "  tidal info                            # what this build supports");
 
   auto* info = app.add_subcommand("info", "Print the build's switches, threads and BLAS kernels");
 
   auto* train = app.add_subcommand("train", "Train a model (defaults: a small GPT on the built-in Markov language)");
-  std::string config_path, metrics_path, resume_path;
-  std::vector<std::string> overrides;
+  ConfigArgs train_args;
+  std::string metrics_path, resume_path;
   std::int64_t stop_after = 0;
   bool print_config = false;
-  train->add_option("-c,--config", config_path, "TOML config file (missing keys take their defaults)");
-  train->add_option("--set", overrides, "Override one key, e.g. --set train.steps=100 --set model.type=bert")
-      ->type_name("KEY=VALUE")
-      ->allow_extra_args(false);
+  add_config_options(train, train_args, "TOML config file (missing keys take their defaults)",
+                     "train.steps=100 --set model.type=bert");
   train->add_option("--metrics", metrics_path, "Append JSON lines (one per step, then a summary) to this file");
   train->add_option("--resume", resume_path, "Continue from a checkpoint directory (or one of its step-* directories)");
   train->add_option("--stop-after", stop_after,
@@ -81,6 +105,63 @@ int main(int argc, char** argv) {
                 "  tidal train --set checkpoint.dir=ckpt --stop-after 10   # stop at step 10 with a checkpoint\n"
                 "  tidal train --set checkpoint.dir=ckpt --resume ckpt     # ... and continue, bitwise identically\n"
                 "  tidal train --set model.type=bert --set model.n_layer=4 --metrics bert.jsonl");
+
+  auto* search = app.add_subcommand(
+      "chunk-search", "Lay the model's parameters out in chunks of each size in a range: fragmentation, utilisation, "
+                      "the best size (PatrickStar's search; nothing is allocated)");
+  ConfigArgs search_args;
+  std::int64_t search_from = 0, search_to = 0, search_step = 0;
+  bool search_json = false;
+  add_config_options(search, search_args, "TOML config file (its [model], train.precision, parallel.data)",
+                     "model.n_layer=24");
+  search->add_option("--from", search_from, "Smallest chunk size, in elements (default: the largest parameter)");
+  search->add_option("--to", search_to, "Largest chunk size, in elements (default: 4x the largest parameter)");
+  search->add_option("--step", search_step, "Step between sizes, in elements (default: 1/32 of the largest parameter)");
+  search->add_flag("--json", search_json, "Print the report as one JSON object");
+  search->footer(
+      "Fragmentation: chunk space that holds no parameter (a parameter never straddles chunks, so a chunk's tail "
+      "stays empty when the next one does not fit). Utilisation: the share that parameters fill (patrickstar-v2 "
+      "Table 3). Chunk memory: every chunk list of one rank (param, fp32 master, momentum, variance).\n\n"
+      "Examples:\n"
+      "  tidal chunk-search -c configs/gpt2-small.toml\n"
+      "  tidal chunk-search -c configs/gpt2-medium.toml --from 1000000 --to 8000000 --step 250000");
+
+  auto* trace = app.add_subcommand(
+      "trace", "Record the warm-up iteration's memory tide (chunks and non-model data per moment) as JSON and as an "
+               "SVG chart");
+  ConfigArgs trace_args;
+  std::string tide_json = "tide.json", tide_chart = "tide.svg";
+  add_config_options(trace, trace_args, "TOML config file (the model, batch and [memory] to trace)",
+                     "memory.device_limit=32MiB");
+  trace->add_option("--out", tide_json, "Where the tide's JSON goes")->capture_default_str();
+  trace->add_option("--chart", tide_chart, "Where the chart goes (SVG)")->capture_default_str();
+  trace->footer(
+      "Trains one step - the warm-up, which the memory tracer records - under memory.offload (\"chunk\" unless "
+      "set). Without memory.device_limit the device tier has no cap and the tide shows what the model needs; with "
+      "one, the chunks keep to the warm-up's share of it (memory.warmup_fraction) and are evicted in list order.\n\n"
+      "Examples:\n"
+      "  tidal trace --set model.n_layer=4 --set model.n_embd=384 --set train.batch_size=2 --set model.seq_len=32\n"
+      "  tidal trace -c gpt.toml --set memory.device_limit=32MiB --chart docs/tide.svg");
+
+  auto* plan = app.add_subcommand(
+      "plan", "The largest model of the configured width (layers added one at a time) that trains within "
+              "memory.device_limit and memory.host_limit");
+  ConfigArgs plan_args;
+  int plan_max_layers = 256;
+  bool plan_json = false;
+  add_config_options(plan, plan_args, "TOML config file (the model's width, the batch, [memory])",
+                     "memory.host_limit=1GiB");
+  plan->add_option("--max-layers", plan_max_layers, "Stop the search here")->capture_default_str();
+  plan->add_flag("--json", plan_json, "Print the plan as one JSON object");
+  plan->footer(
+      "The host holds every chunk at the start and through the warm-up, so it needs the chunk lists' bytes (exact, "
+      "from the layout). The device tier needs, at every moment, an operator's chunks (at most two) beside the "
+      "non-model data, whose peak two traced warm-ups (1 and 2 layers, no cap) give per layer. Check an answer by "
+      "training it 2 steps under the same caps: it runs, and one layer more stops with an out-of-memory error "
+      "(tests/cli/check_memory_tools.sh does both).\n\n"
+      "Example:\n"
+      "  tidal plan --set model.n_embd=256 --set model.n_head=4 --set model.seq_len=32 --set train.batch_size=2 "
+      "--set memory.offload=chunk --set memory.device_limit=24MiB --set memory.host_limit=96MiB");
 
 #if TIDAL_MPI
   // Under mpirun / srun every rank runs this same command; MPI starts before anything else.
@@ -106,9 +187,39 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     if (info->parsed()) print_info();
+    if (trace->parsed()) {
+      const tidal::config::Config cfg = trace_args.load();
+      const nlohmann::json tide = tidal::engine::trace_warmup(cfg);
+      write_text(tide_json, tide.dump(1) + "\n");
+      write_text(tide_chart, tidal::engine::tide_svg(tide));
+      std::int64_t peak = 0;
+      for (const auto& m : tide["moments"])
+        peak = std::max(peak, m["chunk_bytes"].get<std::int64_t>() + m["non_model_bytes"].get<std::int64_t>());
+      fmt::print("warm-up of {}: {} moments, device peak {}, non-model peak {}, model data {}\nwrote {} and {}\n",
+                 tide["model"].get<std::string>(), tide["moments"].size(), tidal::engine::human_bytes(std::uint64_t(peak)),
+                 tidal::engine::human_bytes(tide["peak_non_model_bytes"].get<std::uint64_t>()),
+                 tidal::engine::human_bytes(tide["model_data_bytes"].get<std::uint64_t>()), tide_json, tide_chart);
+    }
+    if (plan->parsed()) {
+      const tidal::config::Config cfg = plan_args.load();
+      const tidal::engine::MemoryPlan p = tidal::engine::plan_memory(cfg, plan_max_layers);
+      if (rank == 0) fmt::print("{}", plan_json ? p.json().dump() + "\n" : tidal::engine::format_memory_plan(p));
+    }
+    if (search->parsed()) {
+      const tidal::config::Config cfg = search_args.load();
+      std::optional<tidal::memory::ChunkSizeRange> range;
+      if (search_from || search_to || search_step) {
+        const tidal::memory::ChunkSizeRange d = tidal::engine::chunk_search(cfg, std::nullopt).range;
+        range = tidal::memory::ChunkSizeRange{.from = search_from ? search_from : d.from,
+                                              .to = search_to ? search_to : std::max(d.to, search_from),
+                                              .step = search_step ? search_step : d.step};
+      }
+      const tidal::engine::ChunkSearch report = tidal::engine::chunk_search(cfg, range);
+      if (rank == 0) fmt::print("{}", search_json ? report.json().dump() + "\n" : tidal::engine::format_chunk_search(report));
+    }
     if (train->parsed()) {
       TIDAL_CHECK(stop_after >= 0, "--stop-after must be a step number >= 1, got {}", stop_after);
-      const tidal::config::Config cfg = tidal::config::load_config(config_path, overrides);
+      const tidal::config::Config cfg = train_args.load();
       if (print_config) {
         if (rank == 0) fmt::print("{}", tidal::config::to_toml(cfg));
         return 0;

@@ -215,6 +215,7 @@ void validate(const Config& c) {
               "memory.warmup_fraction must be in (0, 1], got {}", c.memory.warmup_fraction);
   check_one_of("memory.eviction", c.memory.eviction, {"belady", "lru"});
   if (!c.memory.device_limit.empty()) parse_bytes(c.memory.device_limit, "memory.device_limit");
+  if (!c.memory.host_limit.empty()) parse_bytes(c.memory.host_limit, "memory.host_limit");
   TIDAL_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
 
   // Mixed precision and ZeRO keep the model data in chunks (memory/chunk_manager.h), shared by
@@ -241,6 +242,9 @@ void validate(const Config& c) {
                 "host memory with a cap), e.g. --set memory.device_limit=64MiB",
                 c.memory.offload);
   }
+  TIDAL_CHECK(offload || c.memory.host_limit.empty(),
+              "memory.host_limit caps the chunks the host holds beside a device tier: set memory.offload to \"chunk\" "
+              "or \"static\" (it is \"none\"), or leave memory.host_limit unset");
 }
 
 }  // namespace

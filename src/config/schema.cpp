@@ -106,6 +106,9 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(memory.device_limit,
                 "cap on the device tier (chunks and activations together), e.g. \"2GiB\" (\"\" = none; needed by "
                 "memory.offload on a machine without a GPU)"),
+      TIDAL_KEY(memory.host_limit,
+                "cap on the host tier's model data under memory.offload, e.g. \"8GiB\" (\"\" = none; the host holds "
+                "every chunk at the start and in the warm-up)"),
       TIDAL_KEY(memory.chunk_size, "chunk elements (0 = searched)"),
       TIDAL_KEY(memory.eviction, "belady (the chunk used again furthest ahead, from the trace) | lru"),
       TIDAL_KEY(memory.warmup_fraction, "of the device tier the chunks may take during the warm-up iteration"),

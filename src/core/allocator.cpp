@@ -21,8 +21,9 @@ void* Allocator::allocate(std::size_t bytes) {
   if (now > capacity_) {
     current_.fetch_sub(bytes, std::memory_order_relaxed);
     throw OutOfMemory(fmt::format("out of {} memory: asked for {} bytes with {} of {} in use; raise the tier's "
-                                  "capacity (e.g. [memory] device_limit) or make the model or batch smaller",
-                                  tier_name(tier_), bytes, now - bytes, capacity_),
+                                  "capacity ({}) or make the model or batch smaller",
+                                  tier_name(tier_), bytes, now - bytes, capacity_,
+                                  tier_ == MemoryTier::device ? "memory.device_limit" : "memory.host_limit"),
                       now);
   }
   std::size_t peak = peak_.load(std::memory_order_relaxed);

@@ -9,15 +9,31 @@
 #include <algorithm>
 
 namespace tidal::engine {
+
+DType precision_dtype(const std::string& precision) {
+  return precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
+}
+
+memory::ChunkOptions chunk_options(const config::Config& cfg, bool accumulate) {
+  memory::ChunkOptions o{.chunk_elements = cfg.memory.chunk_size,
+                         .compute_dtype = precision_dtype(cfg.train.precision),
+                         .accumulate = accumulate,
+                         .zero_stage = cfg.zero.stage,
+                         .fetch = cfg.zero.fetch == "broadcast" ? memory::ChunkFetch::broadcast
+                                                                : memory::ChunkFetch::all_gather};
+  if (cfg.memory.offload != "none")
+    o.offload = memory::OffloadOptions{
+        .partition = cfg.memory.offload == "static" ? memory::Partition::fixed : memory::Partition::dynamic,
+        .eviction = cfg.memory.eviction == "lru" ? memory::Eviction::lru : memory::Eviction::belady,
+        .warmup_fraction = cfg.memory.warmup_fraction};
+  return o;
+}
+
 namespace {
 
 ops::AdamWOptions adamw_options(const config::TrainConfig& tc) {
   return {.lr = float(tc.lr), .beta1 = float(tc.beta1), .beta2 = float(tc.beta2), .eps = 1e-8f,
           .weight_decay = float(tc.weight_decay)};
-}
-
-DType precision_dtype(const std::string& precision) {
-  return precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
 }
 
 // Each parameter a tensor of its own, AdamW, gradients all-reduced in buckets during backward.
@@ -119,16 +135,15 @@ class ChunkModelData final : public ModelData {
                  parallel::ParallelContext& pc, nn::Runner& runner, const std::string& resume_path, std::int64_t accum)
       : pc_(pc), options_(adamw_options(cfg.train)), param_memory_(MemoryTier::device), optimizer_memory_() {
     const std::vector<nn::Parameter*>& params = engine.parameters();
-    std::optional<memory::OffloadOptions> offload;
-    if (cfg.memory.offload != "none") {
+    memory::ChunkOptions options = chunk_options(cfg, accum > 1);
+    options.group = &pc.group(parallel::GroupKind::data);
+    if (options.offload) {
       // The device tier binds the chunks on it and the step's other tensors (activations,
       // gradients in flight, workspaces) together, as a GPU's memory does.
-      offload = memory::OffloadOptions{
-          .partition = cfg.memory.offload == "static" ? memory::Partition::fixed : memory::Partition::dynamic,
-          .eviction = cfg.memory.eviction == "lru" ? memory::Eviction::lru : memory::Eviction::belady,
-          .warmup_fraction = cfg.memory.warmup_fraction};
       device_allocator().set_capacity(config::parse_bytes(cfg.memory.device_limit, "memory.device_limit"));
       device_allocator().reset_peak();
+      if (!cfg.memory.host_limit.empty())
+        optimizer_memory_.set_capacity(config::parse_bytes(cfg.memory.host_limit, "memory.host_limit"));
       on_device_.emplace(device_allocator());
       eviction_ = cfg.memory.eviction;
     }
@@ -140,10 +155,9 @@ class ChunkModelData final : public ModelData {
       resumed_ = load_checkpoint(resume_path, *loaded);
       steps_ = loaded->steps_taken();
     }
-    comm::Communicator& group = pc.group(parallel::GroupKind::data);
     offload_ = cfg.memory.offload;
     try {
-      make_chunks(cfg, model, params, group, accum, offload);
+      chunks_.emplace(model, params, options, options.offload ? device_allocator() : param_memory_, optimizer_memory_);
     } catch (const OutOfMemory& e) {  // the static partition's param list does not fit
       throw OutOfMemory(e.what() + out_of_memory_hint(e), e.needed());
     }
@@ -264,20 +278,6 @@ class ChunkModelData final : public ModelData {
   }
 
  private:
-  void make_chunks(const config::Config& cfg, models::Model& model, const std::vector<nn::Parameter*>& params,
-                   comm::Communicator& group, std::int64_t accum, const std::optional<memory::OffloadOptions>& offload) {
-    chunks_.emplace(model, params,
-                    memory::ChunkOptions{.chunk_elements = cfg.memory.chunk_size,
-                                         .compute_dtype = precision_dtype(cfg.train.precision),
-                                         .accumulate = accum > 1,
-                                         .zero_stage = cfg.zero.stage,
-                                         .group = &group,
-                                         .fetch = cfg.zero.fetch == "broadcast" ? memory::ChunkFetch::broadcast
-                                                                                : memory::ChunkFetch::all_gather,
-                                         .offload = offload},
-                    offload ? device_allocator() : param_memory_, optimizer_memory_);
-  }
-
   parallel::ParallelContext& pc_;
   ops::AdamWOptions options_;
   HostAllocator param_memory_;      // the param list (the computing device's tier), gathered groups included

@@ -11,6 +11,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/gradient_reducer.h"
+#include "memory/chunk_manager.h"
 #include "nn/runner.h"
 #include "parallel/context.h"
 #include "pipeline/engine.h"
@@ -63,6 +64,12 @@ class ModelData {
  protected:
   std::optional<CheckpointInfo> resumed_;
 };
+
+// The element type of train.precision's param list.
+DType precision_dtype(const std::string& precision);
+// The chunk manager's options for `cfg` (without the communication group): memory.chunk_size,
+// the precision, zero.*, and memory.offload's.
+memory::ChunkOptions chunk_options(const config::Config& cfg, bool accumulate);
 
 // Materializes the parameters of this rank's stages, loads `resume_path` if given, and hooks
 // what needs the modules' hooks into `runner`.

@@ -77,7 +77,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options) {
 
 TrainSummary train(const config::Config& cfg, const TrainOptions& options, parallel::ParallelContext& pc) {
   const config::TrainConfig& tc = cfg.train;
-  Progress progress(pc.is_main() ? stdout : nullptr, std::max<std::int64_t>(1, tc.log_every), pc.world_size() == 1);
+  Progress progress(pc.is_main() && !options.quiet ? stdout : nullptr, std::max<std::int64_t>(1, tc.log_every), pc.world_size() == 1);
   MetricsWriter metrics(pc.is_main() ? options.metrics_path : "");
   auto dataset = data::make_dataset(cfg);
   const nn::CheckpointPolicy checkpointing = checkpoint_policy(tc);
@@ -276,6 +276,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   summary.final_loss = evaluate(engine, *model_data, *dataset, runner, cfg, micro, pc, activations);
   summary.tokens_per_s = timed_steps ? double(timed_steps * B * T) / timed_seconds : 0.0;
   summary.entropy_floor = floor;
+  summary.model_data = model_data->memory();
   nlohmann::json record = {{"summary", true},
                            {"completed", end == tc.steps},
                            {"steps", end},
@@ -287,7 +288,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                            {"activation_checkpointing", tc.activation_checkpointing},
                            {"precision", tc.precision},
                            {"zero_stage", cfg.zero.stage},
-                           {"model_data", model_data->memory()},
+                           {"model_data", summary.model_data},
                            {"layout", pc.describe()},
                            {"communication", pc.communication_stats()}};
   if (floor) record["entropy_floor"] = *floor;

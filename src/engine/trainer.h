@@ -9,6 +9,8 @@
 #include "config/config.h"
 #include "parallel/context.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,9 +18,10 @@
 namespace tidal::engine {
 
 struct TrainOptions {
-  std::string metrics_path;   // JSON lines; "" = none
-  std::string resume_path;    // checkpoint to continue from; "" = fresh start
+  std::string metrics_path = "";  // JSON lines; "" = none
+  std::string resume_path = "";   // checkpoint to continue from; "" = fresh start
   std::int64_t stop_after = 0;  // end after this step as an interruption would (0 = run to train.steps)
+  bool quiet = false;           // no progress lines (a probe run by another command)
 };
 
 struct TrainSummary {
@@ -28,6 +31,7 @@ struct TrainSummary {
   double tokens_per_s = 0;      // mean after the warm-up steps
   std::optional<double> entropy_floor;
   std::optional<double> allreduce_hidden_fraction;  // data parallel: share of all-reduce time behind backward
+  nlohmann::json model_data;  // the model data's memory, as in the metrics summary (offload: the trace)
 };
 
 // Trains on the layout of `pc` (every rank calls it; the main rank prints and writes files).

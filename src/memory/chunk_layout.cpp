@@ -44,12 +44,22 @@ ChunkLayout layout_chunks(const std::vector<std::int64_t>& numels, std::int64_t 
   return layout;
 }
 
-std::int64_t search_chunk_size(const std::vector<std::int64_t>& numels, int group_size, std::int64_t at_most) {
+ChunkSizeRange default_chunk_size_range(const std::vector<std::int64_t>& numels, std::int64_t at_most) {
   const std::int64_t largest = numels.empty() ? 1 : *std::max_element(numels.begin(), numels.end());
-  const std::int64_t step = std::max<std::int64_t>(1, largest / 32);
-  std::int64_t best = largest;
+  return {.from = largest,
+          .to = std::min(4 * largest, std::max(largest, at_most)),
+          .step = std::max<std::int64_t>(1, largest / 32)};
+}
+
+std::int64_t search_chunk_size(const std::vector<std::int64_t>& numels, int group_size, const ChunkSizeRange& range) {
+  TIDAL_CHECK(range.from > 0 && range.step > 0 && range.to >= range.from,
+              "chunk sizes from {} to {} in steps of {}: need 0 < from <= to and step > 0", range.from, range.to,
+              range.step);
+  const std::int64_t largest = numels.empty() ? 1 : *std::max_element(numels.begin(), numels.end());
+  std::int64_t best = 0;
   double best_waste = 2.0;
-  for (std::int64_t size = largest; size <= std::min(4 * largest, std::max(largest, at_most)); size += step) {
+  for (std::int64_t size = range.from; size <= range.to; size += range.step) {
+    if (size < largest) continue;
     const double waste = layout_chunks(numels, size, group_size).fragmentation();
     if (waste < best_waste - 1e-12) best = size, best_waste = waste;
   }

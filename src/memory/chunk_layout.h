@@ -38,11 +38,17 @@ struct ChunkLayout {
 // A tidal::Error if a parameter is larger than a chunk (the message names the size needed).
 ChunkLayout layout_chunks(const std::vector<std::int64_t>& numels, std::int64_t chunk_elements, int group_size = 1);
 
-// The chunk size (elements) with the least fragmentation (padding chunks of the last group
-// included) among sizes from the largest parameter up to 4x it (and up to `at_most`, unless the
-// largest parameter is larger) in steps of 1/32 of it; the smaller size wins ties. PatrickStar's
-// pre-training search tool.
-std::int64_t search_chunk_size(const std::vector<std::int64_t>& numels, int group_size = 1,
-                               std::int64_t at_most = std::numeric_limits<std::int64_t>::max());
+// Chunk sizes (elements) to try: from, from + step, ... up to `to`.
+struct ChunkSizeRange {
+  std::int64_t from = 0, to = 0, step = 1;
+};
+// PatrickStar's pre-training search range, scaled to the model: from the largest parameter up to
+// 4x it (and up to `at_most`, unless the largest parameter is larger) in steps of 1/32 of it.
+ChunkSizeRange default_chunk_size_range(const std::vector<std::int64_t>& numels,
+                                        std::int64_t at_most = std::numeric_limits<std::int64_t>::max());
+// The size in `range` with the least fragmentation (padding chunks of the last group included);
+// the smaller size wins ties, sizes smaller than the largest parameter are skipped. PatrickStar's
+// pre-training search tool (patrickstar-v2 sec. 8.1, Table 3). 0 when no size in range fits.
+std::int64_t search_chunk_size(const std::vector<std::int64_t>& numels, int group_size, const ChunkSizeRange& range);
 
 }  // namespace tidal::memory

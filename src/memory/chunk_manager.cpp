@@ -26,6 +26,22 @@ void count_users(nn::Module& m, std::map<const nn::Parameter*, int>& users) {
 
 }  // namespace
 
+std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_size, const ChunkOptions& options,
+                            std::size_t device_capacity) {
+  if (options.chunk_elements) return options.chunk_elements;
+  const std::int64_t at_most =
+      options.offload ? std::int64_t(options.offload->warmup_fraction * double(device_capacity) / 2 /
+                                     double(dtype_size(options.compute_dtype)))
+                      : std::numeric_limits<std::int64_t>::max();
+  return search_chunk_size(numels, group_size, default_chunk_size_range(numels, at_most));
+}
+
+ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& options) {
+  const std::int64_t space = std::int64_t(layout.chunks) * layout.chunk_elements;
+  return {.param = space * std::int64_t(dtype_size(options.compute_dtype)),
+          .optimizer = space * std::int64_t(sizeof(float)) * (options.accumulate ? 4 : 3)};
+}
+
 ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params, const ChunkOptions& options,
                            Allocator& device, Allocator& host)
     : params_(std::move(params)), options_(options), device_(&device) {
@@ -39,25 +55,30 @@ ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params
                  p->name);
     numels.push_back(p->data.numel());
   }
-  // Chunks that move must leave room to move: two fit in the warm-up's share of the device.
-  const std::int64_t at_most =
-      options_.offload ? std::int64_t(options_.offload->warmup_fraction * double(device.capacity()) / 2 /
-                                      double(dtype_size(options_.compute_dtype)))
-                       : std::numeric_limits<std::int64_t>::max();
-  const std::int64_t size =
-      options_.chunk_elements ? options_.chunk_elements : search_chunk_size(numels, nproc, at_most);
-  layout_ = layout_chunks(numels, size, nproc);
+  layout_ = layout_chunks(numels, chunk_size_for(numels, nproc, options_, device.capacity()), nproc);
   const bool remote_params = options_.zero_stage == 3 && sharded();
   if (options_.offload) {
     TIDAL_CHECK(!distributed(), "chunks that move between the device and the host run on one rank for now");
     dmm_ = std::make_unique<DynamicMemory>(*options_.offload, device, host, lists_);
   }
-  if (dmm_ && options_.offload->partition == Partition::fixed) {
-    const std::size_t list = std::size_t(layout_.chunks * layout_.chunk_elements) * dtype_size(options_.compute_dtype);
-    if (list + device.current_bytes() > device.capacity())
+  if (dmm_) {
+    // Up front, with the whole need: the host holds every chunk the device does not at the
+    // start (under the static partition all but the param list) and, in the warm-up, all.
+    const ChunkListBytes bytes = chunk_list_bytes(layout_, options_);
+    const bool fixed = options_.offload->partition == Partition::fixed;
+    const std::size_t on_host = std::size_t(fixed ? bytes.optimizer : bytes.total());
+    if (on_host + host.current_bytes() > host.capacity())
+      throw OutOfMemory(fmt::format("out of host memory: the model data takes {} bytes in chunks ({} chunks of {} "
+                                    "elements), and the host holds {} of them{}; memory.host_limit = {} bytes ({} in "
+                                    "use) is too small: raise it or make the model smaller",
+                                    bytes.total(), layout_.chunks, layout_.chunk_elements, on_host,
+                                    fixed ? " (all but the param list)" : " (every chunk, at the start and in the warm-up)",
+                                    host.capacity(), host.current_bytes()),
+                        on_host + host.current_bytes());
+    if (fixed && std::size_t(bytes.param) + device.current_bytes() > device.capacity())
       throw OutOfMemory(fmt::format("the param list takes {} bytes of the device tier, which holds {} ({} in use)",
-                                    list, device.capacity(), device.current_bytes()),
-                        list + device.current_bytes());
+                                    bytes.param, device.capacity(), device.current_bytes()),
+                        std::size_t(bytes.param) + device.current_bytes());
   }
   auto make = [&](ChunkKind kind, DType dtype, Allocator& alloc, bool owned_only) {
     std::vector<Tensor>& chunks = lists_[kind];

@@ -73,6 +73,20 @@ struct ChunkOptions {
   std::optional<OffloadOptions> offload = std::nullopt;
 };
 
+// The chunk size (elements) the manager uses for parameters of `numels` over `group_size` ranks:
+// options.chunk_elements, or the search's pick. Chunks that move must leave room to move: under
+// offload two fit in the warm-up's share of a device tier of `device_capacity` bytes.
+std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_size, const ChunkOptions& options,
+                            std::size_t device_capacity);
+
+// The bytes of one rank's chunk lists of `layout` (every chunk whole, padding included): the param
+// list in the compute precision, then the fp32 master copy, momentum, variance (and gradient sum).
+struct ChunkListBytes {
+  std::int64_t param = 0, optimizer = 0;
+  std::int64_t total() const { return param + optimizer; }
+};
+ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& options);
+
 class ChunkManager final : public nn::ModuleHooks {
  public:
   // Takes over `params` (materialized fp32, in initialisation order), counting their users among

@@ -44,6 +44,14 @@ expect offload-with-data "moves the chunks of one rank for now: set parallel.dat
   train --set memory.offload=chunk --set memory.device_limit=1GiB --set parallel.data=2
 expect offload-too-small "the device tier is too small" -- \
   train --set memory.offload=chunk --set memory.device_limit=200KiB --set train.steps=2
+expect host-limit-without-offload "memory.host_limit caps the chunks the host holds beside a device tier" -- \
+  train --set memory.host_limit=1GiB
+expect host-too-small "memory.host_limit = 1048576 bytes (0 in use) is too small" -- \
+  train --set memory.offload=chunk --set memory.device_limit=64MiB --set memory.host_limit=1MiB
+expect plan-without-caps "tidal plan fits a model under both memory caps" -- plan
+expect plan-one-layer-too-big "even 1 layer of gpt" -- \
+  plan --set memory.offload=chunk --set memory.device_limit=64MiB --set memory.host_limit=100KiB
+expect chunk-search-below-largest "holds the largest parameter" -- chunk-search --from 10 --to 20
 expect zero-with-pipeline "set parallel.pipeline, parallel.tensor.size and parallel.sequence to 1" -- \
   train --set zero.stage=2 --set parallel.pipeline=2
 expect bad-loss-scale "train.loss_scale must be > 0" -- train --set train.precision=fp16 --set train.loss_scale=0

@@ -59,7 +59,10 @@ TEST(ChunkLayout, ParametersFillChunksInOrder) {
   // The search finds a size with less waste than the largest parameter's (20%): 20, none.
   const std::vector<std::int64_t> numels = {5, 3, 5, 3, 4};
   EXPECT_DOUBLE_EQ(layout_chunks(numels, 5).fragmentation(), 0.2);
-  EXPECT_EQ(search_chunk_size(numels), 20);
+  EXPECT_EQ(search_chunk_size(numels, 1, default_chunk_size_range(numels)), 20);
+  // A range below the largest parameter skips those sizes; a range where none fits gives 0.
+  EXPECT_EQ(search_chunk_size(numels, 1, {.from = 1, .to = 10, .step = 1}), 8);
+  EXPECT_EQ(search_chunk_size(numels, 1, {.from = 1, .to = 4, .step = 1}), 0);
   EXPECT_DOUBLE_EQ(layout_chunks(numels, 20).fragmentation(), 0.0);
 }
 

@@ -1,0 +1,53 @@
+// `tidal chunk-search`: PatrickStar's offline chunk-size search (patrickstar-v2 sec. 8.1,
+// Table 3). Builds the configured model's parameter shapes without allocating them, lays them
+// out in chunks of each size in a range, and reports each size's fragmentation and utilisation
+// and the best one.
+#pragma once
+
+#include "config/config.h"
+#include "memory/chunk_layout.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tidal::engine {
+
+// The configured model's parameter sizes in initialisation order (the chunks' order): the model
+// is built, never materialized.
+std::vector<std::int64_t> parameter_numels(const config::Config& cfg);
+
+struct ChunkSizeRow {
+  std::int64_t size = 0;  // elements
+  int chunks = 0;         // of the param list, padding chunks of the last group included
+  double fragmentation = 0;  // chunk space holding no parameter, as a fraction of all of it
+  std::int64_t chunk_bytes = 0;  // every chunk list of one rank
+  // The share of chunk space that parameters fill: Table 3's UTIL. (1 - fragmentation).
+  double utilisation() const { return 1.0 - fragmentation; }
+};
+
+struct ChunkSearch {
+  std::string model;  // "gpt, 24 layers x 1024"
+  std::int64_t parameters = 0, largest = 0;  // elements: all, and the largest parameter
+  int group_size = 1;                        // ranks sharing the chunks (parallel.data)
+  std::int64_t bytes_per_element = 0;        // summed over the chunk lists
+  memory::ChunkSizeRange range;
+  bool default_range = true;
+  std::vector<ChunkSizeRow> rows;   // the sizes in range that hold the largest parameter
+  std::int64_t best = 0;            // least fragmentation, the smaller size on a tie
+  std::int64_t training_size = 0;   // what `tidal train` picks for this config
+  nlohmann::json json() const;
+};
+
+// `range`: sizes to try; without it, the search range training uses (the largest parameter up to
+// 4x it, capped under memory.offload so that two chunks fit in the warm-up's share). A
+// tidal::Error when no size in range holds the largest parameter.
+ChunkSearch chunk_search(const config::Config& cfg, const std::optional<memory::ChunkSizeRange>& range);
+
+// The report as text: the configuration, one row per size, the best.
+std::string format_chunk_search(const ChunkSearch& s);
+
+}  // namespace tidal::engine

@@ -1,0 +1,128 @@
+#include "engine/memory_plan.h"
+
+#include "core/error.h"
+#include "engine/chunk_search.h"
+#include "engine/model_data.h"
+#include "engine/progress.h"
+#include "engine/tide.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tidal::engine {
+namespace {
+
+config::Config with_layers(config::Config cfg, int layers) {
+  cfg.model.n_layer = layers;
+  return cfg;
+}
+
+// The warm-up's non-model peak with `layers` layers, traced without caps.
+std::int64_t traced_non_model(const config::Config& cfg, int layers) {
+  config::Config probe = with_layers(cfg, layers);
+  probe.memory.device_limit.clear();
+  probe.memory.host_limit.clear();
+  return trace_warmup(probe).at("peak_non_model_bytes").get<std::int64_t>();
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const config::Config& cfg, int max_layers) {
+  TIDAL_CHECK(cfg.memory.offload != "none" && !cfg.memory.device_limit.empty() && !cfg.memory.host_limit.empty(),
+              "tidal plan fits a model under both memory caps: set memory.offload (\"chunk\" or \"static\"), "
+              "memory.device_limit and memory.host_limit, e.g. --set memory.offload=chunk --set "
+              "memory.device_limit=64MiB --set memory.host_limit=1GiB");
+  TIDAL_CHECK(max_layers >= 1, "--max-layers must be >= 1, got {}", max_layers);
+  MemoryPlan plan;
+  plan.model = fmt::format("{} at width {} ({} heads), batch {} x {}, {}, memory.offload = {}", cfg.model.type,
+                           cfg.model.n_embd, cfg.model.n_head, cfg.train.batch_size, cfg.model.seq_len,
+                           cfg.train.precision, cfg.memory.offload);
+  plan.device_limit = config::parse_bytes(cfg.memory.device_limit, "memory.device_limit");
+  plan.host_limit = config::parse_bytes(cfg.memory.host_limit, "memory.host_limit");
+  plan.non_model_one = traced_non_model(cfg, 1);
+  plan.non_model_two = traced_non_model(cfg, 2);
+  const std::int64_t per_layer = std::max<std::int64_t>(0, plan.non_model_two - plan.non_model_one);
+
+  const std::int64_t local = cfg.train.batch_size;
+  const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
+  const memory::ChunkOptions options = chunk_options(cfg, local / micro > 1);
+  const bool fixed = cfg.memory.offload == "static";
+  const double warmup = cfg.memory.warmup_fraction;
+  for (int n = 1; n <= max_layers; ++n) {
+    const std::vector<std::int64_t> numels = parameter_numels(with_layers(cfg, n));
+    const std::int64_t size = memory::chunk_size_for(numels, 1, options, plan.device_limit);
+    const memory::ChunkLayout layout = memory::layout_chunks(numels, size, 1);
+    const memory::ChunkListBytes bytes = memory::chunk_list_bytes(layout, options);
+    const std::int64_t non_model = plan.non_model_one + per_layer * (n - 1);
+    const std::int64_t two_chunks = 2 * size * std::int64_t(dtype_size(options.compute_dtype));
+    PlanRow row{.layers = n, .chunk_size = size, .model_data_bytes = bytes.total()};
+    for (std::int64_t e : numels) row.parameters += e;
+    row.host_needs = fixed ? bytes.optimizer : bytes.total();
+    row.device_needs = fixed ? bytes.param + non_model
+                             : std::max(non_model + two_chunks, std::int64_t(double(two_chunks) / warmup) + 1);
+    row.fits_host = std::uint64_t(row.host_needs) <= plan.host_limit;
+    row.fits_device = std::uint64_t(row.device_needs) <= plan.device_limit;
+    plan.rows.push_back(row);
+    if (!row.fits()) break;
+    plan.largest = n;
+  }
+  if (plan.largest == 0) {
+    const PlanRow& r = plan.rows.front();
+    throw Error(fmt::format("even 1 layer of {} does not fit: it needs {} on the host (memory.host_limit = {}) and {} "
+                            "on the device tier (memory.device_limit = {}); raise the caps, or make the width, batch "
+                            "or sequence smaller",
+                            plan.model, human_bytes(std::uint64_t(r.host_needs)), human_bytes(plan.host_limit),
+                            human_bytes(std::uint64_t(r.device_needs)), human_bytes(plan.device_limit)));
+  }
+  return plan;
+}
+
+nlohmann::json MemoryPlan::json() const {
+  nlohmann::json rows_json = nlohmann::json::array();
+  for (const PlanRow& r : rows)
+    rows_json.push_back({{"layers", r.layers},
+                         {"parameters", r.parameters},
+                         {"chunk_size", r.chunk_size},
+                         {"model_data_bytes", r.model_data_bytes},
+                         {"host_needs", r.host_needs},
+                         {"device_needs", r.device_needs},
+                         {"fits_host", r.fits_host},
+                         {"fits_device", r.fits_device}});
+  return {{"model", model},
+          {"device_limit", device_limit},
+          {"host_limit", host_limit},
+          {"non_model_bytes", {{"1 layer", non_model_one}, {"2 layers", non_model_two}}},
+          {"rows", rows_json},
+          {"largest", largest}};
+}
+
+std::string format_memory_plan(const MemoryPlan& plan) {
+  std::string out = fmt::format("plan: {}; device tier {}, host {}\n", plan.model, human_bytes(plan.device_limit),
+                                human_bytes(plan.host_limit));
+  out += fmt::format("non-model peak of traced warm-ups (no cap): {} with 1 layer, {} with 2: {} more per layer\n\n",
+                     human_bytes(std::uint64_t(plan.non_model_one)), human_bytes(std::uint64_t(plan.non_model_two)),
+                     human_bytes(std::uint64_t(std::max<std::int64_t>(0, plan.non_model_two - plan.non_model_one))));
+  out += fmt::format("{:>6} {:>12} {:>11} {:>12} {:>12} {:>14}  {}\n", "layers", "parameters", "chunk size",
+                     "model data", "host needs", "device needs", "fits");
+  for (const PlanRow& r : plan.rows)
+    out += fmt::format("{:>6} {:>12} {:>11} {:>12} {:>12} {:>14}  {}\n", r.layers, r.parameters, r.chunk_size,
+                       human_bytes(std::uint64_t(r.model_data_bytes)), human_bytes(std::uint64_t(r.host_needs)),
+                       human_bytes(std::uint64_t(r.device_needs)),
+                       r.fits() ? "yes" : !r.fits_host && !r.fits_device ? "no: host and device"
+                                        : !r.fits_host                  ? "no: host"
+                                                                        : "no: device");
+  const PlanRow& last = plan.rows.back();
+  out += fmt::format("\nlargest: {} layers ({} parameters)", plan.largest, plan.rows[std::size_t(plan.largest - 1)].parameters);
+  if (!last.fits())
+    out += fmt::format("; {} layers need {} on the {}, over memory.{}_limit = {}\n", last.layers,
+                       human_bytes(std::uint64_t(last.fits_host ? last.device_needs : last.host_needs)),
+                       last.fits_host ? "device tier" : "host", last.fits_host ? "device" : "host",
+                       human_bytes(last.fits_host ? plan.device_limit : plan.host_limit));
+  else
+    out += fmt::format(" (--max-layers reached)\n");
+  out += fmt::format("train it with --set model.n_layer={}\n", plan.largest);
+  return out;
+}
+
+}  // namespace tidal::engine

@@ -1,0 +1,45 @@
+// `tidal plan`: the largest model of the configured width (transformer layers added one at a
+// time) that trains under memory.offload within memory.device_limit and memory.host_limit.
+//
+// The host must hold every chunk at the start and through the warm-up (under the static
+// partition: all but the param list): the chunk lists' bytes, exact from the layout
+// (chunk_list_bytes). The device tier must hold, at every moment, the operator's chunks beside
+// the non-model data (patrickstar-v2 sec. 7.3): at most two chunks (a parameter never straddles
+// chunks, a leaf operator's parameters span at most two) plus the non-model peak, which two
+// traced warm-ups (one and two layers, no cap) give per layer and which grows linearly with the
+// layers (each keeps its activations for backward); and two chunks must fit in the warm-up's
+// share. The static partition needs the whole param list on the device instead.
+#pragma once
+
+#include "config/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tidal::engine {
+
+struct PlanRow {
+  int layers = 0;
+  std::int64_t parameters = 0, chunk_size = 0, model_data_bytes = 0;
+  std::int64_t host_needs = 0, device_needs = 0;
+  bool fits_host = false, fits_device = false;
+  bool fits() const { return fits_host && fits_device; }
+};
+
+struct MemoryPlan {
+  std::string model;  // what stays fixed
+  std::uint64_t device_limit = 0, host_limit = 0;
+  std::int64_t non_model_one = 0, non_model_two = 0;  // traced peaks, 1 and 2 layers
+  std::vector<PlanRow> rows;  // 1 layer up to the first that does not fit
+  int largest = 0;            // layers; 0 if even one does not fit
+  nlohmann::json json() const;
+};
+
+// A tidal::Error when a cap is missing, or even one layer does not fit (naming what it needs).
+MemoryPlan plan_memory(const config::Config& cfg, int max_layers);
+std::string format_memory_plan(const MemoryPlan& plan);
+
+}  // namespace tidal::engine

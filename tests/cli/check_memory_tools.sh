@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The memory tools of the tidal command:
+# - `tidal plan` answers the largest GPT (layers at a fixed width) under a device and a host cap;
+#   the answer trains 2 steps under those caps, and one layer more stops with exit 2 and an
+#   out-of-memory error naming the cap that binds. Checked once where the host binds and once
+#   where the device tier does.
+# - `tidal chunk-search` on the reference GPT (configs/reference-gpt.toml), the same with 24
+#   layers, and GPT-2 small's and medium's shapes (12 and 24 layers) finds a chunk size under 10%
+#   fragmentation, the size training picks; a range that holds no parameter is exit 2.
+# - `tidal trace` writes the warm-up's tide: JSON whose moments add up to the device tier's
+#   bytes, within the cap, and an SVG document.
+# usage: check_memory_tools.sh path/to/tidal
+set -euo pipefail
+tidal=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+root=$(cd "$(dirname "$0")/../.." && pwd)
+model=(--set model.n_embd=256 --set model.n_head=4 --set model.seq_len=32 --set train.batch_size=2
+       --set memory.offload=chunk)
+train=(--set train.steps=2 --set train.eval_batches=1)
+
+check_plan() {  # name, binding tier ("host" or "device tier"), caps...
+  local name=$1 binding=$2
+  shift 2
+  "$tidal" plan "${model[@]}" "$@" > "$dir/$name.txt"
+  cat "$dir/$name.txt"
+  local n
+  n=$("$tidal" plan "${model[@]}" "$@" --json | /usr/bin/python3 -c "import json, sys; print(json.load(sys.stdin)['largest'])")
+  grep -q "need .* on the $binding" "$dir/$name.txt" || { echo "FAIL: $name: want the $binding to bind"; exit 1; }
+  "$tidal" train "${model[@]}" "$@" "${train[@]}" --set model.n_layer="$n" > "$dir/$name-train.log" ||
+    { echo "FAIL: $name: the planned $n layers do not train"; cat "$dir/$name-train.log"; exit 1; }
+  echo "$name: $n layers train 2 steps under the caps"
+  set +e
+  local out rc
+  out=$("$tidal" train "${model[@]}" "$@" "${train[@]}" --set model.n_layer=$((n + 1)) 2>&1 >/dev/null)
+  rc=$?
+  set -e
+  echo "$name: $((n + 1)) layers: exit $rc: $out"
+  local key=memory.host_limit
+  [[ $binding == host ]] || key=memory.device_limit
+  [[ $rc -eq 2 && $out == *"out of "*"memory"*"$key"* ]] || { echo "FAIL: $name: want exit 2 naming $key"; exit 1; }
+}
+check_plan host-binds host --set memory.device_limit=24MiB --set memory.host_limit=96MiB
+check_plan device-binds "device tier" --set memory.device_limit=12MiB --set memory.host_limit=1GiB \
+  --set memory.chunk_size=300000
+
+for spec in reference-gpt "reference-gpt --set model.n_layer=24" gpt2-small gpt2-medium; do
+  read -r config extra <<< "$spec"
+  # shellcheck disable=SC2086
+  "$tidal" chunk-search -c "$root/configs/$config.toml" $extra > "$dir/search.txt"
+  tail -n 1 "$dir/search.txt"
+  # shellcheck disable=SC2086
+  "$tidal" chunk-search -c "$root/configs/$config.toml" $extra --json | /usr/bin/python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+best = r['best_fragmentation']
+assert best < 0.10, f'{sys.argv[1]}: best fragmentation {best:.2%} >= 10%'
+assert r['best'] == r['training_size'], (r['best'], r['training_size'])
+assert min(s['fragmentation'] for s in r['sizes']) == best
+print(f\"{sys.argv[1]}: {len(r['sizes'])} sizes, best {r['best']} elements at {best:.2%} fragmentation\")" "$spec"
+done
+set +e
+out=$("$tidal" chunk-search -c "$root/configs/gpt2-small.toml" --from 1000 --to 2000 2>&1 >/dev/null)
+rc=$?
+set -e
+[[ $rc -eq 2 && $out == *"--from"* ]] || { echo "FAIL: chunk-search below the largest parameter: exit $rc: $out"; exit 1; }
+
+"$tidal" trace "${model[@]}" --set model.n_layer=3 --set memory.device_limit=24MiB --out "$dir/tide.json" \
+  --chart "$dir/tide.svg"
+/usr/bin/python3 - "$dir/tide.json" "$dir/tide.svg" <<'PY'
+import json, sys
+import xml.etree.ElementTree as ET
+tide = json.load(open(sys.argv[1]))
+moments = tide["moments"]
+assert len(moments) > 10, len(moments)
+for m in moments:
+    assert m["chunk_bytes"] + m["non_model_bytes"] == m["device_bytes"], m
+    assert m["device_bytes"] <= tide["device_limit_bytes"], m
+assert max(m["chunk_bytes"] for m in moments) <= tide["warmup_chunk_bytes"]
+assert max(m["non_model_bytes"] for m in moments) == tide["peak_non_model_bytes"]
+ops = [m["operator"] for m in moments]
+assert ops[0].startswith("forward") and ops[-1] == "optimizer step", (ops[0], ops[-1])
+root = ET.parse(sys.argv[2]).getroot()
+assert root.tag.endswith("svg") and len(root.findall("{http://www.w3.org/2000/svg}polygon")) == 2
+print(f"trace: {len(moments)} moments, device peak {max(m['device_bytes'] for m in moments)} <= "
+      f"{tide['device_limit_bytes']}, chunks within the warm-up's share {tide['warmup_chunk_bytes']}")
+PY
+echo "memory tools: ok"
