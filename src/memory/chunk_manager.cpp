@@ -114,7 +114,12 @@ ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params
   }
 }
 
-ChunkManager::~ChunkManager() = default;
+// Parameters outlive the manager (the model owns them) but their data and gradients are views into
+// chunks whose payloads come from allocators that may go first (the dynamic memory's share of the
+// device tier): a step cut short by an error leaves such views behind. Drop them here.
+ChunkManager::~ChunkManager() {
+  for (Tracked& t : tracked_) t.param->data = t.param->grad = Tensor();
+}
 
 ChunkManager::Tracked& ChunkManager::tracked(const nn::Parameter& p) {
   const auto it = index_.find(&p);
