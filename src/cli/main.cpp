@@ -207,14 +207,8 @@ int main(int argc, char** argv) {
     }
     if (search->parsed()) {
       const tidal::config::Config cfg = search_args.load();
-      std::optional<tidal::memory::ChunkSizeRange> range;
-      if (search_from || search_to || search_step) {
-        const tidal::memory::ChunkSizeRange d = tidal::engine::chunk_search(cfg, std::nullopt).range;
-        range = tidal::memory::ChunkSizeRange{.from = search_from ? search_from : d.from,
-                                              .to = search_to ? search_to : std::max(d.to, search_from),
-                                              .step = search_step ? search_step : d.step};
-      }
-      const tidal::engine::ChunkSearch report = tidal::engine::chunk_search(cfg, range);
+      const tidal::engine::ChunkSearch report =
+          tidal::engine::chunk_search(cfg, {.from = search_from, .to = search_to, .step = search_step});
       if (rank == 0) fmt::print("{}", search_json ? report.json().dump() + "\n" : tidal::engine::format_chunk_search(report));
     }
     if (train->parsed()) {

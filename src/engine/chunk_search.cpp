@@ -28,7 +28,7 @@ std::size_t device_capacity(const config::Config& cfg) {
 
 }  // namespace
 
-ChunkSearch chunk_search(const config::Config& cfg, const std::optional<memory::ChunkSizeRange>& range) {
+ChunkSearch chunk_search(const config::Config& cfg, const memory::ChunkSizeRange& range) {
   const std::vector<std::int64_t> numels = parameter_numels(cfg);
   ChunkSearch s;
   s.model = fmt::format("{}, {} layers x {}", cfg.model.type, cfg.model.n_layer, cfg.model.n_embd);
@@ -39,16 +39,11 @@ ChunkSearch chunk_search(const config::Config& cfg, const std::optional<memory::
   const memory::ChunkLayout one = memory::layout_chunks({1}, 1, 1);
   s.bytes_per_element = memory::chunk_list_bytes(one, options).total();
   s.training_size = memory::chunk_size_for(numels, s.group_size, options, device);
-  s.default_range = !range;
-  if (range) {
-    s.range = *range;
-  } else {
-    const std::int64_t at_most =
-        options.offload ? std::int64_t(options.offload->warmup_fraction * double(device) / 2 /
-                                       double(dtype_size(options.compute_dtype)))
-                        : std::numeric_limits<std::int64_t>::max();
-    s.range = memory::default_chunk_size_range(numels, at_most);
-  }
+  const memory::ChunkSizeRange training = memory::chunk_size_range_for(numels, options, device);
+  s.range = {.from = range.from ? range.from : training.from,
+             .to = range.to ? range.to : std::max(training.to, range.from),
+             .step = range.step ? range.step : training.step};
+  s.default_range = !range.from && !range.to && !range.step;
   s.best = memory::search_chunk_size(numels, s.group_size, s.range);
   TIDAL_CHECK(s.best > 0,
               "no chunk size from {} to {} elements holds the largest parameter ({} elements, of {}): search from at "

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,10 +41,10 @@ struct ChunkSearch {
   nlohmann::json json() const;
 };
 
-// `range`: sizes to try; without it, the search range training uses (the largest parameter up to
-// 4x it, capped under memory.offload so that two chunks fit in the warm-up's share). A
-// tidal::Error when no size in range holds the largest parameter.
-ChunkSearch chunk_search(const config::Config& cfg, const std::optional<memory::ChunkSizeRange>& range);
+// `range`: sizes to try; a field left 0 takes the search range training uses (the largest
+// parameter up to 4x it in steps of 1/32 of it, capped under memory.offload so that two chunks fit
+// in the warm-up's share). A tidal::Error when no size in range holds the largest parameter.
+ChunkSearch chunk_search(const config::Config& cfg, const memory::ChunkSizeRange& range = {0, 0, 0});
 
 // The report as text: the configuration, one row per size, the best.
 std::string format_chunk_search(const ChunkSearch& s);

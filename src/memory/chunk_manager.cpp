@@ -26,14 +26,19 @@ void count_users(nn::Module& m, std::map<const nn::Parameter*, int>& users) {
 
 }  // namespace
 
-std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_size, const ChunkOptions& options,
-                            std::size_t device_capacity) {
-  if (options.chunk_elements) return options.chunk_elements;
+ChunkSizeRange chunk_size_range_for(const std::vector<std::int64_t>& numels, const ChunkOptions& options,
+                                    std::size_t device_capacity) {
   const std::int64_t at_most =
       options.offload ? std::int64_t(options.offload->warmup_fraction * double(device_capacity) / 2 /
                                      double(dtype_size(options.compute_dtype)))
                       : std::numeric_limits<std::int64_t>::max();
-  return search_chunk_size(numels, group_size, default_chunk_size_range(numels, at_most));
+  return default_chunk_size_range(numels, at_most);
+}
+
+std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_size, const ChunkOptions& options,
+                            std::size_t device_capacity) {
+  if (options.chunk_elements) return options.chunk_elements;
+  return search_chunk_size(numels, group_size, chunk_size_range_for(numels, options, device_capacity));
 }
 
 ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& options) {

@@ -73,9 +73,13 @@ struct ChunkOptions {
   std::optional<OffloadOptions> offload = std::nullopt;
 };
 
-// The chunk size (elements) the manager uses for parameters of `numels` over `group_size` ranks:
-// options.chunk_elements, or the search's pick. Chunks that move must leave room to move: under
-// offload two fit in the warm-up's share of a device tier of `device_capacity` bytes.
+// The sizes the manager searches for parameters of `numels`: the default range, and chunks that
+// move must leave room to move: under offload two fit in the warm-up's share of a device tier of
+// `device_capacity` bytes.
+ChunkSizeRange chunk_size_range_for(const std::vector<std::int64_t>& numels, const ChunkOptions& options,
+                                    std::size_t device_capacity);
+// The chunk size (elements) the manager uses over `group_size` ranks: options.chunk_elements, or
+// the search's pick in chunk_size_range_for.
 std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_size, const ChunkOptions& options,
                             std::size_t device_capacity);
 
