@@ -4,6 +4,7 @@
 #include "config/schema.h"
 #include "core/blas_kernels.h"
 #include "core/error.h"
+#include "core/gpu.h"
 #include "io/atomic_file.h"
 #include "engine/chunk_search.h"
 #include "engine/memory_plan.h"
@@ -51,6 +52,8 @@ void print_info() {
   fmt::print("  build switches: TIDAL_CUDA={} TIDAL_MPI={}\n", TIDAL_CUDA ? "on" : "off", TIDAL_MPI ? "on" : "off");
   fmt::print("  cpu threads: {} (OMP_NUM_THREADS)\n", omp_get_max_threads());
   fmt::print("  OpenBLAS kernels: {}\n", tidal::blas_kernel_name());
+  fmt::print("  gpu: {}{}\n", tidal::gpu_description(),
+             tidal::gpu_available() ? " (train with --set train.device=cuda)" : "");
 }
 
 std::string config_reference() {

@@ -1,5 +1,6 @@
 #include "comm/nccl_communicator.h"
 
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -7,13 +8,7 @@
 #include <algorithm>
 #include <thread>
 
-// Status checks naming the call, file and line (STYLE.md rule 6).
-#define TIDAL_CUDA_CALL(call)                                                                        \
-  do {                                                                                               \
-    const cudaError_t status_ = (call);                                                              \
-    TIDAL_CHECK(status_ == cudaSuccess, "{} failed at {}:{}: {}", #call, __FILE__, __LINE__,         \
-                cudaGetErrorString(status_));                                                        \
-  } while (0)
+// NCCL's status check beside CUDA's (core/cuda/runtime.h), naming the call, file and line.
 #define TIDAL_NCCL_CALL(call)                                                                        \
   do {                                                                                               \
     const ncclResult_t status_ = (call);                                                             \

@@ -159,6 +159,7 @@ void validate(const Config& c) {
   TIDAL_CHECK(t.loss_scale > 0, "train.loss_scale must be > 0, got {}", t.loss_scale);
   TIDAL_CHECK(t.loss_scale_window >= 1, "train.loss_scale_window must be >= 1, got {}", t.loss_scale_window);
   TIDAL_CHECK(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "train.beta1 and train.beta2 must be in [0, 1)");
+  check_one_of("train.device", t.device, {"cpu", "cuda"});
   check_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
   check_one_of("train.activation_checkpointing", t.activation_checkpointing, {"none", "blocks", "every_k"});
   check_one_of("train.activation_offload", t.activation_offload, {"none", "host"});
@@ -237,11 +238,16 @@ void validate(const Config& c) {
                 "memory.offload to \"none\"",
                 c.memory.offload, p.data);
     // Without a GPU the device tier is host memory: only a cap makes it a budget.
-    TIDAL_CHECK(!c.memory.device_limit.empty(),
+    TIDAL_CHECK(t.device == "cuda" || !c.memory.device_limit.empty(),
                 "memory.offload = \"{}\" needs memory.device_limit on a machine without a GPU (the device tier is "
                 "host memory with a cap), e.g. --set memory.device_limit=64MiB",
                 c.memory.offload);
   }
+  // The GPU path runs one process (no GPU collectives in the layers and the chunks yet).
+  TIDAL_CHECK(t.device == "cpu" || (p.data == 1 && p.pipeline == 1 && p.tensor.size == 1 && p.sequence == 1),
+              "train.device = \"cuda\" trains in one process for now: set parallel.data, parallel.pipeline, "
+              "parallel.tensor.size and parallel.sequence to 1 (they are {}, {}, {} and {}), or train.device = \"cpu\"",
+              p.data, p.pipeline, p.tensor.size, p.sequence);
   TIDAL_CHECK(offload || c.memory.host_limit.empty(),
               "memory.host_limit caps the chunks the host holds beside a device tier: set memory.offload to \"chunk\" "
               "or \"static\" (it is \"none\"), or leave memory.host_limit unset");

@@ -43,6 +43,7 @@ struct TrainConfig {
   double beta2 = 0.95;
   double grad_clip = 1.0;  // 0 = off
   std::uint64_t seed = 1;
+  std::string device = "cpu";      // cpu | cuda: where the step computes
   std::string precision = "fp32";  // fp32 | bf16 | fp16
   double loss_scale = 65536.0;     // fp16: the first dynamic loss scale
   std::int64_t loss_scale_window = 1000;  // fp16: finite steps before it doubles

@@ -69,6 +69,8 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(train.beta2, "AdamW beta2"),
       TIDAL_KEY(train.grad_clip, "global gradient-norm clip (0 = off)"),
       TIDAL_KEY(train.seed, "seed of initialisation and dropout"),
+      TIDAL_KEY(train.device,
+                "cpu | cuda: where the step computes (cuda: the process's current GPU; one process for now)"),
       TIDAL_KEY(train.precision,
                 "fp32 | bf16 | fp16: parameters and activations in that type, fp32 master weights and AdamW (chunks)"),
       TIDAL_KEY(train.loss_scale, "fp16: the first dynamic loss scale (halved on an overflow)"),

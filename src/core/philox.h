@@ -4,6 +4,8 @@
 // shard of a tensor can generate its own elements alone and get exactly the full tensor's slice.
 #pragma once
 
+#include "core/host_device.h"
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -13,7 +15,7 @@ namespace tidal {
 using PhiloxCounter = std::array<std::uint32_t, 4>;
 using PhiloxKey = std::array<std::uint32_t, 2>;
 
-inline PhiloxCounter philox4x32(PhiloxCounter c, PhiloxKey k) {
+TIDAL_HOST_DEVICE inline PhiloxCounter philox4x32(PhiloxCounter c, PhiloxKey k) {
   constexpr std::uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr std::uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
@@ -28,7 +30,7 @@ inline PhiloxCounter philox4x32(PhiloxCounter c, PhiloxKey k) {
 }
 
 // A uniform float in [0, 1) from the top 24 bits.
-inline float uniform01(std::uint32_t bits) { return float(bits >> 8) * (1.0f / 16777216.0f); }
+TIDAL_HOST_DEVICE inline float uniform01(std::uint32_t bits) { return float(bits >> 8) * (1.0f / 16777216.0f); }
 
 // 64-bit FNV-1a: stable ids from names (a parameter's id is the hash of its full name, so it is
 // the same in every parallel layout).

@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include "core/gpu.h"
+
 #include <cstring>
 
 namespace tidal {
@@ -93,35 +95,42 @@ Tensor Tensor::slice(int dim, std::int64_t begin, std::int64_t end) const {
 }
 
 void Tensor::zero_() {
-  TIDAL_ASSERT(device_.is_cpu() && is_contiguous(), "zero_ on {}", str());
-  std::memset(data_, 0, nbytes());
+  TIDAL_ASSERT(is_contiguous(), "zero_ on non-contiguous {}", str());
+  zero_bytes(data_, device_, nbytes());
 }
 
 void Tensor::fill_(float value) {
-  TIDAL_ASSERT(device_.is_cpu() && is_contiguous() && dtype_ == DType::f32, "fill_ on {}", str());
-  float* p = data<float>();
-  for (std::int64_t i = 0; i < numel(); ++i) p[i] = value;
+  TIDAL_ASSERT(is_contiguous() && dtype_ == DType::f32, "fill_ on {}", str());
+  fill_f32(data<float>(), device_, numel(), value);
 }
 
 namespace {
 
-// Copies the block of `shape` from src to dst (element strides), dimension `d` onward; the last
-// dimension is copied in runs when both sides have it contiguous.
-void copy_strided(std::byte* dst, const Shape& dst_strides, const std::byte* src, const Shape& src_strides,
-                  const Shape& shape, int d, std::size_t esize) {
+// Copies the block of `shape` from src to dst (element strides), dimension `d` onward. The last
+// two dimensions go as one batch of rows when both sides have the last one contiguous (one
+// cudaMemcpy2D between devices); otherwise element by element on the host.
+void copy_strided(std::byte* dst, const Shape& dst_strides, Device dst_device, const std::byte* src,
+                  const Shape& src_strides, Device src_device, const Shape& shape, int d, std::size_t esize) {
   const int last = shape.size() - 1;
-  if (d == last) {
-    if (dst_strides[d] == 1 && src_strides[d] == 1) {
-      std::memcpy(dst, src, std::size_t(shape[d]) * esize);
+  const bool rows_contiguous = dst_strides[last] == 1 && src_strides[last] == 1;
+  if (d == last || (d == last - 1 && rows_contiguous)) {
+    const bool one_row = d == last;
+    const std::size_t rows = one_row ? 1 : std::size_t(shape[d]);
+    if (rows_contiguous) {
+      const std::size_t row_bytes = std::size_t(shape[last]) * esize;
+      copy_rows(dst, one_row ? row_bytes : std::size_t(dst_strides[d]) * esize, dst_device, src,
+                one_row ? row_bytes : std::size_t(src_strides[d]) * esize, src_device, row_bytes, rows);
       return;
     }
+    TIDAL_ASSERT(dst_device.is_cpu() && src_device.is_cpu(),
+                 "a copy to or from a GPU tensor needs the last dimension contiguous on both sides");
     for (std::int64_t i = 0; i < shape[d]; ++i)
       std::memcpy(dst + std::size_t(i * dst_strides[d]) * esize, src + std::size_t(i * src_strides[d]) * esize, esize);
     return;
   }
   for (std::int64_t i = 0; i < shape[d]; ++i) {
-    copy_strided(dst + std::size_t(i * dst_strides[d]) * esize, dst_strides,
-                 src + std::size_t(i * src_strides[d]) * esize, src_strides, shape, d + 1, esize);
+    copy_strided(dst + std::size_t(i * dst_strides[d]) * esize, dst_strides, dst_device,
+                 src + std::size_t(i * src_strides[d]) * esize, src_strides, src_device, shape, d + 1, esize);
   }
 }
 
@@ -129,12 +138,12 @@ void copy_strided(std::byte* dst, const Shape& dst_strides, const std::byte* src
 
 void Tensor::copy_from(const Tensor& src) {
   TIDAL_ASSERT(src.shape() == shape_ && src.dtype() == dtype_, "copy {} into {}", src.str(), str());
-  TIDAL_ASSERT(device_.is_cpu() && src.device().is_cpu(), "copy {} into {}", src.str(), str());
+  if (numel() == 0) return;
   if (is_contiguous() && src.is_contiguous()) {
-    std::memcpy(data_, src.raw(), nbytes());
-  } else if (numel() > 0) {
-    copy_strided(static_cast<std::byte*>(data_), strides_, static_cast<const std::byte*>(src.raw()), src.strides(),
-                 shape_, 0, dtype_size(dtype_));
+    copy_bytes(data_, device_, src.raw(), src.device(), nbytes());
+  } else {
+    copy_strided(static_cast<std::byte*>(data_), strides_, device_, static_cast<const std::byte*>(src.raw()),
+                 src.strides(), src.device(), shape_, 0, dtype_size(dtype_));
   }
 }
 
@@ -146,7 +155,9 @@ Tensor Tensor::clone(Allocator& alloc) const {
 
 float Tensor::item() const {
   TIDAL_ASSERT(numel() == 1 && dtype_ == DType::f32, "item() of {}", str());
-  return *data<float>();
+  float v = 0;
+  copy_bytes(&v, Device::cpu(), data_, device_, sizeof v);
+  return v;
 }
 
 std::string Tensor::str() const { return std::string(dtype_name(dtype_)) + shape_.str(); }

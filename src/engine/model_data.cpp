@@ -1,5 +1,6 @@
 #include "engine/model_data.h"
 
+#include "core/gpu.h"
 #include "engine/progress.h"
 #include "memory/chunk_manager.h"
 #include "nn/tp/shard.h"
@@ -9,6 +10,14 @@
 #include <algorithm>
 
 namespace tidal::engine {
+
+Allocator& device_tier(const config::Config& cfg) {
+  return cfg.train.device == "cuda" ? gpu_allocator() : device_allocator();
+}
+
+Allocator& host_tier(const config::Config& cfg) {
+  return cfg.train.device == "cuda" ? pinned_host_allocator() : host_allocator();
+}
 
 DType precision_dtype(const std::string& precision) {
   return precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
@@ -133,18 +142,30 @@ class ChunkModelData final : public ModelData {
  public:
   ChunkModelData(const config::Config& cfg, models::Model& model, pipeline::PipelineEngine& engine,
                  parallel::ParallelContext& pc, nn::Runner& runner, const std::string& resume_path, std::int64_t accum)
-      : pc_(pc), options_(adamw_options(cfg.train)), param_memory_(MemoryTier::device), optimizer_memory_() {
+      : pc_(pc), options_(adamw_options(cfg.train)), device_(&device_tier(cfg)) {
     const std::vector<nn::Parameter*>& params = engine.parameters();
     memory::ChunkOptions options = chunk_options(cfg, accum > 1);
     options.group = &pc.group(parallel::GroupKind::data);
+    // The lists count apart from everything else. On the CPU path they are host memory of their
+    // own; on a GPU, shares of its memory, and under offload the optimizer side is pinned host.
+    if (cfg.train.device == "cuda") {
+      param_memory_ = std::make_unique<SubAllocator>(gpu_allocator());
+      optimizer_memory_ = std::make_unique<SubAllocator>(options.offload ? host_tier(cfg) : gpu_allocator());
+    } else {
+      param_memory_ = std::make_unique<HostAllocator>(MemoryTier::device);
+      optimizer_memory_ = std::make_unique<HostAllocator>();
+    }
     if (options.offload) {
       // The device tier binds the chunks on it and the step's other tensors (activations,
-      // gradients in flight, workspaces) together, as a GPU's memory does.
-      device_allocator().set_capacity(config::parse_bytes(cfg.memory.device_limit, "memory.device_limit"));
-      device_allocator().reset_peak();
+      // gradients in flight, workspaces) together, as a GPU's memory does. A GPU without a cap
+      // offers what it has free now, less a tenth for the CUDA libraries' own workspaces.
+      device_->set_capacity(!cfg.memory.device_limit.empty()
+                                ? config::parse_bytes(cfg.memory.device_limit, "memory.device_limit")
+                                : device_->current_bytes() + gpu_free_bytes() / 10 * 9);
+      device_->reset_peak();
       if (!cfg.memory.host_limit.empty())
-        optimizer_memory_.set_capacity(config::parse_bytes(cfg.memory.host_limit, "memory.host_limit"));
-      on_device_.emplace(device_allocator());
+        optimizer_memory_->set_capacity(config::parse_bytes(cfg.memory.host_limit, "memory.host_limit"));
+      on_device_.emplace(*device_);
       eviction_ = cfg.memory.eviction;
     }
     // A checkpoint's whole tensors: the weights into the parameters (the chunks copy them), the
@@ -157,7 +178,7 @@ class ChunkModelData final : public ModelData {
     }
     offload_ = cfg.memory.offload;
     try {
-      chunks_.emplace(model, params, options, options.offload ? device_allocator() : param_memory_, optimizer_memory_);
+      chunks_.emplace(model, params, options, options.offload ? *device_ : *param_memory_, *optimizer_memory_);
     } catch (const OutOfMemory& e) {  // the static partition's param list does not fit
       throw OutOfMemory(e.what() + out_of_memory_hint(e), e.needed());
     }
@@ -174,7 +195,7 @@ class ChunkModelData final : public ModelData {
 
   ~ChunkModelData() override {
     chunks_.reset();
-    if (on_device_) device_allocator().set_capacity(std::numeric_limits<std::size_t>::max());
+    if (on_device_) device_->set_capacity(std::numeric_limits<std::size_t>::max());
   }
 
   void zero_grad() override { chunks_->zero_grad(); }
@@ -228,10 +249,10 @@ class ChunkModelData final : public ModelData {
       tiers = offload_ == "static"
                   ? fmt::format("; static partition (ZeRO-Offload): params on a device tier of {}, optimizer states "
                                 "and Adam on the host",
-                                human_bytes(device_allocator().capacity()))
+                                human_bytes(device_->capacity()))
                   : fmt::format("; chunks move between a device tier of {} and the host ({} eviction after a warm-up "
                                 "iteration)",
-                                human_bytes(device_allocator().capacity()), eviction_);
+                                human_bytes(device_->capacity()), eviction_);
     return fmt::format("model data in {} chunks of {} elements ({:.1f}% padding), params {}{}; {}; {} of model data on "
                        "this rank{}",
                        l.chunks, l.chunk_elements, 100 * l.fragmentation(), precision_,
@@ -243,12 +264,12 @@ class ChunkModelData final : public ModelData {
   }
 
   nlohmann::json memory() const override {
-    nlohmann::json out = {{"param_bytes_peak", param_memory_.peak_bytes()},
-                          {"optimizer_bytes_peak", optimizer_memory_.peak_bytes()},
+    nlohmann::json out = {{"param_bytes_peak", param_memory_->peak_bytes()},
+                          {"optimizer_bytes_peak", optimizer_memory_->peak_bytes()},
                           {"model_data_bytes", chunks_->model_data_bytes()}};
     if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) {
       out["offload"] = dmm->json();
-      out["offload"]["device_limit_bytes"] = device_allocator().capacity();
+      out["offload"]["device_limit_bytes"] = device_->capacity();
       out["offload"]["trace"] = dmm->tracer().json();
     }
     return out;
@@ -261,7 +282,7 @@ class ChunkModelData final : public ModelData {
         "device tier needs it plus the step's activations and gradients: at least {}, more than memory.device_limit "
         "= {}; memory.offload = \"chunk\" moves chunks to the host instead",
         param_list_bytes_ ? fmt::format(" ({})", human_bytes(std::uint64_t(param_list_bytes_))) : "",
-        human_bytes(e.needed()), human_bytes(device_allocator().capacity()));
+        human_bytes(e.needed()), human_bytes(device_->capacity()));
   }
 
   nlohmann::json step_record() override {
@@ -280,8 +301,9 @@ class ChunkModelData final : public ModelData {
  private:
   parallel::ParallelContext& pc_;
   ops::AdamWOptions options_;
-  HostAllocator param_memory_;      // the param list (the computing device's tier), gathered groups included
-  HostAllocator optimizer_memory_;  // master copy, moments, accumulated gradients
+  Allocator* device_;                         // the device tier (device_tier)
+  std::unique_ptr<Allocator> param_memory_;      // the param list (the computing device's tier), gathered groups included
+  std::unique_ptr<Allocator> optimizer_memory_;  // master copy, moments, accumulated gradients
   std::optional<ScopedDefaultAllocator> on_device_;  // with offload: the step's tensors in the device tier
   std::optional<memory::ChunkManager> chunks_;
   memory::MoveStats reported_;  // moves up to the last step's record
@@ -298,9 +320,16 @@ class ChunkModelData final : public ModelData {
 std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Model& model,
                                            pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                                            nn::Runner& runner, const std::string& resume_path) {
-  engine.materialize(cfg.train.seed);
-  if (cfg.zero.stage == 0 && cfg.train.precision == "fp32" && cfg.memory.offload == "none")
+  engine.materialize(cfg.train.seed);  // on the host: the Philox init writes there
+  if (cfg.zero.stage == 0 && cfg.train.precision == "fp32" && cfg.memory.offload == "none") {
+    if (cfg.train.device == "cuda") {
+      for (nn::Parameter* p : engine.parameters()) {
+        p->data = p->data.clone(gpu_allocator());
+        p->grad = Tensor::zeros(p->shape, DType::f32, gpu_allocator());
+      }
+    }
     return std::make_unique<TensorModelData>(cfg, engine, pc, runner, resume_path);
+  }
   const std::int64_t local = cfg.train.batch_size / pc.layout().spec().data;
   const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
   return std::make_unique<ChunkModelData>(cfg, model, engine, pc, runner, resume_path, local / micro);

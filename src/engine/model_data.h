@@ -65,6 +65,12 @@ class ModelData {
   std::optional<CheckpointInfo> resumed_;
 };
 
+// The run's memory tiers by train.device: the device tier (the GPU's memory; without a GPU, host
+// memory that memory.device_limit turns into a budget) and the host tier chunks move to
+// (page-locked beside a GPU, so copies to and from it are asynchronous).
+Allocator& device_tier(const config::Config& cfg);
+Allocator& host_tier(const config::Config& cfg);
+
 // The element type of train.precision's param list.
 DType precision_dtype(const std::string& precision);
 // The chunk manager's options for `cfg` (without the communication group): memory.chunk_size,

@@ -1,5 +1,6 @@
 #include "engine/trainer.h"
 
+#include "core/gpu.h"
 #include "data/dataset.h"
 #include "engine/checkpoint.h"
 #include "engine/lr_schedule.h"
@@ -30,12 +31,19 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // The sum of a scalar over the data replicas (summed in fp32 across ranks).
 double sum_over_replicas(parallel::ParallelContext& pc, double value) {
   if (pc.layout().spec().data == 1) return value;
-  Tensor v = Tensor::empty({1}, DType::f32);
+  Tensor v = Tensor::empty({1}, DType::f32, host_allocator());
   v.data<float>()[0] = float(value);
   pc.group(parallel::GroupKind::data).all_reduce(v)->wait();
   return double(v.data<float>()[0]);
 }
 
+
+// The batch's tensors copied into `memory` (the GPU's, under train.device = "cuda").
+nn::Batch to_device(const nn::Batch& b, Allocator& memory) {
+  auto moved = [&](const Tensor& t) { return t.defined() ? t.clone(memory) : Tensor(); };
+  return {.tokens = moved(b.tokens), .token_types = moved(b.token_types), .attn_mask = moved(b.attn_mask),
+          .images = moved(b.images), .targets = moved(b.targets)};
+}
 
 // Mean loss over the valid targets of the fixed eval set: samples [0, eval_batches * batch_size)
 // of the eval split, whatever the layout. Each replica takes its slice of every batch, in
@@ -48,10 +56,15 @@ double evaluate(pipeline::PipelineEngine& engine, ModelData& model_data, const d
   double total = 0, targets = 0;
   for (std::int64_t i = 0; i < cfg.train.eval_batches; ++i) {
     for (std::int64_t first = replica * local; first < (replica + 1) * local; first += micro) {
-      const nn::Batch batch = dataset.batch(i * B + first, micro, data::Split::eval);
+      nn::Batch batch = dataset.batch(i * B + first, micro, data::Split::eval);
+      const double count = double(nn::valid_targets(batch));
+      std::optional<ScopedDefaultAllocator> on_gpu;  // the pass's temporaries beside its activations
+      if (activations.device().is_cuda()) {
+        batch = to_device(batch, activations);
+        on_gpu.emplace(activations);
+      }
       nn::StepState state{
           .runner = &runner, .training = false, .seed = cfg.train.seed, .batch = &batch, .activations = &activations};
-      const double count = double(nn::valid_targets(batch));
       total += engine.evaluate(state) * count;
       model_data.end_forward_only();
       targets += count;
@@ -104,11 +117,17 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     pipeline_options.unit_costs = pipeline::unit_costs(*model, by, &probe);
   }
   pipeline::PipelineEngine engine(*model, pc, pipeline_options);
-  // Activations (and their gradients) have a pool of their own, so their peak is measured alone;
-  // under memory.offload it is a share of the device tier, beside the chunks.
+  // Activations (and their gradients) have a pool of their own, so their peak is measured alone:
+  // a share of the GPU's memory under train.device = "cuda"; under memory.offload a share of
+  // the device tier, beside the chunks.
+  const bool on_gpu = tc.device == "cuda";
+  TIDAL_CHECK(!on_gpu || gpu_available(),
+              "train.device = \"cuda\", but this process sees {}: run it where a GPU is visible (check "
+              "CUDA_VISIBLE_DEVICES and nvidia-smi), or set train.device = \"cpu\"",
+              gpu_description());
   std::unique_ptr<Allocator> activation_pool;
-  if (cfg.memory.offload != "none")
-    activation_pool = std::make_unique<SubAllocator>(device_allocator());
+  if (on_gpu || cfg.memory.offload != "none")
+    activation_pool = std::make_unique<SubAllocator>(device_tier(cfg));
   else
     activation_pool = std::make_unique<HostAllocator>();
   Allocator& activations = *activation_pool;
@@ -196,6 +215,13 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
         targets.push_back(double(nn::valid_targets(batches.back())));
       }
       const double all_targets = sum_over_replicas(pc, std::accumulate(targets.begin(), targets.end(), 0.0));
+      // On the GPU: the batch goes there, and the step's temporaries (gradients in flight,
+      // workspaces) come from the activations' share of its memory until the update is done.
+      std::optional<ScopedDefaultAllocator> step_on_gpu;
+      if (on_gpu) {
+        for (nn::Batch& b : batches) b = to_device(b, activations);
+        step_on_gpu.emplace(activations);
+      }
       // The step's loss is the mean over the global batch's valid targets, as one process computes
       // it: a micro-batch's mean counts with its share of the targets.
       std::vector<pipeline::MicroBatch> micro_batches;
@@ -221,8 +247,10 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
         progress.line(fmt::format("step {}: gradient overflowed in fp16 at loss scale {}: step skipped, scale now {}",
                                   step + 1, loss_scale, scaler->scale()));
       }
+      step_on_gpu.reset();
       train_loss = loss;
 
+      synchronize_gpu();  // the update's kernels count in the step's time
       const double dt = seconds_since(t0);
       const double tokens_per_s = double(B * T) / dt;
       if (step - start >= warm) {

@@ -1,6 +1,7 @@
 #include "memory/dynamic_memory.h"
 
 #include "core/error.h"
+#include "core/gpu.h"
 
 #include <algorithm>
 #include <chrono>
@@ -41,7 +42,18 @@ void DynamicMemory::move(ChunkKind kind, int chunk, MemoryTier to) {
   const auto start = std::chrono::steady_clock::now();
   Allocator& target = to == MemoryTier::device ? static_cast<Allocator&>(device_chunks_) : host_;
   Tensor moved = Tensor::empty(payload.shape(), payload.dtype(), target);
-  moved.copy_from(payload);  // on a GPU: cudaMemcpyAsync on the copy stream
+  if (moved.device().is_cuda() || payload.device().is_cuda()) {
+    // On a GPU: on the copy stream, the host not waiting (a chunk sent to the host is waited for
+    // once its moment's evictions are queued: host_copies_pending_). The old payload's block is
+    // freed behind the copy: device memory on the compute stream, which waits for the copy; a
+    // host block is kept until the host has waited for the copy stream (the CPU could write it
+    // again through a new owner).
+    copy_bytes_on_copy_stream(moved.raw(), moved.device(), payload.raw(), payload.device(), moved.nbytes());
+    if (moved.device().is_cpu()) host_copies_pending_ = true;
+    else retired_.push_back(payload);
+  } else {
+    moved.copy_from(payload);
+  }
   payload = moved;
   (to == MemoryTier::device ? stats_.bytes_to_device : stats_.bytes_to_host) += std::int64_t(moved.nbytes());
   stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -61,6 +73,9 @@ void DynamicMemory::end_iteration() {
     tracer_.finish();
     if (options_.partition == Partition::dynamic) place_optimizer_states();
   }
+  // The iteration's last copies done: the host blocks they read may have new owners.
+  host_copies_pending_ = host_copies_pending_ || !retired_.empty();
+  wait_for_host_copies();
   in_iteration_ = false;
   moment_ = -1;
 }
@@ -162,6 +177,16 @@ void DynamicMemory::to_device(std::vector<int> chunks, const std::function<bool(
     }
   }
   for (int c : chunks) move(ChunkKind::param, c, MemoryTier::device);
+  wait_for_host_copies();
+}
+
+void DynamicMemory::wait_for_host_copies() {
+  if (!host_copies_pending_) return;
+  const auto start = std::chrono::steady_clock::now();
+  wait_for_copies();
+  host_copies_pending_ = false;
+  retired_.clear();
+  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void DynamicMemory::to_optimizer_side(int chunk, const std::function<bool(int)>& busy) {
@@ -169,6 +194,7 @@ void DynamicMemory::to_optimizer_side(int chunk, const std::function<bool(int)>&
     to_device({chunk}, busy);
   else
     move(ChunkKind::param, chunk, MemoryTier::host);
+  wait_for_host_copies();  // Adam on the host reads it next
 }
 
 void DynamicMemory::after_step(const std::function<bool(int)>& busy) {

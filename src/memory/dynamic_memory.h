@@ -20,6 +20,11 @@
 //
 // On a machine without a GPU both tiers are host memory and a move is a copy between allocators
 // (the device tier capped by [memory] device_limit), so all of this runs and is checked anywhere.
+// On a GPU (train.device = "cuda") the host tier is pinned and a move is an asynchronous copy on
+// the copy stream, ordered against the compute stream by events: the host queues a chunk's trip
+// to the device and the kernels that use it without waiting; it waits for chunks sent to the
+// host once a moment's evictions are queued, and before Adam reads one there. MoveStats::seconds
+// is then the host's time queueing moves and waiting for them.
 #pragma once
 
 #include "core/allocator.h"
@@ -90,6 +95,9 @@ class DynamicMemory {
 
  private:
   void move(ChunkKind kind, int chunk, MemoryTier to);
+  // Blocks until the chunks sent to the host are there, and lets the host blocks read by copies
+  // to the device go (a no-op without a GPU: moves are copies).
+  void wait_for_host_copies();
   // The device tier's capacity L, in bytes.
   std::int64_t limit() const;
   // The bytes param chunks may hold on the device now.
@@ -111,6 +119,8 @@ class DynamicMemory {
   std::vector<std::int64_t> last_use_;  // per param chunk, in ticks
   std::int64_t device_peak_ = 0;        // before the last reset of the tier's peak
   std::set<int> pinned_;                // placed in the current moment
+  bool host_copies_pending_ = false;    // chunks on their way to the host (GPU)
+  std::vector<Tensor> retired_;         // host payloads copies to the device may still read (GPU)
   MoveStats stats_;
 };
 

@@ -6,9 +6,15 @@
 
 namespace tidal::nn {
 
+namespace {
+// The tensor itself on the host, or a host copy of a GPU tensor.
+Tensor on_host(const Tensor& t) { return t.device().is_cuda() ? t.clone(host_allocator()) : t; }
+}  // namespace
+
 std::int64_t valid_targets(const Batch& batch) {
-  const std::int32_t* t = batch.targets.data<std::int32_t>();
-  return std::count_if(t, t + batch.targets.numel(), [](std::int32_t v) { return v != ops::kIgnoreIndex; });
+  const Tensor targets = on_host(batch.targets);
+  const std::int32_t* t = targets.data<std::int32_t>();
+  return std::count_if(t, t + targets.numel(), [](std::int32_t v) { return v != ops::kIgnoreIndex; });
 }
 
 Tensor CrossEntropyLoss::forward(const Tensor& logits, Context& ctx) {
@@ -22,17 +28,19 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, Context& ctx) {
   targets = targets.reshape({N});
   Tensor losses = ctx.empty({N}), lse = ctx.empty({N});
   ops::cross_entropy_forward(losses, lse, logits2, targets);
+  // Summed on the host in double, in row order, whichever device computed the rows.
   double sum = 0.0;
   std::int64_t valid = 0;
-  const float* pl = losses.data<float>();
-  const std::int32_t* pt = targets.data<std::int32_t>();
+  const Tensor host_losses = on_host(losses), host_targets = on_host(targets);
+  const float* pl = host_losses.data<float>();
+  const std::int32_t* pt = host_targets.data<std::int32_t>();
   for (std::int64_t i = 0; i < N; ++i) {
     sum += pl[i];
     valid += pt[i] != ops::kIgnoreIndex;
   }
   double all_valid = double(valid);
   if (!batch_groups_.empty()) {  // over the replica's micro-batch: add every other part's sum and count
-    Tensor sums = Tensor::empty({2}, DType::f32);
+    Tensor sums = Tensor::empty({2}, DType::f32, host_allocator());
     sums.data<float>()[0] = float(sum);
     sums.data<float>()[1] = float(valid);
     for (comm::Communicator* g : batch_groups_) g->all_reduce(sums)->wait();
@@ -40,8 +48,8 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, Context& ctx) {
     all_valid = sums.data<float>()[1];
   }
   Tensor loss = ctx.empty({1});
-  loss.data<float>()[0] = all_valid > 0 ? float(sum / all_valid) : 0.0f;
-  Tensor count = Tensor::full({1}, float(all_valid));
+  loss.fill_(all_valid > 0 ? float(sum / all_valid) : 0.0f);
+  Tensor count = Tensor::full({1}, float(all_valid), host_allocator());
   ctx.saved = {logits, lse, targets, count};
   return loss;
 }

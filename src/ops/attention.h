@@ -1,5 +1,5 @@
 // Multi-head scaled dot-product self-attention on a fused qkv projection, with causal and key
-// padding masks. The CPU backend keeps the probabilities [B, H, T, T] for backward.
+// padding masks. Both backends keep the probabilities [B, H, T, T] for backward.
 #pragma once
 
 #include "core/tensor.h"
@@ -18,6 +18,13 @@ void attention_forward(Tensor& y, Tensor& probs, const Tensor& qkv, const Attent
 void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Tensor& probs,
                         const AttentionOptions& opt);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void attention_forward(Tensor& y, Tensor& probs, const Tensor& qkv, const AttentionOptions& opt);
+void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Tensor& probs,
+                        const AttentionOptions& opt);
+}  // namespace cuda
+#endif
 
 // qkv: [B, T, 3C] (q | k | v along the last dim, heads contiguous inside each); y: [B, T, C];
 // probs: [B, H, T, T] fp32. A query whose every key is masked gets a zero output.

@@ -10,6 +10,12 @@ namespace cpu {
 void bias_add(Tensor& y, const Tensor& b);
 void bias_grad(Tensor& db, const Tensor& dy);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void bias_add(Tensor& y, const Tensor& b);
+void bias_grad(Tensor& db, const Tensor& dy);
+}  // namespace cuda
+#endif
 
 // y [N, C] += b [C], in place.
 inline void bias_add(Tensor& y, const Tensor& b) { TIDAL_OPS_DISPATCH(y, bias_add, y, b); }

@@ -12,6 +12,14 @@ void prepend_token_backward(Tensor& dx, Tensor& dtoken, const Tensor& dy);
 void select_token(Tensor& y, const Tensor& x, std::int64_t index);
 void select_token_backward(Tensor& dx, const Tensor& dy, std::int64_t index);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void prepend_token(Tensor& y, const Tensor& x, const Tensor& token);
+void prepend_token_backward(Tensor& dx, Tensor& dtoken, const Tensor& dy);
+void select_token(Tensor& y, const Tensor& x, std::int64_t index);
+void select_token_backward(Tensor& dx, const Tensor& dy, std::int64_t index);
+}  // namespace cuda
+#endif
 
 // y [B, N+1, D]: y[:, 0] = token [D], y[:, 1:] = x [B, N, D].
 inline void prepend_token(Tensor& y, const Tensor& x, const Tensor& token) {

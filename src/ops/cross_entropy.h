@@ -18,6 +18,13 @@ void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, co
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
                             float scale);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets);
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                            float scale);
+}  // namespace cuda
+#endif
 
 // logits [N, V]; targets [N] i32 (kIgnoreIndex and kTargetElsewhere rows give loss 0; lse is
 // computed for every row); losses, lse: [N] fp32.

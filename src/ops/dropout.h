@@ -22,6 +22,12 @@ namespace cpu {
 void dropout_forward(Tensor& y, const Tensor& x, float p, const DropoutKey& key);
 void dropout_backward(Tensor& dx, const Tensor& dy, float p, const DropoutKey& key);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void dropout_forward(Tensor& y, const Tensor& x, float p, const DropoutKey& key);
+void dropout_backward(Tensor& dx, const Tensor& dy, float p, const DropoutKey& key);
+}  // namespace cuda
+#endif
 
 // y = x * mask / (1 - p), mask_i = uniform_i >= p. May run in place (y aliases x).
 inline void dropout_forward(Tensor& y, const Tensor& x, float p, const DropoutKey& key) {

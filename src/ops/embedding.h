@@ -19,6 +19,14 @@ void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids);
 void position_embedding_forward(Tensor& y, const Tensor& table, std::int64_t first_position);
 void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t first_position);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool accumulate);
+void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids);
+void position_embedding_forward(Tensor& y, const Tensor& table, std::int64_t first_position);
+void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t first_position);
+}  // namespace cuda
+#endif
 
 // y [B, T, C] = (or +=) table [V, C] rows at ids [B, T] (i32). An id outside [0, V) is an error.
 inline void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool accumulate = false) {

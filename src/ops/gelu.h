@@ -10,6 +10,12 @@ namespace cpu {
 void gelu_forward(Tensor& y, const Tensor& x);
 void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void gelu_forward(Tensor& y, const Tensor& x);
+void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
+}  // namespace cuda
+#endif
 
 inline void gelu_forward(Tensor& y, const Tensor& x) { TIDAL_OPS_DISPATCH(x, gelu_forward, y, x); }
 inline void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {

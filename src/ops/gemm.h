@@ -1,6 +1,7 @@
 // GEMM: c = alpha * op(a) @ op(b) + beta * c, op = transpose when asked. 2-d operands, or 3-d
-// with a shared leading batch dimension (batched / strided). CPU: OpenBLAS sgemm; bf16 / fp16
-// operands are widened to fp32 and the result rounded back.
+// with a shared leading batch dimension (batched / strided). Each of a, b, c may be f32, bf16 or
+// f16; products accumulate in fp32 and c is rounded once. CPU: OpenBLAS sgemm on operands widened
+// to fp32. CUDA: cuBLASLt (ops/cuda/cublaslt.h), deterministic run to run.
 #pragma once
 
 #include "core/tensor.h"
@@ -12,12 +13,20 @@ struct GemmOptions {
   bool trans_a = false;
   bool trans_b = false;
   float alpha = 1.0f;
-  float beta = 0.0f;  // 1 accumulates into c (parameter gradients)
+  float beta = 0.0f;  // 1 accumulates into c (parameter gradients); 0 overwrites c, old contents unused
+  // fp32 operands through TF32 tensor cores when asked: faster, ~1e-3 relative error. A GPU-only
+  // speed knob: the CPU backend ignores it and computes in full fp32.
+  bool tf32 = false;
 };
 
 namespace cpu {
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt);
 }
+#if TIDAL_CUDA
+namespace cuda {
+void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt);
+}
+#endif
 
 // a: [m, k] ([k, m] if trans_a), b: [k, n] ([n, k] if trans_b), c: [m, n]; or all with [batch, ...].
 inline void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt = {}) {

@@ -12,6 +12,14 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
                         const Tensor& w, const Tensor& mean, const Tensor& rstd);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
+                       const Tensor& b, float eps);
+void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
+                        const Tensor& w, const Tensor& mean, const Tensor& rstd);
+}  // namespace cuda
+#endif
 
 // x, y: [N, C]; w, b: [C]; mean, rstd: [N] fp32.
 inline void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,

@@ -32,6 +32,13 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
                 std::int64_t step);
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
+                std::int64_t step);
+void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step);
+}  // namespace cuda
+#endif
 
 // step counts from 1 (the bias corrections use it).
 inline void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,

@@ -11,6 +11,11 @@ namespace tidal::ops {
 namespace cpu {
 void patchify(Tensor& patches, const Tensor& images, std::int64_t patch);
 }
+#if TIDAL_CUDA
+namespace cuda {
+void patchify(Tensor& patches, const Tensor& images, std::int64_t patch);
+}
+#endif
 
 inline void patchify(Tensor& patches, const Tensor& images, std::int64_t patch) {
   TIDAL_OPS_DISPATCH(images, patchify, patches, images, patch);

@@ -11,6 +11,13 @@ void residual_add(Tensor& y, const Tensor& a, const Tensor& b);
 void accumulate(Tensor& y, const Tensor& x);
 void scale(Tensor& y, float s);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void residual_add(Tensor& y, const Tensor& a, const Tensor& b);
+void accumulate(Tensor& y, const Tensor& x);
+void scale(Tensor& y, float s);
+}  // namespace cuda
+#endif
 
 // y = a + b (y may alias a or b).
 inline void residual_add(Tensor& y, const Tensor& a, const Tensor& b) { TIDAL_OPS_DISPATCH(y, residual_add, y, a, b); }

@@ -40,6 +40,24 @@ void attention_query_grad(Tensor& dq, const Tensor& dscores, const Tensor& k, st
 void attention_key_grad(Tensor& dk, const Tensor& dscores, const Tensor& q, std::int64_t first_key,
                         const RingAttentionOptions& opt);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void attention_scores(Tensor& probs, const Tensor& q, const Tensor& k, std::int64_t first_key,
+                      const RingAttentionOptions& opt);
+void attention_softmax(Tensor& probs, const RingAttentionOptions& opt);
+void attention_values(Tensor& y, const Tensor& probs, const Tensor& v, std::int64_t first_key,
+                      const RingAttentionOptions& opt);
+void attention_probs_grad(Tensor& dprobs, const Tensor& dy, const Tensor& v, std::int64_t first_key,
+                          const RingAttentionOptions& opt);
+void attention_values_grad(Tensor& dv, const Tensor& probs, const Tensor& dy, std::int64_t first_key,
+                           const RingAttentionOptions& opt);
+void attention_softmax_backward(Tensor& dprobs, const Tensor& probs);
+void attention_query_grad(Tensor& dq, const Tensor& dscores, const Tensor& k, std::int64_t first_key,
+                          const RingAttentionOptions& opt);
+void attention_key_grad(Tensor& dk, const Tensor& dscores, const Tensor& q, std::int64_t first_key,
+                        const RingAttentionOptions& opt);
+}  // namespace cuda
+#endif
 
 // probs[:, :, :, block] = Q K_block^T / sqrt(head width).
 inline void attention_scores(Tensor& probs, const Tensor& q, const Tensor& k, std::int64_t first_key,

@@ -10,6 +10,12 @@ namespace cpu {
 void softmax_forward(Tensor& y, const Tensor& x);
 void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y);
 }  // namespace cpu
+#if TIDAL_CUDA
+namespace cuda {
+void softmax_forward(Tensor& y, const Tensor& x);
+void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y);
+}  // namespace cuda
+#endif
 
 // x, y: [N, C].
 inline void softmax_forward(Tensor& y, const Tensor& x) { TIDAL_OPS_DISPATCH(x, softmax_forward, y, x); }

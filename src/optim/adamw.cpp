@@ -4,9 +4,11 @@ namespace tidal::optim {
 
 AdamW::AdamW(std::vector<nn::Parameter*> params, const ops::AdamWOptions& options)
     : params_(std::move(params)), options_(options) {
+  // The moments live beside their parameter (GPU memory for a parameter on the GPU).
   for (nn::Parameter* p : params_) {
-    m_.push_back(Tensor::zeros(p->shape));
-    v_.push_back(Tensor::zeros(p->shape));
+    Allocator& beside = p->data.allocator() ? *p->data.allocator() : default_allocator();
+    m_.push_back(Tensor::zeros(p->shape, DType::f32, beside));
+    v_.push_back(Tensor::zeros(p->shape, DType::f32, beside));
   }
 }
 

@@ -44,6 +44,14 @@ expect offload-with-data "moves the chunks of one rank for now: set parallel.dat
   train --set memory.offload=chunk --set memory.device_limit=1GiB --set parallel.data=2
 expect offload-too-small "the device tier is too small" -- \
   train --set memory.offload=chunk --set memory.device_limit=200KiB --set train.steps=2
+expect device-unknown 'train.device = "gpu" is not one of cpu | cuda' -- train --set train.device=gpu
+expect device-cuda-parallel 'train.device = "cuda" trains in one process for now: set parallel.data' -- \
+  train --set train.device=cuda --set parallel.data=2
+# Where a GPU is visible this trains instead: only a machine without one checks the message.
+if ! "$tidal" info | grep -q "train.device=cuda"; then
+  expect device-cuda-without-gpu 'train.device = "cuda", but this process sees no GPU' -- \
+    train --set train.device=cuda --set train.steps=1
+fi
 expect host-limit-without-offload "memory.host_limit caps the chunks the host holds beside a device tier" -- \
   train --set memory.host_limit=1GiB
 expect host-too-small "memory.host_limit = 1048576 bytes (0 in use) is too small" -- \

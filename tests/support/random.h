@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/init.h"
+#include "ops/cast.h"
 #include "core/tensor.h"
 
 #include <cstdint>
@@ -17,6 +18,15 @@ inline Tensor randn(const Shape& shape, std::uint64_t key, float std = 1.0f) {
 inline Tensor rand_uniform(const Shape& shape, std::uint64_t key, float lo, float hi) {
   Tensor t = Tensor::empty(shape);
   init_uniform(t, {0x7e57, key}, lo, hi, shape);
+  return t;
+}
+
+// A standard normal draw times `std`, stored as `dtype` (rounded to nearest even).
+inline Tensor randn_as(const Shape& shape, std::uint64_t key, DType dtype, float std = 1.0f) {
+  Tensor f = randn(shape, key, std);
+  if (dtype == DType::f32) return f;
+  Tensor t = Tensor::empty(shape, dtype);
+  ops::cast(t, f);
   return t;
 }
 

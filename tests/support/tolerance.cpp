@@ -6,7 +6,8 @@
 
 namespace tidal::testing {
 namespace {
-Tensor as_f32(const Tensor& t) {
+Tensor as_f32(const Tensor& device_tensor) {
+  const Tensor t = device_tensor.device().is_cuda() ? device_tensor.clone(host_allocator()) : device_tensor;
   if (t.dtype() == DType::f32) return t;
   Tensor out = Tensor::empty(t.shape());
   if (t.dtype() == DType::i32) {

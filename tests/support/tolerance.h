@@ -1,5 +1,6 @@
 // The one tolerance helper of the test suite: |got - ref| <= atol + rtol * |ref| elementwise,
-// reporting the worst element (index, both values, and its excess) when it fails.
+// reporting the worst element (index, both values, and its excess) when it fails. GPU tensors
+// are read back to the host first.
 #pragma once
 
 #include "core/tensor.h"

@@ -97,7 +97,7 @@ void reduce_replicated_gradients(std::span<Parameter* const> params) {
 double squared_gradient_norm(std::span<Parameter* const> params, comm::Communicator& tensor_group) {
   double local = 0;
   for (const Parameter* p : params) local += ops::sum_of_squares(p->grad) / double(p->copies);
-  Tensor v = Tensor::empty({1}, DType::f32);
+  Tensor v = Tensor::empty({1}, DType::f32, host_allocator());
   // Summed in fp32 over a handful of ranks: the relative error (1e-7) is far below clipping's needs.
   v.data<float>()[0] = float(local);
   tensor_group.all_reduce(v)->wait();

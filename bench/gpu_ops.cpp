@@ -1,0 +1,161 @@
+// GPU micro-benchmarks of the CUDA backend (issue 4's figures): achieved TFLOP/s of GEMM (bf16,
+// and fp32 through TF32) and of attention forward + backward (causal, head dims 64 and 128,
+// sequence 1024 to 8192), and GB/s of layernorm and AdamW, each beside the device's peak.
+// bench/gpu_ops.py runs it beside PyTorch on the same GPU and prints the ratios; alone it prints
+// one JSON line per measurement (name, shape, seconds, rate, unit, peak).
+//
+//   bench_gpu_ops [--quick]      (--quick: the smallest size of each, for a smoke run)
+#include "core/cuda/runtime.h"
+#include "core/gpu.h"
+#include "core/init.h"
+#include "ops/attention.h"
+#include "ops/cast.h"
+#include "ops/gemm.h"
+#include "ops/layernorm.h"
+#include "ops/optimizer_step.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+using namespace tidal;
+
+namespace {
+
+// Dense bf16 tensor-core peak and HBM bandwidth of the SXM parts this runs on.
+struct Peak {
+  double bf16_tflops = 0, tf32_tflops = 0, hbm_gbs = 0;
+};
+
+Peak peak_of(const std::string& name) {
+  if (name.find("H200") != std::string::npos) return {989, 495, 4800};
+  if (name.find("H100") != std::string::npos) return {989, 495, 3350};
+  if (name.find("A100") != std::string::npos) return {312, 156, 2039};
+  return {};
+}
+
+// Median seconds of `reps` runs of f after two warm-ups, timed by events on the compute stream.
+double time_gpu(const std::function<void()>& f, int reps = 10) {
+  cudaStream_t s = cuda::compute_stream();
+  cudaEvent_t a, b;
+  TIDAL_CUDA_CALL(cudaEventCreate(&a));
+  TIDAL_CUDA_CALL(cudaEventCreate(&b));
+  f();
+  f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    TIDAL_CUDA_CALL(cudaEventRecord(a, s));
+    f();
+    TIDAL_CUDA_CALL(cudaEventRecord(b, s));
+    TIDAL_CUDA_CALL(cudaEventSynchronize(b));
+    float ms = 0;
+    TIDAL_CUDA_CALL(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Tensor random_gpu(const Shape& shape, DType dtype, std::uint64_t key) {
+  Tensor f = Tensor::empty(shape);
+  init_normal(f, {0xbe7c, key}, 0.0f, 1.0f, shape);
+  Tensor typed = f;
+  if (dtype != DType::f32) {
+    typed = Tensor::empty(shape, dtype);
+    ops::cast(typed, f);
+  }
+  return typed.clone(gpu_allocator());
+}
+
+void report(const std::string& name, const std::string& shape, double seconds, double rate, const char* unit,
+            double peak) {
+  fmt::print("{{\"name\": \"{}\", \"shape\": \"{}\", \"seconds\": {:.6g}, \"rate\": {:.4g}, \"unit\": \"{}\", "
+             "\"peak\": {:.4g}, \"of_peak\": {:.3f}}}\n",
+             name, shape, seconds, rate, unit, peak, peak > 0 ? rate / peak : 0.0);
+  std::fflush(stdout);
+}
+
+void bench_gemm(const Peak& peak, bool quick) {
+  for (std::int64_t n : quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{4096, 8192}) {
+    for (const bool tf32 : {false, true}) {
+      const DType dtype = tf32 ? DType::f32 : DType::bf16;
+      Tensor a = random_gpu({n, n}, dtype, 1), b = random_gpu({n, n}, dtype, 2);
+      Tensor c = Tensor::empty({n, n}, dtype, gpu_allocator());
+      const double s = time_gpu([&] { ops::gemm(c, a, b, {.tf32 = tf32}); });
+      report(tf32 ? "gemm_tf32" : "gemm_bf16", fmt::format("{0}x{0}x{0}", n), s, 2.0 * double(n * n * n) / s / 1e12,
+             "TFLOP/s", tf32 ? peak.tf32_tflops : peak.bf16_tflops);
+    }
+  }
+}
+
+void bench_attention(const Peak& peak, bool quick) {
+  for (const int head_dim : {64, 128}) {
+    for (std::int64_t T : quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{1024, 2048, 4096, 8192}) {
+      const int H = 2048 / head_dim;  // width 2048
+      const std::int64_t B = std::max<std::int64_t>(1, 16384 / T), C = std::int64_t(H) * head_dim;
+      Tensor qkv = random_gpu({B, T, 3 * C}, DType::bf16, 3), dy = random_gpu({B, T, C}, DType::bf16, 4);
+      Tensor y = Tensor::empty({B, T, C}, DType::bf16, gpu_allocator());
+      Tensor probs = Tensor::empty({B, H, T, T}, DType::f32, gpu_allocator());
+      Tensor dqkv = Tensor::empty({B, T, 3 * C}, DType::bf16, gpu_allocator());
+      const ops::AttentionOptions opt{.n_head = H, .causal = true};
+      const double s = time_gpu(
+          [&] {
+            ops::attention_forward(y, probs, qkv, opt);
+            ops::attention_backward(dqkv, dy, qkv, probs, opt);
+          },
+          5);
+      // FlashAttention-2's count: forward 4 B H T^2 d, backward 2.5x, causal half.
+      const double flops = 3.5 * 4.0 * double(B * H) * double(T * T) * head_dim / 2.0;
+      report(fmt::format("attention_causal_d{}", head_dim), fmt::format("B{} H{} T{}", B, H, T), s, flops / s / 1e12,
+             "TFLOP/s", peak.bf16_tflops);
+    }
+  }
+}
+
+void bench_memory_bound(const Peak& peak, bool quick) {
+  const std::int64_t rows = quick ? 4096 : 16384, C = 4096;
+  Tensor x = random_gpu({rows, C}, DType::bf16, 5), w = random_gpu({C}, DType::bf16, 6), b = random_gpu({C}, DType::bf16, 7);
+  Tensor y = Tensor::empty({rows, C}, DType::bf16, gpu_allocator());
+  Tensor mean = Tensor::empty({rows}, DType::f32, gpu_allocator()), rstd = Tensor::empty({rows}, DType::f32, gpu_allocator());
+  double s = time_gpu([&] { ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f); });
+  report("layernorm_forward_bf16", fmt::format("{}x{}", rows, C), s, 2.0 * double(x.nbytes()) / s / 1e9, "GB/s",
+         peak.hbm_gbs);
+
+  const std::int64_t n = quick ? (1 << 24) : (1 << 28);
+  Tensor p = random_gpu({n}, DType::f32, 8), g = random_gpu({n}, DType::bf16, 9);
+  Tensor m = Tensor::zeros({n}, DType::f32, gpu_allocator()), v = Tensor::zeros({n}, DType::f32, gpu_allocator());
+  std::int64_t step = 0;
+  s = time_gpu([&] { ops::adamw_step(p, g, m, v, {.weight_decay = 0.1f}, ++step); });
+  // Reads p, g, m, v; writes p, m, v.
+  const double bytes = double(n) * (4 * 3 * 2 + 2);
+  report("adamw_bf16_grads", fmt::format("{} params", n), s, bytes / s / 1e9, "GB/s", peak.hbm_gbs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  if (!gpu_available()) {
+    fmt::print(stderr, "bench_gpu_ops: {}\n", gpu_description());
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  TIDAL_CUDA_CALL(cudaGetDeviceProperties(&prop, 0));
+  const Peak peak = peak_of(prop.name);
+  fmt::print("{{\"device\": \"{}\", \"bf16_peak_tflops\": {}, \"hbm_peak_gbs\": {}}}\n", gpu_description(),
+             peak.bf16_tflops, peak.hbm_gbs);
+  try {
+    bench_gemm(peak, quick);
+    bench_attention(peak, quick);
+    bench_memory_bound(peak, quick);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_gpu_ops: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,173 @@
+#include "core/gpu.h"
+
+#include "core/error.h"
+
+#include <cstring>
+
+#if TIDAL_CUDA
+#include "core/cuda/allocators.h"
+#include "core/cuda/fill.h"
+#include "core/cuda/runtime.h"
+#endif
+
+namespace tidal {
+
+#if TIDAL_CUDA
+
+bool gpu_available() {
+  static const bool available = [] {
+    int n = 0;
+    const cudaError_t s = cudaGetDeviceCount(&n);
+    if (s != cudaSuccess) cudaGetLastError();  // no driver, or no device: not an error here
+    return s == cudaSuccess && n > 0;
+  }();
+  return available;
+}
+
+std::string gpu_description() {
+  int n = 0;
+  const cudaError_t s = cudaGetDeviceCount(&n);
+  if (s != cudaSuccess) {
+    cudaGetLastError();
+    return fmt::format("no GPU ({})", cudaGetErrorString(s));
+  }
+  if (n == 0) return "no GPU (no CUDA device visible)";
+  int device = 0;
+  TIDAL_CUDA_CALL(cudaGetDevice(&device));
+  cudaDeviceProp p{};
+  TIDAL_CUDA_CALL(cudaGetDeviceProperties(&p, device));
+  return fmt::format("{} (sm_{}{}, {:.1f} GiB)", p.name, p.major, p.minor, double(p.totalGlobalMem) / (1 << 30));
+}
+
+Allocator& gpu_allocator() {
+  TIDAL_CHECK(gpu_available(), "GPU memory was asked for, but this process sees {}", gpu_description());
+  static auto* a = new cuda::DeviceAllocator();  // never destroyed: blocks may outlive static destructors
+  return *a;
+}
+
+Allocator& pinned_host_allocator() {
+  TIDAL_CHECK(gpu_available(), "pinned host memory was asked for, but this process sees {}", gpu_description());
+  static auto* a = new cuda::PinnedHostAllocator();
+  return *a;
+}
+
+namespace {
+cudaMemcpyKind kind_of(Device dst, Device src) {
+  if (dst.is_cuda()) return src.is_cuda() ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+  return src.is_cuda() ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
+}
+}  // namespace
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) {
+  copy_rows(dst, bytes, dst_device, src, bytes, src_device, bytes, 1);
+}
+
+void copy_rows(void* dst, std::size_t dst_pitch, Device dst_device, const void* src, std::size_t src_pitch,
+               Device src_device, std::size_t row_bytes, std::size_t rows) {
+  if (row_bytes == 0 || rows == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    for (std::size_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+    return;
+  }
+  const cudaStream_t s = cuda::compute_stream();
+  TIDAL_CUDA_CALL(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, kind_of(dst_device, src_device), s));
+  if (dst_device.is_cpu() || src_device.is_cpu()) TIDAL_CUDA_CALL(cudaStreamSynchronize(s));
+}
+
+void zero_bytes(void* dst, Device device, std::size_t bytes) {
+  if (device.is_cpu()) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+  TIDAL_CUDA_CALL(cudaMemsetAsync(dst, 0, bytes, cuda::compute_stream()));
+}
+
+void fill_f32(float* dst, Device device, std::int64_t n, float value) {
+  if (device.is_cpu()) {
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = value;
+    return;
+  }
+  cuda::fill_f32(dst, n, value);
+}
+
+void synchronize_gpu() {
+  if (gpu_available()) cuda::synchronize();
+}
+
+std::size_t gpu_free_bytes() {
+  std::size_t free = 0, total = 0;
+  TIDAL_CUDA_CALL(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
+namespace {
+// Recorded again for each copy: a wait captures the record current when it is queued.
+cudaEvent_t make_event() {
+  cudaEvent_t e = nullptr;
+  TIDAL_CUDA_CALL(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+}  // namespace
+
+void copy_bytes_on_copy_stream(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) {
+  if (bytes == 0) return;
+  static cudaEvent_t computed = make_event(), copied = make_event();
+  const cudaStream_t compute = cuda::compute_stream(), copy = cuda::copy_stream();
+  TIDAL_CUDA_CALL(cudaEventRecord(computed, compute));
+  TIDAL_CUDA_CALL(cudaStreamWaitEvent(copy, computed, 0));
+  TIDAL_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, kind_of(dst_device, src_device), copy));
+  TIDAL_CUDA_CALL(cudaEventRecord(copied, copy));
+  TIDAL_CUDA_CALL(cudaStreamWaitEvent(compute, copied, 0));
+}
+
+void wait_for_copies() { TIDAL_CUDA_CALL(cudaStreamSynchronize(cuda::copy_stream())); }
+
+#else  // no CUDA in this build
+
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  throw Error(fmt::format("{} needs the CUDA backend, and this build has none: rebuild with nvcc installed "
+                          "(cmake -DTIDAL_CUDA=ON)",
+                          what));
+}
+}  // namespace
+
+bool gpu_available() { return false; }
+std::string gpu_description() { return "no GPU (this build has no CUDA backend)"; }
+Allocator& gpu_allocator() { no_cuda("GPU memory"); }
+Allocator& pinned_host_allocator() { no_cuda("pinned host memory"); }
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) {
+  copy_rows(dst, bytes, dst_device, src, bytes, src_device, bytes, 1);
+}
+
+void copy_rows(void* dst, std::size_t dst_pitch, Device dst_device, const void* src, std::size_t src_pitch,
+               Device src_device, std::size_t row_bytes, std::size_t rows) {
+  if (dst_device.is_cuda() || src_device.is_cuda()) no_cuda("a copy to or from a GPU tensor");
+  for (std::size_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+}
+
+void zero_bytes(void* dst, Device device, std::size_t bytes) {
+  if (device.is_cuda()) no_cuda("zeroing a GPU tensor");
+  std::memset(dst, 0, bytes);
+}
+
+void fill_f32(float* dst, Device device, std::int64_t n, float value) {
+  if (device.is_cuda()) no_cuda("filling a GPU tensor");
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = value;
+}
+
+void synchronize_gpu() {}
+std::size_t gpu_free_bytes() { no_cuda("asking for free GPU memory"); }
+
+void copy_bytes_on_copy_stream(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) {
+  copy_bytes(dst, dst_device, src, src_device, bytes);
+}
+
+void wait_for_copies() {}
+
+#endif
+
+}  // namespace tidal

@@ -1,0 +1,105 @@
+// Helpers shared by the CUDA kernels (the GPU twin of ops/cpu/typed.h): the device type of each
+// storage dtype, fp32 loads and round-to-nearest-even stores (the CPU backend's rounding, so the
+// two backends store the same bits for the same fp32 value), dtype dispatch, block reductions,
+// and argument checks. Every launcher runs on the compute stream.
+#pragma once
+
+#include "core/cuda/runtime.h"
+#include "core/tensor.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace tidal::ops::cuda {
+
+using tidal::cuda::blocks_for;
+using tidal::cuda::compute_stream;
+
+__device__ __forceinline__ float load(float v) { return v; }
+__device__ __forceinline__ float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float load(__half v) { return __half2float(v); }
+
+template <class T>
+__device__ __forceinline__ T store(float v);
+template <>
+__device__ __forceinline__ float store<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half store<__half>(float v) { return __float2half_rn(v); }
+
+// f.template operator()<T>() with T = float, __nv_bfloat16 or __half by `dtype`.
+template <class F>
+void with_float_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: f.template operator()<float>(); return;
+    case DType::bf16: f.template operator()<__nv_bfloat16>(); return;
+    case DType::f16: f.template operator()<__half>(); return;
+    case DType::i32: break;
+  }
+  TIDAL_ASSERT(false, "floating-point op called on {}", dtype_name(dtype));
+}
+
+// The tensor's data as the device type T (the dtype was checked by the dispatch above).
+template <class T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.raw());
+}
+
+inline void expect_cuda_contiguous(const Tensor& t, const char* what) {
+  TIDAL_ASSERT(t.defined() && t.device().is_cuda() && t.is_contiguous(), "{} must be a contiguous GPU tensor, got {}{}",
+               what, t.defined() ? t.str() : "undefined", t.defined() ? " on " + t.device().str() : "");
+}
+
+inline void expect_cuda_contiguous(std::initializer_list<const Tensor*> ts, const char* what) {
+  for (const Tensor* t : ts) expect_cuda_contiguous(*t, what);
+}
+
+inline void expect_same(const Tensor& a, const Tensor& b, const char* what) {
+  TIDAL_ASSERT(a.shape() == b.shape() && a.dtype() == b.dtype(), "{}: {} vs {}", what, a.str(), b.str());
+}
+
+// Rows and width of a tensor seen as [N, C] with C the last dimension.
+inline std::int64_t rows_of(const Tensor& t) { return t.ndim() == 0 ? 1 : t.numel() / t.dim(-1); }
+
+// Grid-stride loop over [0, n).
+#define TIDAL_CUDA_FOR(i, n)                                                                       \
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < (n);              \
+       i += std::int64_t(gridDim.x) * blockDim.x)
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024), returned to every thread.
+// `scratch` holds 32 floats of shared memory; the call synchronises the block.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+}  // namespace tidal::ops::cuda

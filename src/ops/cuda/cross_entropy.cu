@@ -1,0 +1,128 @@
+// Fused softmax + cross-entropy on the GPU (ops/cross_entropy.h): a block per row of logits,
+// looping over the vocabulary with block reductions for the maximum and the sum of exponentials
+// (fixed tree order: bitwise reproducible); backward recomputes each probability from the saved
+// log-sum-exp, so nothing of size [N, V] is stored beside the logits.
+//
+// Targets outside the classes are the user error the CPU backend reports. Here the forward kernel
+// records the first offending row in a device word, and the launcher reads it back (one small
+// synchronisation; the loss is read on the host after this op anyway) and throws the CPU's
+// message. The backward takes the targets the forward accepted and does not check them again;
+// its kernel never indexes memory by a target, so a bad one cannot fault.
+#include "ops/cross_entropy.h"
+
+#include "core/gpu.h"
+#include "ops/cuda/common.cuh"
+
+namespace tidal::ops::cuda {
+namespace {
+
+constexpr int kThreads = 1024;  // a row is a vocabulary: tens of thousands of logits
+constexpr unsigned long long kNoBadRow = ~0ull;
+
+// ---- kernels ----
+
+// logits [N, V]; targets, losses, lse [N]. first_bad: the smallest row whose target is neither a
+// class nor one of the two markers (integer atomicMin: the same answer whatever the timing).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_forward_kernel(float* __restrict__ losses, float* __restrict__ lse,
+                                 unsigned long long* __restrict__ first_bad, const T* __restrict__ logits,
+                                 const std::int32_t* __restrict__ targets, std::int64_t N, std::int64_t V) {
+  __shared__ float scratch[32];
+  for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* row = logits + n * V;
+    float mx = -INFINITY;
+    for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, load(row[j]));
+    mx = block_max(mx, scratch);
+    float sum = 0.0f;
+    for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) sum += expf(load(row[j]) - mx);
+    const float l = mx + logf(block_sum(sum, scratch));
+    if (threadIdx.x == 0) {
+      const std::int32_t t = targets[n];
+      lse[n] = l;
+      if (t >= 0 && t < V) {
+        losses[n] = l - load(row[t]);
+      } else {
+        losses[n] = 0.0f;
+        if (t != kIgnoreIndex && t != kTargetElsewhere) atomicMin(first_bad, static_cast<unsigned long long>(n));
+      }
+    }
+  }
+}
+
+// dlogits = scale * (exp(logits - lse) - onehot(target)), zeros on ignored rows. dlogits may
+// alias logits (each element is read before its own thread writes it).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_backward_kernel(T* dlogits, const T* logits, const float* __restrict__ lse,
+                                  const std::int32_t* __restrict__ targets, float scale, std::int64_t N,
+                                  std::int64_t V) {
+  for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const std::int32_t t = targets[n];
+    const T* row = logits + n * V;
+    T* out = dlogits + n * V;
+    if (t == kIgnoreIndex) {
+      for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) out[j] = store<T>(0.0f);
+      continue;
+    }
+    const float l = lse[n];
+    for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+      const float p = expf(load(row[j]) - l);
+      out[j] = store<T>(scale * (p - (j == t ? 1.0f : 0.0f)));
+    }
+  }
+}
+
+void check(const Tensor& logits, const Tensor& targets) {
+  expect_cuda_contiguous(logits, "cross_entropy logits");
+  expect_cuda_contiguous(targets, "cross_entropy targets");
+  TIDAL_ASSERT(targets.dtype() == DType::i32 && targets.numel() == rows_of(logits), "cross_entropy targets {} for {}",
+               targets.str(), logits.str());
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets) {
+  if (logits.numel() == 0) return;
+  check(logits, targets);
+  expect_cuda_contiguous({&losses, &lse}, "cross_entropy output");
+  const std::int64_t V = logits.dim(-1), N = rows_of(logits);
+  TIDAL_ASSERT(losses.numel() == N && lse.numel() == N && losses.dtype() == DType::f32 && lse.dtype() == DType::f32,
+               "cross_entropy losses {} lse {}", losses.str(), lse.str());
+  const cudaStream_t stream = compute_stream();
+  Tensor first_bad = Tensor::empty({2}, DType::i32, gpu_allocator());  // one unsigned 64-bit word
+  TIDAL_CUDA_CALL(cudaMemsetAsync(first_bad.raw(), 0xff, sizeof(unsigned long long), stream));
+  with_float_type(logits.dtype(), [&]<class T>() {
+    cross_entropy_forward_kernel<T><<<blocks_for(N, 1), kThreads, 0, stream>>>(
+        ptr<float>(losses), ptr<float>(lse), ptr<unsigned long long>(first_bad), ptr<T>(logits),
+        ptr<std::int32_t>(targets), N, V);
+  });
+  TIDAL_CUDA_CHECK_LAUNCH("cross_entropy_forward_kernel");
+  unsigned long long bad = kNoBadRow;
+  copy_bytes(&bad, Device::cpu(), first_bad.raw(), first_bad.device(), sizeof(bad));
+  if (bad != kNoBadRow) {
+    std::int32_t t = 0;
+    copy_bytes(&t, Device::cpu(), ptr<std::int32_t>(targets) + bad, targets.device(), sizeof(t));
+    TIDAL_CHECK(false, "target {} at position {} is outside the {} classes (and is not the ignore index {})", t, bad,
+                V, kIgnoreIndex);
+  }
+}
+
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                            float scale) {
+  if (logits.numel() == 0) return;
+  check(logits, targets);
+  expect_cuda_contiguous({&dlogits, &lse}, "cross_entropy backward operand");
+  expect_same(dlogits, logits, "cross_entropy dlogits/logits");
+  const std::int64_t V = logits.dim(-1), N = rows_of(logits);
+  TIDAL_ASSERT(lse.numel() == N && lse.dtype() == DType::f32, "cross_entropy lse {} for {}", lse.str(), logits.str());
+  with_float_type(logits.dtype(), [&]<class T>() {
+    cross_entropy_backward_kernel<T><<<blocks_for(N, 1), kThreads, 0, compute_stream()>>>(
+        ptr<T>(dlogits), ptr<T>(logits), ptr<float>(lse), ptr<std::int32_t>(targets), scale, N, V);
+  });
+  TIDAL_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
+}
+
+}  // namespace tidal::ops::cuda

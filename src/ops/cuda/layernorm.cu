@@ -1,0 +1,179 @@
+// LayerNorm on the GPU (ops/layernorm.h). Forward: a block per row, the mean and then the centred
+// variance in two passes, the same formula as the CPU backend, so mean and rstd agree with it up
+// to summation order. Backward: dx a block per row; dw and db are column sums over the rows,
+// taken without atomics in two fixed-order steps (each chunk of rows sums into its own partial
+// row, then one thread per column adds the partials in chunk order), so they are bitwise
+// reproducible from run to run.
+#include "ops/layernorm.h"
+
+#include "core/gpu.h"
+#include "ops/cuda/common.cuh"
+
+#include <algorithm>
+
+namespace tidal::ops::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+constexpr int kColumnThreads = 128;
+// dw/db partials: one per chunk of at least kRowsPerChunk rows, at most kMaxChunks of them (the
+// reduce kernel adds them serially per column) and at most kMaxPartialFloats floats of scratch.
+// The chunking depends on the shape only, never on the device, so the summation order (and
+// hence every bit of dw and db) is fixed by the shape. kMaxChunks also keeps gridDim.y legal.
+constexpr std::int64_t kRowsPerChunk = 64;
+constexpr std::int64_t kMaxChunks = 256;
+constexpr std::int64_t kMaxPartialFloats = std::int64_t(1) << 21;
+
+// ---- kernels ----
+
+// x, y: [N, C]; w, b: [C]; mean, rstd: [N].
+template <class T>
+__global__ void layernorm_forward_kernel(T* y, float* __restrict__ mean, float* __restrict__ rstd, const T* x,
+                                         const T* __restrict__ w, const T* __restrict__ b, float eps, std::int64_t N,
+                                         std::int64_t C) {
+  __shared__ float scratch[32];
+  for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* xr = x + n * C;
+    float sum = 0.0f;
+    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += load(xr[c]);
+    const float mu = block_sum(sum, scratch) / float(C);
+    float var = 0.0f;
+    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const float d = load(xr[c]) - mu;
+      var += d * d;
+    }
+    const float rs = 1.0f / sqrtf(block_sum(var, scratch) / float(C) + eps);
+    T* yr = y + n * C;
+    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      yr[c] = store<T>((load(xr[c]) - mu) * rs * load(w[c]) + load(b[c]));
+    if (threadIdx.x == 0) {
+      mean[n] = mu;
+      rstd[n] = rs;
+    }
+  }
+}
+
+// dx may alias dy or x (each element is read before its own thread writes it): no __restrict__.
+template <class T>
+__global__ void layernorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const T* __restrict__ w,
+                                             const float* __restrict__ mean, const float* __restrict__ rstd,
+                                             std::int64_t N, std::int64_t C) {
+  __shared__ float scratch[32];
+  for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* xr = x + n * C;
+    const T* dyr = dy + n * C;
+    const float mu = mean[n], rs = rstd[n];
+    float sum_g = 0.0f, sum_gx = 0.0f;  // sums of g = dy*w and g * xhat
+    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const float xhat = (load(xr[c]) - mu) * rs;
+      const float g = load(dyr[c]) * load(w[c]);
+      sum_g += g;
+      sum_gx += g * xhat;
+    }
+    const float mg = block_sum(sum_g, scratch) / float(C);
+    const float mgx = block_sum(sum_gx, scratch) / float(C);
+    T* dxr = dx + n * C;
+    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const float xhat = (load(xr[c]) - mu) * rs;
+      dxr[c] = store<T>((load(dyr[c]) * load(w[c]) - mg - xhat * mgx) * rs);
+    }
+  }
+}
+
+// partial [chunks, 2, C]: chunk p (blockIdx.y) sums dy * xhat (for dw) and dy (for db) over its
+// rows [p * rows_per_chunk, ...) in row order, one thread per column.
+template <class T>
+__global__ void layernorm_backward_partial_kernel(float* __restrict__ partial, const T* __restrict__ dy,
+                                                  const T* __restrict__ x, const float* __restrict__ mean,
+                                                  const float* __restrict__ rstd, std::int64_t N, std::int64_t C,
+                                                  std::int64_t rows_per_chunk) {
+  const std::int64_t c = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  const std::int64_t p = blockIdx.y;
+  const std::int64_t begin = p * rows_per_chunk, end = min(N, begin + rows_per_chunk);
+  float sw = 0.0f, sb = 0.0f;
+  for (std::int64_t n = begin; n < end; ++n) {
+    const float d = load(dy[n * C + c]);
+    const float xhat = (load(x[n * C + c]) - mean[n]) * rstd[n];
+    sw += d * xhat;
+    sb += d;
+  }
+  partial[(2 * p) * C + c] = sw;
+  partial[(2 * p + 1) * C + c] = sb;
+}
+
+// dw, db [C] += the partials summed in chunk order, in fp32, rounded to T once (as the CPU does).
+template <class T>
+__global__ void layernorm_backward_reduce_kernel(T* __restrict__ dw, T* __restrict__ db,
+                                                 const float* __restrict__ partial, std::int64_t chunks,
+                                                 std::int64_t C) {
+  TIDAL_CUDA_FOR(c, C) {
+    float sw = load(dw[c]), sb = load(db[c]);
+    for (std::int64_t p = 0; p < chunks; ++p) {
+      sw += partial[(2 * p) * C + c];
+      sb += partial[(2 * p + 1) * C + c];
+    }
+    dw[c] = store<T>(sw);
+    db[c] = store<T>(sb);
+  }
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
+                       float eps) {
+  expect_cuda_contiguous({&y, &mean, &rstd, &x, &w, &b}, "layernorm_forward operand");
+  expect_same(y, x, "layernorm_forward y/x");
+  if (x.numel() == 0) return;
+  const std::int64_t C = x.dim(-1), N = rows_of(x);
+  TIDAL_ASSERT(w.numel() == C && b.numel() == C && mean.numel() == N && rstd.numel() == N,
+               "layernorm_forward shapes x {} w {} mean {}", x.str(), w.str(), mean.str());
+  TIDAL_ASSERT(w.dtype() == x.dtype() && b.dtype() == x.dtype() && mean.dtype() == DType::f32 &&
+                   rstd.dtype() == DType::f32,
+               "layernorm_forward dtypes x {} w {} b {} mean {} rstd {}", x.str(), w.str(), b.str(), mean.str(),
+               rstd.str());
+  with_float_type(x.dtype(), [&]<class T>() {
+    layernorm_forward_kernel<T><<<blocks_for(N, 1), kRowThreads, 0, compute_stream()>>>(
+        ptr<T>(y), ptr<float>(mean), ptr<float>(rstd), ptr<T>(x), ptr<T>(w), ptr<T>(b), eps, N, C);
+  });
+  TIDAL_CUDA_CHECK_LAUNCH("layernorm_forward_kernel");
+}
+
+void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
+                        const Tensor& mean, const Tensor& rstd) {
+  expect_cuda_contiguous({&dx, &dw, &db, &dy, &x, &w, &mean, &rstd}, "layernorm_backward operand");
+  expect_same(dx, x, "layernorm_backward dx/x");
+  expect_same(dy, x, "layernorm_backward dy/x");
+  if (x.numel() == 0) return;
+  const std::int64_t C = x.dim(-1), N = rows_of(x);
+  TIDAL_ASSERT(w.numel() == C && dw.numel() == C && db.numel() == C && mean.numel() == N && rstd.numel() == N,
+               "layernorm_backward shapes x {} w {} dw {} db {} mean {}", x.str(), w.str(), dw.str(), db.str(),
+               mean.str());
+  TIDAL_ASSERT(w.dtype() == x.dtype() && dw.dtype() == x.dtype() && db.dtype() == x.dtype() &&
+                   mean.dtype() == DType::f32 && rstd.dtype() == DType::f32,
+               "layernorm_backward dtypes x {} w {} dw {} db {} mean {}", x.str(), w.str(), dw.str(), db.str(),
+               mean.str());
+  const std::int64_t chunks =
+      std::min({(N + kRowsPerChunk - 1) / kRowsPerChunk, std::max<std::int64_t>(1, kMaxPartialFloats / (2 * C)),
+                kMaxChunks});
+  const std::int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  Tensor partial = Tensor::empty({chunks, 2, C}, DType::f32, gpu_allocator());
+  const cudaStream_t stream = compute_stream();
+  // dw/db first: they read dy and x, which dx may overwrite (the CPU allows dx to alias either).
+  with_float_type(x.dtype(), [&]<class T>() {
+    const dim3 grid{unsigned((C + kColumnThreads - 1) / kColumnThreads), unsigned(chunks)};
+    layernorm_backward_partial_kernel<T><<<grid, kColumnThreads, 0, stream>>>(
+        ptr<float>(partial), ptr<T>(dy), ptr<T>(x), ptr<float>(mean), ptr<float>(rstd), N, C, rows_per_chunk);
+    TIDAL_CUDA_CHECK_LAUNCH("layernorm_backward_partial_kernel");
+    layernorm_backward_reduce_kernel<T><<<blocks_for(C, kColumnThreads), kColumnThreads, 0, stream>>>(
+        ptr<T>(dw), ptr<T>(db), ptr<float>(partial), chunks, C);
+    TIDAL_CUDA_CHECK_LAUNCH("layernorm_backward_reduce_kernel");
+    layernorm_backward_dx_kernel<T><<<blocks_for(N, 1), kRowThreads, 0, stream>>>(
+        ptr<T>(dx), ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<float>(mean), ptr<float>(rstd), N, C);
+    TIDAL_CUDA_CHECK_LAUNCH("layernorm_backward_dx_kernel");
+  });
+}
+
+}  // namespace tidal::ops::cuda

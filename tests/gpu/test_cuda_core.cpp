@@ -1,0 +1,97 @@
+// The GPU's tiers and byte moves: counting allocators (device pool, pinned host), host <-> device
+// copies of contiguous and strided tensors, fill / zero / item on GPU tensors. Exact answers.
+#include "core/gpu.h"
+#include "support/gpu.h"
+#include "support/random.h"
+#include "support/tolerance.h"
+
+#include <gtest/gtest.h>
+
+namespace tidal {
+namespace {
+
+using testing::to_gpu;
+using testing::to_host;
+
+TEST(CudaCore, DeviceAllocatorCountsCurrentAndPeak) {
+  TIDAL_REQUIRE_GPU();
+  Allocator& gpu = gpu_allocator();
+  EXPECT_EQ(gpu.tier(), MemoryTier::device);
+  EXPECT_TRUE(gpu.device().is_cuda());
+  const std::size_t before = gpu.current_bytes();
+  gpu.reset_peak();
+  {
+    Tensor a = Tensor::empty({1000, 37}, DType::f32, gpu);
+    Tensor b = Tensor::empty({513}, DType::bf16, gpu);
+    EXPECT_TRUE(a.device().is_cuda());
+    EXPECT_EQ(gpu.current_bytes(), before + 1000 * 37 * 4 + 513 * 2);
+  }
+  EXPECT_EQ(gpu.current_bytes(), before);
+  EXPECT_EQ(gpu.peak_bytes(), before + 1000 * 37 * 4 + 513 * 2);
+}
+
+TEST(CudaCore, DeviceCapacityIsABudget) {
+  TIDAL_REQUIRE_GPU();
+  Allocator& gpu = gpu_allocator();
+  const std::size_t old = gpu.capacity();
+  gpu.set_capacity(gpu.current_bytes() + 4096);
+  EXPECT_THROW(Tensor::empty({2048}, DType::f32, gpu), OutOfMemory);
+  gpu.set_capacity(old);
+}
+
+TEST(CudaCore, PinnedHostMemoryReusesBlocks) {
+  TIDAL_REQUIRE_GPU();
+  Allocator& pinned = pinned_host_allocator();
+  EXPECT_EQ(pinned.tier(), MemoryTier::host_pinned);
+  void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({4096}, DType::f32, pinned);
+    first = t.raw();
+    t.fill_(3.0f);  // host memory: written by the CPU
+    EXPECT_EQ(t.data<float>()[4095], 3.0f);
+  }
+  Tensor again = Tensor::empty({4096}, DType::f32, pinned);
+  EXPECT_EQ(again.raw(), first);
+}
+
+TEST(CudaCore, RoundTripsContiguousTensorsBitwise) {
+  TIDAL_REQUIRE_GPU();
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16, DType::i32}) {
+    Tensor host = Tensor::empty({7, 129}, dtype);
+    auto* bytes = static_cast<unsigned char*>(host.raw());
+    for (std::size_t i = 0; i < host.nbytes(); ++i) bytes[i] = static_cast<unsigned char>(i * 7 + 3);
+    Tensor back = to_host(to_gpu(host));
+    EXPECT_EQ(std::memcmp(back.raw(), host.raw(), host.nbytes()), 0) << dtype_name(dtype);
+  }
+}
+
+TEST(CudaCore, CopiesStridedSlicesBothWays) {
+  TIDAL_REQUIRE_GPU();
+  Tensor host = testing::randn({5, 6, 11}, 1);
+  Tensor gpu = to_gpu(host);
+  // A slice of the middle dimension: rows of 11 contiguous floats at a pitch of 66.
+  Tensor down = Tensor::empty({5, 2, 11});
+  down.copy_from(gpu.slice(1, 3, 5));
+  Tensor want = Tensor::empty({5, 2, 11});
+  want.copy_from(host.slice(1, 3, 5));
+  EXPECT_TRUE(testing::all_close(down, want, {0, 0}));
+  // And back up, into a slice of a GPU tensor.
+  Tensor target = Tensor::zeros({5, 6, 11}, DType::f32, gpu_allocator());
+  target.slice(1, 1, 3).copy_from(down);
+  Tensor expect = Tensor::zeros({5, 6, 11});
+  expect.slice(1, 1, 3).copy_from(want);
+  EXPECT_TRUE(testing::all_close(target, expect, {0, 0}));
+}
+
+TEST(CudaCore, FillZeroAndItem) {
+  TIDAL_REQUIRE_GPU();
+  Tensor t = Tensor::full({1025}, 2.5f, gpu_allocator());
+  Tensor host = to_host(t);
+  for (std::int64_t i = 0; i < host.numel(); ++i) ASSERT_EQ(host.data<float>()[i], 2.5f) << i;
+  t.zero_();
+  EXPECT_EQ(t.slice(0, 1024, 1025).item(), 0.0f);
+  EXPECT_EQ(Tensor::full({1}, -7.0f, gpu_allocator()).item(), -7.0f);
+}
+
+}  // namespace
+}  // namespace tidal
