@@ -13,6 +13,13 @@ struct AttentionOptions {
   const Tensor* key_mask = nullptr;  // [B, T] i32: 1 = real token, 0 = padding (never attended)
 };
 
+// The shapes, checked for every backend: qkv [B, T, 3C], probs [B, H, T, T] fp32, key_mask
+// [B, T] i32; hd = C / H.
+struct AttentionDims {
+  std::int64_t B, T, C, H, hd;
+};
+AttentionDims attention_dims(const Tensor& qkv, const Tensor& probs, const AttentionOptions& opt);
+
 namespace cpu {
 void attention_forward(Tensor& y, Tensor& probs, const Tensor& qkv, const AttentionOptions& opt);
 void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Tensor& probs,

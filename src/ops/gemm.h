@@ -19,6 +19,12 @@ struct GemmOptions {
   bool tf32 = false;
 };
 
+// The product's dimensions, checked for every backend: c [batch,] m x n = op(a) m x k @ op(b) k x n.
+struct GemmDims {
+  std::int64_t batch, m, n, k;
+};
+GemmDims gemm_dims(const Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt);
+
 namespace cpu {
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt);
 }
