@@ -5,8 +5,11 @@ For the reference GPT (n_layer 6, n_embd 384, n_head 6, vocab 512, seq_len 256, 
 and a 24-layer GPT of the same width, trains a few steps with train.activation_checkpointing =
 none, blocks, every_k (k = 2) and blocks with host offload, and prints the activation pool's
 peak bytes (from tidal's allocator) and the step time, each as a ratio to "none".
+--device cuda trains on the GPU instead, at GPT-2 124M's shape (width 768, 12 heads, seq_len
+1024, vocab 50304, batch 8, bf16) with 12 and 24 layers.
 
-usage: bench/activation_checkpointing.py [--build build] [--steps 5]
+usage: bench/activation_checkpointing.py [--tidal build/src/tidal] [--steps 5] [--device cpu|cuda] [--quick]
+  --quick: the first model only
 """
 import argparse
 import json
@@ -15,9 +18,13 @@ import subprocess
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BASE = dict(n_embd=384, n_head=6, vocab_size=512, seq_len=256)
-BATCH = 8
-MODELS = [("reference GPT, 6 layers", 6), ("GPT, 24 layers", 24)]
+# Per device: the model keys but n_layer, the batch, the precision, the models (label, n_layer).
+SETUPS = {
+    "cpu": (dict(n_embd=384, n_head=6, vocab_size=512, seq_len=256), 8, "fp32",
+            [("reference GPT, 6 layers", 6), ("GPT, 24 layers", 24)]),
+    "cuda": (dict(n_embd=768, n_head=12, vocab_size=50304, seq_len=1024), 8, "bf16",
+             [("GPT-2 124M, 12 layers", 12), ("GPT, 24 layers", 24)]),
+}
 VARIANTS = [
     ("none", ["train.activation_checkpointing=none"]),
     ("blocks", ["train.activation_checkpointing=blocks"]),
@@ -26,12 +33,14 @@ VARIANTS = [
 ]
 
 
-def run(build, steps, n_layer, sets):
+def run(tidal, device, steps, n_layer, sets):
+    base, batch, precision, _ = SETUPS[device]
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "m.jsonl")
-        args = [f"model.{k}={v}" for k, v in BASE.items()] + [f"model.n_layer={n_layer}"]
-        args += [f"train.batch_size={BATCH}", f"train.steps={steps}", "train.eval_every=0", "train.eval_batches=1"]
-        cmd = [os.path.join(build, "src", "tidal"), "train", "--metrics", metrics]
+        args = [f"model.{k}={v}" for k, v in base.items()] + [f"model.n_layer={n_layer}"]
+        args += [f"train.batch_size={batch}", f"train.steps={steps}", "train.eval_every=0", "train.eval_batches=1",
+                 f"train.device={device}", f"train.precision={precision}"]
+        cmd = [tidal, "train", "--metrics", metrics]
         for s in args + sets:
             cmd += ["--set", s]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
@@ -44,16 +53,20 @@ def run(build, steps, n_layer, sets):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--tidal", default=os.path.join(ROOT, "build", "src", "tidal"))
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--device", choices=SETUPS, default="cpu")
+    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    print(f"config: GPT width {BASE['n_embd']}, {BASE['n_head']} heads, vocab {BASE['vocab_size']}, seq_len "
-          f"{BASE['seq_len']}, batch {BATCH}, fp32, {os.cpu_count()} cores; step time = mean after 3 untimed steps")
+    base, batch, precision, models = SETUPS[args.device]
+    print(f"config: GPT width {base['n_embd']}, {base['n_head']} heads, vocab {base['vocab_size']}, seq_len "
+          f"{base['seq_len']}, batch {batch}, {precision}, train.device {args.device} ({os.cpu_count()} cores); "
+          f"step time = mean after 3 untimed steps")
     print(f"{'model':<26} {'checkpointing':<22} {'activation peak':>16} {'saved':>7} {'step s':>8} {'time':>7}")
-    for label, n_layer in MODELS:
+    for label, n_layer in models[:1] if args.quick else models:
         ref_peak = ref_time = None
         for name, sets in VARIANTS:
-            peak, step = run(args.build, args.steps, n_layer, sets)
+            peak, step = run(args.tidal, args.device, args.steps, n_layer, sets)
             ref_peak, ref_time = ref_peak or peak, ref_time or step
             print(f"{label:<26} {name:<22} {peak / 2**20:>12.1f} MiB {1 - peak / ref_peak:>6.0%} {step:>8.3f} "
                   f"{step / ref_time:>6.2f}x")

@@ -105,10 +105,10 @@ int main(int argc, char** argv) {
   for (auto [B, H, T, hd] : {std::array<std::int64_t, 4>{8, 6, 256, 64}, std::array<std::int64_t, 4>{3, 3, 37, 24}}) {
     const std::int64_t C = H * hd;
     Tensor qkv = random_tensor({B, T, 3 * C}, 5), dy = random_tensor({B, T, C}, 6);
-    Tensor y = Tensor::empty({B, T, C}), probs = Tensor::empty({B, H, T, T}), dqkv = Tensor::empty(qkv.shape());
+    Tensor y = Tensor::empty({B, T, C}), lse = Tensor::empty({B, H, T}), dqkv = Tensor::empty(qkv.shape());
     const ops::AttentionOptions opt{.n_head = int(H), .causal = true};
-    const double t_f = best_time(reps, [&] { ops::attention_forward(y, probs, qkv, opt); });
-    const double t_b = best_time(reps, [&] { ops::attention_backward(dqkv, dy, qkv, probs, opt); });
+    const double t_f = best_time(reps, [&] { ops::attention_forward(y, lse, qkv, opt); });
+    const double t_b = best_time(reps, [&] { ops::attention_backward(dqkv, dy, qkv, y, lse, opt); });
     // Dense-equivalent FLOPs: forward 2 GEMMs of 2*T*T*hd, backward 4.
     const double f = 2.0 * T * T * hd * B * H;
     const std::string shape = fmt::format("B={} H={} T={} hd={} causal", B, H, T, hd);

@@ -5,21 +5,22 @@ threads and BLAS kernels.
 Reference config: GPT n_layer 6, n_embd 384, n_head 6, vocab 512, seq_len 256, batch 8, fp32,
 AdamW, gradient clipping at 1.0. Prints tokens/s of each, the ratio, and the model FLOP/s
 (6N + 6LCT per token) as a fraction of this machine's SGEMM peak measured in the same run.
-PyTorch runs the same GPT-2 module the oracle tests check tidal against (tests/oracle).
+Both sides are bench/gpt_training.py's (PyTorch: the oracle's GPT-2, tests/oracle).
 
 usage: bench/cpu_train_vs_torch.py [--build build] [--steps 20] [--threads 2]
 """
 import argparse
-import json
 import os
 import re
 import subprocess
 import sys
-import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_training import GptShape, run_tidal, tidal_sets, tidal_speed, torch_train  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = dict(n_layer=6, n_embd=384, n_head=6, vocab_size=512, seq_len=256, batch_size=8)
+SHAPE = GptShape(n_layer=6, n_embd=384, n_head=6, vocab_size=512, seq_len=256)
+BATCH = 8
 WARMUP = 3
 
 
@@ -35,43 +36,10 @@ def blas_kernels():
     return None
 
 
-def run_tidal(build, steps, env):
-    sets = [f"model.{k}={v}" for k, v in CONFIG.items() if k != "batch_size"]
-    sets += [f"train.batch_size={CONFIG['batch_size']}", f"train.steps={steps}", "train.eval_every=0",
-             "train.eval_batches=1", "train.warmup_steps=1", "data.markov_branching=8"]
-    with tempfile.TemporaryDirectory() as tmp:
-        metrics = os.path.join(tmp, "m.jsonl")
-        cmd = [os.path.join(build, "src", "tidal"), "train", "--metrics", metrics]
-        for s in sets:
-            cmd += ["--set", s]
-        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-        lines = [json.loads(l) for l in open(metrics)]
-    summary = lines[-1]
-    return summary["tokens_per_s"], summary["parameters"]
-
-
-def run_torch(steps, threads):
-    import torch
-    sys.path.insert(0, os.path.join(ROOT, "tests", "oracle"))
-    from reference import GPT
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    c = CONFIG
-    model = GPT(c["vocab_size"], c["seq_len"], c["n_embd"], c["n_layer"], c["n_head"], 1e-5)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.0)
-    B, T = c["batch_size"], c["seq_len"]
-    batch = {"tokens": torch.randint(0, c["vocab_size"], (B, T)), "targets": torch.randint(0, c["vocab_size"], (B, T))}
-    times = []
-    for step in range(steps):
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        _, loss = model(batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        times.append(time.perf_counter() - t0)
-    timed = times[WARMUP:]
-    return B * T * len(timed) / sum(timed), torch.__version__
+def run_tidal_cpu(build, steps, env):
+    sets = tidal_sets(SHAPE, BATCH, steps, "fp32", "cpu") + ["data.markov_branching=8"]
+    records = run_tidal(os.path.join(build, "src", "tidal"), sets, env=env)
+    return tidal_speed(records, SHAPE, BATCH, WARMUP)[0]
 
 
 def sgemm_peak(build, env):
@@ -93,16 +61,15 @@ def main():
         os.environ["OPENBLAS_CORETYPE"] = kernels  # before torch loads OpenBLAS
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
 
-    c = CONFIG
-    print(f"config: GPT n_layer {c['n_layer']}, n_embd {c['n_embd']}, n_head {c['n_head']}, vocab {c['vocab_size']}, "
-          f"seq_len {c['seq_len']}, batch {c['batch_size']}, fp32, AdamW + clip 1.0; {args.threads} threads, "
+    print(f"config: {SHAPE.describe()}, batch {BATCH}, fp32, AdamW + clip 1.0; {args.threads} threads, "
           f"OpenBLAS kernels {kernels or 'library default'}, {args.steps} steps ({WARMUP} warm-up steps not timed)")
     peak = sgemm_peak(args.build, env)
-    tidal_tps, params = run_tidal(args.build, args.steps, env)
-    torch_tps, torch_version = run_torch(args.steps, args.threads)
-    L, C, T = c["n_layer"], c["n_embd"], c["seq_len"]
-    flops_per_token = 6 * params + 6 * L * C * T
-    print(f"parameters: {params}; model FLOPs per token (6N + 6LCT): {flops_per_token / 1e6:.1f} M")
+    tidal_tps = run_tidal_cpu(args.build, args.steps, env)
+    torch_run = torch_train(SHAPE, BATCH, args.steps, WARMUP, "fp32", "cpu", "eager", threads=args.threads)
+    torch_tps, torch_version = torch_run["tokens_per_s"], torch_run["torch"]
+    flops_per_token = SHAPE.flops_per_token()
+    print(f"parameters: {SHAPE.parameters()}; model FLOPs per token (6N + 6LCT, N without the position embedding): "
+          f"{flops_per_token / 1e6:.1f} M; PyTorch attention: {torch_run['attention']}")
     print(f"measured SGEMM peak: {peak:.1f} GFLOP/s")
     for name, tps in (("tidal", tidal_tps), (f"PyTorch {torch_version}", torch_tps)):
         gflops = tps * flops_per_token / 1e9

@@ -1,6 +1,7 @@
 // GPU micro-benchmarks of the CUDA backend (issue 4's figures): achieved TFLOP/s of GEMM (bf16,
-// and fp32 through TF32) and of attention forward + backward (causal, head dims 64 and 128,
-// sequence 1024 to 8192), and GB/s of layernorm and AdamW, each beside the device's peak.
+// and fp32 through TF32) and of attention forward + backward (causal: GPT-2 small's shape, then
+// head dims 64 and 128 at sequence 1024 to 8192), and GB/s of layernorm and AdamW, each beside
+// the device's peak.
 // bench/gpu_ops.py runs it beside PyTorch on the same GPU and prints the ratios; alone it prints
 // one JSON line per measurement (name, shape, seconds, rate, unit, peak).
 //
@@ -93,28 +94,33 @@ void bench_gemm(const Peak& peak, bool quick) {
   }
 }
 
+// One causal attention forward + backward in bf16 (the tensor-core kernels at head widths 64 and
+// 128), backward from forward's y and lse as in training.
+void time_attention(const Peak& peak, std::int64_t B, int H, std::int64_t T, int head_dim) {
+  const std::int64_t C = std::int64_t(H) * head_dim;
+  Tensor qkv = random_gpu({B, T, 3 * C}, DType::bf16, 3), dy = random_gpu({B, T, C}, DType::bf16, 4);
+  Tensor y = Tensor::empty({B, T, C}, DType::bf16, gpu_allocator());
+  Tensor lse = Tensor::empty({B, H, T}, DType::f32, gpu_allocator());
+  Tensor dqkv = Tensor::empty({B, T, 3 * C}, DType::bf16, gpu_allocator());
+  const ops::AttentionOptions opt{.n_head = H, .causal = true};
+  const double s = time_gpu(
+      [&] {
+        ops::attention_forward(y, lse, qkv, opt);
+        ops::attention_backward(dqkv, dy, qkv, y, lse, opt);
+      },
+      5);
+  // FlashAttention-2's count: forward 4 B H T^2 d, backward 2.5x, causal half.
+  const double flops = 3.5 * 4.0 * double(B * H) * double(T * T) * head_dim / 2.0;
+  report(fmt::format("attention_causal_d{}", head_dim), fmt::format("B{} H{} T{}", B, H, T), s, flops / s / 1e12,
+         "TFLOP/s", peak.bf16_tflops);
+}
+
 void bench_attention(const Peak& peak, bool quick) {
-  for (const int head_dim : {64, 128}) {
-    for (std::int64_t T : quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{1024, 2048, 4096, 8192}) {
-      const int H = 2048 / head_dim;  // width 2048
-      const std::int64_t B = std::max<std::int64_t>(1, 16384 / T), C = std::int64_t(H) * head_dim;
-      Tensor qkv = random_gpu({B, T, 3 * C}, DType::bf16, 3), dy = random_gpu({B, T, C}, DType::bf16, 4);
-      Tensor y = Tensor::empty({B, T, C}, DType::bf16, gpu_allocator());
-      Tensor probs = Tensor::empty({B, H, T, T}, DType::f32, gpu_allocator());
-      Tensor dqkv = Tensor::empty({B, T, 3 * C}, DType::bf16, gpu_allocator());
-      const ops::AttentionOptions opt{.n_head = H, .causal = true};
-      const double s = time_gpu(
-          [&] {
-            ops::attention_forward(y, probs, qkv, opt);
-            ops::attention_backward(dqkv, dy, qkv, probs, opt);
-          },
-          5);
-      // FlashAttention-2's count: forward 4 B H T^2 d, backward 2.5x, causal half.
-      const double flops = 3.5 * 4.0 * double(B * H) * double(T * T) * head_dim / 2.0;
-      report(fmt::format("attention_causal_d{}", head_dim), fmt::format("B{} H{} T{}", B, H, T), s, flops / s / 1e12,
-             "TFLOP/s", peak.bf16_tflops);
-    }
-  }
+  time_attention(peak, 8, 12, 1024, 64);  // GPT-2 small's attention at batch 8
+  if (quick) return;
+  for (const int head_dim : {64, 128})
+    for (const std::int64_t T : {1024, 2048, 4096, 8192})
+      time_attention(peak, std::max<std::int64_t>(1, 16384 / T), 2048 / head_dim, T, head_dim);  // width 2048
 }
 
 void bench_memory_bound(const Peak& peak, bool quick) {

@@ -251,6 +251,11 @@ void validate(const Config& c) {
   TIDAL_CHECK(offload || c.memory.host_limit.empty(),
               "memory.host_limit caps the chunks the host holds beside a device tier: set memory.offload to \"chunk\" "
               "or \"static\" (it is \"none\"), or leave memory.host_limit unset");
+  TIDAL_CHECK(c.memory.disk_dir.empty() || (offload && !c.memory.host_limit.empty()),
+              "memory.disk_dir keeps the optimizer states that do not fit under memory.host_limit in a file: set "
+              "memory.offload to \"chunk\" or \"static\" (it is \"{}\") and memory.host_limit (it is \"{}\"), or leave "
+              "memory.disk_dir unset",
+              c.memory.offload, c.memory.host_limit);
 }
 
 }  // namespace

@@ -84,6 +84,7 @@ struct MemoryConfig {
   std::string offload = "none";  // none | chunk | static
   std::string device_limit;      // "" = no cap; bytes with a unit, e.g. "2GiB"
   std::string host_limit;        // "" = no cap: the chunks the host holds under offload
+  std::string disk_dir;          // "" = no disk tier: where optimizer states beyond host_limit go
   std::int64_t chunk_size = 0;   // elements; 0 = searched
   std::string eviction = "belady";  // belady | lru
   double warmup_fraction = 0.2;     // of the device tier the chunks may take in the warm-up

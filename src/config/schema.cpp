@@ -111,6 +111,10 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(memory.host_limit,
                 "cap on the host tier's model data under memory.offload, e.g. \"8GiB\" (\"\" = none; the host holds "
                 "every chunk at the start and in the warm-up)"),
+      TIDAL_KEY(memory.disk_dir,
+                "directory of the disk tier under memory.offload and memory.host_limit: the optimizer states (fp32 "
+                "master, momentum, variance) of the last chunks the host cannot hold live in a file there, read and "
+                "written back at each step (\"\" = none)"),
       TIDAL_KEY(memory.chunk_size, "chunk elements (0 = searched)"),
       TIDAL_KEY(memory.eviction, "belady (the chunk used again furthest ahead, from the trace) | lru"),
       TIDAL_KEY(memory.warmup_fraction, "of the device tier the chunks may take during the warm-up iteration"),

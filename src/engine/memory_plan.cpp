@@ -23,6 +23,7 @@ std::int64_t traced_non_model(const config::Config& cfg, int layers) {
   config::Config probe = with_layers(cfg, layers);
   probe.memory.device_limit.clear();
   probe.memory.host_limit.clear();
+  probe.memory.disk_dir.clear();
   return trace_warmup(probe).at("peak_non_model_bytes").get<std::int64_t>();
 }
 
@@ -35,9 +36,11 @@ MemoryPlan plan_memory(const config::Config& cfg, int max_layers) {
               "memory.device_limit=64MiB --set memory.host_limit=1GiB");
   TIDAL_CHECK(max_layers >= 1, "--max-layers must be >= 1, got {}", max_layers);
   MemoryPlan plan;
-  plan.model = fmt::format("{} at width {} ({} heads), batch {} x {}, {}, memory.offload = {}", cfg.model.type,
+  const bool disk = !cfg.memory.disk_dir.empty();
+  plan.model = fmt::format("{} at width {} ({} heads), batch {} x {}, {}, memory.offload = {}{}", cfg.model.type,
                            cfg.model.n_embd, cfg.model.n_head, cfg.train.batch_size, cfg.model.seq_len,
-                           cfg.train.precision, cfg.memory.offload);
+                           cfg.train.precision, cfg.memory.offload,
+                           disk ? ", optimizer states beyond the host on disk (memory.disk_dir)" : "");
   plan.device_limit = config::parse_bytes(cfg.memory.device_limit, "memory.device_limit");
   plan.host_limit = config::parse_bytes(cfg.memory.host_limit, "memory.host_limit");
   plan.non_model_one = traced_non_model(cfg, 1);
@@ -58,7 +61,10 @@ MemoryPlan plan_memory(const config::Config& cfg, int max_layers) {
     const std::int64_t two_chunks = 2 * size * std::int64_t(dtype_size(options.compute_dtype));
     PlanRow row{.layers = n, .chunk_size = size, .model_data_bytes = bytes.total()};
     for (std::int64_t e : numels) row.parameters += e;
-    row.host_needs = fixed ? bytes.optimizer : bytes.total();
+    // The disk tier takes any amount of optimizer states: the host needs the rest of the lists
+    // and the staging buffers (when that is less than everything).
+    row.host_needs = memory::host_bytes_needed(layout, options, 0);
+    if (disk) row.host_needs = std::min(row.host_needs, memory::host_bytes_needed(layout, options, layout.chunks));
     row.device_needs = fixed ? bytes.param + non_model
                              : std::max(non_model + two_chunks, std::int64_t(double(two_chunks) / warmup) + 1);
     row.fits_host = std::uint64_t(row.host_needs) <= plan.host_limit;

@@ -8,7 +8,9 @@
 // chunks, a leaf operator's parameters span at most two) plus the non-model peak, which two
 // traced warm-ups (one and two layers, no cap) give per layer and which grows linearly with the
 // layers (each keeps its activations for backward); and two chunks must fit in the warm-up's
-// share. The static partition needs the whole param list on the device instead.
+// share. The static partition needs the whole param list on the device instead. With
+// memory.disk_dir the disk counts as unlimited room for optimizer states: the host then needs the
+// rest of the lists and the disk tier's two staging buffers (host_bytes_needed).
 #pragma once
 
 #include "config/config.h"

@@ -34,7 +34,8 @@ memory::ChunkOptions chunk_options(const config::Config& cfg, bool accumulate) {
     o.offload = memory::OffloadOptions{
         .partition = cfg.memory.offload == "static" ? memory::Partition::fixed : memory::Partition::dynamic,
         .eviction = cfg.memory.eviction == "lru" ? memory::Eviction::lru : memory::Eviction::belady,
-        .warmup_fraction = cfg.memory.warmup_fraction};
+        .warmup_fraction = cfg.memory.warmup_fraction,
+        .disk_dir = cfg.memory.disk_dir};
   return o;
 }
 
@@ -165,7 +166,6 @@ class ChunkModelData final : public ModelData {
       device_->reset_peak();
       if (!cfg.memory.host_limit.empty())
         optimizer_memory_->set_capacity(config::parse_bytes(cfg.memory.host_limit, "memory.host_limit"));
-      on_device_.emplace(*device_);
       eviction_ = cfg.memory.eviction;
     }
     // A checkpoint's whole tensors: the weights into the parameters (the chunks copy them), the
@@ -187,6 +187,11 @@ class ChunkModelData final : public ModelData {
     if (loaded)
       for (std::size_t i = 0; i < params.size(); ++i)
         chunks_->load_moments(*params[i], loaded->momentum(i), loaded->variance(i));
+    // A step's record counts the step's moves, not the disk tier's first writes.
+    if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) reported_ = dmm->stats();
+    // From here on the step's tensors count in the device tier (the checkpoint's above stayed on
+    // the host: the device tier holds chunks and a step's tensors only).
+    if (options.offload) on_device_.emplace(*device_);
     runner.add_hooks(&*chunks_);
     stage_ = cfg.zero.stage;
     fetch_ = cfg.zero.fetch;
@@ -228,9 +233,10 @@ class ChunkModelData final : public ModelData {
     NamedTensors weights, moments;
     chunks_->gather_state([&](const nn::Parameter& p, const Tensor& master, const Tensor& m, const Tensor& v) {
       if (!writer) return;
-      weights.emplace_back(p.name, master.clone());
-      moments.emplace_back("m." + p.name, m.clone());
-      moments.emplace_back("v." + p.name, v.clone());
+      // On the host: under offload the default allocator is the device tier, full of chunks.
+      weights.emplace_back(p.name, master.clone(host_allocator()));
+      moments.emplace_back("m." + p.name, m.clone(host_allocator()));
+      moments.emplace_back("v." + p.name, v.clone(host_allocator()));
     });
     if (!writer) return;
     OptimizerMeta meta = extra;
@@ -253,6 +259,11 @@ class ChunkModelData final : public ModelData {
                   : fmt::format("; chunks move between a device tier of {} and the host ({} eviction after a warm-up "
                                 "iteration)",
                                 human_bytes(device_->capacity()), eviction_);
+    if (const memory::DiskTier* disk = chunks_->dynamic_memory() ? chunks_->dynamic_memory()->disk() : nullptr;
+        disk && !disk->chunks().empty())
+      tiers += fmt::format("; the optimizer states of the last {} chunks ({}) beyond memory.host_limit in {}",
+                           disk->chunks().size(), human_bytes(std::uint64_t(disk->store().file_bytes())),
+                           disk->store().path());
     return fmt::format("model data in {} chunks of {} elements ({:.1f}% padding), params {}{}; {}; {} of model data on "
                        "this rank{}",
                        l.chunks, l.chunk_elements, 100 * l.fragmentation(), precision_,
@@ -288,12 +299,17 @@ class ChunkModelData final : public ModelData {
   nlohmann::json step_record() override {
     const memory::DynamicMemory* dmm = chunks_->dynamic_memory();
     if (!dmm) return nlohmann::json::object();
-    const memory::MoveStats& now = dmm->stats();
+    const memory::MoveStats now = dmm->stats();
     nlohmann::json out = {{"bytes_host_to_device", now.bytes_to_device - reported_.bytes_to_device},
                           {"bytes_device_to_host", now.bytes_to_host - reported_.bytes_to_host},
                           {"evictions", now.evictions - reported_.evictions},
                           {"move_s", now.seconds - reported_.seconds},
                           {"device_peak_bytes", dmm->device_peak_bytes()}};
+    if (dmm->disk()) {
+      out["bytes_to_disk"] = now.bytes_to_disk - reported_.bytes_to_disk;
+      out["bytes_from_disk"] = now.bytes_from_disk - reported_.bytes_from_disk;
+      out["disk_seconds"] = now.disk_seconds - reported_.disk_seconds;
+    }
     reported_ = now;
     return out;
   }

@@ -58,7 +58,8 @@ class ModelData {
   virtual nlohmann::json memory() const { return nlohmann::json::object(); }
   // What to add to an out-of-memory error of the step (how this keeper uses the device tier).
   virtual std::string out_of_memory_hint(const OutOfMemory&) const { return ""; }
-  // Keys for this step's metrics record (chunk moves under memory.offload), since the last call.
+  // Keys for this step's metrics record (chunk moves under memory.offload, disk transfers under
+  // memory.disk_dir), since the last call.
   virtual nlohmann::json step_record() { return nlohmann::json::object(); }
 
  protected:

@@ -5,6 +5,7 @@
 #include "ops/residual.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace tidal::memory {
 namespace {
@@ -47,6 +48,22 @@ ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& o
           .optimizer = space * std::int64_t(sizeof(float)) * (options.accumulate ? 4 : 3)};
 }
 
+std::int64_t host_bytes_needed(const ChunkLayout& layout, const ChunkOptions& options, int disk_chunks) {
+  TIDAL_ASSERT(options.offload && disk_chunks >= 0 && disk_chunks <= layout.chunks, "{} of {} chunks on disk",
+               disk_chunks, layout.chunks);
+  const ChunkListBytes bytes = chunk_list_bytes(layout, options);
+  const std::int64_t all = options.offload->partition == Partition::fixed ? bytes.optimizer : bytes.total();
+  if (disk_chunks == 0) return all;
+  const std::int64_t states = layout.chunk_elements * std::int64_t(sizeof(float) * std::size(kDiskKinds));
+  return all - disk_chunks * states + 2 * states;
+}
+
+int disk_chunks_needed(const ChunkLayout& layout, const ChunkOptions& options, std::int64_t room) {
+  for (int disk = 0; disk <= layout.chunks; ++disk)
+    if (host_bytes_needed(layout, options, disk) <= room) return disk;
+  return -1;
+}
+
 ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params, const ChunkOptions& options,
                            Allocator& device, Allocator& host)
     : params_(std::move(params)), options_(options), device_(&device) {
@@ -66,30 +83,14 @@ ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params
     TIDAL_CHECK(!distributed(), "chunks that move between the device and the host run on one rank for now");
     dmm_ = std::make_unique<DynamicMemory>(*options_.offload, device, host, lists_);
   }
-  if (dmm_) {
-    // Up front, with the whole need: the host holds every chunk the device does not at the
-    // start (under the static partition all but the param list) and, in the warm-up, all.
-    const ChunkListBytes bytes = chunk_list_bytes(layout_, options_);
-    const bool fixed = options_.offload->partition == Partition::fixed;
-    const std::size_t on_host = std::size_t(fixed ? bytes.optimizer : bytes.total());
-    if (on_host + host.current_bytes() > host.capacity())
-      throw OutOfMemory(fmt::format("out of host memory: the model data takes {} bytes in chunks ({} chunks of {} "
-                                    "elements), and the host holds {} of them{}; memory.host_limit = {} bytes ({} in "
-                                    "use) is too small: raise it or make the model smaller",
-                                    bytes.total(), layout_.chunks, layout_.chunk_elements, on_host,
-                                    fixed ? " (all but the param list)" : " (every chunk, at the start and in the warm-up)",
-                                    host.capacity(), host.current_bytes()),
-                        on_host + host.current_bytes());
-    if (fixed && std::size_t(bytes.param) + device.current_bytes() > device.capacity())
-      throw OutOfMemory(fmt::format("the param list takes {} bytes of the device tier, which holds {} ({} in use)",
-                                    bytes.param, device.capacity(), device.current_bytes()),
-                        std::size_t(bytes.param) + device.current_bytes());
-  }
+  if (dmm_) place_tiers(device, host);
   auto make = [&](ChunkKind kind, DType dtype, Allocator& alloc, bool owned_only) {
     std::vector<Tensor>& chunks = lists_[kind];
     Allocator& where = dmm_ ? dmm_->initial(kind) : alloc;
     for (int c = 0; c < layout_.chunks; ++c)
-      chunks.push_back(owned_only && !owns(c) ? Tensor() : Tensor::zeros({layout_.chunk_elements}, dtype, where));
+      chunks.push_back((owned_only && !owns(c)) || (dmm_ && dmm_->on_disk(kind, c))
+                           ? Tensor()
+                           : Tensor::zeros({layout_.chunk_elements}, dtype, where));
   };
   make(ChunkKind::param, options_.compute_dtype, device, remote_params);
   make(ChunkKind::master, DType::f32, host, true);
@@ -108,7 +109,10 @@ ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params
     const int chunk = layout_.places[i].chunk;
     in_chunk_[std::size_t(chunk)].push_back(i);
     tracked_.push_back({.param = p, .users = users[p]});
-    if (owns(chunk)) slot(ChunkKind::master, *p).copy_from(p->data);
+    if (owns(chunk)) {
+      if (dmm_) dmm_->stage_states(chunk, true);  // a disk chunk: the file reads as zeros until written
+      slot(ChunkKind::master, *p).copy_from(p->data);
+    }
     if (resident(chunk)) {
       Tensor param = slot(ChunkKind::param, *p);
       ops::cast(param, p->data);
@@ -117,6 +121,47 @@ ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params
     }
     p->data = p->grad = Tensor();  // from now on the chunks hold them (access hands out views)
   }
+  if (dmm_) dmm_->unstage_states();
+}
+
+void ChunkManager::place_tiers(Allocator& device, Allocator& host) {
+  // Up front, with the whole need: the host holds every chunk the device does not at the
+  // start (under the static partition all but the param list) and, in the warm-up, all; with a
+  // disk tier, the optimizer states of the last chunks that do not fit go to disk for good.
+  const ChunkListBytes bytes = chunk_list_bytes(layout_, options_);
+  const bool fixed = options_.offload->partition == Partition::fixed;
+  const bool disk_tier = !options_.offload->disk_dir.empty();
+  const std::int64_t capacity =
+      std::int64_t(std::min<std::size_t>(host.capacity(), std::numeric_limits<std::int64_t>::max()));
+  const std::int64_t room = capacity - std::int64_t(host.current_bytes());
+  const int disk_chunks = disk_chunks_needed(layout_, options_, room);
+  const std::int64_t on_host = host_bytes_needed(layout_, options_, 0);
+  const std::int64_t least = std::min(on_host, host_bytes_needed(layout_, options_, layout_.chunks));
+  if (disk_chunks < 0 || (disk_chunks > 0 && !disk_tier))
+    throw OutOfMemory(
+        fmt::format("out of host memory: the model data takes {} bytes in chunks ({} chunks of {} elements), and the "
+                    "host holds {} of them{}; memory.host_limit = {} bytes ({} in use) is too small: {}",
+                    bytes.total(), layout_.chunks, layout_.chunk_elements, on_host,
+                    fixed ? " (all but the param list)" : " (every chunk, at the start and in the warm-up)", capacity,
+                    host.current_bytes(),
+                    disk_tier ? fmt::format("with every chunk's optimizer states in memory.disk_dir the host still "
+                                            "needs {} bytes (the rest of the lists and two chunks' staging): raise "
+                                            "memory.host_limit or make the model smaller",
+                                            least)
+                              : fmt::format("raise it, set memory.disk_dir to keep the optimizer states that do not "
+                                            "fit in a file there (the host then needs at least {} bytes), or make "
+                                            "the model smaller",
+                                            least)),
+        std::size_t(disk_tier ? least : on_host) + host.current_bytes());
+  if (disk_tier) {
+    std::vector<int> on_disk(std::size_t(disk_chunks), 0);
+    std::iota(on_disk.begin(), on_disk.end(), layout_.chunks - disk_chunks);
+    dmm_->keep_on_disk(std::move(on_disk), layout_.chunk_elements, rank_);
+  }
+  if (fixed && std::size_t(bytes.param) + device.current_bytes() > device.capacity())
+    throw OutOfMemory(fmt::format("the param list takes {} bytes of the device tier, which holds {} ({} in use)",
+                                  bytes.param, device.capacity(), device.current_bytes()),
+                      std::size_t(bytes.param) + device.current_bytes());
 }
 
 // Parameters outlive the manager (the model owns them) but their data and gradients are views into
@@ -143,7 +188,8 @@ Tensor ChunkManager::slot(ChunkKind kind, const nn::Parameter& p) const {
   TIDAL_ASSERT(i != index_.end(), "parameter {} is not managed in chunks", p.name);
   const ChunkLayout::Place& place = layout_.places[i->second];
   const Tensor& chunk = it->second[std::size_t(place.chunk)];
-  TIDAL_ASSERT(chunk.defined(), "{}: its {} chunk {} is not on this rank", p.name, chunk_kind_name(kind), place.chunk);
+  TIDAL_ASSERT(chunk.defined(), "{}: its {} chunk {} is not on this rank (or on disk, not staged)", p.name,
+               chunk_kind_name(kind), place.chunk);
   return chunk.slice(0, place.offset, place.offset + p.shape.numel()).reshape(p.shape);
 }
 
@@ -453,13 +499,15 @@ void ChunkManager::gather_state(const StateVisitor& visit) {
   const ChunkKind kinds[] = {ChunkKind::master, ChunkKind::momentum, ChunkKind::variance};
   for (std::size_t g = 0; g < reduced_.size(); ++g) {
     const int first = int(g) * layout_.group_size;
-    Tensor whole[3];  // the group's chunks of each kind, back to back
-    for (int k = 0; k < 3; ++k) {
-      whole[k] = Tensor::empty({C * layout_.group_size});
-      if (sharded()) {
+    Tensor whole[3];  // the group's chunks of each kind, back to back (on the host: a checkpoint's)
+    for (Tensor& w : whole) w = Tensor::empty({C * layout_.group_size}, DType::f32, host_allocator());
+    if (sharded()) {
+      for (int k = 0; k < 3; ++k)
         options_.group->all_gather(whole[k], list(kinds[k])[std::size_t(first + rank_)])->wait();
-      } else {
-        for (int r = 0; r < layout_.group_size; ++r)
+    } else {
+      for (int r = 0; r < layout_.group_size; ++r) {
+        if (dmm_) dmm_->stage_states(first + r, false);
+        for (int k = 0; k < 3; ++k)
           whole[k].slice(0, r * C, (r + 1) * C).copy_from(list(kinds[k])[std::size_t(first + r)]);
       }
     }
@@ -471,12 +519,16 @@ void ChunkManager::gather_state(const StateVisitor& visit) {
         visit(p, view(whole[0]), view(whole[1]), view(whole[2]));
       }
   }
+  if (dmm_) dmm_->unstage_states();
 }
 
 void ChunkManager::load_moments(const nn::Parameter& p, const Tensor& momentum, const Tensor& variance) {
-  if (!owns(layout_.places[index_.at(&p)].chunk)) return;
+  const int chunk = layout_.places[index_.at(&p)].chunk;
+  if (!owns(chunk)) return;
+  if (dmm_) dmm_->stage_states(chunk, true);
   slot(ChunkKind::momentum, p).copy_from(momentum);
   slot(ChunkKind::variance, p).copy_from(variance);
+  if (dmm_) dmm_->unstage_states();  // the staging buffer keeps them for the next parameter
 }
 
 std::int64_t ChunkManager::model_data_bytes() const {

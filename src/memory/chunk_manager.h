@@ -91,12 +91,22 @@ struct ChunkListBytes {
 };
 ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& options);
 
+// Under ChunkOptions::offload, the bytes of one rank's lists the host tier holds at the start and
+// through the warm-up: every chunk (the static partition: all but the param list); with the
+// optimizer states of the last `disk_chunks` chunks on disk, those less, plus the disk tier's two
+// staging buffers (disk_tier.h).
+std::int64_t host_bytes_needed(const ChunkLayout& layout, const ChunkOptions& options, int disk_chunks);
+// How many chunks' optimizer states go to disk for the host to hold the rest in `room` bytes: the
+// fewest that fit (0: no disk tier needed); -1 when even every chunk's on disk is not enough.
+int disk_chunks_needed(const ChunkLayout& layout, const ChunkOptions& options, std::int64_t room);
+
 class ChunkManager final : public nn::ModuleHooks {
  public:
   // Takes over `params` (materialized fp32, in initialisation order), counting their users among
   // the modules under `model`. Their values move into the lists: `param` chunks come from
   // `device`, the optimizer's lists from `host`. With ChunkOptions::offload, `device` is the
-  // device tier (its capacity binds chunks and non-model data) and every list may live in either.
+  // device tier (its capacity binds chunks and non-model data) and every list may live in either;
+  // with its disk_dir, the optimizer states the host cannot hold live on disk.
   ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params, const ChunkOptions& options,
                Allocator& device = host_allocator(), Allocator& host = host_allocator());
   ~ChunkManager() override;
@@ -131,11 +141,12 @@ class ChunkManager final : public nn::ModuleHooks {
 
   // For a checkpoint: visits every parameter with its whole fp32 master copy, momentum and
   // variance (views valid during the call), on every rank of the group (a collective: the owners'
-  // chunks are all-gathered a communication group at a time).
+  // chunks are all-gathered a communication group at a time). Disk chunks are read back.
   using StateVisitor = std::function<void(const nn::Parameter&, const Tensor& master, const Tensor& momentum,
                                           const Tensor& variance)>;
   void gather_state(const StateVisitor& visit);
   // From a checkpoint: p's moments, where this rank owns p (its master copy came from p.data).
+  // Parameters in order keep a disk chunk staged from one to the next.
   void load_moments(const nn::Parameter& p, const Tensor& momentum, const Tensor& variance);
 
   TensorState state(const nn::Parameter& p) const;
@@ -143,10 +154,12 @@ class ChunkManager final : public nn::ModuleHooks {
   const ChunkLayout& layout() const { return layout_; }
   const std::vector<nn::Parameter*>& parameters() const { return params_; }
   // p's slot in a list (a view of its shape). After end_backward, gradient() is the step's
-  // gradient: the param slot, or the grad list's with accumulation.
+  // gradient: the param slot, or the grad list's with accumulation. Not for optimizer states on
+  // disk (gather_state reads those).
   Tensor slot(ChunkKind kind, const nn::Parameter& p) const;
   Tensor gradient(const nn::Parameter& p) const;
-  // Bytes held by every chunk of every list (the model data), remote chunks in flight included.
+  // Bytes held in memory by every chunk of every list (the model data), remote chunks in flight
+  // included; optimizer states on disk not.
   std::int64_t model_data_bytes() const;
   bool owns(int chunk) const { return !sharded() || layout_.owner_of(chunk) == rank_; }
   bool resident(int chunk) const { return lists_.at(ChunkKind::param)[std::size_t(chunk)].defined(); }
@@ -186,6 +199,10 @@ class ChunkManager final : public nn::ModuleHooks {
   // The owned parameters from HOLD_AFTER_BWD back to HOLD through `update`, the param list
   // rewritten from the master copy, and at stages 1 and 2 gathered.
   void finish_step(const std::function<void(nn::Parameter&)>& update);
+  // Under offload, before the lists are made: the host's room checked against what it must hold,
+  // and the optimizer states that do not fit sent to the disk tier (ChunkOptions::offload's
+  // disk_dir); the static partition's param list checked against the device tier.
+  void place_tiers(Allocator& device, Allocator& host);
   // A moment of the memory tracer around placing the chunks of `m`'s parameters.
   void access_all(nn::Module& m, bool backward);
   // Param chunk c holds a tensor in COMPUTE (it must stay on the device).

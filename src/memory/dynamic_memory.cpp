@@ -32,11 +32,52 @@ Allocator& DynamicMemory::initial(ChunkKind kind) {
 }
 
 MemoryTier DynamicMemory::where(ChunkKind kind, int chunk) const {
+  if (on_disk(kind, chunk)) return MemoryTier::disk;  // staged or not: the file is its home
   const Tensor& payload = lists_.at(kind)[std::size_t(chunk)];
   return payload.allocator() == &device_chunks_ ? MemoryTier::device : MemoryTier::host;
 }
 
+void DynamicMemory::keep_on_disk(std::vector<int> chunks, std::int64_t chunk_elements, int rank) {
+  TIDAL_ASSERT(!disk_ && !options_.disk_dir.empty(), "a disk tier without memory.disk_dir, or a second one");
+  disk_ = std::make_unique<DiskTier>(options_.disk_dir, rank, chunk_elements, int(std::size(kDiskKinds)),
+                                     std::move(chunks), host_, options_.disk_read_ahead);
+}
+
+bool DynamicMemory::on_disk(ChunkKind kind, int chunk) const {
+  return disk_ && disk_->holds(chunk) &&
+         std::find(std::begin(kDiskKinds), std::end(kDiskKinds), kind) != std::end(kDiskKinds);
+}
+
+void DynamicMemory::stage_states(int chunk, bool modify) {
+  if (!on_disk(ChunkKind::master, chunk)) return;
+  if (staged_ != chunk) unstage_states();
+  const Tensor states = disk_->stage(chunk, modify);
+  const std::int64_t C = states.numel() / std::int64_t(std::size(kDiskKinds));
+  for (std::size_t k = 0; k < std::size(kDiskKinds); ++k)
+    lists_.at(kDiskKinds[k])[std::size_t(chunk)] = states.slice(0, std::int64_t(k) * C, std::int64_t(k + 1) * C);
+  staged_ = chunk;
+}
+
+void DynamicMemory::unstage_states() {
+  if (staged_ < 0) return;
+  // The staging buffer keeps the states (disk_tier.h); the lists stop showing them, so nothing
+  // reads them once the buffer holds another chunk's.
+  for (ChunkKind k : kDiskKinds) lists_.at(k)[std::size_t(staged_)] = Tensor();
+  staged_ = -1;
+}
+
+MoveStats DynamicMemory::stats() const {
+  MoveStats out = stats_;
+  if (disk_) {
+    out.bytes_to_disk = disk_->bytes_to_disk();
+    out.bytes_from_disk = disk_->bytes_from_disk();
+    out.disk_seconds = disk_->seconds();
+  }
+  return out;
+}
+
 void DynamicMemory::move(ChunkKind kind, int chunk, MemoryTier to) {
+  TIDAL_ASSERT(!on_disk(kind, chunk), "chunk {} of {} lives on disk: it does not move", chunk, chunk_kind_name(kind));
   Tensor& payload = lists_.at(kind)[std::size_t(chunk)];
   if (!payload.defined() || where(kind, chunk) == to) return;
   const auto start = std::chrono::steady_clock::now();
@@ -190,14 +231,17 @@ void DynamicMemory::wait_for_host_copies() {
 }
 
 void DynamicMemory::to_optimizer_side(int chunk, const std::function<bool(int)>& busy) {
-  if (where(ChunkKind::master, chunk) == MemoryTier::device)
+  if (where(ChunkKind::master, chunk) == MemoryTier::device) {
     to_device({chunk}, busy);
-  else
+  } else {
     move(ChunkKind::param, chunk, MemoryTier::host);
+    stage_states(chunk, true);  // from disk, Adam's update going back
+  }
   wait_for_host_copies();  // Adam on the host reads it next
 }
 
 void DynamicMemory::after_step(const std::function<bool(int)>& busy) {
+  unstage_states();
   if (options_.partition != Partition::fixed) return;
   for (int c = 0; c < int(lists_.at(ChunkKind::param).size()); ++c)
     if (lists_.at(ChunkKind::param)[std::size_t(c)].defined()) to_device({c}, busy);
@@ -214,7 +258,7 @@ void DynamicMemory::place_optimizer_states() {
     std::int64_t trio = 0;
     for (ChunkKind k : kOptimizerKinds)
       if (lists_.count(k) && lists_.at(k)[std::size_t(c)].defined()) trio += std::int64_t(lists_.at(k)[std::size_t(c)].nbytes());
-    if (trio == 0) continue;
+    if (trio == 0 || on_disk(ChunkKind::master, c)) continue;  // not this rank's, or decided at start
     if (trio > margin) break;
     for (ChunkKind k : kOptimizerKinds)
       if (lists_.count(k)) move(k, c, MemoryTier::device);
@@ -223,12 +267,20 @@ void DynamicMemory::place_optimizer_states() {
 }
 
 nlohmann::json DynamicMemory::json() const {
-  return {{"bytes_to_device", stats_.bytes_to_device},
-          {"bytes_to_host", stats_.bytes_to_host},
-          {"evictions", stats_.evictions},
-          {"move_seconds", stats_.seconds},
-          {"device_chunk_bytes", device_chunk_bytes()},
-          {"device_peak_bytes", device_peak_bytes()}};
+  nlohmann::json out = {{"bytes_to_device", stats_.bytes_to_device},
+                        {"bytes_to_host", stats_.bytes_to_host},
+                        {"evictions", stats_.evictions},
+                        {"move_seconds", stats_.seconds},
+                        {"device_chunk_bytes", device_chunk_bytes()},
+                        {"device_peak_bytes", device_peak_bytes()}};
+  if (!disk_) return out;
+  const MoveStats now = stats();
+  out["disk"] = {{"file_bytes", disk_->store().file_bytes()},
+                 {"chunks", disk_->chunks().size()},
+                 {"bytes_to_disk", now.bytes_to_disk},
+                 {"bytes_from_disk", now.bytes_from_disk},
+                 {"disk_seconds", now.disk_seconds}};
+  return out;
 }
 
 }  // namespace tidal::memory

@@ -17,6 +17,12 @@
 // - The static partition (ZeRO-Offload, the baseline of sec. 4): every param chunk stays on the
 //   device, every optimizer state on the host; each step moves the gradients down and the
 //   parameters back up.
+// - The disk tier (OffloadOptions::disk_dir; disk_tier.h), beyond sec. 7.4's CPU: the optimizer
+//   states of the last chunks in list order that the host cannot hold under its cap live in a
+//   file, decided once when the lists are made (the host is at its fullest then: every chunk is
+//   there until the warm-up ends). Param chunks (used every step) and accumulated gradients never
+//   go there, and the device margin after the warm-up takes host chunks only. AdamW on a disk
+//   chunk runs on the host on its staged states (stage_states), which go back to the file.
 //
 // On a machine without a GPU both tiers are host memory and a move is a copy between allocators
 // (the device tier capped by [memory] device_limit), so all of this runs and is checked anywhere.
@@ -30,6 +36,7 @@
 #include "core/allocator.h"
 #include "core/tensor.h"
 #include "memory/chunk_layout.h"
+#include "memory/disk_tier.h"
 #include "memory/memory_tracer.h"
 
 #include <nlohmann/json.hpp>
@@ -37,6 +44,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,12 +58,19 @@ struct OffloadOptions {
   Partition partition = Partition::dynamic;
   Eviction eviction = Eviction::belady;
   double warmup_fraction = 0.2;  // of the device the chunks may take during the warm-up
+  std::string disk_dir = "";     // the disk tier's directory ("" = none)
+  bool disk_read_ahead = true;   // the next disk chunk read on a thread (disk_tier.h)
 };
+
+// The optimizer's lists whose chunks may live on disk, a record per chunk in this order.
+constexpr ChunkKind kDiskKinds[] = {ChunkKind::master, ChunkKind::momentum, ChunkKind::variance};
 
 struct MoveStats {
   std::int64_t bytes_to_host = 0, bytes_to_device = 0;
   std::int64_t evictions = 0;  // param chunks sent to the host to make room
   double seconds = 0;          // in moves
+  std::int64_t bytes_to_disk = 0, bytes_from_disk = 0;
+  double disk_seconds = 0;  // in disk transfers of its own and waits for the read-ahead
 };
 
 class DynamicMemory {
@@ -66,9 +81,19 @@ class DynamicMemory {
   DynamicMemory(const OffloadOptions& options, Allocator& device, Allocator& host, Lists& lists);
 
   // Where a new chunk of `kind` starts: param chunks on the device under the static partition,
-  // everything else on the host.
+  // everything else on the host (or on disk: on_disk()).
   Allocator& initial(ChunkKind kind);
   MemoryTier where(ChunkKind kind, int chunk) const;
+
+  // Before the lists are made: the optimizer states of `chunks` (in list order) live in a file in
+  // OffloadOptions::disk_dir (none: the directory is only checked). Their payloads in the lists
+  // stay undefined except while staged.
+  void keep_on_disk(std::vector<int> chunks, std::int64_t chunk_elements, int rank);
+  bool on_disk(ChunkKind kind, int chunk) const;
+  // Chunk c's optimizer states readable through the lists (`modify`: and written back to disk)
+  // until unstage_states() or the staging of another chunk; a no-op for a chunk not on disk.
+  void stage_states(int chunk, bool modify);
+  void unstage_states();
 
   // A training iteration (the first is the warm-up) and its moments: begin_moment() before an
   // operator's chunks are placed, end_moment() once they are (the interval starts).
@@ -82,10 +107,12 @@ class DynamicMemory {
   void to_device(std::vector<int> chunks, const std::function<bool(int)>& busy);
   // Before AdamW on `chunk`: its param chunk where its optimizer states are.
   void to_optimizer_side(int chunk, const std::function<bool(int)>& busy);
-  // After the step (static partition): the param chunks back on the device.
+  // After the step: the disk chunks' states unstaged and (static partition) the param chunks
+  // back on the device.
   void after_step(const std::function<bool(int)>& busy);
 
-  const MoveStats& stats() const { return stats_; }
+  MoveStats stats() const;
+  const DiskTier* disk() const { return disk_.get(); }
   const MemoryTracer& tracer() const { return tracer_; }
   std::int64_t device_chunk_bytes() const { return std::int64_t(device_chunks_.current_bytes()); }
   std::int64_t host_chunk_bytes() const { return std::int64_t(host_.current_bytes()); }
@@ -111,7 +138,6 @@ class DynamicMemory {
   SubAllocator device_chunks_;
   Allocator& host_;
   Lists& lists_;
-  std::map<ChunkKind, std::vector<MemoryTier>> where_;
   MemoryTracer tracer_;
   bool in_iteration_ = false, in_moment_ = false;
   int moment_ = -1;                     // in the current iteration
@@ -121,6 +147,8 @@ class DynamicMemory {
   std::set<int> pinned_;                // placed in the current moment
   bool host_copies_pending_ = false;    // chunks on their way to the host (GPU)
   std::vector<Tensor> retired_;         // host payloads copies to the device may still read (GPU)
+  std::unique_ptr<DiskTier> disk_;      // with OffloadOptions::disk_dir
+  int staged_ = -1;                     // the disk chunk whose states the lists show
   MoveStats stats_;
 };
 

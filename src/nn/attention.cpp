@@ -20,16 +20,16 @@ ops::AttentionOptions options(int n_head, bool causal, const Tensor& mask) {
 Tensor ScaledDotProductAttention::forward(const Tensor& qkv, Context& ctx) {
   const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
   Tensor y = ctx.empty({B, T, C}, qkv.dtype());
-  Tensor probs = ctx.empty({B, n_head_, T, T});
-  ops::attention_forward(y, probs, qkv, options(n_head_, causal_, key_mask(samples_, ctx)));
-  ctx.saved = {qkv, probs};
+  Tensor lse = ctx.empty({B, n_head_, T});
+  ops::attention_forward(y, lse, qkv, options(n_head_, causal_, key_mask(samples_, ctx)));
+  ctx.saved = {qkv, y, lse};  // y is the projection's input, which keeps it anyway
   return y;
 }
 
 Tensor ScaledDotProductAttention::backward(const Tensor& dy, Context& ctx) {
-  const Tensor &qkv = ctx.saved.at(0), &probs = ctx.saved.at(1);
+  const Tensor &qkv = ctx.saved.at(0), &y = ctx.saved.at(1), &lse = ctx.saved.at(2);
   Tensor dqkv = ctx.empty(qkv.shape(), qkv.dtype());
-  ops::attention_backward(dqkv, dy, qkv, probs, options(n_head_, causal_, key_mask(samples_, ctx)));
+  ops::attention_backward(dqkv, dy, qkv, y, lse, options(n_head_, causal_, key_mask(samples_, ctx)));
   ctx.saved.clear();
   return dqkv;
 }

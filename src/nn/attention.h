@@ -10,8 +10,8 @@
 namespace tidal::nn {
 
 // Scaled dot-product attention of the heads and samples a rank holds whole: qkv [B', T, 3C'] ->
-// y [B', T, C'], keeping the probabilities [B', H', T, T] for backward. The key mask is the
-// batch's, for the `samples`.
+// y [B', T, C'], flash-style: it keeps qkv, y and each query's log-sum-exp [B', H', T] for
+// backward, never the probabilities. The key mask is the batch's, for the `samples`.
 class ScaledDotProductAttention final : public Module {
  public:
   ScaledDotProductAttention(int n_head, bool causal, BatchSlice samples)

@@ -1,10 +1,15 @@
 // Attention (ops/attention.h) and the ring-attention pieces (ops/ring_attention.h) on the GPU
-// against the CPU backend on the same inputs: forward (outputs and probabilities) and backward,
-// causal and with a padding mask, fp32 and the 16-bit storage types, on odd sequence lengths and
-// head widths; every ring piece at nonzero key offsets, with causally skipped blocks; and the
-// backward twice, bitwise equal.
+// against the CPU backend on the same inputs. Whole-sequence attention: forward (y and the
+// log-sum-exp) and backward, causal and with padding (a sample with every key padded, a query
+// with none left under the causal mask), fp32 and the 16-bit storage types, odd sequence lengths
+// and head widths, through both kernel families (tensor cores for bf16 / fp16 at head width 64
+// and 128, SIMT otherwise, and SIMT again for unaligned 16-bit tensors), GPT-2's shape, and
+// repeated runs bitwise equal. Ring attention: every piece at nonzero key offsets, with causally
+// skipped blocks.
+#include "core/gpu.h"
 #include "ops/attention.h"
 #include "ops/cast.h"
+#include "ops/cuda/flash_dispatch.h"
 #include "ops/ring_attention.h"
 #include "support/gpu.h"
 #include "support/random.h"
@@ -13,6 +18,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <tuple>
 #include <vector>
@@ -20,6 +27,7 @@
 namespace tidal {
 namespace {
 
+using ops::cuda::FlashKernels;
 using testing::all_close;
 using testing::kFp32;
 using testing::randn;
@@ -28,17 +36,58 @@ using testing::gpu_empty;
 using testing::to_gpu;
 using testing::to_host;
 
-// fp32 (kFp32, 1e-5 + 1e-4 |ref|): the kernels sum every product in another order than OpenBLAS;
-// PyTorch fp32 against fp64 on these shapes (T = 130, head width 128) differs by at most 2e-6 in
-// y, the probabilities and dqkv, so the two backends by about twice that.
-// 16-bit: both backends compute the fp32 values above and round once, so they differ by the fp32
-// difference plus one 16-bit ulp (at most 2^-7 relative for bf16, 2^-10 for fp16, plus kFp32's
-// 1e-4).
-constexpr testing::Tolerance kBf16{1e-5, 8e-3};
-constexpr testing::Tolerance kF16{1e-5, 1.1e-3};
+// Tolerances, GPU against CPU on the same inputs.
+// fp32 (kFp32, 1e-5 + 1e-4 |ref|), also lse in every dtype (fp32 on both sides): the kernels sum
+// the same products in another order than OpenBLAS; PyTorch fp32 against fp64 on these shapes
+// (T = 130, head width 128) differs by at most 2e-6 in y and dqkv, so the two backends by about
+// twice that. (An emulation of the SIMT kernels against an fp64 reference stayed below 3.4e-6 up
+// to head width 256.) +inf entries of lse agree only with +inf: all_close counts equal infinities
+// as equal and any other difference with an infinity as a failure.
+// 16-bit on the SIMT kernels: the fp32 values above rounded once on both sides, so they differ
+// by the fp32 difference plus one 16-bit ulp (at most 2^-7 relative for bf16, 2^-10 for fp16).
+constexpr testing::Tolerance kBf16Simt{1e-5, 8e-3};
+constexpr testing::Tolerance kF16Simt{1e-5, 1.1e-3};
+// 16-bit on tensor cores: as FlashAttention, the probabilities are rounded to the storage type
+// before P V and P^T dO, and the score gradients before dS K and dS^T Q, where the CPU keeps them
+// fp32. Each rounding is 2^-9 (bf16) or 2^-12 (fp16) relative to a term of a sum, so the error
+// scales with the magnitude of the terms, not of each output element: atol is this fraction of
+// the tensor's largest |ref| (scaled_to), rtol covers the final rounding. A simulation of these
+// roundings against fp32 (PyTorch, this test's shapes up to B 2 H 12 T 1024 hd 64, with and
+// without the masks) stayed within 0.44 of these bounds for bf16 and 0.22 for fp16, on y, dq, dk
+// and dv alike.
+constexpr testing::Tolerance kBf16TensorCore{1e-2, 1e-2};
+constexpr testing::Tolerance kF16TensorCore{2e-3, 2e-3};
 
-testing::Tolerance tolerance_for(DType dtype) {
-  return dtype == DType::f32 ? kFp32 : dtype == DType::bf16 ? kBf16 : kF16;
+double max_abs(const Tensor& t) {
+  Tensor f = Tensor::empty(t.shape());
+  ops::cast(f, t.device().is_cuda() ? to_host(t) : t);
+  double m = 0.0;
+  for (std::int64_t i = 0; i < f.numel(); ++i) m = std::max(m, double(std::fabs(f.data<float>()[i])));
+  return m;
+}
+
+// `tol` with its atol taken as a fraction of ref's largest magnitude.
+testing::Tolerance scaled_to(testing::Tolerance tol, const Tensor& ref) { return {tol.atol * max_abs(ref), tol.rtol}; }
+
+// The tolerance of y or dqkv computed by `kernels` in `dtype`, against ref.
+testing::Tolerance tolerance_for(DType dtype, FlashKernels kernels, const Tensor& ref) {
+  if (dtype == DType::f32) return kFp32;
+  if (kernels == FlashKernels::tensor_core)
+    return scaled_to(dtype == DType::bf16 ? kBf16TensorCore : kF16TensorCore, ref);
+  return dtype == DType::bf16 ? kBf16Simt : kF16Simt;
+}
+
+// dq, dk and dv (the three C-wide parts of dqkv [B, T, 3C]) each against its reference, with the
+// tolerance of `kernels` scaled to that part.
+void expect_dqkv_close(const Tensor& got, const Tensor& ref, FlashKernels kernels) {
+  const std::int64_t B = ref.dim(0), T = ref.dim(1), C = ref.dim(2) / 3;
+  const Tensor host = to_host(got);
+  for (const std::int64_t part : {0, 1, 2}) {
+    Tensor g = Tensor::empty({B, T, C}, ref.dtype()), r = Tensor::empty({B, T, C}, ref.dtype());
+    g.copy_from(host.slice(2, part * C, (part + 1) * C));
+    r.copy_from(ref.slice(2, part * C, (part + 1) * C));
+    EXPECT_TRUE(all_close(g, r, tolerance_for(ref.dtype(), kernels, r))) << "d" << "qkv"[part];
+  }
 }
 
 // [B, T] i32: sample b has its last 2b + 1 positions padded (all of them when T is short), and
@@ -51,8 +100,38 @@ Tensor padding_mask(std::int64_t B, std::int64_t T) {
   return mask;
 }
 
+// [3, T] i32 for whole-sequence attention: sample 0 pads position 3 (between real keys) and the
+// last; sample 1 pads position 0 (under the causal mask query 0 then attends nothing) and the
+// last two; sample 2 pads everything (every query gets y = 0 and lse = +inf).
+Tensor sequence_mask(std::int64_t T) {
+  Tensor mask = Tensor::empty({3, T}, DType::i32);
+  std::int32_t* m = mask.data<std::int32_t>();
+  for (std::int64_t t = 0; t < T; ++t) {
+    m[t] = t != 3 && t != T - 1;
+    m[T + t] = t != 0 && t < T - 2;
+    m[2 * T + t] = 0;
+  }
+  return mask;
+}
 
 // ---- whole-sequence attention ----
+
+struct AttentionRun {
+  Tensor y, lse, dqkv;
+};
+
+// Forward, then backward from `y_in` and `lse_in` (forward's own outputs when undefined), on the
+// device of qkv.
+AttentionRun run_attention(const Tensor& qkv, const Tensor& dy, const ops::AttentionOptions& opt, std::int64_t H,
+                           const Tensor& y_in = {}, const Tensor& lse_in = {}) {
+  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
+  Allocator& alloc = qkv.device().is_cuda() ? gpu_allocator() : host_allocator();
+  AttentionRun r{Tensor::empty({B, T, C}, qkv.dtype(), alloc), Tensor::empty({B, H, T}, DType::f32, alloc),
+                 Tensor::empty(qkv.shape(), qkv.dtype(), alloc)};
+  ops::attention_forward(r.y, r.lse, qkv, opt);
+  ops::attention_backward(r.dqkv, dy, qkv, y_in.defined() ? y_in : r.y, lse_in.defined() ? lse_in : r.lse, opt);
+  return r;
+}
 
 using AttentionCase = std::tuple<DType, std::int64_t, std::int64_t, bool, bool>;  // dtype, T, head width, causal, masked
 
@@ -61,31 +140,27 @@ class CudaAttention : public ::testing::TestWithParam<AttentionCase> {};
 TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   TIDAL_REQUIRE_GPU();
   const auto [dtype, T, hd, causal, masked] = GetParam();
-  const std::int64_t B = 2, H = 3, C = H * hd;
+  const std::int64_t B = 3, H = 2, C = H * hd;
   const Tensor qkv = randn_as({B, T, 3 * C}, 21, dtype), dy = randn_as({B, T, C}, 22, dtype);
-  const Tensor mask = padding_mask(B, T), gmask = to_gpu(mask);
+  const Tensor mask = sequence_mask(T), gmask = to_gpu(mask);
   const ops::AttentionOptions opt{.n_head = int(H), .causal = causal, .key_mask = masked ? &mask : nullptr};
   const ops::AttentionOptions gopt{.n_head = int(H), .causal = causal, .key_mask = masked ? &gmask : nullptr};
-
-  Tensor y = Tensor::empty({B, T, C}, dtype), probs = Tensor::empty({B, H, T, T});
-  Tensor dqkv = Tensor::empty(qkv.shape(), dtype);
-  ops::attention_forward(y, probs, qkv, opt);
-  ops::attention_backward(dqkv, dy, qkv, probs, opt);
+  const AttentionRun cpu = run_attention(qkv, dy, opt, H);
 
   const Tensor gqkv = to_gpu(qkv), gdy = to_gpu(dy);
-  Tensor gy = gpu_empty(y.shape(), dtype), gprobs = gpu_empty(probs.shape()), gdqkv = gpu_empty(qkv.shape(), dtype);
-  ops::attention_forward(gy, gprobs, gqkv, gopt);
-  EXPECT_TRUE(all_close(gy, y, tolerance_for(dtype))) << "y";
-  EXPECT_TRUE(all_close(gprobs, probs, kFp32)) << "probs";
-  // Backward from the CPU's probabilities: the same inputs on both sides.
-  ops::attention_backward(gdqkv, gdy, gqkv, to_gpu(probs), gopt);
-  EXPECT_TRUE(all_close(gdqkv, dqkv, tolerance_for(dtype))) << "dqkv";
+  // Backward from the CPU's y and lse: the same inputs on both sides.
+  const AttentionRun gpu = run_attention(gqkv, gdy, gopt, H, to_gpu(cpu.y), to_gpu(cpu.lse));
+  const FlashKernels kernels = ops::cuda::flash_kernels_for(dtype, hd, {&gqkv, &gpu.y, &gdy, &gpu.dqkv});
+  EXPECT_EQ(kernels, dtype != DType::f32 && (hd == 64 || hd == 128) ? FlashKernels::tensor_core : FlashKernels::simt);
+  EXPECT_TRUE(all_close(gpu.y, cpu.y, tolerance_for(dtype, kernels, cpu.y))) << "y";
+  EXPECT_TRUE(all_close(gpu.lse, cpu.lse, kFp32)) << "lse";
+  expect_dqkv_close(gpu.dqkv, cpu.dqkv, kernels);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
-                                            ::testing::Values<std::int64_t>(1, 37, 130),
-                                            ::testing::Values<std::int64_t>(64, 128, 40), ::testing::Bool(),
+                                            ::testing::Values<std::int64_t>(1, 37, 129),
+                                            ::testing::Values<std::int64_t>(8, 24, 64, 128), ::testing::Bool(),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            const AttentionCase& c = info.param;
@@ -94,23 +169,112 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                               std::get<4>(c) ? "_masked" : "");
                          });
 
+// The masks' extreme cases, on the GPU alone and exactly: the all-padded sample's queries, and
+// sample 1's query 0 under the causal mask, attend nothing: y = 0, lse = +inf, and their rows of
+// dq are 0; every padded key gets dk = dv = 0.
+TEST(CudaAttentionMasks, UnattendedQueriesAndPaddedKeysAreExactlyZero) {
+  TIDAL_REQUIRE_GPU();
+  for (const std::int64_t hd : {24, 64}) {
+    SCOPED_TRACE(fmt::format("head width {}", hd));
+    const std::int64_t B = 3, T = 70, H = 2, C = H * hd;
+    const Tensor mask = sequence_mask(T), gmask = to_gpu(mask);
+    const ops::AttentionOptions gopt{.n_head = int(H), .causal = true, .key_mask = &gmask};
+    const AttentionRun gpu = run_attention(to_gpu(randn_as({B, T, 3 * C}, 25, DType::bf16)),
+                                           to_gpu(randn_as({B, T, C}, 26, DType::bf16)), gopt, H);
+    Tensor y = Tensor::empty({B, T, C}), dqkv = Tensor::empty({B, T, 3 * C});
+    ops::cast(y, to_host(gpu.y));
+    ops::cast(dqkv, to_host(gpu.dqkv));
+    const Tensor lse = to_host(gpu.lse);
+    const std::int32_t* m = mask.data<std::int32_t>();
+    std::int64_t wrong_lse = 0, nonzero_y = 0, nonzero_dq = 0, nonzero_dkv = 0;
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t t = 0; t < T; ++t) {
+        const bool unattended = b == 2 || (b == 1 && t == 0);
+        for (std::int64_t h = 0; h < H; ++h) {
+          const float l = lse.data<float>()[(b * H + h) * T + t];
+          wrong_lse += (std::isinf(l) && l > 0) != unattended;
+        }
+        const float* row = dqkv.data<float>() + (b * T + t) * 3 * C;
+        for (std::int64_t c = 0; c < C; ++c) {
+          if (unattended) {
+            nonzero_y += y.data<float>()[(b * T + t) * C + c] != 0.0f;
+            nonzero_dq += row[c] != 0.0f;
+          }
+          if (m[b * T + t] == 0) nonzero_dkv += (row[C + c] != 0.0f) + (row[2 * C + c] != 0.0f);
+        }
+      }
+    EXPECT_EQ(wrong_lse, 0) << "lse entries not +inf exactly where nothing is attended";
+    EXPECT_EQ(nonzero_y, 0) << "y entries of queries that attend nothing";
+    EXPECT_EQ(nonzero_dq, 0) << "dq entries of queries that attend nothing";
+    EXPECT_EQ(nonzero_dkv, 0) << "dk, dv entries of padded keys";
+  }
+}
+
+// GPT-2's attention (12 heads of width 64, T 1024, causal) at batch 2 on tensor cores, forward and
+// backward chained on each side as in training.
+class CudaAttentionGpt2 : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaAttentionGpt2, ChainedForwardAndBackwardMatchCpu) {
+  TIDAL_REQUIRE_GPU();
+  const DType dtype = GetParam();
+  const std::int64_t B = 2, T = 1024, H = 12, hd = 64, C = H * hd;
+  const Tensor qkv = randn_as({B, T, 3 * C}, 27, dtype), dy = randn_as({B, T, C}, 28, dtype);
+  const ops::AttentionOptions opt{.n_head = int(H), .causal = true};
+  const AttentionRun cpu = run_attention(qkv, dy, opt, H);
+  const Tensor gqkv = to_gpu(qkv), gdy = to_gpu(dy);
+  const AttentionRun gpu = run_attention(gqkv, gdy, opt, H);
+  ASSERT_EQ(ops::cuda::flash_kernels_for(dtype, hd, {&gqkv, &gpu.y, &gdy, &gpu.dqkv}), FlashKernels::tensor_core);
+  EXPECT_TRUE(all_close(gpu.y, cpu.y, tolerance_for(dtype, FlashKernels::tensor_core, cpu.y))) << "y";
+  EXPECT_TRUE(all_close(gpu.lse, cpu.lse, kFp32)) << "lse";
+  expect_dqkv_close(gpu.dqkv, cpu.dqkv, FlashKernels::tensor_core);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionGpt2, ::testing::Values(DType::bf16, DType::f16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// A GPU tensor with the contents of `t` at `offset_bytes` past a pool allocation (so not 16-byte
+// aligned for an offset of 2); `keep` owns the allocation.
+Tensor gpu_at_offset(const Tensor& t, std::size_t offset_bytes, Tensor& keep) {
+  keep = gpu_empty({std::int64_t(t.nbytes() + offset_bytes + 3) / 4}, DType::i32);
+  void* at = static_cast<char*>(keep.raw()) + offset_bytes;
+  const Tensor host = t.device().is_cuda() ? to_host(t) : t;
+  copy_bytes(at, keep.device(), host.raw(), Device::cpu(), host.nbytes());
+  return Tensor::view_of(at, t.shape(), t.dtype(), keep.device());
+}
+
+// bf16 at head width 64 with qkv 2 bytes off 16-byte alignment: the tensor cores' 16-byte loads
+// cannot be used, so the call goes to the SIMT kernels, with the SIMT kernels' tolerance.
+TEST(CudaAttentionAlignment, UnalignedSixteenBitTensorsTakeTheSimtKernels) {
+  TIDAL_REQUIRE_GPU();
+  const std::int64_t B = 2, T = 77, H = 2, hd = 64, C = H * hd;
+  const Tensor qkv = randn_as({B, T, 3 * C}, 29, DType::bf16), dy = randn_as({B, T, C}, 30, DType::bf16);
+  const ops::AttentionOptions opt{.n_head = int(H), .causal = true};
+  const AttentionRun cpu = run_attention(qkv, dy, opt, H);
+  Tensor storage;
+  const Tensor gqkv = gpu_at_offset(qkv, 2, storage), gdy = to_gpu(dy);
+  const AttentionRun gpu = run_attention(gqkv, gdy, opt, H);
+  ASSERT_EQ(ops::cuda::flash_kernels_for(DType::bf16, hd, {&gqkv, &gpu.y}), FlashKernels::simt);
+  EXPECT_TRUE(all_close(gpu.y, cpu.y, kBf16Simt)) << "y";
+  EXPECT_TRUE(all_close(gpu.lse, cpu.lse, kFp32)) << "lse";
+  expect_dqkv_close(gpu.dqkv, cpu.dqkv, FlashKernels::simt);
+}
+
 // Forward and backward twice on the same inputs: the same bits (tidal compares losses bitwise
-// between GPU runs).
-class CudaAttentionDeterminism : public ::testing::TestWithParam<DType> {};
+// between GPU runs), on both kernel families.
+using DeterminismCase = std::tuple<DType, std::int64_t>;  // dtype, head width
+class CudaAttentionDeterminism : public ::testing::TestWithParam<DeterminismCase> {};
 
 TEST_P(CudaAttentionDeterminism, RepeatedRunsAreBitwiseEqual) {
   TIDAL_REQUIRE_GPU();
-  const DType dtype = GetParam();
-  const std::int64_t B = 2, T = 130, H = 3, C = H * 40;
+  const auto [dtype, hd] = GetParam();
+  const std::int64_t B = 3, T = 130, H = 2, C = H * hd;
   const Tensor gqkv = to_gpu(randn_as({B, T, 3 * C}, 23, dtype)), gdy = to_gpu(randn_as({B, T, C}, 24, dtype));
-  const Tensor gmask = to_gpu(padding_mask(B, T));
+  const Tensor gmask = to_gpu(sequence_mask(T));
   const ops::AttentionOptions opt{.n_head = int(H), .causal = true, .key_mask = &gmask};
-  std::vector<Tensor> runs;  // y, probs, dqkv of each run, on the host
+  std::vector<Tensor> runs;  // y, lse, dqkv of each run, on the host
   for (int run = 0; run < 2; ++run) {
-    Tensor y = gpu_empty({B, T, C}, dtype), probs = gpu_empty({B, H, T, T}), dqkv = gpu_empty(gqkv.shape(), dtype);
-    ops::attention_forward(y, probs, gqkv, opt);
-    ops::attention_backward(dqkv, gdy, gqkv, probs, opt);
-    for (const Tensor* t : {&y, &probs, &dqkv}) runs.push_back(to_host(*t));
+    const AttentionRun r = run_attention(gqkv, gdy, opt, H);
+    for (const Tensor* t : {&r.y, &r.lse, &r.dqkv}) runs.push_back(to_host(*t));
   }
   for (int i = 0; i < 3; ++i) {
     ASSERT_EQ(runs[i].nbytes(), runs[i + 3].nbytes());
@@ -118,8 +282,12 @@ TEST_P(CudaAttentionDeterminism, RepeatedRunsAreBitwiseEqual) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionDeterminism, ::testing::Values(DType::f32, DType::bf16),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionDeterminism,
+                         ::testing::Values(DeterminismCase{DType::f32, 40}, DeterminismCase{DType::bf16, 40},
+                                           DeterminismCase{DType::bf16, 64}, DeterminismCase{DType::f16, 128}),
+                         [](const auto& info) {
+                           return fmt::format("{}_hd{}", dtype_name(std::get<0>(info.param)), std::get<1>(info.param));
+                         });
 
 // ---- ring-attention pieces ----
 

@@ -106,8 +106,9 @@ def scalar1(t):
 # --------------------------------------------------------------------------- shared ops
 
 
-def attention(qkv, n_head, causal, key_mask=None):
-    """Multi-head attention on a fused qkv [B, T, 3C] -> [B, T, C].
+def masked_scores(qkv, n_head, causal, key_mask=None):
+    """The scaled scores [B, H, T, T] of a fused qkv [B, T, 3C], masked keys at -inf, and v
+    [B, H, T, hs].
 
     key_mask: optional [B, T] (1 = real token, 0 = padding); padded keys get -inf.
     """
@@ -127,9 +128,16 @@ def attention(qkv, n_head, causal, key_mask=None):
     if key_mask is not None:
         pad = (key_mask == 0).view(B, 1, 1, T)
         scores = scores.masked_fill(pad, float("-inf"))
+    return scores, v
+
+
+def attention(qkv, n_head, causal, key_mask=None):
+    """Multi-head attention on a fused qkv [B, T, 3C] -> [B, T, C]."""
+    B, T, C3 = qkv.shape
+    scores, v = masked_scores(qkv, n_head, causal, key_mask)
     att = F.softmax(scores, dim=-1)
     y = att @ v  # [B, H, T, hs]
-    return y.transpose(1, 2).reshape(B, T, C)
+    return y.transpose(1, 2).reshape(B, T, C3 // 3)
 
 
 def gelu(x):
@@ -202,12 +210,15 @@ def case_softmax(inp):
 
 def case_attention(inp):
     """Inputs qkv [B, T, 3C], dy [B, T, C], optional key_mask [B, T] int32 (1 real,
-    0 pad); meta n_head, causal. Outputs y [B, T, C], dqkv [B, T, 3C]."""
+    0 pad); meta n_head, causal. Outputs y [B, T, C], dqkv [B, T, 3C] and lse [B, H, T], the
+    log-sum-exp of each query's attended scores (the flash-style forward's saved state)."""
     qkv = inp.f32("qkv", grad=True)
     key_mask = inp.long("key_mask") if inp.has("key_mask") else None
     y = attention(qkv, inp.int("n_head"), inp.bool("causal"), key_mask)
     y.backward(inp.f32("dy"))
-    return {"y": out32(y), "dqkv": out32(qkv.grad)}
+    with torch.no_grad():
+        lse = torch.logsumexp(masked_scores(qkv, inp.int("n_head"), inp.bool("causal"), key_mask)[0], dim=-1)
+    return {"y": out32(y), "dqkv": out32(qkv.grad), "lse": out32(lse)}
 
 
 def case_embedding(inp):

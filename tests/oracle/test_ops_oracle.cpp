@@ -111,25 +111,52 @@ TEST(OpsOracle, SoftmaxForwardBackward) {
 }
 
 TEST(OpsOracle, AttentionCausalAndPadding) {
-  const std::int64_t B = 3, T = 37, C = 72;
-  const int H = 3;
-  Tensor qkv = randn({B, T, 3 * C}, 17), dy = randn({B, T, C}, 18);
-  // Padding at the end of samples 1 and 2 (as BERT batches have).
+  // T 37 fits one block of queries; T 150 spans three (the last partial), with padding that
+  // ends inside the second.
+  for (const std::int64_t T : {37, 150}) {
+    const std::int64_t B = 3, C = 72;
+    const int H = 3;
+    Tensor qkv = randn({B, T, 3 * C}, 17), dy = randn({B, T, C}, 18);
+    // Padding at the end of samples 1 and 2 (as BERT batches have).
+    Tensor mask = Tensor::empty({B, T}, DType::i32);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t t = 0; t < T; ++t) mask.data<std::int32_t>()[b * T + t] = t < T - (T / 8) * b ? 1 : 0;
+    for (bool causal : {true, false})
+      for (bool padded : {false, true}) {
+        const ops::AttentionOptions opt{.n_head = H, .causal = causal, .key_mask = padded ? &mask : nullptr};
+        Tensor y = Tensor::empty({B, T, C}), lse = Tensor::empty({B, H, T}), dqkv = Tensor::empty(qkv.shape());
+        ops::attention_forward(y, lse, qkv, opt);
+        ops::attention_backward(dqkv, dy, qkv, y, lse, opt);
+        io::TensorMap in{{"qkv", qkv}, {"dy", dy}};
+        if (padded) in.emplace("key_mask", mask);
+        auto ref = run_oracle("attention", in, {{"n_head", std::to_string(H)}, {"causal", causal ? "1" : "0"}});
+        const std::string what = fmt::format("T {} causal {} padded {}", T, causal, padded);
+        EXPECT_TRUE(all_close(y, ref.at("y"), kFp32)) << what;
+        EXPECT_TRUE(all_close(lse, ref.at("lse"), kFp32)) << what;
+        EXPECT_TRUE(all_close(dqkv, ref.at("dqkv"), kFp32)) << what;
+      }
+  }
+}
+
+// A sample whose keys are all padding: its queries attend nothing, so their output and every
+// gradient through them are zero and their log-sum-exp is +inf; the other sample is untouched.
+TEST(OpsOracle, AttentionQueryWithNoKeys) {
+  const std::int64_t B = 2, T = 70, C = 32;
+  const int H = 2;
+  Tensor qkv = randn({B, T, 3 * C}, 23), dy = randn({B, T, C}, 24);
   Tensor mask = Tensor::empty({B, T}, DType::i32);
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t t = 0; t < T; ++t) mask.data<std::int32_t>()[b * T + t] = t < T - 5 * b ? 1 : 0;
-  for (bool causal : {true, false})
-    for (bool padded : {false, true}) {
-      const ops::AttentionOptions opt{.n_head = H, .causal = causal, .key_mask = padded ? &mask : nullptr};
-      Tensor y = Tensor::empty({B, T, C}), probs = Tensor::empty({B, H, T, T}), dqkv = Tensor::empty(qkv.shape());
-      ops::attention_forward(y, probs, qkv, opt);
-      ops::attention_backward(dqkv, dy, qkv, probs, opt);
-      io::TensorMap in{{"qkv", qkv}, {"dy", dy}};
-      if (padded) in.emplace("key_mask", mask);
-      auto ref = run_oracle("attention", in, {{"n_head", std::to_string(H)}, {"causal", causal ? "1" : "0"}});
-      EXPECT_TRUE(all_close(y, ref.at("y"), kFp32)) << "causal " << causal << " padded " << padded;
-      EXPECT_TRUE(all_close(dqkv, ref.at("dqkv"), kFp32)) << "causal " << causal << " padded " << padded;
-    }
+  for (std::int64_t t = 0; t < B * T; ++t) mask.data<std::int32_t>()[t] = t < T ? 1 : 0;
+  const ops::AttentionOptions opt{.n_head = H, .causal = false, .key_mask = &mask};
+  Tensor y = Tensor::empty({B, T, C}), lse = Tensor::empty({B, H, T}), dqkv = Tensor::empty(qkv.shape());
+  ops::attention_forward(y, lse, qkv, opt);
+  ops::attention_backward(dqkv, dy, qkv, y, lse, opt);
+  for (std::int64_t i = T * C; i < B * T * C; ++i) ASSERT_EQ(y.data<float>()[i], 0.0f) << i;
+  for (std::int64_t i = H * T; i < B * H * T; ++i) ASSERT_EQ(lse.data<float>()[i], std::numeric_limits<float>::infinity()) << i;
+  for (std::int64_t i = T * 3 * C; i < B * T * 3 * C; ++i) ASSERT_EQ(dqkv.data<float>()[i], 0.0f) << i;
+  auto ref = run_oracle("attention", {{"qkv", qkv.slice(0, 0, 1)}, {"dy", dy.slice(0, 0, 1)}},
+                        {{"n_head", std::to_string(H)}, {"causal", "0"}});
+  EXPECT_TRUE(all_close(y.slice(0, 0, 1), ref.at("y"), kFp32));
+  EXPECT_TRUE(all_close(dqkv.slice(0, 0, 1), ref.at("dqkv"), kFp32));
 }
 
 TEST(OpsOracle, TokenAndPositionEmbedding) {

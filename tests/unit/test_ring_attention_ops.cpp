@@ -40,10 +40,10 @@ TEST_P(RingAttentionOps, BlocksEqualWholeAttention) {
     mask.data<std::int32_t>()[i] = (i % c.T) < c.T - (2 * (i / c.T) + 1) ? 1 : 0;
 
   const ops::AttentionOptions whole{.n_head = c.H, .causal = c.causal, .key_mask = c.masked ? &mask : nullptr};
-  Tensor y = Tensor::empty({c.B, c.T, c.C}), probs = Tensor::empty({c.B, c.H, c.T, c.T});
-  ops::attention_forward(y, probs, qkv, whole);
+  Tensor y = Tensor::empty({c.B, c.T, c.C}), lse = Tensor::empty({c.B, c.H, c.T});
+  ops::attention_forward(y, lse, qkv, whole);
   Tensor dqkv = Tensor::empty(qkv.shape());
-  ops::attention_backward(dqkv, dy, qkv, probs, whole);
+  ops::attention_backward(dqkv, dy, qkv, y, lse, whole);
 
   std::vector<Tensor> k, v, dk, dv;
   for (int r = 0; r < c.N; ++r) {

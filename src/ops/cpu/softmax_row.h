@@ -8,15 +8,16 @@
 namespace tidal::ops::cpu {
 
 // y[0, n) = softmax(x[0, n)) over the entries with keep(j); the others get 0. A row with no
-// kept entry is all zeros.
+// kept entry is all zeros. Returns the row's log-sum-exp over the kept entries (+inf for none,
+// so exp(x - lse) is 0 everywhere).
 template <class Keep>
-inline void softmax_row(float* y, const float* x, std::int64_t n, Keep&& keep) {
+inline float softmax_row(float* y, const float* x, std::int64_t n, Keep&& keep) {
   float mx = -std::numeric_limits<float>::infinity();
   for (std::int64_t j = 0; j < n; ++j)
     if (keep(j) && x[j] > mx) mx = x[j];
   if (mx == -std::numeric_limits<float>::infinity()) {
     for (std::int64_t j = 0; j < n; ++j) y[j] = 0.0f;
-    return;
+    return std::numeric_limits<float>::infinity();
   }
   float sum = 0.0f;
   for (std::int64_t j = 0; j < n; ++j) {
@@ -26,6 +27,7 @@ inline void softmax_row(float* y, const float* x, std::int64_t n, Keep&& keep) {
   }
   const float inv = 1.0f / sum;
   for (std::int64_t j = 0; j < n; ++j) y[j] *= inv;
+  return mx + std::log(sum);
 }
 
 // dx = y * (dy - sum(dy * y)) for one row.

@@ -1,8 +1,8 @@
-// The building blocks shared by the whole-sequence attention (ops/cuda/attention.cu) and the
-// ring-attention pieces (ops/cuda/ring_attention.cu): a matrix product batched over (sample,
-// head) pairs on strided row-major operands - a head's columns of qkv, q or k read in place with
-// their leading dimension, a column block of the probabilities with leading dimension T - and
-// the masked row softmax and its backward on the fp32 probabilities.
+// The building blocks of the ring-attention pieces (ops/cuda/ring_attention.cu): a matrix
+// product batched over (sample, head) pairs on strided row-major operands - a head's columns of
+// q, k or v read in place with their leading dimension, a column block of the probabilities with
+// leading dimension T - and the masked row softmax and its backward on the fp32 probabilities.
+// (Whole-sequence attention is flash-style and has its own kernels: ops/cuda/flash_*.cuh.)
 //
 // Determinism: every output element is summed by exactly one thread in a fixed order (the
 // reduction index ascending), and every row reduction is a block reduction of fixed shape; no

@@ -1,0 +1,221 @@
+"""One GPT-2 training run in tidal and in PyTorch, for the benchmarks that put them side by side
+(bench/cpu_train_vs_torch.py, bench/gpu_train.py): the same shape, batch, precision, AdamW and
+global-norm clipping on both sides.
+
+- tidal: `tidal train` with the shape as --set keys; its speed comes from its own metrics file
+  (one record per step with step_time_s), steady state only (the first steps are warm-up).
+- PyTorch: the oracle's GPT-2 (tests/oracle/reference.py, the model tidal's golden tests check
+  tidal against) with F.scaled_dot_product_attention (causal) where torch has it, else the
+  oracle's own attention; eager or torch.compile; bf16 / fp16 by autocast over fp32 weights
+  (fp16 with a GradScaler), as tidal keeps fp32 master weights; fused AdamW where torch has it.
+
+Model FLOPs per token, the issue's 6N + 6LCT: 6 per parameter that multiplies (forward 2,
+backward 4) and the causal attention's QK^T and AV (half of a full attention's 12LCT). N is every
+parameter but the position embedding (a lookup, no multiply), the tied embedding / LM head once.
+
+Run as a program it is one PyTorch run that prints one JSON line: bench/gpu_train.py starts one
+process per system so that each has the GPU (and its memory) to itself.
+    python3 bench/gpt_training.py '{"shape": {...}, "mode": "eager", "device": "cuda", ...}'
+"""
+import contextlib
+import dataclasses
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The optimizer of both sides (tidal: train.*; AdamW's eps is tidal's fixed 1e-8).
+OPTIMIZER = dict(lr=3e-4, beta1=0.9, beta2=0.95, weight_decay=0.1, grad_clip=1.0)
+LAYERNORM_EPS = 1e-5  # tidal's
+
+
+@dataclasses.dataclass(frozen=True)
+class GptShape:
+    n_layer: int
+    n_embd: int
+    n_head: int
+    vocab_size: int
+    seq_len: int
+
+    def parameters(self):
+        """All parameters, as tidal counts them: tied LM head once, position embedding included."""
+        L, C, V, T = self.n_layer, self.n_embd, self.vocab_size, self.seq_len
+        block = 12 * C * C + 13 * C  # qkv, attention proj, fc, mlp proj (weights + biases), 2 layernorms
+        return V * C + T * C + L * block + 2 * C
+
+    def flops_per_token(self):
+        L, C, T = self.n_layer, self.n_embd, self.seq_len
+        return 6 * (self.parameters() - T * C) + 6 * L * C * T
+
+    def describe(self):
+        return (f"GPT-2: {self.n_layer} layers, width {self.n_embd}, {self.n_head} heads, vocab {self.vocab_size}, "
+                f"seq_len {self.seq_len}")
+
+
+def tidal_sets(shape, batch, steps, precision, device):
+    """`tidal train --set` keys for a timing run: no evaluation but the final one on one batch."""
+    sets = [f"model.{f.name}={getattr(shape, f.name)}" for f in dataclasses.fields(shape)]
+    sets += [f"train.batch_size={batch}", f"train.steps={steps}", f"train.precision={precision}",
+             f"train.device={device}", "train.eval_every=0", "train.eval_batches=1", "train.warmup_steps=1"]
+    sets += [f"train.{k}={v}" for k, v in OPTIMIZER.items()]
+    return sets
+
+
+def run_tidal(tidal, sets, env=None, start=subprocess.run):
+    """Runs `tidal train` with `sets`; returns its metrics records (JSON lines).
+
+    `start(cmd, **kwargs)` runs the command (a measuring runner may replace subprocess.run)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = os.path.join(tmp, "metrics.jsonl")
+        cmd = [tidal, "train", "--metrics", metrics]
+        for s in sets:
+            cmd += ["--set", s]
+        start(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+        return [json.loads(line) for line in open(metrics)]
+
+
+def tidal_speed(records, shape, batch, warmup):
+    """(tokens/s, seconds per step, summary record) of a tidal run's steps after the first `warmup`;
+    checks that tidal counts the shape's parameters (the FLOPs per token rest on the count)."""
+    summary = [r for r in records if r.get("summary")][-1]
+    if summary["parameters"] != shape.parameters():
+        raise ValueError(f"tidal counts {summary['parameters']} parameters, GptShape {shape.parameters()}")
+    steps = [r["step_time_s"] for r in records if "step_time_s" in r][warmup:]
+    if not steps:
+        raise ValueError(f"tidal ran no step after the {warmup} warm-up steps: give more steps")
+    return batch * shape.seq_len * len(steps) / sum(steps), sum(steps) / len(steps), summary
+
+
+# --------------------------------------------------------------------------- PyTorch's side
+
+
+def torch_gpt(shape):
+    """The oracle's GPT-2 for `shape`, attention through SDPA where torch has it.
+
+    Returns (model, attention name); model(tokens, targets) -> mean cross-entropy loss."""
+    import torch
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(ROOT, "tests", "oracle"))
+    import reference
+
+    sdpa = hasattr(F, "scaled_dot_product_attention")
+
+    class SdpaSelfAttention(reference.SelfAttention):
+        """The oracle's attention and parameters; the causal softmax(QK^T)V by PyTorch's fused kernel."""
+
+        def forward(self, x, key_mask=None):
+            B, T, C = x.shape
+            q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # [B, H, T, hs]
+                       for t in self.qkv(x).split(C, dim=-1))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, T, hs]
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    class Gpt(reference.GPT):
+        # The oracle runs on the CPU only and makes its positions there; these follow the tokens.
+        def forward(self, tokens, targets):
+            x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1], device=tokens.device))
+            for blk in self.blocks:
+                x = blk(x)
+            logits = self.ln_f(x) @ self.wte.weight.t()  # [B, T, V]
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    model = Gpt(shape.vocab_size, shape.seq_len, shape.n_embd, shape.n_layer, shape.n_head, LAYERNORM_EPS)
+    if sdpa:
+        for blk in model.blocks:
+            blk.attn = SdpaSelfAttention(shape.n_embd, shape.n_head, True)
+    # GPT-2's initialisation (PyTorch's default N(0, 1) embeddings, tied to the head, start at a loss of ~80).
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
+            torch.nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, torch.nn.Linear):
+            torch.nn.init.zeros_(m.bias)
+    return model, "SDPA (causal)" if sdpa else "manual (oracle's; this torch has no SDPA)"
+
+
+def torch_train(shape, batch, steps, warmup, precision, device, mode, threads=None):
+    """Trains `steps` steps (forward, backward, clipping, AdamW) on one random batch of the shape's
+    vocabulary and returns a record: tokens/s over the steps after `warmup` (run back to back,
+    synchronised once at the end: PyTorch's best case), or `skipped` with the reason."""
+    import torch
+    record = {"system": "PyTorch " + ("eager" if mode == "eager" else "torch.compile"), "torch": torch.__version__}
+    if mode == "compile" and not hasattr(torch, "compile"):
+        return dict(record, skipped=f"torch {torch.__version__} has no torch.compile")
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    cuda = device == "cuda"
+    if cuda:
+        record["device_name"] = torch.cuda.get_device_name()
+        # fp32 GEMMs in TF32, as tidal's cuBLASLt does (and as the fp32 MFU's peak assumes); the
+        # global setting, which torch.compile reads too.
+        torch.set_float32_matmul_precision("high")
+    # On the device from the start where torch can (a 1.5B model built on the CPU takes long).
+    on_device = torch.device(device) if hasattr(torch.device, "__enter__") else contextlib.nullcontext()
+    with on_device:
+        model, record["attention"] = torch_gpt(shape)
+    model.to(device)
+    fused = cuda and "fused" in inspect.signature(torch.optim.AdamW).parameters
+    record["optimizer"] = "AdamW (fused)" if fused else "AdamW"
+    o = OPTIMIZER
+    opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=1e-8,
+                            weight_decay=o["weight_decay"], **({"fused": True} if fused else {}))
+    forward = torch.compile(model) if mode == "compile" else model
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
+    tokens = torch.randint(shape.vocab_size, (batch, shape.seq_len), device=device)
+    targets = torch.randint(shape.vocab_size, (batch, shape.seq_len), device=device)
+
+    # fp32: no autocast at all (torch 1.13 warns about a CPU autocast of fp32 even when disabled).
+    def autocast():
+        return torch.autocast(device_type=device, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with autocast():
+            loss = forward(tokens, targets)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), o["grad_clip"])
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), o["grad_clip"])
+            opt.step()
+        return loss
+
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps - warmup):
+        loss = step()
+    sync()
+    seconds = time.perf_counter() - t0
+    record.update(tokens_per_s=batch * shape.seq_len * (steps - warmup) / seconds,
+                  step_s=seconds / (steps - warmup), final_loss=float(loss))
+    if cuda:
+        record["torch_allocated_peak_bytes"] = torch.cuda.max_memory_allocated()
+    return record
+
+
+def main():
+    job = json.loads(sys.argv[1])
+    job["shape"] = GptShape(**job["shape"])
+    try:
+        record = torch_train(**job)
+    except Exception as e:  # reported to the benchmark, which goes on with the other systems
+        traceback.print_exc()
+        record = {"failed": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"}
+    print(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
