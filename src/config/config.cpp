@@ -281,6 +281,7 @@ std::uint64_t parse_bytes(const std::string& text, const std::string& key) {
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   Config cfg;
+  cfg.train.precision.clear();  // unset until the file and overrides have spoken: it follows the device
   if (!path.empty()) {
     TIDAL_CHECK(std::filesystem::is_regular_file(path), "config file '{}' does not exist", path);
     toml::table table;
@@ -292,6 +293,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     apply_table(cfg, table, "", path);
   }
   for (const std::string& o : overrides) apply_override(cfg, o);
+  // A GPU trains in bf16 unless told otherwise (its tensor cores' type; fp32 master weights).
+  if (cfg.train.precision.empty()) cfg.train.precision = cfg.train.device == "cuda" ? "bf16" : TrainConfig{}.precision;
   validate(cfg);
   return cfg;
 }

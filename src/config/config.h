@@ -44,7 +44,7 @@ struct TrainConfig {
   double grad_clip = 1.0;  // 0 = off
   std::uint64_t seed = 1;
   std::string device = "cpu";      // cpu | cuda: where the step computes
-  std::string precision = "fp32";  // fp32 | bf16 | fp16
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (load_config: bf16 when unset and device is cuda)
   double loss_scale = 65536.0;     // fp16: the first dynamic loss scale
   std::int64_t loss_scale_window = 1000;  // fp16: finite steps before it doubles
   std::int64_t eval_every = 200;   // 0 = only at the end

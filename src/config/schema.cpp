@@ -72,7 +72,8 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(train.device,
                 "cpu | cuda: where the step computes (cuda: the process's current GPU; one process for now)"),
       TIDAL_KEY(train.precision,
-                "fp32 | bf16 | fp16: parameters and activations in that type, fp32 master weights and AdamW (chunks)"),
+                "fp32 | bf16 | fp16: parameters and activations in that type, fp32 master weights and AdamW (chunks); "
+                "unset with train.device = cuda: bf16"),
       TIDAL_KEY(train.loss_scale, "fp16: the first dynamic loss scale (halved on an overflow)"),
       TIDAL_KEY(train.loss_scale_window, "fp16: finite steps in a row before the loss scale doubles"),
       TIDAL_KEY(train.eval_every, "steps between eval losses (0 = only at the end)"),

@@ -35,6 +35,16 @@ TEST(Config, FileThenOverridesThenRoundTrip) {
   std::filesystem::remove(again);
 }
 
+// train.precision left unset follows the device: fp32 on the CPU, bf16 on a GPU; set, it is kept.
+TEST(Config, PrecisionFollowsTheDeviceUnlessSet) {
+  EXPECT_EQ(config::load_config("", {}).train.precision, "fp32");
+  EXPECT_EQ(config::load_config("", {"train.device=cuda"}).train.precision, "bf16");
+  EXPECT_EQ(config::load_config("", {"train.device=cuda", "train.precision=fp32"}).train.precision, "fp32");
+  const std::string path = write_temp("cfg-precision", "[train]\ndevice = \"cuda\"\nprecision = \"fp16\"\n");
+  EXPECT_EQ(config::load_config(path, {}).train.precision, "fp16");
+  std::filesystem::remove(path);
+}
+
 TEST(Config, ErrorsNameTheKey) {
   auto message = [](const std::vector<std::string>& sets) {
     try {

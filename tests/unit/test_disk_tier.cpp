@@ -8,9 +8,8 @@
 #include "memory/chunk_manager.h"
 #include "memory/disk_tier.h"
 #include "models/factory.h"
-#include "nn/runner.h"
+#include "support/chunk_training.h"
 #include "support/models.h"
-#include "support/random.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -175,30 +174,16 @@ Trained train(std::int64_t host_limit, const std::string& disk_dir, bool read_ah
   std::optional<OffloadOptions> offload;
   if (host_limit) offload = OffloadOptions{.disk_dir = disk_dir, .disk_read_ahead = read_ahead};
   ChunkManager chunks(*model, model->parameters(), {.chunk_elements = kChunk, .offload = offload}, device, host);
-  nn::Runner runner;
-  runner.add_hooks(&chunks);
-  const ops::AdamWOptions opt{.lr = 1e-2f, .weight_decay = 0.01f};
   MoveStats before;
-  for (int step = 1; step <= 4; ++step) {
-    nn::Batch batch;
-    batch.tokens = testing::randint({2, 16}, 300 + std::uint64_t(step), 0, 128);
-    batch.targets = testing::randint({2, 16}, 400 + std::uint64_t(step), 0, 128);
-    nn::StepState state{
-        .runner = &runner, .seed = 11, .step = std::uint32_t(step), .batch = &batch};
-    nn::Context ctx(state);
-    chunks.zero_grad();
-    out.losses.push_back(model->run_forward(ctx).loss);
-    chunks.end_forward();
-    model->run_backward(ctx);
-    chunks.end_backward();
-    chunks.adamw_step(opt, step);
+  testing::train_on_chunks(*model, chunks, 4, host_allocator(), [&](float loss) {
+    out.losses.push_back(loss);
     if (const DynamicMemory* dmm = chunks.dynamic_memory()) {
       const MoveStats now = dmm->stats();
       out.steps.push_back({.bytes_to_disk = now.bytes_to_disk - before.bytes_to_disk,
                            .bytes_from_disk = now.bytes_from_disk - before.bytes_from_disk});
       before = now;
     }
-  }
+  });
   chunks.gather_state([&](const nn::Parameter&, const Tensor& master, const Tensor& m, const Tensor& v) {
     for (const Tensor* t : {&master, &m, &v})
       out.states.insert(out.states.end(), t->data<float>(), t->data<float>() + t->numel());

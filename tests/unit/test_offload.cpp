@@ -7,9 +7,8 @@
 // up each step, and stops with an error naming the device tier when they do not fit.
 #include "memory/chunk_manager.h"
 #include "models/factory.h"
-#include "nn/runner.h"
+#include "support/chunk_training.h"
 #include "support/models.h"
-#include "support/random.h"
 
 #include <gtest/gtest.h>
 
@@ -85,30 +84,16 @@ Trained train(std::optional<OffloadOptions> offload, double cap_fraction, DType 
     device.set_capacity(std::size_t(cap_fraction * double(out.model_data)));
     device.reset_peak();
   }
-  nn::Runner runner;
-  runner.add_hooks(&chunks);
-  const ops::AdamWOptions opt{.lr = 1e-2f, .weight_decay = 0.01f};
   MoveStats before;
-  for (int step = 1; step <= steps; ++step) {
-    nn::Batch batch;
-    batch.tokens = testing::randint({2, 16}, 300 + std::uint64_t(step), 0, 128);
-    batch.targets = testing::randint({2, 16}, 400 + std::uint64_t(step), 0, 128);
-    nn::StepState state{
-        .runner = &runner, .seed = 11, .step = std::uint32_t(step), .batch = &batch, .activations = &default_allocator()};
-    nn::Context ctx(state);
-    chunks.zero_grad();
-    out.losses.push_back(model->run_forward(ctx).loss);
-    chunks.end_forward();
-    model->run_backward(ctx);
-    chunks.end_backward();
-    chunks.adamw_step(opt, step);
+  testing::train_on_chunks(*model, chunks, steps, default_allocator(), [&](float loss) {
+    out.losses.push_back(loss);
     if (const DynamicMemory* dmm = chunks.dynamic_memory()) {
       const MoveStats& now = dmm->stats();
       out.moved.push_back(now.bytes_to_device + now.bytes_to_host - before.bytes_to_device - before.bytes_to_host);
       out.evictions.push_back(now.evictions - before.evictions);
       before = now;
     }
-  }
+  });
   for (const nn::Parameter* p : chunks.parameters()) {
     const Tensor master = chunks.slot(ChunkKind::master, *p);
     out.weights.insert(out.weights.end(), master.data<float>(), master.data<float>() + master.numel());

@@ -1,0 +1,38 @@
+// The training loop of the single-process chunk tests (offload, disk tier): a model whose
+// parameters a ChunkManager holds, trained with AdamW on fixed random batches.
+#pragma once
+
+#include "memory/chunk_manager.h"
+#include "models/model.h"
+#include "nn/runner.h"
+#include "ops/optimizer_step.h"
+#include "support/random.h"
+
+namespace tidal::testing {
+
+// `steps` AdamW steps on batches of 2 x 16 tokens of a 128-token vocabulary (the same batches on
+// every call); after each, after_step(loss).
+template <class AfterStep>
+void train_on_chunks(models::Model& model, memory::ChunkManager& chunks, int steps, Allocator& activations,
+                     AfterStep&& after_step) {
+  nn::Runner runner;
+  runner.add_hooks(&chunks);
+  const ops::AdamWOptions opt{.lr = 1e-2f, .weight_decay = 0.01f};
+  for (int step = 1; step <= steps; ++step) {
+    nn::Batch batch;
+    batch.tokens = randint({2, 16}, 300 + std::uint64_t(step), 0, 128);
+    batch.targets = randint({2, 16}, 400 + std::uint64_t(step), 0, 128);
+    nn::StepState state{
+        .runner = &runner, .seed = 11, .step = std::uint32_t(step), .batch = &batch, .activations = &activations};
+    nn::Context ctx(state);
+    chunks.zero_grad();
+    const float loss = model.run_forward(ctx).loss;
+    chunks.end_forward();
+    model.run_backward(ctx);
+    chunks.end_backward();
+    chunks.adamw_step(opt, step);
+    after_step(loss);
+  }
+}
+
+}  // namespace tidal::testing
