@@ -6,9 +6,21 @@
 #include "models/model.h"
 #include "nn/runner.h"
 #include "ops/optimizer_step.h"
+#include "support/models.h"
 #include "support/random.h"
 
 namespace tidal::testing {
+
+// A GPT whose parameters and optimizer states are large beside its activations (4 layers of
+// width 64; batches of two sequences of 16 tokens).
+inline config::ModelConfig chunk_test_gpt() {
+  config::ModelConfig c = tiny_gpt(4);
+  c.n_head = 4;
+  c.n_embd = 64;
+  c.vocab_size = 128;
+  c.seq_len = 16;
+  return c;
+}
 
 // `steps` AdamW steps on batches of 2 x 16 tokens of a 128-token vocabulary (the same batches on
 // every call); after each, after_step(loss).

@@ -9,7 +9,6 @@
 #include "memory/disk_tier.h"
 #include "models/factory.h"
 #include "support/chunk_training.h"
-#include "support/models.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -144,16 +143,6 @@ TEST(DiskTier, StagedStatesAreTheLastWrittenInAnyOrder) {
   }
 }
 
-// A GPT whose optimizer states are large beside its activations.
-config::ModelConfig gpt() {
-  config::ModelConfig c = testing::tiny_gpt(4);
-  c.n_head = 4;
-  c.n_embd = 64;
-  c.vocab_size = 128;
-  c.seq_len = 16;
-  return c;
-}
-
 constexpr std::int64_t kChunk = 20000;  // 13 chunks
 
 struct Trained {
@@ -167,7 +156,7 @@ struct Trained {
 // the disk tier in `disk_dir`.
 Trained train(std::int64_t host_limit, const std::string& disk_dir, bool read_ahead) {
   Trained out;
-  auto model = models::make_model(gpt());
+  auto model = models::make_model(testing::chunk_test_gpt());
   model->materialize(11);
   HostAllocator host(MemoryTier::host, host_limit ? std::size_t(host_limit) : std::numeric_limits<std::size_t>::max());
   HostAllocator device(MemoryTier::device);
@@ -196,7 +185,7 @@ Trained train(std::int64_t host_limit, const std::string& disk_dir, bool read_ah
 TEST(DiskOffload, OptimizerStatesOnDiskTrainBitwiseLikeChunksInMemory) {
   const Trained plain = train(0, "", false);
   // The host holds the param list and the states of 6 of the 13 chunks; the other 7 go to disk.
-  auto model = models::make_model(gpt());
+  auto model = models::make_model(testing::chunk_test_gpt());
   std::vector<std::int64_t> numels;
   for (const nn::Parameter* p : model->parameters()) numels.push_back(p->shape.numel());
   const ChunkLayout layout = layout_chunks(numels, kChunk);

@@ -8,7 +8,6 @@
 #include "memory/chunk_manager.h"
 #include "models/factory.h"
 #include "support/chunk_training.h"
-#include "support/models.h"
 
 #include <gtest/gtest.h>
 
@@ -44,16 +43,6 @@ TEST(MemoryTracer, NonModelBytesAndNextUses) {
   EXPECT_EQ(t.json()["moments"][1]["operator"], "b");
 }
 
-// A GPT whose parameters are large beside its activations (a short sequence, two sequences).
-config::ModelConfig gpt() {
-  config::ModelConfig c = testing::tiny_gpt(4);
-  c.n_head = 4;
-  c.n_embd = 64;
-  c.vocab_size = 128;
-  c.seq_len = 16;
-  return c;
-}
-
 constexpr std::int64_t kChunk = 20000;  // 13 chunks: a block's weights span several
 
 struct Trained {
@@ -68,7 +57,7 @@ struct Trained {
 // `cap` = 0: plain chunks, no tiers.
 Trained train(std::optional<OffloadOptions> offload, double cap_fraction, DType dtype = DType::f32, int steps = 4) {
   Trained out;
-  auto model = models::make_model(gpt());
+  auto model = models::make_model(testing::chunk_test_gpt());
   model->materialize(11);
   // The cap is a fraction of the model data: 4 (param) + 12 (optimizer) bytes per element of
   // chunk space, in fp32.
