@@ -24,6 +24,20 @@ struct RingAttentionOptions {
   const Tensor* key_mask = nullptr;  // [B, T] i32 over the whole sequence: 1 = real, 0 = padding
 };
 
+// The shapes, checked for every backend (fp32 only): probs [B, H, Tq, T] against this rank's
+// queries (or their output / gradient) `local` [B, Tq, C], key_mask [B, T] i32.
+struct RingAttentionDims {
+  std::int64_t B, H, Tq, T, C, hd;
+  float scale;  // 1 / sqrt(hd)
+};
+RingAttentionDims ring_attention_dims(const Tensor& probs, const Tensor& local, const RingAttentionOptions& opt);
+// A key / value block [B, Tk, C] at first_key, checked; returns Tk.
+std::int64_t ring_attention_block(const RingAttentionDims& d, const Tensor& block, std::int64_t first_key);
+// Whether every key of the block comes after every query (all masked when causal).
+inline bool after_all_queries(const RingAttentionOptions& opt, const RingAttentionDims& d, std::int64_t first_key) {
+  return opt.causal && first_key > opt.first_query + d.Tq - 1;
+}
+
 namespace cpu {
 void attention_scores(Tensor& probs, const Tensor& q, const Tensor& k, std::int64_t first_key,
                       const RingAttentionOptions& opt);

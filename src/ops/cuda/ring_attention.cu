@@ -6,51 +6,23 @@
 
 #include "ops/cuda/attention_blocks.cuh"
 
-#include <cmath>
 
 namespace tidal::ops::cuda {
 namespace {
 
-struct Dims {
-  std::int64_t B, H, Tq, T, C, hd;
-  float scale;  // 1 / sqrt(hd)
-};
+using Dims = RingAttentionDims;
 
 // Checks probs [B, H, Tq, T] against this rank's queries `local` [B, Tq, C].
 Dims check(const Tensor& probs, const Tensor& local, const RingAttentionOptions& opt) {
   expect_cuda_contiguous({&probs, &local}, "ring attention");
-  TIDAL_ASSERT(probs.dtype() == DType::f32 && local.dtype() == DType::f32, "CUDA ring attention is fp32: {} {}",
-               probs.str(), local.str());
-  TIDAL_ASSERT(probs.ndim() == 4 && local.ndim() == 3, "ring attention probs {} queries {}", probs.str(), local.str());
-  Dims d{probs.dim(0), opt.n_head, probs.dim(2), probs.dim(3), local.dim(2), 0, 0.0f};
-  TIDAL_ASSERT(d.H > 0 && d.C % d.H == 0 && probs.dim(1) == d.H, "ring attention: {} channels, {} heads, probs {}", d.C,
-               d.H, probs.str());
-  TIDAL_ASSERT(local.dim(0) == d.B && local.dim(1) == d.Tq, "ring attention probs {} queries {}", probs.str(),
-               local.str());
-  d.hd = d.C / d.H;
-  d.scale = 1.0f / std::sqrt(float(d.hd));
-  if (opt.key_mask) {
-    expect_cuda_contiguous(*opt.key_mask, "ring attention key_mask");
-    TIDAL_ASSERT(opt.key_mask->dtype() == DType::i32 && opt.key_mask->shape() == Shape({d.B, d.T}),
-                 "ring attention key_mask {}", opt.key_mask->str());
-  }
-  return d;
+  if (opt.key_mask) expect_cuda_contiguous(*opt.key_mask, "ring attention key_mask");
+  return ring_attention_dims(probs, local, opt);
 }
 
 // Checks a key / value block [B, Tk, C] at first_key; returns Tk.
 std::int64_t check_block(const Dims& d, const Tensor& block, std::int64_t first_key) {
   expect_cuda_contiguous(block, "ring attention block");
-  TIDAL_ASSERT(block.dtype() == DType::f32 && block.ndim() == 3 && block.dim(0) == d.B && block.dim(2) == d.C,
-               "ring attention block {}", block.str());
-  const std::int64_t Tk = block.dim(1);
-  TIDAL_ASSERT(first_key >= 0 && first_key + Tk <= d.T, "key block [{}, {}) outside {} positions", first_key,
-               first_key + Tk, d.T);
-  return Tk;
-}
-
-// Whether every key of the block comes after every query (all masked when causal).
-bool after_all_queries(const RingAttentionOptions& opt, const Dims& d, std::int64_t first_key) {
-  return opt.causal && first_key > opt.first_query + d.Tq - 1;
+  return ring_attention_block(d, block, first_key);
 }
 
 // The (b, h) matrices of a [B, rows, C] tensor: head h is columns [h * hd, (h + 1) * hd).
