@@ -129,6 +129,9 @@ void validate(const Config& c) {
     TIDAL_CHECK(m.patch_size >= 1 && m.image_size % m.patch_size == 0,
                 "model.image_size ({}) must be a multiple of model.patch_size ({})", m.image_size, m.patch_size);
     TIDAL_CHECK(m.num_classes >= 2 && m.channels >= 1, "model.num_classes must be >= 2 and model.channels >= 1");
+    TIDAL_CHECK(m.tie_embeddings,
+                "model.tie_embeddings = false unties an LM head from the token embedding, and model.type = \"vit\" has "
+                "neither: leave model.tie_embeddings unset");
   } else {
     TIDAL_CHECK(m.vocab_size >= 2, "model.vocab_size must be >= 2, got {}", m.vocab_size);
     TIDAL_CHECK(m.seq_len >= 2, "model.seq_len must be >= 2, got {}", m.seq_len);
@@ -256,6 +259,19 @@ void validate(const Config& c) {
               "memory.offload to \"chunk\" or \"static\" (it is \"{}\") and memory.host_limit (it is \"{}\"), or leave "
               "memory.disk_dir unset",
               c.memory.offload, c.memory.host_limit);
+  if (c.memory.embedding_on_host) {
+    TIDAL_CHECK(offload,
+                "memory.embedding_on_host keeps the embedding tables on the host beside the device tier's chunks: set "
+                "memory.offload to \"chunk\" or \"static\" (it is \"none\"), or leave memory.embedding_on_host unset");
+    TIDAL_CHECK(m.type != "vit",
+                "memory.embedding_on_host places token embedding tables, and model.type = \"vit\" embeds patches with "
+                "a linear layer (compute the device should do): leave memory.embedding_on_host unset");
+    TIDAL_CHECK(!m.tie_embeddings,
+                "memory.embedding_on_host keeps the token table on the host, but with model.tie_embeddings = true the "
+                "LM head multiplies by that table on the device every step (the whole table would cross each time): "
+                "set model.tie_embeddings = false to give the head a table of its own, or leave "
+                "memory.embedding_on_host unset");
+  }
 }
 
 }  // namespace

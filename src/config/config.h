@@ -17,6 +17,7 @@ struct ModelConfig {
   std::int64_t vocab_size = 128;
   std::int64_t seq_len = 64;
   double dropout = 0.0;
+  bool tie_embeddings = true;  // gpt, bert: the LM head reads the token table (false: a table of its own)
   // vit
   std::int64_t image_size = 32;
   std::int64_t patch_size = 8;
@@ -88,6 +89,7 @@ struct MemoryConfig {
   std::int64_t chunk_size = 0;   // elements; 0 = searched
   std::string eviction = "belady";  // belady | lru
   double warmup_fraction = 0.2;     // of the device tier the chunks may take in the warm-up
+  bool embedding_on_host = false;   // the embedding layer's parameters and compute on the host CPU
 };
 
 struct CheckpointConfig {

@@ -50,6 +50,9 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(model.vocab_size, "token vocabulary (gpt, bert)"),
       TIDAL_KEY(model.seq_len, "tokens per sequence (learned positions)"),
       TIDAL_KEY(model.dropout, "embedding and residual dropout probability"),
+      TIDAL_KEY(model.tie_embeddings,
+                "gpt, bert: the LM head reads the token embedding's table (GPT-2, BERT); false gives the head a "
+                "table of its own (lm_head.weight, mlm.weight)"),
       TIDAL_KEY(model.image_size, "vit: image height and width in pixels"),
       TIDAL_KEY(model.patch_size, "vit: patch height and width"),
       TIDAL_KEY(model.channels, "vit: image channels"),
@@ -119,6 +122,10 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(memory.chunk_size, "chunk elements (0 = searched)"),
       TIDAL_KEY(memory.eviction, "belady (the chunk used again furthest ahead, from the trace) | lru"),
       TIDAL_KEY(memory.warmup_fraction, "of the device tier the chunks may take during the warm-up iteration"),
+      TIDAL_KEY(memory.embedding_on_host,
+                "gpt, bert under memory.offload with model.tie_embeddings = false: the embedding layer's tables stay "
+                "in host memory, outside the device's chunks, and its lookups run on the CPU; only its output and "
+                "gradient cross to the device (patrickstar-v1 sec. 8.2)"),
       TIDAL_KEY(checkpoint.dir, "checkpoint directory (\"\" = no checkpoints)"),
       TIDAL_KEY(checkpoint.every, "steps between checkpoints (0 = at the end and at --stop-after)"),
       TIDAL_KEY(checkpoint.keep, "checkpoints kept"),

@@ -4,6 +4,7 @@
 #include "engine/model_data.h"
 #include "engine/progress.h"
 #include "models/factory.h"
+#include "nn/on_host.h"
 
 #include <fmt/format.h>
 
@@ -12,10 +13,12 @@
 
 namespace tidal::engine {
 
-std::vector<std::int64_t> parameter_numels(const config::Config& cfg) {
-  const auto model = models::make_model(cfg.model);
+std::vector<std::int64_t> parameter_numels(const config::Config& cfg, bool on_host) {
+  const auto model = models::make_model(cfg.model, {}, nn::single_device_layers(), cfg.memory.embedding_on_host);
+  const std::vector<nn::Parameter*> host = nn::parameters_on_host(*model);
   std::vector<std::int64_t> numels;
-  for (const nn::Parameter* p : model->parameters()) numels.push_back(p->shape.numel());
+  for (const nn::Parameter* p : model->parameters())
+    if ((std::find(host.begin(), host.end(), p) != host.end()) == on_host) numels.push_back(p->shape.numel());
   return numels;
 }
 
@@ -31,7 +34,8 @@ std::size_t device_capacity(const config::Config& cfg) {
 ChunkSearch chunk_search(const config::Config& cfg, const memory::ChunkSizeRange& range) {
   const std::vector<std::int64_t> numels = parameter_numels(cfg);
   ChunkSearch s;
-  s.model = fmt::format("{}, {} layers x {}", cfg.model.type, cfg.model.n_layer, cfg.model.n_embd);
+  s.model = fmt::format("{}, {} layers x {}{}", cfg.model.type, cfg.model.n_layer, cfg.model.n_embd,
+                        cfg.memory.embedding_on_host ? ", the device's chunks (the embedding layer's on the host)" : "");
   for (std::int64_t n : numels) s.parameters += n, s.largest = std::max(s.largest, n);
   s.group_size = cfg.parallel.data;
   const memory::ChunkOptions options = chunk_options(cfg, false);

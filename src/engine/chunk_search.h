@@ -16,8 +16,9 @@
 namespace tidal::engine {
 
 // The configured model's parameter sizes in initialisation order (the chunks' order): the model
-// is built, never materialized.
-std::vector<std::int64_t> parameter_numels(const config::Config& cfg);
+// is built, never materialized. Under memory.embedding_on_host, the parameters of the device's
+// chunks, or with `on_host` those of the embedding layer (in chunk lists of their own).
+std::vector<std::int64_t> parameter_numels(const config::Config& cfg, bool on_host = false);
 
 struct ChunkSizeRow {
   std::int64_t size = 0;  // elements

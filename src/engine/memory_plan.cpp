@@ -52,6 +52,17 @@ MemoryPlan plan_memory(const config::Config& cfg, int max_layers) {
   const memory::ChunkOptions options = chunk_options(cfg, local / micro > 1);
   const bool fixed = cfg.memory.offload == "static";
   const double warmup = cfg.memory.warmup_fraction;
+  // memory.embedding_on_host: the embedding layer's lists live on the host whatever the layers.
+  memory::ChunkOptions host_options = options;
+  host_options.offload.reset();
+  const std::vector<std::int64_t> host_numels = parameter_numels(cfg, true);
+  std::int64_t host_lists = 0, host_parameters = 0;
+  if (!host_numels.empty()) {
+    const memory::ChunkLayout layout =
+        memory::layout_chunks(host_numels, memory::chunk_size_for(host_numels, 1, host_options, 0), 1);
+    host_lists = memory::chunk_list_bytes(layout, host_options).total();
+    for (std::int64_t e : host_numels) host_parameters += e;
+  }
   for (int n = 1; n <= max_layers; ++n) {
     const std::vector<std::int64_t> numels = parameter_numels(with_layers(cfg, n));
     const std::int64_t size = memory::chunk_size_for(numels, 1, options, plan.device_limit);
@@ -59,12 +70,14 @@ MemoryPlan plan_memory(const config::Config& cfg, int max_layers) {
     const memory::ChunkListBytes bytes = memory::chunk_list_bytes(layout, options);
     const std::int64_t non_model = plan.non_model_one + per_layer * (n - 1);
     const std::int64_t two_chunks = 2 * size * std::int64_t(dtype_size(options.compute_dtype));
-    PlanRow row{.layers = n, .chunk_size = size, .model_data_bytes = bytes.total()};
+    PlanRow row{.layers = n, .parameters = host_parameters, .chunk_size = size,
+                .model_data_bytes = bytes.total() + host_lists};
     for (std::int64_t e : numels) row.parameters += e;
     // The disk tier takes any amount of optimizer states: the host needs the rest of the lists
     // and the staging buffers (when that is less than everything).
     row.host_needs = memory::host_bytes_needed(layout, options, 0);
     if (disk) row.host_needs = std::min(row.host_needs, memory::host_bytes_needed(layout, options, layout.chunks));
+    row.host_needs += host_lists;
     row.device_needs = fixed ? bytes.param + non_model
                              : std::max(non_model + two_chunks, std::int64_t(double(two_chunks) / warmup) + 1);
     row.fits_host = std::uint64_t(row.host_needs) <= plan.host_limit;

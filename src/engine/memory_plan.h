@@ -10,7 +10,9 @@
 // layers (each keeps its activations for backward); and two chunks must fit in the warm-up's
 // share. The static partition needs the whole param list on the device instead. With
 // memory.disk_dir the disk counts as unlimited room for optimizer states: the host then needs the
-// rest of the lists and the disk tier's two staging buffers (host_bytes_needed).
+// rest of the lists and the disk tier's two staging buffers (host_bytes_needed). Under
+// memory.embedding_on_host the embedding layer's lists (of their own, on the host) count on the
+// host and are not chunks the device must hold.
 #pragma once
 
 #include "config/config.h"

@@ -3,6 +3,7 @@
 #include "core/gpu.h"
 #include "engine/progress.h"
 #include "memory/chunk_manager.h"
+#include "nn/on_host.h"
 #include "nn/tp/shard.h"
 #include "ops/grad_norm.h"
 #include "optim/adamw.h"
@@ -145,6 +146,13 @@ class ChunkModelData final : public ModelData {
                  parallel::ParallelContext& pc, nn::Runner& runner, const std::string& resume_path, std::int64_t accum)
       : pc_(pc), options_(adamw_options(cfg.train)), device_(&device_tier(cfg)) {
     const std::vector<nn::Parameter*>& params = engine.parameters();
+    // memory.embedding_on_host: the embedding layer's parameters in chunk lists of their own on the
+    // host (patrickstar-v1 sec. 8.2 keeps them out of chunks; lists of their own give them the
+    // same mixed precision, gradient norm, optimizer and checkpoints as the rest).
+    const std::vector<nn::Parameter*> on_host = nn::parameters_on_host(model);
+    std::vector<nn::Parameter*> on_device;
+    for (nn::Parameter* p : params)
+      if (std::find(on_host.begin(), on_host.end(), p) == on_host.end()) on_device.push_back(p);
     memory::ChunkOptions options = chunk_options(cfg, accum > 1);
     options.group = &pc.group(parallel::GroupKind::data);
     // The lists count apart from everything else. On the CPU path they are host memory of their
@@ -177,8 +185,14 @@ class ChunkModelData final : public ModelData {
       steps_ = loaded->steps_taken();
     }
     offload_ = cfg.memory.offload;
+    if (!on_host.empty()) {
+      // First, so that memory.host_limit counts them before the device's chunks claim the rest.
+      memory::ChunkOptions host_options = options;
+      host_options.offload.reset();
+      host_chunks_.emplace(model, on_host, host_options, *optimizer_memory_, *optimizer_memory_);
+    }
     try {
-      chunks_.emplace(model, params, options, options.offload ? *device_ : *param_memory_, *optimizer_memory_);
+      chunks_.emplace(model, on_device, options, options.offload ? *device_ : *param_memory_, *optimizer_memory_);
     } catch (const OutOfMemory& e) {  // the static partition's param list does not fit
       throw OutOfMemory(e.what() + out_of_memory_hint(e), e.needed());
     }
@@ -186,13 +200,14 @@ class ChunkModelData final : public ModelData {
     param_list_bytes_ = layout.chunks * layout.chunk_elements * std::int64_t(dtype_size(precision_dtype(cfg.train.precision)));
     if (loaded)
       for (std::size_t i = 0; i < params.size(); ++i)
-        chunks_->load_moments(*params[i], loaded->momentum(i), loaded->variance(i));
+        keeper_of(*params[i]).load_moments(*params[i], loaded->momentum(i), loaded->variance(i));
     // A step's record counts the step's moves, not the disk tier's first writes.
     if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) reported_ = dmm->stats();
     // From here on the step's tensors count in the device tier (the checkpoint's above stayed on
     // the host: the device tier holds chunks and a step's tensors only).
     if (options.offload) on_device_.emplace(*device_);
     runner.add_hooks(&*chunks_);
+    if (host_chunks_) runner.add_hooks(&*host_chunks_);
     stage_ = cfg.zero.stage;
     fetch_ = cfg.zero.fetch;
     precision_ = cfg.train.precision;
@@ -200,19 +215,34 @@ class ChunkModelData final : public ModelData {
 
   ~ChunkModelData() override {
     chunks_.reset();
+    host_chunks_.reset();
     if (on_device_) device_->set_capacity(std::numeric_limits<std::size_t>::max());
   }
 
-  void zero_grad() override { chunks_->zero_grad(); }
+  void zero_grad() override {
+    for (memory::ChunkManager* c : keepers()) c->zero_grad();
+  }
 
   pipeline::ActionHooks hooks(std::int64_t) override {
-    return {.before_backward = [this](const pipeline::Action&) { chunks_->end_forward(); },
-            .after_backward = [this](const pipeline::Action&) { chunks_->end_backward(); }};
+    return {.before_backward =
+                [this](const pipeline::Action&) {
+                  for (memory::ChunkManager* c : keepers()) c->end_forward();
+                },
+            .after_backward =
+                [this](const pipeline::Action&) {
+                  for (memory::ChunkManager* c : keepers()) c->end_backward();
+                }};
   }
 
   void finish_backward() override {}
-  void end_forward_only() override { chunks_->end_forward(); }
-  double squared_gradient_norm() override { return chunks_->squared_gradient_norm(); }
+  void end_forward_only() override {
+    for (memory::ChunkManager* c : keepers()) c->end_forward();
+  }
+  // The host's parameters come first in the model, so the sum runs in the model's order (the
+  // same bits as one list's).
+  double squared_gradient_norm() override {
+    return chunks_->squared_gradient_norm(host_chunks_ ? host_chunks_->squared_gradient_norm() : 0.0);
+  }
 
   void step(float lr, float gradient_scale, double norm, double max_norm) override {
     // Clipping folds into the scale the update divides out (torch.nn.utils.clip_grad_norm_'s
@@ -221,23 +251,27 @@ class ChunkModelData final : public ModelData {
     ops::AdamWOptions o = options_;
     o.lr = lr;
     o.grad_scale = float(double(gradient_scale) / clip);
-    chunks_->adamw_step(o, ++steps_);
+    ++steps_;
+    for (memory::ChunkManager* c : keepers()) c->adamw_step(o, steps_);
   }
 
-  void skip_step() override { chunks_->skip_step(); }
+  void skip_step() override {
+    for (memory::ChunkManager* c : keepers()) c->skip_step();
+  }
   std::int64_t optimizer_steps() const override { return steps_; }
 
   void save(const std::string& dir, std::int64_t step, const OptimizerMeta& extra, const std::string& config_toml,
             int keep) override {
     const bool writer = pc_.is_main();
     NamedTensors weights, moments;
-    chunks_->gather_state([&](const nn::Parameter& p, const Tensor& master, const Tensor& m, const Tensor& v) {
-      if (!writer) return;
-      // On the host: under offload the default allocator is the device tier, full of chunks.
-      weights.emplace_back(p.name, master.clone(host_allocator()));
-      moments.emplace_back("m." + p.name, m.clone(host_allocator()));
-      moments.emplace_back("v." + p.name, v.clone(host_allocator()));
-    });
+    for (memory::ChunkManager* c : keepers())
+      c->gather_state([&](const nn::Parameter& p, const Tensor& master, const Tensor& m, const Tensor& v) {
+        if (!writer) return;
+        // On the host: under offload the default allocator is the device tier, full of chunks.
+        weights.emplace_back(p.name, master.clone(host_allocator()));
+        moments.emplace_back("m." + p.name, m.clone(host_allocator()));
+        moments.emplace_back("v." + p.name, v.clone(host_allocator()));
+      });
     if (!writer) return;
     OptimizerMeta meta = extra;
     meta.adamw_step = steps_;
@@ -264,6 +298,13 @@ class ChunkModelData final : public ModelData {
       tiers += fmt::format("; the optimizer states of the last {} chunks ({}) beyond memory.host_limit in {}",
                            disk->chunks().size(), human_bytes(std::uint64_t(disk->store().file_bytes())),
                            disk->store().path());
+    if (host_chunks_) {
+      const memory::ChunkLayout& h = host_chunks_->layout();
+      tiers += fmt::format("; the embedding layer's {} parameters on the host ({} chunks of {} elements, {}), its "
+                           "lookups on the CPU",
+                           host_chunks_->parameters().size(), h.chunks, h.chunk_elements,
+                           human_bytes(std::uint64_t(host_chunks_->model_data_bytes())));
+    }
     return fmt::format("model data in {} chunks of {} elements ({:.1f}% padding), params {}{}; {}; {} of model data on "
                        "this rank{}",
                        l.chunks, l.chunk_elements, 100 * l.fragmentation(), precision_,
@@ -271,13 +312,14 @@ class ChunkModelData final : public ModelData {
                        ranks > 1 ? fmt::format("zero.stage {} over {} data ranks: {}{}", stage_, ranks, what[stage_],
                                                stage_ > 0 ? fmt::format(", parameters by {}", fetch_) : "")
                                  : "one rank",
-                       human_bytes(std::uint64_t(chunks_->model_data_bytes())), tiers);
+                       human_bytes(std::uint64_t(model_data_bytes())), tiers);
   }
 
   nlohmann::json memory() const override {
     nlohmann::json out = {{"param_bytes_peak", param_memory_->peak_bytes()},
                           {"optimizer_bytes_peak", optimizer_memory_->peak_bytes()},
-                          {"model_data_bytes", chunks_->model_data_bytes()}};
+                          {"model_data_bytes", model_data_bytes()}};
+    if (host_chunks_) out["embedding_on_host_bytes"] = host_chunks_->model_data_bytes();
     if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) {
       out["offload"] = dmm->json();
       out["offload"]["device_limit_bytes"] = device_->capacity();
@@ -315,6 +357,20 @@ class ChunkModelData final : public ModelData {
   }
 
  private:
+  // The chunk managers, the host's (memory.embedding_on_host) first.
+  std::vector<memory::ChunkManager*> keepers() {
+    std::vector<memory::ChunkManager*> out;
+    if (host_chunks_) out.push_back(&*host_chunks_);
+    out.push_back(&*chunks_);
+    return out;
+  }
+  memory::ChunkManager& keeper_of(const nn::Parameter& p) {
+    return host_chunks_ && host_chunks_->manages(p) ? *host_chunks_ : *chunks_;
+  }
+  std::int64_t model_data_bytes() const {
+    return chunks_->model_data_bytes() + (host_chunks_ ? host_chunks_->model_data_bytes() : 0);
+  }
+
   parallel::ParallelContext& pc_;
   ops::AdamWOptions options_;
   Allocator* device_;                         // the device tier (device_tier)
@@ -322,6 +378,7 @@ class ChunkModelData final : public ModelData {
   std::unique_ptr<Allocator> optimizer_memory_;  // master copy, moments, accumulated gradients
   std::optional<ScopedDefaultAllocator> on_device_;  // with offload: the step's tensors in the device tier
   std::optional<memory::ChunkManager> chunks_;
+  std::optional<memory::ChunkManager> host_chunks_;  // memory.embedding_on_host: the embedding layer's
   memory::MoveStats reported_;  // moves up to the last step's record
   std::int64_t param_list_bytes_ = 0;
   std::string offload_, eviction_;

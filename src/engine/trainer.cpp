@@ -38,13 +38,6 @@ double sum_over_replicas(parallel::ParallelContext& pc, double value) {
 }
 
 
-// The batch's tensors copied into `memory` (the GPU's, under train.device = "cuda").
-nn::Batch to_device(const nn::Batch& b, Allocator& memory) {
-  auto moved = [&](const Tensor& t) { return t.defined() ? t.clone(memory) : Tensor(); };
-  return {.tokens = moved(b.tokens), .token_types = moved(b.token_types), .attn_mask = moved(b.attn_mask),
-          .images = moved(b.images), .targets = moved(b.targets)};
-}
-
 // Mean loss over the valid targets of the fixed eval set: samples [0, eval_batches * batch_size)
 // of the eval split, whatever the layout. Each replica takes its slice of every batch, in
 // micro-batches, and weighs each micro-batch's mean by its targets.
@@ -60,7 +53,7 @@ double evaluate(pipeline::PipelineEngine& engine, ModelData& model_data, const d
       const double count = double(nn::valid_targets(batch));
       std::optional<ScopedDefaultAllocator> on_gpu;  // the pass's temporaries beside its activations
       if (activations.device().is_cuda()) {
-        batch = to_device(batch, activations);
+        batch = nn::copy_batch(batch, activations);
         on_gpu.emplace(activations);
       }
       nn::StepState state{
@@ -95,7 +88,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   auto dataset = data::make_dataset(cfg);
   const nn::CheckpointPolicy checkpointing = checkpoint_policy(tc);
   const auto layers = nn::make_layers(pc);
-  auto model = models::make_model(cfg.model, checkpointing, *layers);
+  auto model = models::make_model(cfg.model, checkpointing, *layers, cfg.memory.embedding_on_host);
   // Each data replica d takes samples [d * local, (d + 1) * local) of every global batch.
   const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
   const std::int64_t B = tc.batch_size, local = B / replicas;  // divisibility: ParallelContext
@@ -219,7 +212,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
       // workspaces) come from the activations' share of its memory until the update is done.
       std::optional<ScopedDefaultAllocator> step_on_gpu;
       if (on_gpu) {
-        for (nn::Batch& b : batches) b = to_device(b, activations);
+        for (nn::Batch& b : batches) b = nn::copy_batch(b, activations);
         step_on_gpu.emplace(activations);
       }
       // The step's loss is the mean over the global batch's valid targets, as one process computes

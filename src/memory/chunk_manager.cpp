@@ -481,8 +481,9 @@ void ChunkManager::finish_step(const std::function<void(nn::Parameter&)>& update
   for (std::size_t g = 0; g < reduced_.size(); ++g) fetch_group(int(g));
 }
 
-double ChunkManager::squared_gradient_norm() {
-  double sum = 0;
+double ChunkManager::squared_gradient_norm(double before) {
+  TIDAL_ASSERT(!sharded() || before == 0.0, "a sharded list's norm is summed over its group: add to it after");
+  double sum = before;
   for (const Tracked& t : tracked_) {
     if (!owns(layout_.places[index_.at(t.param)].chunk)) continue;
     sum += ops::sum_of_squares(gradient(*t.param));

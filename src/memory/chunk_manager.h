@@ -136,8 +136,9 @@ class ChunkManager final : public nn::ModuleHooks {
   // A step whose gradient overflowed: the same, without the update (the gradient is dropped).
   void skip_step();
   // The squared norm of the step's gradient (owned parts, summed over the group): not finite on
-  // every rank when any rank's part overflowed.
-  double squared_gradient_norm();
+  // every rank when any rank's part overflowed. The sum starts from `before` (another list's, for
+  // the order of one list).
+  double squared_gradient_norm(double before = 0.0);
 
   // For a checkpoint: visits every parameter with its whole fp32 master copy, momentum and
   // variance (views valid during the call), on every rank of the group (a collective: the owners'
@@ -149,6 +150,7 @@ class ChunkManager final : public nn::ModuleHooks {
   // Parameters in order keep a disk chunk staged from one to the next.
   void load_moments(const nn::Parameter& p, const Tensor& momentum, const Tensor& variance);
 
+  bool manages(const nn::Parameter& p) const { return index_.count(&p) > 0; }
   TensorState state(const nn::Parameter& p) const;
   Placement placement(int chunk) const;  // of param chunk `chunk`
   const ChunkLayout& layout() const { return layout_; }

@@ -42,14 +42,17 @@ class BertEmbeddings final : public nn::Module {
   nn::Module* drop_;
 };
 
-// dense -> GELU -> LayerNorm -> decoder tied to the word embedding, with bias "mlm.bias".
+// dense -> GELU -> LayerNorm -> decoder tied to the word embedding (or, untied, "mlm.weight"), with bias
+// "mlm.bias".
 class MlmHead final : public nn::Module {
  public:
   MlmHead(const BertConfig& c, nn::TableLookup& word_embedding, nn::LayerFactory& layers) {
     dense_ = &add_module("dense", layers.hidden_linear(c.n_embd, c.n_embd, true, nn::ParameterInit::normal(c.init_std)));
     act_ = &add_module("act", std::make_unique<nn::Gelu>());
     ln_ = &add_module("ln", layers.layer_norm(c.n_embd, c.ln_eps));
-    decoder_ = &add_module("", layers.tied_head(word_embedding, true));
+    decoder_ = &add_module("", c.tie_embeddings ? layers.tied_head(word_embedding, true)
+                                                : layers.untied_head(c.vocab_size, c.n_embd,
+                                                                     nn::ParameterInit::normal(c.init_std), true));
   }
   Tensor forward(const Tensor& x, nn::Context& ctx) override {
     Tensor h = ctx.forward(*act_, ctx.forward(*dense_, x, kDense), kAct);
@@ -71,12 +74,14 @@ class MlmHead final : public nn::Module {
 class Bert final : public Model {
  public:
   Bert(const BertConfig& c, nn::LayerFactory& layers) {
-    auto& emb = add_layer("embeddings", std::make_unique<BertEmbeddings>(c, layers));
+    auto embedding = std::make_unique<BertEmbeddings>(c, layers);
+    nn::TableLookup& word = embedding->word_embedding();
+    add_embedding_layer("embeddings", std::move(embedding), c.embedding_on_host);
     nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = false, .pre_ln = false, .ln_eps = c.ln_eps,
                       .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
                       .proj_init = nn::ParameterInit::normal(c.init_std)};
     add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);
-    add_layer("mlm", std::make_unique<MlmHead>(c, emb.word_embedding(), layers));
+    add_layer("mlm", std::make_unique<MlmHead>(c, word, layers));
     add_layer("loss", layers.cross_entropy(c.vocab_size));
   }
   const Tensor& input(const nn::Batch& batch) const override { return batch.tokens; }

@@ -20,6 +20,8 @@ struct BertConfig {
   float ln_eps = 1e-12f;
   float init_std = 0.02f;
   nn::CheckpointPolicy checkpointing{};  // activation checkpointing of the blocks
+  bool tie_embeddings = true;            // false: the LM head has a table of its own
+  bool embedding_on_host = false;        // the embedding layer runs on the host CPU (nn/on_host.h)
 };
 
 std::unique_ptr<Model> make_bert(const BertConfig& cfg, nn::LayerFactory& layers = nn::single_device_layers());

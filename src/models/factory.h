@@ -8,7 +8,9 @@
 namespace tidal::models {
 
 // The model of `cfg`, its layers made by `layers` (the tensor-parallel mode's factory).
+// `embedding_on_host`: memory.embedding_on_host.
 std::unique_ptr<Model> make_model(const config::ModelConfig& cfg, const nn::CheckpointPolicy& checkpointing = {},
-                                  nn::LayerFactory& layers = nn::single_device_layers());
+                                  nn::LayerFactory& layers = nn::single_device_layers(),
+                                  bool embedding_on_host = false);
 
 }  // namespace tidal::models

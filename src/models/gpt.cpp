@@ -32,14 +32,18 @@ class GptEmbedding final : public nn::Module {
 class Gpt final : public Model {
  public:
   Gpt(const GptConfig& c, nn::LayerFactory& layers) {
-    auto& emb = add_layer("", std::make_unique<GptEmbedding>(c, layers));
+    auto embedding = std::make_unique<GptEmbedding>(c, layers);
+    nn::TableLookup& wte = embedding->token_embedding();
+    add_embedding_layer("", std::move(embedding), c.embedding_on_host);
     nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = true, .pre_ln = true, .ln_eps = c.ln_eps,
                       .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
                       // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer).
                       .proj_init = nn::ParameterInit::normal(c.init_std / std::sqrt(2.0f * float(c.n_layer)))};
     add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);
     add_layer("ln_f", layers.layer_norm(c.n_embd, c.ln_eps));
-    add_layer("lm_head", layers.tied_head(emb.token_embedding(), false));
+    add_layer("lm_head", c.tie_embeddings
+                             ? layers.tied_head(wte, false)
+                             : layers.untied_head(c.vocab_size, c.n_embd, nn::ParameterInit::normal(c.init_std), false));
     add_layer("loss", layers.cross_entropy(c.vocab_size));
   }
   const Tensor& input(const nn::Batch& batch) const override { return batch.tokens; }

@@ -1,5 +1,5 @@
 // GPT-2: learned positions, pre-LN blocks with causal attention, tanh GELU, final LayerNorm,
-// LM head tied to the token embedding. Parameter names follow GPT-2 (wte, wpe, ln_f) with
+// LM head tied to the token embedding (or, untied, a table of its own: lm_head.weight). Parameter names follow GPT-2 (wte, wpe, ln_f) with
 // blocks.{i}.{ln_1, attn.qkv, attn.proj, ln_2, mlp.fc, mlp.proj}.
 #pragma once
 
@@ -18,6 +18,8 @@ struct GptConfig {
   float ln_eps = 1e-5f;
   float init_std = 0.02f;
   nn::CheckpointPolicy checkpointing{};  // activation checkpointing of the blocks
+  bool tie_embeddings = true;            // false: the LM head has a table of its own
+  bool embedding_on_host = false;        // the embedding layer runs on the host CPU (nn/on_host.h)
 };
 
 std::unique_ptr<Model> make_gpt(const GptConfig& cfg, nn::LayerFactory& layers = nn::single_device_layers());

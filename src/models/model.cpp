@@ -1,5 +1,6 @@
 #include "models/model.h"
 
+#include "nn/on_host.h"
 #include "nn/runner.h"
 
 #include <algorithm>
@@ -35,6 +36,11 @@ void Model::run_backward(nn::Context& ctx, float dloss) {
 void Model::materialize(std::uint64_t seed, Allocator& alloc) {
   assign_names("");
   for (nn::Parameter* p : parameters()) nn::materialize(*p, seed, alloc);
+}
+
+void Model::add_embedding_layer(std::string name, std::unique_ptr<nn::Module> m, bool on_host) {
+  if (on_host) m = std::make_unique<nn::OnHost>(std::move(m));
+  add_layer(std::move(name), std::move(m));
 }
 
 void Model::add_blocks(int n, const std::function<std::unique_ptr<nn::Module>()>& make_block,

@@ -56,6 +56,9 @@ class Model : public nn::Module {
     layers_.push_back(&ref);
     return ref;
   }
+  // The layer of token embeddings; `on_host` runs it on the host CPU (memory.embedding_on_host,
+  // nn/on_host.h).
+  void add_embedding_layer(std::string name, std::unique_ptr<nn::Module> m, bool on_host);
   // n transformer blocks named blocks.{i}, as layers under the checkpointing policy.
   void add_blocks(int n, const std::function<std::unique_ptr<nn::Module>()>& make_block,
                   const nn::CheckpointPolicy& policy);

@@ -37,6 +37,9 @@ struct StepState {
   Allocator* activations = &host_allocator();  // where activations and their gradients live
 };
 
+// The batch's tensors copied into `memory` (the undefined ones stay undefined).
+Batch copy_batch(const Batch& batch, Allocator& memory);
+
 class Context {
  public:
   explicit Context(const StepState& state) : state_(&state) {}
@@ -44,6 +47,9 @@ class Context {
   const StepState& state() const { return *state_; }
   // Context of the child call in `slot` (made on first use).
   Context& child(std::size_t slot);
+  // A new context in `slot` for a child that runs elsewhere (nn/on_host.h): its pass keeps its
+  // activations in `activations` and reads `batch` (a copy there). backward finds it as child(slot).
+  Context& placed_child(std::size_t slot, Allocator& activations, Batch batch);
 
   // Run a child module through the runner, in this call's child context `slot`.
   Tensor forward(Module& m, const Tensor& x, std::size_t slot);
@@ -60,7 +66,12 @@ class Context {
   void clear();
 
  private:
+  struct Placement {  // a placed child's own state and batch
+    StepState state;
+    Batch batch;
+  };
   const StepState* state_;
+  std::unique_ptr<Placement> placement_;
   std::vector<std::unique_ptr<Context>> children_;
 };
 

@@ -10,6 +10,15 @@ namespace tidal::nn {
 class TableLookup : public Module {
  public:
   virtual Parameter& table() = 0;
+  // The table of an untied head (UntiedLmHead): never looked up, so not one of the table's users
+  // (the chunk manager completes a gradient when its last user's backward is done).
+  void keep_for_head() { looked_up_ = false; }
+  std::vector<Parameter*> used_parameters() override {
+    return looked_up_ ? Module::used_parameters() : std::vector<Parameter*>{};
+  }
+
+ private:
+  bool looked_up_ = true;
 };
 
 // y [B', T', C] = table[ids], ids this rank's part of the batch's [B, T] (all of it by

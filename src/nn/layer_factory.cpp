@@ -51,6 +51,11 @@ std::unique_ptr<Module> SingleDeviceLayers::tied_head(TableLookup& embedding, bo
 }
 std::unique_ptr<Module> SingleDeviceLayers::cross_entropy(std::int64_t) { return std::make_unique<CrossEntropyLoss>(); }
 
+std::unique_ptr<Module> LayerFactory::untied_head(std::int64_t num, std::int64_t dim, ParameterInit init, bool bias) {
+  return std::make_unique<UntiedLmHead>(vocab_embedding(num, dim, init),
+                                        [&](TableLookup& table) { return tied_head(table, bias); });
+}
+
 std::unique_ptr<Module> LayerFactory::self_attention(int n_head, bool causal) {
   return std::make_unique<ScaledDotProductAttention>(n_head, causal, batch_slice());
 }

@@ -56,6 +56,9 @@ class LayerFactory {
   // H -> F logits against a table made by vocab_embedding (tied weights), optionally with a
   // bias [num] named "bias".
   virtual std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) = 0;
+  // H -> F logits against a [num, dim] table of the head's own (untied), split as
+  // vocab_embedding splits one, optionally with a bias [num] named "bias".
+  std::unique_ptr<Module> untied_head(std::int64_t num, std::int64_t dim, ParameterInit init, bool bias);
   // F logits [..., classes'] -> the mean cross-entropy [1] over the replica's micro-batch
   // (targets from the batch; -100 ignored), equal on every rank of the model replica.
   virtual std::unique_ptr<Module> cross_entropy(std::int64_t classes) = 0;

@@ -37,4 +37,10 @@ Tensor TiedLmHead::backward(const Tensor& dy, Context& ctx) {
   return dx;
 }
 
+UntiedLmHead::UntiedLmHead(std::unique_ptr<TableLookup> table, const HeadOn& head_on) {
+  TableLookup& t = add_module("", std::move(table));
+  t.keep_for_head();
+  head_ = &add_module("", head_on(t));
+}
+
 }  // namespace tidal::nn

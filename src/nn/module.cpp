@@ -49,6 +49,23 @@ Context& Context::child(std::size_t slot) {
   return *children_[slot];
 }
 
+Context& Context::placed_child(std::size_t slot, Allocator& activations, Batch batch) {
+  if (children_.size() <= slot) children_.resize(slot + 1);
+  auto c = std::make_unique<Context>(*state_);
+  c->placement_ = std::make_unique<Placement>(Placement{.state = *state_, .batch = std::move(batch)});
+  c->placement_->state.activations = &activations;
+  if (state_->batch) c->placement_->state.batch = &c->placement_->batch;
+  c->state_ = &c->placement_->state;
+  children_[slot] = std::move(c);
+  return *children_[slot];
+}
+
+Batch copy_batch(const Batch& b, Allocator& memory) {
+  auto copied = [&](const Tensor& t) { return t.defined() ? t.clone(memory) : Tensor(); };
+  return {.tokens = copied(b.tokens), .token_types = copied(b.token_types), .attn_mask = copied(b.attn_mask),
+          .images = copied(b.images), .targets = copied(b.targets)};
+}
+
 Tensor Context::forward(Module& m, const Tensor& x, std::size_t slot) {
   return state_->runner->forward(m, x, child(slot));
 }

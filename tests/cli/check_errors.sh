@@ -52,6 +52,11 @@ if ! "$tidal" info | grep -q "train.device=cuda"; then
   expect device-cuda-without-gpu 'train.device = "cuda", but this process sees no GPU' -- \
     train --set train.device=cuda --set train.steps=1
 fi
+expect embedding-on-host-without-offload "set memory.offload to \"chunk\" or \"static\"" -- \
+  train --set memory.embedding_on_host=true --set model.tie_embeddings=false
+expect embedding-on-host-tied "set model.tie_embeddings = false" -- \
+  train --set memory.embedding_on_host=true --set memory.offload=chunk --set memory.device_limit=64MiB
+expect untied-vit "model.tie_embeddings" -- train --set model.type=vit --set data.kind=images --set model.tie_embeddings=false
 expect host-limit-without-offload "memory.host_limit caps the chunks the host holds beside a device tier" -- \
   train --set memory.host_limit=1GiB
 expect host-too-small "memory.host_limit = 1048576 bytes (0 in use) is too small" -- \

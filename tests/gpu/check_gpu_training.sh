@@ -7,7 +7,11 @@
 # - heterogeneous memory on the GPU (issue 10, must-show 8): chunks in pinned host memory and
 #   GPU memory capped at 25% of the model data, moved by asynchronous copies on the copy stream,
 #   give the uncapped GPU run's losses bitwise, with the GPU tier's measured peak within the cap
-#   and evictions in every step; the static partition cannot run under that cap (exit 2).
+#   and evictions in every step; the static partition cannot run under that cap (exit 2);
+# - the embedding on the host (memory.embedding_on_host, untied head): its lookups on the CPU, its
+#   output copied to the GPU, within 1e-3 of the GPU run with the embedding in the GPU's chunks
+#   (the token table's gradient sums repeated tokens in another order on each backend), with
+#   fewer bytes moved after the warm-up.
 # Exits 77 (ctest: skipped) where no GPU is visible.
 # usage: check_gpu_training.sh path/to/tidal
 set -euo pipefail
@@ -37,6 +41,13 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print(rows[-1]['model_data']['model_data_bytes'] // 4)" "$dir/uncapped.jsonl")
 "$tidal" train "${big[@]}" --set memory.device_limit="$cap" --metrics "$dir/capped.jsonl" > "$dir/capped.log"
+# As cli/check_embedding_on_host.sh, on the GPU.
+untied=(--set model.n_embd=128 --set model.n_layer=2 --set model.n_head=4 --set model.seq_len=32
+        --set model.vocab_size=4096 --set model.tie_embeddings=false --set train.batch_size=4 --set train.steps=6
+        --set train.eval_every=3 --set train.eval_batches=1 --set train.device=cuda --set memory.offload=chunk
+        --set memory.device_limit=12MiB)
+"$tidal" train "${untied[@]}" --metrics "$dir/embedding_gpu.jsonl" > /dev/null
+"$tidal" train "${untied[@]}" --set memory.embedding_on_host=true --metrics "$dir/embedding_host.jsonl" > /dev/null
 set +e
 out=$("$tidal" train "${big[@]}" --set memory.offload=static --set memory.device_limit="$cap" 2>&1 >/dev/null)
 rc=$?
@@ -61,4 +72,12 @@ print(f"GPU tier peak {peak} of {cap} bytes ({peak / cap:.3f}); evictions per st
       f"move seconds per step {[round(r['move_s'], 4) for r in steps]}")
 assert peak <= cap, "the GPU tier's peak passed the cap"
 assert all(r["evictions"] > 0 for r in steps), "a step without evictions"
+compare(d, "embedding_host", "embedding_gpu", 1e-3, all_steps=True)
+moved = {}
+for where in ("gpu", "host"):
+    rows = [json.loads(l) for l in open(f"{d}/embedding_{where}.jsonl")]
+    steps = [r for r in rows if "loss" in r and not r.get("summary")]
+    moved[where] = sum(r["bytes_host_to_device"] + r["bytes_device_to_host"] for r in steps[1:])
+print(f"bytes moved after the warm-up, embedding on the host / on the GPU: {moved['host']} / {moved['gpu']}")
+assert moved["host"] < moved["gpu"]
 PY

@@ -3,7 +3,8 @@
 # on, gradient clipping on) with 1D tensor parallelism on 2 and 4 ranks and with data 2 x
 # tensor 2, and (dropout off: a grid rank draws its own masks for its block) 2D on 4 ranks,
 # 2.5D with depth 2 on 8 and 3D on 8, gives per-step losses and eval losses within 1e-4 (relative) of one
-# process. A
+# process; so does an untied LM head (model.tie_embeddings = false: its table split as the token
+# table is) under 1D on 2 ranks and 2D on 4. A
 # checkpoint written under tensor = 2 resumes in one process (and one written by one process
 # resumes under tensor = 2) and finishes with the losses of the uninterrupted run.
 # usage: check_tensor_parallel.sh path/to/tidal <mpirun command...>
@@ -30,6 +31,13 @@ for layout in "2 1 1d 1" "4 1 1d 1" "4 2 1d 1" "4 1 2d 1" "8 1 2.5d 2" "8 1 3d 1
     --set parallel.tensor.mode="$mode" --set parallel.tensor.depth="$depth" --set parallel.data="$data" \
     --metrics "$dir/$name.jsonl" > "$dir/$name.log"
 done
+untied=(--set model.dropout=0 --set model.tie_embeddings=false)
+"$tidal" train "${common[@]}" "${untied[@]}" --metrics "$dir/single_untied.jsonl" > /dev/null
+for layout in "2 1d" "4 2d"; do
+  set -- $layout
+  "${MPIRUN[@]}" -np "$1" "$tidal" train "${common[@]}" "${untied[@]}" --set parallel.tensor.size="$1" \
+    --set parallel.tensor.mode="$2" --metrics "$dir/untied_$2.jsonl" > /dev/null
+done
 # Checkpoint at step 10 under one layout, resume under the other.
 "${MPIRUN[@]}" -np 2 "$tidal" train "${common[@]}" --set parallel.tensor.size=2 --set checkpoint.dir="$dir/ck_t2" \
   --stop-after 10 > /dev/null
@@ -43,8 +51,9 @@ sys.path.insert(0, sys.argv[2])
 from runs import compare
 worst_all = 0.0
 for name in ["1d_tensor2_data1", "1d_tensor4_data1", "1d_tensor2_data2", "resume_t2_to_1", "resume_1_to_t2",
-             "2d_tensor4_data1", "2.5d_tensor8_data1", "3d_tensor8_data1"]:
-    reference = "single" if name.startswith(("1d", "resume")) else "single_nodrop"
+             "2d_tensor4_data1", "2.5d_tensor8_data1", "3d_tensor8_data1", "untied_1d", "untied_2d"]:
+    reference = ("single" if name.startswith(("1d", "resume"))
+                 else "single_untied" if name.startswith("untied") else "single_nodrop")
     # Summation order differs (split GEMMs, all-reduced partial sums): measured worst 1e-6 to 1e-5.
     worst, _ = compare(sys.argv[1], name, reference, 1e-4)
     worst_all = max(worst_all, worst)

@@ -360,14 +360,16 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """GPT-2: tied LM head, causal attention, pre-LN blocks, final ln_f."""
+    """GPT-2: tied LM head (or, untied, lm_head [V, C] of its own), causal attention, pre-LN
+    blocks, final ln_f."""
 
-    def __init__(self, V, Tmax, C, n_layer, n_head, eps):
+    def __init__(self, V, Tmax, C, n_layer, n_head, eps, untied=False):
         super().__init__()
         self.wte = nn.Embedding(V, C)
         self.wpe = nn.Embedding(Tmax, C)
         self.blocks = nn.ModuleList(Block(C, n_head, eps, True, True) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(C, eps=eps)
+        self.lm_head = nn.Linear(C, V, bias=False) if untied else None
 
     def forward(self, batch):
         tokens = batch["tokens"]
@@ -376,7 +378,7 @@ class GPT(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         x = self.ln_f(x)
-        logits = x @ self.wte.weight.t()
+        logits = x @ (self.lm_head.weight if self.lm_head is not None else self.wte.weight).t()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                batch["targets"].reshape(-1), ignore_index=-100)
         return logits, loss
@@ -516,14 +518,15 @@ def _common_dims(inp, C_from):
 
 
 def case_gpt(inp):
-    """GPT-2. Params wte.weight [V, C], wpe.weight [Tmax, C], blocks.{i}.*, ln_f.*;
+    """GPT-2. Params wte.weight [V, C], wpe.weight [Tmax, C], blocks.{i}.*, ln_f.*, and with an
+    untied head lm_head.weight [V, C];
     inputs tokens, targets [B, T] int32 (-100 ignore). Outputs logits [B, T, V],
     loss [1], grad.<param>, step_losses [steps]."""
     def build(inp):
         V, C0 = inp.raw("wte.weight").shape
         Tmax = inp.raw("wpe.weight").shape[0]
         C, L, H, eps = _common_dims(inp, C0)
-        return GPT(V, Tmax, C, L, H, eps)
+        return GPT(V, Tmax, C, L, H, eps, untied=inp.has("lm_head.weight"))
     return _run_model(inp, build, ["tokens", "targets"])
 
 

@@ -73,6 +73,15 @@ TEST(ModelsOracle, Gpt2) {
   expect_matches_reference(*model, batch, {{"tokens", batch.tokens}, {"targets", batch.targets}}, {}, "gpt", 1e-5f);
 }
 
+// model.tie_embeddings = false: the head's own table lm_head.weight, whose gradient is the head's
+// alone (and wte's the lookup's alone).
+TEST(ModelsOracle, Gpt2UntiedHead) {
+  auto model = models::make_gpt(
+      {.n_layer = kLayers, .n_head = kHeads, .n_embd = kC, .vocab_size = kV, .seq_len = 41, .tie_embeddings = false});
+  nn::Batch batch{.tokens = randint({kB, kT}, 100, 0, kV), .targets = randint({kB, kT}, 101, 0, kV)};
+  expect_matches_reference(*model, batch, {{"tokens", batch.tokens}, {"targets", batch.targets}}, {}, "gpt", 1e-5f);
+}
+
 TEST(ModelsOracle, Bert) {
   auto model = models::make_bert({.n_layer = kLayers, .n_head = kHeads, .n_embd = kC, .vocab_size = kV, .seq_len = 41});
   nn::Batch batch{.tokens = randint({kB, kT}, 102, 0, kV), .token_types = randint({kB, kT}, 103, 0, 2),
