@@ -18,8 +18,9 @@
 //    broadcast from its owner, in forward and again in backward), 10 (N-1)/N M bytes. Both run.
 //
 // --verify: exit 1 unless every stage's resident model data equals "ours" on S, its losses
-// equal stage 0's within 1e-3 relative, the broadcast baseline's losses equal stage 3's, and the
-// two stage-3 volumes equal their formulas on S.
+// equal stage 0's within 1e-3 relative, the broadcast baseline's losses equal stage 3's, the
+// two stage-3 volumes equal their formulas on S, and stage 1 moves what stage 0 moves (its
+// gradients reduce-scattered, its params all-gathered: an all-reduce's two halves).
 //
 //   mpirun -np 4 bench_zero [--verify]
 #include "comm/mpi_runtime.h"
@@ -169,6 +170,9 @@ int main(int argc, char** argv) {
   // Sums of many per-collective terms: equal up to the last bits.
   auto equal = [](double a, double b) { return std::abs(a - b) <= 1e-12 * b; };
   if (!equal(chunks(results[3]), agather * S) || !equal(chunks(baseline), broadcast * S)) ok = false;
+  // Stage 1 reduce-scatters the gradients (each rank updates what it owns) and gathers the
+  // updated params: plain data parallelism's all-reduce, split in its two halves.
+  if (!equal(total(results[1]), total(results[0]))) ok = false;
   if (main_rank) {
     fmt::print("\n## communication per iteration (data group): link bytes, the cost model's bandwidth term\n");
     fmt::print("{:>15} | {:>12} | {:>12} | {:>14} | {:>12} | {:>12} | {:>9}\n", "stage", "all_gather", "broadcast",
@@ -186,6 +190,8 @@ int main(int argc, char** argv) {
     fmt::print("stage 3, broadcast (ZeRO-DP baseline): {} per iteration; 10(N-1)/N x M bytes = {} (on S: {}); measured "
                "/ formula on S = {:.3f}\n",
                mib(chunks(baseline)), mib(broadcast * M), mib(broadcast * S), chunks(baseline) / (broadcast * S));
+    fmt::print("stage 1: {} per iteration, stage 0 (plain data parallelism): {}; stage 1 / stage 0 = {:.3f}\n",
+               mib(total(results[1])), mib(total(results[0])), total(results[1]) / total(results[0]));
     fmt::print("broadcast / all-gather = {:.3f} (the seed: 5/3 = 1.667); losses of the two {}\n",
                chunks(baseline) / chunks(results[3]), baseline.losses == results[3].losses ? "identical" : "DIFFER");
     fmt::print("(each group is gathered once in forward and once in backward; the tied embedding's group is gathered "

@@ -188,6 +188,10 @@ void validate(const Config& c) {
   TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == "interleaved",
               "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (it is \"{}\")", p.virtual_stages,
               p.schedule);
+  TIDAL_CHECK(p.virtual_stages == 1 || p.pipeline > 1,
+              "parallel.virtual_stages = {} interleaves the model chunks of several pipeline stages, and "
+              "parallel.pipeline is 1: set parallel.pipeline > 1, or parallel.virtual_stages = 1",
+              p.virtual_stages);
   // (One chunk per rank and a block per layer: check_model_fits says it for the layout.)
   // A checkpointed run of blocks (every_k) is one layer and never split between stages.
   const bool runs = t.activation_checkpointing == "every_k" && t.activation_checkpointing_k > 1;
@@ -222,19 +226,7 @@ void validate(const Config& c) {
   if (!c.memory.host_limit.empty()) parse_bytes(c.memory.host_limit, "memory.host_limit");
   TIDAL_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
 
-  // Mixed precision and ZeRO keep the model data in chunks (memory/chunk_manager.h), shared by
-  // the data-parallel ranks only.
   const bool offload = c.memory.offload != "none";
-  if (c.zero.stage > 0 || t.precision != "fp32" || offload) {
-    const std::string why = offload            ? fmt::format("memory.offload = \"{}\"", c.memory.offload)
-                            : c.zero.stage > 0 ? fmt::format("zero.stage = {}", c.zero.stage)
-                                               : fmt::format("train.precision = \"{}\"", t.precision);
-    TIDAL_CHECK(p.pipeline == 1 && p.tensor.size == 1 && p.sequence == 1,
-                "{} keeps the model data in chunks shared by the data-parallel ranks, and runs with parallel.data "
-                "alone for now: set parallel.pipeline, parallel.tensor.size and parallel.sequence to 1 (they are {}, "
-                "{} and {})",
-                why, p.pipeline, p.tensor.size, p.sequence);
-  }
   if (offload) {
     TIDAL_CHECK(p.data == 1,
                 "memory.offload = \"{}\" moves the chunks of one rank for now: set parallel.data to 1 (it is {}), or "

@@ -101,7 +101,8 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(parallel.tensor.mode, "1d | 2d | 2.5d | 3d"),
       TIDAL_KEY(parallel.tensor.depth, "2.5d: depth d (size = q * q * d)"),
       TIDAL_KEY(zero.stage,
-                "0..3 over the data-parallel ranks: shard optimizer states, + gradients, + parameters (chunks)"),
+                "0..3 over the data-parallel (x sequence) ranks: shard optimizer states, + gradients, + parameters "
+                "(chunks)"),
       TIDAL_KEY(zero.fetch,
                 "how sharded parameters reach every rank: all_gather (a chunk group at once, PatrickStar) | "
                 "broadcast (each chunk from its owner, ZeRO-DP's way: 10(p-1)/p M bytes against 6(p-1)/p M)"),

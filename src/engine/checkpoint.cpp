@@ -49,9 +49,8 @@ void prune(const fs::path& dir, const std::string& latest, int keep) {
 // Stage s > 0 sends stage 0 the whole weight and moments of each parameter in sent_by[s]; stage 0
 // appends them to its own. `params` are this rank's, weights[i] and moments[2i], moments[2i+1]
 // theirs.
-void share_with_first_stage(const PipelineShare& share, const std::vector<nn::Parameter*>& params,
-                            std::vector<std::pair<std::string, Tensor>>& weights,
-                            std::vector<std::pair<std::string, Tensor>>& moments) {
+void share_with_first_stage(const PipelineShare& share, const std::vector<const nn::Parameter*>& params,
+                            NamedTensors& weights, NamedTensors& moments) {
   comm::Communicator& group = *share.group;
   constexpr int kTag = 1 << 20;  // apart from the engine's activation and gradient tags
   const int stage = group.rank();
@@ -70,7 +69,8 @@ void share_with_first_stage(const PipelineShare& share, const std::vector<nn::Pa
   for (int s = 1; s < group.size(); ++s)
     for (const nn::Parameter* p : share.sent_by[std::size_t(s)]) {
       const Shape& full = p->full_shape.size() ? p->full_shape : p->shape;
-      Tensor w = Tensor::empty(full), m = Tensor::empty(full), v = Tensor::empty(full);
+      Tensor w = Tensor::empty(full, DType::f32, host_allocator()), m = Tensor::empty(full, DType::f32, host_allocator()),
+             v = Tensor::empty(full, DType::f32, host_allocator());
       for (Tensor* t : {&w, &m, &v}) group.recv(*t, s, {.tag = kTag})->wait();
       weights.emplace_back(p->name, w);
       moments.emplace_back("m." + p->name, m);
@@ -80,26 +80,37 @@ void share_with_first_stage(const PipelineShare& share, const std::vector<nn::Pa
 
 }  // namespace
 
-void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& adam, const std::string& config_toml,
-                     int keep, const std::string& layout, const SaveGroups& groups) {
+void save_checkpoint(const std::string& dir, std::int64_t step, const std::vector<ParameterState>& local,
+                     const OptimizerMeta& meta, const std::string& config_toml, int keep, const std::string& layout,
+                     const SaveGroups& groups) {
   comm::Communicator* tensor_group = groups.tensor;
-  auto whole = [&](const nn::Parameter& p, const Tensor& local) {
-    if (p.full_shape.size() == 0) return local;
+  auto whole = [&](const nn::Parameter& p, const Tensor& block) {
+    if (p.full_shape.size() == 0) return block;
     TIDAL_ASSERT(tensor_group, "{} is a shard: saving it needs its tensor group", p.name);
-    return nn::tp::gather_parameter(p, local, *tensor_group);
+    return nn::tp::gather_parameter(p, block, *tensor_group);
   };
-  std::vector<std::pair<std::string, Tensor>> weights, moments;
-  const auto& params = adam.parameters();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const nn::Parameter& p = *params[i];
-    weights.emplace_back(p.name, whole(p, p.data));
-    moments.emplace_back("m." + p.name, whole(p, adam.momentum(i)));
-    moments.emplace_back("v." + p.name, whole(p, adam.variance(i)));
+  NamedTensors weights, moments;
+  std::vector<const nn::Parameter*> params;
+  for (const ParameterState& s : local) {
+    const nn::Parameter& p = *s.param;
+    params.push_back(&p);
+    weights.emplace_back(p.name, whole(p, s.weight));
+    moments.emplace_back("m." + p.name, whole(p, s.momentum));
+    moments.emplace_back("v." + p.name, whole(p, s.variance));
   }
   if (groups.pipeline && groups.pipeline->group->size() > 1 && (!tensor_group || tensor_group->rank() == 0))
     share_with_first_stage(*groups.pipeline, params, weights, moments);
   if (!groups.writer) return;
-  write_checkpoint(dir, step, weights, moments, {.adamw_step = adam.steps_taken()}, config_toml, keep, layout);
+  write_checkpoint(dir, step, weights, moments, meta, config_toml, keep, layout);
+}
+
+void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& adam, const std::string& config_toml,
+                     int keep, const std::string& layout, const SaveGroups& groups) {
+  std::vector<ParameterState> local;
+  const auto& params = adam.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i)
+    local.push_back({params[i], params[i]->data, adam.momentum(i), adam.variance(i)});
+  save_checkpoint(dir, step, local, {.adamw_step = adam.steps_taken()}, config_toml, keep, layout, groups);
 }
 
 void write_checkpoint(const std::string& dir, std::int64_t step, const NamedTensors& weights, const NamedTensors& moments,

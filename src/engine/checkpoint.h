@@ -46,9 +46,20 @@ struct SaveGroups {
   bool writer = true;
 };
 
+// This rank's block of a parameter (its tensor-parallel shard, or the whole) and its moments.
+struct ParameterState {
+  const nn::Parameter* param = nullptr;
+  Tensor weight, momentum, variance;
+};
+
 // Saves into dir/step-<step>, points dir/latest at it, keeps the newest `keep` step directories.
 // Tensors are saved whole, so a checkpoint loads under any layout; `layout` (the saving run's,
-// as ParallelContext::describe) and the config are kept in the metadata.
+// as ParallelContext::describe) and the config are kept in the metadata. `local` lists this
+// rank's parameters in the model's order, the same on every rank of the tensor group.
+void save_checkpoint(const std::string& dir, std::int64_t step, const std::vector<ParameterState>& local,
+                     const OptimizerMeta& meta, const std::string& config_toml, int keep,
+                     const std::string& layout = "{}", const SaveGroups& groups = {});
+// The optimizer's parameters and moments.
 void save_checkpoint(const std::string& dir, std::int64_t step, optim::AdamW& adam, const std::string& config_toml,
                      int keep, const std::string& layout = "{}", const SaveGroups& groups = {});
 

@@ -9,6 +9,7 @@
 #include "optim/adamw.h"
 
 #include <algorithm>
+#include <map>
 
 namespace tidal::engine {
 
@@ -47,6 +48,26 @@ ops::AdamWOptions adamw_options(const config::TrainConfig& tc) {
           .weight_decay = float(tc.weight_decay)};
 }
 
+// The ranks that hold the same parameters and share their chunks: the data replicas, and with
+// sequence parallelism the ring's positions too (each holds every parameter and sees its share
+// of the positions; DeepSpeed-Ulysses shards ZeRO over the same data x sequence group).
+comm::Communicator& chunk_group(parallel::ParallelContext& pc) {
+  return pc.group(pc.layout().spec().sequence > 1 ? parallel::GroupKind::data_sequence : parallel::GroupKind::data);
+}
+
+// What each later pipeline stage sends the first when a checkpoint is saved: what the first lacks.
+PipelineShare pipeline_share(const pipeline::PipelineEngine& engine, parallel::ParallelContext& pc) {
+  const int stages = pc.layout().spec().pipeline;
+  PipelineShare share{.group = &pc.group(parallel::GroupKind::pipeline),
+                      .sent_by = std::vector<std::vector<const nn::Parameter*>>(std::size_t(stages))};
+  const std::vector<nn::Parameter*> first_stage = engine.parameters_of(0);
+  for (int s = 1; s < stages; ++s)
+    for (nn::Parameter* p : engine.parameters_of(s))
+      if (std::find(first_stage.begin(), first_stage.end(), p) == first_stage.end())
+        share.sent_by[std::size_t(s)].push_back(p);
+  return share;
+}
+
 // Each parameter a tensor of its own, AdamW, gradients all-reduced in buckets during backward.
 class TensorModelData final : public ModelData {
  public:
@@ -57,21 +78,12 @@ class TensorModelData final : public ModelData {
     if (!resume_path.empty()) resumed_ = load_checkpoint(resume_path, adam_);
     // Ranks holding the same parameters: data replicas, and the sequence ring's positions, whose
     // gradients are each their positions' share. Their sum is the step's gradient.
-    comm::Communicator& group = pc.group(pc.layout().spec().sequence > 1 ? parallel::GroupKind::data_sequence
-                                                                         : parallel::GroupKind::data);
+    comm::Communicator& group = chunk_group(pc);
     if (group.size() > 1) {
       reducer_.emplace(engine.layers(), params_, group, std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
       runner.add_hooks(&*reducer_);
     }
     for (nn::Parameter* p : params_) grads_.push_back(p->grad);
-    // What each later stage sends the first when a checkpoint is saved: what the first lacks.
-    share_ = {.group = &pc.group(parallel::GroupKind::pipeline),
-              .sent_by = std::vector<std::vector<const nn::Parameter*>>(std::size_t(stages_))};
-    const std::vector<nn::Parameter*> first_stage = engine.parameters_of(0);
-    for (int s = 1; s < stages_; ++s)
-      for (nn::Parameter* p : engine.parameters_of(s))
-        if (std::find(first_stage.begin(), first_stage.end(), p) == first_stage.end())
-          share_.sent_by[std::size_t(s)].push_back(p);
   }
 
   void zero_grad() override { engine_.zero_grad(); }
@@ -136,25 +148,74 @@ class TensorModelData final : public ModelData {
   double bucket_mb_;
   std::optional<GradientReducer> reducer_;
   std::vector<Tensor> grads_;
-  PipelineShare share_;
+  PipelineShare share_ = pipeline_share(engine_, pc_);
 };
 
-// PatrickStar's chunks shared by the data-parallel ranks (ZeRO stages 0-3), in train.precision.
+// `params` for a chunk manager, in segments (memory/chunk_manager.h): by the model chunk whose
+// layers use them, then by the groups beyond the chunk group that hold them too - a tensor
+// grid's replicas (nn::Parameter::replicas) and, for a tied embedding, the pipeline's end stages.
+// Segments go in (phase, group names) order, so ranks of a replica group lay each out alike.
+memory::ChunkParameters chunk_parameters(const std::vector<nn::Parameter*>& params,
+                                         const pipeline::PipelineEngine& engine, parallel::ParallelContext& pc) {
+  using Key = std::pair<int, std::vector<std::string>>;
+  std::map<Key, std::vector<comm::Communicator*>> segments;
+  std::vector<Key> keys;
+  for (nn::Parameter* p : params) {
+    std::vector<comm::Communicator*> replicas;
+    for (comm::Communicator* g : p->replicas)
+      if (g->size() > 1) replicas.push_back(g);
+    if (comm::Communicator& ends = pc.group(parallel::GroupKind::pipeline_ends); engine.tied(*p) && ends.size() > 1)
+      replicas.push_back(&ends);
+    Key key{engine.chunk_of(*p), {}};
+    for (const comm::Communicator* g : replicas) key.second.push_back(g->name());
+    segments.emplace(key, replicas);
+    keys.push_back(std::move(key));
+  }
+  memory::ChunkParameters out{.params = params, .segment = {}, .segments = {}, .users = engine.layers()};
+  std::map<Key, int> index;
+  for (const auto& [key, replicas] : segments) {
+    index[key] = int(out.segments.size());
+    out.segments.push_back({.replicas = replicas, .phase = key.first});
+  }
+  for (const Key& key : keys) out.segment.push_back(index.at(key));
+  return out;
+}
+
+// The chunk size of a run (options.chunk_elements, or the largest any rank's search picks for its
+// own parameters): ranks holding the same segment must lay it out alike, whatever else they hold.
+std::int64_t agreed_chunk_size(const memory::ChunkParameters& params, const memory::ChunkOptions& options,
+                               std::size_t device_capacity, parallel::ParallelContext& pc) {
+  if (options.chunk_elements) return options.chunk_elements;
+  std::vector<std::int64_t> numels;
+  for (const nn::Parameter* p : params.params) numels.push_back(p->data.numel());
+  const int group = options.group ? options.group->size() : 1;
+  Tensor size = Tensor::zeros({1}, DType::i32, host_allocator());
+  size.data<std::int32_t>()[0] =
+      std::int32_t(memory::chunk_size_for(numels, group, options, device_capacity, params.segment));
+  comm::Communicator& world = pc.group(parallel::GroupKind::world);
+  if (world.size() > 1) world.all_reduce(size, {.op = comm::ReduceOp::max})->wait();
+  return size.data<std::int32_t>()[0];
+}
+
+// PatrickStar's chunks (ZeRO stages 0-3) in train.precision, under any layout: a rank's lists
+// hold the parameters it materializes (its tensor blocks, its pipeline stage's), shared by the
+// ranks of chunk_group.
 class ChunkModelData final : public ModelData {
  public:
   ChunkModelData(const config::Config& cfg, models::Model& model, pipeline::PipelineEngine& engine,
                  parallel::ParallelContext& pc, nn::Runner& runner, const std::string& resume_path, std::int64_t accum)
-      : pc_(pc), options_(adamw_options(cfg.train)), device_(&device_tier(cfg)) {
+      : engine_(engine), pc_(pc), group_(chunk_group(pc)), options_(adamw_options(cfg.train)),
+        device_(&device_tier(cfg)) {
     const std::vector<nn::Parameter*>& params = engine.parameters();
     // memory.embedding_on_host: the embedding layer's parameters in chunk lists of their own on the
     // host (patrickstar-v1 sec. 8.2 keeps them out of chunks; lists of their own give them the
     // same mixed precision, gradient norm, optimizer and checkpoints as the rest).
-    const std::vector<nn::Parameter*> on_host = nn::parameters_on_host(model);
-    std::vector<nn::Parameter*> on_device;
+    const std::vector<nn::Parameter*> embedding = nn::parameters_on_host(model);
+    std::vector<nn::Parameter*> on_host, on_device;
     for (nn::Parameter* p : params)
-      if (std::find(on_host.begin(), on_host.end(), p) == on_host.end()) on_device.push_back(p);
+      (std::find(embedding.begin(), embedding.end(), p) == embedding.end() ? on_device : on_host).push_back(p);
     memory::ChunkOptions options = chunk_options(cfg, accum > 1);
-    options.group = &pc.group(parallel::GroupKind::data);
+    options.group = &group_;
     // The lists count apart from everything else. On the CPU path they are host memory of their
     // own; on a GPU, shares of its memory, and under offload the optimizer side is pinned host.
     if (cfg.train.device == "cuda") {
@@ -185,14 +246,21 @@ class ChunkModelData final : public ModelData {
       steps_ = loaded->steps_taken();
     }
     offload_ = cfg.memory.offload;
-    if (!on_host.empty()) {
+    if (cfg.memory.embedding_on_host) {
       // First, so that memory.host_limit counts them before the device's chunks claim the rest.
+      // (Every rank agrees on the size; the stages without the embedding hold no such list.)
       memory::ChunkOptions host_options = options;
       host_options.offload.reset();
-      host_chunks_.emplace(model, on_host, host_options, *optimizer_memory_, *optimizer_memory_);
+      memory::ChunkParameters host_params = chunk_parameters(on_host, engine, pc);
+      host_options.chunk_elements = agreed_chunk_size(host_params, host_options, optimizer_memory_->capacity(), pc);
+      if (!on_host.empty())
+        host_chunks_.emplace(std::move(host_params), host_options, *optimizer_memory_, *optimizer_memory_);
     }
     try {
-      chunks_.emplace(model, on_device, options, options.offload ? *device_ : *param_memory_, *optimizer_memory_);
+      Allocator& param_tier = options.offload ? *device_ : *param_memory_;
+      memory::ChunkParameters device_params = chunk_parameters(on_device, engine, pc);
+      options.chunk_elements = agreed_chunk_size(device_params, options, param_tier.capacity(), pc);
+      chunks_.emplace(std::move(device_params), options, param_tier, *optimizer_memory_);
     } catch (const OutOfMemory& e) {  // the static partition's param list does not fit
       throw OutOfMemory(e.what() + out_of_memory_hint(e), e.needed());
     }
@@ -223,25 +291,50 @@ class ChunkModelData final : public ModelData {
     for (memory::ChunkManager* c : keepers()) c->zero_grad();
   }
 
+  // An action runs through its model chunk (a phase of the lists).
   pipeline::ActionHooks hooks(std::int64_t) override {
-    return {.before_backward =
-                [this](const pipeline::Action&) {
-                  for (memory::ChunkManager* c : keepers()) c->end_forward();
+    return {.before_forward =
+                [this](const pipeline::Action& a) {
+                  for (memory::ChunkManager* c : keepers()) c->begin_forward(a.chunk);
+                },
+            .before_backward =
+                [this](const pipeline::Action& a) {
+                  for (memory::ChunkManager* c : keepers()) c->end_forward(a.chunk);
                 },
             .after_backward =
-                [this](const pipeline::Action&) {
-                  for (memory::ChunkManager* c : keepers()) c->end_backward();
+                [this](const pipeline::Action& a) {
+                  for (memory::ChunkManager* c : keepers()) c->end_backward(a.chunk);
                 }};
   }
 
-  void finish_backward() override {}
-  void end_forward_only() override {
-    for (memory::ChunkManager* c : keepers()) c->end_forward();
+  // Parameters other ranks hold beyond the chunk group (a grid's replicated blocks, the tied
+  // embedding at the pipeline's ends): their owned gradient chunks summed over those ranks.
+  void finish_backward() override {
+    for (memory::ChunkManager* c : keepers()) c->reduce_replicas();
   }
-  // The host's parameters come first in the model, so the sum runs in the model's order (the
-  // same bits as one list's).
+  void end_forward_only() override {
+    for (memory::ChunkManager* c : keepers()) c->end_forward_only();
+  }
+  // Each block counted once: a tied embedding on the first stage only, a block replicated over
+  // tensor ranks once (nn::Parameter::copies). The host's parameters come first in the model, so
+  // the local sum runs in the model's order (the same bits as one list's); then it is summed
+  // over the ranks holding other parts - the chunk group's owners under ZeRO, the tensor
+  // group's blocks, the pipeline's stages.
   double squared_gradient_norm() override {
-    return chunks_->squared_gradient_norm(host_chunks_ ? host_chunks_->squared_gradient_norm() : 0.0);
+    const bool first_stage = pc_.coordinates().pipeline == 0;
+    const memory::ChunkManager::ParameterWeight weight = [&](const nn::Parameter& p) {
+      return engine_.tied(p) && !first_stage ? 0.0 : 1.0 / double(p.copies);
+    };
+    double sum = 0;
+    for (memory::ChunkManager* c : keepers()) sum = c->local_squared_gradient_norm(sum, weight);
+    std::vector<comm::Communicator*> over;
+    if (stage_ > 0 && group_.size() > 1) over.push_back(&group_);
+    for (parallel::GroupKind kind : {parallel::GroupKind::tensor, parallel::GroupKind::pipeline})
+      if (pc_.group(kind).size() > 1) over.push_back(&pc_.group(kind));
+    if (over.empty()) return sum;
+    Tensor total = Tensor::full({1}, float(sum));
+    for (comm::Communicator* g : over) g->all_reduce(total)->wait();
+    return double(total.item());
   }
 
   void step(float lr, float gradient_scale, double norm, double max_norm) override {
@@ -262,25 +355,31 @@ class ChunkModelData final : public ModelData {
 
   void save(const std::string& dir, std::int64_t step, const OptimizerMeta& extra, const std::string& config_toml,
             int keep) override {
-    const bool writer = pc_.is_main();
-    NamedTensors weights, moments;
+    // The chunk group gathers each rank's blocks whole (a collective); its first rank goes on
+    // as the tensor keeper does: the tensor group gathers the blocks, the stages send theirs to
+    // the first, and the main rank writes.
+    const bool keeps = group_.rank() == 0;
+    std::map<const nn::Parameter*, ParameterState> held;
     for (memory::ChunkManager* c : keepers())
       c->gather_state([&](const nn::Parameter& p, const Tensor& master, const Tensor& m, const Tensor& v) {
-        if (!writer) return;
+        if (!keeps) return;
         // On the host: under offload the default allocator is the device tier, full of chunks.
-        weights.emplace_back(p.name, master.clone(host_allocator()));
-        moments.emplace_back("m." + p.name, m.clone(host_allocator()));
-        moments.emplace_back("v." + p.name, v.clone(host_allocator()));
+        held[&p] = {&p, master.clone(host_allocator()), m.clone(host_allocator()), v.clone(host_allocator())};
       });
-    if (!writer) return;
+    if (!keeps) return;
+    std::vector<ParameterState> local;
+    for (const nn::Parameter* p : engine_.parameters()) local.push_back(std::move(held.at(p)));
     OptimizerMeta meta = extra;
     meta.adamw_step = steps_;
-    write_checkpoint(dir, step, weights, moments, meta, config_toml, keep, pc_.describe().dump());
+    save_checkpoint(dir, step, local, meta, config_toml, keep, pc_.describe().dump(),
+                    {.tensor = &pc_.group(parallel::GroupKind::tensor),
+                     .pipeline = pc_.layout().spec().pipeline > 1 ? &share_ : nullptr,
+                     .writer = pc_.is_main()});
   }
 
   std::string describe() const override {
     const memory::ChunkLayout& l = chunks_->layout();
-    const int ranks = pc_.layout().spec().data;
+    const int ranks = group_.size();
     const char* what[] = {"every rank holds all model data, gradients all-reduced", "optimizer states sharded",
                           "optimizer states and gradients sharded",
                           "optimizer states, gradients and parameters sharded"};
@@ -309,7 +408,8 @@ class ChunkModelData final : public ModelData {
                        "this rank{}",
                        l.chunks, l.chunk_elements, 100 * l.fragmentation(), precision_,
                        precision_ == "fp32" ? "" : " with fp32 master weights",
-                       ranks > 1 ? fmt::format("zero.stage {} over {} data ranks: {}{}", stage_, ranks, what[stage_],
+                       ranks > 1 ? fmt::format("zero.stage {} over {} data{} ranks: {}{}", stage_, ranks,
+                                               pc_.layout().spec().sequence > 1 ? " x sequence" : "", what[stage_],
                                                stage_ > 0 ? fmt::format(", parameters by {}", fetch_) : "")
                                  : "one rank",
                        human_bytes(std::uint64_t(model_data_bytes())), tiers);
@@ -371,7 +471,9 @@ class ChunkModelData final : public ModelData {
     return chunks_->model_data_bytes() + (host_chunks_ ? host_chunks_->model_data_bytes() : 0);
   }
 
+  pipeline::PipelineEngine& engine_;
   parallel::ParallelContext& pc_;
+  comm::Communicator& group_;  // chunk_group
   ops::AdamWOptions options_;
   Allocator* device_;                         // the device tier (device_tier)
   std::unique_ptr<Allocator> param_memory_;      // the param list (the computing device's tier), gathered groups included
@@ -386,6 +488,7 @@ class ChunkModelData final : public ModelData {
   int stage_ = 0;
   std::string fetch_;
   std::string precision_;
+  PipelineShare share_ = pipeline_share(engine_, pc_);
 };
 
 }  // namespace

@@ -1,10 +1,15 @@
 // The model data of a run - parameters, gradients and optimizer states (patrickstar-v2's term) -
-// and what a training step does with it. Two keepers:
-// - tensors: each parameter a fp32 tensor of its own with AdamW; gradients all-reduced over the
-//   data (and sequence) ranks in buckets during backward (engine/gradient_reducer.h). Any layout.
-// - chunks: PatrickStar's chunk lists (memory/chunk_manager.h), shared by the data-parallel
-//   ranks at zero.stage 0-3; the param list in train.precision (bf16 / fp16 with fp32 master
-//   weights). Chosen by mixed precision or zero.stage > 0; data parallelism only.
+// and what a training step does with it. Two keepers, which differ in how they store and never
+// in which layouts they allow (both run under every data x pipeline x tensor x sequence layout):
+// - tensors (fp32 at zero.stage 0 without offload): each parameter a fp32 tensor of its own with
+//   AdamW; gradients all-reduced over the data (and sequence) ranks in buckets that overlap
+//   backward (engine/gradient_reducer.h). Kept beside the chunks because that overlap is the
+//   fastest plain fp32 data parallelism, and fp32 tensors need no master copy.
+// - chunks (everything else: bf16 / fp16 with fp32 master weights, ZeRO stages 1-3, offload):
+//   PatrickStar's chunk lists (memory/chunk_manager.h) of the parameters this rank
+//   materializes, shared and sharded by its data (x sequence) ranks; a grid's replicated blocks
+//   and a pipeline's tied embedding in segments of their own, summed over their replicas after
+//   backward; an interleaved pipeline's model chunks as phases of the lists.
 // The trainer drives either the same way: zero_grad, the schedule with hooks(), finish_backward,
 // the gradient norm, then step or skip_step.
 #pragma once
@@ -27,7 +32,7 @@ class ModelData {
   virtual ~ModelData() = default;
 
   virtual void zero_grad() = 0;
-  // Around each backward of the step's schedule of `micro_batches` (pipeline/engine.h).
+  // Around the actions of the step's schedule of `micro_batches` (pipeline/engine.h).
   virtual pipeline::ActionHooks hooks(std::int64_t micro_batches) = 0;
   // After the schedule: the step's gradient complete where the optimizer reads it.
   virtual void finish_backward() = 0;

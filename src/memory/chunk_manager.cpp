@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
+#include <tuple>
 
 namespace tidal::memory {
 namespace {
@@ -37,9 +39,9 @@ ChunkSizeRange chunk_size_range_for(const std::vector<std::int64_t>& numels, con
 }
 
 std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_size, const ChunkOptions& options,
-                            std::size_t device_capacity) {
+                            std::size_t device_capacity, const std::vector<int>& segment) {
   if (options.chunk_elements) return options.chunk_elements;
-  return search_chunk_size(numels, group_size, chunk_size_range_for(numels, options, device_capacity));
+  return search_chunk_size(numels, group_size, chunk_size_range_for(numels, options, device_capacity), segment);
 }
 
 ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& options) {
@@ -66,7 +68,15 @@ int disk_chunks_needed(const ChunkLayout& layout, const ChunkOptions& options, s
 
 ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params, const ChunkOptions& options,
                            Allocator& device, Allocator& host)
-    : params_(std::move(params)), options_(options), device_(&device) {
+    : ChunkManager(ChunkParameters{.params = std::move(params), .segment = {}, .segments = {}, .users = {&model}}, options,
+                   device, host) {}
+
+ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, Allocator& device, Allocator& host)
+    : params_(std::move(taken.params)), options_(options), segments_(std::move(taken.segments)), device_(&device) {
+  if (segments_.empty()) segments_.emplace_back();
+  std::vector<int> segment = std::move(taken.segment);
+  if (segment.empty()) segment.assign(params_.size(), 0);
+  TIDAL_ASSERT(segment.size() == params_.size(), "{} segment ids for {} parameters", segment.size(), params_.size());
   TIDAL_CHECK(options_.zero_stage >= 0 && options_.zero_stage <= 3, "zero.stage must be 0..3, got {}",
               options_.zero_stage);
   const int nproc = distributed() ? options_.group->size() : 1;
@@ -77,7 +87,9 @@ ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params
                  p->name);
     numels.push_back(p->data.numel());
   }
-  layout_ = layout_chunks(numels, chunk_size_for(numels, nproc, options_, device.capacity()), nproc);
+  layout_ = layout_chunks(numels, chunk_size_for(numels, nproc, options_, device.capacity(), segment), nproc, segment);
+  TIDAL_ASSERT(layout_.segments() == int(segments_.size()), "{} segments laid out, {} described", layout_.segments(),
+               segments_.size());
   const bool remote_params = options_.zero_stage == 3 && sharded();
   if (options_.offload) {
     TIDAL_CHECK(!distributed(), "chunks that move between the device and the host run on one rank for now");
@@ -99,16 +111,23 @@ ChunkManager::ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params
   if (options_.accumulate) make(ChunkKind::grad, DType::f32, host, true);
   reduced_.assign(std::size_t(layout_.chunks / layout_.group_size), false);
   pending_.resize(reduced_.size());
+  int phases = 1;
+  for (std::size_t s = 0; s < segments_.size(); ++s) {
+    phases = std::max(phases, segments_[s].phase + 1);
+    for (int c = layout_.segment_chunks[s]; c < layout_.segment_chunks[s + 1]; c += layout_.group_size)
+      group_phase_.push_back(segments_[s].phase);
+  }
+  in_backward_.assign(std::size_t(phases), false);
 
   std::map<const nn::Parameter*, int> users;
-  count_users(model, users);
+  for (nn::Module* m : taken.users) count_users(*m, users);
   in_chunk_.resize(std::size_t(layout_.chunks));
   for (std::size_t i = 0; i < params_.size(); ++i) {
     nn::Parameter* p = params_[i];
     index_[p] = i;
     const int chunk = layout_.places[i].chunk;
     in_chunk_[std::size_t(chunk)].push_back(i);
-    tracked_.push_back({.param = p, .users = users[p]});
+    tracked_.push_back({.param = p, .users = users[p], .phase = segments_[std::size_t(segment[i])].phase});
     if (owns(chunk)) {
       if (dmm_) dmm_->stage_states(chunk, true);  // a disk chunk: the file reads as zeros until written
       slot(ChunkKind::master, *p).copy_from(p->data);
@@ -232,7 +251,8 @@ void ChunkManager::release(nn::Parameter& p, TensorState target) {  // patrickst
   // Alg. 2's training_stage: in forward a group is done when its tensors are all HOLD_AFTER_FWD;
   // in backward (a recomputed forward releases to HOLD_AFTER_FWD too) only once it is reduced,
   // so that a checkpointed block's backward does not fetch again what its recomputation fetched.
-  if (options_.zero_stage == 3 && !in_backward_ && target == TensorState::hold_after_fwd &&
+  if (options_.zero_stage == 3 && !in_backward_[std::size_t(phase_of_group(group))] &&
+      target == TensorState::hold_after_fwd &&
       group_all(group, TensorState::hold_after_fwd))
     free_remote(group);
 }
@@ -333,12 +353,15 @@ void ChunkManager::reduce_group(int group) {
     if (options_.zero_stage == 3) free_remote(group);
     return;
   }
-  if (options_.zero_stage <= 1) {
+  if (!sharded()) {
     Tensor packed = pack(group);
     options_.group->all_reduce(packed)->wait();
     unpack(group, packed);
     return;
   }
+  // Sharded (stages 1-3): each rank updates only the chunk it owns, so it needs only that chunk's
+  // sum (Megatron's distributed optimizer at stage 1): a reduce-scatter, half an all-reduce's
+  // bytes, and stage 1 moves what plain data parallelism moves once the step's gather is added.
   Tensor packed = pack(group);
   Tensor& owned = list(ChunkKind::param)[std::size_t(first + rank_)];
   options_.group->reduce_scatter(owned, packed)->wait();
@@ -406,21 +429,37 @@ void ChunkManager::after_backward(nn::Module& m) {
   }
 }
 
-void ChunkManager::end_forward() {
-  for (Tracked& t : tracked_) {
-    if (t.state == TensorState::hold_after_fwd) set_state(t, TensorState::hold);
-    t.backward_left = t.users;
-  }
-  std::fill(reduced_.begin(), reduced_.end(), false);
-  in_backward_ = true;
+void ChunkManager::begin_forward(int phase) {
+  for (Tracked& t : tracked_)
+    if (in_phase(phase, t.phase) && t.state == TensorState::hold_after_fwd) set_state(t, TensorState::hold);
 }
 
-void ChunkManager::end_backward() {
+void ChunkManager::end_forward(int phase) {
+  for (Tracked& t : tracked_) {
+    if (!in_phase(phase, t.phase)) continue;
+    // An earlier micro-batch's backward (a pipeline schedule) left its tensors HOLD_AFTER_BWD: a
+    // group is complete in this backward only when this backward is done with it.
+    if (t.state == TensorState::hold_after_fwd || t.state == TensorState::hold_after_bwd)
+      set_state(t, TensorState::hold);
+    t.backward_left = t.users;
+  }
+  for (std::size_t g = 0; g < reduced_.size(); ++g)
+    if (in_phase(phase, phase_of_group(int(g)))) reduced_[g] = false;
+  for (std::size_t p = 0; p < in_backward_.size(); ++p)
+    if (in_phase(phase, int(p))) in_backward_[p] = true;
+}
+
+void ChunkManager::end_forward_only() {
+  for (Tracked& t : tracked_)
+    if (t.state == TensorState::hold_after_fwd) set_state(t, TensorState::hold);
+}
+
+void ChunkManager::end_backward(int phase) {
   // Parameters this pass did not use get a zero gradient, and groups not reduced yet are reduced
   // now: group by group, in the same order on every rank.
   if (dmm_) dmm_->begin_moment("end of backward");
   for (std::size_t g = 0; g < reduced_.size(); ++g) {
-    if (distributed() && reduced_[g]) continue;
+    if (!in_phase(phase, phase_of_group(int(g))) || (distributed() && reduced_[g])) continue;
     if (!group_resident(int(g))) fetch_group(int(g));
     for (int c = int(g) * layout_.group_size; c < int(g + 1) * layout_.group_size; ++c)
       for (std::size_t i : tensors_of(c)) {
@@ -435,7 +474,58 @@ void ChunkManager::end_backward() {
     if (distributed() && !reduced_[g]) reduce_group(int(g));  // a group of padding chunks
   }
   if (dmm_) dmm_->end_moment();
-  in_backward_ = false;
+  for (std::size_t p = 0; p < in_backward_.size(); ++p)
+    if (in_phase(phase, int(p))) in_backward_[p] = false;
+}
+
+Tensor& ChunkManager::gradient_chunk(int chunk) {
+  return list(options_.accumulate ? ChunkKind::grad : ChunkKind::param)[std::size_t(chunk)];
+}
+
+void ChunkManager::reduce_replicas() {
+  // One flat all-reduce per (level, group): level by level (a sum over a grid's columns is
+  // complete before the sum over its depth), and within a level by the group's name, then by the
+  // segments' replica names and phase - an order every rank shares, so collectives over
+  // different groups never wait on each other in a cycle (nn::tp::reduce_replicated_gradients
+  // is the same for parameters held as tensors).
+  struct Step {
+    std::size_t level;
+    std::string group;
+    std::vector<std::string> names;
+    int phase;
+    std::size_t segment;
+    auto key() const { return std::tie(level, group, names, phase); }
+  };
+  std::vector<Step> steps;
+  for (std::size_t s = 0; s < segments_.size(); ++s) {
+    std::vector<std::string> names;
+    for (const comm::Communicator* g : segments_[s].replicas) names.emplace_back(g->name());
+    for (std::size_t level = 0; level < segments_[s].replicas.size(); ++level)
+      if (segments_[s].replicas[level]->size() > 1)
+        steps.push_back({level, names[level], names, segments_[s].phase, s});
+  }
+  std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.key() < b.key(); });
+  for (std::size_t first = 0; first < steps.size();) {
+    std::size_t last = first;
+    std::vector<int> chunks;  // the owned gradient chunks of the step's segments, in order
+    for (; last < steps.size() && steps[last].level == steps[first].level && steps[last].group == steps[first].group;
+         ++last) {
+      const std::size_t s = steps[last].segment;
+      for (int c = layout_.segment_chunks[s]; c < layout_.segment_chunks[s + 1]; ++c)
+        if (owns(c)) chunks.push_back(c);
+    }
+    comm::Communicator& group = *segments_[steps[first].segment].replicas[steps[first].level];
+    if (!chunks.empty()) {
+      const std::int64_t C = layout_.chunk_elements;
+      Tensor flat = Tensor::empty({C * std::int64_t(chunks.size())}, gradient_chunk(chunks[0]).dtype(), *device_);
+      for (std::size_t k = 0; k < chunks.size(); ++k)
+        flat.slice(0, std::int64_t(k) * C, std::int64_t(k + 1) * C).copy_from(gradient_chunk(chunks[k]));
+      group.all_reduce(flat)->wait();
+      for (std::size_t k = 0; k < chunks.size(); ++k)
+        gradient_chunk(chunks[k]).copy_from(flat.slice(0, std::int64_t(k) * C, std::int64_t(k + 1) * C));
+    }
+    first = last;
+  }
 }
 
 void ChunkManager::zero_grad() {
@@ -481,13 +571,21 @@ void ChunkManager::finish_step(const std::function<void(nn::Parameter&)>& update
   for (std::size_t g = 0; g < reduced_.size(); ++g) fetch_group(int(g));
 }
 
-double ChunkManager::squared_gradient_norm(double before) {
-  TIDAL_ASSERT(!sharded() || before == 0.0, "a sharded list's norm is summed over its group: add to it after");
+double ChunkManager::local_squared_gradient_norm(double before, const ParameterWeight& weight) const {
   double sum = before;
   for (const Tracked& t : tracked_) {
     if (!owns(layout_.places[index_.at(t.param)].chunk)) continue;
-    sum += ops::sum_of_squares(gradient(*t.param));
+    const double w = weight ? weight(*t.param) : 1.0;
+    if (w == 0.0) continue;
+    const double squares = ops::sum_of_squares(gradient(*t.param));
+    sum += w == 1.0 ? squares : squares * w;
   }
+  return sum;
+}
+
+double ChunkManager::squared_gradient_norm(double before) {
+  TIDAL_ASSERT(!sharded() || before == 0.0, "a sharded list's norm is summed over its group: add to it after");
+  const double sum = local_squared_gradient_norm(before);
   if (!sharded()) return sum;
   Tensor total = Tensor::full({1}, float(sum));
   options_.group->all_reduce(total)->wait();

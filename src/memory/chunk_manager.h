@@ -12,8 +12,10 @@
 // ChunkOptions::accumulate the gradients are summed into a fp32 `grad` list of the same layout
 // (with ZeRO, its owned chunks only).
 //
-// Protocol, per micro-batch: the hooks run forward (access -> COMPUTE, release ->
-// HOLD_AFTER_FWD); end_forward() resets HOLD_AFTER_FWD to HOLD and arms the backward counts;
+// Protocol, per micro-batch: begin_forward() (under a pipeline schedule, whose forwards of
+// several micro-batches may come before their backwards); the hooks run forward (access ->
+// COMPUTE, release -> HOLD_AFTER_FWD); end_forward() resets HOLD_AFTER_FWD to HOLD and arms the
+// backward counts;
 // the hooks run backward (a recomputed forward inside it releases to HOLD_AFTER_FWD as in the
 // forward pass); end_backward() completes the gradients of parameters this pass did not use.
 // Between access and release a parameter's `data` (and in backward its `grad`) is a tensor of
@@ -27,15 +29,23 @@
 // the lists are cut into communication groups of N consecutive chunks, rank r owning the r-th
 // chunk of each; the optimizer's lists hold owned chunks only, so AdamW runs on them locally.
 // When every tensor of a group is HOLD_AFTER_BWD its gradients are complete on every rank and
-// the group is reduced: summed into every rank's chunks (stage 1, all-reduce) or into the owner's
-// (stages 2 and 3, reduce-scatter). After the step the owners' updated chunks are all-gathered
-// back (stages 1 and 2). Stage 3 keeps only owned param chunks: the first access in a group
+// the group is reduced into the owner's chunk (reduce-scatter: a rank updates only what it owns,
+// so stage 1 needs no more, as Megatron's distributed optimizer; stage 1 and 2 differ only in
+// name, since the gradients reuse the param chunks). After the step the owners' updated chunks
+// are all-gathered back (stages 1 and 2). Stage 3 keeps only owned param chunks: the first access in a group
 // all-gathers it (Alg. 1, FetchRemoteChunks), and when all its tensors are HOLD_AFTER_FWD (in
 // forward) or reduced (in backward) the remote chunks are freed (Alg. 2, ReleaseRemoteChunks).
 // Gradients are summed (the trainer's losses are weighted by the global batch). With
 // accumulation a group's gradients of one micro-batch wait in a packed buffer of the group's size
 // until the group is complete, and are then reduced (all-reduce at stage 0, reduce-scatter at
 // 1-3) and added to the fp32 grad list; the param chunks stay intact for the next micro-batch.
+//
+// Under any layout the lists hold the parameters a rank materializes (its tensor-parallel
+// blocks, its pipeline stage's); the ranks sharing them (ChunkOptions::group) are its data
+// replicas. Parameters that ranks beyond the group hold too come in segments (ChunkSegment)
+// whose owned gradient chunks are summed over those ranks after backward (reduce_replicas), and
+// an interleaved pipeline's model chunks are phases, each completing its gradients after its own
+// backward.
 #pragma once
 
 #include "comm/communicator.h"
@@ -62,6 +72,27 @@ namespace tidal::memory {
 // 10(p-1)/p M, a broadcast costing twice an all-gather's link bytes).
 enum class ChunkFetch { all_gather, broadcast };
 
+// A run of the parameters laid out from a communication-group boundary of its own
+// (chunk_layout.h), so its k-th chunk has the same owner on every rank holding it.
+struct ChunkSegment {
+  // Groups of ranks beyond the data group that hold these same parameters and saw other samples
+  // (a tensor grid's rows, columns or depth; the pipeline's end stages for a tied embedding):
+  // once the data group's sum is done, the owned gradient chunks are summed over each of them in
+  // turn (ChunkManager::reduce_replicas).
+  std::vector<comm::Communicator*> replicas;
+  // The model chunk of this rank (an interleaved pipeline's virtual stage) whose layers use these
+  // parameters: end_forward and end_backward of a phase complete its segments alone.
+  int phase = 0;
+};
+
+// What a chunk manager takes over.
+struct ChunkParameters {
+  std::vector<nn::Parameter*> params;  // materialized fp32, in initialisation order
+  std::vector<int> segment;            // per parameter, its index in `segments` (empty: all in one)
+  std::vector<ChunkSegment> segments;  // empty: one, without replicas, phase 0
+  std::vector<nn::Module*> users;      // the modules this rank runs (their uses are counted)
+};
+
 struct ChunkOptions {
   std::int64_t chunk_elements = 0;   // 0 = search_chunk_size
   DType compute_dtype = DType::f32;  // the param list (bf16 / fp16 under mixed precision)
@@ -80,8 +111,9 @@ ChunkSizeRange chunk_size_range_for(const std::vector<std::int64_t>& numels, con
                                     std::size_t device_capacity);
 // The chunk size (elements) the manager uses over `group_size` ranks: options.chunk_elements, or
 // the search's pick in chunk_size_range_for.
+// `segment` as layout_chunks takes it.
 std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_size, const ChunkOptions& options,
-                            std::size_t device_capacity);
+                            std::size_t device_capacity, const std::vector<int>& segment = {});
 
 // The bytes of one rank's chunk lists of `layout` (every chunk whole, padding included): the param
 // list in the compute precision, then the fp32 master copy, momentum, variance (and gradient sum).
@@ -102,11 +134,14 @@ int disk_chunks_needed(const ChunkLayout& layout, const ChunkOptions& options, s
 
 class ChunkManager final : public nn::ModuleHooks {
  public:
-  // Takes over `params` (materialized fp32, in initialisation order), counting their users among
-  // the modules under `model`. Their values move into the lists: `param` chunks come from
-  // `device`, the optimizer's lists from `host`. With ChunkOptions::offload, `device` is the
-  // device tier (its capacity binds chunks and non-model data) and every list may live in either;
-  // with its disk_dir, the optimizer states the host cannot hold live on disk.
+  // Takes over the parameters, counting their users among the given modules. Their values move
+  // into the lists: `param` chunks come from `device`, the optimizer's lists from `host`. With
+  // ChunkOptions::offload, `device` is the device tier (its capacity binds chunks and non-model
+  // data) and every list may live in either; with its disk_dir, the optimizer states the host
+  // cannot hold live on disk.
+  ChunkManager(ChunkParameters params, const ChunkOptions& options, Allocator& device = host_allocator(),
+               Allocator& host = host_allocator());
+  // `params` in one segment, their users among the modules under `model`.
   ChunkManager(nn::Module& model, std::vector<nn::Parameter*> params, const ChunkOptions& options,
                Allocator& device = host_allocator(), Allocator& host = host_allocator());
   ~ChunkManager() override;
@@ -117,8 +152,20 @@ class ChunkManager final : public nn::ModuleHooks {
   void after_forward(nn::Module& m) override;
   void before_backward(nn::Module& m) override;
   void after_backward(nn::Module& m) override;
-  void end_forward();
-  void end_backward();
+  // Around the forward and the backward of one micro-batch through the model chunk `phase`
+  // (kAllPhases: every one). begin_forward is needed only when forwards of several micro-batches
+  // may run before their backwards (a pipeline schedule): it returns what an earlier forward left
+  // HOLD_AFTER_FWD to HOLD, so that a group counts as done in this forward only when this forward
+  // is done with it.
+  static constexpr int kAllPhases = -1;
+  void begin_forward(int phase = kAllPhases);
+  void end_forward(int phase = kAllPhases);
+  void end_backward(int phase = kAllPhases);
+  // After a forward pass without backward (evaluation).
+  void end_forward_only();
+  // After the last micro-batch's backward: each segment's owned gradient chunks summed over its
+  // replicas (ChunkSegment::replicas), level by level.
+  void reduce_replicas();
   // Before a step's micro-batches: zeroes the accumulated gradients (ChunkOptions::accumulate)
   // and starts a training iteration (the first is the memory tracer's warm-up).
   void zero_grad();
@@ -139,6 +186,10 @@ class ChunkManager final : public nn::ModuleHooks {
   // every rank when any rank's part overflowed. The sum starts from `before` (another list's, for
   // the order of one list).
   double squared_gradient_norm(double before = 0.0);
+  // The owned parts' share alone (no communication), each parameter's sum of squares times
+  // weight(p) (default 1): a caller sums it over the ranks holding other parts.
+  using ParameterWeight = std::function<double(const nn::Parameter&)>;
+  double local_squared_gradient_norm(double before = 0.0, const ParameterWeight& weight = {}) const;
 
   // For a checkpoint: visits every parameter with its whole fp32 master copy, momentum and
   // variance (views valid during the call), on every rank of the group (a collective: the owners'
@@ -174,6 +225,7 @@ class ChunkManager final : public nn::ModuleHooks {
     TensorState state = TensorState::hold;
     int users = 0;          // modules that use it (a forward or backward each)
     int backward_left = 0;  // users whose backward is still to come in this pass
+    int phase = 0;          // its segment's
   };
   Tracked& tracked(const nn::Parameter& p);
   const Tracked& tracked(const nn::Parameter& p) const;
@@ -187,6 +239,12 @@ class ChunkManager final : public nn::ModuleHooks {
   bool sharded() const { return distributed() && options_.zero_stage > 0; }
   // The parameters (tracked_ indices) in each chunk.
   const std::vector<std::size_t>& tensors_of(int chunk) const { return in_chunk_[std::size_t(chunk)]; }
+  // The phase of a communication group (its segment's), and whether `phase` is `of`'s.
+  int phase_of_group(int group) const { return group_phase_[std::size_t(group)]; }
+  static bool in_phase(int phase, int of) { return phase == kAllPhases || phase == of; }
+  // The chunk holding chunk c's gradient after backward: the grad list's with accumulation, else
+  // the param list's.
+  Tensor& gradient_chunk(int chunk);
   bool group_all(int group, TensorState s) const;
   bool group_resident(int group) const;
   // Alg. 1's FetchRemoteChunks (stage 3; stages 1 and 2 after the step) and Alg. 2's release of
@@ -222,8 +280,10 @@ class ChunkManager final : public nn::ModuleHooks {
   std::map<const nn::Parameter*, std::size_t> index_;
   std::vector<Tracked> tracked_;
   std::vector<std::vector<std::size_t>> in_chunk_;
-  std::vector<bool> reduced_;  // per communication group, in this backward pass
-  bool in_backward_ = false;   // between end_forward and end_backward
+  std::vector<ChunkSegment> segments_;
+  std::vector<int> group_phase_;  // per communication group
+  std::vector<bool> reduced_;     // per communication group, in this backward pass
+  std::vector<bool> in_backward_;  // per phase: between end_forward and end_backward
   std::vector<Tensor> pending_;  // per communication group (accumulate and distributed)
   int rank_ = 0;
   Allocator* device_;

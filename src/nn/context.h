@@ -60,6 +60,10 @@ class Context {
     return Tensor::empty(shape, dtype, *state_->activations);
   }
 
+  // t in `dtype`: itself when it already is, else a converted copy among the activations (a
+  // layer with fp32 kernels widens bf16 / fp16 activations on the way in and rounds on the way out).
+  Tensor as(const Tensor& t, DType dtype) const;
+
   std::vector<Tensor> saved;  // what this call's backward needs
 
   // Drops everything saved here and below (activation checkpointing keeps only the input).

@@ -1,6 +1,7 @@
 #include "nn/module.h"
 
 #include "nn/runner.h"
+#include "ops/cast.h"
 
 namespace tidal::nn {
 
@@ -41,6 +42,13 @@ Parameter& Module::add_parameter(std::string local_name, Shape shape, ParameterI
   p->init = init;
   params_.push_back(std::move(p));
   return *params_.back();
+}
+
+Tensor Context::as(const Tensor& t, DType dtype) const {
+  if (t.dtype() == dtype) return t;
+  Tensor out = empty(t.shape(), dtype);
+  ops::cast(out, t);
+  return out;
 }
 
 Context& Context::child(std::size_t slot) {

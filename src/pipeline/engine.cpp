@@ -14,7 +14,7 @@
 namespace tidal::pipeline {
 namespace {
 
-constexpr int kHeader = 8;  // ndim, then up to 7 extents
+constexpr int kHeader = 9;  // ndim, then up to 7 extents, then the element type
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -65,6 +65,20 @@ std::vector<nn::Parameter*> PipelineEngine::parameters_of(int stage) const {
   return out;
 }
 
+int PipelineEngine::chunk_of(const nn::Parameter& p) const {
+  int found = -1;
+  for (int c = 0; c < chunks_; ++c) {
+    const int vs = c * stages_ + stage_;
+    std::set<nn::Parameter*> used;
+    for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i) model_.layers()[std::size_t(i)]->collect_used_parameters(used);
+    if (!used.count(const_cast<nn::Parameter*>(&p))) continue;
+    TIDAL_ASSERT(found < 0, "{} is used by model chunks {} and {} of one rank", p.name, found, c);
+    found = c;
+  }
+  TIDAL_ASSERT(found >= 0, "{} is not used by this rank's model chunks", p.name);
+  return found;
+}
+
 std::vector<nn::Module*> PipelineEngine::layers() const {
   std::vector<nn::Module*> out;
   for (int c = 0; c < chunks_; ++c) {
@@ -97,17 +111,19 @@ std::int64_t PipelineEngine::payload_elements(std::int64_t n) const {
 }
 
 void PipelineEngine::send(const Tensor& t, Stream to) {
-  TIDAL_ASSERT(t.ndim() < kHeader && t.dtype() == DType::f32, "pipeline transfer of {}", t.str());
+  TIDAL_ASSERT(t.ndim() < kHeader - 1, "pipeline transfer of {}", t.str());
   const int dst = rank_of(to.virtual_stage), tag = tag_of(to);
-  auto [it, first] = sent_shapes_.try_emplace(to, t.shape());
+  auto [it, first] = sent_shapes_.try_emplace(to, Message{t.shape(), t.dtype()});
   if (first) {
     Tensor header = Tensor::zeros({kHeader}, DType::i32);
     header.data<std::int32_t>()[0] = std::int32_t(t.ndim());
     for (int d = 0; d < t.ndim(); ++d) header.data<std::int32_t>()[d + 1] = std::int32_t(t.dim(d));
+    header.data<std::int32_t>()[kHeader - 1] = std::int32_t(t.dtype());
     sends_.push_back(pipeline_.send(header, dst, {.tag = tag}));
   } else {
-    TIDAL_ASSERT(it->second == t.shape(), "pipeline micro-batches of one step differ in shape: {} after {}",
-                 t.shape().str(), it->second.str());
+    TIDAL_ASSERT(it->second.shape == t.shape() && it->second.dtype == t.dtype(),
+                 "pipeline micro-batches of one step differ: {} after {} {}", t.str(), dtype_name(it->second.dtype),
+                 it->second.shape.str());
   }
   const Tensor whole = (t.is_contiguous() ? t : t.clone()).reshape({t.numel()});
   const std::int64_t part = payload_elements(t.numel());
@@ -116,8 +132,8 @@ void PipelineEngine::send(const Tensor& t, Stream to) {
 }
 
 void PipelineEngine::post_receive(Stream s, Allocator& alloc) {
-  const Shape& shape = received_shapes_.at(s);
-  Tensor buffer = Tensor::empty({payload_elements(shape.numel())}, DType::f32, alloc);
+  const Message& m = received_shapes_.at(s);
+  Tensor buffer = Tensor::empty({payload_elements(m.shape.numel())}, m.dtype, alloc);
   comm::WorkPtr work = pipeline_.recv(buffer, source_of(s), {.tag = tag_of(s)});
   pending_[s] = {std::move(buffer), std::move(work)};
 }
@@ -129,16 +145,16 @@ Tensor PipelineEngine::receive(Stream s, Allocator& alloc) {
     pipeline_.recv(header, source_of(s), {.tag = tag_of(s)})->wait();
     Shape shape;
     for (int d = 0; d < header.data<std::int32_t>()[0]; ++d) shape.push_back(header.data<std::int32_t>()[d + 1]);
-    received_shapes_[s] = shape;
+    received_shapes_[s] = {shape, DType(header.data<std::int32_t>()[kHeader - 1])};
   }
   if (!pending_.count(s)) post_receive(s, alloc);
   PendingReceive r = std::move(pending_.at(s));
   pending_.erase(s);
   r.work->wait();
-  const Shape& shape = received_shapes_.at(s);
+  const Shape& shape = received_shapes_.at(s).shape;
   Tensor out = r.buffer;
   if (r.buffer.numel() != shape.numel()) {  // a scatter-gathered part: the tensor group holds the rest
-    out = Tensor::empty({shape.numel()}, DType::f32, alloc);
+    out = Tensor::empty({shape.numel()}, r.buffer.dtype(), alloc);
     tensor_.all_gather(out, r.buffer)->wait();
   }
   profile_.wait_seconds += seconds_since(t0);
@@ -190,6 +206,7 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
       if (const auto next = input_of(actions[i + 1]); next && received_shapes_.count(*next) && !pending_.count(*next))
         post_receive(*next, alloc);
     if (a.kind == Action::forward) {
+      if (hooks.before_forward) hooks.before_forward(a);
       auto ctx = std::make_unique<nn::Context>(states[std::size_t(a.micro_batch)]);
       const auto t0 = Clock::now();
       const Tensor y = run_forward(vs, vs == 0 ? model_.input(*mb.batch) : input, *ctx);

@@ -13,8 +13,8 @@
 //
 // Transfers between virtual stages vs and vs + 1: activations use tag 2 (vs + 1), gradients
 // 2 vs + 1, so each stream is matched in order. In each train() / evaluate() the first message
-// of a stream is preceded by a small shape header; the micro-batches of a call share one shape,
-// so later receives know their size and are posted ahead.
+// of a stream is preceded by a small header (shape and element type); the micro-batches of a
+// call share one shape, so later receives know their size and are posted ahead.
 //
 // With 1D tensor parallelism the hidden state (and its gradient) is replicated over the tensor
 // group: each tensor rank sends 1/t of it and the next stage all-gathers it over its tensor
@@ -47,10 +47,11 @@ struct PipelineOptions {
   int chunks = 1;  // virtual stages per rank (interleaved)
 };
 
-// Called around each backward action of train(): a gradient reducer arms itself for the last
-// micro-batch, a chunk manager closes the forward pass and completes the gradients.
+// Called around the actions of train(): a gradient reducer arms itself for the last
+// micro-batch; a chunk manager opens each forward pass (an earlier micro-batch's forward may have
+// left its tensors HOLD_AFTER_FWD), closes it before the backward and completes the gradients.
 struct ActionHooks {
-  std::function<void(const Action&)> before_backward, after_backward;
+  std::function<void(const Action&)> before_forward, before_backward, after_backward;
 };
 
 // Where one rank's time went in its last train() call.
@@ -90,6 +91,10 @@ class PipelineEngine {
   // The mean loss of one micro-batch, forward only, on every rank of the pipeline.
   double evaluate(const nn::StepState& state);
 
+  // Whether another stage holds p too (a tied embedding at the ends).
+  bool tied(const nn::Parameter& p) const { return tied_.count(const_cast<nn::Parameter*>(&p)) > 0; }
+  // The model chunk of this rank whose layers use p (one of this rank's parameters).
+  int chunk_of(const nn::Parameter& p) const;
   // Sums the gradients of the parameters both end stages hold (tied embeddings) between them.
   void reduce_tied_gradients();
   // The squared gradient norm of the whole model: this rank's parameters (a tied one counted on
@@ -136,7 +141,11 @@ class PipelineEngine {
   std::vector<comm::WorkPtr> sends_;
   // Per call: the shape of each stream this rank sends on and receives from (the first message
   // carries it), and receives posted ahead of the action that needs them.
-  std::map<Stream, Shape> sent_shapes_, received_shapes_;
+  struct Message {
+    Shape shape;
+    DType dtype;
+  };
+  std::map<Stream, Message> sent_shapes_, received_shapes_;
   std::map<Stream, PendingReceive> pending_;
   StepProfile profile_;
 };

@@ -65,8 +65,8 @@ expect plan-without-caps "tidal plan fits a model under both memory caps" -- pla
 expect plan-one-layer-too-big "even 1 layer of gpt" -- \
   plan --set memory.offload=chunk --set memory.device_limit=64MiB --set memory.host_limit=100KiB
 expect chunk-search-below-largest "holds the largest parameter" -- chunk-search --from 10 --to 20
-expect zero-with-pipeline "set parallel.pipeline, parallel.tensor.size and parallel.sequence to 1" -- \
-  train --set zero.stage=2 --set parallel.pipeline=2
+expect interleave-one-stage "interleaves the model chunks of several pipeline stages, and parallel.pipeline is 1" -- \
+  train --set parallel.schedule=interleaved --set parallel.virtual_stages=2
 expect bad-loss-scale "train.loss_scale must be > 0" -- train --set train.precision=fp16 --set train.loss_scale=0
 expect bad-size "memory.device_limit" -- train --set memory.device_limit=lots
 expect bad-enum "model.type" -- train --set model.type=llama

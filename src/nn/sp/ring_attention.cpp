@@ -6,12 +6,13 @@
 namespace tidal::nn::sp {
 namespace {
 
-// Columns [part C, (part + 1) C) of qkv [B, T', 3C], contiguous.
+// Columns [part C, (part + 1) C) of qkv [B, T', 3C], contiguous, in fp32 (the ring's kernels are
+// fp32: bf16 and fp16 are widened here, and the blocks travel the ring in fp32).
 Tensor third(const Tensor& qkv, int part, const Context& ctx) {
   const std::int64_t C = qkv.dim(2) / 3;
   Tensor out = ctx.empty({qkv.dim(0), qkv.dim(1), C}, qkv.dtype());
   out.copy_from(qkv.slice(2, part * C, (part + 1) * C));
-  return out;
+  return ctx.as(out, DType::f32);
 }
 
 }  // namespace
@@ -35,10 +36,12 @@ Tensor RingSelfAttention::forward(const Tensor& qkv, Context& ctx) {
   y.fill_(0.0f);
   ring.pass(v, ctx, [&](const Tensor& block, int owner) { ops::attention_values(y, probs, block, owner * Tq, opt); });
   ctx.saved = {q, k, v, probs};
-  return y;
+  return ctx.as(y, qkv.dtype());
 }
 
-Tensor RingSelfAttention::backward(const Tensor& dy, Context& ctx) {
+Tensor RingSelfAttention::backward(const Tensor& dy_given, Context& ctx) {
+  const DType dtype = dy_given.dtype();
+  const Tensor dy = ctx.as(dy_given, DType::f32);
   const Tensor &q = ctx.saved.at(0), &k = ctx.saved.at(1), &v = ctx.saved.at(2), &probs = ctx.saved.at(3);
   const std::int64_t Tq = q.dim(1);
   const ops::RingAttentionOptions opt = options(ctx, Tq);
@@ -62,7 +65,7 @@ Tensor RingSelfAttention::backward(const Tensor& dy, Context& ctx) {
     ++part;
   }
   ctx.saved.clear();
-  return dqkv;
+  return ctx.as(dqkv, dtype);
 }
 
 }  // namespace tidal::nn::sp

@@ -9,7 +9,9 @@
 //
 // Per rank and layer, with blocks of B T' C elements: forward sends 2 (N - 1) blocks (K, V),
 // backward 4 (N - 1) (K, V, dK, dV). Kept for backward: q, k, v and the probabilities
-// [B, H, T', T] (T / N of the single process's).
+// [B, H, T', T] (T / N of the single process's). The kernels are fp32: under mixed precision
+// q, k, v are widened on the way in (and travel the ring in fp32) and y, dqkv rounded on the way
+// out.
 #pragma once
 
 #include "comm/communicator.h"

@@ -5,6 +5,7 @@
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/tp/mappings.h"
+#include "ops/cast.h"
 
 #include <algorithm>
 #include <cmath>
@@ -77,7 +78,11 @@ SplitLayerNorm::SplitLayerNorm(const FeatureSplit& split, std::int64_t features,
   split.place_last(*bias_);
 }
 
-Tensor SplitLayerNorm::forward(const Tensor& x, Context& ctx) {
+// The loops below are fp32 (CPU only for now): bf16 / fp16 activations and parameters are
+// widened on the way in, and y, dx and the gradients rounded once on the way out.
+Tensor SplitLayerNorm::forward(const Tensor& x_given, Context& ctx) {
+  const Tensor x = ctx.as(x_given, DType::f32);
+  const Tensor weight = ctx.as(weight_->data, DType::f32), bias = ctx.as(bias_->data, DType::f32);
   const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
   const float* px = x.data<float>();
   // Per-row sum and sum of squares over this rank's features, then over the feature group.
@@ -95,10 +100,10 @@ Tensor SplitLayerNorm::forward(const Tensor& x, Context& ctx) {
     ps[2 * r + 1] = float(s2);
   }
   split_.group->all_reduce(stats)->wait();
-  Tensor y = ctx.empty(x.shape(), x.dtype());
-  Tensor xhat = ctx.empty(x.shape(), x.dtype()), rstd = ctx.empty({rows});
+  Tensor y = ctx.empty(x.shape());
+  Tensor xhat = ctx.empty(x.shape()), rstd = ctx.empty({rows});
   float *py = y.data<float>(), *ph = xhat.data<float>(), *pr = rstd.data<float>();
-  const float *w = weight_->data.data<float>(), *b = bias_->data.data<float>();
+  const float *w = weight.data<float>(), *b = bias.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
     const double mean = ps[2 * r] / double(full_);
@@ -112,20 +117,26 @@ Tensor SplitLayerNorm::forward(const Tensor& x, Context& ctx) {
     }
   }
   ctx.saved = {xhat, rstd};
-  return y;
+  return ctx.as(y, x_given.dtype());
 }
 
-Tensor SplitLayerNorm::backward(const Tensor& dy, Context& ctx) {
+Tensor SplitLayerNorm::backward(const Tensor& dy_given, Context& ctx) {
+  const Tensor dy = ctx.as(dy_given, DType::f32);
+  const Tensor weight = ctx.as(weight_->data, DType::f32);
+  // The gradients accumulate in fp32 and are rounded into the parameters' once.
+  Tensor dweight = ctx.as(weight_->grad, DType::f32), dbias = ctx.as(bias_->grad, DType::f32);
   const Tensor &xhat = ctx.saved.at(0), &rstd = ctx.saved.at(1);
   const std::int64_t C = weight_->shape[0], rows = xhat.numel() / C;
   const float *pd = dy.data<float>(), *ph = xhat.data<float>(), *pr = rstd.data<float>();
-  const float* w = weight_->data.data<float>();
-  float *dw = weight_->grad.data<float>(), *db = bias_->grad.data<float>();
+  const float* w = weight.data<float>();
+  float *dw = dweight.data<float>(), *db = dbias.data<float>();
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < C; ++c) {
       dw[c] += pd[r * C + c] * ph[r * C + c];
       db[c] += pd[r * C + c];
     }
+  if (dweight.raw() != weight_->grad.raw()) ops::cast(weight_->grad, dweight);
+  if (dbias.raw() != bias_->grad.raw()) ops::cast(bias_->grad, dbias);
   // dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, means over all C features.
   Tensor sums = Tensor::zeros({rows, 2});
   float* ps = sums.data<float>();
@@ -141,7 +152,7 @@ Tensor SplitLayerNorm::backward(const Tensor& dy, Context& ctx) {
     ps[2 * r + 1] = float(sh);
   }
   split_.group->all_reduce(sums)->wait();
-  Tensor dx = ctx.empty(dy.shape(), dy.dtype());
+  Tensor dx = ctx.empty(dy.shape());
   float* px = dx.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -150,7 +161,7 @@ Tensor SplitLayerNorm::backward(const Tensor& dy, Context& ctx) {
       px[r * C + c] = pr[r] * (pd[r * C + c] * w[c] - mg - ph[r * C + c] * mgh);
   }
   ctx.saved.clear();
-  return dx;
+  return ctx.as(dx, dy_given.dtype());
 }
 
 }  // namespace tidal::nn::tp
