@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
   train->add_option("--resume", resume_path, "Continue from a checkpoint directory (or one of its step-* directories)");
   train->add_option("--stop-after", stop_after,
                     "End after step N as an interruption would (the schedule still assumes train.steps); writes a "
-                    "checkpoint when checkpoint.dir is set")
+                    "checkpoint when checkpoint.dir is set (with --resume at the checkpoint's own step: no step runs, "
+                    "and the checkpoint is written again as this layout loaded it)")
       ->type_name("N");
   train->add_flag("--print-config", print_config, "Print the resolved configuration as TOML and exit");
   train->footer(config_reference() +

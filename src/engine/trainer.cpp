@@ -138,6 +138,9 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                 info->path, start, tc.steps);
     if (scaler && info->optimizer.loss_scale > 0)
       scaler->restore(info->optimizer.loss_scale, info->optimizer.loss_scale_good_steps);
+    TIDAL_CHECK(options.stop_after == 0 || options.stop_after >= start,
+                "--stop-after {} is before step {}, where checkpoint '{}' resumes: give a later step", options.stop_after,
+                start, info->path);
     progress.line(fmt::format("resumed from {} at step {}", info->path, start));
   }
   // Positions per sample: tokens, or for ViT the patches and the class token.
@@ -193,6 +196,12 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   double timed_seconds = 0, train_loss = 0, comm_seconds = 0, exposed_seconds = 0;
   std::int64_t timed_steps = 0;
   const auto run_start = Clock::now();
+
+  auto save_checkpoint_at = [&](std::int64_t step) {
+    const OptimizerMeta counters{.loss_scale = scaler ? scaler->scale() : 0.0,
+                                 .loss_scale_good_steps = scaler ? scaler->good_steps() : 0};
+    model_data->save(cfg.checkpoint.dir, step, counters, config_toml, cfg.checkpoint.keep);
+  };
 
   // An operator that ran out of the device tier: the model data keeper says how it uses it.
   try {
@@ -280,12 +289,13 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
       const bool last = step + 1 == end;
       const bool due = last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0);
       if (!cfg.checkpoint.dir.empty() && due) {
-        const OptimizerMeta counters{.loss_scale = scaler ? scaler->scale() : 0.0,
-                                     .loss_scale_good_steps = scaler ? scaler->good_steps() : 0};
-        model_data->save(cfg.checkpoint.dir, step + 1, counters, config_toml, cfg.checkpoint.keep);
+        save_checkpoint_at(step + 1);
         if (!last) progress.line(fmt::format("step {}: checkpoint written to {}", step + 1, cfg.checkpoint.dir));
       }
     }
+    // Resumed with --stop-after at the checkpoint's own step: no step to run, and the checkpoint is
+    // written again as this layout loaded it (a check that it loads under this layout).
+    if (end == start && !cfg.checkpoint.dir.empty()) save_checkpoint_at(start);
   } catch (const OutOfMemory& e) {
     throw OutOfMemory(e.what() + model_data->out_of_memory_hint(e), e.needed());
   }

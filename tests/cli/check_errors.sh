@@ -71,6 +71,9 @@ expect bad-loss-scale "train.loss_scale must be > 0" -- train --set train.precis
 expect bad-size "memory.device_limit" -- train --set memory.device_limit=lots
 expect bad-enum "model.type" -- train --set model.type=llama
 expect bad-flag "stop-after" -- train --stop-after -3
+"$tidal" train --set train.steps=4 --set checkpoint.dir="$dir/ck" --stop-after 2 > /dev/null
+expect stop-before-resume "--stop-after 1 is before step 2, where checkpoint" -- \
+  train --set train.steps=4 --resume "$dir/ck" --stop-after 1
 
 if [[ $failures -ne 0 ]]; then echo "$failures check(s) failed"; exit 1; fi
 echo "all error checks passed"
