@@ -17,6 +17,16 @@ std::string_view tier_name(MemoryTier t) {
 }
 
 void* Allocator::allocate(std::size_t bytes) {
+  if (reclaimer_ && !reclaiming_ && current_bytes() + bytes > capacity_) {
+    reclaiming_ = true;
+    try {
+      reclaimer_(current_bytes() + bytes - capacity_);
+    } catch (...) {
+      reclaiming_ = false;
+      throw;
+    }
+    reclaiming_ = false;
+  }
   std::size_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   if (now > capacity_) {
     current_.fetch_sub(bytes, std::memory_order_relaxed);

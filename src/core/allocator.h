@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string_view>
 
@@ -32,6 +33,11 @@ class Allocator {
   Device device() const { return device_; }
   std::size_t capacity() const { return capacity_; }
   void set_capacity(std::size_t bytes) { capacity_ = bytes; }
+  // Called when an allocation would pass the capacity by `over` bytes, before it fails: it may
+  // free memory of this tier (the dynamic memory sending chunks to the host) or raise the
+  // capacity, and the allocation is checked again. Not called from within itself.
+  using Reclaimer = std::function<void(std::size_t over)>;
+  void set_reclaimer(Reclaimer reclaimer) { reclaimer_ = std::move(reclaimer); }
   std::size_t current_bytes() const { return current_.load(std::memory_order_relaxed); }
   std::size_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
   void reset_peak() { peak_.store(current_bytes(), std::memory_order_relaxed); }
@@ -44,6 +50,8 @@ class Allocator {
   MemoryTier tier_;
   Device device_;
   std::size_t capacity_;
+  Reclaimer reclaimer_;
+  bool reclaiming_ = false;
   std::atomic<std::size_t> current_{0};
   std::atomic<std::size_t> peak_{0};
 };

@@ -18,13 +18,18 @@ config::Config with_layers(config::Config cfg, int layers) {
   return cfg;
 }
 
-// The warm-up's non-model peak with `layers` layers, traced without caps.
-std::int64_t traced_non_model(const config::Config& cfg, int layers) {
+// The warm-up of `layers` layers traced without caps (with `chunk_size`: 0 = the search's).
+nlohmann::json traced(const config::Config& cfg, int layers, std::int64_t chunk_size = 0) {
   config::Config probe = with_layers(cfg, layers);
   probe.memory.device_limit.clear();
   probe.memory.host_limit.clear();
   probe.memory.disk_dir.clear();
-  return trace_warmup(probe).at("peak_non_model_bytes").get<std::int64_t>();
+  if (chunk_size) probe.memory.chunk_size = chunk_size;
+  return trace_warmup(probe);
+}
+
+std::int64_t traced_non_model(const config::Config& cfg, int layers) {
+  return traced(cfg, layers).at("peak_non_model_bytes").get<std::int64_t>();
 }
 
 }  // namespace
@@ -51,7 +56,6 @@ MemoryPlan plan_memory(const config::Config& cfg, int max_layers) {
   const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
   const memory::ChunkOptions options = chunk_options(cfg, local / micro > 1);
   const bool fixed = cfg.memory.offload == "static";
-  const double warmup = cfg.memory.warmup_fraction;
   // memory.embedding_on_host: the embedding layer's lists live on the host whatever the layers.
   memory::ChunkOptions host_options = options;
   host_options.offload.reset();
@@ -78,9 +82,16 @@ MemoryPlan plan_memory(const config::Config& cfg, int max_layers) {
     row.host_needs = memory::host_bytes_needed(layout, options, 0);
     if (disk) row.host_needs = std::min(row.host_needs, memory::host_bytes_needed(layout, options, layout.chunks));
     row.host_needs += host_lists;
-    row.device_needs = fixed ? bytes.param + non_model
-                             : std::max(non_model + two_chunks, std::int64_t(double(two_chunks) / warmup) + 1);
+    // The chunks' bound: two chunks beside the non-model peak, an upper bound of what the run
+    // needs (memory_tracer.h's least_limit: each operator's chunks beside its interval's
+    // non-model peak). Where it does not fit, the warm-up of exactly this model is traced at the
+    // run's chunk size, so the first row that does not fit names what the run itself demands.
+    row.device_needs = fixed ? bytes.param + non_model : non_model + two_chunks;
     row.fits_host = std::uint64_t(row.host_needs) <= plan.host_limit;
+    if (!fixed && row.fits_host && std::uint64_t(row.device_needs) > plan.device_limit) {
+      row.device_needs = traced(cfg, n, size).at("least_device_limit_bytes").get<std::int64_t>();
+      row.traced = true;
+    }
     row.fits_device = std::uint64_t(row.device_needs) <= plan.device_limit;
     plan.rows.push_back(row);
     if (!row.fits()) break;
@@ -106,6 +117,7 @@ nlohmann::json MemoryPlan::json() const {
                          {"model_data_bytes", r.model_data_bytes},
                          {"host_needs", r.host_needs},
                          {"device_needs", r.device_needs},
+                         {"device_needs_traced", r.traced},
                          {"fits_host", r.fits_host},
                          {"fits_device", r.fits_device}});
   return {{"model", model},
@@ -127,7 +139,7 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   for (const PlanRow& r : plan.rows)
     out += fmt::format("{:>6} {:>12} {:>11} {:>12} {:>12} {:>14}  {}\n", r.layers, r.parameters, r.chunk_size,
                        human_bytes(std::uint64_t(r.model_data_bytes)), human_bytes(std::uint64_t(r.host_needs)),
-                       human_bytes(std::uint64_t(r.device_needs)),
+                       human_bytes(std::uint64_t(r.device_needs)) + (r.traced ? "*" : " "),
                        r.fits() ? "yes" : !r.fits_host && !r.fits_device ? "no: host and device"
                                         : !r.fits_host                  ? "no: host"
                                                                         : "no: device");
@@ -141,6 +153,9 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   else
     out += fmt::format(" (--max-layers reached)\n");
   out += fmt::format("train it with --set model.n_layer={}\n", plan.largest);
+  if (std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.traced; }))
+    out += "(* traced: the warm-up of that model, run without caps at its chunk size, gives the least "
+           "memory.device_limit it trains under)\n";
   return out;
 }
 

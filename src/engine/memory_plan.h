@@ -7,8 +7,9 @@
 // the non-model data (patrickstar-v2 sec. 7.3): at most two chunks (a parameter never straddles
 // chunks, a leaf operator's parameters span at most two) plus the non-model peak, which two
 // traced warm-ups (one and two layers, no cap) give per layer and which grows linearly with the
-// layers (each keeps its activations for backward); and two chunks must fit in the warm-up's
-// share. The static partition needs the whole param list on the device instead. With
+// layers (each keeps its activations for backward). That is a bound: where it does not fit, the model's own warm-up is traced (uncapped, at
+// its chunk size) for the least device cap it trains under, the figure the run checks at the end
+// of its warm-up (memory/dynamic_memory.h). The static partition needs the whole param list on the device instead. With
 // memory.disk_dir the disk counts as unlimited room for optimizer states: the host then needs the
 // rest of the lists and the disk tier's two staging buffers (host_bytes_needed). Under
 // memory.embedding_on_host the embedding layer's lists (of their own, on the host) count on the
@@ -30,6 +31,7 @@ struct PlanRow {
   std::int64_t parameters = 0, chunk_size = 0, model_data_bytes = 0;
   std::int64_t host_needs = 0, device_needs = 0;
   bool fits_host = false, fits_device = false;
+  bool traced = false;  // device_needs from the model's own traced warm-up (not the bound)
   bool fits() const { return fits_host && fits_device; }
 };
 

@@ -63,6 +63,7 @@ nlohmann::json trace_warmup(const config::Config& user_cfg) {
                             cfg.train.batch_size, cfg.model.seq_len, cfg.train.precision)},
       {"model_data_bytes", run.model_data.at("model_data_bytes")},
       {"peak_non_model_bytes", offload.at("trace").at("peak_non_model_bytes")},
+      {"least_device_limit_bytes", offload.value("least_device_limit_bytes", std::int64_t(0))},
       {"moments", offload.at("trace").at("moments")}};
   if (limit < kUncapped) {
     out["device_limit_bytes"] = limit;

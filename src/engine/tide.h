@@ -21,8 +21,9 @@ config::Config trace_config(config::Config cfg);
 
 // Runs the warm-up of trace_config(cfg). The JSON: "model", "device_limit_bytes" (absent when
 // uncapped), "warmup_chunk_bytes" (the chunks' share during the warm-up), "model_data_bytes",
-// "peak_non_model_bytes" and "moments" [{moment, operator, device_bytes, chunk_bytes,
-// non_model_bytes}].
+// "peak_non_model_bytes", "least_device_limit_bytes" (the smallest memory.device_limit the run
+// trains under: memory_tracer.h's least_limit; 0 under the static partition) and "moments"
+// [{moment, operator, device_bytes, chunk_bytes, operator_chunk_bytes, non_model_bytes}].
 nlohmann::json trace_warmup(const config::Config& cfg);
 
 // The tide as a standalone SVG document.

@@ -93,7 +93,7 @@ ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, A
   const bool remote_params = options_.zero_stage == 3 && sharded();
   if (options_.offload) {
     TIDAL_CHECK(!distributed(), "chunks that move between the device and the host run on one rank for now");
-    dmm_ = std::make_unique<DynamicMemory>(*options_.offload, device, host, lists_);
+    dmm_ = std::make_unique<DynamicMemory>(*options_.offload, device, host, lists_, [this](int c) { return busy(c); });
   }
   if (dmm_) place_tiers(device, host);
   auto make = [&](ChunkKind kind, DType dtype, Allocator& alloc, bool owned_only) {
@@ -403,7 +403,7 @@ void ChunkManager::access_all(nn::Module& m, bool backward) {
     std::vector<int> chunks;
     for (nn::Parameter* p : m.used_parameters())
       if (index_.count(p)) chunks.push_back(layout_.places[index_.at(p)].chunk);
-    dmm_->to_device(chunks, [this](int c) { return busy(c); });
+    dmm_->to_device(chunks);
   }
   for (nn::Parameter* p : m.used_parameters())
     if (index_.count(p)) access(*p, backward);
@@ -466,7 +466,7 @@ void ChunkManager::end_backward(int phase) {
         Tracked& t = tracked_[i];
         if (t.state == TensorState::hold_after_bwd) continue;
         TIDAL_ASSERT(!t.param->grad.defined(), "{}: backward ended with its gradient incomplete", t.param->name);
-        if (dmm_) dmm_->to_device({c}, [this](int b) { return busy(b); });
+        if (dmm_) dmm_->to_device({c});
         access(*t.param, false);
         if (!options_.accumulate) t.param->data.zero_();
         release(*t.param, TensorState::hold_after_bwd);  // the group's last one reduces it
@@ -547,13 +547,12 @@ void ChunkManager::skip_step() {
 }
 
 void ChunkManager::finish_step(const std::function<void(nn::Parameter&)>& update) {
-  const auto is_busy = [this](int c) { return busy(c); };
   if (dmm_) dmm_->begin_moment("optimizer step");
   for (Tracked& t : tracked_) {
     nn::Parameter& p = *t.param;
     const int chunk = layout_.places[index_.at(&p)].chunk;
     if (!owns(chunk)) continue;
-    if (dmm_) dmm_->to_optimizer_side(chunk, is_busy);  // hybrid Adam: where the states are
+    if (dmm_) dmm_->to_optimizer_side(chunk);  // hybrid Adam: where the states are
     set_state(t, TensorState::compute);  // HOLD_AFTER_BWD: the gradient is complete
     update(p);
     Tensor master = slot(ChunkKind::master, p);
@@ -562,7 +561,7 @@ void ChunkManager::finish_step(const std::function<void(nn::Parameter&)>& update
     set_state(t, TensorState::hold);
   }
   if (dmm_) {
-    dmm_->after_step(is_busy);
+    dmm_->after_step();
     dmm_->end_moment();
     dmm_->end_iteration();
   }

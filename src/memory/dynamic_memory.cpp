@@ -20,10 +20,17 @@ std::int64_t DynamicMemory::device_peak_bytes() const {
   return std::max(device_peak_, std::int64_t(device_.peak_bytes()));
 }
 
-DynamicMemory::DynamicMemory(const OffloadOptions& options, Allocator& device, Allocator& host, Lists& lists)
-    : options_(options), device_(device), device_chunks_(device), host_(host), lists_(lists) {
+DynamicMemory::DynamicMemory(const OffloadOptions& options, Allocator& device, Allocator& host, Lists& lists,
+                             std::function<bool(int)> busy)
+    : options_(options), device_(device), device_chunks_(device), host_(host), lists_(lists), busy_(std::move(busy)) {
   TIDAL_CHECK(options_.warmup_fraction > 0 && options_.warmup_fraction <= 1,
               "memory.warmup_fraction must be in (0, 1], got {}", options_.warmup_fraction);
+  if (options_.partition == Partition::dynamic) device_.set_reclaimer([this](std::size_t over) { reclaim(over); });
+}
+
+DynamicMemory::~DynamicMemory() {
+  if (options_.partition == Partition::dynamic) device_.set_reclaimer({});
+  if (warmup_limit_ >= 0) device_.set_capacity(std::size_t(warmup_limit_));
 }
 
 Allocator& DynamicMemory::initial(ChunkKind kind) {
@@ -112,6 +119,7 @@ void DynamicMemory::end_iteration() {
   if (!tracer_.finished() && moment_ >= 0) {
     tracer_.close_interval(std::int64_t(device_.peak_bytes()), device_chunk_bytes());
     tracer_.finish();
+    end_warmup();
     if (options_.partition == Partition::dynamic) place_optimizer_states();
   }
   // The iteration's last copies done: the host blocks they read may have new owners.
@@ -148,12 +156,61 @@ std::int64_t DynamicMemory::param_bytes_on_device() const {
   return bytes;
 }
 
+void DynamicMemory::reclaim(std::size_t over) {
+  // The tier is about to pass L: chunks no operator computes with now go to the host, chosen as
+  // to_device chooses, while there are any.
+  const std::vector<Tensor>& params = lists_.at(ChunkKind::param);
+  std::int64_t freed = 0;
+  while (freed < std::int64_t(over)) {
+    std::vector<int> candidates;
+    for (int c = 0; c < int(params.size()); ++c)
+      if (params[std::size_t(c)].defined() && where(ChunkKind::param, c) == MemoryTier::device && !pinned_.count(c) &&
+          !busy_(c))
+        candidates.push_back(c);
+    if (candidates.empty()) break;
+    const int out = victim(candidates);
+    freed += std::int64_t(params[std::size_t(out)].nbytes());
+    move(ChunkKind::param, out, MemoryTier::host);
+    ++stats_.evictions;
+  }
+  // Nothing more can go: the warm-up goes on past L to trace what the run needs, and its end
+  // says whether L will do (end_warmup); afterwards the allocation fails.
+  if (freed < std::int64_t(over) && !tracer_.finished() && warmup_limit_ < 0) {
+    warmup_limit_ = limit();
+    device_.set_capacity(std::numeric_limits<std::size_t>::max());
+  }
+}
+
+void DynamicMemory::end_warmup() {
+  const std::int64_t L = limit();
+  if (warmup_limit_ >= 0) device_.set_capacity(std::size_t(warmup_limit_));
+  warmup_limit_ = -1;
+  if (options_.partition != Partition::dynamic) return;
+  const MemoryTracer::Least least = tracer_.least_limit();
+  if (least.bytes <= L) return;
+  const int j = least.moment;
+  const std::int64_t N = tracer_.non_model(j), P = tracer_.operator_bytes(j);
+  throw OutOfMemory(
+      fmt::format("out of device memory: memory.device_limit = {} bytes ({}) is too small for this run: the warm-up "
+                  "iteration traced {} of "
+                  "non-model data (activations, gradients in flight, workspaces) beside the {} of chunks that '{}' "
+                  "computes with; the device tier needs at least {} bytes ({}): raise memory.device_limit to that, "
+                  "or make the batch (train.micro_batch_size) or memory.chunk_size smaller",
+                  L, mib(L), mib(N), mib(P), tracer_.label(j), least.bytes, mib(least.bytes)),
+      std::size_t(least.bytes));
+}
+
 std::int64_t DynamicMemory::limit() const {
+  if (warmup_limit_ >= 0) return warmup_limit_;
   return std::int64_t(std::min<std::size_t>(device_.capacity(), std::numeric_limits<std::int64_t>::max()));
 }
 
 std::int64_t DynamicMemory::chunk_budget() const {
-  if (!tracer_.finished()) return std::int64_t(options_.warmup_fraction * double(limit()));
+  // sec. 6.1 / patrickstar-v2's warm-up: at most the warm-up fraction of L, and never the room the
+  // non-model data holds now.
+  if (!tracer_.finished())
+    return std::min(std::int64_t(options_.warmup_fraction * double(limit())),
+                    limit() - (std::int64_t(device_.current_bytes()) - device_chunk_bytes()));
   // sec. 7.3: the room the non-model data needs during the coming interval stays free. Outside
   // an iteration (evaluation) the largest of them.
   const std::int64_t non_model = in_iteration_ ? tracer_.non_model(moment_) : tracer_.peak_non_model();
@@ -175,7 +232,7 @@ int DynamicMemory::victim(const std::vector<int>& candidates) const {
   });
 }
 
-void DynamicMemory::to_device(std::vector<int> chunks, const std::function<bool(int)>& busy) {
+void DynamicMemory::to_device(std::vector<int> chunks) {
   std::sort(chunks.begin(), chunks.end());
   chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
   std::vector<Tensor>& params = lists_.at(ChunkKind::param);
@@ -196,10 +253,11 @@ void DynamicMemory::to_device(std::vector<int> chunks, const std::function<bool(
       std::vector<int> candidates;
       for (int c = 0; c < int(params.size()); ++c)
         if (params[std::size_t(c)].defined() && where(ChunkKind::param, c) == MemoryTier::device && !pinned_.count(c) &&
-            !std::binary_search(chunks.begin(), chunks.end(), c) && !busy(c))
+            !std::binary_search(chunks.begin(), chunks.end(), c) && !busy_(c))
           candidates.push_back(c);
+      // The warm-up places them anyway (its end says what the run needs: end_warmup).
+      if (candidates.empty() && (need == 0 || !tracer_.finished())) break;
       if (candidates.empty()) {
-        if (need == 0) break;  // what this operator uses is here; the allocator has the last word
         throw OutOfMemory(fmt::format(
             "the device tier is too small for this operator: its chunks need {} on the device, and the chunks may "
             "take {} now ({}; memory.device_limit = {}); raise memory.device_limit, or make memory.chunk_size "
@@ -218,6 +276,11 @@ void DynamicMemory::to_device(std::vector<int> chunks, const std::function<bool(
     }
   }
   for (int c : chunks) move(ChunkKind::param, c, MemoryTier::device);
+  if (in_iteration_ && !tracer_.finished() && moment_ >= 0) {  // the operator's chunks (end_warmup)
+    std::int64_t bytes = 0;
+    for (int c : pinned_) bytes += std::int64_t(params[std::size_t(c)].nbytes());
+    tracer_.record_operator_bytes(bytes);
+  }
   wait_for_host_copies();
 }
 
@@ -230,9 +293,9 @@ void DynamicMemory::wait_for_host_copies() {
   stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void DynamicMemory::to_optimizer_side(int chunk, const std::function<bool(int)>& busy) {
+void DynamicMemory::to_optimizer_side(int chunk) {
   if (where(ChunkKind::master, chunk) == MemoryTier::device) {
-    to_device({chunk}, busy);
+    to_device({chunk});
   } else {
     move(ChunkKind::param, chunk, MemoryTier::host);
     stage_states(chunk, true);  // from disk, Adam's update going back
@@ -240,11 +303,11 @@ void DynamicMemory::to_optimizer_side(int chunk, const std::function<bool(int)>&
   wait_for_host_copies();  // Adam on the host reads it next
 }
 
-void DynamicMemory::after_step(const std::function<bool(int)>& busy) {
+void DynamicMemory::after_step() {
   unstage_states();
   if (options_.partition != Partition::fixed) return;
   for (int c = 0; c < int(lists_.at(ChunkKind::param).size()); ++c)
-    if (lists_.at(ChunkKind::param)[std::size_t(c)].defined()) to_device({c}, busy);
+    if (lists_.at(ChunkKind::param)[std::size_t(c)].defined()) to_device({c});
 }
 
 void DynamicMemory::place_optimizer_states() {
@@ -273,6 +336,8 @@ nlohmann::json DynamicMemory::json() const {
                         {"move_seconds", stats_.seconds},
                         {"device_chunk_bytes", device_chunk_bytes()},
                         {"device_peak_bytes", device_peak_bytes()}};
+  if (tracer_.finished() && options_.partition == Partition::dynamic)
+    out["least_device_limit_bytes"] = tracer_.least_limit().bytes;
   if (!disk_) return out;
   const MoveStats now = stats();
   out["disk"] = {{"file_bytes", disk_->store().file_bytes()},

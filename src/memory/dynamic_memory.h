@@ -7,8 +7,12 @@
 //   fit the room left for them during the coming interval: L - N_j, the non-model peak the
 //   warm-up traced for it (memory_tracer.h; sec. 7.3). The victim is the chunk used again
 //   furthest in the future (Belady's OPT, from the trace) or, as a baseline, the least recently
-//   used one. During the warm-up the chunks may take only a fraction of L (default 20%) and are
-//   evicted in list order.
+//   used one. During the warm-up the chunks may take only min(a fraction of L (default 20%),
+//   L - the non-model bytes present) and are evicted in list order. Whenever an allocation
+//   would pass L (the non-model data rising within an interval), chunks not in use go to the
+//   host first (the tier's reclaimer); the warm-up goes on past L if none is left, and its end
+//   checks that every interval fits L - its operator's chunks beside its traced non-model peak -
+//   or stops with the least L that does (end_warmup, exit 2).
 // - Optimizer states (sec. 7.2): after the warm-up the chunks of master weights, momentum and
 //   variance fill the device's margin, L - peak non-model - the param list, in list order; the
 //   rest stay on the host. AdamW runs where a chunk's states are (hybrid Adam), so a param chunk
@@ -76,9 +80,15 @@ struct MoveStats {
 class DynamicMemory {
  public:
   using Lists = std::map<ChunkKind, std::vector<Tensor>>;
-  // `device`: the device tier (its capacity is L); chunk payloads there come from a share of it.
+  // `device`: the device tier (its capacity is L); chunk payloads there come from a share of it,
+  // and an allocation that would pass L first sends chunks to the host (its reclaimer).
   // `lists` are the chunk manager's, filled after this is made (payloads from allocator()).
-  DynamicMemory(const OffloadOptions& options, Allocator& device, Allocator& host, Lists& lists);
+  // `busy(c)`: param chunk c has a COMPUTE tensor (it must stay on the device).
+  DynamicMemory(const OffloadOptions& options, Allocator& device, Allocator& host, Lists& lists,
+                std::function<bool(int)> busy);
+  ~DynamicMemory();
+  DynamicMemory(const DynamicMemory&) = delete;
+  DynamicMemory& operator=(const DynamicMemory&) = delete;
 
   // Where a new chunk of `kind` starts: param chunks on the device under the static partition,
   // everything else on the host (or on disk: on_disk()).
@@ -101,15 +111,15 @@ class DynamicMemory {
   void end_iteration();
   void begin_moment(const std::string& label);
   void end_moment();
-  // Alg. 1 line 24 for an operator: its param chunks on the device, other chunks evicted until
-  // they fit beside the coming interval's non-model data; `busy(c)`: chunk c has a COMPUTE
-  // tensor. Chunks placed in a moment stay until it ends.
-  void to_device(std::vector<int> chunks, const std::function<bool(int)>& busy);
+  // Alg. 1 line 24 for an operator: its param chunks on the device, other chunks (not busy)
+  // evicted until they fit beside the coming interval's non-model data. Chunks placed in a
+  // moment stay until it ends.
+  void to_device(std::vector<int> chunks);
   // Before AdamW on `chunk`: its param chunk where its optimizer states are.
-  void to_optimizer_side(int chunk, const std::function<bool(int)>& busy);
+  void to_optimizer_side(int chunk);
   // After the step: the disk chunks' states unstaged and (static partition) the param chunks
   // back on the device.
-  void after_step(const std::function<bool(int)>& busy);
+  void after_step();
 
   MoveStats stats() const;
   const DiskTier* disk() const { return disk_.get(); }
@@ -125,8 +135,15 @@ class DynamicMemory {
   // Blocks until the chunks sent to the host are there, and lets the host blocks read by copies
   // to the device go (a no-op without a GPU: moves are copies).
   void wait_for_host_copies();
-  // The device tier's capacity L, in bytes.
+  // The device tier's capacity L, in bytes (during the warm-up the cap it had before).
   std::int64_t limit() const;
+  // The device tier's reclaimer: chunks not in use to the host until `over` bytes are free; in
+  // the warm-up, when none is left, the cap is lifted until its end (what the run needs is not
+  // known before it is traced).
+  void reclaim(std::size_t over);
+  // The warm-up is traced: the tier's cap back, and an OutOfMemory naming the least L that would
+  // do when L does not.
+  void end_warmup();
   // The bytes param chunks may hold on the device now.
   std::int64_t chunk_budget() const;
   std::int64_t param_bytes_on_device() const;
@@ -143,6 +160,8 @@ class DynamicMemory {
   int moment_ = -1;                     // in the current iteration
   std::int64_t tick_ = 0;               // moments since the start, for LRU
   std::vector<std::int64_t> last_use_;  // per param chunk, in ticks
+  std::function<bool(int)> busy_;
+  std::int64_t warmup_limit_ = -1;      // L while the warm-up lifts the tier's cap
   std::int64_t device_peak_ = 0;        // before the last reset of the tier's peak
   std::set<int> pinned_;                // placed in the current moment
   bool host_copies_pending_ = false;    // chunks on their way to the host (GPU)

@@ -3,7 +3,8 @@
 # - `tidal plan` answers the largest GPT (layers at a fixed width) under a device and a host cap;
 #   the answer trains 2 steps under those caps, and one layer more stops with exit 2 and an
 #   out-of-memory error naming the cap that binds. Checked once where the host binds and once
-#   where the device tier does.
+#   where the device tier does; there the planner traces that model's warm-up, and the run names
+#   the same least device cap in bytes.
 # - `tidal chunk-search` on the reference GPT (configs/reference-gpt.toml), the same with 24
 #   layers, and GPT-2 small's and medium's shapes (12 and 24 layers) finds a chunk size under 10%
 #   fragmentation, the size training picks; a range that holds no parameter is exit 2.
@@ -25,7 +26,11 @@ check_plan() {  # name, binding tier ("host" or "device tier"), caps...
   "$tidal" plan "${model[@]}" "$@" > "$dir/$name.txt"
   cat "$dir/$name.txt"
   local n
-  n=$("$tidal" plan "${model[@]}" "$@" --json | /usr/bin/python3 -c "import json, sys; print(json.load(sys.stdin)['largest'])")
+  read -r n needs < <("$tidal" plan "${model[@]}" "$@" --json | /usr/bin/python3 -c "
+import json, sys
+plan = json.load(sys.stdin)
+last = plan['rows'][-1]
+print(plan['largest'], last['device_needs'] if last['device_needs_traced'] else '')")
   grep -q "need .* on the $binding" "$dir/$name.txt" || { echo "FAIL: $name: want the $binding to bind"; exit 1; }
   "$tidal" train "${model[@]}" "$@" "${train[@]}" --set model.n_layer="$n" > "$dir/$name-train.log" ||
     { echo "FAIL: $name: the planned $n layers do not train"; cat "$dir/$name-train.log"; exit 1; }
@@ -39,6 +44,9 @@ check_plan() {  # name, binding tier ("host" or "device tier"), caps...
   local key=memory.host_limit
   [[ $binding == host ]] || key=memory.device_limit
   [[ $rc -eq 2 && $out == *"out of "*"memory"*"$key"* ]] || { echo "FAIL: $name: want exit 2 naming $key"; exit 1; }
+  # A traced figure is the one the run names: the least device cap it trains under.
+  [[ -z $needs || $out == *"needs at least $needs bytes"* ]] ||
+    { echo "FAIL: $name: the run should name the planner's $needs bytes"; exit 1; }
 }
 check_plan host-binds host --set memory.device_limit=24MiB --set memory.host_limit=96MiB
 check_plan device-binds "device tier" --set memory.device_limit=12MiB --set memory.host_limit=1GiB \

@@ -7,6 +7,10 @@
 # step, and Belady moves no more bytes than LRU after the warm-up. The static partition
 # (ZeRO-Offload: the whole param list on the device) cannot run under that cap and says how much
 # it needs (exit 2).
+# The warm-up's budget (patrickstar-v2 sec. 6.1): a GPT whose activations take over 80% of an
+# 8 MiB device tier (width 128, 3 layers, batch 8 x 32, chunks of 65,536) trains there, bitwise
+# like the uncapped run and within the cap; one byte below the least cap its warm-up traces it
+# exits 2 naming that least cap in bytes, and the least cap itself trains within it.
 # usage: check_offload.sh path/to/tidal
 set -euo pipefail
 tidal=$1
@@ -34,6 +38,39 @@ rc=$?
 set -e
 echo "static partition under the cap: exit $rc: $out"
 [[ $rc -eq 2 && $out == *"static partition"*"at least"* ]] || { echo "FAIL: want exit 2 naming the need"; exit 1; }
+warm=(--set model.n_embd=128 --set model.n_layer=3 --set model.n_head=4 --set train.batch_size=8
+      --set model.seq_len=32 --set memory.chunk_size=65536 --set memory.offload=chunk --set train.steps=4
+      --set train.eval_every=2 --set train.eval_batches=1)
+"$tidal" train "${warm[@]}" --set memory.device_limit=1GiB --metrics "$dir/warm_uncapped.jsonl" > /dev/null
+"$tidal" train "${warm[@]}" --set memory.device_limit=8MiB --metrics "$dir/warm_8mib.jsonl" > /dev/null
+set +e
+out=$("$tidal" train "${warm[@]}" --set memory.device_limit=1MiB 2>&1 >/dev/null)
+rc=$?
+set -e
+least=$(printf '%s' "$out" | sed -n 's/.*needs at least \([0-9]*\) bytes.*/\1/p')
+[[ $rc -eq 2 && -n $least ]] || { echo "FAIL: a 1 MiB cap: exit $rc, want 2 naming the least cap: $out"; exit 1; }
+set +e
+out=$("$tidal" train "${warm[@]}" --set memory.device_limit=$((least - 1)) 2>&1 >/dev/null)
+rc=$?
+set -e
+[[ $rc -eq 2 && $out == *"needs at least $least bytes"* ]] ||
+  { echo "FAIL: one byte below $least: exit $rc, want 2 naming $least: $out"; exit 1; }
+"$tidal" train "${warm[@]}" --set memory.device_limit="$least" --metrics "$dir/warm_least.jsonl" > /dev/null
+echo "the warm-up reproducer: least device cap $least bytes; one byte less: $out"
+/usr/bin/python3 - "$dir" "$support" "$least" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from runs import compare
+d, least = sys.argv[1], int(sys.argv[3])
+for name, cap in (("warm_8mib", 8 << 20), ("warm_least", least)):
+    compare(d, name, "warm_uncapped", 0.0, all_steps=True)
+    rows = [json.loads(l) for l in open(f"{d}/{name}.jsonl")]
+    peak = rows[-1]["model_data"]["offload"]["device_peak_bytes"]
+    non_model = rows[-1]["model_data"]["offload"]["trace"]["peak_non_model_bytes"]
+    print(f"{name}: device tier peak {peak} of {cap} bytes; the warm-up's non-model peak {non_model} "
+          f"({non_model / cap:.0%} of the cap)")
+    assert peak <= cap, f"{name}: the device tier's peak passed the cap"
+PY
 /usr/bin/python3 - "$dir" "$support" "$cap" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[2])
