@@ -132,7 +132,10 @@ void MpiProgress::start_queued() {
     try {
       op.start(&request);
     } catch (...) {
-      op.work->mark_completed(std::current_exception());
+      const std::exception_ptr error = std::current_exception();
+      op.start = nullptr;
+      op.finish = nullptr;
+      op.work->mark_completed(error);
       continue;
     }
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(op.timeout);
@@ -171,8 +174,12 @@ bool MpiProgress::test_in_flight() {
         error = std::current_exception();
       }
     }
-    op.work->mark_completed(error);
-    op.work = nullptr;  // marks the slot for removal below
+    // The operation's tensors (held by its start and finish) go before the caller wakes: a
+    // caller that frees a buffer after wait() must free its memory then (the chunks' accounting).
+    WorkPtr work = std::move(op.work);  // marks the slot for removal below
+    op.start = nullptr;
+    op.finish = nullptr;
+    work->mark_completed(error);
   }
   // Keep the operations still in flight, in call order.
   std::size_t kept = 0;

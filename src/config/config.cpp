@@ -228,10 +228,6 @@ void validate(const Config& c) {
 
   const bool offload = c.memory.offload != "none";
   if (offload) {
-    TIDAL_CHECK(p.data == 1,
-                "memory.offload = \"{}\" moves the chunks of one rank for now: set parallel.data to 1 (it is {}), or "
-                "memory.offload to \"none\"",
-                c.memory.offload, p.data);
     // Without a GPU the device tier is host memory: only a cap makes it a budget.
     TIDAL_CHECK(t.device == "cuda" || !c.memory.device_limit.empty(),
                 "memory.offload = \"{}\" needs memory.device_limit on a machine without a GPU (the device tier is "

@@ -111,8 +111,9 @@ std::vector<Key> make_schema() {
                 "trace) | static (ZeRO-Offload's split: parameters on the device, optimizer states and Adam on the "
                 "host)"),
       TIDAL_KEY(memory.device_limit,
-                "cap on the device tier (chunks and activations together), e.g. \"2GiB\" (\"\" = none; needed by "
-                "memory.offload on a machine without a GPU)"),
+                "cap on each rank's device tier (chunks and activations together), e.g. \"2GiB\" (\"\" = none; "
+                "needed by memory.offload on a machine without a GPU; too small a cap stops after the warm-up naming "
+                "the least that trains)"),
       TIDAL_KEY(memory.host_limit,
                 "cap on the host tier's model data under memory.offload, e.g. \"8GiB\" (\"\" = none; the host holds "
                 "every chunk at the start and in the warm-up)"),
@@ -122,7 +123,9 @@ std::vector<Key> make_schema() {
                 "written back at each step (\"\" = none)"),
       TIDAL_KEY(memory.chunk_size, "chunk elements (0 = searched)"),
       TIDAL_KEY(memory.eviction, "belady (the chunk used again furthest ahead, from the trace) | lru"),
-      TIDAL_KEY(memory.warmup_fraction, "of the device tier the chunks may take during the warm-up iteration"),
+      TIDAL_KEY(memory.warmup_fraction,
+                "of the device tier the chunks may take during the warm-up iteration (never more than the non-model "
+                "data leaves)"),
       TIDAL_KEY(memory.embedding_on_host,
                 "gpt, bert under memory.offload with model.tie_embeddings = false: the embedding layer's tables stay "
                 "in host memory, outside the device's chunks, and its lookups run on the CPU; only its output and "

@@ -420,6 +420,12 @@ class ChunkModelData final : public ModelData {
                           {"optimizer_bytes_peak", optimizer_memory_->peak_bytes()},
                           {"model_data_bytes", model_data_bytes()}};
     if (host_chunks_) out["embedding_on_host_bytes"] = host_chunks_->model_data_bytes();
+    if (pc_.world_size() > 1) {
+      out["model_data_bytes_per_rank"] = over_world(model_data_bytes());
+      std::int64_t held = 0;  // elements of the parameters this rank materializes
+      for (const nn::Parameter* p : engine_.parameters()) held += p->shape.numel();
+      out["parameters_per_rank"] = over_world(held);
+    }
     if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) {
       out["offload"] = dmm->json();
       out["offload"]["device_limit_bytes"] = device_->capacity();
@@ -453,6 +459,11 @@ class ChunkModelData final : public ModelData {
       out["disk_seconds"] = now.disk_seconds - reported_.disk_seconds;
     }
     reported_ = now;
+    // Each rank moves its own lists: the counts of every rank, in world rank order (the keys
+    // above are this rank's: the main rank's in the metrics).
+    if (pc_.world_size() > 1)
+      for (const char* key : {"bytes_host_to_device", "bytes_device_to_host", "evictions", "device_peak_bytes"})
+        out[std::string(key) + "_per_rank"] = over_world(out[key].get<std::int64_t>());
     return out;
   }
 
@@ -466,6 +477,21 @@ class ChunkModelData final : public ModelData {
   }
   memory::ChunkManager& keeper_of(const nn::Parameter& p) {
     return host_chunks_ && host_chunks_->manages(p) ? *host_chunks_ : *chunks_;
+  }
+  // `value` of every rank, in world rank order (a collective: every rank calls it alike).
+  std::vector<std::int64_t> over_world(std::int64_t value) const {
+    comm::Communicator& world = pc_.group(parallel::GroupKind::world);
+    // Two 30-bit halves in int32 (the communicators' integer type), exact to 2^60.
+    constexpr std::int64_t kHalf = std::int64_t(1) << 30;
+    Tensor mine = Tensor::empty({2}, DType::i32, host_allocator());
+    mine.data<std::int32_t>()[0] = std::int32_t(value / kHalf);
+    mine.data<std::int32_t>()[1] = std::int32_t(value % kHalf);
+    Tensor all = Tensor::empty({2 * world.size()}, DType::i32, host_allocator());
+    world.all_gather(all, mine)->wait();
+    std::vector<std::int64_t> out;
+    for (int r = 0; r < world.size(); ++r)
+      out.push_back(all.data<std::int32_t>()[2 * r] * kHalf + all.data<std::int32_t>()[2 * r + 1]);
+    return out;
   }
   std::int64_t model_data_bytes() const {
     return chunks_->model_data_bytes() + (host_chunks_ ? host_chunks_->model_data_bytes() : 0);

@@ -59,12 +59,13 @@ class ModelData {
   // The bucketed all-reduce of the tensor keeper (its timings go to the metrics), if any.
   virtual const GradientReducer* reducer() const { return nullptr; }
   // Bytes of model data (params, gradients, optimizer states) at their peak, by list; empty for
-  // the tensor keeper (its tensors live in the host allocator).
+  // the tensor keeper (its tensors live in the host allocator). Every rank calls it (the
+  // per-rank figures are gathered).
   virtual nlohmann::json memory() const { return nlohmann::json::object(); }
   // What to add to an out-of-memory error of the step (how this keeper uses the device tier).
   virtual std::string out_of_memory_hint(const OutOfMemory&) const { return ""; }
   // Keys for this step's metrics record (chunk moves under memory.offload, disk transfers under
-  // memory.disk_dir), since the last call.
+  // memory.disk_dir), since the last call; every rank calls it (each rank's moves are gathered).
   virtual nlohmann::json step_record() { return nlohmann::json::object(); }
 
  protected:

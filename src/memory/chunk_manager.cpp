@@ -44,15 +44,23 @@ std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_s
   return search_chunk_size(numels, group_size, chunk_size_range_for(numels, options, device_capacity), segment);
 }
 
+ListShare list_share(const ChunkLayout& layout, const ChunkOptions& options) {
+  const int ranks = options.group && options.zero_stage > 0 ? options.group->size() : 1;
+  const int owned = layout.chunks / ranks;  // chunks is a multiple of the group's size
+  return {.param = options.zero_stage == 3 ? owned : layout.chunks, .optimizer = owned};
+}
+
 ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& options) {
-  const std::int64_t space = std::int64_t(layout.chunks) * layout.chunk_elements;
-  return {.param = space * std::int64_t(dtype_size(options.compute_dtype)),
-          .optimizer = space * std::int64_t(sizeof(float)) * (options.accumulate ? 4 : 3)};
+  const ListShare share = list_share(layout, options);
+  return {.param = std::int64_t(share.param) * layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype)),
+          .optimizer = std::int64_t(share.optimizer) * layout.chunk_elements * std::int64_t(sizeof(float)) *
+                       (options.accumulate ? 4 : 3)};
 }
 
 std::int64_t host_bytes_needed(const ChunkLayout& layout, const ChunkOptions& options, int disk_chunks) {
-  TIDAL_ASSERT(options.offload && disk_chunks >= 0 && disk_chunks <= layout.chunks, "{} of {} chunks on disk",
-               disk_chunks, layout.chunks);
+  const int owned = list_share(layout, options).optimizer;
+  TIDAL_ASSERT(options.offload && disk_chunks >= 0 && disk_chunks <= owned, "{} of {} chunks on disk", disk_chunks,
+               owned);
   const ChunkListBytes bytes = chunk_list_bytes(layout, options);
   const std::int64_t all = options.offload->partition == Partition::fixed ? bytes.optimizer : bytes.total();
   if (disk_chunks == 0) return all;
@@ -61,7 +69,7 @@ std::int64_t host_bytes_needed(const ChunkLayout& layout, const ChunkOptions& op
 }
 
 int disk_chunks_needed(const ChunkLayout& layout, const ChunkOptions& options, std::int64_t room) {
-  for (int disk = 0; disk <= layout.chunks; ++disk)
+  for (int disk = 0; disk <= list_share(layout, options).optimizer; ++disk)
     if (host_bytes_needed(layout, options, disk) <= room) return disk;
   return -1;
 }
@@ -92,7 +100,6 @@ ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, A
                segments_.size());
   const bool remote_params = options_.zero_stage == 3 && sharded();
   if (options_.offload) {
-    TIDAL_CHECK(!distributed(), "chunks that move between the device and the host run on one rank for now");
     dmm_ = std::make_unique<DynamicMemory>(*options_.offload, device, host, lists_, [this](int c) { return busy(c); });
   }
   if (dmm_) place_tiers(device, host);
@@ -155,7 +162,8 @@ void ChunkManager::place_tiers(Allocator& device, Allocator& host) {
   const std::int64_t room = capacity - std::int64_t(host.current_bytes());
   const int disk_chunks = disk_chunks_needed(layout_, options_, room);
   const std::int64_t on_host = host_bytes_needed(layout_, options_, 0);
-  const std::int64_t least = std::min(on_host, host_bytes_needed(layout_, options_, layout_.chunks));
+  const std::int64_t least =
+      std::min(on_host, host_bytes_needed(layout_, options_, list_share(layout_, options_).optimizer));
   if (disk_chunks < 0 || (disk_chunks > 0 && !disk_tier))
     throw OutOfMemory(
         fmt::format("out of host memory: the model data takes {} bytes in chunks ({} chunks of {} elements), and the "
@@ -172,9 +180,10 @@ void ChunkManager::place_tiers(Allocator& device, Allocator& host) {
                                             "the model smaller",
                                             least)),
         std::size_t(disk_tier ? least : on_host) + host.current_bytes());
-  if (disk_tier) {
-    std::vector<int> on_disk(std::size_t(disk_chunks), 0);
-    std::iota(on_disk.begin(), on_disk.end(), layout_.chunks - disk_chunks);
+  if (disk_tier) {  // the last of the chunks this rank owns
+    std::vector<int> on_disk;
+    for (int c = layout_.chunks; c-- > 0 && int(on_disk.size()) < disk_chunks;)
+      if (owns(c)) on_disk.insert(on_disk.begin(), c);
     dmm_->keep_on_disk(std::move(on_disk), layout_.chunk_elements, rank_);
   }
   if (fixed && std::size_t(bytes.param) + device.current_bytes() > device.capacity())
@@ -295,8 +304,23 @@ void ChunkManager::fetch_group(int group) {
     // into the chunk's payload (patrickstar-v2 sec. 6.2: one chunk in flight, no group buffer).
     for (int r = 0; r < layout_.group_size; ++r) {
       Tensor& chunk = param[std::size_t(first + r)];
-      if (!chunk.defined()) chunk = Tensor::empty({C}, options_.compute_dtype, *device_);
+      if (!chunk.defined()) chunk = Tensor::empty({C}, options_.compute_dtype, chunk_memory());
       options_.group->broadcast(chunk, {.root = r})->wait();
+    }
+  } else if (dmm_) {
+    // Under offload, a ring (the all-gather's bytes, N - 1 chunks in and out per rank) straight
+    // into the remote chunks' own payloads in the device tier's chunk share: no group buffer
+    // beside them, and each can be evicted alone.
+    const int n = layout_.group_size, next = (rank_ + 1) % n, prev = (rank_ + n - 1) % n;
+    for (int r = 0; r < n; ++r) {
+      Tensor& chunk = param[std::size_t(first + r)];
+      if (!chunk.defined()) chunk = Tensor::empty({C}, options_.compute_dtype, chunk_memory());
+    }
+    for (int s = 0; s + 1 < n; ++s) {  // step s passes on what came s steps ago
+      const int out = (rank_ - s + n) % n, in = (rank_ - s - 1 + n) % n;
+      comm::WorkPtr sent = options_.group->send(param[std::size_t(first + out)], next);
+      options_.group->recv(param[std::size_t(first + in)], prev)->wait();
+      sent->wait();
     }
   } else {
     // One all-gather into a buffer whose slices become (or fill) the remote chunks' payloads.
@@ -362,10 +386,34 @@ void ChunkManager::reduce_group(int group) {
   // Sharded (stages 1-3): each rank updates only the chunk it owns, so it needs only that chunk's
   // sum (Megatron's distributed optimizer at stage 1): a reduce-scatter, half an all-reduce's
   // bytes, and stage 1 moves what plain data parallelism moves once the step's gather is added.
-  Tensor packed = pack(group);
-  Tensor& owned = list(ChunkKind::param)[std::size_t(first + rank_)];
-  options_.group->reduce_scatter(owned, packed)->wait();
+  if (dmm_) {
+    ring_reduce_scatter(group);
+  } else {
+    Tensor packed = pack(group);
+    Tensor& owned = list(ChunkKind::param)[std::size_t(first + rank_)];
+    options_.group->reduce_scatter(owned, packed)->wait();
+  }
   if (options_.zero_stage == 3) free_remote(group);
+}
+
+void ChunkManager::ring_reduce_scatter(int group) {
+  // Step s: the partial sum of chunk r - s - 1 goes to the next rank, the previous rank's of
+  // chunk r - s - 2 comes in and is added to this rank's; after N - 1 steps chunk r holds the sum
+  // of every rank's (the other chunks hold partial sums, spent: their gradients are not needed).
+  const int n = layout_.group_size, first = group * n, next = (rank_ + 1) % n, prev = (rank_ + n - 1) % n;
+  std::vector<Tensor>& param = list(ChunkKind::param);
+  for (int s = 0; s + 1 < n; ++s) {
+    const int out = (rank_ - s - 1 + 2 * n) % n, in = (rank_ - s - 2 + 2 * n) % n;
+    Tensor& into = param[std::size_t(first + in)];
+    // Beside the chunk it is added to, on whichever tier that chunk is now (on the device, as the
+    // step's non-model data).
+    Allocator* beside = into.allocator() == &chunk_memory() ? device_ : into.allocator();
+    Tensor partial = Tensor::empty({layout_.chunk_elements}, options_.compute_dtype, *beside);
+    comm::WorkPtr sent = options_.group->send(param[std::size_t(first + out)], next);
+    options_.group->recv(partial, prev)->wait();
+    sent->wait();
+    ops::accumulate(into, partial);
+  }
 }
 
 void ChunkManager::store_gradient(Tracked& t) {
@@ -477,6 +525,8 @@ void ChunkManager::end_backward(int phase) {
   for (std::size_t p = 0; p < in_backward_.size(); ++p)
     if (in_phase(phase, int(p))) in_backward_[p] = false;
 }
+
+Allocator& ChunkManager::chunk_memory() { return dmm_ ? dmm_->chunk_allocator() : *device_; }
 
 Tensor& ChunkManager::gradient_chunk(int chunk) {
   return list(options_.accumulate ? ChunkKind::grad : ChunkKind::param)[std::size_t(chunk)];
@@ -600,6 +650,7 @@ void ChunkManager::gather_state(const StateVisitor& visit) {
     Tensor whole[3];  // the group's chunks of each kind, back to back (on the host: a checkpoint's)
     for (Tensor& w : whole) w = Tensor::empty({C * layout_.group_size}, DType::f32, host_allocator());
     if (sharded()) {
+      if (dmm_) dmm_->stage_states(first + rank_, false);
       for (int k = 0; k < 3; ++k)
         options_.group->all_gather(whole[k], list(kinds[k])[std::size_t(first + rank_)])->wait();
     } else {

@@ -69,7 +69,9 @@ namespace tidal::memory {
 // stage 3, the gather after the step at stages 1 and 2): one all-gather of the group
 // (PatrickStar: 6(p-1)/p M bytes an iteration at stage 3 with the reduce-scatter), or one
 // broadcast per chunk from its owner (ZeRO-DP, the baseline of patrickstar-v1 sec. 6.2:
-// 10(p-1)/p M, a broadcast costing twice an all-gather's link bytes).
+// 10(p-1)/p M, a broadcast costing twice an all-gather's link bytes). Under offload the
+// all-gather runs as a ring of sends and receives straight into the chunks' own payloads: the
+// same bytes, and no group buffer beside them in the capped device tier.
 enum class ChunkFetch { all_gather, broadcast };
 
 // A run of the parameters laid out from a communication-group boundary of its own
@@ -115,8 +117,17 @@ ChunkSizeRange chunk_size_range_for(const std::vector<std::int64_t>& numels, con
 std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_size, const ChunkOptions& options,
                             std::size_t device_capacity, const std::vector<int>& segment = {});
 
-// The bytes of one rank's chunk lists of `layout` (every chunk whole, padding included): the param
-// list in the compute precision, then the fp32 master copy, momentum, variance (and gradient sum).
+// The chunks of each list one rank keeps between steps: with ZeRO over options.group's N ranks,
+// its own 1/N of the optimizer's lists (stages 1-3) and of the param list (stage 3); otherwise
+// every chunk.
+struct ListShare {
+  int param = 0, optimizer = 0;
+};
+ListShare list_share(const ChunkLayout& layout, const ChunkOptions& options);
+
+// The bytes of one rank's chunk lists of `layout` (its list_share, every chunk whole, padding
+// included): the param list in the compute precision, then the fp32 master copy, momentum,
+// variance (and gradient sum).
 struct ChunkListBytes {
   std::int64_t param = 0, optimizer = 0;
   std::int64_t total() const { return param + optimizer; }
@@ -124,12 +135,13 @@ struct ChunkListBytes {
 ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& options);
 
 // Under ChunkOptions::offload, the bytes of one rank's lists the host tier holds at the start and
-// through the warm-up: every chunk (the static partition: all but the param list); with the
-// optimizer states of the last `disk_chunks` chunks on disk, those less, plus the disk tier's two
-// staging buffers (disk_tier.h).
+// through the warm-up: every chunk of its share (the static partition: all but the param list);
+// with the optimizer states of its last `disk_chunks` chunks on disk, those less, plus the disk
+// tier's two staging buffers (disk_tier.h).
 std::int64_t host_bytes_needed(const ChunkLayout& layout, const ChunkOptions& options, int disk_chunks);
-// How many chunks' optimizer states go to disk for the host to hold the rest in `room` bytes: the
-// fewest that fit (0: no disk tier needed); -1 when even every chunk's on disk is not enough.
+// How many of a rank's chunks' optimizer states go to disk for the host to hold the rest in
+// `room` bytes: the fewest that fit (0: no disk tier needed); -1 when even all on disk is not
+// enough.
 int disk_chunks_needed(const ChunkLayout& layout, const ChunkOptions& options, std::int64_t room);
 
 class ChunkManager final : public nn::ModuleHooks {
@@ -242,6 +254,9 @@ class ChunkManager final : public nn::ModuleHooks {
   // The phase of a communication group (its segment's), and whether `phase` is `of`'s.
   int phase_of_group(int group) const { return group_phase_[std::size_t(group)]; }
   static bool in_phase(int phase, int of) { return phase == kAllPhases || phase == of; }
+  // Where a param chunk's payload comes from: the dynamic memory's share of the device tier
+  // under offload (so it counts, and may move, as a chunk), else the param list's allocator.
+  Allocator& chunk_memory();
   // The chunk holding chunk c's gradient after backward: the grad list's with accumulation, else
   // the param list's.
   Tensor& gradient_chunk(int chunk);
@@ -253,6 +268,9 @@ class ChunkManager final : public nn::ModuleHooks {
   void free_remote(int group);
   // A group's gradients are complete: sum them over the ranks.
   void reduce_group(int group);
+  // The reduce-scatter of a group's param chunks under offload: a ring of sends and receives on
+  // the chunks' own payloads (the same bytes, one chunk of buffer instead of the group's).
+  void ring_reduce_scatter(int group);
   // With accumulation over a group: a micro-batch's gradients of the group wait here, packed,
   // until the group is reduced into the grad list.
   Tensor& pending(int group);

@@ -93,6 +93,8 @@ class DynamicMemory {
   // Where a new chunk of `kind` starts: param chunks on the device under the static partition,
   // everything else on the host (or on disk: on_disk()).
   Allocator& initial(ChunkKind kind);
+  // The device tier's share for chunks (a remote chunk fetched for an operator starts there).
+  Allocator& chunk_allocator() { return device_chunks_; }
   MemoryTier where(ChunkKind kind, int chunk) const;
 
   // Before the lists are made: the optimizer states of `chunks` (in list order) live in a file in

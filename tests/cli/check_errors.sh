@@ -40,8 +40,6 @@ expect toml-syntax "syntax.toml:1" -- train -c "$dir/syntax.toml"
 expect bad-set-value "train.lr must be a number" -- train --set train.lr=fast
 expect unknown-set-key "model.layers" -- train --set model.layers=3
 expect offload-without-cap "needs memory.device_limit on a machine without a GPU" -- train --set memory.offload=chunk
-expect offload-with-data "moves the chunks of one rank for now: set parallel.data to 1" -- \
-  train --set memory.offload=chunk --set memory.device_limit=1GiB --set parallel.data=2
 expect offload-too-small "is too small for this run: the warm-up iteration traced" -- \
   train --set memory.offload=chunk --set memory.device_limit=200KiB --set train.steps=2
 expect device-unknown 'train.device = "gpu" is not one of cpu | cuda' -- train --set train.device=gpu

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Heterogeneous memory on many ranks (patrickstar-v2 sec. 6.2 and 7): every rank's device tier is
+# capped by memory.device_limit, and its lists - its ZeRO shard, the remote chunks it fetches for a
+# group, its optimizer states - move between its device tier and its host by its own warm-up
+# trace. Each run gives the same layout's uncapped losses bitwise (per step, evals, final):
+# - data 2 and data 4 at zero.stage 3, capped at 25% of a rank's model data, with Belady's
+#   eviction and with LRU's: every rank's device peak within the cap, every rank moving chunks
+#   in every step (per-rank bytes in the metrics), and Belady moving no more bytes than LRU
+#   after the warm-up (summed over the ranks);
+# - pipeline 2 x 1D tensor 2 and data 2 x 2D tensor 4 (bf16, ZeRO-2), capped at 30% of the
+#   largest rank's model data.
+# usage: check_offload_parallel.sh path/to/tidal <mpirun command...>
+set -euo pipefail
+tidal=$1; shift
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+MPIRUN=("$@")
+support=$(cd "$(dirname "$0")/../support" && pwd)
+# A GPT whose model data is large beside one sequence's activations (8 layers of width 256, 16
+# positions, one sequence per data rank), in chunks of 270,000 elements.
+common=(--set model.n_embd=256 --set model.n_layer=8 --set model.n_head=4 --set model.seq_len=16
+        --set train.steps=6 --set train.eval_every=3 --set train.eval_batches=1 --set memory.chunk_size=270000
+        --set memory.offload=chunk)
+# cap <name> <fraction>: that fraction of the largest rank's model data in run <name>.
+cap() {
+  /usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(int(max(rows[-1]['model_data']['model_data_bytes_per_rank']) * float(sys.argv[2])))" "$dir/$1.jsonl" "$2"
+}
+# layout <name> <ranks> <fraction> <evictions> <arguments...>: uncapped, then capped per eviction.
+layout() {
+  local name=$1 np=$2 fraction=$3 evictions=$4; shift 4
+  "${MPIRUN[@]}" -np "$np" "$tidal" train "${common[@]}" "$@" --set memory.device_limit=64GiB \
+    --metrics "$dir/${name}_uncapped.jsonl" > /dev/null
+  local limit
+  limit=$(cap "${name}_uncapped" "$fraction")
+  for eviction in $evictions; do
+    "${MPIRUN[@]}" -np "$np" "$tidal" train "${common[@]}" "$@" --set memory.device_limit="$limit" \
+      --set memory.eviction="$eviction" --metrics "$dir/${name}_$eviction.jsonl" > "$dir/${name}_$eviction.log" 2>&1 ||
+      { cat "$dir/${name}_$eviction.log"; echo "FAIL: $name under a $limit-byte cap"; exit 1; }
+  done
+}
+layout data2 2 0.25 "belady lru" --set parallel.data=2 --set zero.stage=3 --set train.batch_size=2
+layout data4 4 0.25 "belady lru" --set parallel.data=4 --set zero.stage=3 --set train.batch_size=4
+layout p2_t2 4 0.30 belady --set parallel.pipeline=2 --set parallel.tensor.size=2 --set train.batch_size=2 \
+  --set train.micro_batch_size=1
+layout d2_2d4 8 0.30 belady --set parallel.data=2 --set parallel.tensor.size=4 --set parallel.tensor.mode=2d \
+  --set train.batch_size=4 --set train.precision=bf16 --set zero.stage=2
+/usr/bin/python3 - "$dir" "$support" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from runs import compare
+d = sys.argv[1]
+for name, evictions in (("data2", ("belady", "lru")), ("data4", ("belady", "lru")), ("p2_t2", ("belady",)),
+                        ("d2_2d4", ("belady",))):
+    moved = {}
+    for eviction in evictions:
+        run = f"{name}_{eviction}"
+        compare(d, run, f"{name}_uncapped", 0.0, all_steps=True)
+        rows = [json.loads(l) for l in open(f"{d}/{run}.jsonl")]
+        steps = [r for r in rows if "loss" in r and not r.get("summary")]
+        summary = rows[-1]
+        limit = summary["model_data"]["offload"]["device_limit_bytes"]
+        peaks = steps[-1]["device_peak_bytes_per_rank"]
+        per_rank = [[a + b for a, b in zip(r["bytes_host_to_device_per_rank"], r["bytes_device_to_host_per_rank"])]
+                    for r in steps]
+        moved[eviction] = sum(sum(step) for step in per_rank[1:])
+        print(f"{run}: cap {limit} bytes ({limit / max(summary['model_data']['model_data_bytes_per_rank']):.0%} of "
+              f"the largest rank's model data); device peaks per rank {peaks}; MiB moved per rank and step "
+              f"{[[round(b / 2**20, 1) for b in step] for step in per_rank]}")
+        assert all(p <= limit for p in peaks), f"{run}: a rank's device tier passed the cap"
+        assert all(all(b > 0 for b in step) for step in per_rank), f"{run}: a rank moved nothing in a step"
+    if len(moved) == 2:
+        print(f"{name}: bytes moved after the warm-up, all ranks: belady {moved['belady']}, lru {moved['lru']}")
+        assert moved["belady"] <= moved["lru"], f"{name}: Belady moved more than LRU"
+print("PASS: heterogeneous memory on 2 to 8 ranks gives the uncapped losses bitwise")
+PY
