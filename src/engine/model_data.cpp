@@ -181,20 +181,37 @@ memory::ChunkParameters chunk_parameters(const std::vector<nn::Parameter*>& para
   return out;
 }
 
-// The chunk size of a run (options.chunk_elements, or the largest any rank's search picks for its
-// own parameters): ranks holding the same segment must lay it out alike, whatever else they hold.
+// The chunk size of a run: ranks holding the same segment must lay it out alike, whatever else
+// they hold, so every rank takes one size - options.chunk_elements, or PatrickStar's search
+// (patrickstar-v2 sec. 8.1) run over every rank's lists at once: the size in the range of the
+// world's largest parameter with the least padding summed over the ranks.
 std::int64_t agreed_chunk_size(const memory::ChunkParameters& params, const memory::ChunkOptions& options,
                                std::size_t device_capacity, parallel::ParallelContext& pc) {
   if (options.chunk_elements) return options.chunk_elements;
   std::vector<std::int64_t> numels;
   for (const nn::Parameter* p : params.params) numels.push_back(p->data.numel());
   const int group = options.group ? options.group->size() : 1;
-  Tensor size = Tensor::zeros({1}, DType::i32, host_allocator());
-  size.data<std::int32_t>()[0] =
-      std::int32_t(memory::chunk_size_for(numels, group, options, device_capacity, params.segment));
   comm::Communicator& world = pc.group(parallel::GroupKind::world);
-  if (world.size() > 1) world.all_reduce(size, {.op = comm::ReduceOp::max})->wait();
-  return size.data<std::int32_t>()[0];
+  if (world.size() == 1) return memory::chunk_size_for(numels, group, options, device_capacity, params.segment);
+  Tensor largest = Tensor::zeros({1}, DType::i32, host_allocator());
+  for (std::int64_t n : numels) largest.data<std::int32_t>()[0] = std::max(largest.data<std::int32_t>()[0], std::int32_t(n));
+  world.all_reduce(largest, {.op = comm::ReduceOp::max})->wait();
+  if (largest.data<std::int32_t>()[0] == 0) return 1;  // no rank holds such parameters
+  const memory::ChunkSizeRange range =
+      memory::chunk_size_range_for({largest.data<std::int32_t>()[0]}, options, device_capacity);
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t size = range.from; size <= range.to; size += range.step) sizes.push_back(size);
+  // Each rank's padding (elements) at each size, summed over the ranks.
+  Tensor waste = Tensor::zeros({std::int64_t(sizes.size())}, DType::f32, host_allocator());
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const memory::ChunkLayout layout = memory::layout_chunks(numels, sizes[k], group, params.segment);
+    waste.data<float>()[k] = float(double(layout.chunks) * double(sizes[k]) - double(layout.used_elements));
+  }
+  world.all_reduce(waste)->wait();
+  std::size_t best = 0;
+  for (std::size_t k = 1; k < sizes.size(); ++k)
+    if (waste.data<float>()[k] < waste.data<float>()[best]) best = k;
+  return sizes[best];
 }
 
 // PatrickStar's chunks (ZeRO stages 0-3) in train.precision, under any layout: a rank's lists

@@ -500,6 +500,11 @@ void ChunkManager::end_forward(int phase) {
 void ChunkManager::end_forward_only() {
   for (Tracked& t : tracked_)
     if (t.state == TensorState::hold_after_fwd) set_state(t, TensorState::hold);
+  // A group fetched again after its release (a tied table: the head uses it after the last
+  // block) waits for a backward that will not come: its remote chunks go now.
+  if (options_.zero_stage == 3 && sharded())
+    for (std::size_t g = 0; g < reduced_.size(); ++g)
+      if (group_resident(int(g))) free_remote(int(g));
 }
 
 void ChunkManager::end_backward(int phase) {
