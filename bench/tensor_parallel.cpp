@@ -9,11 +9,15 @@
 //    parallel groups' share (ours is l times it: every collective runs in l^2 groups of l).
 //    Our 2D / 2.5D forward is Alg. 2's form (broadcast W down the column, reduce partial Y
 //    along the row) and backward shares one broadcast of dY between dX and dW, so it moves
-//    fewer elements than Table I's 3 broadcasts of X and W per step.
+//    fewer elements than Table I's 3 broadcasts of X and W per step. With 8 ranks each advanced
+//    mode runs twice: memory-lean (the default: 2.5D holds one depth slice of each weight block
+//    and broadcasts the others' over the depth group when used; 3D takes the weight's row blocks
+//    one at a time and gathers X again in backward) and with parallel.tensor.keep_gathered (whole
+//    blocks in every depth layer; the gathered X kept): the difference is what the lean one adds.
 // 2. The memory range test of Fig. 12: two linear layers (output_linear, input_linear, no bias)
 //    on X [b, 16, h]; peak host bytes per rank (weights, gradients, activations and communication
 //    buffers, from the allocator), sweeping the batch at a fixed hidden size and the hidden size
-//    at a fixed batch, with each mode's ratio to 1D.
+//    at a fixed batch up to 8192, with each mode's ratio to 1D.
 //
 //   mpirun -np 4 bench_tensor_parallel [--quick]
 #include "nn/parallel_layers.h"
@@ -34,7 +38,10 @@ namespace {
 struct Mode {
   std::string name;
   int depth = 1;
-  std::string label() const { return depth > 1 ? fmt::format("{} (d={})", name, depth) : name; }
+  bool keep_gathered = false;  // parallel.tensor.keep_gathered: the traffic-lean variant
+  std::string label() const {
+    return (depth > 1 ? fmt::format("{} (d={})", name, depth) : name) + (keep_gathered ? " keep" : "");
+  }
 };
 
 config::Config config_for(const Mode& m, int world, std::int64_t h) {
@@ -46,6 +53,7 @@ config::Config config_for(const Mode& m, int world, std::int64_t h) {
   cfg.parallel.tensor.size = world;
   cfg.parallel.tensor.mode = m.name;
   cfg.parallel.tensor.depth = m.depth;
+  cfg.parallel.tensor.keep_gathered = m.keep_gathered;
   return cfg;
 }
 
@@ -91,7 +99,8 @@ int main(int argc, char** argv) {
   const bool main_rank = world->rank() == 0;
   std::vector<Mode> modes;
   if (n == 4) modes = {{"1d"}, {"2d"}, {"2.5d", 1}};
-  if (n == 8) modes = {{"1d"}, {"2.5d", 2}, {"3d"}};
+  // 8 ranks: the advanced modes memory-lean (the default) and keeping what they gathered.
+  if (n == 8) modes = {{"1d"}, {"2.5d", 2}, {"3d"}, {"2.5d", 2, true}, {"3d", 1, true}};
   if (modes.empty()) {
     if (main_rank) fmt::print("bench_tensor_parallel: run with mpirun -np 4 or -np 8\n");
     return 2;
@@ -103,13 +112,13 @@ int main(int argc, char** argv) {
   if (main_rank) {
     fmt::print("# Communication of one linear Y = X W^T, X [{}, {}, {}], W [{}, {}], forward + backward, {} ranks\n", b,
                s, h, h, h, n);
-    fmt::print("{:<10} {:>16} {:>16} {:>22}  {}\n", "mode", "sent (all ranks)", "sent per rank", "Table I expression",
+    fmt::print("{:<15} {:>16} {:>16} {:>22}  {}\n", "mode", "sent (all ranks)", "sent per rank", "Table I expression",
                "Table I value");
   }
   for (const Mode& m : modes) {
     config::Config cfg = config_for(m, n, h);
     parallel::ParallelContext pc(cfg, &mpi);
-    auto f = nn::make_layers(pc);
+    auto f = nn::make_layers(pc, {.keep_gathered = m.keep_gathered});
     auto lin = f->output_linear(h, h, false, nn::ParameterInit::normal(0.02f));
     lin->assign_names("fc");
     for (nn::Parameter* p : lin->parameters()) nn::materialize(*p, 1, host_allocator());
@@ -127,13 +136,13 @@ int main(int argc, char** argv) {
     if (m.name == "2.5d") expr = "3(q-1)(Sx/d+Sw)", paper = 3.0 * (side - 1) * (Sx / m.depth + Sw);
     if (m.name == "3d") expr = "2(l-1)/l(Sx+Sw+Sy)", paper = 2.0 * (side - 1) / side * (Sx + Sw + Sy);
     if (main_rank)
-      fmt::print("{:<10} {:>16.0f} {:>16.0f} {:>22}  {:.0f} ({:.2f}x of all ranks' total)\n", m.label(), all, all / n,
+      fmt::print("{:<15} {:>16.0f} {:>16.0f} {:>22}  {:.0f} ({:.2f}x of all ranks' total)\n", m.label(), all, all / n,
                  expr, paper, paper / all);
   }
 
   // 2. Memory range test: two linear layers.
   const std::vector<std::int64_t> batches = quick ? std::vector<std::int64_t>{64, 256} : std::vector<std::int64_t>{64, 128, 256, 512};
-  const std::vector<std::int64_t> hiddens = quick ? std::vector<std::int64_t>{512, 1024} : std::vector<std::int64_t>{512, 1024, 2048, 4096};
+  const std::vector<std::int64_t> hiddens = quick ? std::vector<std::int64_t>{512, 1024} : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192};
   const std::int64_t fixed_h = 1024, fixed_b = 64, kSeq = 16;
   struct Point {
     std::int64_t batch, hidden;
@@ -153,7 +162,7 @@ int main(int argc, char** argv) {
     for (const Mode& m : modes) {
       config::Config cfg = config_for(m, n, pt.hidden);
       parallel::ParallelContext pc(cfg, &mpi);
-      auto f = nn::make_layers(pc);
+      auto f = nn::make_layers(pc, {.keep_gathered = m.keep_gathered});
       const Tensor x = split_input(*f, Tensor::full({pt.batch, kSeq, pt.hidden}, 0.5f));
       host_allocator().reset_peak();
       const std::size_t before = host_allocator().current_bytes();

@@ -60,6 +60,7 @@ struct TensorParallelConfig {
   int size = 1;
   std::string mode = "1d";  // 1d | 2d | 2.5d | 3d
   int depth = 1;
+  bool keep_gathered = false;  // 3d: gathered inputs kept for backward; 2.5d: whole weight blocks per depth layer
 };
 
 struct ParallelConfig {

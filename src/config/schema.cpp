@@ -100,6 +100,10 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(parallel.tensor.size, "tensor-parallel ranks"),
       TIDAL_KEY(parallel.tensor.mode, "1d | 2d | 2.5d | 3d"),
       TIDAL_KEY(parallel.tensor.depth, "2.5d: depth d (size = q * q * d)"),
+      TIDAL_KEY(parallel.tensor.keep_gathered,
+                "less traffic, more memory: 3d keeps each linear's gathered input blocks for backward, 2.5d holds "
+                "whole weight blocks in every depth layer; false (the default) gathers the inputs again in backward "
+                "and holds one depth slice of each block"),
       TIDAL_KEY(zero.stage,
                 "0..3 over the data-parallel (x sequence) ranks: shard optimizer states, + gradients, + parameters "
                 "(chunks)"),

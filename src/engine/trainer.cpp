@@ -87,7 +87,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   MetricsWriter metrics(pc.is_main() ? options.metrics_path : "");
   auto dataset = data::make_dataset(cfg);
   const nn::CheckpointPolicy checkpointing = checkpoint_policy(tc);
-  const auto layers = nn::make_layers(pc);
+  const auto layers = nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
   auto model = models::make_model(cfg.model, checkpointing, *layers, cfg.memory.embedding_on_host);
   // Each data replica d takes samples [d * local, (d + 1) * local) of every global batch.
   const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;

@@ -7,15 +7,15 @@
 
 namespace tidal::nn {
 
-std::unique_ptr<LayerFactory> make_layers(parallel::ParallelContext& pc) {
+std::unique_ptr<LayerFactory> make_layers(parallel::ParallelContext& pc, const TensorOptions& options) {
   const parallel::MeshSpec& spec = pc.layout().spec();
   if (spec.sequence > 1) return sp::layers_sequence(pc.group(parallel::GroupKind::sequence));
   if (spec.tensor == 1) return make_single_device_layers();
   switch (spec.mode) {
     case parallel::TensorMode::d1: return tp::layers_1d(pc.group(parallel::GroupKind::tensor));
     case parallel::TensorMode::d2:
-    case parallel::TensorMode::d2p5: return tp::layers_grid(pc);
-    case parallel::TensorMode::d3: return tp::layers_3d(pc);
+    case parallel::TensorMode::d2p5: return tp::layers_grid(pc, options.keep_gathered);
+    case parallel::TensorMode::d3: return tp::layers_3d(pc, options.keep_gathered);
   }
   throw Error(fmt::format("parallel.tensor.mode = \"{}\" has no layers", parallel::tensor_mode_name(spec.mode)));
 }

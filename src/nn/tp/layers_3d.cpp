@@ -22,6 +22,7 @@ struct Cube {
   comm::Communicator& tensor;  // the whole cube, ordered by t = x l^2 + y l + z
   int l, x, y, z;
   std::uint64_t stream;  // the tensor index: dropout masks of different blocks differ
+  bool keep_gathered;    // a linear's X_ab kept for backward (else gathered again)
 
   // Orientation A (H): samples block x l + z, features block y. B (F): samples x l + y,
   // features z.
@@ -38,20 +39,13 @@ struct Orientation {
   comm::Communicator* c;
 };
 
-// Rows of an all-gathered weight come rank-major ([l][segments][s]); the output's features must
-// be segment-major ([segments][l][s]) so that q, k and v of the same heads stay together.
-Tensor rank_major_to_segment_major(const Tensor& w, int l, int segments, bool inverse) {
-  if (segments == 1) return w;
-  const std::int64_t s = w.dim(0) / (std::int64_t(l) * segments);
-  Tensor out = Tensor::empty(w.shape(), w.dtype());
-  for (int r = 0; r < l; ++r)
-    for (int m = 0; m < segments; ++m) {
-      const std::int64_t rank_major = (std::int64_t(r) * segments + m) * s, seg_major = (std::int64_t(m) * l + r) * s;
-      const std::int64_t from = inverse ? seg_major : rank_major, to = inverse ? rank_major : seg_major;
-      Tensor dst = out.slice(0, to, to + s);
-      dst.copy_from(w.slice(0, from, from + s));
-    }
-  return out;
+// The columns of the output features [segments][l][s] that row block r of the weight ([segments][s]
+// rows, held by rank r of gx) produces: for each segment m, [(m l + r) s, (m l + r + 1) s).
+// Segment-major keeps q, k and v of the same heads together.
+std::vector<std::int64_t> block_columns(int r, int l, int segments, std::int64_t s) {
+  std::vector<std::int64_t> firsts;
+  for (int m = 0; m < segments; ++m) firsts.push_back((std::int64_t(m) * l + r) * s);
+  return firsts;
 }
 
 class Linear3d final : public Module {
@@ -88,38 +82,60 @@ class Linear3d final : public Module {
     }
   }
 
+  // colossal-ai.txt's 3D product (Table I), with the weight's row blocks of the x group taken one
+  // at a time: block r is broadcast by its owner (rank r of gx) and used, and in backward its
+  // gradient is reduced to its owner. Only one block of the weight (and of its gradient) is ever
+  // held beside the rank's own, never the gathered [out, in / l] (the memory the advanced modes
+  // exist to save at large widths); the bytes are the all-gather's and the reduce-scatter's at
+  // l = 2 (a broadcast's link bytes are twice an all-gather's share beyond it). The gathered input
+  // X_ab is kept for backward under keep_gathered, else gathered again there.
   Tensor forward(const Tensor& x, Context& ctx) override {
-    const std::int64_t in = weight_->shape[1];
+    const std::int64_t in = weight_->shape[1], s = weight_->shape[0] / segments_;
     TIDAL_ASSERT(x.dim(-1) == in, "{}: input {} for {} features per rank", path(), x.str(), in);
     const Tensor xg = all_gather_along(x, *o_.c, 0);  // X_ab
-    const Tensor wg = rank_major_to_segment_major(all_gather_along(weight_->data, cube_.gx, 0), cube_.l, segments_,
-                                                  false);  // W_bc
-    const std::int64_t out = wg.dim(0);
+    const Tensor xg2 = xg.reshape({-1, in});
+    const std::int64_t rows = xg2.dim(0), out = s * segments_ * cube_.l;
     Tensor p = Tensor::empty(xg.shape().with_last(out), x.dtype());
     Tensor p2 = p.reshape({-1, out});
-    ops::gemm(p2, xg.reshape({-1, in}), wg, {.trans_b = true});
+    Tensor panel = Tensor::empty({rows, s * segments_}, x.dtype());
+    for (int r = 0; r < cube_.l; ++r) {
+      const Tensor w = weight_block(r);  // W_bc's rows of block r
+      ops::gemm(panel, xg2, w, {.trans_b = true});
+      scatter_columns(p2, panel, r, s);
+    }
     Tensor y = reduce_scatter_along(p, *o_.b, 0);
     if (bias_) {
       Tensor y2 = y.reshape({-1, out});
       ops::bias_add(y2, bias_->data);
     }
-    ctx.saved = {xg, wg};
+    ctx.saved = {cube_.keep_gathered ? xg : x};
     return y;
   }
 
   Tensor backward(const Tensor& dy, Context& ctx) override {
-    const Tensor &xg = ctx.saved.at(0), &wg = ctx.saved.at(1);
-    const std::int64_t in = wg.dim(1), out = wg.dim(0);
+    const Tensor xg = cube_.keep_gathered ? ctx.saved.at(0) : all_gather_along(ctx.saved.at(0), *o_.c, 0);
+    const std::int64_t in = weight_->shape[1], s = weight_->shape[0] / segments_, out = s * segments_ * cube_.l;
     if (bias_) ops::bias_grad(bias_->grad, dy.reshape({-1, out}));
     const Tensor dp = all_gather_along(dy, *o_.b, 0);
-    const Tensor dp2 = dp.reshape({-1, out});
+    const Tensor dp2 = dp.reshape({-1, out}), xg2 = xg.reshape({-1, in});
+    const std::int64_t rows = dp2.dim(0);
     Tensor dxg = Tensor::empty(xg.shape(), xg.dtype());
     Tensor dxg2 = dxg.reshape({-1, in});
-    ops::gemm(dxg2, dp2, wg);
-    Tensor dwg = Tensor::empty(wg.shape(), wg.dtype());
-    ops::gemm(dwg, dp2, xg.reshape({-1, in}), {.trans_a = true});
-    const Tensor dw = reduce_scatter_along(rank_major_to_segment_major(dwg, cube_.l, segments_, true), cube_.gx, 0);
-    ops::accumulate(weight_->grad, dw);
+    Tensor panel = Tensor::empty({rows, s * segments_}, dy.dtype());
+    for (int r = 0; r < cube_.l; ++r) {
+      gather_columns(panel, dp2, r, s);
+      ops::gemm(dxg2, panel, weight_block(r), {.beta = r == 0 ? 0.0f : 1.0f});  // dX_ab += dP_r W_r
+      // dW_r, summed at its owner: the owner adds its share to its gradient and the reduce adds
+      // the others' (one block of buffer at a time: W_r is gone before dW_r exists).
+      if (r == cube_.x) {
+        ops::gemm(weight_->grad, panel, xg2, {.trans_a = true, .beta = 1.0f});
+        cube_.gx.reduce(weight_->grad, {.op = comm::ReduceOp::sum, .root = r})->wait();
+      } else {
+        Tensor dw = Tensor::empty(weight_->shape, weight_->grad.dtype());
+        ops::gemm(dw, panel, xg2, {.trans_a = true});
+        cube_.gx.reduce(dw, {.op = comm::ReduceOp::sum, .root = r})->wait();
+      }
+    }
     ctx.saved.clear();
     return reduce_scatter_along(dxg, *o_.c, 0);
   }
@@ -131,6 +147,31 @@ class Linear3d final : public Module {
   }
 
  private:
+  // Row block r of the weight: this rank's own, or rank r's received over gx.
+  Tensor weight_block(int r) const {
+    Tensor block = r == cube_.x ? weight_->data : Tensor::empty(weight_->shape, weight_->data.dtype());
+    cube_.gx.broadcast(block, {.root = r})->wait();
+    return block;
+  }
+  // The output columns of block r (block_columns), from a panel [rows, segments s] into all
+  // [rows, out], and back.
+  void scatter_columns(Tensor& all, const Tensor& panel, int r, std::int64_t s) const {
+    std::int64_t at = 0;
+    for (std::int64_t first : block_columns(r, cube_.l, segments_, s)) {
+      Tensor dst = all.slice(1, first, first + s);
+      dst.copy_from(panel.slice(1, at, at + s));
+      at += s;
+    }
+  }
+  void gather_columns(Tensor& panel, const Tensor& all, int r, std::int64_t s) const {
+    std::int64_t at = 0;
+    for (std::int64_t first : block_columns(r, cube_.l, segments_, s)) {
+      Tensor dst = panel.slice(1, at, at + s);
+      dst.copy_from(all.slice(1, first, first + s));
+      at += s;
+    }
+  }
+
   Cube cube_;
   Orientation o_;
   int segments_;
@@ -256,11 +297,12 @@ class Layers3d final : public SplitLayers {
 
 }  // namespace
 
-std::unique_ptr<LayerFactory> layers_3d(parallel::ParallelContext& pc) {
+std::unique_ptr<LayerFactory> layers_3d(parallel::ParallelContext& pc, bool keep_gathered) {
   const parallel::Coordinates& c = pc.coordinates();
   return std::make_unique<Layers3d>(Cube{pc.group(GroupKind::tensor_x), pc.group(GroupKind::tensor_y),
                                          pc.group(GroupKind::tensor_z), pc.group(GroupKind::tensor),
-                                         pc.layout().tensor_side(), c.row, c.col, c.depth, std::uint64_t(c.tensor)});
+                                         pc.layout().tensor_side(), c.row, c.col, c.depth, std::uint64_t(c.tensor),
+                                         keep_gathered});
 }
 
 }  // namespace tidal::nn::tp

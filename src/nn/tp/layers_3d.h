@@ -18,6 +18,7 @@
 
 namespace tidal::nn::tp {
 
-std::unique_ptr<LayerFactory> layers_3d(parallel::ParallelContext& pc);
+// keep_gathered: a linear keeps its gathered input X_ab for backward instead of gathering it again.
+std::unique_ptr<LayerFactory> layers_3d(parallel::ParallelContext& pc, bool keep_gathered);
 
 }  // namespace tidal::nn::tp

@@ -22,6 +22,7 @@ struct Grid {
   comm::Communicator& depth;  // (i, j) in every depth layer, ordered by k
   int q, d, i, j, k;
   std::uint64_t stream;  // the tensor index: dropout masks of different blocks differ
+  bool keep_gathered;    // 2.5D: weight blocks whole in every depth layer (else in depth slices)
 
   std::int64_t part(std::int64_t n, const std::string& what) const {
     TIDAL_CHECK(n % q == 0, "{}: {} does not split over the grid side q = {}", what, n, q);
@@ -41,20 +42,33 @@ struct Grid {
 };
 
 // Y = X W^T (+ b) as a SUMMA product; W is owned, or borrowed from an embedding (tied head).
+// An owned W under 2.5D (d > 1) is held in depth slices (summa.h's DepthSlices): each element
+// once in the tensor group, not once per depth layer (unless keep_gathered: whole blocks, less
+// traffic).
 class GridLinear final : public Module {
  public:
-  // Owns W [out, in] (block (i, j)) and the bias [out] (features block j).
+  // Owns W [out, in] (block (i, j), or its slice k) and the bias [out] (features block j).
   GridLinear(const Grid& g, std::int64_t in, std::int64_t out, bool bias, ParameterInit init, int segments)
-      : g_(g) {
+      : g_(g), segments_(segments), sliced_(g.d > 1 && !g.keep_gathered) {
     TIDAL_CHECK(out % segments == 0, "linear: {} outputs in {} segments", out, segments);
-    weight_ = &add_parameter("weight", {g.part(out / segments, "linear outputs") * segments, g.part(in, "linear inputs")},
-                             init);
+    const std::int64_t block = g.part(out / segments, "linear outputs");  // rows per segment in a block
+    TIDAL_CHECK(!sliced_ || block % g.d == 0,
+                "2.5D linear: the {} rows per segment of a weight block must split over parallel.tensor.depth = {} "
+                "(check model.n_embd and the MLP width against parallel.tensor.size)",
+                block, g.d);
+    const std::int64_t rows = sliced_ ? block / g.d : block;
+    weight_ = &add_parameter("weight", {rows * segments, g.part(in, "linear inputs")}, init);
     g.split_block(*weight_, out, in, segments);
-    bias_ = bias ? &add_parameter("bias", {weight_->shape[0]}, ParameterInit::zeros()) : nullptr;
+    if (sliced_) {  // slice k of block (i, j): rows [i block + k rows, + rows) of each segment
+      weight_->offset = {g.i * block + g.k * rows, g.j * weight_->shape[1]};
+      weight_->copies = 1;
+      weight_->replicas = {};
+    }
+    bias_ = bias ? &add_parameter("bias", {block * segments}, ParameterInit::zeros()) : nullptr;
     if (bias_) {
       // The output block j holds the bias rows W's block row j holds, in the same segments.
       bias_->full_shape = {out};
-      bias_->offset = {g.j * (weight_->shape[0] / segments)};
+      bias_->offset = {g.j * block};
       bias_->segments = segments;
       bias_->copies = g.q * g.d;
       bias_->replicas = {&g.col, &g.depth};
@@ -67,22 +81,29 @@ class GridLinear final : public Module {
   }
 
   Tensor forward(const Tensor& x, Context& ctx) override {
-    const std::int64_t in = weight_->shape[1], out = weight_->shape[0];
+    const std::int64_t in = weight_->shape[1], out = out_features();
     TIDAL_ASSERT(x.dim(-1) == in, "{}: input {} for {} features per rank", path(), x.str(), in);
     Tensor y = ctx.empty(x.shape().with_last(out), x.dtype());
     Tensor y2 = y.reshape({-1, out});
-    summa_forward(y2, x.reshape({-1, in}), weight_->data, g_.row, g_.col);
+    if (sliced_)
+      summa_forward(y2, x.reshape({-1, in}), weight_->data, g_.row, g_.col, {&g_.depth, segments_});
+    else
+      summa_forward(y2, x.reshape({-1, in}), weight_->data, g_.row, g_.col);
     if (bias_) ops::bias_add(y2, bias_->data);
     ctx.saved = {x};
     return y;
   }
   Tensor backward(const Tensor& dy, Context& ctx) override {
-    const std::int64_t in = weight_->shape[1], out = weight_->shape[0];
+    const std::int64_t in = weight_->shape[1], out = out_features();
     const Tensor& x = ctx.saved.at(0);
     Tensor dx = ctx.empty(x.shape(), x.dtype());
     Tensor dx2 = dx.reshape({-1, in});
     const Tensor dy2 = dy.reshape({-1, out});
-    summa_backward(dx2, weight_->grad, dy2, x.reshape({-1, in}), weight_->data, g_.row, g_.col);
+    if (sliced_)
+      summa_backward(dx2, weight_->grad, dy2, x.reshape({-1, in}), weight_->data, g_.row, g_.col,
+                     {&g_.depth, segments_});
+    else
+      summa_backward(dx2, weight_->grad, dy2, x.reshape({-1, in}), weight_->data, g_.row, g_.col);
     if (bias_) ops::bias_grad(bias_->grad, dy2);
     ctx.saved.clear();
     return dx;
@@ -94,7 +115,12 @@ class GridLinear final : public Module {
   }
 
  private:
+  // The features of this rank's output block.
+  std::int64_t out_features() const { return weight_->shape[0] * (sliced_ ? g_.d : 1); }
+
   Grid g_;
+  int segments_ = 1;
+  bool sliced_ = false;  // W held in depth slices
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };
@@ -171,13 +197,13 @@ class LayersGrid final : public SplitLayers {
 
 }  // namespace
 
-std::unique_ptr<LayerFactory> layers_grid(parallel::ParallelContext& pc) {
+std::unique_ptr<LayerFactory> layers_grid(parallel::ParallelContext& pc, bool keep_gathered) {
   const parallel::MeshSpec& spec = pc.layout().spec();
   const parallel::Coordinates& c = pc.coordinates();
   return std::make_unique<LayersGrid>(Grid{pc.group(GroupKind::tensor_row), pc.group(GroupKind::tensor_col),
                                            pc.group(GroupKind::tensor_depth), pc.layout().tensor_side(),
                                            spec.mode == parallel::TensorMode::d2p5 ? spec.depth : 1, c.row, c.col,
-                                           c.depth, std::uint64_t(c.tensor)});
+                                           c.depth, std::uint64_t(c.tensor), keep_gathered});
 }
 
 }  // namespace tidal::nn::tp

@@ -18,6 +18,7 @@
 
 namespace tidal::nn::tp {
 
-std::unique_ptr<LayerFactory> layers_grid(parallel::ParallelContext& pc);
+// keep_gathered (2.5D): every depth layer holds its weight blocks whole instead of one depth slice.
+std::unique_ptr<LayerFactory> layers_grid(parallel::ParallelContext& pc, bool keep_gathered);
 
 }  // namespace tidal::nn::tp

@@ -14,6 +14,12 @@
 //
 // So Y_ij's features are the output block j, like X's: hidden states keep one layout through
 // every linear. A tied LM head is the same product with the embedding table as W.
+//
+// 2.5D with depth d > 1 holds each weight block (i, j) in d row slices, slice k in depth layer k,
+// so that every element lives once in the tensor group (as in 1D and 3D, not d times): the same
+// products with W_lj arriving slice by slice - down the column in the layer that holds it, then
+// over the depth group - and each slice of dW_lj summed over the depth group, then down the
+// column in its layer. One slice of W (and of dW) is held at a time beside the rank's own.
 #pragma once
 
 #include "comm/communicator.h"
@@ -27,5 +33,17 @@ void summa_forward(Tensor& y2, const Tensor& x2, const Tensor& w, comm::Communic
 // dx2 [N, in/q] = this rank's block of dY W; dw [out/q, in/q] += its block of dY^T X.
 void summa_backward(Tensor& dx2, Tensor& dw, const Tensor& dy2, const Tensor& x2, const Tensor& w,
                     comm::Communicator& row, comm::Communicator& col);
+
+// The weight's blocks in depth slices: a block's rows are [segments][d slices][w's rows per
+// segment], and this rank holds slice depth->rank() of block (i, j).
+struct DepthSlices {
+  comm::Communicator* depth = nullptr;  // (i, j, *) ordered by k
+  int segments = 1;
+};
+// As above with w [out/(q d), in/q] this rank's slice (y2 [N, out/q] as before; dw its slice).
+void summa_forward(Tensor& y2, const Tensor& x2, const Tensor& w, comm::Communicator& row, comm::Communicator& col,
+                   const DepthSlices& slices);
+void summa_backward(Tensor& dx2, Tensor& dw, const Tensor& dy2, const Tensor& x2, const Tensor& w,
+                    comm::Communicator& row, comm::Communicator& col, const DepthSlices& slices);
 
 }  // namespace tidal::nn::tp
