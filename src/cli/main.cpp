@@ -206,7 +206,11 @@ int main(int argc, char** argv) {
     }
     if (plan->parsed()) {
       const tidal::config::Config cfg = plan_args.load();
+#if TIDAL_MPI
+      const tidal::engine::MemoryPlan p = tidal::engine::plan_memory(cfg, plan_max_layers, mpi.get());
+#else
       const tidal::engine::MemoryPlan p = tidal::engine::plan_memory(cfg, plan_max_layers);
+#endif
       if (rank == 0) fmt::print("{}", plan_json ? p.json().dump() + "\n" : tidal::engine::format_memory_plan(p));
     }
     if (search->parsed()) {

@@ -5,6 +5,8 @@
 #include "engine/model_data.h"
 #include "engine/progress.h"
 #include "engine/tide.h"
+#include "engine/trainer.h"
+#include "parallel/context.h"
 
 #include <fmt/format.h>
 
@@ -32,22 +34,50 @@ std::int64_t traced_non_model(const config::Config& cfg, int layers) {
   return traced(cfg, layers).at("peak_non_model_bytes").get<std::int64_t>();
 }
 
-}  // namespace
+// The largest of a per-rank figure of a probe's summary (or the single rank's).
+std::int64_t largest(const nlohmann::json& model_data, const std::string& key) {
+  if (!model_data.contains(key + "_per_rank")) return model_data.at(key).get<std::int64_t>();
+  std::int64_t out = 0;
+  for (const auto& v : model_data.at(key + "_per_rank")) out = std::max(out, v.get<std::int64_t>());
+  return out;
+}
 
-MemoryPlan plan_memory(const config::Config& cfg, int max_layers) {
-  TIDAL_CHECK(cfg.memory.offload != "none" && !cfg.memory.device_limit.empty() && !cfg.memory.host_limit.empty(),
-              "tidal plan fits a model under both memory caps: set memory.offload (\"chunk\" or \"static\"), "
-              "memory.device_limit and memory.host_limit, e.g. --set memory.offload=chunk --set "
-              "memory.device_limit=64MiB --set memory.host_limit=1GiB");
-  TIDAL_CHECK(max_layers >= 1, "--max-layers must be >= 1, got {}", max_layers);
-  MemoryPlan plan;
+// Every row traced under the launched layout (the header's "under mpirun").
+void plan_traced(const config::Config& cfg, int max_layers, comm::MpiRuntime& mpi, MemoryPlan& plan) {
+  TIDAL_CHECK(cfg.memory.offload == "chunk",
+              "tidal plan under mpirun traces each model's warm-up under the layout with memory.offload = \"chunk\" "
+              "(it is \"{}\"): set it, or plan the static partition in one process",
+              cfg.memory.offload);
   const bool disk = !cfg.memory.disk_dir.empty();
-  plan.model = fmt::format("{} at width {} ({} heads), batch {} x {}, {}, memory.offload = {}{}", cfg.model.type,
-                           cfg.model.n_embd, cfg.model.n_head, cfg.train.batch_size, cfg.model.seq_len,
-                           cfg.train.precision, cfg.memory.offload,
-                           disk ? ", optimizer states beyond the host on disk (memory.disk_dir)" : "");
-  plan.device_limit = config::parse_bytes(cfg.memory.device_limit, "memory.device_limit");
-  plan.host_limit = config::parse_bytes(cfg.memory.host_limit, "memory.host_limit");
+  // The fewest layers the layout runs: one block layer per virtual pipeline stage.
+  const config::TrainConfig& t = cfg.train;
+  const int per_block_layer = t.activation_checkpointing == "every_k" ? std::max(1, t.activation_checkpointing_k) : 1;
+  const int fewest = cfg.parallel.pipeline * cfg.parallel.virtual_stages * per_block_layer;
+  for (int n = fewest; n <= max_layers; ++n) {
+    config::Config probe = trace_config(with_layers(cfg, n));
+    probe.memory.host_limit.clear();
+    probe.memory.disk_dir.clear();
+    probe.train.eval_batches = 0;  // past the warm-up a cap below the need would stop a rank alone
+    parallel::ParallelContext pc(probe, &mpi);
+    const TrainSummary run = train(probe, {.quiet = true, .enforce_device_limit = false}, pc);
+    const nlohmann::json& md = run.model_data;
+    PlanRow row{.layers = n, .chunk_size = md.at("chunk_elements").get<std::int64_t>(),
+                .model_data_bytes = largest(md, "model_data_bytes")};
+    for (std::int64_t e : parameter_numels(probe)) row.parameters += e;
+    for (std::int64_t e : parameter_numels(probe, true)) row.parameters += e;
+    row.host_needs = largest(md, disk ? "host_needs_with_disk_bytes" : "host_needs_bytes");
+    row.device_needs = largest(md, "least_device_limit_bytes");
+    row.traced = true;
+    row.fits_host = std::uint64_t(row.host_needs) <= plan.host_limit;
+    row.fits_device = std::uint64_t(row.device_needs) <= plan.device_limit;
+    plan.rows.push_back(row);
+    if (!row.fits()) break;
+    plan.largest = n;
+  }
+}
+
+void plan_one_rank(const config::Config& cfg, int max_layers, MemoryPlan& plan) {
+  const bool disk = !cfg.memory.disk_dir.empty();
   plan.non_model_one = traced_non_model(cfg, 1);
   plan.non_model_two = traced_non_model(cfg, 2);
   const std::int64_t per_layer = std::max<std::int64_t>(0, plan.non_model_two - plan.non_model_one);
@@ -97,13 +127,41 @@ MemoryPlan plan_memory(const config::Config& cfg, int max_layers) {
     if (!row.fits()) break;
     plan.largest = n;
   }
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const config::Config& cfg, int max_layers, comm::MpiRuntime* mpi) {
+  TIDAL_CHECK(cfg.memory.offload != "none" && !cfg.memory.device_limit.empty() && !cfg.memory.host_limit.empty(),
+              "tidal plan fits a model under both memory caps: set memory.offload (\"chunk\" or \"static\"), "
+              "memory.device_limit and memory.host_limit, e.g. --set memory.offload=chunk --set "
+              "memory.device_limit=64MiB --set memory.host_limit=1GiB");
+  TIDAL_CHECK(max_layers >= 1, "--max-layers must be >= 1, got {}", max_layers);
+  MemoryPlan plan;
+  const bool disk = !cfg.memory.disk_dir.empty();
+  plan.model = fmt::format("{} at width {} ({} heads), batch {} x {}, {}, memory.offload = {}{}", cfg.model.type,
+                           cfg.model.n_embd, cfg.model.n_head, cfg.train.batch_size, cfg.model.seq_len,
+                           cfg.train.precision, cfg.memory.offload,
+                           disk ? ", optimizer states beyond the host on disk (memory.disk_dir)" : "");
+  plan.device_limit = config::parse_bytes(cfg.memory.device_limit, "memory.device_limit");
+  plan.host_limit = config::parse_bytes(cfg.memory.host_limit, "memory.host_limit");
+  if (mpi && mpi->world_size() > 1) {
+    plan.ranks = mpi->world_size();
+    const config::ParallelConfig& p = cfg.parallel;
+    plan.model += fmt::format(", data {} x pipeline {} x tensor {} ({}) x sequence {}, zero.stage {}", p.data,
+                              p.pipeline, p.tensor.size, p.tensor.mode, p.sequence, cfg.zero.stage);
+    plan_traced(cfg, max_layers, *mpi, plan);
+  } else {
+    plan_one_rank(cfg, max_layers, plan);
+  }
   if (plan.largest == 0) {
     const PlanRow& r = plan.rows.front();
-    throw Error(fmt::format("even 1 layer of {} does not fit: it needs {} on the host (memory.host_limit = {}) and {} "
-                            "on the device tier (memory.device_limit = {}); raise the caps, or make the width, batch "
+    throw Error(fmt::format("even {} of {} does not fit: it needs {} on the host (memory.host_limit = {}) and {} "
+                            "on the device tier (memory.device_limit = {}){}; raise the caps, or make the width, batch "
                             "or sequence smaller",
-                            plan.model, human_bytes(std::uint64_t(r.host_needs)), human_bytes(plan.host_limit),
-                            human_bytes(std::uint64_t(r.device_needs)), human_bytes(plan.device_limit)));
+                            r.layers == 1 ? std::string("1 layer") : fmt::format("{} layers", r.layers), plan.model, human_bytes(std::uint64_t(r.host_needs)), human_bytes(plan.host_limit),
+                            human_bytes(std::uint64_t(r.device_needs)), human_bytes(plan.device_limit),
+                            plan.ranks > 1 ? fmt::format(" on the rank that needs the most of {}", plan.ranks) : ""));
   }
   return plan;
 }
@@ -121,6 +179,7 @@ nlohmann::json MemoryPlan::json() const {
                          {"fits_host", r.fits_host},
                          {"fits_device", r.fits_device}});
   return {{"model", model},
+          {"ranks", ranks},
           {"device_limit", device_limit},
           {"host_limit", host_limit},
           {"non_model_bytes", {{"1 layer", non_model_one}, {"2 layers", non_model_two}}},
@@ -129,11 +188,15 @@ nlohmann::json MemoryPlan::json() const {
 }
 
 std::string format_memory_plan(const MemoryPlan& plan) {
-  std::string out = fmt::format("plan: {}; device tier {}, host {}\n", plan.model, human_bytes(plan.device_limit),
-                                human_bytes(plan.host_limit));
-  out += fmt::format("non-model peak of traced warm-ups (no cap): {} with 1 layer, {} with 2: {} more per layer\n\n",
-                     human_bytes(std::uint64_t(plan.non_model_one)), human_bytes(std::uint64_t(plan.non_model_two)),
-                     human_bytes(std::uint64_t(std::max<std::int64_t>(0, plan.non_model_two - plan.non_model_one))));
+  std::string out = fmt::format("plan: {}; device tier {}, host {}{}\n", plan.model, human_bytes(plan.device_limit),
+                                human_bytes(plan.host_limit),
+                                plan.ranks > 1 ? fmt::format(" on each of {} ranks", plan.ranks) : "");
+  if (plan.ranks > 1)
+    out += fmt::format("every row traced under the layout; each figure is the rank that needs the most\n\n");
+  else
+    out += fmt::format("non-model peak of traced warm-ups (no cap): {} with 1 layer, {} with 2: {} more per layer\n\n",
+                       human_bytes(std::uint64_t(plan.non_model_one)), human_bytes(std::uint64_t(plan.non_model_two)),
+                       human_bytes(std::uint64_t(std::max<std::int64_t>(0, plan.non_model_two - plan.non_model_one))));
   out += fmt::format("{:>6} {:>12} {:>11} {:>12} {:>12} {:>14}  {}\n", "layers", "parameters", "chunk size",
                      "model data", "host needs", "device needs", "fits");
   for (const PlanRow& r : plan.rows)
@@ -144,7 +207,7 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                                         : !r.fits_host                  ? "no: host"
                                                                         : "no: device");
   const PlanRow& last = plan.rows.back();
-  out += fmt::format("\nlargest: {} layers ({} parameters)", plan.largest, plan.rows[std::size_t(plan.largest - 1)].parameters);
+  out += fmt::format("\nlargest: {} layers ({} parameters)", plan.largest, std::find_if(plan.rows.begin(), plan.rows.end(), [&](const PlanRow& r) { return r.layers == plan.largest; })->parameters);
   if (!last.fits())
     out += fmt::format("; {} layers need {} on the {}, over memory.{}_limit = {}\n", last.layers,
                        human_bytes(std::uint64_t(last.fits_host ? last.device_needs : last.host_needs)),
@@ -154,8 +217,10 @@ std::string format_memory_plan(const MemoryPlan& plan) {
     out += fmt::format(" (--max-layers reached)\n");
   out += fmt::format("train it with --set model.n_layer={}\n", plan.largest);
   if (std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.traced; }))
-    out += "(* traced: the warm-up of that model, run without caps at its chunk size, gives the least "
-           "memory.device_limit it trains under)\n";
+    out += plan.ranks > 1 ? "(* traced: that model's warm-up under the layout and the device cap gives the least "
+                            "memory.device_limit it trains under)\n"
+                          : "(* traced: the warm-up of that model, run without caps at its chunk size, gives the least "
+                            "memory.device_limit it trains under)\n";
   return out;
 }
 

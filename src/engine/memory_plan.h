@@ -14,8 +14,15 @@
 // rest of the lists and the disk tier's two staging buffers (host_bytes_needed). Under
 // memory.embedding_on_host the embedding layer's lists (of their own, on the host) count on the
 // host and are not chunks the device must hold.
+//
+// Under mpirun (a composed layout) every row is traced: the model of that many layers runs its
+// warm-up under the layout, with the device cap (so it lays out the run's chunks) and the host
+// uncapped, and each rank reports the least device cap its warm-up needs and the host bytes its
+// lists take; a row fits when the largest over the ranks is within each cap (memory.offload =
+// "chunk").
 #pragma once
 
+#include "comm/mpi_runtime.h"
 #include "config/config.h"
 
 #include <nlohmann/json.hpp>
@@ -37,6 +44,7 @@ struct PlanRow {
 
 struct MemoryPlan {
   std::string model;  // what stays fixed
+  int ranks = 1;      // the layout's; the figures are the largest rank's
   std::uint64_t device_limit = 0, host_limit = 0;
   std::int64_t non_model_one = 0, non_model_two = 0;  // traced peaks, 1 and 2 layers
   std::vector<PlanRow> rows;  // 1 layer up to the first that does not fit
@@ -45,7 +53,8 @@ struct MemoryPlan {
 };
 
 // A tidal::Error when a cap is missing, or even one layer does not fit (naming what it needs).
-MemoryPlan plan_memory(const config::Config& cfg, int max_layers);
+// With `mpi` of more than one rank, every rank calls it (the rows are traced under the layout).
+MemoryPlan plan_memory(const config::Config& cfg, int max_layers, comm::MpiRuntime* mpi = nullptr);
 std::string format_memory_plan(const MemoryPlan& plan);
 
 }  // namespace tidal::engine

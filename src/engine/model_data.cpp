@@ -220,7 +220,8 @@ std::int64_t agreed_chunk_size(const memory::ChunkParameters& params, const memo
 class ChunkModelData final : public ModelData {
  public:
   ChunkModelData(const config::Config& cfg, models::Model& model, pipeline::PipelineEngine& engine,
-                 parallel::ParallelContext& pc, nn::Runner& runner, const std::string& resume_path, std::int64_t accum)
+                 parallel::ParallelContext& pc, nn::Runner& runner, const std::string& resume_path, std::int64_t accum,
+                 bool enforce_device_limit)
       : engine_(engine), pc_(pc), group_(chunk_group(pc)), options_(adamw_options(cfg.train)),
         device_(&device_tier(cfg)) {
     const std::vector<nn::Parameter*>& params = engine.parameters();
@@ -263,6 +264,7 @@ class ChunkModelData final : public ModelData {
       steps_ = loaded->steps_taken();
     }
     offload_ = cfg.memory.offload;
+    enforce_device_limit_ = enforce_device_limit;
     if (cfg.memory.embedding_on_host) {
       // First, so that memory.host_limit counts them before the device's chunks claim the rest.
       // (Every rank agrees on the size; the stages without the embedding hold no such list.)
@@ -363,10 +365,12 @@ class ChunkModelData final : public ModelData {
     o.grad_scale = float(double(gradient_scale) / clip);
     ++steps_;
     for (memory::ChunkManager* c : keepers()) c->adamw_step(o, steps_);
+    check_device_limit();
   }
 
   void skip_step() override {
     for (memory::ChunkManager* c : keepers()) c->skip_step();
+    check_device_limit();
   }
   std::int64_t optimizer_steps() const override { return steps_; }
 
@@ -437,6 +441,23 @@ class ChunkModelData final : public ModelData {
                           {"optimizer_bytes_peak", optimizer_memory_->peak_bytes()},
                           {"model_data_bytes", model_data_bytes()}};
     if (host_chunks_) out["embedding_on_host_bytes"] = host_chunks_->model_data_bytes();
+    if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) {
+      // What this rank needs of each tier (tidal plan reads them): the least device cap its
+      // warm-up traced, and the host bytes its lists take at the start (with a disk tier, the
+      // least: every optimizer state on disk).
+      const std::int64_t embedding = host_chunks_ ? host_chunks_->model_data_bytes() : 0;
+      const std::int64_t host = chunks_->host_bytes_needed(false) + embedding,
+                         with_disk = chunks_->host_bytes_needed(true) + embedding;
+      out["least_device_limit_bytes"] = dmm->least_device_limit();
+      out["host_needs_bytes"] = host;
+      out["host_needs_with_disk_bytes"] = with_disk;
+      out["chunk_elements"] = chunks_->layout().chunk_elements;
+      if (pc_.world_size() > 1) {
+        out["least_device_limit_bytes_per_rank"] = over_world(dmm->least_device_limit());
+        out["host_needs_bytes_per_rank"] = over_world(host);
+        out["host_needs_with_disk_bytes_per_rank"] = over_world(with_disk);
+      }
+    }
     if (pc_.world_size() > 1) {
       out["model_data_bytes_per_rank"] = over_world(model_data_bytes());
       std::int64_t held = 0;  // elements of the parameters this rank materializes
@@ -495,6 +516,29 @@ class ChunkModelData final : public ModelData {
   memory::ChunkManager& keeper_of(const nn::Parameter& p) {
     return host_chunks_ && host_chunks_->manages(p) ? *host_chunks_ : *chunks_;
   }
+  // Once the warm-up is traced (the first step): the least device cap of every rank
+  // (DynamicMemory::least_device_limit). A cap below the largest stops every rank, naming it: a
+  // run that goes on would run out of the device tier in its next step.
+  void check_device_limit() {
+    const memory::DynamicMemory* dmm = chunks_->dynamic_memory();
+    if (device_limit_checked_ || !dmm || !dmm->tracer().finished()) return;
+    device_limit_checked_ = true;
+    if (!enforce_device_limit_) return;
+    const std::vector<std::int64_t> least = over_world(dmm->least_device_limit());
+    const int worst = int(std::max_element(least.begin(), least.end()) - least.begin());
+    const std::int64_t L = dmm->device_limit(), need = least[std::size_t(worst)];
+    if (need <= L) return;
+    const std::string why = worst == pc_.rank() ? dmm->least_device_limit_reason()
+                                                : fmt::format("rank {} needs the most", worst);
+    throw OutOfMemory(fmt::format("out of device memory: memory.device_limit = {} bytes ({}) is too small for this "
+                                  "run: {}{}; the device tier needs at least {} bytes ({}): raise memory.device_limit "
+                                  "to that, or make the batch (train.micro_batch_size) or memory.chunk_size smaller",
+                                  L, human_bytes(std::uint64_t(L)),
+                                  pc_.world_size() > 1 ? fmt::format("on rank {}, ", worst) : "", why, need,
+                                  human_bytes(std::uint64_t(need))),
+                      std::size_t(need));
+  }
+
   // `value` of every rank, in world rank order (a collective: every rank calls it alike).
   std::vector<std::int64_t> over_world(std::int64_t value) const {
     comm::Communicator& world = pc_.group(parallel::GroupKind::world);
@@ -532,13 +576,16 @@ class ChunkModelData final : public ModelData {
   std::string fetch_;
   std::string precision_;
   PipelineShare share_ = pipeline_share(engine_, pc_);
+  bool enforce_device_limit_ = true;   // false: a probe reports the least device cap instead
+  bool device_limit_checked_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Model& model,
                                            pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
-                                           nn::Runner& runner, const std::string& resume_path) {
+                                           nn::Runner& runner, const std::string& resume_path,
+                                           bool enforce_device_limit) {
   engine.materialize(cfg.train.seed);  // on the host: the Philox init writes there
   if (cfg.zero.stage == 0 && cfg.train.precision == "fp32" && cfg.memory.offload == "none") {
     if (cfg.train.device == "cuda") {
@@ -551,7 +598,8 @@ std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Mo
   }
   const std::int64_t local = cfg.train.batch_size / pc.layout().spec().data;
   const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
-  return std::make_unique<ChunkModelData>(cfg, model, engine, pc, runner, resume_path, local / micro);
+  return std::make_unique<ChunkModelData>(cfg, model, engine, pc, runner, resume_path, local / micro,
+                                          enforce_device_limit);
 }
 
 }  // namespace tidal::engine

@@ -85,9 +85,12 @@ DType precision_dtype(const std::string& precision);
 memory::ChunkOptions chunk_options(const config::Config& cfg, bool accumulate);
 
 // Materializes the parameters of this rank's stages, loads `resume_path` if given, and hooks
-// what needs the modules' hooks into `runner`.
+// what needs the modules' hooks into `runner`. Under memory.offload the run stops after its
+// warm-up when memory.device_limit is below the least cap any rank traced, unless not
+// `enforce_device_limit` (a probe: memory() reports it).
 std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Model& model,
                                            pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
-                                           nn::Runner& runner, const std::string& resume_path);
+                                           nn::Runner& runner, const std::string& resume_path,
+                                           bool enforce_device_limit = true);
 
 }  // namespace tidal::engine

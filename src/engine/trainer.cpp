@@ -125,7 +125,8 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     activation_pool = std::make_unique<HostAllocator>();
   Allocator& activations = *activation_pool;
   nn::Runner runner;
-  const std::unique_ptr<ModelData> model_data = make_model_data(cfg, *model, engine, pc, runner, options.resume_path);
+  const std::unique_ptr<ModelData> model_data = make_model_data(cfg, *model, engine, pc, runner, options.resume_path,
+                                                                   options.enforce_device_limit);
   const std::string config_toml = config::to_toml(cfg);
   // fp16: dynamic loss scaling; the other precisions train unscaled.
   std::optional<optim::LossScaler> scaler;

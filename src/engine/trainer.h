@@ -22,6 +22,9 @@ struct TrainOptions {
   std::string resume_path = "";   // checkpoint to continue from; "" = fresh start
   std::int64_t stop_after = 0;  // end after this step as an interruption would (0 = run to train.steps)
   bool quiet = false;           // no progress lines (a probe run by another command)
+  // false: a probe whose memory.device_limit is below what its warm-up traced goes on (the
+  // summary's model_data reports the least cap each rank needs) instead of stopping.
+  bool enforce_device_limit = true;
 };
 
 struct TrainSummary {

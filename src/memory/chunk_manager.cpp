@@ -161,9 +161,9 @@ void ChunkManager::place_tiers(Allocator& device, Allocator& host) {
       std::int64_t(std::min<std::size_t>(host.capacity(), std::numeric_limits<std::int64_t>::max()));
   const std::int64_t room = capacity - std::int64_t(host.current_bytes());
   const int disk_chunks = disk_chunks_needed(layout_, options_, room);
-  const std::int64_t on_host = host_bytes_needed(layout_, options_, 0);
+  const std::int64_t on_host = memory::host_bytes_needed(layout_, options_, 0);
   const std::int64_t least =
-      std::min(on_host, host_bytes_needed(layout_, options_, list_share(layout_, options_).optimizer));
+      std::min(on_host, memory::host_bytes_needed(layout_, options_, list_share(layout_, options_).optimizer));
   if (disk_chunks < 0 || (disk_chunks > 0 && !disk_tier))
     throw OutOfMemory(
         fmt::format("out of host memory: the model data takes {} bytes in chunks ({} chunks of {} elements), and the "
@@ -683,6 +683,10 @@ void ChunkManager::load_moments(const nn::Parameter& p, const Tensor& momentum, 
   slot(ChunkKind::momentum, p).copy_from(momentum);
   slot(ChunkKind::variance, p).copy_from(variance);
   if (dmm_) dmm_->unstage_states();  // the staging buffer keeps them for the next parameter
+}
+
+std::int64_t ChunkManager::host_bytes_needed(bool disk) const {
+  return memory::host_bytes_needed(layout_, options_, disk ? list_share(layout_, options_).optimizer : 0);
 }
 
 std::int64_t ChunkManager::model_data_bytes() const {

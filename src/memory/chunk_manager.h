@@ -230,6 +230,9 @@ class ChunkManager final : public nn::ModuleHooks {
   bool resident(int chunk) const { return lists_.at(ChunkKind::param)[std::size_t(chunk)].defined(); }
   // The dynamic memory manager (null without ChunkOptions::offload).
   const DynamicMemory* dynamic_memory() const { return dmm_.get(); }
+  // Under offload: the bytes of this rank's lists the host holds at the start and in the warm-up
+  // (host_bytes_needed), with every optimizer state it may send to disk there when `disk`.
+  std::int64_t host_bytes_needed(bool disk) const;
 
  private:
   struct Tracked {

@@ -182,22 +182,21 @@ void DynamicMemory::reclaim(std::size_t over) {
 }
 
 void DynamicMemory::end_warmup() {
-  const std::int64_t L = limit();
   if (warmup_limit_ >= 0) device_.set_capacity(std::size_t(warmup_limit_));
   warmup_limit_ = -1;
-  if (options_.partition != Partition::dynamic) return;
+}
+
+std::int64_t DynamicMemory::least_device_limit() const {
+  return options_.partition == Partition::dynamic && tracer_.finished() ? tracer_.least_limit().bytes : 0;
+}
+
+std::string DynamicMemory::least_device_limit_reason() const {
   const MemoryTracer::Least least = tracer_.least_limit();
-  if (least.bytes <= L) return;
-  const int j = least.moment;
-  const std::int64_t N = tracer_.non_model(j), P = tracer_.operator_bytes(j);
-  throw OutOfMemory(
-      fmt::format("out of device memory: memory.device_limit = {} bytes ({}) is too small for this run: the warm-up "
-                  "iteration traced {} of "
-                  "non-model data (activations, gradients in flight, workspaces) beside the {} of chunks that '{}' "
-                  "computes with; the device tier needs at least {} bytes ({}): raise memory.device_limit to that, "
-                  "or make the batch (train.micro_batch_size) or memory.chunk_size smaller",
-                  L, mib(L), mib(N), mib(P), tracer_.label(j), least.bytes, mib(least.bytes)),
-      std::size_t(least.bytes));
+  if (least.moment < 0) return "";
+  return fmt::format("the warm-up iteration traced {} of non-model data (activations, gradients in flight, "
+                     "workspaces) beside the {} of chunks that '{}' computes with",
+                     mib(tracer_.non_model(least.moment)), mib(tracer_.operator_bytes(least.moment)),
+                     tracer_.label(least.moment));
 }
 
 std::int64_t DynamicMemory::limit() const {

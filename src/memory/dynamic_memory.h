@@ -11,8 +11,8 @@
 //   L - the non-model bytes present) and are evicted in list order. Whenever an allocation
 //   would pass L (the non-model data rising within an interval), chunks not in use go to the
 //   host first (the tier's reclaimer); the warm-up goes on past L if none is left, and its end
-//   checks that every interval fits L - its operator's chunks beside its traced non-model peak -
-//   or stops with the least L that does (end_warmup, exit 2).
+//   tells the least L under which every interval fits - its operator's chunks beside its traced
+//   non-model peak (least_device_limit; the trainer stops with it, exit 2, when L is less).
 // - Optimizer states (sec. 7.2): after the warm-up the chunks of master weights, momentum and
 //   variance fill the device's margin, L - peak non-model - the param list, in list order; the
 //   rest stay on the host. AdamW runs where a chunk's states are (hybrid Adam), so a param chunk
@@ -123,6 +123,13 @@ class DynamicMemory {
   // back on the device.
   void after_step();
 
+  // After the warm-up: the least device capacity L under which every interval of this rank fits
+  // (memory_tracer.h's least_limit; 0 under the static partition), why (the moment that sets
+  // it), and the capacity L it has.
+  std::int64_t least_device_limit() const;
+  std::string least_device_limit_reason() const;
+  std::int64_t device_limit() const { return limit(); }
+
   MoveStats stats() const;
   const DiskTier* disk() const { return disk_.get(); }
   const MemoryTracer& tracer() const { return tracer_; }
@@ -143,8 +150,8 @@ class DynamicMemory {
   // the warm-up, when none is left, the cap is lifted until its end (what the run needs is not
   // known before it is traced).
   void reclaim(std::size_t over);
-  // The warm-up is traced: the tier's cap back, and an OutOfMemory naming the least L that would
-  // do when L does not.
+  // The warm-up is traced: the tier's cap back (the model data keeper then checks the least L
+  // over every rank: least_device_limit).
   void end_warmup();
   // The bytes param chunks may hold on the device now.
   std::int64_t chunk_budget() const;

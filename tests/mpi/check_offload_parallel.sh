@@ -9,6 +9,10 @@
 #   after the warm-up (summed over the ranks);
 # - pipeline 2 x 1D tensor 2 and data 2 x 2D tensor 4 (bf16, ZeRO-2), capped at 30% of the
 #   largest rank's model data.
+# And `tidal plan` under mpirun for data 2 x pipeline 2 x 1D tensor 2 (bf16, ZeRO-3) with a device
+# and a host cap on each rank: the largest GPT it answers trains 2 steps under the caps, and one
+# layer more exits 2 naming the planner's figure for the cap that binds - once where the device
+# binds, once where the host does.
 # usage: check_offload_parallel.sh path/to/tidal <mpirun command...>
 set -euo pipefail
 tidal=$1; shift
@@ -47,6 +51,33 @@ layout p2_t2 4 0.30 belady --set parallel.pipeline=2 --set parallel.tensor.size=
   --set train.micro_batch_size=1
 layout d2_2d4 8 0.30 belady --set parallel.data=2 --set parallel.tensor.size=4 --set parallel.tensor.mode=2d \
   --set train.batch_size=4 --set train.precision=bf16 --set zero.stage=2
+plan_model=(--set model.n_embd=256 --set model.n_head=4 --set model.seq_len=16 --set train.batch_size=4
+            --set memory.offload=chunk --set parallel.data=2 --set parallel.pipeline=2 --set parallel.tensor.size=2
+            --set zero.stage=3 --set train.precision=bf16 --set train.micro_batch_size=1)
+# check_plan <name> <binding cap key> <caps...>
+check_plan() {
+  local name=$1 key=$2; shift 2
+  "${MPIRUN[@]}" -np 8 "$tidal" plan "${plan_model[@]}" "$@" --max-layers 24 > "$dir/$name.txt"
+  cat "$dir/$name.txt"
+  read -r n needs < <("${MPIRUN[@]}" -np 8 "$tidal" plan "${plan_model[@]}" "$@" --max-layers 24 --json |
+    /usr/bin/python3 -c "
+import json, sys
+plan = json.load(sys.stdin)
+last = plan['rows'][-1]
+print(plan['largest'], last['device_needs'] if '$key' == 'memory.device_limit' else last['host_needs'])")
+  "${MPIRUN[@]}" -np 8 "$tidal" train "${plan_model[@]}" "$@" --set model.n_layer="$n" --set train.steps=2 \
+    > "$dir/$name-train.log" 2>&1 || { cat "$dir/$name-train.log"; echo "FAIL: $name: $n layers do not train"; exit 1; }
+  set +e
+  "${MPIRUN[@]}" -np 8 "$tidal" train "${plan_model[@]}" "$@" --set model.n_layer=$((n + 1)) --set train.steps=2 \
+    > "$dir/$name-over.log" 2>&1
+  local rc=$?
+  set -e
+  grep -q "$key" "$dir/$name-over.log" && grep -q "$needs" "$dir/$name-over.log" && [[ $rc -eq 2 ]] ||
+    { grep error "$dir/$name-over.log"; echo "FAIL: $name: $((n + 1)) layers: exit $rc, want 2 naming $key and $needs"; exit 1; }
+  echo "$name: $n layers train under the caps; $((n + 1)) exit 2: $(grep -m1 -o "error.*" "$dir/$name-over.log" | cut -c1-160)..."
+}
+check_plan plan_device memory.device_limit --set memory.device_limit=3MiB --set memory.host_limit=1GiB
+check_plan plan_host memory.host_limit --set memory.device_limit=64MiB --set memory.host_limit=20MiB
 /usr/bin/python3 - "$dir" "$support" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[2])
