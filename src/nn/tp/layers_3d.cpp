@@ -4,6 +4,7 @@
 #include "nn/tp/embedding.h"
 #include "nn/tp/feature_split.h"
 #include "nn/tp/mappings.h"
+#include "nn/tp/shard.h"
 #include "ops/bias.h"
 #include "ops/embedding.h"
 #include "ops/gemm.h"
@@ -38,15 +39,6 @@ struct Orientation {
   comm::Communicator* b;
   comm::Communicator* c;
 };
-
-// The columns of the output features [segments][l][s] that row block r of the weight ([segments][s]
-// rows, held by rank r of gx) produces: for each segment m, [(m l + r) s, (m l + r + 1) s).
-// Segment-major keeps q, k and v of the same heads together.
-std::vector<std::int64_t> block_columns(int r, int l, int segments, std::int64_t s) {
-  std::vector<std::int64_t> firsts;
-  for (int m = 0; m < segments; ++m) firsts.push_back((std::int64_t(m) * l + r) * s);
-  return firsts;
-}
 
 class Linear3d final : public Module {
  public:
@@ -101,7 +93,7 @@ class Linear3d final : public Module {
     for (int r = 0; r < cube_.l; ++r) {
       const Tensor w = weight_block(r);  // W_bc's rows of block r
       ops::gemm(panel, xg2, w, {.trans_b = true});
-      scatter_columns(p2, panel, r, s);
+      copy_part_columns(panel, p2, r, cube_.l, segments_, true);  // columns [segments][l][s]
     }
     Tensor y = reduce_scatter_along(p, *o_.b, 0);
     if (bias_) {
@@ -123,7 +115,7 @@ class Linear3d final : public Module {
     Tensor dxg2 = dxg.reshape({-1, in});
     Tensor panel = Tensor::empty({rows, s * segments_}, dy.dtype());
     for (int r = 0; r < cube_.l; ++r) {
-      gather_columns(panel, dp2, r, s);
+      copy_part_columns(panel, dp2, r, cube_.l, segments_, false);
       ops::gemm(dxg2, panel, weight_block(r), {.beta = r == 0 ? 0.0f : 1.0f});  // dX_ab += dP_r W_r
       // dW_r, summed at its owner: the owner adds its share to its gradient and the reduce adds
       // the others' (one block of buffer at a time: W_r is gone before dW_r exists).
@@ -153,25 +145,6 @@ class Linear3d final : public Module {
     cube_.gx.broadcast(block, {.root = r})->wait();
     return block;
   }
-  // The output columns of block r (block_columns), from a panel [rows, segments s] into all
-  // [rows, out], and back.
-  void scatter_columns(Tensor& all, const Tensor& panel, int r, std::int64_t s) const {
-    std::int64_t at = 0;
-    for (std::int64_t first : block_columns(r, cube_.l, segments_, s)) {
-      Tensor dst = all.slice(1, first, first + s);
-      dst.copy_from(panel.slice(1, at, at + s));
-      at += s;
-    }
-  }
-  void gather_columns(Tensor& panel, const Tensor& all, int r, std::int64_t s) const {
-    std::int64_t at = 0;
-    for (std::int64_t first : block_columns(r, cube_.l, segments_, s)) {
-      Tensor dst = panel.slice(1, at, at + s);
-      dst.copy_from(all.slice(1, first, first + s));
-      at += s;
-    }
-  }
-
   Cube cube_;
   Orientation o_;
   int segments_;

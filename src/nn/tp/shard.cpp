@@ -60,6 +60,16 @@ Tensor shard_of(const Parameter& p, const Tensor& full) {
   return local;
 }
 
+void copy_part_columns(Tensor panel, Tensor features, int part, int parts, int segments, bool into_features) {
+  const std::int64_t s = panel.dim(1) / segments;
+  for (int m = 0; m < segments; ++m) {
+    const std::int64_t at = std::int64_t(m) * s, first = (std::int64_t(m) * parts + part) * s;
+    Tensor in_panel = panel.slice(1, at, at + s), in_features = features.slice(1, first, first + s);
+    if (into_features) in_features.copy_from(in_panel);
+    else in_panel.copy_from(in_features);
+  }
+}
+
 void reduce_replicated_gradients(std::span<Parameter* const> params) {
   // Level by level (replicas[0] of every parameter, then replicas[1], ...): a gradient summed
   // over the column group must be complete before it is summed over the depth group. Within a

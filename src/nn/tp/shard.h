@@ -18,6 +18,12 @@ Tensor gather_parameter(const Parameter& p, const Tensor& local, comm::Communica
 // inverse of gather_parameter, for loading a checkpoint written under another layout.
 Tensor shard_of(const Parameter& p, const Tensor& full);
 
+// Features laid out [segments][parts][s] (segment-major, so that q, k and v of the same heads
+// stay together when a fused weight's rows are split into parts), and a panel [N, segments s]
+// holding part `part`'s columns: the panel copied into the features' columns, or filled from them
+// (the tensors are handles: what is written lands in the caller's storage).
+void copy_part_columns(Tensor panel, Tensor features, int part, int parts, int segments, bool into_features);
+
 // Sums every parameter's gradient over each of its `replicas` groups, one flat all-reduce per
 // group. Call once per step, after the last micro-batch's backward.
 void reduce_replicated_gradients(std::span<Parameter* const> params);

@@ -1,5 +1,6 @@
 #include "nn/tp/summa.h"
 
+#include "nn/tp/shard.h"
 #include "ops/gemm.h"
 #include "ops/residual.h"
 
@@ -13,24 +14,12 @@ Tensor broadcast_block(const Tensor& mine, comm::Communicator& g, int root) {
   return buf;
 }
 
-// The columns of an output block [segments][d][s] that depth slice k produces, between a panel
-// [N, segments s] and the block [N, segments d s].
-void slice_columns(Tensor& panel, Tensor& block, int k, int d, int segments, std::int64_t s, bool into_block) {
-  for (int m = 0; m < segments; ++m) {
-    const std::int64_t at = std::int64_t(m) * s, first = (std::int64_t(m) * d + k) * s;
-    Tensor in_panel = panel.slice(1, at, at + s), in_block = block.slice(1, first, first + s);
-    if (into_block) in_block.copy_from(in_panel);
-    else in_panel.copy_from(in_block);
-  }
-}
-
 }  // namespace
 
 void summa_forward(Tensor& y2, const Tensor& x2, const Tensor& w, comm::Communicator& row, comm::Communicator& col,
                    const DepthSlices& slices) {
   comm::Communicator& depth = *slices.depth;
   const int q = row.size(), d = depth.size();
-  const std::int64_t s = w.dim(0) / slices.segments;
   Tensor scratch = Tensor::empty(y2.shape(), y2.dtype());
   Tensor panel = Tensor::empty({x2.dim(0), w.dim(0)}, y2.dtype());
   for (int l = 0; l < q; ++l) {
@@ -38,7 +27,7 @@ void summa_forward(Tensor& y2, const Tensor& x2, const Tensor& w, comm::Communic
     Tensor p = row.rank() == l ? y2 : scratch;
     for (int k = 0; k < d; ++k) {
       ops::gemm(panel, x2, broadcast_block(mine, depth, k), {.trans_b = true});  // X_ij (W_lj slice k)^T
-      slice_columns(panel, p, k, d, slices.segments, s, true);
+      copy_part_columns(panel, p, k, d, slices.segments, true);
     }
     row.reduce(p, {.op = comm::ReduceOp::sum, .root = l})->wait();
   }
@@ -48,13 +37,12 @@ void summa_backward(Tensor& dx2, Tensor& dw, const Tensor& dy2, const Tensor& x2
                     comm::Communicator& row, comm::Communicator& col, const DepthSlices& slices) {
   comm::Communicator& depth = *slices.depth;
   const int q = row.size(), d = depth.size();
-  const std::int64_t s = w.dim(0) / slices.segments;
   Tensor panel = Tensor::empty({dy2.dim(0), w.dim(0)}, dy2.dtype());
   for (int l = 0; l < q; ++l) {
     Tensor dy_l = broadcast_block(dy2, row, l);       // dY_il
     const Tensor mine = broadcast_block(w, col, l);  // slice k of W_lj
     for (int k = 0; k < d; ++k) {
-      slice_columns(panel, dy_l, k, d, slices.segments, s, false);  // dY_il's columns of slice k
+      copy_part_columns(panel, dy_l, k, d, slices.segments, false);  // dY_il's columns of slice k
       ops::gemm(dx2, panel, broadcast_block(mine, depth, k), {.beta = l == 0 && k == 0 ? 0.0f : 1.0f});
       // Slice k of dW_lj (once the slice of W is gone): summed over the depth group, then down
       // the column of layer k to (l, j).
