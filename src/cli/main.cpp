@@ -18,6 +18,8 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include <filesystem>
 #include <omp.h>
 
 #include <cstdio>
@@ -193,14 +195,28 @@ int main(int argc, char** argv) {
     if (info->parsed()) print_info();
     if (trace->parsed()) {
       const tidal::config::Config cfg = trace_args.load();
+#if TIDAL_MPI
+      const nlohmann::json tide = tidal::engine::trace_warmup(cfg, mpi.get());
+      const int ranks = mpi ? mpi->world_size() : 1;
+#else
       const nlohmann::json tide = tidal::engine::trace_warmup(cfg);
+      const int ranks = 1;
+#endif
+      if (ranks > 1) {  // each rank's tide in files of its own: tide.json -> tide-rank3.json
+        auto of_rank = [&](const std::string& path) {
+          const std::filesystem::path p(path);
+          return (p.parent_path() / (p.stem().string() + fmt::format("-rank{}", rank) + p.extension().string())).string();
+        };
+        tide_json = of_rank(tide_json);
+        tide_chart = of_rank(tide_chart);
+      }
       write_text(tide_json, tide.dump(1) + "\n");
       write_text(tide_chart, tidal::engine::tide_svg(tide));
       std::int64_t peak = 0;
       for (const auto& m : tide["moments"])
         peak = std::max(peak, m["chunk_bytes"].get<std::int64_t>() + m["non_model_bytes"].get<std::int64_t>());
-      fmt::print("warm-up of {}: {} moments, device peak {}, non-model peak {}, model data {}\nwrote {} and {}\n",
-                 tide["model"].get<std::string>(), tide["moments"].size(), tidal::engine::human_bytes(std::uint64_t(peak)),
+      fmt::print("{}warm-up of {}: {} moments, device peak {}, non-model peak {}, model data {}\nwrote {} and {}\n",
+                 ranks > 1 ? fmt::format("rank {}: ", rank) : "", tide["model"].get<std::string>(), tide["moments"].size(), tidal::engine::human_bytes(std::uint64_t(peak)),
                  tidal::engine::human_bytes(tide["peak_non_model_bytes"].get<std::uint64_t>()),
                  tidal::engine::human_bytes(tide["model_data_bytes"].get<std::uint64_t>()), tide_json, tide_chart);
     }

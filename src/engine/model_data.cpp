@@ -529,7 +529,8 @@ class ChunkModelData final : public ModelData {
     const std::int64_t L = dmm->device_limit(), need = least[std::size_t(worst)];
     if (need <= L) return;
     const std::string why = worst == pc_.rank() ? dmm->least_device_limit_reason()
-                                                : fmt::format("rank {} needs the most", worst);
+                                                : "the warm-up iteration needs more than on any other rank (that "
+                                                  "rank's error says what)";
     throw OutOfMemory(fmt::format("out of device memory: memory.device_limit = {} bytes ({}) is too small for this "
                                   "run: {}{}; the device tier needs at least {} bytes ({}): raise memory.device_limit "
                                   "to that, or make the batch (train.micro_batch_size) or memory.chunk_size smaller",

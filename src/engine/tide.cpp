@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "engine/progress.h"
 #include "engine/trainer.h"
+#include "parallel/context.h"
 
 #include <fmt/format.h>
 
@@ -50,17 +51,22 @@ config::Config trace_config(config::Config cfg) {
   return cfg;
 }
 
-nlohmann::json trace_warmup(const config::Config& user_cfg) {
-  const config::Config cfg = trace_config(user_cfg);
-  TIDAL_CHECK(cfg.parallel.data == 1 && cfg.parallel.pipeline == 1 && cfg.parallel.tensor.size == 1 &&
-                  cfg.parallel.sequence == 1,
-              "tidal trace runs one process (the tide of one rank's device): set parallel.* to 1");
-  const TrainSummary run = train(cfg, {.quiet = true});
+nlohmann::json trace_warmup(const config::Config& user_cfg, comm::MpiRuntime* mpi) {
+  config::Config cfg = trace_config(user_cfg);
+  cfg.train.eval_batches = 0;  // the tide is the warm-up's; an evaluation under too small a cap would stop a rank
+  const int ranks = mpi ? mpi->world_size() : 1;
+  TIDAL_CHECK(ranks > 1 || (cfg.parallel.data == 1 && cfg.parallel.pipeline == 1 && cfg.parallel.tensor.size == 1 &&
+                            cfg.parallel.sequence == 1),
+              "tidal trace of a parallel layout runs under mpirun (each rank traces its own device): launch it with "
+              "mpirun -np <ranks>, or set parallel.* to 1");
+  parallel::ParallelContext pc(cfg, ranks > 1 ? mpi : nullptr);
+  const TrainSummary run = train(cfg, {.quiet = true, .enforce_device_limit = false}, pc);
   const nlohmann::json& offload = run.model_data.at("offload");
   const std::uint64_t limit = config::parse_bytes(cfg.memory.device_limit, "memory.device_limit");
   nlohmann::json out = {
       {"model", fmt::format("{}, {} layers x {}, batch {} x {}, {}", cfg.model.type, cfg.model.n_layer, cfg.model.n_embd,
                             cfg.train.batch_size, cfg.model.seq_len, cfg.train.precision)},
+      {"rank", pc.rank()},
       {"model_data_bytes", run.model_data.at("model_data_bytes")},
       {"peak_non_model_bytes", offload.at("trace").at("peak_non_model_bytes")},
       {"least_device_limit_bytes", offload.value("least_device_limit_bytes", std::int64_t(0))},

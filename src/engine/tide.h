@@ -6,6 +6,7 @@
 // share as lines.
 #pragma once
 
+#include "comm/mpi_runtime.h"
 #include "config/config.h"
 
 #include <nlohmann/json.hpp>
@@ -24,7 +25,9 @@ config::Config trace_config(config::Config cfg);
 // "peak_non_model_bytes", "least_device_limit_bytes" (the smallest memory.device_limit the run
 // trains under: memory_tracer.h's least_limit; 0 under the static partition) and "moments"
 // [{moment, operator, device_bytes, chunk_bytes, operator_chunk_bytes, non_model_bytes}].
-nlohmann::json trace_warmup(const config::Config& cfg);
+// Under mpirun (`mpi` of more than one rank, every rank calling it) the layout's warm-up runs and
+// each rank returns its own device's tide ("rank" says whose).
+nlohmann::json trace_warmup(const config::Config& cfg, comm::MpiRuntime* mpi = nullptr);
 
 // The tide as a standalone SVG document.
 std::string tide_svg(const nlohmann::json& tide);

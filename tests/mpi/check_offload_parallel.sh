@@ -12,7 +12,7 @@
 # And `tidal plan` under mpirun for data 2 x pipeline 2 x 1D tensor 2 (bf16, ZeRO-3) with a device
 # and a host cap on each rank: the largest GPT it answers trains 2 steps under the caps, and one
 # layer more exits 2 naming the planner's figure for the cap that binds - once where the device
-# binds, once where the host does.
+# binds, once where the host does. `tidal trace` under mpirun writes each rank's own tide.
 # usage: check_offload_parallel.sh path/to/tidal <mpirun command...>
 set -euo pipefail
 tidal=$1; shift
@@ -78,6 +78,23 @@ print(plan['largest'], last['device_needs'] if '$key' == 'memory.device_limit' e
 }
 check_plan plan_device memory.device_limit --set memory.device_limit=3MiB --set memory.host_limit=1GiB
 check_plan plan_host memory.host_limit --set memory.device_limit=64MiB --set memory.host_limit=20MiB
+# Each rank's tide: pipeline 2 x data 2 at ZeRO-3 (the stages hold different layers).
+"${MPIRUN[@]}" -np 4 "$tidal" trace "${common[@]}" --set parallel.pipeline=2 --set parallel.data=2 --set zero.stage=3 \
+  --set train.batch_size=2 --set train.micro_batch_size=1 --set memory.device_limit=8MiB \
+  --out "$dir/tide.json" --chart "$dir/tide.svg" > "$dir/trace.log"
+/usr/bin/python3 - "$dir" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+tides = [json.load(open(f"{d}/tide-rank{r}.json")) for r in range(4)]
+for r, t in enumerate(tides):
+    assert t["rank"] == r and t["moments"] and os.path.getsize(f"{d}/tide-rank{r}.svg") > 0, f"rank {r}'s tide"
+    for m in t["moments"]:
+        assert m["device_bytes"] == m["chunk_bytes"] + m["non_model_bytes"] or m["non_model_bytes"] == 0
+    print(f"rank {r}: {len(t['moments'])} moments, model data {t['model_data_bytes']} bytes, least device cap "
+          f"{t['least_device_limit_bytes']} bytes")
+# Stage 0 (ranks 0, 1) and stage 1 (ranks 2, 3) trace their own layers' operators.
+assert tides[0]["moments"][0]["operator"] != tides[2]["moments"][0]["operator"]
+PY
 /usr/bin/python3 - "$dir" "$support" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[2])
