@@ -231,8 +231,13 @@ int main(int argc, char** argv) {
     }
     if (search->parsed()) {
       const tidal::config::Config cfg = search_args.load();
+#if TIDAL_MPI
+      const tidal::engine::ChunkSearch report =
+          tidal::engine::chunk_search(cfg, {.from = search_from, .to = search_to, .step = search_step}, mpi.get());
+#else
       const tidal::engine::ChunkSearch report =
           tidal::engine::chunk_search(cfg, {.from = search_from, .to = search_to, .step = search_step});
+#endif
       if (rank == 0) fmt::print("{}", search_json ? report.json().dump() + "\n" : tidal::engine::format_chunk_search(report));
     }
     if (train->parsed()) {

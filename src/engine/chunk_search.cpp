@@ -3,8 +3,12 @@
 #include "core/error.h"
 #include "engine/model_data.h"
 #include "engine/progress.h"
+#include "engine/rank_chunks.h"
 #include "models/factory.h"
 #include "nn/on_host.h"
+#include "nn/parallel_layers.h"
+#include "pipeline/engine.h"
+#include "pipeline/schedule.h"
 
 #include <fmt/format.h>
 
@@ -31,7 +35,78 @@ std::size_t device_capacity(const config::Config& cfg) {
 
 }  // namespace
 
-ChunkSearch chunk_search(const config::Config& cfg, const memory::ChunkSizeRange& range) {
+namespace {
+
+// Under mpirun: every rank's own lists under the layout (its tensor blocks, its stage's, in
+// segments), laid out at each size; fragmentation summed over the ranks, chunks and bytes of the
+// rank that has the most.
+ChunkSearch search_layout(const config::Config& cfg, const memory::ChunkSizeRange& range, comm::MpiRuntime& mpi) {
+  parallel::ParallelContext pc(cfg, &mpi);
+  const auto layers = nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
+  const auto model = models::make_model(cfg.model, {}, *layers, cfg.memory.embedding_on_host);
+  pipeline::PipelineOptions po;
+  po.schedule = pipeline::parse_schedule(cfg.parallel.schedule);
+  po.chunks = cfg.parallel.virtual_stages;
+  pipeline::PipelineEngine engine(*model, pc, po);
+  const std::vector<nn::Parameter*> host = nn::parameters_on_host(*model);
+  std::vector<nn::Parameter*> params;
+  for (nn::Parameter* p : engine.parameters())
+    if (std::find(host.begin(), host.end(), p) == host.end()) params.push_back(p);
+  const memory::ChunkParameters lists = chunk_parameters(params, engine, pc);
+  comm::Communicator& world = pc.group(parallel::GroupKind::world);
+  memory::ChunkOptions options = chunk_options(cfg, false);
+  options.group = &chunk_group(pc);
+
+  ChunkSearch s;
+  const config::ParallelConfig& p = cfg.parallel;
+  s.model = fmt::format("{}, {} layers x {}, data {} x pipeline {} x tensor {} ({}) x sequence {}: every rank's lists",
+                        cfg.model.type, cfg.model.n_layer, cfg.model.n_embd, p.data, p.pipeline, p.tensor.size,
+                        p.tensor.mode, p.sequence);
+  s.parameters = model->num_parameters();
+  s.largest = world_largest_parameter(lists, pc);
+  s.group_size = options.group->size();
+  s.bytes_per_element = memory::chunk_list_bytes(memory::layout_chunks({1}, 1, 1), chunk_options(cfg, false)).total();
+  const std::size_t device = device_capacity(cfg);
+  s.training_size = agreed_chunk_size(lists, options, device, pc);
+  const memory::ChunkSizeRange training = memory::chunk_size_range_for({s.largest}, options, device);
+  s.range = {.from = range.from ? range.from : training.from,
+             .to = range.to ? range.to : std::max(training.to, range.from),
+             .step = range.step ? range.step : training.step};
+  s.default_range = !range.from && !range.to && !range.step;
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t size = s.range.from; size <= s.range.to; size += s.range.step)
+    if (size >= s.largest) sizes.push_back(size);
+  TIDAL_CHECK(!sizes.empty(),
+              "no chunk size from {} to {} elements holds the largest parameter ({} elements, of {}): search from at "
+              "least --from {}",
+              s.range.from, s.range.to, s.largest, s.model, s.largest);
+  const std::vector<double> waste = world_padding(lists, s.group_size, sizes, pc);
+  // Per size, the most chunks and chunk-list bytes of any rank (in MiB: float sums stay exact).
+  std::vector<std::int64_t> numels;
+  for (const nn::Parameter* q : lists.params) numels.push_back(q->shape.numel());
+  Tensor most = Tensor::zeros({2 * std::int64_t(sizes.size())}, DType::f32, host_allocator());
+  Tensor used = Tensor::zeros({1}, DType::f32, host_allocator());
+  for (std::int64_t n : numels) used.data<float>()[0] += float(n);
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const memory::ChunkLayout layout = memory::layout_chunks(numels, sizes[k], s.group_size, lists.segment);
+    most.data<float>()[2 * k] = float(layout.chunks);
+    most.data<float>()[2 * k + 1] = float(double(memory::chunk_list_bytes(layout, options).total()) / (1 << 20));
+  }
+  world.all_reduce(most, {.op = comm::ReduceOp::max})->wait();
+  world.all_reduce(used)->wait();
+  for (std::size_t k = 0; k < sizes.size(); ++k)
+    s.rows.push_back({.size = sizes[k],
+                      .chunks = int(most.data<float>()[2 * k]),
+                      .fragmentation = waste[k] / (waste[k] + double(used.data<float>()[0])),
+                      .chunk_bytes = std::int64_t(double(most.data<float>()[2 * k + 1]) * (1 << 20))});
+  s.best = sizes[std::size_t(std::min_element(waste.begin(), waste.end()) - waste.begin())];
+  return s;
+}
+
+}  // namespace
+
+ChunkSearch chunk_search(const config::Config& cfg, const memory::ChunkSizeRange& range, comm::MpiRuntime* mpi) {
+  if (mpi && mpi->world_size() > 1) return search_layout(cfg, range, *mpi);
   const std::vector<std::int64_t> numels = parameter_numels(cfg);
   ChunkSearch s;
   s.model = fmt::format("{}, {} layers x {}{}", cfg.model.type, cfg.model.n_layer, cfg.model.n_embd,

@@ -4,6 +4,7 @@
 // and the best one.
 #pragma once
 
+#include "comm/mpi_runtime.h"
 #include "config/config.h"
 #include "memory/chunk_layout.h"
 
@@ -45,7 +46,11 @@ struct ChunkSearch {
 // `range`: sizes to try; a field left 0 takes the search range training uses (the largest
 // parameter up to 4x it in steps of 1/32 of it, capped under memory.offload so that two chunks fit
 // in the warm-up's share). A tidal::Error when no size in range holds the largest parameter.
-ChunkSearch chunk_search(const config::Config& cfg, const memory::ChunkSizeRange& range = {0, 0, 0});
+// Under mpirun (`mpi` of more than one rank, every rank calling it): the launched layout's lists
+// on every rank (its tensor blocks and pipeline stage's, in segments; the chunk group its data x
+// sequence ranks), fragmentation summed over the ranks - the sizes `tidal train` agrees on.
+ChunkSearch chunk_search(const config::Config& cfg, const memory::ChunkSizeRange& range = {0, 0, 0},
+                         comm::MpiRuntime* mpi = nullptr);
 
 // The report as text: the configuration, one row per size, the best.
 std::string format_chunk_search(const ChunkSearch& s);

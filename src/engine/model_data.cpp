@@ -2,6 +2,7 @@
 
 #include "core/gpu.h"
 #include "engine/progress.h"
+#include "engine/rank_chunks.h"
 #include "memory/chunk_manager.h"
 #include "nn/on_host.h"
 #include "nn/tp/shard.h"
@@ -46,13 +47,6 @@ namespace {
 ops::AdamWOptions adamw_options(const config::TrainConfig& tc) {
   return {.lr = float(tc.lr), .beta1 = float(tc.beta1), .beta2 = float(tc.beta2), .eps = 1e-8f,
           .weight_decay = float(tc.weight_decay)};
-}
-
-// The ranks that hold the same parameters and share their chunks: the data replicas, and with
-// sequence parallelism the ring's positions too (each holds every parameter and sees its share
-// of the positions; DeepSpeed-Ulysses shards ZeRO over the same data x sequence group).
-comm::Communicator& chunk_group(parallel::ParallelContext& pc) {
-  return pc.group(pc.layout().spec().sequence > 1 ? parallel::GroupKind::data_sequence : parallel::GroupKind::data);
 }
 
 // What each later pipeline stage sends the first when a checkpoint is saved: what the first lacks.
@@ -150,69 +144,6 @@ class TensorModelData final : public ModelData {
   std::vector<Tensor> grads_;
   PipelineShare share_ = pipeline_share(engine_, pc_);
 };
-
-// `params` for a chunk manager, in segments (memory/chunk_manager.h): by the model chunk whose
-// layers use them, then by the groups beyond the chunk group that hold them too - a tensor
-// grid's replicas (nn::Parameter::replicas) and, for a tied embedding, the pipeline's end stages.
-// Segments go in (phase, group names) order, so ranks of a replica group lay each out alike.
-memory::ChunkParameters chunk_parameters(const std::vector<nn::Parameter*>& params,
-                                         const pipeline::PipelineEngine& engine, parallel::ParallelContext& pc) {
-  using Key = std::pair<int, std::vector<std::string>>;
-  std::map<Key, std::vector<comm::Communicator*>> segments;
-  std::vector<Key> keys;
-  for (nn::Parameter* p : params) {
-    std::vector<comm::Communicator*> replicas;
-    for (comm::Communicator* g : p->replicas)
-      if (g->size() > 1) replicas.push_back(g);
-    if (comm::Communicator& ends = pc.group(parallel::GroupKind::pipeline_ends); engine.tied(*p) && ends.size() > 1)
-      replicas.push_back(&ends);
-    Key key{engine.chunk_of(*p), {}};
-    for (const comm::Communicator* g : replicas) key.second.push_back(g->name());
-    segments.emplace(key, replicas);
-    keys.push_back(std::move(key));
-  }
-  memory::ChunkParameters out{.params = params, .segment = {}, .segments = {}, .users = engine.layers()};
-  std::map<Key, int> index;
-  for (const auto& [key, replicas] : segments) {
-    index[key] = int(out.segments.size());
-    out.segments.push_back({.replicas = replicas, .phase = key.first});
-  }
-  for (const Key& key : keys) out.segment.push_back(index.at(key));
-  return out;
-}
-
-// The chunk size of a run: ranks holding the same segment must lay it out alike, whatever else
-// they hold, so every rank takes one size - options.chunk_elements, or PatrickStar's search
-// (patrickstar-v2 sec. 8.1) run over every rank's lists at once: the size in the range of the
-// world's largest parameter with the least padding summed over the ranks.
-std::int64_t agreed_chunk_size(const memory::ChunkParameters& params, const memory::ChunkOptions& options,
-                               std::size_t device_capacity, parallel::ParallelContext& pc) {
-  if (options.chunk_elements) return options.chunk_elements;
-  std::vector<std::int64_t> numels;
-  for (const nn::Parameter* p : params.params) numels.push_back(p->data.numel());
-  const int group = options.group ? options.group->size() : 1;
-  comm::Communicator& world = pc.group(parallel::GroupKind::world);
-  if (world.size() == 1) return memory::chunk_size_for(numels, group, options, device_capacity, params.segment);
-  Tensor largest = Tensor::zeros({1}, DType::i32, host_allocator());
-  for (std::int64_t n : numels) largest.data<std::int32_t>()[0] = std::max(largest.data<std::int32_t>()[0], std::int32_t(n));
-  world.all_reduce(largest, {.op = comm::ReduceOp::max})->wait();
-  if (largest.data<std::int32_t>()[0] == 0) return 1;  // no rank holds such parameters
-  const memory::ChunkSizeRange range =
-      memory::chunk_size_range_for({largest.data<std::int32_t>()[0]}, options, device_capacity);
-  std::vector<std::int64_t> sizes;
-  for (std::int64_t size = range.from; size <= range.to; size += range.step) sizes.push_back(size);
-  // Each rank's padding (elements) at each size, summed over the ranks.
-  Tensor waste = Tensor::zeros({std::int64_t(sizes.size())}, DType::f32, host_allocator());
-  for (std::size_t k = 0; k < sizes.size(); ++k) {
-    const memory::ChunkLayout layout = memory::layout_chunks(numels, sizes[k], group, params.segment);
-    waste.data<float>()[k] = float(double(layout.chunks) * double(sizes[k]) - double(layout.used_elements));
-  }
-  world.all_reduce(waste)->wait();
-  std::size_t best = 0;
-  for (std::size_t k = 1; k < sizes.size(); ++k)
-    if (waste.data<float>()[k] < waste.data<float>()[best]) best = k;
-  return sizes[best];
-}
 
 // PatrickStar's chunks (ZeRO stages 0-3) in train.precision, under any layout: a rank's lists
 // hold the parameters it materializes (its tensor blocks, its pipeline stage's), shared by the

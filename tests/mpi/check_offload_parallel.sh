@@ -12,7 +12,8 @@
 # And `tidal plan` under mpirun for data 2 x pipeline 2 x 1D tensor 2 (bf16, ZeRO-3) with a device
 # and a host cap on each rank: the largest GPT it answers trains 2 steps under the caps, and one
 # layer more exits 2 naming the planner's figure for the cap that binds - once where the device
-# binds, once where the host does. `tidal trace` under mpirun writes each rank's own tide.
+# binds, once where the host does. `tidal trace` under mpirun writes each rank's own tide, and
+# `tidal chunk-search` searches every rank's lists: its best size is the one training lays out.
 # usage: check_offload_parallel.sh path/to/tidal <mpirun command...>
 set -euo pipefail
 tidal=$1; shift
@@ -78,6 +79,18 @@ print(plan['largest'], last['device_needs'] if '$key' == 'memory.device_limit' e
 }
 check_plan plan_device memory.device_limit --set memory.device_limit=3MiB --set memory.host_limit=1GiB
 check_plan plan_host memory.host_limit --set memory.device_limit=64MiB --set memory.host_limit=20MiB
+best=$("${MPIRUN[@]}" -np 8 "$tidal" chunk-search "${plan_model[@]}" --set model.n_layer=4 \
+  --set memory.device_limit=64MiB --json |
+  /usr/bin/python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+assert r['best'] == r['training_size'], r
+print(r['best'])")
+"${MPIRUN[@]}" -np 8 "$tidal" train "${plan_model[@]}" --set model.n_layer=4 --set train.steps=1 \
+  --set memory.device_limit=64MiB > "$dir/search-train.log"
+grep -q "chunks of $best elements" "$dir/search-train.log" ||
+  { grep "model data" "$dir/search-train.log"; echo "FAIL: chunk-search's best $best is not what training lays out"; exit 1; }
+echo "chunk-search under mpirun: best $best elements, the size training lays out"
 # Each rank's tide: pipeline 2 x data 2 at ZeRO-3 (the stages hold different layers).
 "${MPIRUN[@]}" -np 4 "$tidal" trace "${common[@]}" --set parallel.pipeline=2 --set parallel.data=2 --set zero.stage=3 \
   --set train.batch_size=2 --set train.micro_batch_size=1 --set memory.device_limit=8MiB \

@@ -1,0 +1,87 @@
+#include "engine/rank_chunks.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+namespace tidal::engine {
+
+// The ranks that hold the same parameters and share their chunks: the data replicas, and with
+// sequence parallelism the ring's positions too (each holds every parameter and sees its share
+// of the positions; DeepSpeed-Ulysses shards ZeRO over the same data x sequence group).
+comm::Communicator& chunk_group(parallel::ParallelContext& pc) {
+  return pc.group(pc.layout().spec().sequence > 1 ? parallel::GroupKind::data_sequence : parallel::GroupKind::data);
+}
+
+// `params` for a chunk manager, in segments (memory/chunk_manager.h): by the model chunk whose
+// layers use them, then by the groups beyond the chunk group that hold them too - a tensor
+// grid's replicas (nn::Parameter::replicas) and, for a tied embedding, the pipeline's end stages.
+// Segments go in (phase, group names) order, so ranks of a replica group lay each out alike.
+memory::ChunkParameters chunk_parameters(const std::vector<nn::Parameter*>& params,
+                                         const pipeline::PipelineEngine& engine, parallel::ParallelContext& pc) {
+  using Key = std::pair<int, std::vector<std::string>>;
+  std::map<Key, std::vector<comm::Communicator*>> segments;
+  std::vector<Key> keys;
+  for (nn::Parameter* p : params) {
+    std::vector<comm::Communicator*> replicas;
+    for (comm::Communicator* g : p->replicas)
+      if (g->size() > 1) replicas.push_back(g);
+    if (comm::Communicator& ends = pc.group(parallel::GroupKind::pipeline_ends); engine.tied(*p) && ends.size() > 1)
+      replicas.push_back(&ends);
+    Key key{engine.chunk_of(*p), {}};
+    for (const comm::Communicator* g : replicas) key.second.push_back(g->name());
+    segments.emplace(key, replicas);
+    keys.push_back(std::move(key));
+  }
+  memory::ChunkParameters out{.params = params, .segment = {}, .segments = {}, .users = engine.layers()};
+  std::map<Key, int> index;
+  for (const auto& [key, replicas] : segments) {
+    index[key] = int(out.segments.size());
+    out.segments.push_back({.replicas = replicas, .phase = key.first});
+  }
+  for (const Key& key : keys) out.segment.push_back(index.at(key));
+  return out;
+}
+
+std::vector<double> world_padding(const memory::ChunkParameters& params, int group_size,
+                                  const std::vector<std::int64_t>& sizes, parallel::ParallelContext& pc) {
+  std::vector<std::int64_t> numels;
+  for (const nn::Parameter* p : params.params) numels.push_back(p->shape.numel());
+  Tensor waste = Tensor::zeros({std::int64_t(sizes.size())}, DType::f32, host_allocator());
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const memory::ChunkLayout layout = memory::layout_chunks(numels, sizes[k], group_size, params.segment);
+    waste.data<float>()[k] = float(double(layout.chunks) * double(sizes[k]) - double(layout.used_elements));
+  }
+  comm::Communicator& world = pc.group(parallel::GroupKind::world);
+  if (world.size() > 1) world.all_reduce(waste)->wait();
+  return std::vector<double>(waste.data<float>(), waste.data<float>() + sizes.size());
+}
+
+std::int64_t world_largest_parameter(const memory::ChunkParameters& params, parallel::ParallelContext& pc) {
+  Tensor largest = Tensor::zeros({1}, DType::i32, host_allocator());
+  for (const nn::Parameter* p : params.params)
+    largest.data<std::int32_t>()[0] = std::max(largest.data<std::int32_t>()[0], std::int32_t(p->shape.numel()));
+  comm::Communicator& world = pc.group(parallel::GroupKind::world);
+  if (world.size() > 1) world.all_reduce(largest, {.op = comm::ReduceOp::max})->wait();
+  return largest.data<std::int32_t>()[0];
+}
+
+std::int64_t agreed_chunk_size(const memory::ChunkParameters& params, const memory::ChunkOptions& options,
+                               std::size_t device_capacity, parallel::ParallelContext& pc) {
+  if (options.chunk_elements) return options.chunk_elements;
+  const int group = options.group ? options.group->size() : 1;
+  if (pc.world_size() == 1) {
+    std::vector<std::int64_t> numels;
+    for (const nn::Parameter* p : params.params) numels.push_back(p->shape.numel());
+    return memory::chunk_size_for(numels, group, options, device_capacity, params.segment);
+  }
+  const std::int64_t largest = world_largest_parameter(params, pc);
+  if (largest == 0) return 1;  // no rank holds such parameters
+  const memory::ChunkSizeRange range = memory::chunk_size_range_for({largest}, options, device_capacity);
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t size = range.from; size <= range.to; size += range.step) sizes.push_back(size);
+  const std::vector<double> waste = world_padding(params, group, sizes, pc);
+  return sizes[std::size_t(std::min_element(waste.begin(), waste.end()) - waste.begin())];
+}
+
+}  // namespace tidal::engine

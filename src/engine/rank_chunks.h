@@ -1,0 +1,37 @@
+// How one rank's parameters lie in chunks under a parallel layout (memory/chunk_manager.h): the
+// ranks that share its lists (the chunk group), its parameters in segments by model chunk and by
+// the groups beyond the chunk group that hold them too, and the one chunk size every rank uses.
+// The model data keeper and `tidal chunk-search` share them.
+#pragma once
+
+#include "memory/chunk_manager.h"
+#include "parallel/context.h"
+#include "pipeline/engine.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace tidal::engine {
+
+// The ranks that hold the same parameters and share their chunks: the data replicas, and with
+// sequence parallelism the ring's positions too.
+comm::Communicator& chunk_group(parallel::ParallelContext& pc);
+
+// `params` (this rank's, in the model's order) for a chunk manager, in segments.
+memory::ChunkParameters chunk_parameters(const std::vector<nn::Parameter*>& params,
+                                         const pipeline::PipelineEngine& engine, parallel::ParallelContext& pc);
+
+// Collectives over the world (every rank calls them alike): the largest parameter any rank holds,
+// and the padding (elements) of every rank's lists laid out at each size, summed.
+std::int64_t world_largest_parameter(const memory::ChunkParameters& params, parallel::ParallelContext& pc);
+std::vector<double> world_padding(const memory::ChunkParameters& params, int group_size,
+                                  const std::vector<std::int64_t>& sizes, parallel::ParallelContext& pc);
+
+// The chunk size of a run: ranks holding the same segment must lay it out alike, whatever else
+// they hold, so every rank takes one size - options.chunk_elements, or PatrickStar's search
+// (patrickstar-v2 sec. 8.1) run over every rank's lists at once: the size in the range of the
+// world's largest parameter with the least padding summed over the ranks.
+std::int64_t agreed_chunk_size(const memory::ChunkParameters& params, const memory::ChunkOptions& options,
+                               std::size_t device_capacity, parallel::ParallelContext& pc);
+
+}  // namespace tidal::engine
