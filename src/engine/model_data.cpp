@@ -383,17 +383,14 @@ class ChunkModelData final : public ModelData {
       out["host_needs_bytes"] = host;
       out["host_needs_with_disk_bytes"] = with_disk;
       out["chunk_elements"] = chunks_->layout().chunk_elements;
-      if (pc_.world_size() > 1) {
-        out["least_device_limit_bytes_per_rank"] = over_world(dmm->least_device_limit());
-        out["host_needs_bytes_per_rank"] = over_world(host);
-        out["host_needs_with_disk_bytes_per_rank"] = over_world(with_disk);
-      }
     }
     if (pc_.world_size() > 1) {
-      out["model_data_bytes_per_rank"] = over_world(model_data_bytes());
       std::int64_t held = 0;  // elements of the parameters this rank materializes
       for (const nn::Parameter* p : engine_.parameters()) held += p->shape.numel();
-      out["parameters_per_rank"] = over_world(held);
+      nlohmann::json mine = {{"model_data_bytes", model_data_bytes()}, {"parameters", held}};
+      for (const char* key : {"least_device_limit_bytes", "host_needs_bytes", "host_needs_with_disk_bytes"})
+        if (out.contains(key)) mine[key] = out[key];
+      out.update(per_rank(mine));
     }
     if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) {
       out["offload"] = dmm->json();
@@ -430,9 +427,12 @@ class ChunkModelData final : public ModelData {
     reported_ = now;
     // Each rank moves its own lists: the counts of every rank, in world rank order (the keys
     // above are this rank's: the main rank's in the metrics).
-    if (pc_.world_size() > 1)
+    if (pc_.world_size() > 1) {
+      nlohmann::json mine;
       for (const char* key : {"bytes_host_to_device", "bytes_device_to_host", "evictions", "device_peak_bytes"})
-        out[std::string(key) + "_per_rank"] = over_world(out[key].get<std::int64_t>());
+        mine[key] = out[key];
+      out.update(per_rank(mine));
+    }
     return out;
   }
 
@@ -455,7 +455,9 @@ class ChunkModelData final : public ModelData {
     if (device_limit_checked_ || !dmm || !dmm->tracer().finished()) return;
     device_limit_checked_ = true;
     if (!enforce_device_limit_) return;
-    const std::vector<std::int64_t> least = over_world(dmm->least_device_limit());
+    std::vector<std::int64_t> least{dmm->least_device_limit()};
+    if (pc_.world_size() > 1)
+      least = per_rank({{"least", least[0]}})["least_per_rank"].get<std::vector<std::int64_t>>();
     const int worst = int(std::max_element(least.begin(), least.end()) - least.begin());
     const std::int64_t L = dmm->device_limit(), need = least[std::size_t(worst)];
     if (need <= L) return;
@@ -471,19 +473,33 @@ class ChunkModelData final : public ModelData {
                       std::size_t(need));
   }
 
-  // `value` of every rank, in world rank order (a collective: every rank calls it alike).
-  std::vector<std::int64_t> over_world(std::int64_t value) const {
+  // Every rank's integer figures `mine` ({key: value}, the same keys on every rank) as
+  // {key_per_rank: [value of rank 0, 1, ...]}: one all-gather (a collective every rank calls alike).
+  nlohmann::json per_rank(const nlohmann::json& mine) const {
     comm::Communicator& world = pc_.group(parallel::GroupKind::world);
-    // Two 30-bit halves in int32 (the communicators' integer type), exact to 2^60.
+    // Two 30-bit halves per value in int32 (the communicators' integer type), exact to 2^60.
     constexpr std::int64_t kHalf = std::int64_t(1) << 30;
-    Tensor mine = Tensor::empty({2}, DType::i32, host_allocator());
-    mine.data<std::int32_t>()[0] = std::int32_t(value / kHalf);
-    mine.data<std::int32_t>()[1] = std::int32_t(value % kHalf);
-    Tensor all = Tensor::empty({2 * world.size()}, DType::i32, host_allocator());
-    world.all_gather(all, mine)->wait();
-    std::vector<std::int64_t> out;
-    for (int r = 0; r < world.size(); ++r)
-      out.push_back(all.data<std::int32_t>()[2 * r] * kHalf + all.data<std::int32_t>()[2 * r + 1]);
+    const std::int64_t n = std::int64_t(mine.size());
+    Tensor local = Tensor::empty({2 * n}, DType::i32, host_allocator());
+    std::int64_t k = 0;
+    for (const auto& [key, value] : mine.items()) {
+      local.data<std::int32_t>()[2 * k] = std::int32_t(value.get<std::int64_t>() / kHalf);
+      local.data<std::int32_t>()[2 * k + 1] = std::int32_t(value.get<std::int64_t>() % kHalf);
+      ++k;
+    }
+    Tensor all = Tensor::empty({2 * n * world.size()}, DType::i32, host_allocator());
+    world.all_gather(all, local)->wait();
+    nlohmann::json out = nlohmann::json::object();
+    k = 0;
+    for (const auto& [key, value] : mine.items()) {
+      std::vector<std::int64_t> values;
+      for (int r = 0; r < world.size(); ++r) {
+        const std::int32_t* v = all.data<std::int32_t>() + 2 * (n * r + k);
+        values.push_back(v[0] * kHalf + v[1]);
+      }
+      out[key + "_per_rank"] = values;
+      ++k;
+    }
     return out;
   }
   std::int64_t model_data_bytes() const {
