@@ -1,31 +1,49 @@
 #!/usr/bin/python3
-"""CPU training speed: tidal vs PyTorch, one after the other in one run, same model, batch,
-threads and BLAS kernels.
+"""CPU training speed: tidal against today's PyTorch, one system after the other in one run, on the
+same threads, model, batch, precision, AdamW and clipping (bench/gpt_training.py).
 
-Reference config: GPT n_layer 6, n_embd 384, n_head 6, vocab 512, seq_len 256, batch 8, fp32,
-AdamW, gradient clipping at 1.0. Prints tokens/s of each, the ratio, and the model FLOP/s
-(6N + 6LCT per token) as a fraction of this machine's SGEMM peak measured in the same run.
-Both sides are bench/gpt_training.py's (PyTorch: the oracle's GPT-2, tests/oracle).
+Systems, each in a process of its own:
+  - tidal fp32 and bf16 (bf16: parameters and activations in bf16, fp32 master weights and AdamW),
+    with train.profile = true: its profile (time per op family and module kind) is printed;
+  - PyTorch 2.x from PyPI, installed on first use into a virtual environment of this benchmark's
+    own (--venv): eager (SDPA, fused AdamW) and torch.compile, fp32 and bf16 autocast;
+  - Debian's PyTorch 1.13 (python3-torch), eager, fp32 and bf16 autocast.
+Shapes: the reference GPT (6 layers, width 384, 6 heads, vocab 512, seq_len 256, batch 8) and
+GPT-2 small (12 layers, width 768, 12 heads, vocab 50,257, seq_len 1024, batch 2).
 
-usage: bench/cpu_train_vs_torch.py [--build build] [--steps 20] [--threads 2]
+Prints per shape and system tokens/s, model FLOP/s (6N + 6LCT per token) against this machine's
+GEMM peak for the precision (measured in the same run by bench_cpu_ops --peak-only), and the
+ratio tidal / system of the same precision; then tidal's profiles; one JSON line per run last.
+
+usage: bench/cpu_train_vs_torch.py [--build build] [--threads 2] [--shapes reference,gpt2-small]
+           [--systems tidal,eager,compile,torch1] [--precisions fp32,bf16] [--steps N]
+           [--venv DIR] [--quick]
 """
 import argparse
+import json
 import os
 import re
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_training import GptShape, run_tidal, tidal_sets, tidal_speed, torch_train  # noqa: E402
+from gpt_training import GptShape, run_tidal, tidal_sets, tidal_speed  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHAPE = GptShape(n_layer=6, n_embd=384, n_head=6, vocab_size=512, seq_len=256)
-BATCH = 8
+SHAPES = {  # name: (shape, batch, steps)
+    "reference": (GptShape(n_layer=6, n_embd=384, n_head=6, vocab_size=512, seq_len=256), 8, 10),
+    "gpt2-small": (GptShape(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, seq_len=1024), 2, 6),
+}
 WARMUP = 3
+TORCH2 = "torch>=2.4,<3"
+# torch's own requirements but the CUDA libraries (gigabytes a CPU run never loads).
+TORCH2_DEPS = ["filelock", "typing-extensions>=4.10", "sympy>=1.13", "networkx", "jinja2", "fsspec", "setuptools",
+               "numpy"]
+DEFAULT_VENV = os.path.join(os.path.expanduser("~"), ".cache", "tidal", "bench-torch2")
 
 
 def blas_kernels():
-    """The OpenBLAS kernels tidal selects for this CPU; PyTorch gets the same."""
+    """The OpenBLAS kernels tidal selects for this CPU; Debian's PyTorch 1.13 gets the same."""
     if "OPENBLAS_CORETYPE" in os.environ:
         return os.environ["OPENBLAS_CORETYPE"]
     flags = open("/proc/cpuinfo").read()
@@ -36,45 +54,124 @@ def blas_kernels():
     return None
 
 
-def run_tidal_cpu(build, steps, env):
-    sets = tidal_sets(SHAPE, BATCH, steps, "fp32", "cpu") + ["data.markov_branching=8"]
-    records = run_tidal(os.path.join(build, "src", "tidal"), sets, env=env)
-    return tidal_speed(records, SHAPE, BATCH, WARMUP)[0]
+def torch2_python(venv):
+    """The venv's python with PyTorch 2.x, installing it on first use."""
+    python = os.path.join(venv, "bin", "python")
+    probe = [python, "-c", "import torch, sys; sys.exit(0 if torch.__version__ >= '2' else 1)"]
+    if os.path.exists(python) and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python
+    print(f"installing PyTorch 2.x (CPU use only) into {venv} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run(pip + ["--no-deps", TORCH2], check=True)
+    subprocess.run(pip + TORCH2_DEPS, check=True)
+    subprocess.run(probe, check=True)
+    return python
 
 
-def sgemm_peak(build, env):
+def gemm_peaks(build, env):
+    """{precision: GFLOP/s} measured now by bench_cpu_ops, and the library that runs tidal's GEMMs."""
     out = subprocess.run([os.path.join(build, "bench", "bench_cpu_ops"), "--peak-only"], check=True, env=env,
                          capture_output=True, text=True).stdout
-    return float(re.search(r"peak: ([0-9.]+) GFLOP/s", out).group(1))
+    peaks = {"fp32": float(re.search(r"fp32 GEMM peak: ([0-9.]+) GFLOP/s", out).group(1)),
+             "bf16": float(re.search(r"bf16 GEMM peak: ([0-9.]+) GFLOP/s", out).group(1))}
+    library = re.search(r"CPU GEMM: (.*)", out).group(1)
+    return peaks, library
+
+
+def run_tidal_cpu(build, shape, batch, steps, precision, env):
+    sets = tidal_sets(shape, batch, steps, precision, "cpu") + ["data.markov_branching=8", "train.profile=true"]
+    records = run_tidal(os.path.join(build, "src", "tidal"), sets, env=env)
+    tps, _, summary = tidal_speed(records, shape, batch, WARMUP)
+    return {"system": "tidal", "tokens_per_s": tps, "profile": summary.get("profile")}
+
+
+def run_torch(python, shape, batch, steps, precision, mode, threads, env):
+    job = {"shape": shape.__dict__, "batch": batch, "steps": steps, "warmup": WARMUP, "precision": precision,
+           "device": "cpu", "mode": mode, "threads": threads}
+    proc = subprocess.run([python, os.path.join(ROOT, "bench", "gpt_training.py"), json.dumps(job)], env=env,
+                          capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return {"failed": f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"}
+    return json.loads(lines[-1])
+
+
+def label(record):
+    if record["system"] == "tidal":
+        return "tidal"
+    extras = [x for x in (record.get("attention", "").split(" ")[0], record.get("optimizer")) if x]
+    return f"PyTorch {record['torch'].split('+')[0]} {record['system'].split(' ', 1)[1]} ({', '.join(extras)})"
+
+
+def print_profile(precision, profile):
+    if not profile:
+        return
+    step = profile["step_s"]
+    print(f"  tidal {precision} profile, {1e3 * step:.1f} ms per step:")
+    for view, title in (("ops_s", "op family"), ("modules_s", "module")):
+        rows = sorted(profile[view].items(), key=lambda kv: -kv[1])
+        cells = [f"{name} {1e3 * s:.1f} ms ({100 * s / step:.0f}%)" for name, s in rows if s >= 5e-4 * step]
+        print(f"    by {title}: " + ", ".join(cells))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--shapes", default="reference,gpt2-small")
+    ap.add_argument("--systems", default="tidal,eager,compile,torch1")
+    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--steps", type=int, default=0, help="steps per run, the first 3 untimed (default: per shape)")
+    ap.add_argument("--venv", default=DEFAULT_VENV, help="where PyTorch 2.x is installed on first use")
+    ap.add_argument("--quick", action="store_true", help="reference shape only, 5 steps")
     args = ap.parse_args()
+    shapes = ["reference"] if args.quick else args.shapes.split(",")
+    systems, precisions = args.systems.split(","), args.precisions.split(",")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     kernels = blas_kernels()
     if kernels:
         env["OPENBLAS_CORETYPE"] = kernels
-        os.environ["OPENBLAS_CORETYPE"] = kernels  # before torch loads OpenBLAS
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    torch2 = torch2_python(args.venv) if {"eager", "compile"} & set(systems) else None
 
-    print(f"config: {SHAPE.describe()}, batch {BATCH}, fp32, AdamW + clip 1.0; {args.threads} threads, "
-          f"OpenBLAS kernels {kernels or 'library default'}, {args.steps} steps ({WARMUP} warm-up steps not timed)")
-    peak = sgemm_peak(args.build, env)
-    tidal_tps = run_tidal_cpu(args.build, args.steps, env)
-    torch_run = torch_train(SHAPE, BATCH, args.steps, WARMUP, "fp32", "cpu", "eager", threads=args.threads)
-    torch_tps, torch_version = torch_run["tokens_per_s"], torch_run["torch"]
-    flops_per_token = SHAPE.flops_per_token()
-    print(f"parameters: {SHAPE.parameters()}; model FLOPs per token (6N + 6LCT, N without the position embedding): "
-          f"{flops_per_token / 1e6:.1f} M; PyTorch attention: {torch_run['attention']}")
-    print(f"measured SGEMM peak: {peak:.1f} GFLOP/s")
-    for name, tps in (("tidal", tidal_tps), (f"PyTorch {torch_version}", torch_tps)):
-        gflops = tps * flops_per_token / 1e9
-        print(f"{name:<16} {tps:9.0f} tokens/s  {gflops:7.1f} GFLOP/s  {100 * gflops / peak:5.1f}% of SGEMM peak")
-    print(f"ratio tidal / PyTorch: {tidal_tps / torch_tps:.2f}x")
+    peaks, library = gemm_peaks(args.build, env)
+    print(f"config: {args.threads} threads; tidal's CPU GEMM: {library}; OpenBLAS kernels {kernels or 'default'}; "
+          f"AdamW (lr 3e-4, betas 0.9/0.95, weight decay 0.1) + clip 1.0; first {WARMUP} steps of each run untimed")
+    print("GEMM peak measured now: " + ", ".join(f"{p} {g:.1f} GFLOP/s" for p, g in peaks.items()))
+    results = []
+    for name in shapes:
+        shape, batch, steps = SHAPES[name]
+        steps = 5 if args.quick else (args.steps or steps)
+        flops = shape.flops_per_token()
+        print(f"\n== {name}: {shape.describe()}, batch {batch}, {steps} steps; {flops / 1e6:.1f} MFLOP per token")
+        print(f"  {'system':<52} {'prec':<5} {'tokens/s':>9} {'GFLOP/s':>8} {'% peak':>7} {'tidal/it':>9}")
+        profiles = {}
+        for precision in precisions:
+            runs = []
+            if "tidal" in systems:
+                runs.append(run_tidal_cpu(args.build, shape, batch, steps, precision, env))
+                profiles[precision] = runs[-1]["profile"]
+            for mode in ("eager", "compile"):
+                if mode in systems:
+                    runs.append(run_torch(torch2, shape, batch, steps, precision, mode, args.threads, env))
+            if "torch1" in systems:
+                runs.append(run_torch("/usr/bin/python3", shape, batch, steps, precision, "eager", args.threads, env))
+            tidal_tps = runs[0]["tokens_per_s"] if "tidal" in systems else None
+            for r in runs:
+                r.update(shape=name, precision=precision)
+                results.append(r)
+                if "tokens_per_s" not in r:
+                    print(f"  {r.get('system', '?'):<52} {precision:<5} {'—':>9}  {r.get('failed') or r.get('skipped')}")
+                    continue
+                gflops = r["tokens_per_s"] * flops / 1e9
+                ratio = f"{tidal_tps / r['tokens_per_s']:.2f}x" if tidal_tps else ""
+                print(f"  {label(r):<52} {precision:<5} {r['tokens_per_s']:9.0f} {gflops:8.1f} "
+                      f"{100 * gflops / peaks[precision]:6.1f}% {ratio:>9}", flush=True)
+        for precision, profile in profiles.items():
+            print_profile(precision, profile)
+    print()
+    for r in results:
+        print(json.dumps(r))
 
 
 if __name__ == "__main__":

@@ -159,11 +159,21 @@ def torch_train(shape, batch, steps, warmup, precision, device, mode, threads=No
     with on_device:
         model, record["attention"] = torch_gpt(shape)
     model.to(device)
-    fused = cuda and "fused" in inspect.signature(torch.optim.AdamW).parameters
-    record["optimizer"] = "AdamW (fused)" if fused else "AdamW"
     o = OPTIMIZER
-    opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=1e-8,
-                            weight_decay=o["weight_decay"], **({"fused": True} if fused else {}))
+
+    def adamw(**fused):
+        return torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=1e-8,
+                                 weight_decay=o["weight_decay"], **fused)
+
+    # Fused AdamW where this torch has it for the device (CUDA; the CPU from torch 2.4), else the
+    # default (foreach) one.
+    opt, record["optimizer"] = None, "AdamW"
+    if "fused" in inspect.signature(torch.optim.AdamW).parameters:
+        try:
+            opt, record["optimizer"] = adamw(fused=True), "AdamW (fused)"
+        except (RuntimeError, TypeError):
+            pass
+    opt = opt or adamw()
     forward = torch.compile(model) if mode == "compile" else model
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(device) if precision == "fp16" else None

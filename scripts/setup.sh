@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+  libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev
   python3 python3-numpy python3-torch
 )

@@ -11,6 +11,7 @@
 #include "engine/progress.h"
 #include "engine/tide.h"
 #include "engine/trainer.h"
+#include "ops/cpu/onednn_matmul.h"
 #include "parallel/context.h"
 #if TIDAL_MPI
 #include "comm/mpi_runtime.h"
@@ -54,6 +55,7 @@ void print_info() {
   fmt::print("  build switches: TIDAL_CUDA={} TIDAL_MPI={}\n", TIDAL_CUDA ? "on" : "off", TIDAL_MPI ? "on" : "off");
   fmt::print("  cpu threads: {} (OMP_NUM_THREADS)\n", omp_get_max_threads());
   fmt::print("  OpenBLAS kernels: {}\n", tidal::blas_kernel_name());
+  fmt::print("  CPU GEMM: {}\n", tidal::ops::cpu::cpu_gemm_library());
   fmt::print("  gpu: {}{}\n", tidal::gpu_description(),
              tidal::gpu_available() ? " (train with --set train.device=cuda)" : "");
 }

@@ -1,6 +1,7 @@
 #include "comm/communicator.h"
 
 #include "core/error.h"
+#include "core/profile.h"
 
 #include <numeric>
 
@@ -48,6 +49,7 @@ bool Work::is_completed() {
 }
 
 void Work::wait() {
+  const OpTimer timer(OpFamily::communication);
   std::unique_lock lock(mutex_);
   done_cv_.wait(lock, [&] { return settled_; });
   if (error_) std::rethrow_exception(error_);

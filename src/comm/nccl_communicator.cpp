@@ -1,5 +1,7 @@
 #include "comm/nccl_communicator.h"
 
+#include "core/profile.h"
+
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 
@@ -63,6 +65,7 @@ class NcclWork final : public Work {
   }
 
   void wait() override {
+    const OpTimer timer(OpFamily::communication);
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
     while (!is_completed()) {
       if (Clock::now() > deadline) {

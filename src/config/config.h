@@ -51,6 +51,7 @@ struct TrainConfig {
   std::int64_t eval_every = 200;   // 0 = only at the end
   std::int64_t eval_batches = 16;
   std::int64_t log_every = 50;     // plain progress lines when not on a terminal
+  bool profile = false;            // time per op family and module kind, per step and in the summary
   std::string activation_checkpointing = "none";  // none | blocks | every_k
   int activation_checkpointing_k = 2;             // every_k: blocks per checkpointed run
   std::string activation_offload = "none";        // none | host: kept block inputs wait in host memory

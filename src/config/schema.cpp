@@ -86,6 +86,9 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(train.activation_checkpointing_k, "every_k: consecutive blocks per checkpointed run"),
       TIDAL_KEY(train.activation_offload, "none | host: checkpointed inputs wait in host memory until backward"),
       TIDAL_KEY(train.log_every, "steps between progress lines when not on a terminal"),
+      TIDAL_KEY(train.profile,
+                "true: where the step's time goes, per op family (gemm, attention, layernorm, ...) and module kind, "
+                "in each step's metrics record, the summary record and the last progress lines"),
       TIDAL_KEY(parallel.data, "data-parallel replicas"),
       TIDAL_KEY(parallel.pipeline, "pipeline stages"),
       TIDAL_KEY(parallel.sequence, "sequence-parallel ranks (ring self-attention)"),

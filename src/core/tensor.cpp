@@ -1,6 +1,7 @@
 #include "core/tensor.h"
 
 #include "core/gpu.h"
+#include "core/profile.h"
 
 #include <cstring>
 
@@ -137,6 +138,7 @@ void copy_strided(std::byte* dst, const Shape& dst_strides, Device dst_device, c
 }  // namespace
 
 void Tensor::copy_from(const Tensor& src) {
+  const OpTimer timer(OpFamily::copy_cast);
   TIDAL_ASSERT(src.shape() == shape_ && src.dtype() == dtype_, "copy {} into {}", src.str(), str());
   if (numel() == 0) return;
   if (is_contiguous() && src.is_contiguous()) {

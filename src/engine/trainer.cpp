@@ -7,6 +7,7 @@
 #include "engine/metrics.h"
 #include "engine/model_data.h"
 #include "engine/progress.h"
+#include "engine/step_profile.h"
 #include "models/factory.h"
 #include "nn/cross_entropy_loss.h"
 #include "nn/runner.h"
@@ -204,10 +205,17 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     model_data->save(cfg.checkpoint.dir, step, counters, config_toml, cfg.checkpoint.keep);
   };
 
+  // train.profile: the steps' op and module times; the timed steps' sum goes into the summary.
+  StepProfile profile;
+  StepProfile::Totals profile_sum;
+  std::optional<ProfileRecording> recording;
+  if (tc.profile) recording.emplace(profile);
+
   // An operator that ran out of the device tier: the model data keeper says how it uses it.
   try {
     for (std::int64_t step = start; step < end; ++step) {
       const auto t0 = Clock::now();
+      profile.take();  // what ran between steps (evaluation, checkpoints) is no step's
       const double lr = schedule.at(step);
       model_data->zero_grad();
       const double loss_scale = scaler ? scaler->scale() : 1.0;
@@ -276,6 +284,11 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
         record["loss_scale"] = loss_scale;
         record["skipped"] = !applied;
       }
+      if (tc.profile) {
+        const StepProfile::Totals totals = profile.take();
+        record["profile"] = profile_record(totals, dt, 1.0);
+        if (step - start >= warm) accumulate_profile(profile_sum, totals);
+      }
       record.update(model_data->step_record());
       metrics.write(record);
       progress.step({step + 1, tc.steps, loss, lr, tokens_per_s, eta, host_allocator().peak_bytes(),
@@ -301,6 +314,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     throw OutOfMemory(e.what() + model_data->out_of_memory_hint(e), e.needed());
   }
   progress.finish();
+  recording.reset();
 
   TrainSummary summary;
   summary.steps_done = end;
@@ -333,6 +347,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     record["allreduce_hidden_fraction"] = *summary.allreduce_hidden_fraction;
     record["allreduce_s_per_step"] = comm_seconds / double(timed_steps);
   }
+  if (tc.profile && timed_steps > 0) record["profile"] = profile_record(profile_sum, timed_seconds, double(timed_steps));
   metrics.write(record);
   progress.line(fmt::format("done: {} steps, eval loss {:.4f}{}, {:.0f} tokens/s, peak host memory {} + activations {}",
                             end, summary.final_loss,
@@ -345,6 +360,8 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                               replicas * pc.layout().spec().sequence, 1e3 * comm_seconds / double(timed_steps),
                               100 * *summary.allreduce_hidden_fraction));
   }
+  if (record.contains("profile"))
+    for (const std::string& line : profile_lines(record["profile"])) progress.line(line);
   if (!cfg.checkpoint.dir.empty()) progress.line(fmt::format("checkpoint: {}", cfg.checkpoint.dir));
   return summary;
 }

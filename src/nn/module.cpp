@@ -1,5 +1,6 @@
 #include "nn/module.h"
 
+#include "core/profile.h"
 #include "nn/runner.h"
 #include "ops/cast.h"
 
@@ -88,6 +89,7 @@ void Context::clear() {
 }
 
 Tensor Runner::forward(Module& m, const Tensor& x, Context& ctx) {
+  const ModuleTimer timer(typeid(m));
   for (auto* h : hooks_) h->before_forward(m);
   Tensor y = m.forward(x, ctx);
   for (auto* h : hooks_) h->after_forward(m);
@@ -95,6 +97,7 @@ Tensor Runner::forward(Module& m, const Tensor& x, Context& ctx) {
 }
 
 Tensor Runner::backward(Module& m, const Tensor& dy, Context& ctx) {
+  const ModuleTimer timer(typeid(m));
   for (auto* h : hooks_) h->before_backward(m);
   Tensor dx = m.backward(dy, ctx);
   for (auto* h : hooks_) h->after_backward(m);

@@ -1,13 +1,15 @@
 // Backend dispatch for op families: `ops::fn(...)` runs `ops::cpu::fn` or `ops::cuda::fn` by
 // the device of the tensor named first. A build without CUDA has only the CPU backend, and a GPU
-// tensor there is a clear error.
+// tensor there is a clear error. Each call is timed for train.profile (core/profile.h).
 #pragma once
 
 #include "core/error.h"
+#include "core/profile.h"
 
 #if TIDAL_CUDA
 #define TIDAL_OPS_DISPATCH(tensor, fn, ...)                                                      \
   do {                                                                                           \
+    const ::tidal::OpTimer tidal_op_timer(::tidal::op_family_of(#fn));                           \
     if ((tensor).device().is_cuda()) {                                                           \
       ::tidal::ops::cuda::fn(__VA_ARGS__);                                                       \
     } else {                                                                                     \
@@ -17,6 +19,7 @@
 #else
 #define TIDAL_OPS_DISPATCH(tensor, fn, ...)                                                      \
   do {                                                                                           \
+    const ::tidal::OpTimer tidal_op_timer(::tidal::op_family_of(#fn));                           \
     TIDAL_CHECK(!(tensor).device().is_cuda(),                                                    \
                 "op {} got a tensor on {}, and this build has no CUDA backend (rebuild with nvcc "  \
                 "installed: cmake -DTIDAL_CUDA=ON)",                                             \

@@ -21,6 +21,7 @@ double sum_of_squares(const Tensor& x);
 // host, so the call waits for the compute stream. (The dispatch is written out: the macro
 // returns no value.)
 inline double sum_of_squares(const Tensor& x) {
+  const OpTimer timer(OpFamily::optimizer);
 #if TIDAL_CUDA
   if (x.device().is_cuda()) return cuda::sum_of_squares(x);
 #else

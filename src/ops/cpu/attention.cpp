@@ -1,21 +1,28 @@
 // CPU attention, flash-style (FlashAttention-2's schedule on the CPU): a task takes a block of
 // queries of one (batch, head) pair against every key it may attend, so the scores of only
 // kQueryBlock rows are ever held (per thread), never the [T, T] matrix. Each block's products
-// are single-threaded OpenBLAS GEMMs (the OpenMP build runs sgemm serially inside a parallel
-// region) reading Q, K and V in place from qkv with leading dimension 3C. Under the causal mask a
-// block stops at its last query's key, which halves the work. bf16 / fp16 inputs are widened to
-// fp32 copies and the results rounded back once.
+// run on the calling thread (block_product: oneDNN, else OpenBLAS, which both run serially
+// inside a parallel region), reading Q, K and V in place from qkv with leading dimension 3C.
+// Under the causal mask a block stops at its last query's key, which halves the work.
+//
+// Storage type T: fp32, or bf16 where the CPU multiplies bf16 natively (onednn_bf16_native).
+// Scores, softmax and the dK / dV sums are fp32; in bf16 the probabilities P and dS are rounded
+// to bf16 before they multiply V, dO, K and Q (FlashAttention-2's and PyTorch's bf16 kernels do
+// the same). Elsewhere bf16 / fp16 inputs are widened to fp32 copies and the results rounded back.
 #include "ops/attention.h"
 
 #include "ops/cast.h"
 
+#include "ops/cpu/onednn_matmul.h"
 #include "ops/cpu/softmax_row.h"
 #include "ops/cpu/typed.h"
+#include "ops/cpu/vec_math.h"
 
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace tidal::ops::cpu {
@@ -40,13 +47,167 @@ Tensor widened(const Tensor& t) {
   return w;
 }
 
+// Whether the kernels run on qkv's storage type as it is (else it is widened to fp32 first).
+bool runs_natively(DType t) { return t == DType::f32 || (t == DType::bf16 && onednn_bf16_native()); }
+
 // The keys a block of queries [i0, i1) may attend: [0, keys_for(i1)).
 std::int64_t keys_for(const Dims& d, const AttentionOptions& opt, std::int64_t i1) { return opt.causal ? i1 : d.T; }
+
+// A matrix operand in storage type T: rows of `ld` elements, transposed when `trans`.
+template <class T>
+MatmulOperand operand(const T* p, std::int64_t ld, bool trans = false) {
+  return {p, dtype_of<T>(), ld, trans};
+}
+
+// c [m, n] = alpha * op(a) op(b) + beta * c on this thread; oneDNN where it runs, else OpenBLAS
+// (fp32 only: bf16 reaches the kernels only where oneDNN multiplies it).
+template <class C>
+void block_product(C* c, std::int64_t ldc, const MatmulOperand& a, const MatmulOperand& b, std::int64_t m,
+                   std::int64_t n, std::int64_t k, float alpha, float beta) {
+  if (onednn_matmul(c, dtype_of<C>(), ldc, a, b, m, n, k, alpha, beta)) return;
+  TIDAL_ASSERT((std::is_same_v<C, float> && a.dtype == DType::f32 && b.dtype == DType::f32),
+               "attention product in {} without oneDNN", dtype_name(a.dtype));
+  if constexpr (std::is_same_v<C, float>) {
+    cblas_sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans, int(m), int(n),
+                int(k), alpha, static_cast<const float*>(a.data), int(a.ld), static_cast<const float*>(b.data),
+                int(b.ld), beta, c, int(ldc));
+  }
+}
+
+// fp32 rows into storage type T (a copy only for bf16; fp32 kernels read the fp32 rows).
+template <class T>
+const T* in_storage(const float* x, std::vector<T>& buf, std::int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    if (buf.size() < std::size_t(n)) buf.resize(std::size_t(n));
+#pragma omp simd
+    for (std::int64_t i = 0; i < n; ++i) buf[std::size_t(i)] = from_float<T>(x[i]);
+    return buf.data();
+  }
+}
+
+template <class T>
+void forward_kernel(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOptions& opt, const Dims& d) {
+  const float scale = 1.0f / std::sqrt(float(d.hd));
+  const std::int64_t ld = 3 * d.C;
+  const T* base = qkv.data<T>();
+  T* py = y.data<T>();
+  float* pl = lse.data<float>();
+  const std::int32_t* mask = opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr;
+  const std::int64_t blocks = (d.T + kQueryBlock - 1) / kQueryBlock;
+#pragma omp parallel
+  {
+    std::vector<float> scores(std::size_t(std::min(d.T, kQueryBlock) * d.T));
+    std::vector<T> probs;
+#pragma omp for schedule(dynamic)
+    for (std::int64_t task = 0; task < d.B * d.H * blocks; ++task) {
+      const std::int64_t bh = task / blocks, b = bh / d.H, h = bh % d.H;
+      const std::int64_t i0 = task % blocks * kQueryBlock, i1 = std::min(d.T, i0 + kQueryBlock), rows = i1 - i0;
+      const std::int64_t keys = keys_for(d, opt, i1);
+      const T* q = base + (b * d.T + i0) * ld + h * d.hd;
+      const T* k = base + b * d.T * ld + d.C + h * d.hd;
+      const T* v = k + d.C;
+      // S = scale * Q_blk K^T  [rows, keys], then P = softmax(S) in place, remembering each row's lse
+      block_product(scores.data(), keys, operand(q, ld), operand(k, ld, true), rows, keys, d.hd, scale, 0.0f);
+      const std::int32_t* mrow = mask ? mask + b * d.T : nullptr;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t i = i0 + r;
+        float* row = scores.data() + r * keys;
+        pl[bh * d.T + i] = softmax_row(row, row, keys, opt.causal ? i + 1 : keys, mrow);
+      }
+      // Y_blk = P V  [rows, hd]
+      const T* p = in_storage(scores.data(), probs, rows * keys);
+      block_product(py + (b * d.T + i0) * d.C + h * d.hd, d.C, operand(p, keys), operand(v, ld), rows, d.hd, keys,
+                    1.0f, 0.0f);
+    }
+  }
+}
+
+template <class T>
+void backward_kernel(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Tensor& y, const Tensor& lse,
+                     const AttentionOptions& opt, const Dims& d) {
+  const float scale = 1.0f / std::sqrt(float(d.hd));
+  const std::int64_t ld = 3 * d.C;
+  const T* base = qkv.data<T>();
+  T* dbase = dqkv.data<T>();
+  const T* pdy = dy.data<T>();
+  const T* py = y.data<T>();
+  const float* pl = lse.data<float>();
+  const std::int32_t* mask = opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr;
+  const std::int64_t rows_max = std::min(d.T, kQueryBlock);
+  // A task is a (batch, head) pair: dK and dV sum over its query blocks in order (deterministic).
+#pragma omp parallel
+  {
+    std::vector<float> p(std::size_t(rows_max * d.T)), dp(p.size()), rowdot(static_cast<std::size_t>(rows_max));
+    std::vector<float> dk_sum(std::size_t(d.T * d.hd)), dv_sum(dk_sum.size());  // [T, hd] fp32
+    std::vector<T> p_store, ds_store;
+#pragma omp for schedule(dynamic)
+    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+      const std::int64_t b = bh / d.H, h = bh % d.H;
+      const T* q = base + b * d.T * ld + h * d.hd;
+      const T* k = q + d.C;
+      const T* v = q + 2 * d.C;
+      T* dq = dbase + b * d.T * ld + h * d.hd;
+      const T* o = py + b * d.T * d.C + h * d.hd;   // O [T, hd], leading dim C
+      const T* g = pdy + b * d.T * d.C + h * d.hd;  // dO [T, hd], leading dim C
+      const std::int32_t* mrow = mask ? mask + b * d.T : nullptr;
+      std::fill(dk_sum.begin(), dk_sum.end(), 0.0f);
+      std::fill(dv_sum.begin(), dv_sum.end(), 0.0f);
+      for (std::int64_t i0 = 0; i0 < d.T; i0 += kQueryBlock) {
+        const std::int64_t i1 = std::min(d.T, i0 + kQueryBlock), rows = i1 - i0, keys = keys_for(d, opt, i1);
+        const T* qb = q + i0 * ld;
+        const T* gb = g + i0 * d.C;
+        // P = exp(scale * Q_blk K^T - lse), recomputed
+        block_product(p.data(), keys, operand(qb, ld), operand(k, ld, true), rows, keys, d.hd, scale, 0.0f);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const std::int64_t i = i0 + r;
+          const float l = pl[bh * d.T + i];
+          float* row = p.data() + r * keys;
+          // A row with no kept key (lse +inf) is all zeros; without a key mask the kept keys are a prefix.
+          const std::int64_t limit = std::isfinite(l) ? (opt.causal ? i + 1 : keys) : 0;
+          const std::int64_t span = mrow ? keys : limit;
+#pragma omp simd
+          for (std::int64_t j = 0; j < span; ++j) row[j] = kept(j, limit, mrow) ? exp_fast(row[j] - l) : 0.0f;
+          std::fill(row + span, row + keys, 0.0f);
+          // D_i = dO_i . O_i, the row's sum(dP * P) (FlashAttention-2's backward)
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (std::int64_t c = 0; c < d.hd; ++c) dot += to_float(g[i * d.C + c]) * to_float(o[i * d.C + c]);
+          rowdot[std::size_t(r)] = dot;
+        }
+        const T* ps = in_storage(p.data(), p_store, rows * keys);
+        // dV += P^T dO_blk
+        block_product(dv_sum.data(), d.hd, operand(ps, keys, true), operand(gb, d.C), keys, d.hd, rows, 1.0f, 1.0f);
+        // dP = dO_blk V^T, then dS = P * (dP - D) in place
+        block_product(dp.data(), keys, operand(gb, d.C), operand(v, ld, true), rows, keys, d.hd, 1.0f, 0.0f);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          float* dpr = dp.data() + r * keys;
+          const float* pr = p.data() + r * keys;
+          const float dr = rowdot[std::size_t(r)];
+#pragma omp simd
+          for (std::int64_t j = 0; j < keys; ++j) dpr[j] = pr[j] * (dpr[j] - dr);
+        }
+        const T* ds = in_storage(dp.data(), ds_store, rows * keys);
+        // dQ_blk = scale * dS K ; dK += scale * dS^T Q_blk
+        block_product(dq + i0 * ld, ld, operand(ds, keys), operand(k, ld), rows, d.hd, keys, scale, 0.0f);
+        block_product(dk_sum.data(), d.hd, operand(ds, keys, true), operand(qb, ld), keys, d.hd, rows, scale, 1.0f);
+      }
+      T* dk = dq + d.C;
+      T* dv = dq + 2 * d.C;
+      for (std::int64_t j = 0; j < d.T; ++j)
+        for (std::int64_t c = 0; c < d.hd; ++c) {
+          dk[j * ld + c] = from_float<T>(dk_sum[std::size_t(j * d.hd + c)]);
+          dv[j * ld + c] = from_float<T>(dv_sum[std::size_t(j * d.hd + c)]);
+        }
+    }
+  }
+}
 
 }  // namespace
 
 void attention_forward(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOptions& opt) {
-  if (qkv.dtype() != DType::f32) {
+  if (!runs_natively(qkv.dtype())) {
     TIDAL_ASSERT(y.dtype() == qkv.dtype(), "attention y {} for qkv {}", y.str(), qkv.str());
     Tensor y32 = Tensor::empty(y.shape());
     cpu::attention_forward(y32, lse, widened(qkv), opt);
@@ -55,45 +216,14 @@ void attention_forward(Tensor& y, Tensor& lse, const Tensor& qkv, const Attentio
   }
   const Dims d = check(qkv, lse, opt);
   expect_cpu_contiguous(y, "attention y");
-  TIDAL_ASSERT(y.shape() == Shape({d.B, d.T, d.C}) && y.dtype() == DType::f32, "attention y {}", y.str());
-  const float scale = 1.0f / std::sqrt(float(d.hd));
-  const int ld = int(3 * d.C);
-  const float* base = qkv.data<float>();
-  float* py = y.data<float>();
-  float* pl = lse.data<float>();
-  const std::int32_t* mask = opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr;
-  const std::int64_t blocks = (d.T + kQueryBlock - 1) / kQueryBlock;
-#pragma omp parallel
-  {
-    std::vector<float> scores(std::size_t(std::min(d.T, kQueryBlock) * d.T));
-#pragma omp for schedule(dynamic)
-    for (std::int64_t task = 0; task < d.B * d.H * blocks; ++task) {
-      const std::int64_t bh = task / blocks, b = bh / d.H, h = bh % d.H;
-      const std::int64_t i0 = task % blocks * kQueryBlock, i1 = std::min(d.T, i0 + kQueryBlock), rows = i1 - i0;
-      const std::int64_t keys = keys_for(d, opt, i1);
-      const float* q = base + (b * d.T + i0) * ld + h * d.hd;
-      const float* k = base + b * d.T * ld + d.C + h * d.hd;
-      const float* v = k + d.C;
-      // S = scale * Q_blk K^T  [rows, keys], then P = softmax(S) in place, remembering each row's lse
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(d.hd), scale, q, ld, k, ld, 0.0f,
-                  scores.data(), int(keys));
-      const std::int32_t* mrow = mask ? mask + b * d.T : nullptr;
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int64_t i = i0 + r;
-        pl[bh * d.T + i] = softmax_row(scores.data() + r * keys, scores.data() + r * keys, keys, [&](std::int64_t j) {
-          return (!opt.causal || j <= i) && (!mrow || mrow[j] != 0);
-        });
-      }
-      // Y_blk = P V  [rows, hd]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d.hd), int(keys), 1.0f, scores.data(),
-                  int(keys), v, ld, 0.0f, py + (b * d.T + i0) * d.C + h * d.hd, int(d.C));
-    }
-  }
+  TIDAL_ASSERT(y.shape() == Shape({d.B, d.T, d.C}) && y.dtype() == qkv.dtype(), "attention y {}", y.str());
+  if (qkv.dtype() == DType::bf16) forward_kernel<bf16>(y, lse, qkv, opt, d);
+  else forward_kernel<float>(y, lse, qkv, opt, d);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Tensor& y, const Tensor& lse,
                         const AttentionOptions& opt) {
-  if (qkv.dtype() != DType::f32) {
+  if (!runs_natively(qkv.dtype())) {
     expect_same(dqkv, qkv, "attention dqkv/qkv");
     Tensor dqkv32 = Tensor::empty(dqkv.shape());
     cpu::attention_backward(dqkv32, widened(dy), widened(qkv), widened(y), lse, opt);
@@ -105,72 +235,10 @@ void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const
   expect_cpu_contiguous(y, "attention y");
   expect_cpu_contiguous(dqkv, "attention dqkv");
   expect_same(dqkv, qkv, "attention dqkv/qkv");
-  TIDAL_ASSERT(dy.shape() == Shape({d.B, d.T, d.C}) && dy.dtype() == DType::f32, "attention dy {}", dy.str());
-  TIDAL_ASSERT(y.shape() == dy.shape() && y.dtype() == DType::f32, "attention y {}", y.str());
-  const float scale = 1.0f / std::sqrt(float(d.hd));
-  const int ld = int(3 * d.C);
-  const float* base = qkv.data<float>();
-  float* dbase = dqkv.data<float>();
-  const float* pdy = dy.data<float>();
-  const float* py = y.data<float>();
-  const float* pl = lse.data<float>();
-  const std::int32_t* mask = opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr;
-  const std::int64_t rows_max = std::min(d.T, kQueryBlock);
-  // A task is a (batch, head) pair: dK and dV sum over its query blocks in order (deterministic).
-#pragma omp parallel
-  {
-    std::vector<float> p(std::size_t(rows_max * d.T)), dp(p.size()), rowdot(static_cast<std::size_t>(rows_max));
-#pragma omp for schedule(dynamic)
-    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
-      const std::int64_t b = bh / d.H, h = bh % d.H;
-      const float* q = base + b * d.T * ld + h * d.hd;
-      const float* k = q + d.C;
-      const float* v = q + 2 * d.C;
-      float* dq = dbase + b * d.T * ld + h * d.hd;
-      float* dk = dq + d.C;
-      float* dv = dq + 2 * d.C;
-      const float* o = py + b * d.T * d.C + h * d.hd;   // O [T, hd], leading dim C
-      const float* g = pdy + b * d.T * d.C + h * d.hd;  // dO [T, hd], leading dim C
-      const std::int32_t* mrow = mask ? mask + b * d.T : nullptr;
-      for (std::int64_t j = 0; j < d.T; ++j) {
-        std::fill_n(dk + j * ld, d.hd, 0.0f);
-        std::fill_n(dv + j * ld, d.hd, 0.0f);
-      }
-      for (std::int64_t i0 = 0; i0 < d.T; i0 += kQueryBlock) {
-        const std::int64_t i1 = std::min(d.T, i0 + kQueryBlock), rows = i1 - i0, keys = keys_for(d, opt, i1);
-        const float* qb = q + i0 * ld;
-        const float* gb = g + i0 * d.C;
-        // P = exp(scale * Q_blk K^T - lse), recomputed
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(d.hd), scale, qb, ld, k, ld, 0.0f,
-                    p.data(), int(keys));
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const std::int64_t i = i0 + r;
-          const float l = pl[bh * d.T + i];
-          float* row = p.data() + r * keys;
-          for (std::int64_t j = 0; j < keys; ++j)
-            row[j] = (!opt.causal || j <= i) && (!mrow || mrow[j] != 0) && std::isfinite(l) ? std::exp(row[j] - l) : 0.0f;
-          // D_i = dO_i . O_i, the row's sum(dP * P) (FlashAttention-2's backward)
-          float dot = 0.0f;
-          for (std::int64_t c = 0; c < d.hd; ++c) dot += g[i * d.C + c] * o[i * d.C + c];
-          rowdot[std::size_t(r)] = dot;
-        }
-        // dV += P^T dO_blk
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(d.hd), int(rows), 1.0f, p.data(), int(keys),
-                    gb, int(d.C), 1.0f, dv, ld);
-        // dP = dO_blk V^T, then dS = P * (dP - D) in place
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(d.hd), 1.0f, gb, int(d.C), v, ld,
-                    0.0f, dp.data(), int(keys));
-        for (std::int64_t r = 0; r < rows; ++r)
-          for (std::int64_t j = 0; j < keys; ++j)
-            dp[std::size_t(r * keys + j)] = p[std::size_t(r * keys + j)] * (dp[std::size_t(r * keys + j)] - rowdot[std::size_t(r)]);
-        // dQ_blk = scale * dS K ; dK += scale * dS^T Q_blk
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d.hd), int(keys), scale, dp.data(),
-                    int(keys), k, ld, 0.0f, dq + i0 * ld, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(d.hd), int(rows), scale, dp.data(), int(keys),
-                    qb, ld, 1.0f, dk, ld);
-      }
-    }
-  }
+  TIDAL_ASSERT(dy.shape() == Shape({d.B, d.T, d.C}) && dy.dtype() == qkv.dtype(), "attention dy {}", dy.str());
+  TIDAL_ASSERT(y.shape() == dy.shape() && y.dtype() == qkv.dtype(), "attention y {}", y.str());
+  if (qkv.dtype() == DType::bf16) backward_kernel<bf16>(dqkv, dy, qkv, y, lse, opt, d);
+  else backward_kernel<float>(dqkv, dy, qkv, y, lse, opt, d);
 }
 
 }  // namespace tidal::ops::cpu

@@ -1,6 +1,7 @@
 #include "ops/cross_entropy.h"
 
 #include "ops/cpu/typed.h"
+#include "ops/cpu/vec_math.h"
 
 #include <cmath>
 #include <limits>
@@ -37,9 +38,11 @@ void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, co
     for (std::int64_t n = 0; n < N; ++n) {
       const T* row = px + n * V;
       float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
       for (std::int64_t j = 0; j < V; ++j) mx = std::max(mx, to_float(row[j]));
       float sum = 0.0f;
-      for (std::int64_t j = 0; j < V; ++j) sum += std::exp(to_float(row[j]) - mx);
+      #pragma omp simd reduction(+ : sum)
+      for (std::int64_t j = 0; j < V; ++j) sum += exp_fast(to_float(row[j]) - mx);
       const float l = mx + std::log(sum);
       plse[n] = l;
       pl[n] = pt[n] < 0 ? 0.0f : l - to_float(row[pt[n]]);
@@ -66,8 +69,10 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
         for (std::int64_t j = 0; j < V; ++j) out[j] = from_float<T>(0.0f);
         continue;
       }
+      const float l = plse[n];
+#pragma omp simd
       for (std::int64_t j = 0; j < V; ++j) {
-        const float p = std::exp(to_float(row[j]) - plse[n]);
+        const float p = exp_fast(to_float(row[j]) - l);
         out[j] = from_float<T>(scale * (p - (j == pt[n] ? 1.0f : 0.0f)));
       }
     }

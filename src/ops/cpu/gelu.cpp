@@ -1,8 +1,7 @@
 #include "ops/gelu.h"
 
 #include "ops/cpu/typed.h"
-
-#include <cmath>
+#include "ops/cpu/vec_math.h"
 
 namespace tidal::ops::cpu {
 namespace {
@@ -21,7 +20,7 @@ void gelu_forward(Tensor& y, const Tensor& x) {
 #pragma omp parallel for simd schedule(static)
     for (std::int64_t i = 0; i < n; ++i) {
       const float v = to_float(px[i]);
-      py[i] = from_float<T>(0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v))));
+      py[i] = from_float<T>(0.5f * v * (1.0f + tanh_fast(kSqrt2OverPi * (v + kCubic * v * v * v))));
     }
   });
 }
@@ -40,7 +39,7 @@ void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
 #pragma omp parallel for simd schedule(static)
     for (std::int64_t i = 0; i < n; ++i) {
       const float v = to_float(px[i]);
-      const float t = std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v));
+      const float t = tanh_fast(kSqrt2OverPi * (v + kCubic * v * v * v));
       const float dt = kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v) * (1.0f - t * t);
       pdx[i] = from_float<T>(to_float(pdy[i]) * (0.5f * (1.0f + t) + 0.5f * v * dt));
     }

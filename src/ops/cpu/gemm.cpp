@@ -1,7 +1,10 @@
-// CPU GEMM through OpenBLAS. Row-major throughout; 3-d operands loop over the batch, each
-// sgemm using all threads (the batch is usually small next to m, n, k here).
+// CPU GEMM. Row-major throughout; 3-d operands loop over the batch, each product using all
+// threads (the batch is usually small next to m, n, k here). oneDNN first (ops/cpu/onednn_matmul.h:
+// bf16 operands as they are, on the CPU's bf16 instructions); where it does not run, OpenBLAS
+// sgemm on operands widened to fp32.
 #include "ops/gemm.h"
 
+#include "ops/cpu/onednn_matmul.h"
 #include "ops/cpu/typed.h"
 #include "ops/cast.h"
 
@@ -17,14 +20,33 @@ Tensor as_f32(const Tensor& t) {
   return w;
 }
 
+// The i-th matrix of a batch of `elements`-sized ones.
+const void* matrix(const Tensor& t, std::int64_t i, std::int64_t elements) {
+  return static_cast<const char*>(t.raw()) + std::size_t(i * elements) * dtype_size(t.dtype());
+}
+
+bool onednn_gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt, const GemmDims& d) {
+  for (std::int64_t i = 0; i < d.batch; ++i) {
+    const MatmulOperand ma{matrix(a, i, d.m * d.k), a.dtype(), a.dim(-1), opt.trans_a};
+    const MatmulOperand mb{matrix(b, i, d.k * d.n), b.dtype(), b.dim(-1), opt.trans_b};
+    // Whether oneDNN runs depends only on the shapes and types, the same for every i.
+    if (!onednn_matmul(const_cast<void*>(matrix(c, i, d.m * d.n)), c.dtype(), d.n, ma, mb, d.m, d.n, d.k, opt.alpha,
+                       opt.beta))
+      return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
   expect_cpu_contiguous(a, "gemm a");
   expect_cpu_contiguous(b, "gemm b");
   expect_cpu_contiguous(c, "gemm c");
-  const auto [batch, m, n, k] = gemm_dims(c, a, b, opt);
+  const GemmDims d = gemm_dims(c, a, b, opt);
+  if (d.batch > 0 && onednn_gemm(c, a, b, opt, d)) return;
 
+  const auto [batch, m, n, k] = d;
   const Tensor a32 = as_f32(a), b32 = as_f32(b);
   Tensor c32 = c.dtype() == DType::f32 ? c : as_f32(c);
   const float* pa = a32.data<float>();

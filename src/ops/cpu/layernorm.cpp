@@ -27,15 +27,18 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
     for (std::int64_t n = 0; n < N; ++n) {
       const T* xr = px + n * C;
       float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
       for (std::int64_t c = 0; c < C; ++c) sum += to_float(xr[c]);
       const float mu = sum / float(C);
       float var = 0.0f;
+#pragma omp simd reduction(+ : var)
       for (std::int64_t c = 0; c < C; ++c) {
         const float d = to_float(xr[c]) - mu;
         var += d * d;
       }
       const float rs = 1.0f / std::sqrt(var / float(C) + eps);
       T* yr = py + n * C;
+#pragma omp simd
       for (std::int64_t c = 0; c < C; ++c)
         yr[c] = from_float<T>((to_float(xr[c]) - mu) * rs * to_float(pw[c]) + to_float(pb[c]));
       pm[n] = mu;
@@ -71,6 +74,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
         const T* dyr = pdy + n * C;
         const float mu = pm[n], rs = pr[n];
         float sum_g = 0.0f, sum_gx = 0.0f;  // sums of g = dy*w and g * xhat
+#pragma omp simd reduction(+ : sum_g, sum_gx)
         for (std::int64_t c = 0; c < C; ++c) {
           const float xhat = (to_float(xr[c]) - mu) * rs;
           const float d = to_float(dyr[c]);
@@ -82,6 +86,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
         }
         const float mg = sum_g / float(C), mgx = sum_gx / float(C);
         T* dxr = pdx + n * C;
+#pragma omp simd
         for (std::int64_t c = 0; c < C; ++c) {
           const float xhat = (to_float(xr[c]) - mu) * rs;
           dxr[c] = from_float<T>((to_float(dyr[c]) * to_float(pw[c]) - mg - xhat * mgx) * rs);

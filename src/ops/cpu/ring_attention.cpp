@@ -63,7 +63,7 @@ void attention_softmax(Tensor& probs, const RingAttentionOptions& opt) {
     for (std::int64_t i = 0; i < Tq; ++i) {
       const std::int64_t query = opt.first_query + i;
       float* row = pp + (bh * Tq + i) * T;
-      softmax_row(row, row, T, [&](std::int64_t j) { return (!opt.causal || j <= query) && (!mrow || mrow[j] != 0); });
+      softmax_row(row, row, T, opt.causal ? query + 1 : T, mrow);
     }
   }
 }
