@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <memory>
+#include <typeindex>
+#include <unordered_map>
 
 namespace tidal {
 namespace {
@@ -19,13 +21,21 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // "tidal::nn::tp::ColumnParallelLinear" -> "ColumnParallelLinear"
-std::string kind_name(const std::type_info& type) {
+std::string demangled_kind(const std::type_info& type) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status),
                                                    std::free);
   std::string name = status == 0 ? demangled.get() : type.name();
   const auto colon = name.rfind("::");
   return colon == std::string::npos ? name : name.substr(colon + 2);
+}
+
+// The kind's name, demangled once per type and thread (a step makes hundreds of module calls).
+const std::string& kind_name(const std::type_info& type) {
+  thread_local std::unordered_map<std::type_index, std::string> names;
+  auto it = names.find(type);
+  if (it == names.end()) it = names.emplace(type, demangled_kind(type)).first;
+  return it->second;
 }
 
 }  // namespace
