@@ -6,7 +6,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev
-  python3 python3-numpy python3-torch
+  libicu-dev
+  python3 python3-numpy python3-torch python3-venv
 )
 missing=()
 for p in "${packages[@]}"; do

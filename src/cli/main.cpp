@@ -1,5 +1,7 @@
 // The tidal command. Thin: parses arguments and calls the engine. User errors (tidal::Error)
 // print one line and exit with code 2; internal errors exit with code 3.
+#include "cli/sample_command.h"
+#include "cli/tokenize_command.h"
 #include "config/config.h"
 #include "config/schema.h"
 #include "core/blas_kernels.h"
@@ -7,6 +9,7 @@
 #include "core/gpu.h"
 #include "io/atomic_file.h"
 #include "engine/chunk_search.h"
+#include "engine/hf_checkpoint.h"
 #include "engine/memory_plan.h"
 #include "engine/progress.h"
 #include "engine/tide.h"
@@ -92,6 +95,10 @@ int main(int argc, char** argv) {
       "  tidal info                            # what this build supports");
 
   auto* info = app.add_subcommand("info", "Print the build's switches, threads and BLAS kernels");
+  tidal::cli::SampleCommand sample_cmd;
+  add_sample_command(app, sample_cmd);
+  tidal::cli::TokenizeCommand tokenize_cmd;
+  add_tokenize_command(app, tokenize_cmd);
 
   auto* train = app.add_subcommand("train", "Train a model (defaults: a small GPT on the built-in Markov language)");
   ConfigArgs train_args;
@@ -171,6 +178,28 @@ int main(int argc, char** argv) {
       "  tidal plan --set model.n_embd=256 --set model.n_head=4 --set model.seq_len=32 --set train.batch_size=2 "
       "--set memory.offload=chunk --set memory.device_limit=24MiB --set memory.host_limit=96MiB");
 
+  auto* export_cmd = app.add_subcommand(
+      "export", "Write a checkpoint as a Hugging Face model directory (config.json + model.safetensors) that "
+                "transformers' from_pretrained opens");
+  std::string export_format = "hf", export_checkpoint, export_out;
+  double export_shard_gb = 2.0;
+  export_cmd->add_option("--format", export_format, "Output format (hf: a Hugging Face directory)")
+      ->check(CLI::IsMember({"hf"}))
+      ->capture_default_str();
+  export_cmd->add_option("CHECKPOINT", export_checkpoint, "A checkpoint directory (its latest step) or a step-* directory")
+      ->required();
+  export_cmd->add_option("OUT_DIR", export_out, "Where the Hugging Face directory goes (created)")->required();
+  export_cmd->add_option("--max-shard-gb", export_shard_gb,
+                         "Above this many GB (2^30 bytes) the weights go in numbered shards with an index")
+      ->capture_default_str();
+  export_cmd->footer(
+      "The model's architecture comes from the config stored in the checkpoint: gpt -> GPT2LMHeadModel, bert -> "
+      "BertForMaskedLM, vit -> ViTForImageClassification, with tidal's weights in Hugging Face's names and layouts "
+      "(GPT-2's Conv1D weights transposed, BERT's and ViT's q, k, v apart). Weights are fp32.\n\n"
+      "Examples:\n"
+      "  tidal export --format hf ckpt hf-out        # then: GPT2LMHeadModel.from_pretrained(\"hf-out\")\n"
+      "  tidal export ckpt/step-00001000 hf-1000");
+
 #if TIDAL_MPI
   // Under mpirun / srun every rank runs this same command; MPI starts before anything else.
   std::unique_ptr<tidal::comm::MpiRuntime> mpi;
@@ -195,6 +224,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     if (info->parsed()) print_info();
+    if (sample_cmd.app->parsed() && rank == 0) run_sample_command(sample_cmd);
+    if (tokenize_cmd.app->parsed()) run_tokenize_command(tokenize_cmd);
+    if (export_cmd->parsed() && rank == 0) {
+      TIDAL_CHECK(export_shard_gb > 0, "--max-shard-gb must be > 0, got {}", export_shard_gb);
+      const auto r = tidal::engine::export_hf(export_checkpoint, export_out,
+                                              std::uint64_t(export_shard_gb * double(std::uint64_t(1) << 30)));
+      fmt::print("exported {} as {}: {} tensors, {} in {} file{} + config.json\n", export_checkpoint, r.architecture,
+                 r.tensors, tidal::engine::human_bytes(r.bytes), r.files, r.files > 1 ? "s (with an index)" : "");
+    }
     if (trace->parsed()) {
       const tidal::config::Config cfg = trace_args.load();
 #if TIDAL_MPI

@@ -1,5 +1,6 @@
 #include "config/config.h"
 
+#include "config/hf_model.h"
 #include "config/schema.h"
 #include "core/error.h"
 
@@ -74,7 +75,9 @@ const Key& lookup(const std::string& name, const std::string& where) {
   return *k;
 }
 
-void apply_table(Config& cfg, const toml::table& table, const std::string& prefix, const std::string& where) {
+// `set_by` records each key given and where ("cfg.toml:12", "--set model.n_layer=4").
+void apply_table(Config& cfg, const toml::table& table, const std::string& prefix, const std::string& where,
+                 SetBy& set_by) {
   for (auto&& [k, node] : table) {
     const std::string name = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     if (const toml::table* sub = node.as_table()) {
@@ -82,21 +85,24 @@ void apply_table(Config& cfg, const toml::table& table, const std::string& prefi
       const bool known = std::any_of(schema().begin(), schema().end(),
                                      [&](const Key& key) { return key.name.starts_with(name + "."); });
       TIDAL_CHECK(known, "{}: unknown section [{}]; known keys there: {}", where, name, known_keys_near(name));
-      apply_table(cfg, *sub, name, where);
+      apply_table(cfg, *sub, name, where, set_by);
       continue;
     }
     const Key& key = lookup(name, where);
     const auto& src = node.source();
-    key.set(cfg, convert(key, node, src.begin ? fmt::format("{}:{}", where, src.begin.line) : where));
+    const std::string at = src.begin ? fmt::format("{}:{}", where, src.begin.line) : where;
+    key.set(cfg, convert(key, node, at));
+    set_by[name] = at;
   }
 }
 
-void apply_override(Config& cfg, const std::string& text) {
+void apply_override(Config& cfg, const std::string& text, SetBy& set_by) {
   const auto eq = text.find('=');
   TIDAL_CHECK(eq != std::string::npos && eq > 0, "--set '{}': expected section.key=value, e.g. --set train.steps=100",
               text);
   const std::string name = text.substr(0, eq), raw = text.substr(eq + 1);
   const Key& key = lookup(name, "--set " + text);
+  set_by[name] = "--set " + text;
   // The value in TOML syntax (10, 3e-4, "gpt"); for a string key a bare word is the string.
   toml::table parsed;
   try {
@@ -119,7 +125,9 @@ void check_one_of(const std::string& key, const std::string& value, std::initial
   throw Error(fmt::format("{} = \"{}\" is not one of {}", key, value, list));
 }
 
-void validate(const Config& c) {
+// `local_files`: the data files must exist here (not for a checkpoint's stored config, read
+// where the run's data may never have been).
+void validate(const Config& c, bool local_files) {
   const ModelConfig& m = c.model;
   check_one_of("model.type", m.type, {"gpt", "bert", "vit"});
   TIDAL_CHECK(m.n_layer >= 1 && m.n_head >= 1 && m.n_embd >= 1, "model.n_layer, model.n_head and model.n_embd must be >= 1");
@@ -135,7 +143,14 @@ void validate(const Config& c) {
   } else {
     TIDAL_CHECK(m.vocab_size >= 2, "model.vocab_size must be >= 2, got {}", m.vocab_size);
     TIDAL_CHECK(m.seq_len >= 2, "model.seq_len must be >= 2, got {}", m.seq_len);
+    TIDAL_CHECK(m.max_positions == 0 || m.max_positions >= m.seq_len,
+                "model.seq_len ({}) is longer than the model's {} learned positions (model.max_positions): shorten "
+                "the sequences or leave model.max_positions at 0 (= model.seq_len)",
+                m.seq_len, m.max_positions);
   }
+  check_one_of("model.activation", m.activation, {"gelu_tanh", "gelu_erf"});
+  TIDAL_CHECK(m.ln_eps >= 0.0 && m.ln_eps < 1.0, "model.ln_eps must be in [0, 1) (0 = the model's own), got {}", m.ln_eps);
+  TIDAL_CHECK(m.type_vocab_size >= 1, "model.type_vocab_size must be >= 1, got {}", m.type_vocab_size);
 
   const DataConfig& d = c.data;
   check_one_of("data.kind", d.kind, {"markov", "tokens", "text", "images"});
@@ -148,7 +163,8 @@ void validate(const Config& c) {
                 "data.markov_branching must be in [1, model.vocab_size], got {}", d.markov_branching);
   } else if (d.kind != "images" || !d.path.empty()) {
     TIDAL_CHECK(!d.path.empty(), "data.kind = \"{}\" needs data.path (the data file)", d.kind);
-    TIDAL_CHECK(std::filesystem::is_regular_file(d.path), "data.path '{}' does not exist or is not a file", d.path);
+    TIDAL_CHECK(!local_files || std::filesystem::is_regular_file(d.path), "data.path '{}' does not exist or is not a file",
+                d.path);
   }
 
   const TrainConfig& t = c.train;
@@ -166,6 +182,9 @@ void validate(const Config& c) {
   check_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
   check_one_of("train.activation_checkpointing", t.activation_checkpointing, {"none", "blocks", "every_k"});
   check_one_of("train.activation_offload", t.activation_offload, {"none", "host"});
+  TIDAL_CHECK(t.sample_every == 0 || m.type == "gpt",
+              "train.sample_every = {} samples text from a GPT, and model.type is \"{}\": set train.sample_every = 0",
+              t.sample_every, m.type);
   TIDAL_CHECK(t.activation_checkpointing_k >= 1, "train.activation_checkpointing_k must be >= 1, got {}",
               t.activation_checkpointing_k);
   TIDAL_CHECK(t.activation_offload == "none" || t.activation_checkpointing != "none",
@@ -283,24 +302,40 @@ std::uint64_t parse_bytes(const std::string& text, const std::string& key) {
   return std::uint64_t(std::llround(number * it->second));
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+namespace {
+
+// Reads `text` (the contents of `where`, or of the file `path` when text is null), applies the
+// overrides and validates. A stored config (text) already holds what its model.init_from gave.
+Config build_config(const std::string* text, const std::string& where, const std::vector<std::string>& overrides) {
   Config cfg;
+  SetBy set_by;
   cfg.train.precision.clear();  // unset until the file and overrides have spoken: it follows the device
-  if (!path.empty()) {
-    TIDAL_CHECK(std::filesystem::is_regular_file(path), "config file '{}' does not exist", path);
+  if (text || !where.empty()) {
+    TIDAL_CHECK(text || std::filesystem::is_regular_file(where), "config file '{}' does not exist", where);
     toml::table table;
     try {
-      table = toml::parse_file(path);
+      table = text ? toml::parse(*text, where) : toml::parse_file(where);
     } catch (const toml::parse_error& e) {
-      throw Error(fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column, e.description()));
+      throw Error(fmt::format("{}:{}:{}: {}", where, e.source().begin.line, e.source().begin.column, e.description()));
     }
-    apply_table(cfg, table, "", path);
+    apply_table(cfg, table, "", where, set_by);
   }
-  for (const std::string& o : overrides) apply_override(cfg, o);
+  for (const std::string& o : overrides) apply_override(cfg, o, set_by);
+  if (!text && !cfg.model.init_from.empty()) apply_init_from(cfg, set_by);
   // A GPU trains in bf16 unless told otherwise (its tensor cores' type; fp32 master weights).
   if (cfg.train.precision.empty()) cfg.train.precision = cfg.train.device == "cuda" ? "bf16" : TrainConfig{}.precision;
-  validate(cfg);
+  validate(cfg, text == nullptr);
   return cfg;
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return build_config(nullptr, path, overrides);
+}
+
+Config load_config_text(const std::string& toml_text, const std::string& where) {
+  return build_config(&toml_text, where, {});
 }
 
 std::string to_toml(const Config& cfg) {

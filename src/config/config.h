@@ -16,8 +16,15 @@ struct ModelConfig {
   std::int64_t n_embd = 64;
   std::int64_t vocab_size = 128;
   std::int64_t seq_len = 64;
+  std::int64_t max_positions = 0;  // gpt, bert: learned positions; 0 = seq_len
   double dropout = 0.0;
   bool tie_embeddings = true;  // gpt, bert: the LM head reads the token table (false: a table of its own)
+  std::string activation = "gelu_tanh";  // gelu_tanh | gelu_erf: the MLP's GELU
+  double ln_eps = 0.0;                   // 0 = the model's own (gpt 1e-5, bert 1e-12, vit 1e-6)
+  std::int64_t type_vocab_size = 2;      // bert: token types
+  // A Hugging Face model directory (config.json, model.safetensors) whose architecture fills the
+  // keys above and whose weights are the start; "" = tidal's own init.
+  std::string init_from;
   // vit
   std::int64_t image_size = 32;
   std::int64_t patch_size = 8;
@@ -30,6 +37,7 @@ struct DataConfig {
   std::string path;             // tokens / text / images files
   std::uint64_t seed = 1;
   int markov_branching = 4;  // successors per state of the synthetic Markov language
+  std::string tokenizer;     // a tokenizer.json: train.sample_every's prompt and samples as text; "" = none
 };
 
 struct TrainConfig {
@@ -51,6 +59,8 @@ struct TrainConfig {
   std::int64_t eval_every = 200;   // 0 = only at the end
   std::int64_t eval_batches = 16;
   std::int64_t log_every = 50;     // plain progress lines when not on a terminal
+  std::int64_t sample_every = 0;   // gpt: steps between greedy samples in the progress lines; 0 = off
+  std::string sample_prompt;       // what the samples continue ("" = the end-of-text token)
   bool profile = false;            // time per op family and module kind, per step and in the summary
   std::string activation_checkpointing = "none";  // none | blocks | every_k
   int activation_checkpointing_k = 2;             // every_k: blocks per checkpointed run
@@ -114,6 +124,10 @@ struct Config {
 // syntax or a bare string), validates each key against this build. How the [parallel] sizes
 // fit the launched ranks is checked by parallel::Layout.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// The same from TOML text (a checkpoint's stored config, whose [model] already holds what its
+// model.init_from gave: the directory is not read again); `where` names it in errors.
+Config load_config_text(const std::string& toml_text, const std::string& where);
 
 // The whole configuration as TOML (what a run used; stored in checkpoints).
 std::string to_toml(const Config& cfg);

@@ -49,10 +49,17 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(model.n_embd, "hidden width"),
       TIDAL_KEY(model.vocab_size, "token vocabulary (gpt, bert)"),
       TIDAL_KEY(model.seq_len, "tokens per sequence (learned positions)"),
+      TIDAL_KEY(model.max_positions, "gpt, bert: learned positions (0 = model.seq_len; sampling can go this far)"),
       TIDAL_KEY(model.dropout, "embedding and residual dropout probability"),
       TIDAL_KEY(model.tie_embeddings,
                 "gpt, bert: the LM head reads the token embedding's table (GPT-2, BERT); false gives the head a "
                 "table of its own (lm_head.weight, mlm.weight)"),
+      TIDAL_KEY(model.activation, "gelu_tanh (GPT-2's gelu_new) | gelu_erf (BERT's and ViT's gelu): the MLP's GELU"),
+      TIDAL_KEY(model.ln_eps, "LayerNorm epsilon; 0 = the model's own (gpt 1e-5, bert 1e-12, vit 1e-6)"),
+      TIDAL_KEY(model.type_vocab_size, "bert: token types"),
+      TIDAL_KEY(model.init_from,
+                "a Hugging Face model directory (config.json + model.safetensors or its shards) for GPT-2, BERT or "
+                "ViT: its config.json fills model.* and its weights are the start"),
       TIDAL_KEY(model.image_size, "vit: image height and width in pixels"),
       TIDAL_KEY(model.patch_size, "vit: patch height and width"),
       TIDAL_KEY(model.channels, "vit: image channels"),
@@ -61,6 +68,9 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(data.path, "data file for tokens / text / images"),
       TIDAL_KEY(data.seed, "seed of the synthetic data and of the sample order"),
       TIDAL_KEY(data.markov_branching, "markov: successors per state"),
+      TIDAL_KEY(data.tokenizer,
+                "a Hugging Face tokenizer.json (byte-level BPE) that turns train.sample_prompt into ids and the "
+                "samples into text (\"\" = none: data.kind = \"text\" is then byte-level, other kinds show ids)"),
       TIDAL_KEY(train.steps, "optimizer steps"),
       TIDAL_KEY(train.batch_size, "global batch, in sequences"),
       TIDAL_KEY(train.micro_batch_size, "sequences per forward/backward (0 = batch_size); the rest accumulate"),
@@ -86,6 +96,14 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(train.activation_checkpointing_k, "every_k: consecutive blocks per checkpointed run"),
       TIDAL_KEY(train.activation_offload, "none | host: checkpointed inputs wait in host memory until backward"),
       TIDAL_KEY(train.log_every, "steps between progress lines when not on a terminal"),
+      TIDAL_KEY(train.sample_every,
+                "gpt: every this many steps (and at the end) a progress line with 32 tokens greedily continuing "
+                "train.sample_prompt (0 = off); needs the weights plain in one process: one rank, train.precision = "
+                "\"fp32\", zero.stage = 0, memory.offload = \"none\""),
+      TIDAL_KEY(train.sample_prompt,
+                "the text train.sample_every continues (with data.tokenizer; without it token ids \"1 2 3\", or "
+                "bytes for data.kind = \"text\"); \"\" = from the tokenizer's end-of-text token (without a "
+                "tokenizer: a newline for data.kind = \"text\", else id 0)"),
       TIDAL_KEY(train.profile,
                 "true: where the step's time goes, per op family (gemm, attention, layernorm, ...) and module kind, "
                 "in each step's metrics record, the summary record and the last progress lines"),

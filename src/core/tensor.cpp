@@ -95,6 +95,14 @@ Tensor Tensor::slice(int dim, std::int64_t begin, std::int64_t end) const {
   return t;
 }
 
+Tensor Tensor::transpose(int a, int b) const {
+  TIDAL_ASSERT(a >= 0 && a < ndim() && b >= 0 && b < ndim(), "transpose({}, {}) of {}", a, b, str());
+  Tensor t = *this;
+  std::swap(t.shape_[a], t.shape_[b]);
+  std::swap(t.strides_[a], t.strides_[b]);
+  return t;
+}
+
 void Tensor::zero_() {
   TIDAL_ASSERT(is_contiguous(), "zero_ on non-contiguous {}", str());
   zero_bytes(data_, device_, nbytes());

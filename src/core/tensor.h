@@ -68,6 +68,8 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;
   // Rows [begin, end) of dimension `dim`; shares storage.
   Tensor slice(int dim, std::int64_t begin, std::int64_t end) const;
+  // A view with dimensions a and b swapped (strided; copy_from or clone makes it contiguous).
+  Tensor transpose(int a, int b) const;
 
   void zero_();
   void fill_(float value);

@@ -30,7 +30,10 @@ std::vector<std::int32_t> read_tokens(const std::string& path, std::int64_t voca
   }
   TIDAL_CHECK(in.good(), "data.path '{}' is truncated: the header promises {} tokens", path, n);
   for (std::size_t i = 0; i < tokens.size(); ++i)
-    TIDAL_CHECK(tokens[i] >= 0 && tokens[i] < vocab, "data.path '{}': token {} at position {} is not below model.vocab_size ({})",
+    TIDAL_CHECK(tokens[i] >= 0 && tokens[i] < vocab,
+                "data.path '{}': token {} at position {} is not below model.vocab_size ({}): the tokenizer that wrote "
+                "it has a larger vocabulary than the model (tokenize with the model's tokenizer, or raise "
+                "model.vocab_size)",
                 path, tokens[i], i, vocab);
   return tokens;
 }

@@ -16,8 +16,6 @@ namespace tidal::engine {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kFormat = "tidal-checkpoint-1";
-
 std::string step_name(std::int64_t step) { return fmt::format("step-{:08d}", step); }
 
 void fsync_dir(const fs::path& dir) {
@@ -128,9 +126,9 @@ void write_checkpoint(const std::string& dir, std::int64_t step, const NamedTens
   fs::create_directory(tmp);
 
   io::save_safetensors((tmp / "model.safetensors").string(), weights,
-                       {{"format", kFormat}, {"step", std::to_string(step)}, {"config", config_toml},
+                       {{"format", kCheckpointFormat}, {"step", std::to_string(step)}, {"config", config_toml},
                         {"layout", layout}});
-  std::map<std::string, std::string> counters{{"format", kFormat}, {"adamw_step", std::to_string(meta.adamw_step)}};
+  std::map<std::string, std::string> counters{{"format", kCheckpointFormat}, {"adamw_step", std::to_string(meta.adamw_step)}};
   if (meta.loss_scale > 0) {
     counters["loss_scale"] = fmt::format("{}", meta.loss_scale);
     counters["loss_scale_good_steps"] = std::to_string(meta.loss_scale_good_steps);
@@ -145,7 +143,7 @@ void write_checkpoint(const std::string& dir, std::int64_t step, const NamedTens
   prune(root, name, keep);
 }
 
-CheckpointInfo load_checkpoint(const std::string& path, optim::AdamW& adam) {
+std::string checkpoint_step_dir(const std::string& path) {
   fs::path dir(path);
   if (!fs::exists(dir / "model.safetensors")) {
     std::ifstream latest(dir / "latest");
@@ -155,9 +153,14 @@ CheckpointInfo load_checkpoint(const std::string& path, optim::AdamW& adam) {
     std::getline(latest, name);
     dir /= name;
   }
+  return dir.string();
+}
+
+CheckpointInfo load_checkpoint(const std::string& path, optim::AdamW& adam) {
+  const fs::path dir(checkpoint_step_dir(path));
   io::SafetensorsFile weights = io::load_safetensors((dir / "model.safetensors").string());
   io::SafetensorsFile moments = io::load_safetensors((dir / "optimizer.safetensors").string());
-  TIDAL_CHECK(weights.metadata["format"] == kFormat, "'{}' is not a tidal checkpoint (format '{}')", dir.string(),
+  TIDAL_CHECK(weights.metadata["format"] == kCheckpointFormat, "'{}' is not a tidal checkpoint (format '{}')", dir.string(),
               weights.metadata["format"]);
   // `into` is p's block (p.data or a moment); the file holds the whole tensor.
   auto take = [&](io::SafetensorsFile& f, const std::string& name, const nn::Parameter& p, Tensor& into) {

@@ -74,4 +74,11 @@ void write_checkpoint(const std::string& dir, std::int64_t step, const NamedTens
 // parameter must be present with its full shape.
 CheckpointInfo load_checkpoint(const std::string& path, optim::AdamW& adam);
 
+// The step directory `path` names: itself when it holds model.safetensors, else the one its
+// `latest` file names. tidal::Error when it is neither.
+std::string checkpoint_step_dir(const std::string& path);
+
+// A checkpoint's format tag (its model.safetensors metadata "format").
+inline constexpr const char* kCheckpointFormat = "tidal-checkpoint-1";
+
 }  // namespace tidal::engine

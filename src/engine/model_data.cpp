@@ -534,7 +534,6 @@ std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Mo
                                            pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                                            nn::Runner& runner, const std::string& resume_path,
                                            bool enforce_device_limit) {
-  engine.materialize(cfg.train.seed);  // on the host: the Philox init writes there
   if (cfg.zero.stage == 0 && cfg.train.precision == "fp32" && cfg.memory.offload == "none") {
     if (cfg.train.device == "cuda") {
       for (nn::Parameter* p : engine.parameters()) {

@@ -84,7 +84,7 @@ DType precision_dtype(const std::string& precision);
 // the precision, zero.*, and memory.offload's.
 memory::ChunkOptions chunk_options(const config::Config& cfg, bool accumulate);
 
-// Materializes the parameters of this rank's stages, loads `resume_path` if given, and hooks
+// Takes the parameters of this rank's stages (materialized on the host), loads `resume_path` if given, and hooks
 // what needs the modules' hooks into `runner`. Under memory.offload the run stops after its
 // warm-up when memory.device_limit is below the least cap any rank traced, unless not
 // `enforce_device_limit` (a probe: memory() reports it).

@@ -2,11 +2,14 @@
 
 #include "core/gpu.h"
 #include "data/dataset.h"
+#include "config/hf_model.h"
 #include "engine/checkpoint.h"
+#include "engine/hf_checkpoint.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
 #include "engine/model_data.h"
 #include "engine/progress.h"
+#include "engine/sampler.h"
 #include "engine/step_profile.h"
 #include "models/factory.h"
 #include "nn/cross_entropy_loss.h"
@@ -28,6 +31,30 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// What model.init_from loaded, with every rank's copied bytes and peak host memory under several
+// ranks (gathered over the world: every rank calls it).
+std::string hf_load_line(const std::string& dir, const io::HfModelSpec& spec, const HfLoadReport& r,
+                         parallel::ParallelContext& pc) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::string line = fmt::format("initialized from {} ({}): {} in its files, loaded in {:.2f} s", dir,
+                                 io::hf_architecture(spec.family), human_bytes(r.file_bytes), r.seconds);
+  constexpr int kFigures = 3;
+  Tensor mine = Tensor::empty({kFigures}, DType::f32, host_allocator());
+  mine.data<float>()[0] = float(double(r.copied_bytes) / kMiB);
+  mine.data<float>()[1] = float(double(r.peak_rss_bytes) / kMiB);
+  mine.data<float>()[2] = float(double(r.rss_before_bytes) / kMiB);
+  const int n = pc.world_size();
+  Tensor all = Tensor::empty({kFigures * n}, DType::f32, host_allocator());
+  if (n > 1) pc.group(parallel::GroupKind::world).all_gather(all, mine)->wait();
+  else all.copy_from(mine);
+  for (int k = 0; k < n; ++k) {
+    const float* f = all.data<float>() + kFigures * k;
+    line += fmt::format("\n  {}copied {:.1f} MiB; peak host memory {:.1f} MiB ({:.1f} MiB before loading)",
+                        n > 1 ? fmt::format("rank {}: ", k) : "", f[0], f[1], f[2]);
+  }
+  return line;
+}
 
 // The sum of a scalar over the data replicas (summed in fp32 across ranks).
 double sum_over_replicas(parallel::ParallelContext& pc, double value) {
@@ -87,6 +114,8 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   Progress progress(pc.is_main() && !options.quiet ? stdout : nullptr, std::max<std::int64_t>(1, tc.log_every), pc.world_size() == 1);
   MetricsWriter metrics(pc.is_main() ? options.metrics_path : "");
   auto dataset = data::make_dataset(cfg);
+  std::optional<TrainingSampler> sampler;  // train.sample_every: its prompt and tokenizer checked before training
+  if (tc.sample_every > 0) sampler.emplace(cfg);
   const nn::CheckpointPolicy checkpointing = checkpoint_policy(tc);
   const auto layers = nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
   auto model = models::make_model(cfg.model, checkpointing, *layers, cfg.memory.embedding_on_host);
@@ -126,6 +155,12 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
     activation_pool = std::make_unique<HostAllocator>();
   Allocator& activations = *activation_pool;
   nn::Runner runner;
+  engine.materialize(tc.seed);  // on the host: the Philox init writes there
+  std::string init_line;
+  if (!cfg.model.init_from.empty() && options.resume_path.empty()) {
+    const io::HfModelSpec spec = config::hf_spec(cfg.model);
+    init_line = hf_load_line(cfg.model.init_from, spec, load_hf_weights(cfg.model.init_from, spec, engine.parameters()), pc);
+  }
   const std::unique_ptr<ModelData> model_data = make_model_data(cfg, *model, engine, pc, runner, options.resume_path,
                                                                    options.enforce_device_limit);
   const std::string config_toml = config::to_toml(cfg);
@@ -157,6 +192,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                             cfg.model.type, model->num_parameters(), cfg.model.n_layer, cfg.model.n_embd,
                             cfg.model.n_head, B, T, accum > 1 ? fmt::format(" in {} micro-batches", accum) : ""));
   progress.line("data: " + dataset->describe());
+  if (!init_line.empty()) progress.line(init_line);
 
   if (replicas > 1) {
     progress.line(fmt::format("data parallel: {} replicas of {} sequences{}", replicas, local,
@@ -299,6 +335,10 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
         metrics.write({{"step", step + 1}, {"eval_loss", eval}});
         progress.line(fmt::format("step {}: eval loss {:.4f}{}", step + 1, eval,
                                   floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
+      }
+      if (sampler && sampler->due(step + 1, end)) {
+        const std::string line = sampler->line(*model, pc.world_size(), step + 1);
+        if (!line.empty()) progress.line(line);
       }
       const bool last = step + 1 == end;
       const bool due = last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0);

@@ -2,10 +2,14 @@
 
 #include "io/atomic_file.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include <cstring>
-#include <fstream>
 
 namespace tidal::io {
 namespace {
@@ -26,6 +30,32 @@ DType parse_dtype(const std::string& s, const std::string& path, const std::stri
   if (s == "F16") return DType::f16;
   if (s == "I32") return DType::i32;
   throw Error(fmt::format("{}: tensor '{}' has dtype {}, which tidal does not read (F32, BF16, F16, I32)", path, name, s));
+}
+
+// The header's entry for one tensor, checked against the data section's size.
+TensorEntry parse_entry(const nlohmann::json& v, std::uint64_t data_size, const std::string& path,
+                        const std::string& name) {
+  TIDAL_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+              "'{}': tensor '{}' lacks dtype, shape or data_offsets in the header (not a safetensors file?)", path,
+              name);
+  TensorEntry e;
+  std::vector<std::int64_t> dims;
+  std::vector<std::uint64_t> off;
+  try {
+    e.dtype = parse_dtype(v.at("dtype").get<std::string>(), path, name);
+    dims = v.at("shape").get<std::vector<std::int64_t>>();
+    off = v.at("data_offsets").get<std::vector<std::uint64_t>>();
+  } catch (const nlohmann::json::exception& ex) {
+    throw Error(fmt::format("'{}': tensor '{}' has a malformed header entry: {}", path, name, ex.what()));
+  }
+  for (std::int64_t d : dims) TIDAL_CHECK(d >= 0, "'{}': tensor '{}' has a negative extent", path, name);
+  e.shape = Shape(dims);
+  TIDAL_CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_size &&
+                  off[1] - off[0] == std::uint64_t(e.shape.numel()) * dtype_size(e.dtype),
+              "'{}': tensor '{}' has inconsistent offsets (file truncated?)", path, name);
+  e.begin = off[0];
+  e.end = off[1];
+  return e;
 }
 
 }  // namespace
@@ -54,43 +84,71 @@ void save_safetensors(const std::string& path, const TensorMap& tensors, const M
   save_safetensors(path, std::vector<std::pair<std::string, Tensor>>(tensors.begin(), tensors.end()), metadata);
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TIDAL_CHECK(in.good(), "cannot open safetensors file '{}': check the path", path);
-  in.seekg(0, std::ios::end);
-  const std::uint64_t file_size = std::uint64_t(in.tellg());
-  in.seekg(0);
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TIDAL_CHECK(fd >= 0, "cannot open safetensors file '{}': {}", path, std::strerror(errno));
+  struct stat st {};
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  map_size_ = stat_ok ? std::size_t(st.st_size) : 0;
+  if (map_size_ >= 8) {
+    map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map_ == MAP_FAILED) map_ = nullptr;
+  }
+  ::close(fd);
+  TIDAL_CHECK(map_ != nullptr, "'{}' is not a safetensors file ({} bytes{})", path, map_size_,
+              map_size_ >= 8 ? ": it cannot be memory-mapped" : ", shorter than its header length");
+  const auto* bytes = static_cast<const std::byte*>(map_);
   std::uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), sizeof n);
-  TIDAL_CHECK(in.good() && n <= file_size - 8, "'{}' is not a safetensors file (bad header length)", path);
-  std::string text(n, '\0');
-  in.read(text.data(), std::streamsize(n));
+  std::memcpy(&n, bytes, sizeof n);
+  TIDAL_CHECK(n >= 2 && n <= map_size_ - 8, "'{}' is not a safetensors file (bad header length; truncated?)", path);
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(text);
+    header = nlohmann::json::parse(reinterpret_cast<const char*>(bytes) + 8, reinterpret_cast<const char*>(bytes) + 8 + n);
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("'{}': malformed safetensors header: {}", path, e.what()));
   }
-  const std::uint64_t data_size = file_size - 8 - n;
-  SafetensorsFile f;
+  TIDAL_CHECK(header.is_object(), "'{}': malformed safetensors header (not a JSON object)", path);
+  data_ = bytes + 8 + n;
+  data_size_ = map_size_ - 8 - n;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
-      for (auto m = it.value().begin(); m != it.value().end(); ++m) f.metadata[m.key()] = m.value().get<std::string>();
+      for (auto m = it.value().begin(); m != it.value().end(); ++m) {
+        TIDAL_CHECK(m.value().is_string(), "'{}': metadata '{}' is not a string", path, m.key());
+        metadata_[m.key()] = m.value().get<std::string>();
+      }
       continue;
     }
-    const auto& v = it.value();
-    const DType dt = parse_dtype(v.at("dtype").get<std::string>(), path, it.key());
-    const Shape shape(v.at("shape").get<std::vector<std::int64_t>>());
-    const auto off = v.at("data_offsets").get<std::vector<std::uint64_t>>();
-    TIDAL_CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_size &&
-                    off[1] - off[0] == std::uint64_t(shape.numel()) * dtype_size(dt),
-                "'{}': tensor '{}' has inconsistent offsets (file truncated?)", path, it.key());
-    Tensor t = Tensor::empty(shape, dt);
-    in.seekg(std::streamoff(8 + n + off[0]));
-    in.read(static_cast<char*>(t.raw()), std::streamsize(t.nbytes()));
-    TIDAL_CHECK(in.good(), "'{}': could not read tensor '{}'", path, it.key());
-    f.tensors.emplace(it.key(), std::move(t));
+    entries_.emplace(it.key(), parse_entry(it.value(), data_size_, path, it.key()));
   }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (map_) ::munmap(map_, map_size_);
+}
+
+Tensor SafetensorsReader::view(const std::string& name) const {
+  const auto it = entries_.find(name);
+  TIDAL_ASSERT(it != entries_.end(), "'{}' has no tensor '{}'", path_, name);
+  return Tensor::view_of(const_cast<std::byte*>(data_ + it->second.begin), it->second.shape, it->second.dtype);
+}
+
+void SafetensorsReader::release(const std::string& name) const {
+  const auto it = entries_.find(name);
+  TIDAL_ASSERT(it != entries_.end(), "'{}' has no tensor '{}'", path_, name);
+  // Whole pages inside the mapping that hold the tensor's bytes (a neighbour sharing an edge page
+  // is read again if touched: the pages are the file's, never modified).
+  const std::uintptr_t page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
+  const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(map_);
+  const std::uintptr_t from = (reinterpret_cast<std::uintptr_t>(data_ + it->second.begin) - base) / page * page;
+  const std::uintptr_t to = reinterpret_cast<std::uintptr_t>(data_ + it->second.end) - base;
+  if (to > from) ::madvise(static_cast<std::byte*>(map_) + from, to - from, MADV_DONTNEED);
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const SafetensorsReader reader(path);
+  SafetensorsFile f;
+  f.metadata = reader.metadata();
+  for (const auto& [name, entry] : reader.entries()) f.tensors.emplace(name, reader.view(name).clone());
   return f;
 }
 

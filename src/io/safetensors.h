@@ -1,10 +1,13 @@
 // safetensors files (the format of Hugging Face's library): an 8-byte little-endian header
 // length, a JSON header {name: {dtype, shape, data_offsets}, "__metadata__": {...}}, then the
 // raw little-endian tensor bytes. Writes are atomic: a temporary file, fsync, then rename.
+// Reads memory-map the file: a tensor is a view of its pages, which are read only where touched,
+// so a rank that copies its slices out of a large file never holds the rest.
 #pragma once
 
 #include "core/tensor.h"
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -19,11 +22,47 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
                       const Metadata& metadata = {});
 void save_safetensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata = {});
 
+// One tensor of a file: its type, shape and bytes [begin, end) of the data section.
+struct TensorEntry {
+  DType dtype = DType::f32;
+  Shape shape;
+  std::uint64_t begin = 0, end = 0;
+};
+
+// A safetensors file mapped read-only. The constructor validates the whole header (offsets inside
+// the file and matching the shapes, known dtypes) and throws tidal::Error naming the file and the
+// tensor for a missing, truncated or malformed file.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, TensorEntry>& entries() const { return entries_; }
+  const Metadata& metadata() const { return metadata_; }
+  // A view of the mapped bytes (valid while the reader lives); the name must be an entry.
+  Tensor view(const std::string& name) const;
+  // Gives the pages holding `name` back to the kernel (read again from the file if touched).
+  void release(const std::string& name) const;
+  std::uint64_t data_bytes() const { return data_size_; }
+
+ private:
+  std::string path_;
+  std::map<std::string, TensorEntry> entries_;
+  Metadata metadata_;
+  void* map_ = nullptr;
+  std::size_t map_size_ = 0;
+  const std::byte* data_ = nullptr;  // the data section
+  std::uint64_t data_size_ = 0;
+};
+
 struct SafetensorsFile {
   TensorMap tensors;
   Metadata metadata;
 };
-// Throws tidal::Error naming the file for a missing, truncated or malformed file.
+// Every tensor of the file, copied into memory of its own.
 SafetensorsFile load_safetensors(const std::string& path);
 
 }  // namespace tidal::io

@@ -12,7 +12,7 @@ class BertEmbeddings final : public nn::Module {
   BertEmbeddings(const BertConfig& c, nn::LayerFactory& layers) {
     const auto init = nn::ParameterInit::normal(c.init_std);
     word_ = &add_module("word", layers.vocab_embedding(c.vocab_size, c.n_embd, init));
-    position_ = &add_module("position", layers.position_embedding(c.seq_len, c.n_embd, init));
+    position_ = &add_module("position", layers.position_embedding(c.max_positions ? c.max_positions : c.seq_len, c.n_embd, init));
     token_type_ = &add_module("token_type", layers.embedding(c.type_vocab_size, c.n_embd, init));
     ln_ = &add_module("ln", layers.layer_norm(c.n_embd, c.ln_eps));
     drop_ = &add_module("drop", layers.dropout(c.dropout));
@@ -48,7 +48,7 @@ class MlmHead final : public nn::Module {
  public:
   MlmHead(const BertConfig& c, nn::TableLookup& word_embedding, nn::LayerFactory& layers) {
     dense_ = &add_module("dense", layers.hidden_linear(c.n_embd, c.n_embd, true, nn::ParameterInit::normal(c.init_std)));
-    act_ = &add_module("act", std::make_unique<nn::Gelu>());
+    act_ = &add_module("act", std::make_unique<nn::Gelu>(c.activation));
     ln_ = &add_module("ln", layers.layer_norm(c.n_embd, c.ln_eps));
     decoder_ = &add_module("", c.tie_embeddings ? layers.tied_head(word_embedding, true)
                                                 : layers.untied_head(c.vocab_size, c.n_embd,
@@ -78,7 +78,7 @@ class Bert final : public Model {
     nn::TableLookup& word = embedding->word_embedding();
     add_embedding_layer("embeddings", std::move(embedding), c.embedding_on_host);
     nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = false, .pre_ln = false, .ln_eps = c.ln_eps,
-                      .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
+                      .activation = c.activation, .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
                       .proj_init = nn::ParameterInit::normal(c.init_std)};
     add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);
     add_layer("mlm", std::make_unique<MlmHead>(c, word, layers));

@@ -6,6 +6,7 @@
 
 #include "models/model.h"
 #include "nn/layer_factory.h"
+#include "ops/gelu.h"
 
 namespace tidal::models {
 
@@ -15,9 +16,11 @@ struct BertConfig {
   std::int64_t n_embd = 768;
   std::int64_t vocab_size = 30522;
   std::int64_t seq_len = 512;
+  std::int64_t max_positions = 0;  // the position table's rows; 0 = seq_len
   std::int64_t type_vocab_size = 2;
   float dropout = 0.0f;
   float ln_eps = 1e-12f;
+  ops::GeluForm activation = ops::GeluForm::tanh;  // the MLP's GELU (HF: gelu_new = tanh, gelu = erf)
   float init_std = 0.02f;
   nn::CheckpointPolicy checkpointing{};  // activation checkpointing of the blocks
   bool tie_embeddings = true;            // false: the LM head has a table of its own

@@ -1,28 +1,40 @@
 #include "models/factory.h"
 
+#include "config/hf_model.h"
 #include "models/bert.h"
 #include "models/gpt.h"
 #include "models/vit.h"
 
 namespace tidal::models {
 
+namespace {
+ops::GeluForm activation_of(const config::ModelConfig& c) {
+  return c.activation == "gelu_erf" ? ops::GeluForm::erf : ops::GeluForm::tanh;
+}
+}  // namespace
+
+GptConfig gpt_config(const config::ModelConfig& c, const nn::CheckpointPolicy& checkpointing, bool embedding_on_host) {
+  return {.n_layer = c.n_layer, .n_head = c.n_head, .n_embd = c.n_embd, .vocab_size = c.vocab_size,
+          .seq_len = c.seq_len, .max_positions = c.max_positions, .dropout = float(c.dropout),
+          .ln_eps = float(config::effective_ln_eps(c)), .activation = activation_of(c), .checkpointing = checkpointing,
+          .tie_embeddings = c.tie_embeddings, .embedding_on_host = embedding_on_host};
+}
+
 std::unique_ptr<Model> make_model(const config::ModelConfig& c, const nn::CheckpointPolicy& checkpointing,
                                   nn::LayerFactory& layers, bool embedding_on_host) {
-  const float dropout = float(c.dropout);
-  if (c.type == "gpt")
-    return make_gpt({.n_layer = c.n_layer, .n_head = c.n_head, .n_embd = c.n_embd, .vocab_size = c.vocab_size,
-                     .seq_len = c.seq_len, .dropout = dropout, .checkpointing = checkpointing,
-                     .tie_embeddings = c.tie_embeddings, .embedding_on_host = embedding_on_host},
-                    layers);
+  const float dropout = float(c.dropout), ln_eps = float(config::effective_ln_eps(c));
+  const ops::GeluForm activation = activation_of(c);
+  if (c.type == "gpt") return make_gpt(gpt_config(c, checkpointing, embedding_on_host), layers);
   if (c.type == "bert")
     return make_bert({.n_layer = c.n_layer, .n_head = c.n_head, .n_embd = c.n_embd, .vocab_size = c.vocab_size,
-                      .seq_len = c.seq_len, .dropout = dropout, .checkpointing = checkpointing,
+                      .seq_len = c.seq_len, .max_positions = c.max_positions, .type_vocab_size = c.type_vocab_size,
+                      .dropout = dropout, .ln_eps = ln_eps, .activation = activation, .checkpointing = checkpointing,
                       .tie_embeddings = c.tie_embeddings, .embedding_on_host = embedding_on_host},
                      layers);
   if (c.type == "vit")
     return make_vit({.n_layer = c.n_layer, .n_head = c.n_head, .n_embd = c.n_embd, .image_size = c.image_size,
                      .patch_size = c.patch_size, .channels = c.channels, .num_classes = c.num_classes,
-                     .dropout = dropout, .checkpointing = checkpointing},
+                     .dropout = dropout, .ln_eps = ln_eps, .activation = activation, .checkpointing = checkpointing},
                     layers);
   throw Error(fmt::format("model.type = \"{}\" is not one of gpt | bert | vit", c.type));
 }

@@ -2,10 +2,16 @@
 #pragma once
 
 #include "config/config.h"
+#include "models/gpt.h"
 #include "models/model.h"
 #include "nn/layer_factory.h"
 
 namespace tidal::models {
+
+// The GPT options [model] gives (model.type = "gpt"): what make_model builds, and what the
+// sampler runs.
+GptConfig gpt_config(const config::ModelConfig& cfg, const nn::CheckpointPolicy& checkpointing = {},
+                     bool embedding_on_host = false);
 
 // The model of `cfg`, its layers made by `layers` (the tensor-parallel mode's factory).
 // `embedding_on_host`: memory.embedding_on_host.

@@ -12,7 +12,7 @@ class GptEmbedding final : public nn::Module {
  public:
   GptEmbedding(const GptConfig& c, nn::LayerFactory& layers)
       : wte_(&add_module("wte", layers.vocab_embedding(c.vocab_size, c.n_embd, nn::ParameterInit::normal(c.init_std)))),
-        wpe_(&add_module("wpe", layers.position_embedding(c.seq_len, c.n_embd, nn::ParameterInit::normal(c.init_std)))),
+        wpe_(&add_module("wpe", layers.position_embedding(c.max_positions ? c.max_positions : c.seq_len, c.n_embd, nn::ParameterInit::normal(c.init_std)))),
         drop_(&add_module("drop", layers.dropout(c.dropout))) {}
 
   Tensor forward(const Tensor& tokens, nn::Context& ctx) override {
@@ -36,7 +36,7 @@ class Gpt final : public Model {
     nn::TableLookup& wte = embedding->token_embedding();
     add_embedding_layer("", std::move(embedding), c.embedding_on_host);
     nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = true, .pre_ln = true, .ln_eps = c.ln_eps,
-                      .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
+                      .activation = c.activation, .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
                       // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer).
                       .proj_init = nn::ParameterInit::normal(c.init_std / std::sqrt(2.0f * float(c.n_layer)))};
     add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);

@@ -5,6 +5,7 @@
 
 #include "models/model.h"
 #include "nn/layer_factory.h"
+#include "ops/gelu.h"
 
 namespace tidal::models {
 
@@ -14,8 +15,10 @@ struct GptConfig {
   std::int64_t n_embd = 384;
   std::int64_t vocab_size = 512;
   std::int64_t seq_len = 256;  // learned positions
+  std::int64_t max_positions = 0;  // the position table's rows; 0 = seq_len
   float dropout = 0.0f;        // embedding and residual dropout
   float ln_eps = 1e-5f;
+  ops::GeluForm activation = ops::GeluForm::tanh;  // the MLP's GELU (HF: gelu_new = tanh, gelu = erf)
   float init_std = 0.02f;
   nn::CheckpointPolicy checkpointing{};  // activation checkpointing of the blocks
   bool tie_embeddings = true;            // false: the LM head has a table of its own

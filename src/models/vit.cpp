@@ -93,7 +93,7 @@ class Vit final : public Model {
                 "model.image_size ({}) must be a multiple of model.patch_size ({})", c.image_size, c.patch_size);
     add_layer("", std::make_unique<PatchEmbedding>(c, layers));
     nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = false, .pre_ln = true, .ln_eps = c.ln_eps,
-                      .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
+                      .activation = c.activation, .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
                       .proj_init = nn::ParameterInit::normal(c.init_std)};
     add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);
     add_layer("ln_f", layers.layer_norm(c.n_embd, c.ln_eps));

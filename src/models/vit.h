@@ -5,6 +5,7 @@
 
 #include "models/model.h"
 #include "nn/layer_factory.h"
+#include "ops/gelu.h"
 
 namespace tidal::models {
 
@@ -18,6 +19,7 @@ struct VitConfig {
   std::int64_t num_classes = 1000;
   float dropout = 0.0f;
   float ln_eps = 1e-6f;
+  ops::GeluForm activation = ops::GeluForm::tanh;  // the MLP's GELU (HF: gelu_new = tanh, gelu = erf)
   float init_std = 0.02f;
   nn::CheckpointPolicy checkpointing{};  // activation checkpointing of the blocks
 };

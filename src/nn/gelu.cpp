@@ -6,7 +6,7 @@ namespace tidal::nn {
 
 Tensor Gelu::forward(const Tensor& x, Context& ctx) {
   Tensor y = ctx.empty(x.shape(), x.dtype());
-  ops::gelu_forward(y, x);
+  ops::gelu_forward(y, x, form_);
   ctx.saved = {x};
   return y;
 }
@@ -14,7 +14,7 @@ Tensor Gelu::forward(const Tensor& x, Context& ctx) {
 Tensor Gelu::backward(const Tensor& dy, Context& ctx) {
   const Tensor& x = ctx.saved.at(0);
   Tensor dx = ctx.empty(x.shape(), x.dtype());
-  ops::gelu_backward(dx, dy, x);
+  ops::gelu_backward(dx, dy, x, form_);
   ctx.saved.clear();
   return dx;
 }

@@ -5,9 +5,10 @@ namespace {
 enum Slot : std::size_t { kFc, kAct, kProj };
 }
 
-Mlp::Mlp(std::int64_t n_embd, std::int64_t hidden, ParameterInit init, ParameterInit proj_init, LayerFactory& layers)
+Mlp::Mlp(std::int64_t n_embd, std::int64_t hidden, ops::GeluForm activation, ParameterInit init, ParameterInit proj_init,
+         LayerFactory& layers)
     : fc_(&add_module("fc", layers.input_linear(n_embd, hidden, true, init))),
-      act_(&add_module("act", std::make_unique<Gelu>())),
+      act_(&add_module("act", std::make_unique<Gelu>(activation))),
       proj_(&add_module("proj", layers.output_linear(hidden, n_embd, true, proj_init))) {}
 
 Tensor Mlp::forward(const Tensor& x, Context& ctx) {

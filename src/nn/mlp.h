@@ -1,4 +1,4 @@
-// The transformer MLP: proj(gelu(fc(x))), hidden width 4C; fc is an input_linear and proj an
+// The transformer MLP: proj(gelu(fc(x))), GELU in either form, hidden width 4C; fc is an input_linear and proj an
 // output_linear of the factory.
 #pragma once
 
@@ -9,7 +9,8 @@ namespace tidal::nn {
 
 class Mlp final : public Module {
  public:
-  Mlp(std::int64_t n_embd, std::int64_t hidden, ParameterInit init, ParameterInit proj_init, LayerFactory& layers);
+  Mlp(std::int64_t n_embd, std::int64_t hidden, ops::GeluForm activation, ParameterInit init, ParameterInit proj_init,
+      LayerFactory& layers);
 
   Tensor forward(const Tensor& x, Context& ctx) override;
   Tensor backward(const Tensor& dy, Context& ctx) override;

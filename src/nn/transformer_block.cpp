@@ -20,7 +20,7 @@ TransformerBlock::TransformerBlock(const BlockConfig& c, LayerFactory& layers)
                                                                          c.proj_init, layers))),
       attn_drop_(&add_module("attn_drop", layers.dropout(c.dropout))),
       ln_2_(&add_module("ln_2", layers.layer_norm(c.n_embd, c.ln_eps))),
-      mlp_(&add_module("mlp", std::make_unique<Mlp>(c.n_embd, 4 * c.n_embd, c.init, c.proj_init, layers))),
+      mlp_(&add_module("mlp", std::make_unique<Mlp>(c.n_embd, 4 * c.n_embd, c.activation, c.init, c.proj_init, layers))),
       mlp_drop_(&add_module("mlp_drop", layers.dropout(c.dropout))) {}
 
 Tensor TransformerBlock::forward(const Tensor& x, Context& ctx) {

@@ -13,6 +13,7 @@ struct BlockConfig {
   bool causal = false;
   bool pre_ln = true;
   float ln_eps = 1e-5f;
+  ops::GeluForm activation = ops::GeluForm::tanh;  // the MLP's
   float dropout = 0.0f;
   ParameterInit init = ParameterInit::normal(0.02f);
   ParameterInit proj_init = ParameterInit::normal(0.02f);  // output projections (GPT-2 scales these)

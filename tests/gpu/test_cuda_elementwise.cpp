@@ -48,15 +48,16 @@ TEST_P(CudaElementwise, GeluForwardAndBackward) {
   const Shape shape{37, 101};
   Tensor x = randn_as(shape, 1, dtype, 2.0f), dy = randn_as(shape, 2, dtype);
   Tensor y = Tensor::empty(shape, dtype), dx = Tensor::empty(shape, dtype);
-  ops::gelu_forward(y, x);
-  ops::gelu_backward(dx, dy, x);
-
-  Tensor gx = to_gpu(x), gdy = to_gpu(dy);
-  Tensor gy = gpu_empty(shape, dtype), gdx = gpu_empty(shape, dtype);
-  ops::gelu_forward(gy, gx);
-  ops::gelu_backward(gdx, gdy, gx);
-  EXPECT_TRUE(all_close(gy, y, tolerance_for(dtype)));
-  EXPECT_TRUE(all_close(gdx, dx, tolerance_for(dtype)));
+  for (ops::GeluForm form : {ops::GeluForm::tanh, ops::GeluForm::erf}) {
+    ops::gelu_forward(y, x, form);
+    ops::gelu_backward(dx, dy, x, form);
+    Tensor gx = to_gpu(x), gdy = to_gpu(dy);
+    Tensor gy = gpu_empty(shape, dtype), gdx = gpu_empty(shape, dtype);
+    ops::gelu_forward(gy, gx, form);
+    ops::gelu_backward(gdx, gdy, gx, form);
+    EXPECT_TRUE(all_close(gy, y, tolerance_for(dtype))) << "form " << int(form);
+    EXPECT_TRUE(all_close(gdx, dx, tolerance_for(dtype))) << "form " << int(form);
+  }
 }
 
 // Values k/64: fp32 and fp16 hold them exactly and bf16 rounds only those beyond 4, to a coarser

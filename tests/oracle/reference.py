@@ -15,7 +15,7 @@ Conventions:
   * metadata values are strings; ints/floats/bools ("0"/"1") are parsed here;
   * integer inputs arrive as int32 and are converted with .long() where indices are needed;
   * scalar results (losses, norms) are written with shape [1];
-  * GELU is always the tanh approximation;
+  * GELU is the tanh approximation, except where a case's metadata says form=erf;
   * the number of CPU threads is 2 (override with env TIDAL_ORACLE_THREADS).
 """
 
@@ -193,9 +193,12 @@ def case_layernorm(inp):
 
 
 def case_gelu(inp):
-    """Inputs x, dy. Outputs y = gelu_tanh(x), dx."""
+    """Inputs x, dy; metadata form (tanh, the default, or erf). Outputs y = gelu(x), dx."""
     x = inp.f32("x", grad=True)
-    y = gelu(x)
+    form = inp.meta.get("form", "tanh")
+    if form not in ("tanh", "erf"):
+        raise OracleInputError(f"metadata form={form!r} is not tanh or erf")
+    y = gelu(x) if form == "tanh" else F.gelu(x)
     y.backward(inp.f32("dy"))
     return {"y": out32(y), "dx": out32(x.grad)}
 

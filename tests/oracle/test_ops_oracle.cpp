@@ -100,6 +100,17 @@ TEST(OpsOracle, GeluTanhForwardBackward) {
   EXPECT_TRUE(all_close(dx, ref.at("dx"), kFp32));
 }
 
+// BERT's and ViT's GELU: 0.5 x (1 + erf(x / sqrt(2))).
+TEST(OpsOracle, GeluErfForwardBackward) {
+  Tensor x = randn({37, 101}, 17, 3.0f), dy = randn({37, 101}, 18);
+  Tensor y = Tensor::empty(x.shape()), dx = Tensor::empty(x.shape());
+  ops::gelu_forward(y, x, ops::GeluForm::erf);
+  ops::gelu_backward(dx, dy, x, ops::GeluForm::erf);
+  auto ref = run_oracle("gelu", {{"x", x}, {"dy", dy}}, {{"form", "erf"}});
+  EXPECT_TRUE(all_close(y, ref.at("y"), kFp32));
+  EXPECT_TRUE(all_close(dx, ref.at("dx"), kFp32));
+}
+
 TEST(OpsOracle, SoftmaxForwardBackward) {
   Tensor x = randn({37, 101}, 15, 4.0f), dy = randn({37, 101}, 16);
   Tensor y = Tensor::empty(x.shape()), dx = Tensor::empty(x.shape());

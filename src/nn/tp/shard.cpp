@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "ops/grad_norm.h"
 
+#include <algorithm>
 #include <map>
 
 namespace tidal::nn::tp {
@@ -58,6 +59,39 @@ Tensor shard_of(const Parameter& p, const Tensor& full) {
     dst.copy_from(block_in(p, full, m));
   }
   return local;
+}
+
+void copy_shard(const Parameter& p, std::span<const Tensor> rows, Tensor local) {
+  TIDAL_ASSERT(!rows.empty() && local.shape() == p.shape && local.dtype() == rows[0].dtype(), "{}: {} pieces into {}",
+               p.name, rows.size(), local.str());
+  const Shape& full = p.full_shape.size() ? p.full_shape : p.shape;
+  std::int64_t total = 0;
+  for (const Tensor& r : rows) {
+    TIDAL_ASSERT(r.ndim() == full.size() && r.dtype() == rows[0].dtype(), "{}: piece {}", p.name, r.str());
+    for (int d = 1; d < full.size(); ++d) TIDAL_ASSERT(r.dim(d) == full[d], "{}: piece {} of {}", p.name, r.str(), full.str());
+    total += r.dim(0);
+  }
+  TIDAL_ASSERT(total == full[0], "{}: pieces of {} rows for {}", p.name, total, full.str());
+  // The block's rows [first, first + n) of the full tensor, gathered from the pieces they fall in;
+  // the other dimensions sliced at p's offsets.
+  const std::int64_t s = p.shape[0] / p.segments, S = full[0] / p.segments;
+  for (int m = 0; m < p.segments; ++m) {
+    const std::int64_t first = m * S + (p.offset.size() ? p.offset[0] : 0);
+    Tensor dst = segment(local, p, m);
+    std::int64_t at = 0;  // the current piece's first row in the full tensor
+    for (const Tensor& r : rows) {
+      const std::int64_t lo = std::max(first, at), hi = std::min(first + s, at + r.dim(0));
+      if (lo < hi) {
+        Tensor src = r.slice(0, lo - at, hi - at);
+        for (int d = 1; d < p.shape.size(); ++d) {
+          const std::int64_t o = p.offset.size() ? p.offset[d] : 0;
+          src = src.slice(d, o, o + p.shape[d]);
+        }
+        dst.slice(0, lo - first, hi - first).copy_from(src);
+      }
+      at += r.dim(0);
+    }
+  }
 }
 
 void copy_part_columns(Tensor panel, Tensor features, int part, int parts, int segments, bool into_features) {

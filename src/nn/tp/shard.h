@@ -17,6 +17,10 @@ Tensor gather_parameter(const Parameter& p, const Tensor& local, comm::Communica
 // This rank's block of a full tensor `full` (p.full_shape, or p.shape when p is whole): the
 // inverse of gather_parameter, for loading a checkpoint written under another layout.
 Tensor shard_of(const Parameter& p, const Tensor& full);
+// The same block, with the full tensor given as consecutive pieces along dimension 0 (BERT's
+// query | key | value; each may be a strided view, e.g. of a memory-mapped file), copied into
+// `local` (p.shape, the pieces' dtype): only the elements of the block are read.
+void copy_shard(const Parameter& p, std::span<const Tensor> rows, Tensor local);
 
 // Features laid out [segments][parts][s] (segment-major, so that q, k and v of the same heads
 // stay together when a fused weight's rows are split into parts), and a panel [N, segments s]

@@ -1,0 +1,50 @@
+// Hugging Face weights in and out (io/hf_layout.h says where each parameter lives there).
+// In (model.init_from): each rank copies exactly its blocks of its own parameters (its tensor
+// shards, its pipeline stage's) out of the memory-mapped files and gives each tensor's pages
+// back once copied, so no rank ever holds the whole model. Out (tidal export --format hf): a
+// tidal checkpoint's whole tensors in the names, shapes and layouts transformers expects.
+#pragma once
+
+#include "io/hf_config.h"
+#include "nn/parameter.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tidal::engine {
+
+struct HfLoadReport {
+  std::int64_t tensors = 0;        // parameters of this rank filled
+  std::uint64_t file_bytes = 0;    // the directory's weights, all of them
+  std::uint64_t copied_bytes = 0;  // bytes this rank copied out of them
+  double seconds = 0;
+  std::uint64_t rss_before_bytes = 0;  // the process's resident memory before loading (its parameters included)
+  std::uint64_t peak_rss_bytes = 0;    // the process's peak resident memory after loading
+};
+
+// Fills `params` (this rank's, materialized) from the Hugging Face directory `dir` of the
+// architecture `spec`. Every rank checks the whole directory against `spec` first, so all fail
+// alike: a tensor missing, one more than the architecture has, a wrong shape or dtype -> a
+// tidal::Error naming the file and the tensor.
+HfLoadReport load_hf_weights(const std::string& dir, const io::HfModelSpec& spec,
+                             std::span<nn::Parameter* const> params);
+
+struct HfExportReport {
+  std::string architecture;
+  std::int64_t tensors = 0;
+  std::uint64_t bytes = 0;
+  int files = 0;  // safetensors files written (more than one: sharded, with an index)
+};
+
+// Writes `checkpoint` (a step directory, or a checkpoint directory and its `latest`) to `out_dir`
+// as config.json and model.safetensors (numbered shards and model.safetensors.index.json above
+// max_shard_bytes), loadable with from_pretrained.
+HfExportReport export_hf(const std::string& checkpoint, const std::string& out_dir,
+                         std::uint64_t max_shard_bytes = std::uint64_t(2) << 30);
+
+// The process's peak and current resident set (VmHWM, VmRSS), in bytes; 0 where /proc is not there.
+std::uint64_t peak_resident_bytes();
+std::uint64_t resident_bytes();
+
+}  // namespace tidal::engine

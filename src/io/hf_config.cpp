@@ -1,0 +1,186 @@
+#include "io/hf_config.h"
+
+#include "core/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+namespace tidal::io {
+namespace {
+
+using nlohmann::json;
+
+// One key of config.json with its type, the family's default when the file leaves it out.
+class Keys {
+ public:
+  Keys(const json& j, std::string file) : j_(j), file_(std::move(file)) {}
+
+  template <class T>
+  T get(const char* key, T fallback) const {
+    if (!j_.contains(key) || j_[key].is_null()) return fallback;
+    try {
+      return j_[key].get<T>();
+    } catch (const json::exception&) {
+      throw Error(fmt::format("{}: \"{}\" is {}, which is not the type transformers writes there", file_, key,
+                              j_[key].dump()));
+    }
+  }
+  // A key whose only value tidal builds is `expected`.
+  template <class T>
+  void require(const char* key, T expected, const char* why) const {
+    const T v = get<T>(key, expected);
+    TIDAL_CHECK(v == expected, "{}: \"{}\" is {}; tidal builds {} only ({})", file_, key, json(v).dump(),
+                json(expected).dump(), why);
+  }
+  bool gelu_erf(const char* key, const char* fallback) const {
+    const std::string act = get<std::string>(key, fallback);
+    if (act == "gelu") return true;
+    if (act == "gelu_new" || act == "gelu_pytorch_tanh") return false;
+    throw Error(fmt::format("{}: \"{}\" is \"{}\"; tidal's MLP computes \"gelu\" (erf) or \"gelu_new\" / "
+                            "\"gelu_pytorch_tanh\" (tanh)", file_, key, act));
+  }
+  void require_mlp_width(const char* key, std::int64_t n_embd) const {
+    const std::int64_t hidden = get<std::int64_t>(key, 4 * n_embd);
+    TIDAL_CHECK(hidden == 4 * n_embd, "{}: \"{}\" is {}; tidal's MLP is 4 x the hidden size ({})", file_, key, hidden,
+                4 * n_embd);
+  }
+  const std::string& file() const { return file_; }
+
+ private:
+  const json& j_;
+  std::string file_;
+};
+
+HfModelSpec read_gpt2(const Keys& k) {
+  HfModelSpec s;
+  s.family = HfFamily::gpt2;
+  s.n_layer = k.get<int>("n_layer", 12);
+  s.n_head = k.get<int>("n_head", 12);
+  s.n_embd = k.get<std::int64_t>("n_embd", 768);
+  s.vocab_size = k.get<std::int64_t>("vocab_size", 50257);
+  s.max_positions = k.get<std::int64_t>("n_positions", 1024);
+  s.ln_eps = k.get<double>("layer_norm_epsilon", 1e-5);
+  s.gelu_erf = k.gelu_erf("activation_function", "gelu_new");
+  s.tie_embeddings = k.get<bool>("tie_word_embeddings", true);
+  k.require_mlp_width("n_inner", s.n_embd);
+  k.require("scale_attn_weights", true, "attention scaled by 1/sqrt(head size)");
+  k.require("scale_attn_by_inverse_layer_idx", false, "attention scaled by 1/sqrt(head size)");
+  k.require("reorder_and_upcast_attn", false, "attention computed in fp32 accumulation anyway");
+  k.require("add_cross_attention", false, "decoder-only blocks");
+  return s;
+}
+
+HfModelSpec read_bert(const Keys& k) {
+  HfModelSpec s;
+  s.family = HfFamily::bert;
+  s.n_layer = k.get<int>("num_hidden_layers", 12);
+  s.n_head = k.get<int>("num_attention_heads", 12);
+  s.n_embd = k.get<std::int64_t>("hidden_size", 768);
+  s.vocab_size = k.get<std::int64_t>("vocab_size", 30522);
+  s.max_positions = k.get<std::int64_t>("max_position_embeddings", 512);
+  s.type_vocab_size = k.get<std::int64_t>("type_vocab_size", 2);
+  s.ln_eps = k.get<double>("layer_norm_eps", 1e-12);
+  s.gelu_erf = k.gelu_erf("hidden_act", "gelu");
+  s.tie_embeddings = k.get<bool>("tie_word_embeddings", true);
+  k.require_mlp_width("intermediate_size", s.n_embd);
+  k.require<std::string>("position_embedding_type", "absolute", "learned absolute positions");
+  k.require("is_decoder", false, "an encoder");
+  return s;
+}
+
+HfModelSpec read_vit(const Keys& k, const json& j) {
+  HfModelSpec s;
+  s.family = HfFamily::vit;
+  s.n_layer = k.get<int>("num_hidden_layers", 12);
+  s.n_head = k.get<int>("num_attention_heads", 12);
+  s.n_embd = k.get<std::int64_t>("hidden_size", 768);
+  s.ln_eps = k.get<double>("layer_norm_eps", 1e-12);
+  s.gelu_erf = k.gelu_erf("hidden_act", "gelu");
+  s.image_size = k.get<std::int64_t>("image_size", 224);
+  s.patch_size = k.get<std::int64_t>("patch_size", 16);
+  s.channels = k.get<std::int64_t>("num_channels", 3);
+  // transformers keeps the label count as id2label (default: two labels).
+  s.num_classes = j.contains("id2label") && j["id2label"].is_object() ? std::int64_t(j["id2label"].size()) : 2;
+  s.tie_embeddings = false;
+  k.require_mlp_width("intermediate_size", s.n_embd);
+  k.require("qkv_bias", true, "q, k and v with biases");
+  return s;
+}
+
+}  // namespace
+
+const char* hf_architecture(HfFamily family) {
+  switch (family) {
+    case HfFamily::gpt2: return "GPT2LMHeadModel";
+    case HfFamily::bert: return "BertForMaskedLM";
+    case HfFamily::vit: return "ViTForImageClassification";
+  }
+  return "?";
+}
+
+HfModelSpec read_hf_config(const std::string& dir) {
+  const std::string file = (std::filesystem::path(dir) / "config.json").string();
+  TIDAL_CHECK(std::filesystem::is_directory(dir), "model.init_from = \"{}\" is not a directory (a Hugging Face model "
+              "directory holds config.json and model.safetensors)", dir);
+  std::ifstream in(file);
+  TIDAL_CHECK(in.good(), "model.init_from: '{}' is missing (a Hugging Face model directory holds config.json and "
+              "model.safetensors)", file);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: malformed JSON: {}", file, e.what()));
+  }
+  TIDAL_CHECK(j.is_object(), "{}: not a JSON object", file);
+  const Keys keys(j, file);
+  const std::string type = keys.get<std::string>("model_type", "");
+  if (type == "gpt2") return read_gpt2(keys);
+  if (type == "bert") return read_bert(keys);
+  if (type == "vit") return read_vit(keys, j);
+  throw Error(fmt::format("{}: model_type \"{}\" is not an architecture tidal reads (gpt2 for GPT2LMHeadModel, bert "
+                          "for BertForMaskedLM, vit for ViTForImageClassification)",
+                          file, type));
+}
+
+std::string hf_config_json(const HfModelSpec& s) {
+  json j;
+  j["architectures"] = {hf_architecture(s.family)};
+  const char* act = s.gelu_erf ? "gelu" : "gelu_new";
+  switch (s.family) {
+    case HfFamily::gpt2:
+      j.update({{"model_type", "gpt2"}, {"n_layer", s.n_layer}, {"n_head", s.n_head}, {"n_embd", s.n_embd},
+                {"vocab_size", s.vocab_size}, {"n_positions", s.max_positions}, {"n_ctx", s.max_positions},
+                {"n_inner", nullptr}, {"layer_norm_epsilon", s.ln_eps}, {"activation_function", act},
+                {"tie_word_embeddings", s.tie_embeddings}, {"resid_pdrop", s.dropout}, {"embd_pdrop", s.dropout},
+                {"attn_pdrop", 0.0}});
+      break;
+    case HfFamily::bert:
+      j.update({{"model_type", "bert"}, {"num_hidden_layers", s.n_layer}, {"num_attention_heads", s.n_head},
+                {"hidden_size", s.n_embd}, {"intermediate_size", 4 * s.n_embd}, {"vocab_size", s.vocab_size},
+                {"max_position_embeddings", s.max_positions}, {"type_vocab_size", s.type_vocab_size},
+                {"layer_norm_eps", s.ln_eps}, {"hidden_act", act}, {"position_embedding_type", "absolute"},
+                {"tie_word_embeddings", s.tie_embeddings}, {"hidden_dropout_prob", s.dropout},
+                {"attention_probs_dropout_prob", 0.0}});
+      break;
+    case HfFamily::vit: {
+      json labels = json::object();
+      for (std::int64_t i = 0; i < s.num_classes; ++i) labels[std::to_string(i)] = fmt::format("LABEL_{}", i);
+      j.update({{"model_type", "vit"}, {"num_hidden_layers", s.n_layer}, {"num_attention_heads", s.n_head},
+                {"hidden_size", s.n_embd}, {"intermediate_size", 4 * s.n_embd}, {"image_size", s.image_size},
+                {"patch_size", s.patch_size}, {"num_channels", s.channels}, {"layer_norm_eps", s.ln_eps},
+                {"hidden_act", act}, {"qkv_bias", true}, {"id2label", labels}, {"hidden_dropout_prob", s.dropout},
+                {"attention_probs_dropout_prob", 0.0}});
+      json ids = json::object();
+      for (std::int64_t i = 0; i < s.num_classes; ++i) ids[fmt::format("LABEL_{}", i)] = i;
+      j["label2id"] = ids;
+      break;
+    }
+  }
+  j["torch_dtype"] = "float32";
+  j["transformers_version"] = "4.40.2";
+  return j.dump(2) + "\n";
+}
+
+}  // namespace tidal::io

@@ -1,0 +1,103 @@
+#include "io/hf_weights.h"
+
+#include "io/atomic_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+namespace tidal::io {
+namespace fs = std::filesystem;
+
+HfWeightFiles::HfWeightFiles(const std::string& dir) {
+  const fs::path root(dir), single = root / "model.safetensors", index = root / "model.safetensors.index.json";
+  auto add_file = [&](const fs::path& p) -> const SafetensorsReader& {
+    files_.push_back(std::make_unique<SafetensorsReader>(p.string()));
+    return *files_.back();
+  };
+  if (fs::exists(single)) {
+    const SafetensorsReader& f = add_file(single);
+    for (const auto& [name, entry] : f.entries()) tensors_.emplace(name, std::make_pair(&f, entry));
+    return;
+  }
+  TIDAL_CHECK(fs::exists(index), "model.init_from: '{}' holds neither model.safetensors nor "
+              "model.safetensors.index.json{}", dir,
+              fs::exists(root / "pytorch_model.bin")
+                  ? " (its pytorch_model.bin is a pickle tidal does not read: save the model again with "
+                    "save_pretrained(dir, safe_serialization=True))"
+                  : "");
+  nlohmann::json j;
+  try {
+    std::ifstream in(index);
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("'{}': malformed JSON: {}", index.string(), e.what()));
+  }
+  TIDAL_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+              "'{}' has no \"weight_map\" object (name -> shard file)", index.string());
+  std::map<std::string, const SafetensorsReader*> by_file;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    TIDAL_CHECK(it.value().is_string(), "'{}': weight_map[\"{}\"] is not a file name", index.string(), it.key());
+    const std::string file = it.value().get<std::string>();
+    TIDAL_CHECK(file.find('/') == std::string::npos && file.find("..") == std::string::npos,
+                "'{}': weight_map[\"{}\"] = \"{}\" is not a file of the directory", index.string(), it.key(), file);
+    if (!by_file.count(file)) {
+      TIDAL_CHECK(fs::exists(root / file), "'{}' names shard '{}' (for '{}'), which is missing from '{}'",
+                  index.string(), file, it.key(), dir);
+      by_file[file] = &add_file(root / file);
+    }
+    const SafetensorsReader* f = by_file[file];
+    const auto e = f->entries().find(it.key());
+    TIDAL_CHECK(e != f->entries().end(), "'{}' maps '{}' to '{}', which has no such tensor", index.string(),
+                it.key(), f->path());
+    tensors_.emplace(it.key(), std::make_pair(f, e->second));
+  }
+}
+
+Tensor HfWeightFiles::view(const std::string& name) const { return tensors_.at(name).first->view(name); }
+
+void HfWeightFiles::release(const std::string& name) const { tensors_.at(name).first->release(name); }
+
+const std::string& HfWeightFiles::file_of(const std::string& name) const { return tensors_.at(name).first->path(); }
+
+std::uint64_t HfWeightFiles::total_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& [name, at] : tensors_) n += at.second.end - at.second.begin;
+  return n;
+}
+
+int write_hf_weights(const std::string& dir, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                     std::uint64_t max_shard_bytes) {
+  const Metadata meta{{"format", "pt"}};
+  // Shards in order, each closed before it would pass max_shard_bytes (a larger tensor alone).
+  std::vector<std::vector<std::pair<std::string, Tensor>>> shards(1);
+  std::uint64_t in_shard = 0, total = 0;
+  for (const auto& t : tensors) {
+    if (in_shard > 0 && in_shard + t.second.nbytes() > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(t);
+    in_shard += t.second.nbytes();
+    total += t.second.nbytes();
+  }
+  const fs::path root(dir);
+  if (shards.size() == 1) {
+    save_safetensors((root / "model.safetensors").string(), shards[0], meta);
+    return 1;
+  }
+  nlohmann::json map = nlohmann::json::object();
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+    save_safetensors((root / file).string(), shards[i], meta);
+    for (const auto& t : shards[i]) map[t.first] = file;
+  }
+  const std::string index = nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", map}}.dump(2) + "\n";
+  AtomicFile out((root / "model.safetensors.index.json").string());
+  out.write(index.data(), index.size());
+  out.commit();
+  return int(shards.size());
+}
+
+}  // namespace tidal::io

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Hugging Face reference for tidal's init_from, export and sampling: transformers' own classes.
+
+Runs in the venv of scripts/oracle-venv.sh (transformers 4.40.2 over Debian's torch).
+
+Usage:
+    hf_reference.py make FAMILY DIR [key=value ...]
+        A randomly initialised GPT2LMHeadModel / BertForMaskedLM / ViTForImageClassification
+        (family gpt2 | bert | vit) saved with save_pretrained. Every parameter gets noise on top
+        of the HF init (so biases and LayerNorm are not zeros and ones). Keys: the config's sizes,
+        seed, max_shard_size, peaked (gpt2: logits sharpened so greedy decoding has no near-ties).
+    hf_reference.py run DIR IN.safetensors OUT.safetensors
+        from_pretrained(DIR); the inputs of IN (gpt2: tokens, targets; bert: tokens, token_types,
+        attn_mask, targets; vit: images, labels) -> logits, loss. With metadata lr (and beta1,
+        beta2, adam_eps, weight_decay): one AdamW step on that loss, then logits_after, loss_after.
+    hf_reference.py generate DIR IN.safetensors OUT.safetensors
+        Greedy generate(do_sample=False) from the prompt `prompt` (int32 [1, n]) for metadata
+        `tokens` new tokens -> ids.
+
+Exit codes: 0 success, 2 bad usage.
+"""
+
+import sys
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+import transformers
+from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, ViTConfig,
+                          ViTForImageClassification)
+
+torch.set_num_threads(2)
+CLASSES = {"gpt2": GPT2LMHeadModel, "bert": BertForMaskedLM, "vit": ViTForImageClassification}
+
+
+def parse_kv(items):
+    out = {}
+    for item in items:
+        k, _, v = item.partition("=")
+        out[k] = v
+    return out
+
+
+def config_value(text):
+    """A command-line value as the config wants it: int, float, bool or string."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text, text)
+
+
+def make(family, directory, kv):
+    seed = int(kv.pop("seed", "1"))
+    shard = kv.pop("max_shard_size", "5GB")
+    peaked = kv.pop("peaked", "0") == "1"
+    torch.manual_seed(seed)
+    ints = {k: config_value(v) for k, v in kv.items()}
+    if family == "gpt2":
+        cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ints)
+    elif family == "bert":
+        cfg = BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **ints)
+    elif family == "vit":
+        num_labels = ints.pop("num_labels", 2)
+        cfg = ViTConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=num_labels, **ints)
+    else:
+        print(f"unknown family {family!r}", file=sys.stderr)
+        sys.exit(2)
+    model = CLASSES[family](cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+            if peaked and name.endswith("wte.weight"):
+                p.mul_(8.0)  # the tied head: logits far apart, so greedy picks have no near-ties
+    model.save_pretrained(directory, safe_serialization=True, max_shard_size=shard)
+
+
+def load(directory):
+    with open(f"{directory}/config.json") as f:
+        import json
+        family = json.load(f)["model_type"]
+    model = CLASSES[family].from_pretrained(directory)
+    return family, model
+
+
+def forward(family, model, x):
+    if family == "gpt2":
+        logits = model(input_ids=x["tokens"].long()).logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x["targets"].long().reshape(-1),
+                               ignore_index=-100)
+    elif family == "bert":
+        out = model(input_ids=x["tokens"].long(), token_type_ids=x["token_types"].long(),
+                    attention_mask=x["attn_mask"].long(), labels=x["targets"].long())
+        logits, loss = out.logits, out.loss
+    else:
+        out = model(pixel_values=x["images"].float(), labels=x["labels"].long())
+        logits, loss = out.logits, out.loss
+    return logits, loss
+
+
+def read_inputs(path):
+    """The tensors of a safetensors file and its string metadata."""
+    with safe_open(path, "pt") as f:
+        meta = f.metadata() or {}
+    return load_file(path), meta
+
+
+def run(directory, path_in, path_out):
+    family, model = load(directory)
+    model.train()
+    x, meta = read_inputs(path_in)
+    logits, loss = forward(family, model, x)
+    out = {"logits": logits.detach().float().contiguous(), "loss": loss.detach().float().reshape(1)}
+    if "lr" in meta:
+        opt = torch.optim.AdamW(model.parameters(), lr=float(meta["lr"]),
+                                betas=(float(meta["beta1"]), float(meta["beta2"])),
+                                eps=float(meta["adam_eps"]), weight_decay=float(meta["weight_decay"]))
+        loss.backward()
+        opt.step()
+        logits2, loss2 = forward(family, model, x)
+        out["logits_after"] = logits2.detach().float().contiguous()
+        out["loss_after"] = loss2.detach().float().reshape(1)
+    save_file(out, path_out)
+
+
+def generate(directory, path_in, path_out):
+    _, model = load(directory)
+    model.eval()
+    x, meta = read_inputs(path_in)
+    prompt = x["prompt"].long()
+    ids = model.generate(prompt, do_sample=False, max_new_tokens=int(meta["tokens"]), min_new_tokens=int(meta["tokens"]),
+                         pad_token_id=0, attention_mask=torch.ones_like(prompt))
+    save_file({"ids": ids.to(torch.int32).contiguous()}, path_out)
+
+
+def main(argv):
+    if len(argv) >= 3 and argv[0] == "make":
+        make(argv[1], argv[2], parse_kv(argv[3:]))
+    elif len(argv) == 4 and argv[0] == "run":
+        run(argv[1], argv[2], argv[3])
+    elif len(argv) == 4 and argv[0] == "generate":
+        generate(argv[1], argv[2], argv[3])
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    assert transformers.__version__ == "4.40.2", transformers.__version__
+    sys.exit(main(sys.argv[1:]))
