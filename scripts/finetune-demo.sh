@@ -18,7 +18,7 @@ mkdir -p "$work/data"
 gpt2=${1:-} text=${2:-}
 if [ -z "$text" ]; then
   text=$work/python-stdlib.txt
-  find /usr/lib/python3*/ -maxdepth 1 -name '*.py' | sort | xargs cat | head -c 2000000 > "$text"
+  (set +o pipefail; find /usr/lib/python3*/ -maxdepth 1 -name '*.py' | sort | xargs cat 2>/dev/null | head -c 2000000) > "$text"
 fi
 echo "text: $text ($(du -h "$text" | cut -f1))"
 steps=300 extra=()
