@@ -91,6 +91,8 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  tidal train                           # a small GPT on the built-in Markov language, ~1 minute\n"
       "  tidal train -c gpt.toml --set train.steps=1000 --metrics run.jsonl\n"
+      "  tidal train --set model.init_from=gpt2   # start from a Hugging Face GPT-2, BERT or ViT directory\n"
+      "  tidal tokenize / sample / export      # text to tokens, a model to text, a checkpoint to Hugging Face\n"
       "  tidal trace / chunk-search / plan     # size a run beyond the device's memory (docs/memory.md)\n"
       "  tidal info                            # what this build supports");
 
