@@ -31,7 +31,9 @@ TEST(Safetensors, RoundTripsEveryDtypeAndMetadata) {
     const Tensor& u = loaded.tensors.at(name);
     EXPECT_EQ(u.shape(), t.shape()) << name;
     EXPECT_EQ(u.dtype(), t.dtype()) << name;
-    EXPECT_EQ(std::memcmp(u.raw(), t.raw(), t.nbytes()), 0) << name;
+    if (t.nbytes() > 0) {  // an empty tensor has no data pointer to compare
+      EXPECT_EQ(std::memcmp(u.raw(), t.raw(), t.nbytes()), 0) << name;
+    }
   }
   std::filesystem::remove(path);
 }
