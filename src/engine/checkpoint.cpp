@@ -156,6 +156,19 @@ std::string checkpoint_step_dir(const std::string& path) {
   return dir.string();
 }
 
+StoredCheckpoint open_checkpoint(const std::string& path) {
+  StoredCheckpoint c;
+  c.step_dir = checkpoint_step_dir(path);
+  c.weights = std::make_unique<io::SafetensorsReader>((fs::path(c.step_dir) / "model.safetensors").string());
+  const io::Metadata& meta = c.weights->metadata();
+  TIDAL_CHECK(meta.count("format") && meta.at("format") == kCheckpointFormat,
+              "'{}' is not a tidal checkpoint (its model.safetensors has no format \"{}\")", c.step_dir,
+              kCheckpointFormat);
+  TIDAL_CHECK(meta.count("config"), "'{}': the checkpoint stores no config", c.step_dir);
+  c.config = config::load_config_text(meta.at("config"), c.step_dir + " (stored config)");
+  return c;
+}
+
 CheckpointInfo load_checkpoint(const std::string& path, optim::AdamW& adam) {
   const fs::path dir(checkpoint_step_dir(path));
   io::SafetensorsFile weights = io::load_safetensors((dir / "model.safetensors").string());

@@ -6,9 +6,12 @@
 #pragma once
 
 #include "comm/communicator.h"
+#include "config/config.h"
+#include "io/safetensors.h"
 #include "optim/adamw.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace tidal::engine {
@@ -80,5 +83,15 @@ std::string checkpoint_step_dir(const std::string& path);
 
 // A checkpoint's format tag (its model.safetensors metadata "format").
 inline constexpr const char* kCheckpointFormat = "tidal-checkpoint-1";
+
+// A checkpoint's weights (model.safetensors, mapped: whole tensors by parameter name) and the
+// config the run that saved them used, for readers other than resume (export, sampling).
+struct StoredCheckpoint {
+  std::string step_dir;
+  std::unique_ptr<io::SafetensorsReader> weights;
+  config::Config config;
+};
+// `path` as checkpoint_step_dir takes it; tidal::Error when it is not a tidal checkpoint.
+StoredCheckpoint open_checkpoint(const std::string& path);
 
 }  // namespace tidal::engine

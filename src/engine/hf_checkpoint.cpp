@@ -118,13 +118,10 @@ HfLoadReport load_hf_weights(const std::string& dir, const io::HfModelSpec& spec
 }
 
 HfExportReport export_hf(const std::string& checkpoint, const std::string& out_dir, std::uint64_t max_shard_bytes) {
-  const std::string step_dir = checkpoint_step_dir(checkpoint);
-  const io::SafetensorsReader weights((fs::path(step_dir) / "model.safetensors").string());
-  TIDAL_CHECK(weights.metadata().count("format") && weights.metadata().at("format") == kCheckpointFormat,
-              "'{}' is not a tidal checkpoint (its model.safetensors has no format \"{}\")", step_dir,
-              kCheckpointFormat);
-  TIDAL_CHECK(weights.metadata().count("config"), "'{}': the checkpoint stores no config", step_dir);
-  const config::Config cfg = config::load_config_text(weights.metadata().at("config"), step_dir + " (stored config)");
+  const StoredCheckpoint stored = open_checkpoint(checkpoint);
+  const std::string& step_dir = stored.step_dir;
+  const io::SafetensorsReader& weights = *stored.weights;
+  const config::Config& cfg = stored.config;
   const io::HfModelSpec spec = config::hf_spec(cfg.model);
 
   std::vector<std::pair<std::string, Tensor>> out;

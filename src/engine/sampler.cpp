@@ -43,20 +43,15 @@ void copy_checkpoint_weights(const io::SafetensorsReader& weights, models::Model
 }
 
 InferenceModel load_tidal_checkpoint(const std::string& path) {
-  const std::string step_dir = checkpoint_step_dir(path);
-  const io::SafetensorsReader weights((fs::path(step_dir) / "model.safetensors").string());
-  TIDAL_CHECK(weights.metadata().count("format") && weights.metadata().at("format") == kCheckpointFormat,
-              "'{}' is not a tidal checkpoint (its model.safetensors has no format \"{}\")", step_dir,
-              kCheckpointFormat);
-  TIDAL_CHECK(weights.metadata().count("config"), "'{}': the checkpoint stores no config", step_dir);
+  const StoredCheckpoint stored = open_checkpoint(path);
   InferenceModel m;
-  m.config = config::load_config_text(weights.metadata().at("config"), step_dir + " (stored config)");
+  m.config = stored.config;
   require_gpt(m.config, path);
   m.gpt = models::gpt_config(m.config.model);
   m.model = models::make_model(m.config.model);
   m.model->materialize(m.config.train.seed);
-  copy_checkpoint_weights(weights, *m.model);
-  m.source = fmt::format("tidal checkpoint {}", step_dir);
+  copy_checkpoint_weights(*stored.weights, *m.model);
+  m.source = fmt::format("tidal checkpoint {}", stored.step_dir);
   return m;
 }
 
