@@ -4,7 +4,18 @@
 #include "core/init.h"
 #include "core/philox.h"
 
+#include <algorithm>
+
 namespace tidal::nn {
+
+std::int64_t rows_inside(const Parameter& p) {
+  if (p.full_shape.size() == 0) return p.shape[0];
+  const std::int64_t first = p.offset.size() ? p.offset[0] : 0;
+  const std::int64_t inside = std::clamp<std::int64_t>(p.full_shape[0] - first, 0, p.shape[0]);
+  TIDAL_ASSERT(inside == p.shape[0] || p.segments == 1, "{}: a padded block of a parameter in {} segments", p.name,
+               p.segments);
+  return inside;
+}
 
 void materialize(Parameter& p, std::uint64_t seed, Allocator& alloc) {
   TIDAL_ASSERT(!p.data.defined(), "parameter {} materialized twice", p.name);
@@ -14,8 +25,11 @@ void materialize(Parameter& p, std::uint64_t seed, Allocator& alloc) {
   switch (p.init.kind) {
     case ParameterInit::Kind::normal: {
       const InitKey key{seed, fnv1a64(p.name.data(), p.name.size())};
-      if (p.segments == 1) {
-        init_normal(p.data, key, 0.0f, p.init.std, p.full_shape.size() ? p.full_shape : p.shape, p.offset);
+      if (p.segments == 1) {  // padding rows stay zero
+        const std::int64_t inside = rows_inside(p);
+        if (inside < p.shape[0]) p.data.zero_();
+        Tensor block = p.data.slice(0, 0, inside);
+        if (inside > 0) init_normal(block, key, 0.0f, p.init.std, p.full_shape.size() ? p.full_shape : p.shape, p.offset);
         break;
       }
       // Each segment's block: local rows [m s, (m+1) s) from full rows m S + offset[0] + ...

@@ -32,7 +32,9 @@ struct Parameter {
   Tensor data;  // fp32
   Tensor grad;  // fp32, accumulated by backward
   // A shard of a larger parameter (tensor parallelism): the full shape and where this block
-  // starts in it. Empty when the rank holds the whole parameter.
+  // starts in it. Empty when the rank holds the whole parameter. A block may run past the end of
+  // dimension 0 (a vocabulary split into equal blocks that do not divide it): the rows outside
+  // are padding, held as zeros and never saved (rows_inside).
   Shape full_shape;
   Shape offset;
   // Dimension 0 of the full parameter as `segments` equal parts (a fused qkv weight: q | k | v),
@@ -47,6 +49,10 @@ struct Parameter {
   // (reduce_replicated_gradients, nn/tp/shard.h).
   std::vector<comm::Communicator*> replicas;
 };
+
+// The rows of p's block that lie inside the full parameter: shape[0], fewer in the last block of a
+// padded split, 0 for a block wholly in the padding.
+std::int64_t rows_inside(const Parameter& p);
 
 // Allocates p's data and gradient (fp32, from alloc) and initialises the data from (seed, full
 // name): a shard gets exactly its block of the full parameter's values.

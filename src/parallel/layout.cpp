@@ -340,7 +340,7 @@ std::uint64_t Layout::rng_seed(std::uint64_t base, GroupKind split_by, int rank)
 }
 
 void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_t n_embd, std::int64_t seq_len,
-                      std::int64_t classes, std::string_view classes_key) {
+                      std::int64_t num_classes) {
   const MeshSpec& s = layout.spec();
   TIDAL_CHECK(n_layer >= s.pipeline,
               "model.n_layer ({}) must be >= parallel.pipeline ({}): every pipeline stage needs at least one layer; "
@@ -364,7 +364,7 @@ void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_
       const std::string what = fmt::format("parallel.tensor.size ({})", s.tensor);
       divisible("model.n_head", n_head, s.tensor, what);
       divisible("model.n_embd", n_embd, s.tensor, what);
-      if (classes) divisible(classes_key, classes, s.tensor, what);
+      if (num_classes) divisible("model.num_classes", num_classes, s.tensor, what);
       break;
     }
     case TensorMode::d2:
@@ -372,13 +372,13 @@ void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_
       const std::string what = fmt::format("the grid side q = {} ({})", side, grid);
       divisible("model.n_head", n_head, side, what);
       divisible("model.n_embd", n_embd, side, what);
-      if (classes) divisible(classes_key, classes, side, what);
+      if (num_classes) divisible("model.num_classes", num_classes, side, what);
       break;
     }
     case TensorMode::d3: {
       divisible("model.n_head", n_head, side, fmt::format("the cube side l = {} ({})", side, grid));
       divisible("model.n_embd", n_embd, std::int64_t(side) * side, fmt::format("l*l = {} ({})", side * side, grid));
-      if (classes) divisible(classes_key, classes, std::int64_t(side) * side, fmt::format("l*l = {} ({})", side * side, grid));
+      if (num_classes) divisible("model.num_classes", num_classes, std::int64_t(side) * side, fmt::format("l*l = {} ({})", side * side, grid));
       break;
     }
   }

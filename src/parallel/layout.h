@@ -147,11 +147,11 @@ class Layout {
   std::vector<int> tensor_of_cell_;       // [rows_*cols_*depths_] grid position -> t; empty in 1d
 };
 
-// Whether a model can be split over `layout` (heads, width, sequence, layers and output classes
+// Whether a model can be split over `layout` (heads, width, sequence, layers and ViT's classes
 // divisible as the mode needs); a tidal::Error naming the model.* and parallel.* keys otherwise.
-// `classes` is the size of the split output (the vocabulary, or ViT's classes) and
-// `classes_key` its config key; classes = 0 skips that check.
+// `num_classes` is ViT's (a head split as a linear's outputs); 0 skips that check. A vocabulary
+// needs no check: it is padded to split (nn/tp/embedding.h).
 void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_t n_embd, std::int64_t seq_len,
-                      std::int64_t classes = 0, std::string_view classes_key = "model.vocab_size");
+                      std::int64_t num_classes = 0);
 
 }  // namespace tidal::parallel

@@ -6,7 +6,9 @@
 # process; so does an untied LM head (model.tie_embeddings = false: its table split as the token
 # table is) under 1D on 2 ranks and 2D on 4. A
 # checkpoint written under tensor = 2 resumes in one process (and one written by one process
-# resumes under tensor = 2) and finishes with the losses of the uninterrupted run.
+# resumes under tensor = 2) and finishes with the losses of the uninterrupted run. A vocabulary of
+# 130 that 1D tensor 4 and 3D (l^2 = 4) pad to 132 trains like one process, and its checkpoint
+# from tensor 4 resumes in one process.
 # usage: check_tensor_parallel.sh path/to/tidal <mpirun command...>
 set -euo pipefail
 tidal=$1; shift
@@ -45,15 +47,27 @@ done
 "$tidal" train "${common[@]}" --set checkpoint.dir="$dir/ck_1" --stop-after 10 > /dev/null
 "${MPIRUN[@]}" -np 2 "$tidal" train "${common[@]}" --set parallel.tensor.size=2 --resume "$dir/ck_1" \
   --metrics "$dir/resume_1_to_t2.jsonl" > /dev/null
+# A padded vocabulary (dropout off for 3D).
+padded=(--set model.vocab_size=130 --set model.dropout=0)
+"$tidal" train "${common[@]}" "${padded[@]}" --metrics "$dir/single_v130.jsonl" > /dev/null
+"${MPIRUN[@]}" -np 4 "$tidal" train "${common[@]}" "${padded[@]}" --set parallel.tensor.size=4 \
+  --metrics "$dir/v130_1d.jsonl" > /dev/null
+"${MPIRUN[@]}" -np 8 "$tidal" train "${common[@]}" "${padded[@]}" --set parallel.tensor.size=8 \
+  --set parallel.tensor.mode=3d --metrics "$dir/v130_3d.jsonl" > /dev/null
+"${MPIRUN[@]}" -np 4 "$tidal" train "${common[@]}" "${padded[@]}" --set parallel.tensor.size=4 \
+  --set checkpoint.dir="$dir/ck_v130" --stop-after 10 > /dev/null
+"$tidal" train "${common[@]}" "${padded[@]}" --resume "$dir/ck_v130" --metrics "$dir/v130_resume.jsonl" > /dev/null
 /usr/bin/python3 - "$dir" "$support" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[2])
 from runs import compare
 worst_all = 0.0
 for name in ["1d_tensor2_data1", "1d_tensor4_data1", "1d_tensor2_data2", "resume_t2_to_1", "resume_1_to_t2",
-             "2d_tensor4_data1", "2.5d_tensor8_data1", "3d_tensor8_data1", "untied_1d", "untied_2d"]:
+             "2d_tensor4_data1", "2.5d_tensor8_data1", "3d_tensor8_data1", "untied_1d", "untied_2d",
+             "v130_1d", "v130_3d", "v130_resume"]:
     reference = ("single" if name.startswith(("1d", "resume"))
-                 else "single_untied" if name.startswith("untied") else "single_nodrop")
+                 else "single_untied" if name.startswith("untied")
+                 else "single_v130" if name.startswith("v130") else "single_nodrop")
     # Summation order differs (split GEMMs, all-reduced partial sums): measured worst 1e-6 to 1e-5.
     worst, _ = compare(sys.argv[1], name, reference, 1e-4)
     worst_all = max(worst_all, worst)
@@ -66,8 +80,6 @@ tensor_error() {  # <message> <ranks> <arguments...>: expect_error with parallel
   expect_error "$message" "$np" --set parallel.tensor.size="$np" "$@"
 }
 tensor_error "model.n_head (6) must be divisible by parallel.tensor.size (4)" 4 --set model.n_head=6 --set model.n_embd=96
-tensor_error "model.vocab_size (130) must be divisible by parallel.tensor.size (4)" 4 --set model.n_head=4 \
-  --set model.vocab_size=130
 tensor_error "4 were launched (start with mpirun -np 3" 4 --set parallel.tensor.size=3
 tensor_error 'parallel.tensor.mode = "2d" needs a square parallel.tensor.size' 8 --set parallel.tensor.mode=2d
 tensor_error 'model.n_head (3) must be divisible by the grid side q = 2' 4 --set parallel.tensor.mode=2d \

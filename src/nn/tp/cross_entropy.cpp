@@ -4,16 +4,20 @@
 #include "nn/context.h"
 #include "ops/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace tidal::nn::tp {
 
-VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::int64_t classes, comm::Communicator& group,
-                                                     BatchSlice samples, std::vector<comm::Communicator*> batch_groups)
-    : group_(group), local_(classes / group.size()), first_(group.rank() * (classes / group.size())),
-      samples_(samples), batch_groups_(std::move(batch_groups)) {
-  TIDAL_CHECK(classes % group.size() == 0, "vocab-parallel cross-entropy: {} classes do not split over the {} ranks of "
-              "tensor group '{}'", classes, group.size(), group.name());
+VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::int64_t classes, std::int64_t padded,
+                                                     comm::Communicator& group, BatchSlice samples,
+                                                     std::vector<comm::Communicator*> batch_groups)
+    : group_(group), classes_(classes), local_(padded / group.size()), first_(group.rank() * local_),
+      real_(std::clamp<std::int64_t>(classes - first_, 0, local_)), samples_(samples),
+      batch_groups_(std::move(batch_groups)) {
+  TIDAL_ASSERT(padded >= classes && padded % group.size() == 0, "{} classes padded to {} over the {} ranks of '{}'",
+               classes, padded, group.size(), group.name());
 }
 
 Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, Context& ctx) {
@@ -31,13 +35,21 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, Context& ctx) {
   std::int64_t valid = 0;
   for (std::int64_t i = 0; i < N; ++i) {
     const std::int64_t t = global[i];
+    TIDAL_CHECK(t == ops::kIgnoreIndex || (t >= 0 && t < classes_), "target {} at position {} is outside the {} "
+                "classes [0, {}): check model.vocab_size (or model.num_classes) against the data", t, i, classes_,
+                classes_);
     valid += t != ops::kIgnoreIndex;
     local[i] = t == ops::kIgnoreIndex                    ? ops::kIgnoreIndex
                : (t >= first_ && t < first_ + local_) ? std::int32_t(t - first_)
                                                         : ops::kTargetElsewhere;
   }
   Tensor losses = ctx.empty({N}), lse = ctx.empty({N});
-  ops::cross_entropy_forward(losses, lse, logits2, targets);
+  if (real_ == 0) {  // every class here is padding: nothing to add to the sum
+    losses.zero_();
+    lse.fill_(-std::numeric_limits<float>::infinity());
+  } else {
+    ops::cross_entropy_forward(losses, lse, real_ < local_ ? logits2.slice(1, 0, real_).clone() : logits2, targets);
+  }
 
   // Global log-sum-exp per row: m = max over ranks, then log of the summed exp(lse_r - m).
   Tensor m = lse.clone();
@@ -75,7 +87,18 @@ Tensor VocabParallelCrossEntropy::backward(const Tensor& dloss, Context& ctx) {
   const float valid = ctx.saved.at(3).item();
   Tensor dlogits = ctx.empty(logits.shape(), logits.dtype());
   Tensor d2 = dlogits.reshape({-1, local_});
-  ops::cross_entropy_backward(d2, logits.reshape({-1, local_}), lse, targets, valid > 0 ? dloss.item() / valid : 0.0f);
+  const Tensor logits2 = logits.reshape({-1, local_});
+  const float scale = valid > 0 ? dloss.item() / valid : 0.0f;
+  if (real_ == local_) {
+    ops::cross_entropy_backward(d2, logits2, lse, targets, scale);
+  } else {  // the classes below V, and zeros for the padding
+    d2.zero_();
+    if (real_ > 0) {
+      Tensor d_real = ctx.empty({d2.dim(0), real_}, logits.dtype());
+      ops::cross_entropy_backward(d_real, logits2.slice(1, 0, real_).clone(), lse, targets, scale);
+      d2.slice(1, 0, real_).copy_from(d_real);
+    }
+  }
   ctx.saved.clear();
   return dlogits;
 }

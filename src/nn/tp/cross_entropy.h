@@ -1,5 +1,6 @@
 // Vocab-parallel cross-entropy (optimus-2d.txt sec. 3.2.2; Megatron-LM): the logits' classes are
-// split over a tensor group (rank r holds classes [r V/p, (r+1) V/p)), and the loss is computed
+// split over a tensor group (rank r holds classes [r V'/p, (r+1) V'/p) of the padded vocabulary
+// V' >= V; the padding's logits are left out), and the loss is computed
 // without gathering them. Each rank's log-sum-exp over its classes is combined into the global
 // one (all-reduce max, then sum of exp), the target logit comes from the rank that holds it (an
 // all-reduce sum), and backward is softmax(global) - onehot on each rank's own classes. Three
@@ -19,18 +20,21 @@ namespace tidal::nn::tp {
 
 class VocabParallelCrossEntropy final : public Module {
  public:
-  // `classes` is the full number of classes V (divisible by the group size).
-  VocabParallelCrossEntropy(std::int64_t classes, comm::Communicator& group, BatchSlice samples = {},
-                            std::vector<comm::Communicator*> batch_groups = {});
+  // `classes` is the number of classes V, `padded` the V' >= V the logits are split from
+  // (divisible by the group size; padded_vocab in nn/tp/embedding.h).
+  VocabParallelCrossEntropy(std::int64_t classes, std::int64_t padded, comm::Communicator& group,
+                            BatchSlice samples = {}, std::vector<comm::Communicator*> batch_groups = {});
 
-  // logits [..., V/p] (this rank's classes); targets from the batch (global class ids, or
-  // kIgnoreIndex) -> the mean loss [1], equal on every rank of the group.
+  // logits [..., V'/p] (this rank's classes); targets from the batch (global class ids, or
+  // kIgnoreIndex) -> the mean loss [1], equal on every rank of the group. The gradient of the
+  // padding's logits is zero.
   Tensor forward(const Tensor& logits, Context& ctx) override;
   Tensor backward(const Tensor& dloss, Context& ctx) override;
 
  private:
   comm::Communicator& group_;
-  std::int64_t local_, first_;
+  std::int64_t classes_, local_, first_;
+  std::int64_t real_;  // this rank's classes below V (local_, fewer where the padding starts)
   BatchSlice samples_;
   std::vector<comm::Communicator*> batch_groups_;
 };

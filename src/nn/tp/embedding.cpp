@@ -9,9 +9,7 @@ namespace tidal::nn::tp {
 
 VocabParallelEmbedding::VocabParallelEmbedding(std::int64_t num, std::int64_t dim, ParameterInit init,
                                                comm::Communicator& group)
-    : group_(group), local_(num / group.size()), first_(group.rank() * (num / group.size())) {
-  TIDAL_CHECK(num % group.size() == 0, "vocab-parallel embedding: {} rows do not split over the {} ranks of tensor "
-              "group '{}' (pad model.vocab_size to a multiple of {})", num, group.size(), group.name(), group.size());
+    : group_(group), local_(padded_vocab(num, group.size()) / group.size()), first_(group.rank() * local_) {
   table_ = &add_parameter("weight", {local_, dim}, init);
   table_->full_shape = {num, dim};
   table_->offset = {first_, 0};
@@ -30,7 +28,7 @@ Tensor localize_ids(const Tensor& ids, std::int64_t first, std::int64_t count, s
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids, Context& ctx) {
-  const Tensor local = localize_ids(ids, first_, local_, local_ * group_.size());
+  const Tensor local = localize_ids(ids, first_, local_, table_->full_shape[0]);
   Shape s = ids.shape();
   s.push_back(table_->shape[1]);
   Tensor partial = ctx.empty(s, table_->data.dtype());

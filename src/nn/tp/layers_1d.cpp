@@ -55,7 +55,7 @@ class Layers1d final : public LayerFactory {
     return std::make_unique<VocabParallelLmHead>(embedding.table(), bias, group_);
   }
   std::unique_ptr<Module> cross_entropy(std::int64_t classes) override {
-    return std::make_unique<VocabParallelCrossEntropy>(classes, group_);
+    return std::make_unique<VocabParallelCrossEntropy>(classes, padded_vocab(classes, group_.size()), group_);
   }
   void split_hidden(Parameter& p) override { p.copies = group_.size(); }
   int feature_parts() const override { return group_.size(); }

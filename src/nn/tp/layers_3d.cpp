@@ -71,6 +71,7 @@ class Linear3d final : public Module {
     if (bias) {
       bias_ = &add_parameter("bias", {table.shape[0] * cube.l}, ParameterInit::zeros());
       FeatureSplit{o.c, {&cube.gx, o.b}, cube.l * cube.l}.place_last(*bias_);
+      bias_->full_shape = {table.full_shape[0]};  // the vocabulary, not its padding
     }
   }
 
@@ -196,10 +197,8 @@ class VocabEmbedding3d final : public TableLookup {
  public:
   VocabEmbedding3d(const Cube& cube, std::int64_t num, std::int64_t dim, ParameterInit init) : cube_(cube) {
     const std::int64_t l2 = std::int64_t(cube.l) * cube.l;
-    TIDAL_CHECK(num % l2 == 0 && dim % cube.l == 0,
-                "3D embedding [{}, {}]: model.vocab_size must split into l^2 = {} and model.n_embd into l = {} parts",
-                num, dim, l2, cube.l);
-    local_ = num / l2;
+    TIDAL_CHECK(dim % cube.l == 0, "3D embedding [{}, {}]: model.n_embd must split into l = {} parts", num, dim, cube.l);
+    local_ = padded_vocab(num, l2) / l2;
     first_ = (cube.z * cube.l + cube.x) * local_;
     table_ = &add_parameter("weight", {local_, dim / cube.l}, init);
     table_->full_shape = {num, dim};
@@ -252,7 +251,8 @@ class Layers3d final : public SplitLayers {
     return std::make_unique<Linear3d>(c_, a_to_b(), embedding.table(), bias);
   }
   std::unique_ptr<Module> cross_entropy(std::int64_t classes) override {
-    return std::make_unique<VocabParallelCrossEntropy>(classes, c_.gz, c_.samples_b(),
+    const std::int64_t l2 = std::int64_t(c_.l) * c_.l;  // the table's row blocks
+    return std::make_unique<VocabParallelCrossEntropy>(classes, padded_vocab(classes, l2), c_.gz, c_.samples_b(),
                                                        std::vector<comm::Communicator*>{&c_.gx, &c_.gy});
   }
   int feature_parts() const override { return c_.l; }

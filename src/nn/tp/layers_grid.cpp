@@ -77,7 +77,10 @@ class GridLinear final : public Module {
   // Borrows `table` [V, C] (block (i, j)) as W; owns a bias [V] (block j) if asked.
   GridLinear(const Grid& g, Parameter& table, bool bias) : g_(g), weight_(&table) {
     bias_ = bias ? &add_parameter("bias", {table.shape[0]}, ParameterInit::zeros()) : nullptr;
-    if (bias_) g.features().place_last(*bias_);
+    if (bias_) {
+      g.features().place_last(*bias_);
+      bias_->full_shape = {table.full_shape[0]};  // the vocabulary, not its padding
+    }
   }
 
   Tensor forward(const Tensor& x, Context& ctx) override {
@@ -131,7 +134,7 @@ class GridLinear final : public Module {
 class GridVocabEmbedding final : public TableLookup {
  public:
   GridVocabEmbedding(const Grid& g, std::int64_t num, std::int64_t dim, ParameterInit init)
-      : g_(g), local_(g.part(num, "model.vocab_size")), first_(g.i * local_) {
+      : g_(g), local_(padded_vocab(num, g.q) / g.q), first_(g.i * local_) {
     table_ = &add_parameter("weight", {local_, g.part(dim, "model.n_embd")}, init);
     g.split_block(*table_, num, dim, 1);
   }
@@ -139,7 +142,7 @@ class GridVocabEmbedding final : public TableLookup {
 
   Tensor forward(const Tensor& ids, Context& ctx) override {
     // This depth layer's samples.
-    const Tensor local = localize_ids(BatchSlice{g_.d, g_.k}.of(ids), first_, local_, local_ * g_.q);
+    const Tensor local = localize_ids(BatchSlice{g_.d, g_.k}.of(ids), first_, local_, table_->full_shape[0]);
     Shape s = local.shape();
     s.push_back(table_->shape[1]);
     Tensor partial = ctx.empty(s, table_->data.dtype());
@@ -181,7 +184,7 @@ class LayersGrid final : public SplitLayers {
     return std::make_unique<GridLinear>(g_, embedding.table(), bias);
   }
   std::unique_ptr<Module> cross_entropy(std::int64_t classes) override {
-    return std::make_unique<VocabParallelCrossEntropy>(classes, g_.row, g_.samples(),
+    return std::make_unique<VocabParallelCrossEntropy>(classes, padded_vocab(classes, g_.q), g_.row, g_.samples(),
                                                        std::vector<comm::Communicator*>{&g_.col, &g_.depth});
   }
   int feature_parts() const override { return g_.q; }

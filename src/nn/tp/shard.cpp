@@ -9,10 +9,12 @@
 namespace tidal::nn::tp {
 namespace {
 
-// The view of `full` that p's block (or its segment m's block) occupies.
+// The view of `full` that p's block (or its segment m's block) occupies: only its rows inside
+// the full parameter, when the block runs into padding.
 Tensor block_in(const Parameter& p, Tensor full, int m) {
-  const std::int64_t s = p.shape[0] / p.segments, S = full.dim(0) / p.segments;
-  Tensor v = full.slice(0, m * S + (p.offset.size() ? p.offset[0] : 0), m * S + (p.offset.size() ? p.offset[0] : 0) + s);
+  const std::int64_t s = p.segments == 1 ? rows_inside(p) : p.shape[0] / p.segments, S = full.dim(0) / p.segments;
+  const std::int64_t first = m * S + (p.offset.size() ? p.offset[0] : 0);
+  Tensor v = full.slice(0, first, first + s);
   for (int d = 1; d < p.shape.size(); ++d) {
     const std::int64_t o = p.offset.size() ? p.offset[d] : 0;
     v = v.slice(d, o, o + p.shape[d]);
@@ -20,7 +22,10 @@ Tensor block_in(const Parameter& p, Tensor full, int m) {
   return v;
 }
 
+// The rows of a local block `local` (p.shape) that hold segment m's block, or, unsegmented, the
+// rows inside the full parameter.
 Tensor segment(const Tensor& local, const Parameter& p, int m) {
+  if (p.segments == 1) return local.slice(0, 0, rows_inside(p));
   const std::int64_t s = p.shape[0] / p.segments;
   return local.slice(0, m * s, (m + 1) * s);
 }
@@ -44,7 +49,8 @@ Tensor gather_parameter(const Parameter& p, const Tensor& local, comm::Communica
   for (int r = 0; r < n; ++r) {
     for (int d = 0; d < nd; ++d) at.offset[d] = offsets.data<std::int32_t>()[r * nd + d];
     const Tensor block = blocks.slice(0, r * local.numel(), (r + 1) * local.numel()).reshape(p.shape);
-    for (int m = 0; m < p.segments; ++m) block_in(at, full, m).copy_from(segment(block, p, m));
+    if (rows_inside(at) == 0) continue;  // a block wholly in the padding
+    for (int m = 0; m < p.segments; ++m) block_in(at, full, m).copy_from(segment(block, at, m));
   }
   return full;
 }
@@ -53,7 +59,8 @@ Tensor shard_of(const Parameter& p, const Tensor& full) {
   if (p.full_shape.size() == 0) return full.clone();
   TIDAL_CHECK(full.shape() == p.full_shape, "{}: {} for a parameter of shape {}", p.name, full.str(),
               p.full_shape.str());
-  Tensor local = Tensor::empty(p.shape, full.dtype());
+  Tensor local = Tensor::zeros(p.shape, full.dtype());  // padding rows stay zero
+  if (rows_inside(p) == 0) return local;
   for (int m = 0; m < p.segments; ++m) {
     Tensor dst = segment(local, p, m);
     dst.copy_from(block_in(p, full, m));
@@ -72,9 +79,11 @@ void copy_shard(const Parameter& p, std::span<const Tensor> rows, Tensor local) 
     total += r.dim(0);
   }
   TIDAL_ASSERT(total == full[0], "{}: pieces of {} rows for {}", p.name, total, full.str());
-  // The block's rows [first, first + n) of the full tensor, gathered from the pieces they fall in;
-  // the other dimensions sliced at p's offsets.
-  const std::int64_t s = p.shape[0] / p.segments, S = full[0] / p.segments;
+  // The block's rows [first, first + s) of the full tensor, gathered from the pieces they fall in;
+  // the other dimensions sliced at p's offsets. Padding rows are zeroed.
+  const std::int64_t inside = rows_inside(p);
+  if (inside < p.shape[0]) local.slice(0, inside, p.shape[0]).zero_();
+  const std::int64_t s = p.segments == 1 ? inside : p.shape[0] / p.segments, S = full[0] / p.segments;
   for (int m = 0; m < p.segments; ++m) {
     const std::int64_t first = m * S + (p.offset.size() ? p.offset[0] : 0);
     Tensor dst = segment(local, p, m);
