@@ -559,6 +559,85 @@ def case_vit(inp):
     return _run_model(inp, build, ["images", "labels"])
 
 
+# --------------------------------------------------------------------------- Llama op cases
+
+
+def case_rms_norm(inp):
+    """Inputs x [N, C], w [C], dy [N, C]; meta eps. Outputs y, dx, dw, rstd [N]. Hugging Face's
+    LlamaRMSNorm (transformers 4.40): variance = mean(x^2); w * (x * rsqrt(variance + eps))."""
+    eps = inp.float("eps")
+    x = inp.f32("x", grad=True)
+    w = inp.f32("w", grad=True)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    y = w * (x * torch.rsqrt(variance + eps))
+    y.backward(inp.f32("dy"))
+    return {"y": out32(y), "dx": out32(x.grad), "dw": out32(w.grad),
+            "rstd": out32(torch.rsqrt(variance + eps).reshape(-1))}
+
+
+def llama3_inverse_frequencies(inv_freq, factor, low_freq_factor, high_freq_factor, old_context_len):
+    """Llama 3's rope scaling, a re-statement of transformers' _compute_llama3_parameters
+    (src/transformers/modeling_rope_utils.py, 4.43+; the pinned 4.40 predates it), in fp32 as
+    there."""
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+
+
+def rotate_half(x):
+    """transformers' Llama: (x1, x2) -> (-x2, x1) over the two halves of the last dimension."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def case_rotary(inp):
+    """Inputs qkv [B, T, (H + 2 KV) hd], dy (same shape); meta n_head, n_kv_head, theta, first
+    (the position of t = 0), and for Llama 3 scaling factor, low_freq_factor, high_freq_factor,
+    original_max_positions (factor 0 or absent: none). Outputs y (q and k rotated, v as given),
+    dqkv, inv_freq [hd/2], cos and sin [T, hd/2]. LlamaRotaryEmbedding and apply_rotary_pos_emb
+    of transformers 4.40 (inv_freq, angles and cos/sin in fp32)."""
+    qkv = inp.f32("qkv", grad=True)
+    H, KV = inp.int("n_head"), inp.int("n_kv_head")
+    theta, first = inp.float("theta"), inp.int("first")
+    B, T, W = qkv.shape
+    if W % (H + 2 * KV) != 0 or (W // (H + 2 * KV)) % 2 != 0:
+        raise OracleInputError(f"qkv width {W} is not {H + 2 * KV} heads of an even head dim")
+    hd = W // (H + 2 * KV)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    factor = inp.float("factor", 0.0)
+    if factor > 0:
+        inv_freq = llama3_inverse_frequencies(inv_freq, factor, inp.float("low_freq_factor"),
+                                              inp.float("high_freq_factor"), inp.int("original_max_positions"))
+    position_ids = torch.arange(first, first + T, dtype=torch.int64)[None, :]
+    freqs = (inv_freq[None, :, None].float() @ position_ids[:, None, :].float()).transpose(1, 2)  # [1, T, hd/2]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos()[:, None], emb.sin()[:, None]  # [1, 1, T, hd]
+    q, k, v = qkv.split([H * hd, KV * hd, KV * hd], dim=-1)
+    q = q.reshape(B, T, H, hd).transpose(1, 2)
+    k = k.reshape(B, T, KV, hd).transpose(1, 2)
+    q_embed = q * cos + rotate_half(q) * sin
+    k_embed = k * cos + rotate_half(k) * sin
+    y = torch.cat((q_embed.transpose(1, 2).reshape(B, T, H * hd), k_embed.transpose(1, 2).reshape(B, T, KV * hd), v),
+                  dim=-1)
+    y.backward(inp.f32("dy"))
+    return {"y": out32(y), "dqkv": out32(qkv.grad), "inv_freq": out32(inv_freq),
+            "cos": out32(freqs[0].cos()), "sin": out32(freqs[0].sin())}
+
+
+def case_swiglu(inp):
+    """Inputs gate_up [N, 2I], dy [N, I]. Outputs y = silu(gate) * up (Llama's MLP), dgate_up."""
+    gate_up = inp.f32("gate_up", grad=True)
+    gate, up = gate_up.chunk(2, dim=-1)
+    y = F.silu(gate) * up
+    y.backward(inp.f32("dy"))
+    return {"y": out32(y), "dgate_up": out32(gate_up.grad)}
+
+
 CASES = {
     "gemm": case_gemm,
     "bias": case_bias,
@@ -575,6 +654,9 @@ CASES = {
     "gpt": case_gpt,
     "bert": case_bert,
     "vit": case_vit,
+    "rms_norm": case_rms_norm,
+    "rotary": case_rotary,
+    "swiglu": case_swiglu,
 }
 
 

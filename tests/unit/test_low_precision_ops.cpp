@@ -7,6 +7,9 @@
 #include "ops/gelu.h"
 #include "ops/layernorm.h"
 #include "ops/residual.h"
+#include "ops/rms_norm.h"
+#include "ops/rotary.h"
+#include "ops/swiglu.h"
 #include "support/random.h"
 #include "support/tolerance.h"
 
@@ -83,6 +86,58 @@ TEST_P(LowPrecision, CrossEntropyAndEmbeddingMatchFp32OnRoundedInputs) {
   ops::embedding_forward(y, ids, table);
   ops::embedding_forward(y32, ids, cast_to(table, DType::f32));
   EXPECT_TRUE(all_close(y, y32, {0, 0}));  // a lookup copies exactly
+}
+
+TEST_P(LowPrecision, RmsNormMatchesFp32OnRoundedInputs) {
+  const DType dt = GetParam();
+  const std::int64_t N = 37, C = 96;
+  Tensor x = cast_to(testing::randn({N, C}, 11, 2.0f), dt), dy = cast_to(testing::randn({N, C}, 12), dt);
+  Tensor w = testing::randn({C}, 13);  // the weight and its gradient stay fp32
+  Tensor y = Tensor::empty({N, C}, dt), dx = Tensor::empty({N, C}, dt);
+  Tensor rstd = Tensor::empty({N}), dw = Tensor::zeros({C});
+  ops::rms_norm_forward(y, rstd, x, w, 1e-6f);
+  ops::rms_norm_backward(dx, dw, dy, x, w, rstd);
+
+  Tensor x32 = cast_to(x, DType::f32), y32 = Tensor::empty({N, C}), rstd32 = Tensor::empty({N}),
+         dx32 = Tensor::empty({N, C}), dw32 = Tensor::zeros({C});
+  ops::rms_norm_forward(y32, rstd32, x32, w, 1e-6f);
+  ops::rms_norm_backward(dx32, dw32, cast_to(dy, DType::f32), x32, w, rstd32);
+  EXPECT_TRUE(all_close(y, y32, output_rounding(dt)));
+  EXPECT_TRUE(all_close(rstd, rstd32, testing::kFp32));  // fp32 from the same inputs
+  EXPECT_TRUE(all_close(dx, dx32, output_rounding(dt)));
+  EXPECT_TRUE(all_close(dw, dw32, testing::kFp32));
+}
+
+TEST_P(LowPrecision, RotaryMatchesFp32OnRoundedInputs) {
+  const DType dt = GetParam();
+  const std::int64_t B = 2, T = 37, hd = 24;
+  const int H = 6, KV = 2;
+  const std::vector<float> inv_freq = ops::rotary_inverse_frequencies(hd, 10000.0);
+  Tensor cos = Tensor::empty({T, hd / 2}), sin = Tensor::empty({T, hd / 2});
+  ops::rotary_tables(cos, sin, inv_freq, 5);
+  Tensor qkv = cast_to(testing::randn({B, T, (H + 2 * KV) * hd}, 14), dt);
+  Tensor qkv32 = cast_to(qkv, DType::f32);
+  for (bool inverse : {false, true}) {
+    const ops::RotaryOptions opt{.n_head = H, .n_kv_head = KV, .inverse = inverse};
+    ops::rotary_apply(qkv, cos, sin, opt);
+    ops::rotary_apply(qkv32, cos, sin, opt);
+    EXPECT_TRUE(all_close(qkv, qkv32, output_rounding(dt))) << "inverse " << inverse;
+    qkv32 = cast_to(qkv, DType::f32);  // the next step starts from the same rounded values
+  }
+}
+
+TEST_P(LowPrecision, SwiGluMatchesFp32OnRoundedInputs) {
+  const DType dt = GetParam();
+  const std::int64_t N = 37, I = 96;
+  Tensor gate_up = cast_to(testing::randn({N, 2 * I}, 15, 3.0f), dt), dy = cast_to(testing::randn({N, I}, 16), dt);
+  Tensor y = Tensor::empty({N, I}, dt), d = Tensor::empty({N, 2 * I}, dt);
+  ops::swiglu_forward(y, gate_up);
+  ops::swiglu_backward(d, dy, gate_up);
+  Tensor gu32 = cast_to(gate_up, DType::f32), y32 = Tensor::empty({N, I}), d32 = Tensor::empty({N, 2 * I});
+  ops::swiglu_forward(y32, gu32);
+  ops::swiglu_backward(d32, cast_to(dy, DType::f32), gu32);
+  EXPECT_TRUE(all_close(y, y32, output_rounding(dt)));
+  EXPECT_TRUE(all_close(d, d32, output_rounding(dt)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, LowPrecision, ::testing::Values(DType::bf16, DType::f16),
