@@ -25,8 +25,8 @@ namespace tidal {
 enum class OpFamily : int {
   gemm,
   attention,
-  layernorm,
-  gelu,
+  layernorm,      // LayerNorm and RMSNorm
+  gelu,           // GELU and SwiGLU (the MLPs' activations)
   cross_entropy,  // softmax cross-entropy (and the plain softmax op)
   optimizer,      // AdamW / SGD updates, gradient norms and scaling
   copy_cast,      // dtype casts and tensor copies
@@ -41,8 +41,8 @@ constexpr OpFamily op_family_of(std::string_view op) {
   auto starts = [&](std::string_view p) { return op.substr(0, p.size()) == p; };
   if (starts("gemm")) return OpFamily::gemm;
   if (starts("attention")) return OpFamily::attention;
-  if (starts("layernorm")) return OpFamily::layernorm;
-  if (starts("gelu")) return OpFamily::gelu;
+  if (starts("layernorm") || starts("rms_norm")) return OpFamily::layernorm;
+  if (starts("gelu") || starts("swiglu")) return OpFamily::gelu;
   if (starts("cross_entropy") || starts("softmax")) return OpFamily::cross_entropy;
   if (starts("adamw") || starts("sgd") || op == "scale" || op == "sum_of_squares") return OpFamily::optimizer;
   if (starts("cast") || starts("copy")) return OpFamily::copy_cast;
