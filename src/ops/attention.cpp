@@ -4,10 +4,15 @@ namespace tidal::ops {
 
 AttentionDims attention_dims(const Tensor& qkv, const Tensor& lse, const AttentionOptions& opt) {
   TIDAL_ASSERT(lse.dtype() == DType::f32, "attention log-sum-exp is fp32, got {}", lse.str());
-  TIDAL_ASSERT(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0, "attention qkv {}", qkv.str());
-  AttentionDims d{qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, opt.n_head, 0};
-  TIDAL_ASSERT(d.H > 0 && d.C % d.H == 0, "attention: {} channels, {} heads", d.C, d.H);
-  d.hd = d.C / d.H;
+  const std::int64_t H = opt.n_head, Hkv = opt.n_kv_head == 0 ? H : opt.n_kv_head;
+  TIDAL_CHECK(H > 0 && Hkv > 0 && H % Hkv == 0,
+              "attention: {} query heads cannot share {} key/value heads; n_head must be a positive multiple of "
+              "n_kv_head (or n_kv_head 0 for one kv head per query head)",
+              H, opt.n_kv_head);
+  TIDAL_ASSERT(qkv.ndim() == 3 && qkv.dim(2) % (H + 2 * Hkv) == 0,
+               "attention qkv {} for {} query and {} key/value heads", qkv.str(), H, Hkv);
+  const std::int64_t hd = qkv.dim(2) / (H + 2 * Hkv);
+  const AttentionDims d{qkv.dim(0), qkv.dim(1), H * hd, H, Hkv, hd};
   TIDAL_ASSERT(lse.shape() == Shape({d.B, d.H, d.T}), "attention lse {}", lse.str());
   if (opt.key_mask)
     TIDAL_ASSERT(opt.key_mask->dtype() == DType::i32 && opt.key_mask->shape() == Shape({d.B, d.T}),

@@ -12,16 +12,31 @@ namespace tidal::ops {
 
 struct AttentionOptions {
   int n_head = 1;
+  int n_kv_head = 0;  // key/value heads; 0 = n_head
   bool causal = false;
   const Tensor* key_mask = nullptr;  // [B, T] i32: 1 = real token, 0 = padding (never attended)
 };
 
-// The shapes, checked for every backend: qkv [B, T, 3C], lse [B, H, T] fp32, key_mask [B, T]
-// i32; hd = C / H.
+// The shapes, checked for every backend: qkv [B, T, (H + 2 Hkv) hd], lse [B, H, T] fp32,
+// key_mask [B, T] i32; C = H hd is the width of the queries (and of y).
 struct AttentionDims {
-  std::int64_t B, T, C, H, hd;
+  std::int64_t B, T, C, H, Hkv, hd;
+  // qkv's row: H query heads, Hkv key heads, Hkv value heads; where each head's columns start.
+  std::int64_t qkv_width() const { return C + 2 * Hkv * hd; }
+  std::int64_t query_offset(std::int64_t h) const { return h * hd; }
+  std::int64_t key_offset(std::int64_t g) const { return C + g * hd; }
+  std::int64_t value_offset(std::int64_t g) const { return C + (Hkv + g) * hd; }
 };
 AttentionDims attention_dims(const Tensor& qkv, const Tensor& lse, const AttentionOptions& opt);
+
+// The key/value head that query head h attends with: the heads are dealt round-robin, h % Hkv.
+// And its inverse: the i-th (i < H / Hkv) of the query heads that attend with kv head g, in
+// ascending order (g, g + Hkv, g + 2 Hkv, ...), the order backward sums their dK and dV in.
+// Every backend maps heads through these two (they change together).
+constexpr std::int64_t kv_head_of(std::int64_t h, std::int64_t n_kv_head) { return h % n_kv_head; }
+constexpr std::int64_t query_head_of(std::int64_t g, std::int64_t i, std::int64_t n_kv_head) {
+  return g + i * n_kv_head;
+}
 
 namespace cpu {
 void attention_forward(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOptions& opt);
@@ -36,14 +51,17 @@ void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const
 }  // namespace cuda
 #endif
 
-// qkv: [B, T, 3C] (q | k | v along the last dim, heads contiguous inside each); y: [B, T, C] in
-// qkv's dtype; lse: [B, H, T] fp32, lse[b, h, i] = log sum_j exp(s_ij) over the keys j query i
+// qkv: [B, T, (H + 2 Hkv) hd]: the H query heads (head h at columns [h hd, (h + 1) hd)), then
+// the Hkv key heads, then the Hkv value heads (with Hkv = H, the familiar [q | k | v] of width
+// 3C); query head h attends with kv head kv_head_of(h, Hkv). y: [B, T, C = H hd] in qkv's dtype;
+// lse: [B, H, T] fp32, lse[b, h, i] = log sum_j exp(s_ij) over the keys j query i
 // attends, s_ij = q_i . k_j / sqrt(hd) (so p_ij = exp(s_ij - lse)). A query whose every key is
 // masked gets a zero output and lse = +inf (every p_ij = 0).
 inline void attention_forward(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOptions& opt) {
   TIDAL_OPS_DISPATCH(qkv, attention_forward, y, lse, qkv, opt);
 }
-// y and lse are forward's outputs; dqkv is written.
+// y and lse are forward's outputs; dqkv [B, T, (H + 2 Hkv) hd] is written whole, the key and
+// value gradients of a kv head summed over the query heads that attend with it.
 inline void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Tensor& y, const Tensor& lse,
                                const AttentionOptions& opt) {
   TIDAL_OPS_DISPATCH(qkv, attention_backward, dqkv, dy, qkv, y, lse, opt);

@@ -22,8 +22,14 @@ RingAttentionDims ring_attention_dims(const Tensor& probs, const Tensor& local, 
 }
 
 std::int64_t ring_attention_block(const RingAttentionDims& d, const Tensor& block, std::int64_t first_key) {
-  TIDAL_ASSERT(block.dtype() == DType::f32 && block.ndim() == 3 && block.dim(0) == d.B && block.dim(2) == d.C,
-               "ring attention block {}", block.str());
+  TIDAL_ASSERT(block.dtype() == DType::f32 && block.ndim() == 3 && block.dim(0) == d.B, "ring attention block {}",
+               block.str());
+  // Keys and values as wide as the queries: one kv head per query head (ops/attention.h's
+  // grouped-query heads, n_kv_head < n_head, would make them narrower).
+  TIDAL_CHECK(block.dim(2) == d.C,
+              "ring attention: a key/value block {} of width {} for queries of width {}; grouped-query attention "
+              "(n_kv_head < n_head) is not built for ring attention yet",
+              block.str(), block.dim(2), d.C);
   const std::int64_t Tk = block.dim(1);
   TIDAL_ASSERT(first_key >= 0 && first_key + Tk <= d.T, "key block [{}, {}) outside {} positions", first_key,
                first_key + Tk, d.T);

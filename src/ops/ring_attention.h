@@ -10,6 +10,8 @@
 //
 // q, k, v, y, dy, dq, dk, dv are [B, Tq or Tk, C] (C = H * head width, heads contiguous); blocks
 // wholly after every query under the causal mask are skipped (their probabilities are zero).
+// One key / value head per query head: the grouped-query heads of ops/attention.h are not built
+// here yet (a narrower key / value block is refused).
 #pragma once
 
 #include "core/tensor.h"

@@ -106,21 +106,27 @@ def scalar1(t):
 # --------------------------------------------------------------------------- shared ops
 
 
-def masked_scores(qkv, n_head, causal, key_mask=None):
-    """The scaled scores [B, H, T, T] of a fused qkv [B, T, 3C], masked keys at -inf, and v
-    [B, H, T, hs].
+def masked_scores(qkv, n_head, causal, key_mask=None, n_kv_head=None):
+    """The scaled scores [B, H, T, T] of a fused qkv [B, T, (H + 2 Hkv) hs], masked keys at -inf,
+    and v [B, H, T, hs] (each query head's values).
 
+    The last dim holds the H query heads, then Hkv key heads, then Hkv value heads (Hkv =
+    n_kv_head, default n_head: the plain [q | k | v] of width 3C). Query head h attends with kv
+    head h % Hkv (grouped-query attention, ops/attention.h). That is not torch's
+    repeat_interleave order (h // (H / Hkv)), so the index is built explicitly.
     key_mask: optional [B, T] (1 = real token, 0 = padding); padded keys get -inf.
     """
-    B, T, C3 = qkv.shape
-    C = C3 // 3
-    if C * 3 != C3 or C % n_head != 0:
-        raise OracleInputError(f"qkv last dim {C3} incompatible with n_head={n_head}")
-    hs = C // n_head
-    q, k, v = qkv.split(C, dim=-1)
+    B, T, width = qkv.shape
+    n_kv_head = n_head if n_kv_head is None else n_kv_head
+    heads = n_head + 2 * n_kv_head
+    if n_kv_head <= 0 or n_head % n_kv_head != 0 or width % heads != 0:
+        raise OracleInputError(f"qkv last dim {width} incompatible with n_head={n_head} n_kv_head={n_kv_head}")
+    hs = width // heads
+    q, k, v = qkv.split([n_head * hs, n_kv_head * hs, n_kv_head * hs], dim=-1)
     q = q.reshape(B, T, n_head, hs).transpose(1, 2)  # [B, H, T, hs]
-    k = k.reshape(B, T, n_head, hs).transpose(1, 2)
-    v = v.reshape(B, T, n_head, hs).transpose(1, 2)
+    kv_of = torch.arange(n_head) % n_kv_head  # query head h -> kv head h % Hkv
+    k = k.reshape(B, T, n_kv_head, hs).transpose(1, 2).index_select(1, kv_of)  # [B, H, T, hs]
+    v = v.reshape(B, T, n_kv_head, hs).transpose(1, 2).index_select(1, kv_of)
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # [B, H, T, T]
     if causal:
         future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
@@ -131,13 +137,13 @@ def masked_scores(qkv, n_head, causal, key_mask=None):
     return scores, v
 
 
-def attention(qkv, n_head, causal, key_mask=None):
-    """Multi-head attention on a fused qkv [B, T, 3C] -> [B, T, C]."""
-    B, T, C3 = qkv.shape
-    scores, v = masked_scores(qkv, n_head, causal, key_mask)
+def attention(qkv, n_head, causal, key_mask=None, n_kv_head=None):
+    """Multi-head (or grouped-query) attention on a fused qkv [B, T, (H + 2 Hkv) hs] -> [B, T, H hs]."""
+    B, T, _ = qkv.shape
+    scores, v = masked_scores(qkv, n_head, causal, key_mask, n_kv_head)
     att = F.softmax(scores, dim=-1)
     y = att @ v  # [B, H, T, hs]
-    return y.transpose(1, 2).reshape(B, T, C3 // 3)
+    return y.transpose(1, 2).reshape(B, T, n_head * v.shape[-1])
 
 
 def gelu(x):
@@ -212,15 +218,19 @@ def case_softmax(inp):
 
 
 def case_attention(inp):
-    """Inputs qkv [B, T, 3C], dy [B, T, C], optional key_mask [B, T] int32 (1 real,
-    0 pad); meta n_head, causal. Outputs y [B, T, C], dqkv [B, T, 3C] and lse [B, H, T], the
-    log-sum-exp of each query's attended scores (the flash-style forward's saved state)."""
+    """Inputs qkv [B, T, (H + 2 Hkv) hs], dy [B, T, H hs], optional key_mask [B, T] int32 (1 real,
+    0 pad); meta n_head, causal, optional n_kv_head (Hkv, default n_head). Outputs y [B, T, H hs],
+    dqkv like qkv (a kv head's gradient summed over the query heads that use it) and lse
+    [B, H, T], the log-sum-exp of each query's attended scores (the flash-style forward's saved
+    state)."""
     qkv = inp.f32("qkv", grad=True)
     key_mask = inp.long("key_mask") if inp.has("key_mask") else None
-    y = attention(qkv, inp.int("n_head"), inp.bool("causal"), key_mask)
+    n_head = inp.int("n_head")
+    n_kv_head = inp.int("n_kv_head", n_head)
+    y = attention(qkv, n_head, inp.bool("causal"), key_mask, n_kv_head)
     y.backward(inp.f32("dy"))
     with torch.no_grad():
-        lse = torch.logsumexp(masked_scores(qkv, inp.int("n_head"), inp.bool("causal"), key_mask)[0], dim=-1)
+        lse = torch.logsumexp(masked_scores(qkv, n_head, inp.bool("causal"), key_mask, n_kv_head)[0], dim=-1)
     return {"y": out32(y), "dqkv": out32(qkv.grad), "lse": out32(lse)}
 
 

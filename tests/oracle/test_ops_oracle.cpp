@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 namespace tidal {
 namespace {
 
@@ -147,6 +149,56 @@ TEST(OpsOracle, AttentionCausalAndPadding) {
         EXPECT_TRUE(all_close(dqkv, ref.at("dqkv"), kFp32)) << what;
       }
   }
+}
+
+// Grouped-query attention (ops/attention.h): H = 6 query heads over every kv head count that
+// divides them (6 is plain multi-head, 1 multi-query), so a kv head's dk and dv sum over 1, 2, 3
+// or 6 query heads. T 37 fits one block of queries, T 150 spans three (the CPU sums dk and dv
+// over query blocks inside a head and over heads inside a group); head widths 16 and 24.
+TEST(OpsOracle, AttentionGroupedQueryHeads) {
+  struct Case {
+    std::int64_t T, hd;
+    int Hkv;
+  };
+  const std::int64_t B = 2;
+  const int H = 6;
+  for (const Case c : {Case{37, 16, 1}, Case{37, 16, 2}, Case{37, 16, 3}, Case{37, 16, 6}, Case{37, 24, 2},
+                       Case{150, 16, 2}}) {
+    const std::int64_t C = H * c.hd;
+    Tensor qkv = randn({B, c.T, (H + 2 * c.Hkv) * c.hd}, 31), dy = randn({B, c.T, C}, 32);
+    // Sample 1 pads its last 5 positions and position 2 (a padded key between real ones).
+    Tensor mask = Tensor::empty({B, c.T}, DType::i32);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t t = 0; t < c.T; ++t)
+        mask.data<std::int32_t>()[b * c.T + t] = b == 1 && (t == 2 || t >= c.T - 5) ? 0 : 1;
+    for (const auto& [causal, padded] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+      const ops::AttentionOptions opt{
+          .n_head = H, .n_kv_head = c.Hkv, .causal = causal, .key_mask = padded ? &mask : nullptr};
+      Tensor y = Tensor::empty({B, c.T, C}), lse = Tensor::empty({B, H, c.T}), dqkv = Tensor::empty(qkv.shape());
+      ops::attention_forward(y, lse, qkv, opt);
+      ops::attention_backward(dqkv, dy, qkv, y, lse, opt);
+      io::TensorMap in{{"qkv", qkv}, {"dy", dy}};
+      if (padded) in.emplace("key_mask", mask);
+      auto ref = run_oracle("attention", in,
+                            {{"n_head", std::to_string(H)},
+                             {"n_kv_head", std::to_string(c.Hkv)},
+                             {"causal", causal ? "1" : "0"}});
+      const std::string what =
+          fmt::format("T {} hd {} Hkv {} causal {} padded {}", c.T, c.hd, c.Hkv, causal, padded);
+      EXPECT_TRUE(all_close(y, ref.at("y"), kFp32)) << what;
+      EXPECT_TRUE(all_close(lse, ref.at("lse"), kFp32)) << what;
+      EXPECT_TRUE(all_close(dqkv, ref.at("dqkv"), kFp32)) << what;
+    }
+  }
+}
+
+// n_head must be a multiple of n_kv_head: a configuration error, reported as one.
+TEST(OpsOracle, AttentionRejectsKvHeadsThatDoNotDivideTheQueryHeads) {
+  const std::int64_t B = 1, T = 5, hd = 4;
+  const int H = 6, Hkv = 4;
+  Tensor qkv = randn({B, T, (H + 2 * Hkv) * hd}, 33), y = Tensor::empty({B, T, H * hd}),
+         lse = Tensor::empty({B, H, T});
+  EXPECT_THROW(ops::attention_forward(y, lse, qkv, {.n_head = H, .n_kv_head = Hkv}), Error);
 }
 
 // A sample whose keys are all padding: its queries attend nothing, so their output and every

@@ -2,8 +2,15 @@
 // queries of one (batch, head) pair against every key it may attend, so the scores of only
 // kQueryBlock rows are ever held (per thread), never the [T, T] matrix. Each block's products
 // run on the calling thread (block_product: oneDNN, else OpenBLAS, which both run serially
-// inside a parallel region), reading Q, K and V in place from qkv with leading dimension 3C.
-// Under the causal mask a block stops at its last query's key, which halves the work.
+// inside a parallel region), reading Q, K and V in place from qkv with leading dimension
+// (H + 2 Hkv) hd. Under the causal mask a block stops at its last query's key, which halves the
+// work.
+//
+// Grouped-query heads (GQA, Ainslie et al. 2023): forward reads each query head's kv head in
+// place. Backward's task is a (batch, kv head) pair, which walks the query heads that share the
+// kv head in ascending order and sums their dK and dV into one fp32 buffer before a single store:
+// the same sum in the same order on every run, with no atomics and no copy of K and V per query
+// head.
 //
 // Storage type T: fp32, or bf16 where the CPU multiplies bf16 natively (onednn_bf16_native).
 // Scores, softmax and the dK / dV sums are fp32; in bf16 the probabilities P and dS are rounded
@@ -90,7 +97,7 @@ const T* in_storage(const float* x, std::vector<T>& buf, std::int64_t n) {
 template <class T>
 void forward_kernel(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOptions& opt, const Dims& d) {
   const float scale = 1.0f / std::sqrt(float(d.hd));
-  const std::int64_t ld = 3 * d.C;
+  const std::int64_t ld = d.qkv_width();
   const T* base = qkv.data<T>();
   T* py = y.data<T>();
   float* pl = lse.data<float>();
@@ -102,12 +109,13 @@ void forward_kernel(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOp
     std::vector<T> probs;
 #pragma omp for schedule(dynamic)
     for (std::int64_t task = 0; task < d.B * d.H * blocks; ++task) {
-      const std::int64_t bh = task / blocks, b = bh / d.H, h = bh % d.H;
+      const std::int64_t bh = task / blocks, b = bh / d.H, h = bh % d.H, g = kv_head_of(h, d.Hkv);
       const std::int64_t i0 = task % blocks * kQueryBlock, i1 = std::min(d.T, i0 + kQueryBlock), rows = i1 - i0;
       const std::int64_t keys = keys_for(d, opt, i1);
-      const T* q = base + (b * d.T + i0) * ld + h * d.hd;
-      const T* k = base + b * d.T * ld + d.C + h * d.hd;
-      const T* v = k + d.C;
+      const T* sample = base + b * d.T * ld;
+      const T* q = sample + i0 * ld + d.query_offset(h);
+      const T* k = sample + d.key_offset(g);
+      const T* v = sample + d.value_offset(g);
       // S = scale * Q_blk K^T  [rows, keys], then P = softmax(S) in place, remembering each row's lse
       block_product(scores.data(), keys, operand(q, ld), operand(k, ld, true), rows, keys, d.hd, scale, 0.0f);
       const std::int32_t* mrow = mask ? mask + b * d.T : nullptr;
@@ -124,81 +132,107 @@ void forward_kernel(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOp
   }
 }
 
+// One thread's backward scratch: a block's probabilities and score gradients, its rows' D, and
+// the dK / dV sums of the kv head it works on.
+template <class T>
+struct BackwardScratch {
+  explicit BackwardScratch(const Dims& d)
+      : p(std::size_t(std::min(d.T, kQueryBlock) * d.T)),
+        dp(p.size()),
+        rowdot(std::size_t(std::min(d.T, kQueryBlock))),
+        dk_sum(std::size_t(d.T * d.hd)),
+        dv_sum(dk_sum.size()) {}
+  std::vector<float> p, dp;           // [rows, keys] fp32
+  std::vector<float> rowdot;          // [rows]
+  std::vector<float> dk_sum, dv_sum;  // [T, hd] fp32
+  std::vector<T> p_store, ds_store;   // p and dS in storage type T, for the products
+};
+
+// One query head of one sample: q, k, v and dq are its columns (and its kv head's) of qkv and
+// dqkv from the sample's row 0 (leading dim qkv_width), o and g its columns of y and dy (leading
+// dim C), lse_row its [T] log-sum-exps. Writes its dQ and adds its share of dK and dV to the
+// scratch sums, query block by query block in order.
+template <class T>
+void query_head_backward(T* dq, BackwardScratch<T>& w, const T* q, const T* k, const T* v, const T* o, const T* g,
+                         const float* lse_row, const std::int32_t* mrow, const AttentionOptions& opt, const Dims& d) {
+  const float scale = 1.0f / std::sqrt(float(d.hd));
+  const std::int64_t ld = d.qkv_width();
+  for (std::int64_t i0 = 0; i0 < d.T; i0 += kQueryBlock) {
+    const std::int64_t i1 = std::min(d.T, i0 + kQueryBlock), rows = i1 - i0, keys = keys_for(d, opt, i1);
+    const T* qb = q + i0 * ld;
+    const T* gb = g + i0 * d.C;
+    // P = exp(scale * Q_blk K^T - lse), recomputed
+    block_product(w.p.data(), keys, operand(qb, ld), operand(k, ld, true), rows, keys, d.hd, scale, 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t i = i0 + r;
+      const float l = lse_row[i];
+      float* row = w.p.data() + r * keys;
+      // A row with no kept key (lse +inf) is all zeros; without a key mask the kept keys are a prefix.
+      const std::int64_t limit = std::isfinite(l) ? (opt.causal ? i + 1 : keys) : 0;
+      const std::int64_t span = mrow ? keys : limit;
+#pragma omp simd
+      for (std::int64_t j = 0; j < span; ++j) row[j] = kept(j, limit, mrow) ? exp_fast(row[j] - l) : 0.0f;
+      std::fill(row + span, row + keys, 0.0f);
+      // D_i = dO_i . O_i, the row's sum(dP * P) (FlashAttention-2's backward)
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (std::int64_t c = 0; c < d.hd; ++c) dot += to_float(g[i * d.C + c]) * to_float(o[i * d.C + c]);
+      w.rowdot[std::size_t(r)] = dot;
+    }
+    const T* ps = in_storage(w.p.data(), w.p_store, rows * keys);
+    // dV += P^T dO_blk
+    block_product(w.dv_sum.data(), d.hd, operand(ps, keys, true), operand(gb, d.C), keys, d.hd, rows, 1.0f, 1.0f);
+    // dP = dO_blk V^T, then dS = P * (dP - D) in place
+    block_product(w.dp.data(), keys, operand(gb, d.C), operand(v, ld, true), rows, keys, d.hd, 1.0f, 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* dpr = w.dp.data() + r * keys;
+      const float* pr = w.p.data() + r * keys;
+      const float dr = w.rowdot[std::size_t(r)];
+#pragma omp simd
+      for (std::int64_t j = 0; j < keys; ++j) dpr[j] = pr[j] * (dpr[j] - dr);
+    }
+    const T* ds = in_storage(w.dp.data(), w.ds_store, rows * keys);
+    // dQ_blk = scale * dS K ; dK += scale * dS^T Q_blk
+    block_product(dq + i0 * ld, ld, operand(ds, keys), operand(k, ld), rows, d.hd, keys, scale, 0.0f);
+    block_product(w.dk_sum.data(), d.hd, operand(ds, keys, true), operand(qb, ld), keys, d.hd, rows, scale, 1.0f);
+  }
+}
+
 template <class T>
 void backward_kernel(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Tensor& y, const Tensor& lse,
                      const AttentionOptions& opt, const Dims& d) {
-  const float scale = 1.0f / std::sqrt(float(d.hd));
-  const std::int64_t ld = 3 * d.C;
+  const std::int64_t ld = d.qkv_width();
   const T* base = qkv.data<T>();
   T* dbase = dqkv.data<T>();
   const T* pdy = dy.data<T>();
   const T* py = y.data<T>();
   const float* pl = lse.data<float>();
   const std::int32_t* mask = opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr;
-  const std::int64_t rows_max = std::min(d.T, kQueryBlock);
-  // A task is a (batch, head) pair: dK and dV sum over its query blocks in order (deterministic).
+  // A task is a (batch, kv head) pair: dK and dV sum over its query heads, and inside each over
+  // the query blocks, in order (deterministic).
 #pragma omp parallel
   {
-    std::vector<float> p(std::size_t(rows_max * d.T)), dp(p.size()), rowdot(static_cast<std::size_t>(rows_max));
-    std::vector<float> dk_sum(std::size_t(d.T * d.hd)), dv_sum(dk_sum.size());  // [T, hd] fp32
-    std::vector<T> p_store, ds_store;
+    BackwardScratch<T> w(d);
 #pragma omp for schedule(dynamic)
-    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
-      const std::int64_t b = bh / d.H, h = bh % d.H;
-      const T* q = base + b * d.T * ld + h * d.hd;
-      const T* k = q + d.C;
-      const T* v = q + 2 * d.C;
-      T* dq = dbase + b * d.T * ld + h * d.hd;
-      const T* o = py + b * d.T * d.C + h * d.hd;   // O [T, hd], leading dim C
-      const T* g = pdy + b * d.T * d.C + h * d.hd;  // dO [T, hd], leading dim C
+    for (std::int64_t bg = 0; bg < d.B * d.Hkv; ++bg) {
+      const std::int64_t b = bg / d.Hkv, kv = bg % d.Hkv;
+      const T* sample = base + b * d.T * ld;
+      T* dsample = dbase + b * d.T * ld;
       const std::int32_t* mrow = mask ? mask + b * d.T : nullptr;
-      std::fill(dk_sum.begin(), dk_sum.end(), 0.0f);
-      std::fill(dv_sum.begin(), dv_sum.end(), 0.0f);
-      for (std::int64_t i0 = 0; i0 < d.T; i0 += kQueryBlock) {
-        const std::int64_t i1 = std::min(d.T, i0 + kQueryBlock), rows = i1 - i0, keys = keys_for(d, opt, i1);
-        const T* qb = q + i0 * ld;
-        const T* gb = g + i0 * d.C;
-        // P = exp(scale * Q_blk K^T - lse), recomputed
-        block_product(p.data(), keys, operand(qb, ld), operand(k, ld, true), rows, keys, d.hd, scale, 0.0f);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const std::int64_t i = i0 + r;
-          const float l = pl[bh * d.T + i];
-          float* row = p.data() + r * keys;
-          // A row with no kept key (lse +inf) is all zeros; without a key mask the kept keys are a prefix.
-          const std::int64_t limit = std::isfinite(l) ? (opt.causal ? i + 1 : keys) : 0;
-          const std::int64_t span = mrow ? keys : limit;
-#pragma omp simd
-          for (std::int64_t j = 0; j < span; ++j) row[j] = kept(j, limit, mrow) ? exp_fast(row[j] - l) : 0.0f;
-          std::fill(row + span, row + keys, 0.0f);
-          // D_i = dO_i . O_i, the row's sum(dP * P) (FlashAttention-2's backward)
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (std::int64_t c = 0; c < d.hd; ++c) dot += to_float(g[i * d.C + c]) * to_float(o[i * d.C + c]);
-          rowdot[std::size_t(r)] = dot;
-        }
-        const T* ps = in_storage(p.data(), p_store, rows * keys);
-        // dV += P^T dO_blk
-        block_product(dv_sum.data(), d.hd, operand(ps, keys, true), operand(gb, d.C), keys, d.hd, rows, 1.0f, 1.0f);
-        // dP = dO_blk V^T, then dS = P * (dP - D) in place
-        block_product(dp.data(), keys, operand(gb, d.C), operand(v, ld, true), rows, keys, d.hd, 1.0f, 0.0f);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          float* dpr = dp.data() + r * keys;
-          const float* pr = p.data() + r * keys;
-          const float dr = rowdot[std::size_t(r)];
-#pragma omp simd
-          for (std::int64_t j = 0; j < keys; ++j) dpr[j] = pr[j] * (dpr[j] - dr);
-        }
-        const T* ds = in_storage(dp.data(), ds_store, rows * keys);
-        // dQ_blk = scale * dS K ; dK += scale * dS^T Q_blk
-        block_product(dq + i0 * ld, ld, operand(ds, keys), operand(k, ld), rows, d.hd, keys, scale, 0.0f);
-        block_product(dk_sum.data(), d.hd, operand(ds, keys, true), operand(qb, ld), keys, d.hd, rows, scale, 1.0f);
+      std::fill(w.dk_sum.begin(), w.dk_sum.end(), 0.0f);
+      std::fill(w.dv_sum.begin(), w.dv_sum.end(), 0.0f);
+      for (std::int64_t i = 0; i < d.H / d.Hkv; ++i) {
+        const std::int64_t h = query_head_of(kv, i, d.Hkv);
+        const std::int64_t out = b * d.T * d.C + h * d.hd;  // O and dO [T, hd], leading dim C
+        query_head_backward(dsample + d.query_offset(h), w, sample + d.query_offset(h), sample + d.key_offset(kv),
+                            sample + d.value_offset(kv), py + out, pdy + out, pl + (b * d.H + h) * d.T, mrow, opt, d);
       }
-      T* dk = dq + d.C;
-      T* dv = dq + 2 * d.C;
+      T* dk = dsample + d.key_offset(kv);
+      T* dv = dsample + d.value_offset(kv);
       for (std::int64_t j = 0; j < d.T; ++j)
         for (std::int64_t c = 0; c < d.hd; ++c) {
-          dk[j * ld + c] = from_float<T>(dk_sum[std::size_t(j * d.hd + c)]);
-          dv[j * ld + c] = from_float<T>(dv_sum[std::size_t(j * d.hd + c)]);
+          dk[j * ld + c] = from_float<T>(w.dk_sum[std::size_t(j * d.hd + c)]);
+          dv[j * ld + c] = from_float<T>(w.dv_sum[std::size_t(j * d.hd + c)]);
         }
     }
   }

@@ -25,7 +25,10 @@ Dims check(const Tensor& qkv, const Tensor& lse, const AttentionOptions& opt) {
   expect_cuda_contiguous(qkv, "attention qkv");
   expect_cuda_contiguous(lse, "attention lse");
   if (opt.key_mask) expect_cuda_contiguous(*opt.key_mask, "attention key_mask");
-  return attention_dims(qkv, lse, opt);
+  const Dims d = attention_dims(qkv, lse, opt);
+  TIDAL_CHECK(d.Hkv == d.H, "attention: grouped-query heads ({} query, {} key/value) are not built for CUDA yet",
+              d.H, d.Hkv);
+  return d;
 }
 
 FlashShape shape_of(const Dims& d, const AttentionOptions& opt) {
