@@ -3,9 +3,9 @@
 // log-sum-exp) and backward, causal and with padding (a sample with every key padded, a query
 // with none left under the causal mask), fp32 and the 16-bit storage types, odd sequence lengths
 // and head widths, through both kernel families (tensor cores for bf16 / fp16 at head width 64
-// and 128, SIMT otherwise, and SIMT again for unaligned 16-bit tensors), GPT-2's shape, and
-// repeated runs bitwise equal. Ring attention: every piece at nonzero key offsets, with causally
-// skipped blocks.
+// and 128, SIMT otherwise, and SIMT again for unaligned 16-bit tensors), grouped-query heads
+// (fewer key / value heads than query heads), GPT-2's shape, and repeated runs bitwise equal.
+// Ring attention: every piece at nonzero key offsets, with causally skipped blocks.
 #include "core/gpu.h"
 #include "ops/attention.h"
 #include "ops/cast.h"
@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace tidal {
@@ -77,15 +78,16 @@ testing::Tolerance tolerance_for(DType dtype, FlashKernels kernels, const Tensor
   return dtype == DType::bf16 ? kBf16Simt : kF16Simt;
 }
 
-// dq, dk and dv (the three C-wide parts of dqkv [B, T, 3C]) each against its reference, with the
-// tolerance of `kernels` scaled to that part.
-void expect_dqkv_close(const Tensor& got, const Tensor& ref, FlashKernels kernels) {
-  const std::int64_t B = ref.dim(0), T = ref.dim(1), C = ref.dim(2) / 3;
+// dq, dk and dv (the parts of dqkv [B, T, C + 2 Ckv]: C query columns, then Ckv key and Ckv value
+// columns) each against its reference, with the tolerance of `kernels` scaled to that part.
+void expect_dqkv_close(const Tensor& got, const Tensor& ref, FlashKernels kernels, std::int64_t C) {
+  const std::int64_t B = ref.dim(0), T = ref.dim(1), Ckv = (ref.dim(2) - C) / 2;
+  const std::int64_t begin[3] = {0, C, C + Ckv}, width[3] = {C, Ckv, Ckv};
   const Tensor host = to_host(got);
-  for (const std::int64_t part : {0, 1, 2}) {
-    Tensor g = Tensor::empty({B, T, C}, ref.dtype()), r = Tensor::empty({B, T, C}, ref.dtype());
-    g.copy_from(host.slice(2, part * C, (part + 1) * C));
-    r.copy_from(ref.slice(2, part * C, (part + 1) * C));
+  for (const int part : {0, 1, 2}) {
+    Tensor g = Tensor::empty({B, T, width[part]}, ref.dtype()), r = Tensor::empty({B, T, width[part]}, ref.dtype());
+    g.copy_from(host.slice(2, begin[part], begin[part] + width[part]));
+    r.copy_from(ref.slice(2, begin[part], begin[part] + width[part]));
     EXPECT_TRUE(all_close(g, r, tolerance_for(ref.dtype(), kernels, r))) << "d" << "qkv"[part];
   }
 }
@@ -124,7 +126,8 @@ struct AttentionRun {
 // device of qkv.
 AttentionRun run_attention(const Tensor& qkv, const Tensor& dy, const ops::AttentionOptions& opt, std::int64_t H,
                            const Tensor& y_in = {}, const Tensor& lse_in = {}) {
-  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
+  const std::int64_t Hkv = opt.n_kv_head == 0 ? H : opt.n_kv_head;
+  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C = H * (qkv.dim(2) / (H + 2 * Hkv));
   Allocator& alloc = qkv.device().is_cuda() ? gpu_allocator() : host_allocator();
   AttentionRun r{Tensor::empty({B, T, C}, qkv.dtype(), alloc), Tensor::empty({B, H, T}, DType::f32, alloc),
                  Tensor::empty(qkv.shape(), qkv.dtype(), alloc)};
@@ -154,7 +157,7 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   EXPECT_EQ(kernels, dtype != DType::f32 && (hd == 64 || hd == 128) ? FlashKernels::tensor_core : FlashKernels::simt);
   EXPECT_TRUE(all_close(gpu.y, cpu.y, tolerance_for(dtype, kernels, cpu.y))) << "y";
   EXPECT_TRUE(all_close(gpu.lse, cpu.lse, kFp32)) << "lse";
-  expect_dqkv_close(gpu.dqkv, cpu.dqkv, kernels);
+  expect_dqkv_close(gpu.dqkv, cpu.dqkv, kernels, C);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
@@ -169,19 +172,66 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                               std::get<4>(c) ? "_masked" : "");
                          });
 
+// Grouped-query heads: H query heads over Hkv < H key / value heads (Hkv 1 is multi-query), so
+// the dK / dV kernels sum each kv head over H / Hkv query heads (and, at T 129, over several query
+// tiles of each), on both kernel families. Causal with the padding mask, and neither. The
+// tolerances are those of one kv head per query head: in PyTorch, fp32 against fp64 on these
+// shapes stays within 0.21 of kFp32 on dk and dv, and a simulation of the tensor cores' roundings
+// (P and dS to 16 bits) within 0.49 (bf16) and 0.39 (fp16) of their bounds, as without groups.
+// dtype, T, head width, (H, Hkv), causal and masked
+using GroupedCase = std::tuple<DType, std::int64_t, std::int64_t, std::pair<int, int>, bool>;
+
+class CudaAttentionGroupedQuery : public ::testing::TestWithParam<GroupedCase> {};
+
+TEST_P(CudaAttentionGroupedQuery, ForwardAndBackwardMatchCpu) {
+  TIDAL_REQUIRE_GPU();
+  const auto [dtype, T, hd, heads, masks] = GetParam();
+  const auto [H, Hkv] = heads;
+  const std::int64_t B = 3, C = H * hd;
+  const Tensor qkv = randn_as({B, T, (H + 2 * Hkv) * hd}, 41, dtype), dy = randn_as({B, T, C}, 42, dtype);
+  const Tensor mask = sequence_mask(T), gmask = to_gpu(mask);
+  const ops::AttentionOptions opt{.n_head = H, .n_kv_head = Hkv, .causal = masks, .key_mask = masks ? &mask : nullptr};
+  const ops::AttentionOptions gopt{
+      .n_head = H, .n_kv_head = Hkv, .causal = masks, .key_mask = masks ? &gmask : nullptr};
+  const AttentionRun cpu = run_attention(qkv, dy, opt, H);
+
+  const Tensor gqkv = to_gpu(qkv), gdy = to_gpu(dy);
+  const AttentionRun gpu = run_attention(gqkv, gdy, gopt, H, to_gpu(cpu.y), to_gpu(cpu.lse));
+  const FlashKernels kernels = ops::cuda::flash_kernels_for(dtype, hd, {&gqkv, &gpu.y, &gdy, &gpu.dqkv});
+  EXPECT_EQ(kernels, dtype != DType::f32 && (hd == 64 || hd == 128) ? FlashKernels::tensor_core : FlashKernels::simt);
+  EXPECT_TRUE(all_close(gpu.y, cpu.y, tolerance_for(dtype, kernels, cpu.y))) << "y";
+  EXPECT_TRUE(all_close(gpu.lse, cpu.lse, kFp32)) << "lse";
+  expect_dqkv_close(gpu.dqkv, cpu.dqkv, kernels, C);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionGroupedQuery,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
+                                            ::testing::Values<std::int64_t>(37, 129),
+                                            ::testing::Values<std::int64_t>(24, 64, 128),
+                                            ::testing::Values(std::pair{6, 1}, std::pair{6, 2}, std::pair{8, 2}),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           const GroupedCase& c = info.param;
+                           return fmt::format("{}_T{}_hd{}_H{}_kv{}{}", dtype_name(std::get<0>(c)), std::get<1>(c),
+                                              std::get<2>(c), std::get<3>(c).first, std::get<3>(c).second,
+                                              std::get<4>(c) ? "_causal_masked" : "");
+                         });
+
 // The masks' extreme cases, on the GPU alone and exactly: the all-padded sample's queries, and
 // sample 1's query 0 under the causal mask, attend nothing: y = 0, lse = +inf, and their rows of
-// dq are 0; every padded key gets dk = dv = 0.
+// dq are 0; every padded key gets dk = dv = 0 (with one kv head per query head, and with one kv
+// head for both, whose dk and dv sum two query heads' zeros).
 TEST(CudaAttentionMasks, UnattendedQueriesAndPaddedKeysAreExactlyZero) {
   TIDAL_REQUIRE_GPU();
-  for (const std::int64_t hd : {24, 64}) {
-    SCOPED_TRACE(fmt::format("head width {}", hd));
-    const std::int64_t B = 3, T = 70, H = 2, C = H * hd;
+  using Heads = std::pair<std::int64_t, int>;  // head width, kv heads
+  for (const auto& [hd, Hkv] : {Heads{24, 2}, Heads{64, 2}, Heads{24, 1}, Heads{64, 1}}) {
+    SCOPED_TRACE(fmt::format("head width {}, {} kv heads", hd, Hkv));
+    const std::int64_t B = 3, T = 70, H = 2, C = H * hd, W = (H + 2 * Hkv) * hd;
     const Tensor mask = sequence_mask(T), gmask = to_gpu(mask);
-    const ops::AttentionOptions gopt{.n_head = int(H), .causal = true, .key_mask = &gmask};
-    const AttentionRun gpu = run_attention(to_gpu(randn_as({B, T, 3 * C}, 25, DType::bf16)),
+    const ops::AttentionOptions gopt{.n_head = int(H), .n_kv_head = Hkv, .causal = true, .key_mask = &gmask};
+    const AttentionRun gpu = run_attention(to_gpu(randn_as({B, T, W}, 25, DType::bf16)),
                                            to_gpu(randn_as({B, T, C}, 26, DType::bf16)), gopt, H);
-    Tensor y = Tensor::empty({B, T, C}), dqkv = Tensor::empty({B, T, 3 * C});
+    Tensor y = Tensor::empty({B, T, C}), dqkv = Tensor::empty({B, T, W});
     ops::cast(y, to_host(gpu.y));
     ops::cast(dqkv, to_host(gpu.dqkv));
     const Tensor lse = to_host(gpu.lse);
@@ -194,14 +244,14 @@ TEST(CudaAttentionMasks, UnattendedQueriesAndPaddedKeysAreExactlyZero) {
           const float l = lse.data<float>()[(b * H + h) * T + t];
           wrong_lse += (std::isinf(l) && l > 0) != unattended;
         }
-        const float* row = dqkv.data<float>() + (b * T + t) * 3 * C;
-        for (std::int64_t c = 0; c < C; ++c) {
+        const float* row = dqkv.data<float>() + (b * T + t) * W;
+        for (std::int64_t c = 0; c < C; ++c)
           if (unattended) {
             nonzero_y += y.data<float>()[(b * T + t) * C + c] != 0.0f;
             nonzero_dq += row[c] != 0.0f;
           }
-          if (m[b * T + t] == 0) nonzero_dkv += (row[C + c] != 0.0f) + (row[2 * C + c] != 0.0f);
-        }
+        if (m[b * T + t] == 0)
+          for (std::int64_t c = C; c < W; ++c) nonzero_dkv += row[c] != 0.0f;
       }
     EXPECT_EQ(wrong_lse, 0) << "lse entries not +inf exactly where nothing is attended";
     EXPECT_EQ(nonzero_y, 0) << "y entries of queries that attend nothing";
@@ -226,7 +276,7 @@ TEST_P(CudaAttentionGpt2, ChainedForwardAndBackwardMatchCpu) {
   ASSERT_EQ(ops::cuda::flash_kernels_for(dtype, hd, {&gqkv, &gpu.y, &gdy, &gpu.dqkv}), FlashKernels::tensor_core);
   EXPECT_TRUE(all_close(gpu.y, cpu.y, tolerance_for(dtype, FlashKernels::tensor_core, cpu.y))) << "y";
   EXPECT_TRUE(all_close(gpu.lse, cpu.lse, kFp32)) << "lse";
-  expect_dqkv_close(gpu.dqkv, cpu.dqkv, FlashKernels::tensor_core);
+  expect_dqkv_close(gpu.dqkv, cpu.dqkv, FlashKernels::tensor_core, C);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionGpt2, ::testing::Values(DType::bf16, DType::f16),
@@ -256,21 +306,23 @@ TEST(CudaAttentionAlignment, UnalignedSixteenBitTensorsTakeTheSimtKernels) {
   ASSERT_EQ(ops::cuda::flash_kernels_for(DType::bf16, hd, {&gqkv, &gpu.y}), FlashKernels::simt);
   EXPECT_TRUE(all_close(gpu.y, cpu.y, kBf16Simt)) << "y";
   EXPECT_TRUE(all_close(gpu.lse, cpu.lse, kFp32)) << "lse";
-  expect_dqkv_close(gpu.dqkv, cpu.dqkv, FlashKernels::simt);
+  expect_dqkv_close(gpu.dqkv, cpu.dqkv, FlashKernels::simt, C);
 }
 
 // Forward and backward twice on the same inputs: the same bits (tidal compares losses bitwise
-// between GPU runs), on both kernel families.
-using DeterminismCase = std::tuple<DType, std::int64_t>;  // dtype, head width
+// between GPU runs), on both kernel families, with one kv head per query head and with grouped
+// ones (a kv head's dK / dV summed over its query heads).
+using DeterminismCase = std::tuple<DType, std::int64_t, int, int>;  // dtype, head width, H, Hkv
 class CudaAttentionDeterminism : public ::testing::TestWithParam<DeterminismCase> {};
 
 TEST_P(CudaAttentionDeterminism, RepeatedRunsAreBitwiseEqual) {
   TIDAL_REQUIRE_GPU();
-  const auto [dtype, hd] = GetParam();
-  const std::int64_t B = 3, T = 130, H = 2, C = H * hd;
-  const Tensor gqkv = to_gpu(randn_as({B, T, 3 * C}, 23, dtype)), gdy = to_gpu(randn_as({B, T, C}, 24, dtype));
+  const auto [dtype, hd, H, Hkv] = GetParam();
+  const std::int64_t B = 3, T = 130, C = H * hd;
+  const Tensor gqkv = to_gpu(randn_as({B, T, (H + 2 * Hkv) * hd}, 23, dtype)),
+               gdy = to_gpu(randn_as({B, T, C}, 24, dtype));
   const Tensor gmask = to_gpu(sequence_mask(T));
-  const ops::AttentionOptions opt{.n_head = int(H), .causal = true, .key_mask = &gmask};
+  const ops::AttentionOptions opt{.n_head = H, .n_kv_head = Hkv, .causal = true, .key_mask = &gmask};
   std::vector<Tensor> runs;  // y, lse, dqkv of each run, on the host
   for (int run = 0; run < 2; ++run) {
     const AttentionRun r = run_attention(gqkv, gdy, opt, H);
@@ -283,10 +335,18 @@ TEST_P(CudaAttentionDeterminism, RepeatedRunsAreBitwiseEqual) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionDeterminism,
-                         ::testing::Values(DeterminismCase{DType::f32, 40}, DeterminismCase{DType::bf16, 40},
-                                           DeterminismCase{DType::bf16, 64}, DeterminismCase{DType::f16, 128}),
+                         ::testing::Values(DeterminismCase{DType::f32, 40, 2, 2},
+                                           DeterminismCase{DType::bf16, 40, 2, 2},
+                                           DeterminismCase{DType::bf16, 64, 2, 2},
+                                           DeterminismCase{DType::f16, 128, 2, 2},
+                                           DeterminismCase{DType::f32, 40, 6, 2},
+                                           DeterminismCase{DType::bf16, 40, 8, 1},
+                                           DeterminismCase{DType::bf16, 64, 6, 2},
+                                           DeterminismCase{DType::f16, 128, 8, 1}),
                          [](const auto& info) {
-                           return fmt::format("{}_hd{}", dtype_name(std::get<0>(info.param)), std::get<1>(info.param));
+                           const DeterminismCase& c = info.param;
+                           return fmt::format("{}_hd{}_H{}_kv{}", dtype_name(std::get<0>(c)), std::get<1>(c),
+                                              std::get<2>(c), std::get<3>(c));
                          });
 
 // ---- ring-attention pieces ----

@@ -4,7 +4,10 @@
 // which serves a call): tensor cores for bf16 / fp16 at head width 64 or 128
 // (ops/cuda/flash_tensor_core.cuh), fp32 SIMT for every other case (ops/cuda/flash_simt.cuh).
 // Backward is FlashAttention-2's, made deterministic: D = rowsum(dy * y), then one kernel for dK
-// and dV and one for dQ, each output element summed by one thread.
+// and dV and one for dQ, each output element summed by one thread. Grouped-query heads (GQA,
+// Ainslie et al. 2023): forward and dQ run a block per query head, reading its kv head in place;
+// dK and dV run a block per kv head, which sums over its query heads in a fixed order, so the
+// kv heads are never copied up to H and the sum needs no atomics.
 #include "ops/attention.h"
 
 #include "core/gpu.h"
@@ -25,10 +28,7 @@ Dims check(const Tensor& qkv, const Tensor& lse, const AttentionOptions& opt) {
   expect_cuda_contiguous(qkv, "attention qkv");
   expect_cuda_contiguous(lse, "attention lse");
   if (opt.key_mask) expect_cuda_contiguous(*opt.key_mask, "attention key_mask");
-  const Dims d = attention_dims(qkv, lse, opt);
-  TIDAL_CHECK(d.Hkv == d.H, "attention: grouped-query heads ({} query, {} key/value) are not built for CUDA yet",
-              d.H, d.Hkv);
-  return d;
+  return attention_dims(qkv, lse, opt);
 }
 
 FlashShape shape_of(const Dims& d, const AttentionOptions& opt) {
@@ -37,8 +37,15 @@ FlashShape shape_of(const Dims& d, const AttentionOptions& opt) {
               "model.n_head so that n_embd / n_head fits",
               d.hd, kSimtMaxHeadDim);
   TIDAL_CHECK(d.T < (1 << 30), "attention: sequence length {} is too long for the CUDA kernels", d.T);
-  return FlashShape{int(d.T),  int(d.H),   int(d.hd), d.C, 1.0f / std::sqrt(float(d.hd)),
-                    opt.causal, opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr};
+  return FlashShape{int(d.T),
+                    int(d.H),
+                    int(d.Hkv),
+                    int(d.hd),
+                    d.C,
+                    d.qkv_width(),
+                    1.0f / std::sqrt(float(d.hd)),
+                    opt.causal,
+                    opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr};
 }
 
 // One block per (tile, sample, head) pair; `bytes` of dynamic shared memory (above the default
@@ -69,7 +76,9 @@ bool with_tensor_core_head_dim(std::int64_t hd, F&& f) {
   return false;
 }
 
+// The blocks of forward and dQ are per (sample, query head); those of dK and dV per (sample, kv head).
 std::int64_t pairs_of(const Dims& d) { return d.B * d.H; }
+std::int64_t kv_pairs_of(const Dims& d) { return d.B * d.Hkv; }
 
 }  // namespace
 
@@ -140,7 +149,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const
       if (tensor_cores) {
         const bool launched = with_tensor_core_head_dim(d.hd, [&]<int kHd>() {
           const int tiles = tiles_of(s.T, kTcRows);
-          launch(flash_key_grads_tc_kernel<T, kHd>, "flash_key_grads_tc_kernel", pairs_of(d), tiles, kTcThreads,
+          launch(flash_key_grads_tc_kernel<T, kHd>, "flash_key_grads_tc_kernel", kv_pairs_of(d), tiles, kTcThreads,
                  TcTiles<kHd>::kKeyGradsBytes, pdqkv, pqkv, pdy, plse, pdelta, s);
           launch(flash_query_grads_tc_kernel<T, kHd>, "flash_query_grads_tc_kernel", pairs_of(d), tiles, kTcThreads,
                  TcTiles<kHd>::kQueryGradsBytes, pdqkv, pqkv, pdy, plse, pdelta, s);
@@ -151,7 +160,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const
     }
     const SimtTiles st(s.hd);
     const int tiles = tiles_of(s.T, st.tile);
-    launch(flash_key_grads_simt_kernel<T>, "flash_key_grads_simt_kernel", pairs_of(d), tiles, kSimtThreads,
+    launch(flash_key_grads_simt_kernel<T>, "flash_key_grads_simt_kernel", kv_pairs_of(d), tiles, kSimtThreads,
            int(sizeof(float)) * st.key_grads_floats(), pdqkv, pqkv, pdy, plse, pdelta, s);
     launch(flash_query_grads_simt_kernel<T>, "flash_query_grads_simt_kernel", pairs_of(d), tiles, kSimtThreads,
            int(sizeof(float)) * st.query_grads_floats(), pdqkv, pqkv, pdy, plse, pdelta, s);

@@ -3,11 +3,13 @@
 // masks, which keys a query attends, the tiles causal attention visits, how a block finds its
 // tile, and backward's row term D.
 //
-// The layout (ops/attention.h): q, k and v of (sample b, head h) are the columns [h hd, (h+1) hd)
-// of the three C-wide parts of qkv [B, T, 3C]; y and dy are [B, T, C] with the same columns; lse
-// and D are [B, H, T] fp32.
+// The layout (ops/attention.h): a row of qkv [B, T, (H + 2 Hkv) hd] holds the H query heads, then
+// the Hkv key heads, then the Hkv value heads, hd columns each; query head h attends with kv head
+// kv_head_of(h, Hkv). y and dy are [B, T, C = H hd] with the query heads' columns; lse and D are
+// [B, H, T] fp32.
 #pragma once
 
+#include "ops/attention.h"
 #include "ops/cuda/common.cuh"
 
 #include <cstdint>
@@ -17,20 +19,30 @@ namespace {
 
 struct FlashShape {
   int T;                          // sequence length
-  int H;                          // heads
+  int H;                          // query heads
+  int Hkv;                        // key / value heads (H is a multiple)
   int hd;                         // head width
-  std::int64_t C;                 // H * hd
+  std::int64_t C;                 // H * hd: the width of y and of the query heads
+  std::int64_t ld;                // (H + 2 Hkv) * hd: a row of qkv
   float scale;                    // 1 / sqrt(hd), applied to q . k
   bool causal;                    // query i attends keys j <= i
   const std::int32_t* key_mask;   // [B, T]: key j of sample b is never attended where 0; null = none
 };
 
-// Element offset of row t of sample b in qkv [B, T, 3C] and in y / dy [B, T, C].
+// Element offset of row t of sample b in qkv [B, T, ld] and in y / dy [B, T, C].
 __device__ __forceinline__ std::int64_t qkv_row(const FlashShape& s, std::int64_t b, std::int64_t t) {
-  return (b * s.T + t) * 3 * s.C;
+  return (b * s.T + t) * s.ld;
 }
 __device__ __forceinline__ std::int64_t out_row(const FlashShape& s, std::int64_t b, std::int64_t t) {
   return (b * s.T + t) * s.C;
+}
+
+// Where query head h, and the keys and values of kv head g, start in a row of qkv (as
+// AttentionDims::query_offset, key_offset, value_offset).
+__device__ __forceinline__ std::int64_t query_col(const FlashShape& s, std::int64_t h) { return h * s.hd; }
+__device__ __forceinline__ std::int64_t key_col(const FlashShape& s, std::int64_t g) { return s.C + g * s.hd; }
+__device__ __forceinline__ std::int64_t value_col(const FlashShape& s, std::int64_t g) {
+  return s.C + (s.Hkv + g) * s.hd;
 }
 
 // Whether any query may attend key j of sample b: inside the sequence and not padding.
@@ -57,9 +69,10 @@ __host__ __device__ __forceinline__ int first_query_tile(const FlashShape& s, in
 
 __host__ __device__ __forceinline__ int tiles_of(int n, int tile) { return (n + tile - 1) / tile; }
 
-// A block's (sample, head) pair bh = b H + h and its tile. Blocks are numbered tile-major, so the
-// first wave holds every pair's costliest tiles: with causal attention a query tile's work grows
-// with its index and a key tile's shrinks (`longest_last` says which).
+// A block's (sample, head) pair bh = b H + h (b Hkv + g for a kv head) and its tile. Blocks are
+// numbered tile-major, so the first wave holds every pair's costliest tiles: with causal
+// attention a query tile's work grows with its index and a key tile's shrinks (`longest_last`
+// says which).
 struct BlockTile {
   std::int64_t bh;
   int tile;
@@ -67,6 +80,28 @@ struct BlockTile {
 __device__ __forceinline__ BlockTile block_tile(std::int64_t pairs, int tiles, bool longest_last) {
   const int rank = int(blockIdx.x / pairs);
   return BlockTile{std::int64_t(blockIdx.x) % pairs, longest_last ? tiles - 1 - rank : rank};
+}
+
+// Step m of a key tile's backward (dK, dV) of kv head g: the group's H / Hkv query heads in the
+// order of query_head_of, each over the query tiles [first, first + per_head) that may attend
+// the key tile. Summing over the steps in order sums the group's heads in a fixed order
+// (deterministic; in GQA, Ainslie et al. 2023, a kv head's gradient is the sum of its query
+// heads').
+template <class T>
+struct QueryStep {
+  const T* q;           // the head's queries: row 0 of the sample in qkv (leading dim s.ld)
+  const T* dout;        // the head's dO: row 0 of the sample in dy (leading dim s.C)
+  const float* lse;     // [T] of (b, h)
+  const float* delta;   // [T] of (b, h)
+  int i0;               // the tile's first query
+};
+template <class T>
+__device__ __forceinline__ QueryStep<T> query_step(const FlashShape& s, const T* qkv, const T* dy, const float* lse,
+                                                   const float* delta, std::int64_t b, std::int64_t g, int first,
+                                                   int per_head, int m, int tile) {
+  const std::int64_t h = query_head_of(g, m / per_head, s.Hkv), bh = b * s.H + h;
+  return QueryStep<T>{qkv + qkv_row(s, b, 0) + query_col(s, h), dy + out_row(s, b, 0) + h * s.hd, lse + bh * s.T,
+                      delta + bh * s.T, (first + m % per_head) * tile};
 }
 
 constexpr float kLog2e = 1.4426950408889634f;

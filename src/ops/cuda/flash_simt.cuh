@@ -2,10 +2,11 @@
 // kSimtMaxHeadDim (ops/cuda/attention.cu sends fp32, odd head widths and unaligned tensors here).
 // FlashAttention-2's schedule: forward runs a block per (query tile, sample, head) with an online
 // softmax over key tiles and writes y and lse; backward recomputes the probabilities from lse,
-// one kernel per (key tile, sample, head) summing dK and dV over the query tiles, one per (query
-// tile, sample, head) summing dQ over the key tiles (a second pass over P and dS in place of
-// atomics). Operands are staged in shared memory as fp32; 16-bit storage is widened on load and
-// y, dq, dk, dv rounded once on store, as on the CPU.
+// one kernel per (key tile, sample, kv head) summing dK and dV over the query tiles of every
+// query head that shares the kv head (query_step), one per (query tile, sample, head) summing dQ
+// over the key tiles (a second pass over P and dS in place of atomics). Operands are staged in
+// shared memory as fp32; 16-bit storage is widened on load and y, dq, dk, dv rounded once on
+// store, as on the CPU.
 //
 // Determinism: every output element and every row statistic is summed by one thread (or one
 // warp's fixed-shape reduction) in a fixed order; no atomics.
@@ -87,10 +88,11 @@ __global__ void __launch_bounds__(kSimtThreads)
   float* row_sum = row_max + tile;
   float* row_rescale = row_sum + tile;
 
-  const T* q = qkv + qkv_row(s, b, 0) + h * hd;
-  const T* k = q + s.C;
-  const T* v = q + 2 * s.C;
-  const std::int64_t ld = 3 * s.C;
+  const T* sample = qkv + qkv_row(s, b, 0);
+  const T* q = sample + query_col(s, h);
+  const T* k = sample + key_col(s, kv_head_of(h, s.Hkv));
+  const T* v = sample + value_col(s, kv_head_of(h, s.Hkv));
+  const std::int64_t ld = s.ld;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   stage_rows(qs, pad, q, ld, i0, st, s.T);
@@ -154,7 +156,8 @@ __global__ void __launch_bounds__(kSimtThreads)
   }
 }
 
-// dK and dV rows of one (key tile, sample, head) per block, over every query tile that attends it.
+// dK and dV rows of one (key tile, sample, kv head) per block, over every query tile of every
+// query head that attends it (`pairs` is B Hkv).
 template <class T>
 __global__ void __launch_bounds__(kSimtThreads)
     flash_key_grads_simt_kernel(T* __restrict__ dqkv, const T* __restrict__ qkv, const T* __restrict__ dy,
@@ -164,7 +167,7 @@ __global__ void __launch_bounds__(kSimtThreads)
   const int tile = st.tile, hd = s.hd, pad = hd + 1, sq = tile + 1;
   const int tiles = tiles_of(s.T, tile);
   const BlockTile bt = block_tile(pairs, tiles, false);
-  const std::int64_t b = bt.bh / s.H, h = bt.bh % s.H;
+  const std::int64_t b = bt.bh / s.Hkv, g = bt.bh % s.Hkv;
   const int j0 = bt.tile * tile;
   float* ks = reinterpret_cast<float*>(flash_shared_memory());
   float* vs = ks + st.padded();
@@ -177,22 +180,23 @@ __global__ void __launch_bounds__(kSimtThreads)
   float* lse_s = dss + st.square();
   float* delta_s = lse_s + tile;
 
-  const T* q = qkv + qkv_row(s, b, 0) + h * hd;
-  const T* g = dy + out_row(s, b, 0) + h * hd;
-  const std::int64_t ld = 3 * s.C;
+  const T* sample = qkv + qkv_row(s, b, 0);
+  const std::int64_t ld = s.ld;
+  const int first = first_query_tile(s, j0, tile), per_head = tiles - first, steps = per_head * (s.H / s.Hkv);
 
-  stage_rows(ks, pad, q + s.C, ld, j0, st, s.T);
-  stage_rows(vs, pad, q + 2 * s.C, ld, j0, st, s.T);
+  stage_rows(ks, pad, sample + key_col(s, g), ld, j0, st, s.T);
+  stage_rows(vs, pad, sample + value_col(s, g), ld, j0, st, s.T);
   for (int e = threadIdx.x; e < st.dense(); e += kSimtThreads) dks[e] = dvs[e] = 0.0f;
-  for (int m = first_query_tile(s, j0, tile); m < tiles; ++m) {
-    const int i0 = m * tile;
+  for (int m = 0; m < steps; ++m) {
+    const QueryStep<T> step = query_step(s, qkv, dy, lse, delta, b, g, first, per_head, m, tile);
+    const int i0 = step.i0;
     __syncthreads();  // the previous tile's readers of qs, gs, ps and dss are done
-    stage_rows(qs, pad, q, ld, i0, st, s.T);
-    stage_rows(gs, pad, g, s.C, i0, st, s.T);
+    stage_rows(qs, pad, step.q, ld, i0, st, s.T);
+    stage_rows(gs, pad, step.dout, s.C, i0, st, s.T);
     for (int r = threadIdx.x; r < tile; r += kSimtThreads) {
       const bool in = i0 + r < s.T;
-      lse_s[r] = in ? lse[bt.bh * s.T + i0 + r] : INFINITY;
-      delta_s[r] = in ? delta[bt.bh * s.T + i0 + r] : 0.0f;
+      lse_s[r] = in ? step.lse[i0 + r] : INFINITY;
+      delta_s[r] = in ? step.delta[i0 + r] : 0.0f;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < tile * tile; e += kSimtThreads) {
@@ -215,8 +219,8 @@ __global__ void __launch_bounds__(kSimtThreads)
       dks[e] += dk;
     }
   }
-  T* dk_out = dqkv + qkv_row(s, b, 0) + s.C + h * hd;
-  T* dv_out = dk_out + s.C;
+  T* dk_out = dqkv + qkv_row(s, b, 0) + key_col(s, g);
+  T* dv_out = dqkv + qkv_row(s, b, 0) + value_col(s, g);
   for (int e = threadIdx.x; e < st.dense(); e += kSimtThreads) {
     const int c = e / hd, d = e % hd;
     if (j0 + c >= s.T) continue;
@@ -245,10 +249,12 @@ __global__ void __launch_bounds__(kSimtThreads)
   float* lse_s = dss + st.square();
   float* delta_s = lse_s + tile;
 
-  const T* q = qkv + qkv_row(s, b, 0) + h * hd;
-  const std::int64_t ld = 3 * s.C;
+  const T* sample = qkv + qkv_row(s, b, 0);
+  const T* k = sample + key_col(s, kv_head_of(h, s.Hkv));
+  const T* v = sample + value_col(s, kv_head_of(h, s.Hkv));
+  const std::int64_t ld = s.ld;
 
-  stage_rows(qs, pad, q, ld, i0, st, s.T);
+  stage_rows(qs, pad, sample + query_col(s, h), ld, i0, st, s.T);
   stage_rows(gs, pad, dy + out_row(s, b, 0) + h * hd, s.C, i0, st, s.T);
   for (int r = threadIdx.x; r < tile; r += kSimtThreads) {
     const bool in = i0 + r < s.T;
@@ -260,8 +266,8 @@ __global__ void __launch_bounds__(kSimtThreads)
   for (int n = 0; n < key_tiles; ++n) {
     const int j0 = n * tile;
     __syncthreads();  // the previous tile's readers of ks, vs and dss are done
-    stage_rows(ks, pad, q + s.C, ld, j0, st, s.T);
-    stage_rows(vs, pad, q + 2 * s.C, ld, j0, st, s.T);
+    stage_rows(ks, pad, k, ld, j0, st, s.T);
+    stage_rows(vs, pad, v, ld, j0, st, s.T);
     __syncthreads();
     for (int e = threadIdx.x; e < tile * tile; e += kSimtThreads) {
       const int r = e / tile, c = e % tile;  // query r, key c
@@ -278,7 +284,7 @@ __global__ void __launch_bounds__(kSimtThreads)
       dqs[e] += acc;
     }
   }
-  T* dq_out = dqkv + qkv_row(s, b, 0) + h * hd;
+  T* dq_out = dqkv + qkv_row(s, b, 0) + query_col(s, h);
   for (int e = threadIdx.x; e < st.dense(); e += kSimtThreads) {
     const int r = e / hd, d = e % hd;
     if (i0 + r < s.T) dq_out[std::int64_t(i0 + r) * ld + d] = store<T>(s.scale * dqs[e]);

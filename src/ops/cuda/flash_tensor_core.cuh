@@ -4,7 +4,9 @@
 //
 // A block is 4 warps over 64 rows (queries in forward and dQ, keys in dK / dV), 16 rows a warp;
 // the other side streams through shared memory in tiles of 64, double-buffered with cp.async so
-// the next tile loads while this one is multiplied. Every product accumulates in fp32. As in
+// the next tile loads while this one is multiplied. With grouped-query heads the dK / dV block
+// of a kv head streams the query tiles of each of its query heads in turn (query_step), its
+// accumulators running on across heads. Every product accumulates in fp32. As in
 // FlashAttention, the probabilities P are rounded to the storage type before P V (forward) and
 // P^T dO (dV), and the score gradients dS before dS K (dQ) and dS^T Q (dK); the softmax
 // statistics, lse and D stay fp32. Rows past the sequence are zero-filled in shared memory and
@@ -221,10 +223,11 @@ __global__ void __launch_bounds__(kTcThreads)
   const std::int64_t b = bt.bh / s.H, h = bt.bh % s.H;
   const int i0 = bt.tile * kTcRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const T* q = qkv + qkv_row(s, b, 0) + h * kHd;
-  const T* k = q + s.C;
-  const T* v = q + 2 * s.C;
-  const std::int64_t ld = 3 * s.C;
+  const T* sample = qkv + qkv_row(s, b, 0);
+  const T* q = sample + query_col(s, h);
+  const T* k = sample + key_col(s, kv_head_of(h, s.Hkv));
+  const T* v = sample + value_col(s, kv_head_of(h, s.Hkv));
+  const std::int64_t ld = s.ld;
   const int key_tiles = key_tiles_for(s, i0, kTcRows, kTcRows);
 
   load_tile_async<kHd>(qs, q, ld, i0, s.T);
@@ -295,8 +298,9 @@ __global__ void __launch_bounds__(kTcThreads)
     }
 }
 
-// dK and dV for one (64-key tile, sample, head) per block, over the query tiles that attend it;
-// warp w owns keys j0 + 16w .. and computes the transposed products S^T = K Q^T, dP^T = V dO^T.
+// dK and dV for one (64-key tile, sample, kv head) per block (`pairs` is B Hkv), over the query
+// tiles of every query head that attend it; warp w owns keys j0 + 16w .. and computes the
+// transposed products S^T = K Q^T, dP^T = V dO^T.
 template <class T, int kHd>
 __global__ void __launch_bounds__(kTcThreads)
     flash_key_grads_tc_kernel(T* __restrict__ dqkv, const T* __restrict__ qkv, const T* __restrict__ dy,
@@ -313,26 +317,24 @@ __global__ void __launch_bounds__(kTcThreads)
 
   const int tiles = tiles_of(s.T, kTcRows);
   const BlockTile bt = block_tile(pairs, tiles, false);
-  const std::int64_t b = bt.bh / s.H, h = bt.bh % s.H;
+  const std::int64_t b = bt.bh / s.Hkv, kv = bt.bh % s.Hkv;
   const int j0 = bt.tile * kTcRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const T* q = qkv + qkv_row(s, b, 0) + h * kHd;
-  const T* dout = dy + out_row(s, b, 0) + h * kHd;
-  const float* lse_bh = lse + bt.bh * s.T;
-  const float* delta_bh = delta + bt.bh * s.T;
-  const std::int64_t ld = 3 * s.C;
-  const int first = first_query_tile(s, j0, kTcRows), count = tiles - first;
+  const T* sample = qkv + qkv_row(s, b, 0);
+  const std::int64_t ld = s.ld;
+  const int first = first_query_tile(s, j0, kTcRows), per_head = tiles - first, count = per_head * (s.H / s.Hkv);
 
-  load_tile_async<kHd>(ks, q + s.C, ld, j0, s.T);
-  load_tile_async<kHd>(vs, q + 2 * s.C, ld, j0, s.T);
-  load_tile_async<kHd>(qs, q, ld, first * kTcRows, s.T);
-  load_tile_async<kHd>(gs, dout, s.C, first * kTcRows, s.T);
+  const QueryStep<T> step0 = query_step(s, qkv, dy, lse, delta, b, kv, first, per_head, 0, kTcRows);
+  load_tile_async<kHd>(ks, sample + key_col(s, kv), ld, j0, s.T);
+  load_tile_async<kHd>(vs, sample + value_col(s, kv), ld, j0, s.T);
+  load_tile_async<kHd>(qs, step0.q, ld, step0.i0, s.T);
+  load_tile_async<kHd>(gs, step0.dout, s.C, step0.i0, s.T);
   copy_async_commit();
   // A query past the sequence gets lse = +inf, so its probabilities are 0.
   if (threadIdx.x < kTcRows) {
-    const int i = first * kTcRows + threadIdx.x;
-    lse_s[threadIdx.x] = i < s.T ? lse_bh[i] * kLog2e : INFINITY;
-    delta_s[threadIdx.x] = i < s.T ? delta_bh[i] : 0.0f;
+    const int i = step0.i0 + threadIdx.x;
+    lse_s[threadIdx.x] = i < s.T ? step0.lse[i] * kLog2e : INFINITY;
+    delta_s[threadIdx.x] = i < s.T ? step0.delta[i] : 0.0f;
   }
   bool kept[2];  // this thread's keys (rows g, g + 8)
 #pragma unroll
@@ -341,17 +343,19 @@ __global__ void __launch_bounds__(kTcThreads)
   float dk[kHd / 8][4] = {}, dv[kHd / 8][4] = {};
   const float scale_log2 = s.scale * kLog2e;
   for (int m = 0; m < count; ++m) {
-    const int buf = m & 1, i0 = (first + m) * kTcRows;
+    const int buf = m & 1, i0 = (first + m % per_head) * kTcRows;
     const bool prefetch = m + 1 < count;
     float next_lse = INFINITY, next_delta = 0.0f;
     if (prefetch) {
-      load_tile_async<kHd>(qs + (buf ^ 1) * Tiles::kTileElems, q, ld, i0 + kTcRows, s.T);
-      load_tile_async<kHd>(gs + (buf ^ 1) * Tiles::kTileElems, dout, s.C, i0 + kTcRows, s.T);
+      // The next step: the next query tile of this head, or the first of the group's next head.
+      const QueryStep<T> next = query_step(s, qkv, dy, lse, delta, b, kv, first, per_head, m + 1, kTcRows);
+      load_tile_async<kHd>(qs + (buf ^ 1) * Tiles::kTileElems, next.q, ld, next.i0, s.T);
+      load_tile_async<kHd>(gs + (buf ^ 1) * Tiles::kTileElems, next.dout, s.C, next.i0, s.T);
       copy_async_commit();
-      const int i = i0 + kTcRows + int(threadIdx.x);
+      const int i = next.i0 + int(threadIdx.x);
       if (threadIdx.x < kTcRows && i < s.T) {
-        next_lse = lse_bh[i] * kLog2e;
-        next_delta = delta_bh[i];
+        next_lse = next.lse[i] * kLog2e;
+        next_delta = next.delta[i];
       }
       copy_async_wait<1>();
     } else {
@@ -393,9 +397,10 @@ __global__ void __launch_bounds__(kTcThreads)
   }
 
   // The warp's rows of ks and vs are free: only this warp read them.
-  T* dk_out = dqkv + qkv_row(s, b, 0) + s.C + h * kHd;
+  T* dk_out = dqkv + qkv_row(s, b, 0) + key_col(s, kv);
+  T* dv_out = dqkv + qkv_row(s, b, 0) + value_col(s, kv);
   store_warp_rows<kHd>(dk_out, ld, ks + warp * 16 * Tiles::kPitch, dk, s.scale, s.scale, j0 + warp * 16, s.T, lane);
-  store_warp_rows<kHd>(dk_out + s.C, ld, vs + warp * 16 * Tiles::kPitch, dv, 1.0f, 1.0f, j0 + warp * 16, s.T, lane);
+  store_warp_rows<kHd>(dv_out, ld, vs + warp * 16 * Tiles::kPitch, dv, 1.0f, 1.0f, j0 + warp * 16, s.T, lane);
 }
 
 // dQ for one (64-query tile, sample, head) per block, over the key tiles it attends; warp w owns
@@ -417,10 +422,11 @@ __global__ void __launch_bounds__(kTcThreads)
   const std::int64_t b = bt.bh / s.H, h = bt.bh % s.H;
   const int i0 = bt.tile * kTcRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const T* q = qkv + qkv_row(s, b, 0) + h * kHd;
-  const T* k = q + s.C;
-  const T* v = q + 2 * s.C;
-  const std::int64_t ld = 3 * s.C;
+  const T* sample = qkv + qkv_row(s, b, 0);
+  const T* q = sample + query_col(s, h);
+  const T* k = sample + key_col(s, kv_head_of(h, s.Hkv));
+  const T* v = sample + value_col(s, kv_head_of(h, s.Hkv));
+  const std::int64_t ld = s.ld;
   const int key_tiles = key_tiles_for(s, i0, kTcRows, kTcRows);
 
   load_tile_async<kHd>(qs, q, ld, i0, s.T);
@@ -473,8 +479,8 @@ __global__ void __launch_bounds__(kTcThreads)
   }
 
   // The warp's rows of qs are free: only this warp read them.
-  store_warp_rows<kHd>(dqkv + qkv_row(s, b, 0) + h * kHd, ld, qs + warp * 16 * Tiles::kPitch, dq, s.scale, s.scale,
-                       i0 + warp * 16, s.T, lane);
+  store_warp_rows<kHd>(dqkv + qkv_row(s, b, 0) + query_col(s, h), ld, qs + warp * 16 * Tiles::kPitch, dq, s.scale,
+                       s.scale, i0 + warp * 16, s.T, lane);
 }
 
 }  // namespace
