@@ -17,6 +17,22 @@ struct AttentionOptions {
   const Tensor* key_mask = nullptr;  // [B, T] i32: 1 = real token, 0 = padding (never attended)
 };
 
+// The key/value head that query head h attends with: the heads are dealt round-robin, h % Hkv.
+// And its inverse: the i-th (i < H / Hkv) of the query heads that attend with kv head g, in
+// ascending order (g, g + Hkv, g + 2 Hkv, ...), the order backward sums their dK and dV in.
+// Every backend maps heads through these two (they change together).
+constexpr std::int64_t kv_head_of(std::int64_t h, std::int64_t n_kv_head) { return h % n_kv_head; }
+constexpr std::int64_t query_head_of(std::int64_t g, std::int64_t i, std::int64_t n_kv_head) {
+  return g + i * n_kv_head;
+}
+// y's heads come grouped by kv head (Hugging Face's order, kv head g's queries at g H/Hkv ..):
+// query head h = i Hkv + g (the i-th of kv head g's) writes slot g H/Hkv + i. So under tensor
+// parallelism a rank's heads fill one contiguous block of y's features, the output projection's
+// input split (nn/attention.h).
+constexpr std::int64_t output_head(std::int64_t h, std::int64_t n_head, std::int64_t n_kv_head) {
+  return kv_head_of(h, n_kv_head) * (n_head / n_kv_head) + h / n_kv_head;
+}
+
 // The shapes, checked for every backend: qkv [B, T, (H + 2 Hkv) hd], lse [B, H, T] fp32,
 // key_mask [B, T] i32; C = H hd is the width of the queries (and of y).
 struct AttentionDims {
@@ -26,17 +42,11 @@ struct AttentionDims {
   std::int64_t query_offset(std::int64_t h) const { return h * hd; }
   std::int64_t key_offset(std::int64_t g) const { return C + g * hd; }
   std::int64_t value_offset(std::int64_t g) const { return C + (Hkv + g) * hd; }
+  // Where query head h's output starts in y's row: the heads of kv head 0 first, then those of
+  // kv head 1, ... (grouped order; with Hkv = H or 1, h itself).
+  std::int64_t output_offset(std::int64_t h) const { return output_head(h, H, Hkv) * hd; }
 };
 AttentionDims attention_dims(const Tensor& qkv, const Tensor& lse, const AttentionOptions& opt);
-
-// The key/value head that query head h attends with: the heads are dealt round-robin, h % Hkv.
-// And its inverse: the i-th (i < H / Hkv) of the query heads that attend with kv head g, in
-// ascending order (g, g + Hkv, g + 2 Hkv, ...), the order backward sums their dK and dV in.
-// Every backend maps heads through these two (they change together).
-constexpr std::int64_t kv_head_of(std::int64_t h, std::int64_t n_kv_head) { return h % n_kv_head; }
-constexpr std::int64_t query_head_of(std::int64_t g, std::int64_t i, std::int64_t n_kv_head) {
-  return g + i * n_kv_head;
-}
 
 namespace cpu {
 void attention_forward(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOptions& opt);
@@ -53,7 +63,8 @@ void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const
 
 // qkv: [B, T, (H + 2 Hkv) hd]: the H query heads (head h at columns [h hd, (h + 1) hd)), then
 // the Hkv key heads, then the Hkv value heads (with Hkv = H, the familiar [q | k | v] of width
-// 3C); query head h attends with kv head kv_head_of(h, Hkv). y: [B, T, C = H hd] in qkv's dtype;
+// 3C); query head h attends with kv head kv_head_of(h, Hkv). y: [B, T, C = H hd] in qkv's dtype,
+// query head h's output at head slot output_head(h) (grouped by kv head);
 // lse: [B, H, T] fp32, lse[b, h, i] = log sum_j exp(s_ij) over the keys j query i
 // attends, s_ij = q_i . k_j / sqrt(hd) (so p_ij = exp(s_ij - lse)). A query whose every key is
 // masked gets a zero output and lse = +inf (every p_ij = 0).

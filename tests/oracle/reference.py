@@ -138,11 +138,17 @@ def masked_scores(qkv, n_head, causal, key_mask=None, n_kv_head=None):
 
 
 def attention(qkv, n_head, causal, key_mask=None, n_kv_head=None):
-    """Multi-head (or grouped-query) attention on a fused qkv [B, T, (H + 2 Hkv) hs] -> [B, T, H hs]."""
+    """Multi-head (or grouped-query) attention on a fused qkv [B, T, (H + 2 Hkv) hs] -> [B, T, H hs].
+
+    y's heads are grouped by kv head (ops/attention.h output_head): query head h = i Hkv + g, the
+    i-th of kv head g's, goes to slot g (H / Hkv) + i."""
     B, T, _ = qkv.shape
+    n_kv_head = n_head if n_kv_head is None else n_kv_head
     scores, v = masked_scores(qkv, n_head, causal, key_mask, n_kv_head)
     att = F.softmax(scores, dim=-1)
     y = att @ v  # [B, H, T, hs]
+    slot = torch.tensor([(h % n_kv_head) * (n_head // n_kv_head) + h // n_kv_head for h in range(n_head)])
+    y = torch.empty_like(y).index_copy(1, slot, y)  # y[:, slot[h]] = y[:, h]
     return y.transpose(1, 2).reshape(B, T, n_head * v.shape[-1])
 
 

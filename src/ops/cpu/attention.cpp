@@ -126,7 +126,7 @@ void forward_kernel(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOp
       }
       // Y_blk = P V  [rows, hd]
       const T* p = in_storage(scores.data(), probs, rows * keys);
-      block_product(py + (b * d.T + i0) * d.C + h * d.hd, d.C, operand(p, keys), operand(v, ld), rows, d.hd, keys,
+      block_product(py + (b * d.T + i0) * d.C + d.output_offset(h), d.C, operand(p, keys), operand(v, ld), rows, d.hd, keys,
                     1.0f, 0.0f);
     }
   }
@@ -223,7 +223,7 @@ void backward_kernel(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Te
       std::fill(w.dv_sum.begin(), w.dv_sum.end(), 0.0f);
       for (std::int64_t i = 0; i < d.H / d.Hkv; ++i) {
         const std::int64_t h = query_head_of(kv, i, d.Hkv);
-        const std::int64_t out = b * d.T * d.C + h * d.hd;  // O and dO [T, hd], leading dim C
+        const std::int64_t out = b * d.T * d.C + d.output_offset(h);  // O and dO [T, hd], leading dim C
         query_head_backward(dsample + d.query_offset(h), w, sample + d.query_offset(h), sample + d.key_offset(kv),
                             sample + d.value_offset(kv), py + out, pdy + out, pl + (b * d.H + h) * d.T, mrow, opt, d);
       }

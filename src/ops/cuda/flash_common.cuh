@@ -5,8 +5,8 @@
 //
 // The layout (ops/attention.h): a row of qkv [B, T, (H + 2 Hkv) hd] holds the H query heads, then
 // the Hkv key heads, then the Hkv value heads, hd columns each; query head h attends with kv head
-// kv_head_of(h, Hkv). y and dy are [B, T, C = H hd] with the query heads' columns; lse and D are
-// [B, H, T] fp32.
+// kv_head_of(h, Hkv). y and dy are [B, T, C = H hd], query head h's columns at its output slot
+// (output_head: grouped by kv head); lse and D are [B, H, T] fp32.
 #pragma once
 
 #include "ops/attention.h"
@@ -43,6 +43,10 @@ __device__ __forceinline__ std::int64_t query_col(const FlashShape& s, std::int6
 __device__ __forceinline__ std::int64_t key_col(const FlashShape& s, std::int64_t g) { return s.C + g * s.hd; }
 __device__ __forceinline__ std::int64_t value_col(const FlashShape& s, std::int64_t g) {
   return s.C + (s.Hkv + g) * s.hd;
+}
+// Where query head h's output starts in a row of y / dy (AttentionDims::output_offset).
+__device__ __forceinline__ std::int64_t out_col(const FlashShape& s, std::int64_t h) {
+  return output_head(h, s.H, s.Hkv) * s.hd;
 }
 
 // Whether any query may attend key j of sample b: inside the sequence and not padding.
@@ -100,7 +104,7 @@ __device__ __forceinline__ QueryStep<T> query_step(const FlashShape& s, const T*
                                                    const float* delta, std::int64_t b, std::int64_t g, int first,
                                                    int per_head, int m, int tile) {
   const std::int64_t h = query_head_of(g, m / per_head, s.Hkv), bh = b * s.H + h;
-  return QueryStep<T>{qkv + qkv_row(s, b, 0) + query_col(s, h), dy + out_row(s, b, 0) + h * s.hd, lse + bh * s.T,
+  return QueryStep<T>{qkv + qkv_row(s, b, 0) + query_col(s, h), dy + out_row(s, b, 0) + out_col(s, h), lse + bh * s.T,
                       delta + bh * s.T, (first + m % per_head) * tile};
 }
 
@@ -120,7 +124,7 @@ __global__ void __launch_bounds__(kRowDotThreads)
   const std::int64_t warps = std::int64_t(gridDim.x) * (blockDim.x / 32);
   for (std::int64_t r = std::int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
     const std::int64_t i = r % s.T, bh = r / s.T;  // r = (b H + h) T + i
-    const std::int64_t offset = out_row(s, bh / s.H, i) + (bh % s.H) * s.hd;
+    const std::int64_t offset = out_row(s, bh / s.H, i) + out_col(s, bh % s.H);
     float acc = 0.0f;
     for (int d = lane; d < s.hd; d += 32) acc = fmaf(load(dy[offset + d]), load(y[offset + d]), acc);
     acc = warp_sum(acc);

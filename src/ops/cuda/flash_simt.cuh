@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kSimtThreads)
     }
   }
   __syncthreads();
-  T* out = y + out_row(s, b, 0) + h * hd;
+  T* out = y + out_row(s, b, 0) + out_col(s, h);
   for (int e = threadIdx.x; e < st.dense(); e += kSimtThreads) {
     const int r = e / hd, d = e % hd;
     if (i0 + r >= s.T) continue;
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kSimtThreads)
   const std::int64_t ld = s.ld;
 
   stage_rows(qs, pad, sample + query_col(s, h), ld, i0, st, s.T);
-  stage_rows(gs, pad, dy + out_row(s, b, 0) + h * hd, s.C, i0, st, s.T);
+  stage_rows(gs, pad, dy + out_row(s, b, 0) + out_col(s, h), s.C, i0, st, s.T);
   for (int r = threadIdx.x; r < tile; r += kSimtThreads) {
     const bool in = i0 + r < s.T;
     lse_s[r] = in ? lse[bt.bh * s.T + i0 + r] : INFINITY;

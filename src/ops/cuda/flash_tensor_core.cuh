@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(kTcThreads)
     row_lse[half] = l > 0.0f ? row_max[half] * s.scale + logf(l) : INFINITY;
   }
   // The warp's rows of qs are free: only this warp read them, into qa.
-  store_warp_rows<kHd>(y + out_row(s, b, 0) + h * kHd, s.C, qs + warp * 16 * Tiles::kPitch, o, inv[0], inv[1],
+  store_warp_rows<kHd>(y + out_row(s, b, 0) + out_col(s, h), s.C, qs + warp * 16 * Tiles::kPitch, o, inv[0], inv[1],
                        i0 + warp * 16, s.T, lane);
   if (t == 0)
 #pragma unroll
@@ -430,7 +430,7 @@ __global__ void __launch_bounds__(kTcThreads)
   const int key_tiles = key_tiles_for(s, i0, kTcRows, kTcRows);
 
   load_tile_async<kHd>(qs, q, ld, i0, s.T);
-  load_tile_async<kHd>(gs, dy + out_row(s, b, 0) + h * kHd, s.C, i0, s.T);
+  load_tile_async<kHd>(gs, dy + out_row(s, b, 0) + out_col(s, h), s.C, i0, s.T);
   load_tile_async<kHd>(ks, k, ld, 0, s.T);
   load_tile_async<kHd>(vs, v, ld, 0, s.T);
   copy_async_commit();
