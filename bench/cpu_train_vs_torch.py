@@ -8,14 +8,16 @@ Systems, each in a process of its own:
   - PyTorch 2.x from PyPI, installed on first use into a virtual environment of this benchmark's
     own (--venv): eager (SDPA, fused AdamW) and torch.compile, fp32 and bf16 autocast;
   - Debian's PyTorch 1.13 (python3-torch), eager, fp32 and bf16 autocast.
-Shapes: the reference GPT (6 layers, width 384, 6 heads, vocab 512, seq_len 256, batch 8) and
-GPT-2 small (12 layers, width 768, 12 heads, vocab 50,257, seq_len 1024, batch 2).
+Shapes: the reference GPT (6 layers, width 384, 6 heads, vocab 512, seq_len 256, batch 8),
+GPT-2 small (12 layers, width 768, 12 heads, vocab 50,257, seq_len 1024, batch 2), and
+configs/llama-tiny.toml's Llama with its batch (PyTorch's side: transformers' LlamaForCausalLM,
+installed beside PyTorch 2.x).
 
 Prints per shape and system tokens/s, model FLOP/s (6N + 6LCT per token) against this machine's
 GEMM peak for the precision (measured in the same run by bench_cpu_ops --peak-only), and the
 ratio tidal / system of the same precision; then tidal's profiles; one JSON line per run last.
 
-usage: bench/cpu_train_vs_torch.py [--build build] [--threads 2] [--shapes reference,gpt2-small]
+usage: bench/cpu_train_vs_torch.py [--build build] [--threads 2] [--shapes reference,gpt2-small,llama-tiny]
            [--systems tidal,eager,compile,torch1] [--precisions fp32,bf16] [--steps N]
            [--venv DIR] [--quick]
 """
@@ -27,17 +29,18 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_training import GptShape, run_tidal, tidal_sets, tidal_speed  # noqa: E402
+from gpt_training import GptShape, LlamaShape, run_tidal, tidal_sets, tidal_speed  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = {  # name: (shape, batch, steps)
     "reference": (GptShape(n_layer=6, n_embd=384, n_head=6, vocab_size=512, seq_len=256), 8, 10),
     "gpt2-small": (GptShape(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, seq_len=1024), 2, 6),
+    "llama-tiny": (*LlamaShape.from_toml(os.path.join(ROOT, "configs", "llama-tiny.toml")), 20),
 }
 WARMUP = 3
 # PyPI's Linux wheel with its requirements: it links the CUDA libraries those bring (a few GB) and
 # does not import without them, even on a CPU.
-TORCH2 = ["torch>=2.4,<3", "numpy"]
+TORCH2 = ["torch>=2.4,<3", "numpy<2", "transformers==4.40.2"]
 DEFAULT_VENV = os.path.join(os.path.expanduser("~"), ".cache", "tidal", "bench-torch2")
 
 
@@ -56,10 +59,10 @@ def blas_kernels():
 def torch2_python(venv):
     """The venv's python with PyTorch 2.x, installing it on first use."""
     python = os.path.join(venv, "bin", "python")
-    probe = [python, "-c", "import torch, sys; sys.exit(0 if torch.__version__ >= '2' else 1)"]
+    probe = [python, "-c", "import torch, transformers, sys; sys.exit(0 if torch.__version__ >= '2' else 1)"]
     if os.path.exists(python) and subprocess.run(probe, capture_output=True).returncode == 0:
         return python
-    print(f"installing PyTorch 2.x from PyPI into {venv} (a few GB, once) ...", flush=True)
+    print(f"installing PyTorch 2.x and transformers from PyPI into {venv} (a few GB, once) ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check"] + TORCH2, check=True)
     subprocess.run(probe, check=True)
@@ -116,7 +119,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--shapes", default="reference,gpt2-small")
+    ap.add_argument("--shapes", default="reference,gpt2-small,llama-tiny")
     ap.add_argument("--systems", default="tidal,eager,compile,torch1")
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--steps", type=int, default=0, help="steps per run, the first 3 untimed (default: per shape)")

@@ -1,12 +1,13 @@
-"""One GPT-2 training run in tidal and in PyTorch, for the benchmarks that put them side by side
-(bench/cpu_train_vs_torch.py, bench/gpu_train.py): the same shape, batch, precision, AdamW and
-global-norm clipping on both sides.
+"""One GPT-2 or Llama training run in tidal and in PyTorch, for the benchmarks that put them side
+by side (bench/cpu_train_vs_torch.py, bench/gpu_train.py): the same shape, batch, precision, AdamW
+and global-norm clipping on both sides.
 
 - tidal: `tidal train` with the shape as --set keys; its speed comes from its own metrics file
   (one record per step with step_time_s), steady state only (the first steps are warm-up).
 - PyTorch: the oracle's GPT-2 (tests/oracle/reference.py, the model tidal's golden tests check
   tidal against) with F.scaled_dot_product_attention (causal) where torch has it, else the
-  oracle's own attention; eager or torch.compile; bf16 / fp16 by autocast over fp32 weights
+  oracle's own attention; a Llama is transformers' own LlamaForCausalLM (its SDPA attention);
+  eager or torch.compile; bf16 / fp16 by autocast over fp32 weights
   (fp16 with a GradScaler), as tidal keeps fp32 master weights; fused AdamW where torch has it.
 
 Model FLOPs per token, the issue's 6N + 6LCT: 6 per parameter that multiplies (forward 2,
@@ -57,9 +58,50 @@ class GptShape:
                 f"seq_len {self.seq_len}")
 
 
+@dataclasses.dataclass(frozen=True)
+class LlamaShape:
+    """A Llama: RMSNorm, rotary positions, n_kv_head key / value heads, SwiGLU of width
+    intermediate_size, an untied head; the fields are tidal's model.* keys."""
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_kv_head: int
+    intermediate_size: int
+    vocab_size: int
+    seq_len: int
+    model_type = "llama"
+
+    @staticmethod
+    def from_toml(path):
+        """The [model] of a tidal config (configs/llama-tiny.toml) and its train.batch_size."""
+        import tomllib
+        with open(path, "rb") as f:
+            cfg = tomllib.load(f)
+        m = cfg["model"]
+        shape = LlamaShape(**{f.name: int(m[f.name]) for f in dataclasses.fields(LlamaShape)})
+        return shape, int(cfg.get("train", {}).get("batch_size", 8))
+
+    def parameters(self):
+        """All parameters, as tidal counts them: the token table and the head each."""
+        L, C, V, I = self.n_layer, self.n_embd, self.vocab_size, self.intermediate_size
+        kv = self.n_kv_head * (C // self.n_head)
+        block = C * (C + 2 * kv) + C * C + 3 * C * I + 2 * C  # qkv, o, gate / up / down, 2 RMSNorms
+        return 2 * V * C + L * block + C
+
+    def flops_per_token(self):
+        """6N + 6LCT with N every parameter that multiplies (the token table is a lookup)."""
+        L, C, T = self.n_layer, self.n_embd, self.seq_len
+        return 6 * (self.parameters() - self.vocab_size * C) + 6 * L * C * T
+
+    def describe(self):
+        return (f"Llama: {self.n_layer} layers, width {self.n_embd}, {self.n_head} heads ({self.n_kv_head} kv), "
+                f"SwiGLU {self.intermediate_size}, vocab {self.vocab_size}, seq_len {self.seq_len}")
+
+
 def tidal_sets(shape, batch, steps, precision, device):
     """`tidal train --set` keys for a timing run: no evaluation but the final one on one batch."""
     sets = [f"model.{f.name}={getattr(shape, f.name)}" for f in dataclasses.fields(shape)]
+    sets += [f"model.type={getattr(shape, 'model_type', 'gpt')}"]
     sets += [f"train.batch_size={batch}", f"train.steps={steps}", f"train.precision={precision}",
              f"train.device={device}", "train.eval_every=0", "train.eval_batches=1", "train.warmup_steps=1"]
     sets += [f"train.{k}={v}" for k, v in OPTIMIZER.items()]
@@ -92,6 +134,30 @@ def tidal_speed(records, shape, batch, warmup):
 
 
 # --------------------------------------------------------------------------- PyTorch's side
+
+
+def torch_llama(shape):
+    """transformers' LlamaForCausalLM of `shape` (its default attention: SDPA on torch 2), as a
+    module model(tokens, targets) -> mean cross-entropy of the logits at every position."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=shape.n_embd, num_hidden_layers=shape.n_layer, num_attention_heads=shape.n_head,
+                      num_key_value_heads=shape.n_kv_head, intermediate_size=shape.intermediate_size,
+                      vocab_size=shape.vocab_size, max_position_embeddings=shape.seq_len, tie_word_embeddings=False)
+
+    class Llama(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hf = LlamaForCausalLM(cfg)
+
+        def forward(self, tokens, targets):
+            logits = self.hf(input_ids=tokens).logits
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+    model = Llama()
+    return model, f"{model.hf.config._attn_implementation} (transformers {__import__('transformers').__version__})"
 
 
 def torch_gpt(shape):
@@ -157,7 +223,7 @@ def torch_train(shape, batch, steps, warmup, precision, device, mode, threads=No
     # On the device from the start where torch can (a 1.5B model built on the CPU takes long).
     on_device = torch.device(device) if hasattr(torch.device, "__enter__") else contextlib.nullcontext()
     with on_device:
-        model, record["attention"] = torch_gpt(shape)
+        model, record["attention"] = (torch_llama if isinstance(shape, LlamaShape) else torch_gpt)(shape)
     model.to(device)
     o = OPTIMIZER
 
@@ -218,7 +284,7 @@ def torch_train(shape, batch, steps, warmup, precision, device, mode, threads=No
 
 def main():
     job = json.loads(sys.argv[1])
-    job["shape"] = GptShape(**job["shape"])
+    job["shape"] = (LlamaShape if "n_kv_head" in job["shape"] else GptShape)(**job["shape"])
     try:
         record = torch_train(**job)
     except Exception as e:  # reported to the benchmark, which goes on with the other systems

@@ -84,14 +84,15 @@ void share_cores(int ranks_on_node) {
 int main(int argc, char** argv) {
   tidal::select_blas_kernels(argv);
   CLI::App app{
-      "tidal trains transformer models (GPT, BERT, ViT) on one device or many.\n"
+      "tidal trains transformer models (GPT, BERT, ViT, Llama) on one device or many.\n"
       "Run `tidal <command> --help` for a command's options."};
   app.require_subcommand(1);
   app.footer(
       "Examples:\n"
       "  tidal train                           # a small GPT on the built-in Markov language, ~1 minute\n"
       "  tidal train -c gpt.toml --set train.steps=1000 --metrics run.jsonl\n"
-      "  tidal train --set model.init_from=gpt2   # start from a Hugging Face GPT-2, BERT or ViT directory\n"
+      "  tidal train -c configs/llama-tiny.toml  # a small Llama (RMSNorm, rotary, grouped-query, SwiGLU)\n"
+      "  tidal train --set model.init_from=gpt2   # start from a Hugging Face GPT-2, BERT, ViT or Llama directory\n"
       "  tidal tokenize / sample / export      # text to tokens, a model to text, a checkpoint to Hugging Face\n"
       "  tidal trace / chunk-search / plan     # size a run beyond the device's memory (docs/memory.md)\n"
       "  tidal info                            # what this build supports");
@@ -196,8 +197,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   export_cmd->footer(
       "The model's architecture comes from the config stored in the checkpoint: gpt -> GPT2LMHeadModel, bert -> "
-      "BertForMaskedLM, vit -> ViTForImageClassification, with tidal's weights in Hugging Face's names and layouts "
-      "(GPT-2's Conv1D weights transposed, BERT's and ViT's q, k, v apart). Weights are fp32.\n\n"
+      "BertForMaskedLM, vit -> ViTForImageClassification, llama -> LlamaForCausalLM, with tidal's weights in "
+      "Hugging Face's names and layouts (GPT-2's Conv1D weights transposed, BERT's, ViT's and Llama's q, k, v "
+      "apart, Llama's gate and up apart). Weights are fp32.\n\n"
       "Examples:\n"
       "  tidal export --format hf ckpt hf-out        # then: GPT2LMHeadModel.from_pretrained(\"hf-out\")\n"
       "  tidal export ckpt/step-00001000 hf-1000");

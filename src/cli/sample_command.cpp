@@ -16,10 +16,10 @@ namespace tidal::cli {
 
 void add_sample_command(CLI::App& app, SampleCommand& cmd) {
   cmd.app = app.add_subcommand(
-      "sample", "Generate text with a GPT: a tidal checkpoint or a Hugging Face GPT-2 directory, on the CPU with a "
-                "KV cache");
+      "sample", "Generate text with a GPT or Llama: a tidal checkpoint or a Hugging Face GPT-2 / Llama directory, "
+                "on the CPU with a KV cache");
   cmd.app->add_option("CHECKPOINT_OR_HF_DIR", cmd.model_dir,
-                      "A checkpoint directory (its latest step), a step-* directory, or a Hugging Face GPT-2 "
+                      "A checkpoint directory (its latest step), a step-* directory, or a Hugging Face GPT-2 / Llama "
                       "directory (config.json + model.safetensors)")
       ->required();
   auto* prompt =
@@ -79,8 +79,8 @@ void run_sample_command(const SampleCommand& cmd) {
   }
 
   const auto load_start = std::chrono::steady_clock::now();
-  engine::InferenceModel m = engine::load_gpt_for_inference(cmd.model_dir);
-  engine::Sampler sampler(*m.model, m.gpt);
+  engine::InferenceModel m = engine::load_for_inference(cmd.model_dir);
+  engine::Sampler sampler(engine::make_decoder(*m.model, m.config.model));
   engine::check_prompt(prompt, sampler.vocab_size(), sampler.max_positions(),
                        cmd.prompt_ids.empty() ? "the prompt" : "--prompt-ids");
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();

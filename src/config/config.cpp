@@ -129,7 +129,7 @@ void check_one_of(const std::string& key, const std::string& value, std::initial
 // where the run's data may never have been).
 void validate(const Config& c, bool local_files) {
   const ModelConfig& m = c.model;
-  check_one_of("model.type", m.type, {"gpt", "bert", "vit"});
+  check_one_of("model.type", m.type, {"gpt", "bert", "vit", "llama"});
   TIDAL_CHECK(m.n_layer >= 1 && m.n_head >= 1 && m.n_embd >= 1, "model.n_layer, model.n_head and model.n_embd must be >= 1");
   TIDAL_CHECK(m.n_embd % m.n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})", m.n_embd, m.n_head);
   TIDAL_CHECK(m.dropout >= 0.0 && m.dropout < 1.0, "model.dropout must be in [0, 1), got {}", m.dropout);
@@ -147,6 +147,31 @@ void validate(const Config& c, bool local_files) {
                 "model.seq_len ({}) is longer than the model's {} learned positions (model.max_positions): shorten "
                 "the sequences or leave model.max_positions at 0 (= model.seq_len)",
                 m.seq_len, m.max_positions);
+  }
+  if (m.type == "llama") {
+    const int kv = m.n_kv_head ? m.n_kv_head : m.n_head;
+    TIDAL_CHECK(m.n_kv_head >= 0 && kv <= m.n_head && m.n_head % kv == 0,
+                "model.n_kv_head ({}) must divide model.n_head ({}): each key / value head serves an equal group of "
+                "query heads (0 = n_head, 1 = multi-query attention)",
+                m.n_kv_head, m.n_head);
+    TIDAL_CHECK((m.n_embd / m.n_head) % 2 == 0,
+                "rotary embeddings rotate pairs of features: the head size model.n_embd / model.n_head = {} must be "
+                "even",
+                m.n_embd / m.n_head);
+    TIDAL_CHECK(m.intermediate_size >= 0, "model.intermediate_size must be >= 0 (0 = Llama's own), got {}",
+                m.intermediate_size);
+    TIDAL_CHECK(m.rope_theta > 0, "model.rope_theta must be > 0, got {}", m.rope_theta);
+    TIDAL_CHECK(m.rope_scaling_factor == 0 ||
+                    (m.rope_scaling_factor >= 1 && m.rope_high_freq_factor > m.rope_low_freq_factor &&
+                     m.rope_original_max_positions > 0),
+                "model.rope_scaling_factor ({}) must be 0 (none) or >= 1, with model.rope_high_freq_factor ({}) > "
+                "model.rope_low_freq_factor ({}) and model.rope_original_max_positions > 0",
+                m.rope_scaling_factor, m.rope_high_freq_factor, m.rope_low_freq_factor);
+  } else {
+    TIDAL_CHECK(m.n_kv_head == 0 || m.n_kv_head == m.n_head,
+                "model.n_kv_head = {} asks for grouped-query attention, which model.type = \"{}\" does not have "
+                "(model.type = \"llama\" does): leave model.n_kv_head at 0",
+                m.n_kv_head, m.type);
   }
   check_one_of("model.activation", m.activation, {"gelu_tanh", "gelu_erf"});
   TIDAL_CHECK(m.ln_eps >= 0.0 && m.ln_eps < 1.0, "model.ln_eps must be in [0, 1) (0 = the model's own), got {}", m.ln_eps);
@@ -182,8 +207,9 @@ void validate(const Config& c, bool local_files) {
   check_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
   check_one_of("train.activation_checkpointing", t.activation_checkpointing, {"none", "blocks", "every_k"});
   check_one_of("train.activation_offload", t.activation_offload, {"none", "host"});
-  TIDAL_CHECK(t.sample_every == 0 || m.type == "gpt",
-              "train.sample_every = {} samples text from a GPT, and model.type is \"{}\": set train.sample_every = 0",
+  TIDAL_CHECK(t.sample_every == 0 || m.type == "gpt" || m.type == "llama",
+              "train.sample_every = {} samples text from a GPT or Llama, and model.type is \"{}\": set "
+              "train.sample_every = 0",
               t.sample_every, m.type);
   TIDAL_CHECK(t.activation_checkpointing_k >= 1, "train.activation_checkpointing_k must be >= 1, got {}",
               t.activation_checkpointing_k);
@@ -322,6 +348,10 @@ Config build_config(const std::string* text, const std::string& where, const std
   }
   for (const std::string& o : overrides) apply_override(cfg, o, set_by);
   if (!text && !cfg.model.init_from.empty()) apply_init_from(cfg, set_by);
+  // Llama's LM head has a table of its own unless told otherwise (HF tie_word_embeddings = false;
+  // with model.init_from, the directory's config.json says).
+  if (cfg.model.type == "llama" && cfg.model.init_from.empty() && !set_by.count("model.tie_embeddings"))
+    cfg.model.tie_embeddings = false;
   // A GPU trains in bf16 unless told otherwise (its tensor cores' type; fp32 master weights).
   if (cfg.train.precision.empty()) cfg.train.precision = cfg.train.device == "cuda" ? "bf16" : TrainConfig{}.precision;
   validate(cfg, text == nullptr);

@@ -10,7 +10,7 @@
 namespace tidal::config {
 
 struct ModelConfig {
-  std::string type = "gpt";  // gpt | bert | vit
+  std::string type = "gpt";  // gpt | bert | vit | llama
   int n_layer = 2;
   int n_head = 2;
   std::int64_t n_embd = 64;
@@ -22,6 +22,15 @@ struct ModelConfig {
   std::string activation = "gelu_tanh";  // gelu_tanh | gelu_erf: the MLP's GELU
   double ln_eps = 0.0;                   // 0 = the model's own (gpt 1e-5, bert 1e-12, vit 1e-6)
   std::int64_t type_vocab_size = 2;      // bert: token types
+  // llama
+  int n_kv_head = 0;                     // grouped-query attention's key / value heads; 0 = n_head
+  std::int64_t intermediate_size = 0;    // the SwiGLU width; 0 = Llama's 8C/3 rounded up to 256s
+  double rope_theta = 10000.0;           // rotary embeddings' frequency base
+  double rope_scaling_factor = 0.0;      // Llama 3 frequency scaling; 0 = none
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  std::int64_t rope_original_max_positions = 8192;
+  bool attention_bias = false;           // biases on the attention's projections
   // A Hugging Face model directory (config.json, model.safetensors) whose architecture fills the
   // keys above and whose weights are the start; "" = tidal's own init.
   std::string init_from;

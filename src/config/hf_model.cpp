@@ -11,6 +11,7 @@ const char* model_type(io::HfFamily f) {
     case io::HfFamily::gpt2: return "gpt";
     case io::HfFamily::bert: return "bert";
     case io::HfFamily::vit: return "vit";
+    case io::HfFamily::llama: return "llama";
   }
   return "?";
 }
@@ -19,7 +20,12 @@ const char* model_type(io::HfFamily f) {
 
 double effective_ln_eps(const ModelConfig& m) {
   if (m.ln_eps > 0) return m.ln_eps;
-  return m.type == "bert" ? 1e-12 : m.type == "vit" ? 1e-6 : 1e-5;
+  return m.type == "bert" ? 1e-12 : m.type == "vit" || m.type == "llama" ? 1e-6 : 1e-5;
+}
+
+std::int64_t effective_intermediate_size(const ModelConfig& m) {
+  if (m.intermediate_size > 0) return m.intermediate_size;
+  return (2 * (4 * m.n_embd) / 3 + 255) / 256 * 256;
 }
 
 void apply_init_from(Config& cfg, const SetBy& set_by) {
@@ -31,8 +37,9 @@ void apply_init_from(Config& cfg, const SetBy& set_by) {
       {"model.n_layer", std::int64_t(s.n_layer)},
       {"model.n_head", std::int64_t(s.n_head)},
       {"model.n_embd", s.n_embd},
-      {"model.activation", std::string(s.gelu_erf ? "gelu_erf" : "gelu_tanh")},
       {"model.ln_eps", s.ln_eps}};
+  if (s.family != io::HfFamily::llama)
+    from_file.emplace_back("model.activation", std::string(s.gelu_erf ? "gelu_erf" : "gelu_tanh"));
   if (s.family == io::HfFamily::vit) {
     from_file.insert(from_file.end(), {{"model.image_size", s.image_size},
                                        {"model.patch_size", s.patch_size},
@@ -43,6 +50,15 @@ void apply_init_from(Config& cfg, const SetBy& set_by) {
                                        {"model.max_positions", s.max_positions},
                                        {"model.tie_embeddings", s.tie_embeddings}});
     if (s.family == io::HfFamily::bert) from_file.emplace_back("model.type_vocab_size", s.type_vocab_size);
+    if (s.family == io::HfFamily::llama)
+      from_file.insert(from_file.end(), {{"model.n_kv_head", std::int64_t(s.n_kv_head)},
+                                         {"model.intermediate_size", s.intermediate_size},
+                                         {"model.rope_theta", s.rope_theta},
+                                         {"model.rope_scaling_factor", s.rope_scaling_factor},
+                                         {"model.rope_low_freq_factor", s.rope_low_freq_factor},
+                                         {"model.rope_high_freq_factor", s.rope_high_freq_factor},
+                                         {"model.rope_original_max_positions", s.rope_original_max_positions},
+                                         {"model.attention_bias", s.attention_bias}});
   }
   for (const auto& [name, value] : from_file) {
     const Key& key = *find_key(name);
@@ -64,7 +80,10 @@ void apply_init_from(Config& cfg, const SetBy& set_by) {
 
 io::HfModelSpec hf_spec(const ModelConfig& m) {
   io::HfModelSpec s;
-  s.family = m.type == "bert" ? io::HfFamily::bert : m.type == "vit" ? io::HfFamily::vit : io::HfFamily::gpt2;
+  s.family = m.type == "bert"    ? io::HfFamily::bert
+             : m.type == "vit"   ? io::HfFamily::vit
+             : m.type == "llama" ? io::HfFamily::llama
+                                 : io::HfFamily::gpt2;
   s.n_layer = m.n_layer;
   s.n_head = m.n_head;
   s.n_embd = m.n_embd;
@@ -79,6 +98,14 @@ io::HfModelSpec hf_spec(const ModelConfig& m) {
   s.channels = m.channels;
   s.num_classes = m.num_classes;
   s.dropout = m.dropout;
+  s.n_kv_head = m.n_kv_head ? m.n_kv_head : m.n_head;
+  s.intermediate_size = effective_intermediate_size(m);
+  s.rope_theta = m.rope_theta;
+  s.rope_scaling_factor = m.rope_scaling_factor;
+  s.rope_low_freq_factor = m.rope_low_freq_factor;
+  s.rope_high_freq_factor = m.rope_high_freq_factor;
+  s.rope_original_max_positions = m.rope_original_max_positions;
+  s.attention_bias = m.attention_bias;
   return s;
 }
 

@@ -24,5 +24,8 @@ io::HfModelSpec hf_spec(const ModelConfig& m);
 
 // The LayerNorm epsilon a model uses: model.ln_eps, or its type's own when 0.
 double effective_ln_eps(const ModelConfig& m);
+// model.intermediate_size, or when 0 Llama's: 2/3 of 4 n_embd rounded up to a multiple of 256
+// (the width Llama's reference code gives a SwiGLU MLP).
+std::int64_t effective_intermediate_size(const ModelConfig& m);
 
 }  // namespace tidal::config

@@ -43,7 +43,7 @@ Key field(std::string name, Access access, std::string help) {
 
 std::vector<Key> make_schema() {
   return {
-      TIDAL_KEY(model.type, "gpt | bert | vit"),
+      TIDAL_KEY(model.type, "gpt | bert | vit | llama"),
       TIDAL_KEY(model.n_layer, "transformer blocks"),
       TIDAL_KEY(model.n_head, "attention heads (must divide n_embd)"),
       TIDAL_KEY(model.n_embd, "hidden width"),
@@ -52,11 +52,24 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(model.max_positions, "gpt, bert: learned positions (0 = model.seq_len; sampling can go this far)"),
       TIDAL_KEY(model.dropout, "embedding and residual dropout probability"),
       TIDAL_KEY(model.tie_embeddings,
-                "gpt, bert: the LM head reads the token embedding's table (GPT-2, BERT); false gives the head a "
-                "table of its own (lm_head.weight, mlm.weight)"),
+                "gpt, bert, llama: the LM head reads the token embedding's table (GPT-2, BERT); false gives the head "
+                "a table of its own (lm_head.weight, mlm.weight); llama's default is false"),
       TIDAL_KEY(model.activation, "gelu_tanh (GPT-2's gelu_new) | gelu_erf (BERT's and ViT's gelu): the MLP's GELU"),
-      TIDAL_KEY(model.ln_eps, "LayerNorm epsilon; 0 = the model's own (gpt 1e-5, bert 1e-12, vit 1e-6)"),
+      TIDAL_KEY(model.ln_eps,
+                "LayerNorm (llama: RMSNorm) epsilon; 0 = the model's own (gpt 1e-5, bert 1e-12, vit 1e-6, llama 1e-6)"),
       TIDAL_KEY(model.type_vocab_size, "bert: token types"),
+      TIDAL_KEY(model.n_kv_head,
+                "llama: key / value heads of grouped-query attention (must divide n_head; 1 = multi-query); "
+                "0 = n_head"),
+      TIDAL_KEY(model.intermediate_size, "llama: the SwiGLU MLP's width; 0 = Llama's 8 n_embd / 3 rounded up to 256"),
+      TIDAL_KEY(model.rope_theta, "llama: the rotary embeddings' frequency base (Llama 2: 10000, Llama 3: 500000)"),
+      TIDAL_KEY(model.rope_scaling_factor,
+                "llama: Llama 3's rotary frequency scaling factor (Llama 3.1: 8); 0 = no scaling"),
+      TIDAL_KEY(model.rope_low_freq_factor, "llama: rotary scaling's low_freq_factor (Llama 3.1: 1)"),
+      TIDAL_KEY(model.rope_high_freq_factor, "llama: rotary scaling's high_freq_factor (Llama 3.1: 4)"),
+      TIDAL_KEY(model.rope_original_max_positions,
+                "llama: rotary scaling's original_max_position_embeddings (Llama 3.1: 8192)"),
+      TIDAL_KEY(model.attention_bias, "llama: biases on the attention's q, k, v and output projections"),
       TIDAL_KEY(model.init_from,
                 "a Hugging Face model directory (config.json + model.safetensors or its shards) for GPT-2, BERT or "
                 "ViT: its config.json fills model.* and its weights are the start"),

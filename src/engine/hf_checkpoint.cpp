@@ -54,6 +54,29 @@ std::map<std::string, std::string> check_directory(const std::string& dir, const
   return raw_of;
 }
 
+// Grouped-query attention's query rows as tidal holds them: rows[0] (HF's query projection, its
+// heads in HF's order) as one piece per head in tidal's order (io::tidal_query_head), then the rest.
+std::vector<Tensor> query_heads_in_tidal_order(const std::vector<Tensor>& rows, const io::HfTensorSource& src) {
+  const Tensor& q = rows[0];
+  const std::int64_t hd = q.dim(0) / src.query_heads;
+  std::vector<Tensor> out(std::size_t(src.query_heads));
+  for (int h = 0; h < src.query_heads; ++h)
+    out[std::size_t(io::tidal_query_head(h, src.query_heads, src.kv_heads))] = q.slice(0, h * hd, (h + 1) * hd);
+  out.insert(out.end(), rows.begin() + 1, rows.end());
+  return out;
+}
+
+// The inverse for export: tidal's query rows `q` [H hd, ...] with HF's head order.
+Tensor query_heads_in_hf_order(const Tensor& q, const io::HfTensorSource& src) {
+  const std::int64_t hd = q.dim(0) / src.query_heads;
+  Tensor out = Tensor::empty(q.shape(), q.dtype(), host_allocator());
+  for (int h = 0; h < src.query_heads; ++h) {
+    const std::int64_t t = io::tidal_query_head(h, src.query_heads, src.kv_heads);
+    out.slice(0, h * hd, (h + 1) * hd).copy_from(q.slice(0, t * hd, (t + 1) * hd));
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -100,6 +123,7 @@ HfLoadReport load_hf_weights(const std::string& dir, const io::HfModelSpec& spec
         rows.push_back(v.reshape(s));
       }
     }
+    if (src.query_heads) rows = query_heads_in_tidal_order(rows, src);
     // Straight into the parameter when the file holds fp32; else through a block to convert.
     if (rows[0].dtype() == p->data.dtype()) {
       nn::tp::copy_shard(*p, rows, p->data);
@@ -137,6 +161,7 @@ HfExportReport export_hf(const std::string& checkpoint, const std::string& out_d
       const Shape& shape = src.hf_shapes[i];
       const std::int64_t n = src.transposed ? shape[0] : shape.numel() / (whole.numel() / whole.dim(0));
       Tensor piece = whole.slice(0, row, row + n).clone(host_allocator());
+      if (i == 0 && src.query_heads) piece = query_heads_in_hf_order(piece, src);
       out.emplace_back(src.hf_names[i], piece.reshape(shape));
       row += n;
       ++report.tensors;

@@ -109,6 +109,40 @@ HfModelSpec read_vit(const Keys& k, const json& j) {
   return s;
 }
 
+// transformers' LlamaConfig defaults (4.40); rope_scaling as Llama 3.1 writes it.
+HfModelSpec read_llama(const Keys& k, const json& j) {
+  HfModelSpec s;
+  s.family = HfFamily::llama;
+  s.n_layer = k.get<int>("num_hidden_layers", 32);
+  s.n_head = k.get<int>("num_attention_heads", 32);
+  s.n_embd = k.get<std::int64_t>("hidden_size", 4096);
+  s.n_kv_head = k.get<int>("num_key_value_heads", s.n_head);
+  s.intermediate_size = k.get<std::int64_t>("intermediate_size", 11008);
+  s.vocab_size = k.get<std::int64_t>("vocab_size", 32000);
+  s.max_positions = k.get<std::int64_t>("max_position_embeddings", 2048);
+  s.ln_eps = k.get<double>("rms_norm_eps", 1e-6);
+  s.tie_embeddings = k.get<bool>("tie_word_embeddings", false);
+  s.rope_theta = k.get<double>("rope_theta", 10000.0);
+  s.attention_bias = k.get<bool>("attention_bias", false);
+  k.require<std::string>("hidden_act", "silu", "a SwiGLU MLP");
+  k.require("mlp_bias", false, "an MLP without biases");
+  const std::int64_t head_dim = k.get<std::int64_t>("head_dim", s.n_embd / s.n_head);
+  TIDAL_CHECK(head_dim * s.n_head == s.n_embd, "{}: \"head_dim\" is {}; tidal's heads are hidden_size / "
+              "num_attention_heads = {}", k.file(), head_dim, s.n_embd / s.n_head);
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const json& r = j["rope_scaling"];
+    const Keys rk(r, k.file() + " rope_scaling");
+    const std::string type = rk.get<std::string>("rope_type", rk.get<std::string>("type", ""));
+    TIDAL_CHECK(type == "llama3", "{}: rope_scaling type \"{}\"; tidal builds Llama 3's (\"llama3\") only",
+                k.file(), type);
+    s.rope_scaling_factor = rk.get<double>("factor", 8.0);
+    s.rope_low_freq_factor = rk.get<double>("low_freq_factor", 1.0);
+    s.rope_high_freq_factor = rk.get<double>("high_freq_factor", 4.0);
+    s.rope_original_max_positions = rk.get<std::int64_t>("original_max_position_embeddings", 8192);
+  }
+  return s;
+}
+
 }  // namespace
 
 const char* hf_architecture(HfFamily family) {
@@ -116,6 +150,7 @@ const char* hf_architecture(HfFamily family) {
     case HfFamily::gpt2: return "GPT2LMHeadModel";
     case HfFamily::bert: return "BertForMaskedLM";
     case HfFamily::vit: return "ViTForImageClassification";
+    case HfFamily::llama: return "LlamaForCausalLM";
   }
   return "?";
 }
@@ -139,8 +174,9 @@ HfModelSpec read_hf_config(const std::string& dir) {
   if (type == "gpt2") return read_gpt2(keys);
   if (type == "bert") return read_bert(keys);
   if (type == "vit") return read_vit(keys, j);
+  if (type == "llama") return read_llama(keys, j);
   throw Error(fmt::format("{}: model_type \"{}\" is not an architecture tidal reads (gpt2 for GPT2LMHeadModel, bert "
-                          "for BertForMaskedLM, vit for ViTForImageClassification)",
+                          "for BertForMaskedLM, vit for ViTForImageClassification, llama for LlamaForCausalLM)",
                           file, type));
 }
 
@@ -177,6 +213,19 @@ std::string hf_config_json(const HfModelSpec& s) {
       j["label2id"] = ids;
       break;
     }
+    case HfFamily::llama:
+      j.update({{"model_type", "llama"}, {"num_hidden_layers", s.n_layer}, {"num_attention_heads", s.n_head},
+                {"num_key_value_heads", s.n_kv_head ? s.n_kv_head : s.n_head}, {"hidden_size", s.n_embd},
+                {"intermediate_size", s.intermediate_size}, {"vocab_size", s.vocab_size},
+                {"max_position_embeddings", s.max_positions}, {"rms_norm_eps", s.ln_eps}, {"hidden_act", "silu"},
+                {"rope_theta", s.rope_theta}, {"attention_bias", s.attention_bias}, {"attention_dropout", 0.0},
+                {"tie_word_embeddings", s.tie_embeddings}, {"pretraining_tp", 1}});
+      j["rope_scaling"] = nullptr;
+      if (s.rope_scaling_factor > 0)
+        j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", s.rope_scaling_factor},
+                             {"low_freq_factor", s.rope_low_freq_factor}, {"high_freq_factor", s.rope_high_freq_factor},
+                             {"original_max_position_embeddings", s.rope_original_max_positions}};
+      break;
   }
   j["torch_dtype"] = "float32";
   j["transformers_version"] = "4.40.2";

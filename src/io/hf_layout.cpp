@@ -10,6 +10,7 @@ const char* base_prefix(HfFamily family) {
     case HfFamily::gpt2: return "transformer.";
     case HfFamily::bert: return "bert.";
     case HfFamily::vit: return "vit.";
+    case HfFamily::llama: return "model.";
   }
   return "";
 }
@@ -36,6 +37,16 @@ class Sources {
   void qkv(const std::string& tidal, const std::string& hf, std::int64_t c) {
     add(tidal + ".weight", {hf + ".query.weight", hf + ".key.weight", hf + ".value.weight"}, {{c, c}, {c, c}, {c, c}});
     add(tidal + ".bias", {hf + ".query.bias", hf + ".key.bias", hf + ".value.bias"}, {{c}, {c}, {c}});
+  }
+  // Llama's q_proj, k_proj and v_proj as tidal's fused qkv, the query heads reordered.
+  void grouped_qkv(const std::string& tidal, const std::string& hf, const HfModelSpec& s, const char* part,
+                   std::int64_t per_head) {
+    const std::int64_t hd = s.n_embd / s.n_head;
+    const auto shape = [&](int heads) { return per_head ? Shape{heads * hd, per_head} : Shape{heads * hd}; };
+    add(tidal + "." + part, {hf + "q_proj." + part, hf + "k_proj." + part, hf + "v_proj." + part},
+        {shape(s.n_head), shape(s.n_kv_head), shape(s.n_kv_head)});
+    out_.back().query_heads = s.n_head;
+    out_.back().kv_heads = s.n_kv_head;
   }
   std::vector<HfTensorSource> take() { return std::move(out_); }
 
@@ -106,6 +117,26 @@ std::vector<HfTensorSource> vit(const HfModelSpec& s) {
   return src.take();
 }
 
+std::vector<HfTensorSource> llama(const HfModelSpec& s) {
+  const std::int64_t C = s.n_embd, I = s.intermediate_size;
+  Sources src;
+  src.one("wte.weight", "model.embed_tokens.weight", {s.vocab_size, C});
+  for (int i = 0; i < s.n_layer; ++i) {
+    const std::string t = fmt::format("blocks.{}.", i), h = fmt::format("model.layers.{}.", i);
+    src.one(t + "ln_1.weight", h + "input_layernorm.weight", {C});
+    src.grouped_qkv(t + "attn.qkv", h + "self_attn.", s, "weight", C);
+    if (s.attention_bias) src.grouped_qkv(t + "attn.qkv", h + "self_attn.", s, "bias", 0);
+    src.one(t + "attn.proj.weight", h + "self_attn.o_proj.weight", {C, C});
+    if (s.attention_bias) src.one(t + "attn.proj.bias", h + "self_attn.o_proj.bias", {C});
+    src.one(t + "ln_2.weight", h + "post_attention_layernorm.weight", {C});
+    src.add(t + "mlp.fc.weight", {h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"}, {{I, C}, {I, C}});
+    src.one(t + "mlp.proj.weight", h + "mlp.down_proj.weight", {C, I});
+  }
+  src.one("ln_f.weight", "model.norm.weight", {C});
+  if (!s.tie_embeddings) src.one("lm_head.weight", "lm_head.weight", {s.vocab_size, C});
+  return src.take();
+}
+
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -117,8 +148,14 @@ std::vector<HfTensorSource> hf_tensor_sources(const HfModelSpec& spec) {
     case HfFamily::gpt2: return gpt2(spec);
     case HfFamily::bert: return bert(spec);
     case HfFamily::vit: return vit(spec);
+    case HfFamily::llama: return llama(spec);
   }
   return {};
+}
+
+int tidal_query_head(int hf_head, int n_head, int n_kv_head) {
+  const int g = n_head / n_kv_head;
+  return (hf_head % g) * n_kv_head + hf_head / g;
 }
 
 std::string hf_canonical_name(HfFamily family, const std::string& name, const std::set<std::string>& known) {
@@ -138,6 +175,8 @@ bool hf_ignored_on_load(HfFamily family, const std::string& n) {
       return ends_with(n, "embeddings.position_ids") || n.starts_with("bert.pooler.") || n.starts_with("pooler.") ||
              n.starts_with("cls.seq_relationship.");
     case HfFamily::vit: return false;
+    // Older Llama checkpoints saved the rotary embedding's inverse frequencies, a buffer.
+    case HfFamily::llama: return ends_with(n, ".rotary_emb.inv_freq");
   }
   return false;
 }

@@ -1,7 +1,9 @@
-// Where each tidal parameter lives in a Hugging Face state dict, for GPT-2, BERT and ViT: the
-// HF tensors that make its whole tensor, their shapes, and how (GPT-2's Conv1D weights stored
-// [in, out], the transpose of tidal's [out, in]; BERT's and ViT's query, key and value stacked
-// into tidal's fused qkv; ViT's [D, C, P, P] convolution as tidal's flattened [D, C*P*P]).
+// Where each tidal parameter lives in a Hugging Face state dict, for GPT-2, BERT, ViT and Llama:
+// the HF tensors that make its whole tensor, their shapes, and how (GPT-2's Conv1D weights stored
+// [in, out], the transpose of tidal's [out, in]; BERT's, ViT's and Llama's query, key and value
+// stacked into tidal's fused qkv, Llama's query heads reordered for grouped-query attention;
+// Llama's gate and up stacked into the SwiGLU's fc; ViT's [D, C, P, P] convolution as tidal's
+// flattened [D, C*P*P]).
 // Names are as the task model's save_pretrained writes them ("transformer.h.0.attn.c_attn.weight").
 #pragma once
 
@@ -19,7 +21,14 @@ struct HfTensorSource {
   std::vector<std::string> hf_names;  // stacked along tidal's dimension 0
   std::vector<Shape> hf_shapes;       // each as HF stores it
   bool transposed = false;            // HF stores [in, out]: tidal's tensor is its transpose
+  // Grouped-query attention: the first HF tensor holds `query_heads` heads of equal rows in HF's
+  // order, which tidal holds in its own (tidal_query_head); 0 = rows as they are.
+  int query_heads = 0, kv_heads = 0;
 };
+
+// The head of tidal's fused qkv (nn/attention.h: query segment m, kv head k at m Hkv + k) that
+// Hugging Face's query head h = k g + m is, g = n_head / n_kv_head.
+int tidal_query_head(int hf_head, int n_head, int n_kv_head);
 
 // Every parameter of the model `spec` describes, in tidal's model order.
 std::vector<HfTensorSource> hf_tensor_sources(const HfModelSpec& spec);

@@ -77,8 +77,13 @@ class Bert final : public Model {
     auto embedding = std::make_unique<BertEmbeddings>(c, layers);
     nn::TableLookup& word = embedding->word_embedding();
     add_embedding_layer("embeddings", std::move(embedding), c.embedding_on_host);
-    nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = false, .pre_ln = false, .ln_eps = c.ln_eps,
-                      .activation = c.activation, .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
+    nn::BlockConfig b{.n_embd = c.n_embd,
+                      .attention = {.n_head = c.n_head, .causal = false},
+                      .mlp = {.activation = c.activation},
+                      .norm_eps = c.ln_eps,
+                      .pre_norm = false,
+                      .dropout = c.dropout,
+                      .init = nn::ParameterInit::normal(c.init_std),
                       .proj_init = nn::ParameterInit::normal(c.init_std)};
     add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);
     add_layer("mlm", std::make_unique<MlmHead>(c, word, layers));

@@ -20,6 +20,19 @@ GptConfig gpt_config(const config::ModelConfig& c, const nn::CheckpointPolicy& c
           .tie_embeddings = c.tie_embeddings, .embedding_on_host = embedding_on_host};
 }
 
+LlamaConfig llama_config(const config::ModelConfig& c, const nn::CheckpointPolicy& checkpointing,
+                         bool embedding_on_host) {
+  return {.n_layer = c.n_layer, .n_head = c.n_head, .n_kv_head = c.n_kv_head, .n_embd = c.n_embd,
+          .intermediate_size = config::effective_intermediate_size(c), .vocab_size = c.vocab_size,
+          .rms_eps = float(config::effective_ln_eps(c)),
+          .rotary = {.theta = c.rope_theta,
+                     .scaling = {.factor = float(c.rope_scaling_factor), .low_freq_factor = float(c.rope_low_freq_factor),
+                                 .high_freq_factor = float(c.rope_high_freq_factor),
+                                 .original_max_positions = c.rope_original_max_positions}},
+          .attention_bias = c.attention_bias, .dropout = float(c.dropout), .checkpointing = checkpointing,
+          .tie_embeddings = c.tie_embeddings, .embedding_on_host = embedding_on_host};
+}
+
 std::unique_ptr<Model> make_model(const config::ModelConfig& c, const nn::CheckpointPolicy& checkpointing,
                                   nn::LayerFactory& layers, bool embedding_on_host) {
   const float dropout = float(c.dropout), ln_eps = float(config::effective_ln_eps(c));
@@ -36,7 +49,8 @@ std::unique_ptr<Model> make_model(const config::ModelConfig& c, const nn::Checkp
                      .patch_size = c.patch_size, .channels = c.channels, .num_classes = c.num_classes,
                      .dropout = dropout, .ln_eps = ln_eps, .activation = activation, .checkpointing = checkpointing},
                     layers);
-  throw Error(fmt::format("model.type = \"{}\" is not one of gpt | bert | vit", c.type));
+  if (c.type == "llama") return make_llama(llama_config(c, checkpointing, embedding_on_host), layers);
+  throw Error(fmt::format("model.type = \"{}\" is not one of gpt | bert | vit | llama", c.type));
 }
 
 }  // namespace tidal::models

@@ -3,6 +3,7 @@
 
 #include "config/config.h"
 #include "models/gpt.h"
+#include "models/llama.h"
 #include "models/model.h"
 #include "nn/layer_factory.h"
 
@@ -12,6 +13,10 @@ namespace tidal::models {
 // sampler runs.
 GptConfig gpt_config(const config::ModelConfig& cfg, const nn::CheckpointPolicy& checkpointing = {},
                      bool embedding_on_host = false);
+
+// The Llama options [model] gives (model.type = "llama").
+LlamaConfig llama_config(const config::ModelConfig& cfg, const nn::CheckpointPolicy& checkpointing = {},
+                         bool embedding_on_host = false);
 
 // The model of `cfg`, its layers made by `layers` (the tensor-parallel mode's factory).
 // `embedding_on_host`: memory.embedding_on_host.

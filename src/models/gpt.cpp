@@ -35,8 +35,12 @@ class Gpt final : public Model {
     auto embedding = std::make_unique<GptEmbedding>(c, layers);
     nn::TableLookup& wte = embedding->token_embedding();
     add_embedding_layer("", std::move(embedding), c.embedding_on_host);
-    nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = true, .pre_ln = true, .ln_eps = c.ln_eps,
-                      .activation = c.activation, .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
+    nn::BlockConfig b{.n_embd = c.n_embd,
+                      .attention = {.n_head = c.n_head, .causal = true},
+                      .mlp = {.activation = c.activation},
+                      .norm_eps = c.ln_eps,
+                      .dropout = c.dropout,
+                      .init = nn::ParameterInit::normal(c.init_std),
                       // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer).
                       .proj_init = nn::ParameterInit::normal(c.init_std / std::sqrt(2.0f * float(c.n_layer)))};
     add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);

@@ -92,8 +92,13 @@ class Vit final : public Model {
     TIDAL_CHECK(c.patch_size > 0 && c.image_size % c.patch_size == 0,
                 "model.image_size ({}) must be a multiple of model.patch_size ({})", c.image_size, c.patch_size);
     add_layer("", std::make_unique<PatchEmbedding>(c, layers));
-    nn::BlockConfig b{.n_embd = c.n_embd, .n_head = c.n_head, .causal = false, .pre_ln = true, .ln_eps = c.ln_eps,
-                      .activation = c.activation, .dropout = c.dropout, .init = nn::ParameterInit::normal(c.init_std),
+    nn::BlockConfig b{.n_embd = c.n_embd,
+                      .attention = {.n_head = c.n_head, .causal = false},
+                      .mlp = {.activation = c.activation},
+                      .norm_eps = c.ln_eps,
+                      .pre_norm = true,
+                      .dropout = c.dropout,
+                      .init = nn::ParameterInit::normal(c.init_std),
                       .proj_init = nn::ParameterInit::normal(c.init_std)};
     add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);
     add_layer("ln_f", layers.layer_norm(c.n_embd, c.ln_eps));

@@ -4,7 +4,7 @@
 
 namespace tidal::nn {
 namespace {
-enum Slot : std::size_t { kQkv, kAttention, kProj };
+enum Slot : std::size_t { kQkv, kAttention, kProj, kRotary };
 
 // The key mask of this rank's samples (a view of the batch's), undefined without one.
 Tensor key_mask(const BatchSlice& samples, const Context& ctx) {
@@ -12,16 +12,16 @@ Tensor key_mask(const BatchSlice& samples, const Context& ctx) {
   return b != nullptr && b->attn_mask.defined() ? samples.of(b->attn_mask) : Tensor{};
 }
 
-ops::AttentionOptions options(int n_head, bool causal, const Tensor& mask) {
-  return {.n_head = n_head, .causal = causal, .key_mask = mask.defined() ? &mask : nullptr};
+ops::AttentionOptions options(int n_head, int n_kv_head, bool causal, const Tensor& mask) {
+  return {.n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .key_mask = mask.defined() ? &mask : nullptr};
 }
 }  // namespace
 
 Tensor ScaledDotProductAttention::forward(const Tensor& qkv, Context& ctx) {
-  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
-  Tensor y = ctx.empty({B, T, C}, qkv.dtype());
+  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), hd = qkv.dim(2) / (n_head_ + 2 * n_kv_head_);
+  Tensor y = ctx.empty({B, T, n_head_ * hd}, qkv.dtype());
   Tensor lse = ctx.empty({B, n_head_, T});
-  ops::attention_forward(y, lse, qkv, options(n_head_, causal_, key_mask(samples_, ctx)));
+  ops::attention_forward(y, lse, qkv, options(n_head_, n_kv_head_, causal_, key_mask(samples_, ctx)));
   ctx.saved = {qkv, y, lse};  // y is the projection's input, which keeps it anyway
   return y;
 }
@@ -29,30 +29,39 @@ Tensor ScaledDotProductAttention::forward(const Tensor& qkv, Context& ctx) {
 Tensor ScaledDotProductAttention::backward(const Tensor& dy, Context& ctx) {
   const Tensor &qkv = ctx.saved.at(0), &y = ctx.saved.at(1), &lse = ctx.saved.at(2);
   Tensor dqkv = ctx.empty(qkv.shape(), qkv.dtype());
-  ops::attention_backward(dqkv, dy, qkv, y, lse, options(n_head_, causal_, key_mask(samples_, ctx)));
+  ops::attention_backward(dqkv, dy, qkv, y, lse, options(n_head_, n_kv_head_, causal_, key_mask(samples_, ctx)));
   ctx.saved.clear();
   return dqkv;
 }
 
-MultiHeadSelfAttention::MultiHeadSelfAttention(std::int64_t n_embd, int n_head, bool causal, ParameterInit init,
+MultiHeadSelfAttention::MultiHeadSelfAttention(std::int64_t n_embd, const AttentionConfig& c, ParameterInit init,
                                                ParameterInit proj_init, LayerFactory& layers) {
-  TIDAL_CHECK(n_head > 0 && n_embd % n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})", n_embd,
-              n_head);
-  TIDAL_CHECK(n_head % layers.feature_parts() == 0,
-              "model.n_head ({}) must be divisible by the {} ways the tensor-parallel layout splits heads", n_head,
-              layers.feature_parts());
-  qkv_ = &add_module("qkv", layers.input_linear(n_embd, 3 * n_embd, true, init, 3));
-  attention_ = &add_module("attention", layers.self_attention(n_head / layers.feature_parts(), causal));
-  proj_ = &add_module("proj", layers.output_linear(n_embd, n_embd, true, proj_init));
+  const int H = c.n_head, Hkv = c.n_kv_head ? c.n_kv_head : c.n_head, parts = layers.feature_parts();
+  TIDAL_CHECK(H > 0 && n_embd % H == 0, "model.n_embd ({}) must be divisible by model.n_head ({})", n_embd, H);
+  TIDAL_CHECK(Hkv > 0 && H % Hkv == 0, "model.n_head ({}) must be a multiple of model.n_kv_head ({}): each key / "
+              "value head serves an equal group of query heads", H, Hkv);
+  TIDAL_CHECK(Hkv % parts == 0,
+              "model.{} ({}) must be divisible by the {} ways the tensor-parallel layout splits heads{}",
+              Hkv == H ? "n_head" : "n_kv_head", Hkv, parts,
+              Hkv == H ? "" : ": each rank holds whole groups of query heads with their key / value head");
+  const std::int64_t hd = n_embd / H;
+  // g = H / Hkv query segments, then k and v: g + 2 segments of Hkv heads.
+  qkv_ = &add_module("qkv", layers.input_linear(n_embd, (H + 2 * Hkv) * hd, c.bias, init, H / Hkv + 2));
+  if (c.rotary.theta > 0)
+    rotary_ = &add_module("rotary", layers.rotary(H / parts, Hkv / parts, hd, c.rotary));
+  attention_ = &add_module("attention", layers.self_attention(H / parts, Hkv / parts, c.causal));
+  proj_ = &add_module("proj", layers.output_linear(n_embd, n_embd, c.bias, proj_init));
 }
 
 Tensor MultiHeadSelfAttention::forward(const Tensor& x, Context& ctx) {
-  Tensor qkv = ctx.forward(*qkv_, x, kQkv);  // [B, T, 3C] (this rank's heads)
+  Tensor qkv = ctx.forward(*qkv_, x, kQkv);  // [B, T, (H + 2 Hkv) hd] (this rank's heads)
+  if (rotary_) qkv = ctx.forward(*rotary_, qkv, kRotary);
   return ctx.forward(*proj_, ctx.forward(*attention_, qkv, kAttention), kProj);
 }
 
 Tensor MultiHeadSelfAttention::backward(const Tensor& dy, Context& ctx) {
   Tensor dqkv = ctx.backward(*attention_, ctx.backward(*proj_, dy, kProj), kAttention);
+  if (rotary_) dqkv = ctx.backward(*rotary_, dqkv, kRotary);
   return ctx.backward(*qkv_, dqkv, kQkv);
 }
 

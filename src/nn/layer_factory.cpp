@@ -7,6 +7,7 @@
 #include "nn/layernorm.h"
 #include "nn/linear.h"
 #include "nn/lm_head.h"
+#include "nn/rms_norm.h"
 
 namespace tidal::nn {
 namespace {
@@ -32,6 +33,9 @@ std::unique_ptr<Module> SingleDeviceLayers::position_embedding(std::int64_t max_
 std::unique_ptr<Module> SingleDeviceLayers::layer_norm(std::int64_t features, float eps) {
   return std::make_unique<LayerNorm>(features, eps);
 }
+std::unique_ptr<Module> SingleDeviceLayers::rms_norm(std::int64_t features, float eps) {
+  return std::make_unique<RmsNorm>(features, eps);
+}
 std::unique_ptr<Module> SingleDeviceLayers::dropout(float p) { return std::make_unique<Dropout>(p); }
 std::unique_ptr<Module> SingleDeviceLayers::input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
                                                          int) {
@@ -56,8 +60,12 @@ std::unique_ptr<Module> LayerFactory::untied_head(std::int64_t num, std::int64_t
                                         [&](TableLookup& table) { return tied_head(table, bias); });
 }
 
-std::unique_ptr<Module> LayerFactory::self_attention(int n_head, bool causal) {
-  return std::make_unique<ScaledDotProductAttention>(n_head, causal, batch_slice());
+std::unique_ptr<Module> LayerFactory::self_attention(int n_head, int n_kv_head, bool causal) {
+  return std::make_unique<ScaledDotProductAttention>(n_head, n_kv_head, causal, batch_slice());
+}
+
+std::unique_ptr<Module> LayerFactory::rotary(int n_head, int n_kv_head, std::int64_t head_dim, const RotaryConfig& cfg) {
+  return std::make_unique<Rotary>(n_head, n_kv_head, head_dim, cfg, batch_slice());
 }
 
 std::unique_ptr<LayerFactory> make_single_device_layers() { return std::make_unique<SingleDeviceLayers>(); }

@@ -17,6 +17,7 @@
 
 #include "nn/batch_slice.h"
 #include "nn/embedding.h"
+#include "nn/rotary.h"
 
 #include <memory>
 
@@ -35,16 +36,20 @@ class LayerFactory {
   virtual std::unique_ptr<Module> position_embedding(std::int64_t max_positions, std::int64_t dim,
                                                      ParameterInit init) = 0;
   virtual std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) = 0;
+  virtual std::unique_ptr<Module> rms_norm(std::int64_t features, float eps) = 0;
   virtual std::unique_ptr<Module> dropout(float p) = 0;
 
   // H -> F. `segments` > 1 splits each of that many equal parts of the output separately (a
   // fused qkv projection keeps q, k and v of the same heads together).
   virtual std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
                                                int segments = 1) = 0;
-  // qkv F [B', T', 3C'] (n_head heads of this rank) -> F [B', T', C']: scaled dot-product
-  // attention, causal or under the batch's key padding mask. The default attends locally over
-  // batch_slice()'s samples; sequence parallelism passes keys around its ring instead.
-  virtual std::unique_ptr<Module> self_attention(int n_head, bool causal);
+  // qkv F [B', T', (H' + 2 Hkv') hd] (this rank's n_head query and n_kv_head key / value heads,
+  // nn/attention.h) -> F [B', T', H' hd]: scaled dot-product attention, causal or under the
+  // batch's key padding mask. The default attends locally over batch_slice()'s samples;
+  // sequence parallelism passes keys around its ring instead.
+  virtual std::unique_ptr<Module> self_attention(int n_head, int n_kv_head, bool causal);
+  // qkv F -> F, rotated in place by the global positions of batch_slice() (nn/rotary.h).
+  std::unique_ptr<Module> rotary(int n_head, int n_kv_head, std::int64_t head_dim, const RotaryConfig& cfg);
   // F -> H: the linear after an input_linear (attention and MLP output projections).
   virtual std::unique_ptr<Module> output_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) = 0;
   // H -> H: a linear whose output is hidden states again (BERT's MLM transform).
@@ -82,6 +87,7 @@ class SingleDeviceLayers : public LayerFactory {
   std::unique_ptr<TableLookup> embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override;
   std::unique_ptr<Module> position_embedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init) override;
   std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) override;
+  std::unique_ptr<Module> rms_norm(std::int64_t features, float eps) override;
   std::unique_ptr<Module> dropout(float p) override;
   std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
                                        int segments = 1) override;

@@ -13,18 +13,22 @@ Tensor add(const Tensor& a, const Tensor& b, Context& ctx) {
 }
 }  // namespace
 
+std::unique_ptr<Module> make_norm(LayerFactory& layers, NormKind kind, std::int64_t features, float eps) {
+  return kind == NormKind::rms_norm ? layers.rms_norm(features, eps) : layers.layer_norm(features, eps);
+}
+
 TransformerBlock::TransformerBlock(const BlockConfig& c, LayerFactory& layers)
-    : pre_ln_(c.pre_ln),
-      ln_1_(&add_module("ln_1", layers.layer_norm(c.n_embd, c.ln_eps))),
-      attn_(&add_module("attn", std::make_unique<MultiHeadSelfAttention>(c.n_embd, c.n_head, c.causal, c.init,
-                                                                         c.proj_init, layers))),
+    : pre_norm_(c.pre_norm),
+      ln_1_(&add_module("ln_1", make_norm(layers, c.norm, c.n_embd, c.norm_eps))),
+      attn_(&add_module("attn", std::make_unique<MultiHeadSelfAttention>(c.n_embd, c.attention, c.init, c.proj_init,
+                                                                         layers))),
       attn_drop_(&add_module("attn_drop", layers.dropout(c.dropout))),
-      ln_2_(&add_module("ln_2", layers.layer_norm(c.n_embd, c.ln_eps))),
-      mlp_(&add_module("mlp", std::make_unique<Mlp>(c.n_embd, 4 * c.n_embd, c.activation, c.init, c.proj_init, layers))),
+      ln_2_(&add_module("ln_2", make_norm(layers, c.norm, c.n_embd, c.norm_eps))),
+      mlp_(&add_module("mlp", std::make_unique<Mlp>(c.n_embd, c.mlp, c.init, c.proj_init, layers))),
       mlp_drop_(&add_module("mlp_drop", layers.dropout(c.dropout))) {}
 
 Tensor TransformerBlock::forward(const Tensor& x, Context& ctx) {
-  if (pre_ln_) {
+  if (pre_norm_) {
     // h = x + drop(attn(ln_1(x))); y = h + drop(mlp(ln_2(h)))
     Tensor a = ctx.forward(*attn_drop_, ctx.forward(*attn_, ctx.forward(*ln_1_, x, kLn1), kAttn), kAttnDrop);
     Tensor h = add(x, a, ctx);
@@ -39,7 +43,7 @@ Tensor TransformerBlock::forward(const Tensor& x, Context& ctx) {
 }
 
 Tensor TransformerBlock::backward(const Tensor& dy, Context& ctx) {
-  if (pre_ln_) {
+  if (pre_norm_) {
     Tensor dm = ctx.backward(*ln_2_, ctx.backward(*mlp_, ctx.backward(*mlp_drop_, dy, kMlpDrop), kMlp), kLn2);
     Tensor dh = add(dy, dm, ctx);
     Tensor da = ctx.backward(*ln_1_, ctx.backward(*attn_, ctx.backward(*attn_drop_, dh, kAttnDrop), kAttn), kLn1);

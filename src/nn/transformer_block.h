@@ -1,5 +1,8 @@
-// A transformer block: attention and MLP sublayers with residuals, pre-LN (GPT-2, ViT) or
-// post-LN (original BERT), each sublayer output followed by dropout.
+// A transformer block: attention and MLP sublayers with residuals, each sublayer output followed
+// by dropout, its norms before the sublayers (pre-norm: GPT-2, ViT, Llama) or after the residual
+// sums (post-norm: original BERT). The model chooses the parts: LayerNorm or RMSNorm, attention
+// with learned or rotary positions and grouped-query heads, a GELU or SwiGLU MLP; the factory
+// makes each for the parallel layout.
 #pragma once
 
 #include "nn/attention.h"
@@ -7,17 +10,22 @@
 
 namespace tidal::nn {
 
+enum class NormKind { layer_norm, rms_norm };
+
 struct BlockConfig {
   std::int64_t n_embd = 0;
-  int n_head = 1;
-  bool causal = false;
-  bool pre_ln = true;
-  float ln_eps = 1e-5f;
-  ops::GeluForm activation = ops::GeluForm::tanh;  // the MLP's
+  AttentionConfig attention{};
+  MlpConfig mlp{};
+  NormKind norm = NormKind::layer_norm;
+  float norm_eps = 1e-5f;
+  bool pre_norm = true;
   float dropout = 0.0f;
   ParameterInit init = ParameterInit::normal(0.02f);
   ParameterInit proj_init = ParameterInit::normal(0.02f);  // output projections (GPT-2 scales these)
 };
+
+// A norm of `kind` over `features`, made by `layers`.
+std::unique_ptr<Module> make_norm(LayerFactory& layers, NormKind kind, std::int64_t features, float eps);
 
 class TransformerBlock final : public Module {
  public:
@@ -27,7 +35,7 @@ class TransformerBlock final : public Module {
   Tensor backward(const Tensor& dy, Context& ctx) override;
 
  private:
-  bool pre_ln_;
+  bool pre_norm_;
   Module* ln_1_;
   MultiHeadSelfAttention* attn_;
   Module* attn_drop_;

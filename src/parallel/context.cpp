@@ -29,7 +29,7 @@ ParallelContext::ParallelContext(const config::Config& cfg, comm::MpiRuntime* ru
 #endif
       coords_(layout_.coordinates(rank_)) {
   check_model_fits(layout_, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.seq_len,
-                   cfg.model.type == "vit" ? cfg.model.num_classes : 0);
+                   cfg.model.type == "vit" ? cfg.model.num_classes : 0, cfg.model.n_kv_head);
   const std::int64_t B = cfg.train.batch_size, replicas = cfg.parallel.data;
   TIDAL_CHECK(B % replicas == 0,
               "train.batch_size ({}) must be divisible by parallel.data ({}): each replica takes an equal slice of "

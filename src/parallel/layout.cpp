@@ -340,7 +340,7 @@ std::uint64_t Layout::rng_seed(std::uint64_t base, GroupKind split_by, int rank)
 }
 
 void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_t n_embd, std::int64_t seq_len,
-                      std::int64_t num_classes) {
+                      std::int64_t num_classes, int n_kv_head) {
   const MeshSpec& s = layout.spec();
   TIDAL_CHECK(n_layer >= s.pipeline,
               "model.n_layer ({}) must be >= parallel.pipeline ({}): every pipeline stage needs at least one layer; "
@@ -357,12 +357,15 @@ void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_
                 what, key);
   };
   const int side = layout.tensor_side();
+  // Each rank holds whole groups of query heads with their key / value head (nn/attention.h).
+  const std::string kv_why = ": each rank holds whole groups of query heads with their key / value head";
   const std::string grid = fmt::format("parallel.tensor.mode = \"{}\", parallel.tensor.size = {}",
                                        tensor_mode_name(s.mode), s.tensor);
   switch (s.mode) {
     case TensorMode::d1: {
       const std::string what = fmt::format("parallel.tensor.size ({})", s.tensor);
       divisible("model.n_head", n_head, s.tensor, what);
+      if (n_kv_head) divisible("model.n_kv_head", n_kv_head, s.tensor, what + kv_why);
       divisible("model.n_embd", n_embd, s.tensor, what);
       if (num_classes) divisible("model.num_classes", num_classes, s.tensor, what);
       break;
@@ -371,12 +374,15 @@ void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_
     case TensorMode::d2p5: {
       const std::string what = fmt::format("the grid side q = {} ({})", side, grid);
       divisible("model.n_head", n_head, side, what);
+      if (n_kv_head) divisible("model.n_kv_head", n_kv_head, side, what + kv_why);
       divisible("model.n_embd", n_embd, side, what);
       if (num_classes) divisible("model.num_classes", num_classes, side, what);
       break;
     }
     case TensorMode::d3: {
       divisible("model.n_head", n_head, side, fmt::format("the cube side l = {} ({})", side, grid));
+      if (n_kv_head)
+        divisible("model.n_kv_head", n_kv_head, side, fmt::format("the cube side l = {} ({})", side, grid) + kv_why);
       divisible("model.n_embd", n_embd, std::int64_t(side) * side, fmt::format("l*l = {} ({})", side * side, grid));
       if (num_classes) divisible("model.num_classes", num_classes, std::int64_t(side) * side, fmt::format("l*l = {} ({})", side * side, grid));
       break;

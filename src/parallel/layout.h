@@ -150,8 +150,9 @@ class Layout {
 // Whether a model can be split over `layout` (heads, width, sequence, layers and ViT's classes
 // divisible as the mode needs); a tidal::Error naming the model.* and parallel.* keys otherwise.
 // `num_classes` is ViT's (a head split as a linear's outputs); 0 skips that check. A vocabulary
-// needs no check: it is padded to split (nn/tp/embedding.h).
+// needs no check: it is padded to split (nn/tp/embedding.h). `n_kv_head`: grouped-query
+// attention's key / value heads, split as the heads are (each rank holds whole groups); 0 = n_head.
 void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_t n_embd, std::int64_t seq_len,
-                      std::int64_t num_classes = 0);
+                      std::int64_t num_classes = 0, int n_kv_head = 0);
 
 }  // namespace tidal::parallel

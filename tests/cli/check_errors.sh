@@ -67,7 +67,7 @@ expect interleave-one-stage "interleaves the model chunks of several pipeline st
   train --set parallel.schedule=interleaved --set parallel.virtual_stages=2
 expect bad-loss-scale "train.loss_scale must be > 0" -- train --set train.precision=fp16 --set train.loss_scale=0
 expect bad-size "memory.device_limit" -- train --set memory.device_limit=lots
-expect bad-enum "model.type" -- train --set model.type=llama
+expect bad-enum "model.type" -- train --set model.type=mamba
 expect bad-flag "stop-after" -- train --stop-after -3
 "$tidal" train --set train.steps=4 --set checkpoint.dir="$dir/ck" --stop-after 2 > /dev/null
 expect stop-before-resume "--stop-after 1 is before step 2, where checkpoint" -- \

@@ -1,4 +1,4 @@
-// GPT and BERT through pipeline stages against the single-process model of the same seed built
+// GPT, BERT and Llama through pipeline stages against the single-process model of the same seed built
 // on every rank: with each schedule (GPipe, 1F1B, interleaved with 2 virtual stages) at the
 // launched pipeline size, 20 AdamW steps of 8 micro-batches with dropout give the single
 // process's losses (whole batch, one micro-batch) within the fp32 tolerance, and after the
@@ -45,6 +45,8 @@ config::Config config_for(const std::string& type, int stages, int chunks) {
   c.vocab_size = 40;
   c.seq_len = 8;
   c.dropout = 0.1f;
+  c.intermediate_size = 24;  // llama (one kv head: multi-query)
+  if (type == "llama") c.n_kv_head = 1;
   cfg.train.batch_size = 2 * kMicro;
   cfg.parallel.pipeline = stages;
   return cfg;
@@ -126,7 +128,7 @@ TEST_P(PipelineModels, MatchSingleProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, PipelineModels, ::testing::Values("gpt", "bert"),
+INSTANTIATE_TEST_SUITE_P(Models, PipelineModels, ::testing::Values("gpt", "bert", "llama"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -1,4 +1,4 @@
-// GPT and BERT under sequence parallelism (ring self-attention) against the single-process
+// GPT, BERT and Llama under sequence parallelism (ring self-attention) against the single-process
 // model of the same seed built on every rank: the logits (gathered along the sequence), the
 // loss and every parameter gradient (summed over the ring by the trainer's gradient reducer)
 // of one step agree within the fp32 tolerance, and 20 AdamW steps on fresh batches give the
@@ -53,6 +53,7 @@ config::Config config_for(const std::string& type, const Layout& l) {
   c.vocab_size = 50;
   c.seq_len = 12;  // 6 or 3 positions per ring rank
   c.dropout = 0.1f;
+  c.intermediate_size = 40;  // llama: its rotary embeddings turn by each position's place in the whole sequence
   cfg.train.batch_size = 4;
   cfg.parallel.data = l.data;
   cfg.parallel.sequence = l.sequence;
@@ -142,7 +143,7 @@ TEST_P(SequenceParallelModels, MatchSingleProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, SequenceParallelModels, ::testing::Values("gpt", "bert"),
+INSTANTIATE_TEST_SUITE_P(Models, SequenceParallelModels, ::testing::Values("gpt", "bert", "llama"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -1,4 +1,4 @@
-// GPT (its vocabulary padded to split), BERT and ViT under every tensor-parallel mode that fits
+// GPT (its vocabulary padded to split), BERT, ViT and Llama under every tensor-parallel mode that fits
 // the launched world, against the single-device model of the same seed built on every rank: the
 // logits (gathered), the loss and every parameter gradient (gathered) of one step agree within
 // the fp32 tolerance, and 20 AdamW steps on fresh batches give the same losses.
@@ -54,6 +54,12 @@ config::Config config_for(const std::string& type, const Mode& m, int world) {
   c.n_head = three ? 3 : 4;
   c.n_embd = three ? 18 : 32;
   c.vocab_size = type == "gpt" ? 61 : three ? 63 : 64;
+  if (type == "llama") {  // grouped-query heads (2 per kv head), even head sizes for the rotations
+    c.n_head = three ? 6 : 8;
+    c.n_kv_head = c.n_head / 2;
+    c.n_embd = three ? 36 : 32;
+    c.intermediate_size = 48;
+  }
   c.num_classes = three ? 9 : 8;
   c.seq_len = 8;
   c.image_size = 8;
@@ -149,7 +155,7 @@ TEST_P(TensorParallelModels, MatchSingleDevice) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, TensorParallelModels, ::testing::Values("gpt", "bert", "vit"),
+INSTANTIATE_TEST_SUITE_P(Models, TensorParallelModels, ::testing::Values("gpt", "bert", "vit", "llama"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

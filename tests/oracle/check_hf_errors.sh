@@ -45,9 +45,9 @@ expect "a key set against config.json" "model.n_layer = 3 (--set model.n_layer=3
   "${train[@]}" --set model.init_from="$dir/good" --set model.n_layer=3
 expect "not a directory" "is not a directory" "${train[@]}" --set model.init_from="$dir/nowhere"
 
-broken llama 'c = json.load(open(d + "/config.json")); c["model_type"] = "llama"; json.dump(c, open(d + "/config.json", "w"))'
-expect "another architecture" "config.json: model_type \"llama\" is not an architecture tidal reads" \
-  "${train[@]}" --set model.init_from="$dir/llama"
+broken t5 'c = json.load(open(d + "/config.json")); c["model_type"] = "t5"; json.dump(c, open(d + "/config.json", "w"))'
+expect "another architecture" "config.json: model_type \"t5\" is not an architecture tidal reads" \
+  "${train[@]}" --set model.init_from="$dir/t5"
 
 broken badjson 'open(d + "/config.json", "w").write("{\"model_type\": \"gpt2\", ")'
 expect "malformed config.json" "badjson/config.json: malformed JSON" "${train[@]}" --set model.init_from="$dir/badjson"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `tidal sample` against Hugging Face's generate(): random GPT-2 directories with sharpened logits
-# (no near-ties), greedy decoding of 40 tokens after a prompt, the ids compared token for token:
-# prompts as ids, and as text through a tokenizer.json trained with `tokenizers`. Then the errors: a
+# `tidal sample` against Hugging Face's generate(): random GPT-2 and Llama (grouped-query)
+# directories with sharpened logits (no near-ties), greedy decoding of 40 tokens after a prompt,
+# the ids compared token for token: prompts as ids, and as text through a tokenizer.json trained
+# with `tokenizers`. Then the errors: a
 # BERT directory, and --prompt without --tokenizer, each exit 2 with a message naming what is wrong.
 # Exit 1 on any failure, printing both id lists for a mismatch.
 # usage: check_sample.sh path/to/tidal path/to/oracle-venv/python path/to/hf_reference.py
@@ -51,17 +52,19 @@ EOF
   fi
 }
 
-# sharpen <model dir>: ln_f's scale and shift times 8, so the logits are 8 times further apart.
+# sharpen <model dir>: the final norm's scale (and shift) times 8, so the logits are 8 times
+# further apart.
 sharpen() {
-  "$py" - "$1/model.safetensors" <<'EOF' || { echo "FAIL: sharpening ln_f of $1"; exit 1; }
+  "$py" - "$1/model.safetensors" <<'EOF' || { echo "FAIL: sharpening the final norm of $1"; exit 1; }
 import sys
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 tensors = load_file(sys.argv[1])
 with safe_open(sys.argv[1], "pt") as f:
     meta = f.metadata()
-for name in ("transformer.ln_f.weight", "transformer.ln_f.bias"):
-    tensors[name] = tensors[name] * 8.0
+for name in ("transformer.ln_f.weight", "transformer.ln_f.bias", "model.norm.weight"):
+    if name in tensors:
+        tensors[name] = tensors[name] * 8.0
 save_file(tensors, sys.argv[1], metadata=meta)
 EOF
 }
@@ -79,6 +82,13 @@ greedy peaked "$dir/peaked" "5 17 42 101 7 199 3" --prompt-ids "5 17 42 101 7 19
 sharpen "$dir/sharp"
 greedy sharp "$dir/sharp" "5 17 42 101 7 199 3" --prompt-ids "5 17 42 101 7 199 3"
 greedy sharp-short-prompt "$dir/sharp" "1 2 3" --prompt-ids "1,2,3"
+
+# Llama: rotary positions, 4 query heads over 2 key / value heads, SwiGLU, an untied head.
+"$py" "$ref" make llama "$dir/llama" num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 hidden_size=64 \
+  intermediate_size=96 vocab_size=211 max_position_embeddings=64 rope_theta=500.0 seed=9 ||
+  { echo "FAIL: hf_reference.py make llama"; exit 1; }
+sharpen "$dir/llama"
+greedy llama "$dir/llama" "5 17 42 101 7 199 3" --prompt-ids "5 17 42 101 7 199 3"
 
 # Text: a byte-level BPE tokenizer.json of 300 tokens (trained with `tokenizers`) encodes --prompt
 # and decodes the output. tidal's ids equal generate()'s from the `tokenizers` encoding of the

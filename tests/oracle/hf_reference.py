@@ -5,14 +5,17 @@ Runs in the venv of scripts/oracle-venv.sh (transformers 4.40.2 over Debian's to
 
 Usage:
     hf_reference.py make FAMILY DIR [key=value ...]
-        A randomly initialised GPT2LMHeadModel / BertForMaskedLM / ViTForImageClassification
-        (family gpt2 | bert | vit) saved with save_pretrained. Every parameter gets noise on top
+        A randomly initialised GPT2LMHeadModel / BertForMaskedLM / ViTForImageClassification /
+        LlamaForCausalLM (family gpt2 | bert | vit | llama) saved with save_pretrained. Every parameter gets noise on top
         of the HF init (so biases and LayerNorm are not zeros and ones). Keys: the config's sizes,
         seed, max_shard_size, peaked (gpt2: logits sharpened so greedy decoding has no near-ties).
     hf_reference.py run DIR IN.safetensors OUT.safetensors
-        from_pretrained(DIR); the inputs of IN (gpt2: tokens, targets; bert: tokens, token_types,
-        attn_mask, targets; vit: images, labels) -> logits, loss. With metadata lr (and beta1,
-        beta2, adam_eps, weight_decay): one AdamW step on that loss, then logits_after, loss_after.
+        from_pretrained(DIR); the inputs of IN (gpt2, llama: tokens, targets; bert: tokens,
+        token_types, attn_mask, targets; vit: images, labels) -> logits, loss. With metadata lr (and
+        beta1, beta2, adam_eps, weight_decay): `steps` (default 1) AdamW steps on the same batch,
+        then logits_after, loss_after, and losses [steps] (each step's loss before its update).
+        With metadata grads_dir: the first step's gradients saved there as model.safetensors under
+        the parameters' names, beside a copy of config.json (a directory init_from can read).
     hf_reference.py generate DIR IN.safetensors OUT.safetensors
         Greedy generate(do_sample=False) from the prompt `prompt` (int32 [1, n]) for metadata
         `tokens` new tokens -> ids.
@@ -27,11 +30,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from safetensors import safe_open
 import transformers
-from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, ViTConfig,
-                          ViTForImageClassification)
+from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM, ViTConfig, ViTForImageClassification)
 
 torch.set_num_threads(2)
-CLASSES = {"gpt2": GPT2LMHeadModel, "bert": BertForMaskedLM, "vit": ViTForImageClassification}
+CLASSES = {"gpt2": GPT2LMHeadModel, "bert": BertForMaskedLM, "vit": ViTForImageClassification,
+           "llama": LlamaForCausalLM}
 
 
 def parse_kv(items):
@@ -65,6 +69,8 @@ def make(family, directory, kv):
     elif family == "vit":
         num_labels = ints.pop("num_labels", 2)
         cfg = ViTConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=num_labels, **ints)
+    elif family == "llama":
+        cfg = LlamaConfig(attention_dropout=0.0, **ints)
     else:
         print(f"unknown family {family!r}", file=sys.stderr)
         sys.exit(2)
@@ -72,7 +78,7 @@ def make(family, directory, kv):
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.add_(0.05 * torch.randn_like(p))
-            if peaked and name.endswith("wte.weight"):
+            if peaked and name.endswith(("wte.weight", "lm_head.weight")):
                 p.mul_(8.0)  # the tied head: logits far apart, so greedy picks have no near-ties
     model.save_pretrained(directory, safe_serialization=True, max_shard_size=shard)
 
@@ -86,8 +92,8 @@ def load(directory):
 
 
 def forward(family, model, x):
-    if family == "gpt2":
-        logits = model(input_ids=x["tokens"].long()).logits
+    if family in ("gpt2", "llama"):
+        logits = model(input_ids=x["tokens"].long()).logits.float()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x["targets"].long().reshape(-1),
                                ignore_index=-100)
     elif family == "bert":
@@ -117,12 +123,30 @@ def run(directory, path_in, path_out):
         opt = torch.optim.AdamW(model.parameters(), lr=float(meta["lr"]),
                                 betas=(float(meta["beta1"]), float(meta["beta2"])),
                                 eps=float(meta["adam_eps"]), weight_decay=float(meta["weight_decay"]))
-        loss.backward()
-        opt.step()
+        losses = []
+        for step in range(int(meta.get("steps", "1"))):
+            if step > 0:
+                opt.zero_grad()
+                logits, loss = forward(family, model, x)
+            losses.append(loss.item())
+            loss.backward()
+            if step == 0 and "grads_dir" in meta:
+                save_gradients(model, directory, meta["grads_dir"])
+            opt.step()
+        out["losses"] = torch.tensor(losses, dtype=torch.float32)
         logits2, loss2 = forward(family, model, x)
         out["logits_after"] = logits2.detach().float().contiguous()
         out["loss_after"] = loss2.detach().float().reshape(1)
     save_file(out, path_out)
+
+
+def save_gradients(model, directory, grads_dir):
+    import os
+    import shutil
+    os.makedirs(grads_dir, exist_ok=True)
+    shutil.copy(f"{directory}/config.json", f"{grads_dir}/config.json")
+    save_file({n: p.grad.detach().float().contiguous() for n, p in model.named_parameters()},
+              f"{grads_dir}/model.safetensors")
 
 
 def generate(directory, path_in, path_out):

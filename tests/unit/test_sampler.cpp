@@ -186,15 +186,15 @@ TEST(Sampler, LoadsATidalCheckpoint) {
   const auto dir = std::filesystem::temp_directory_path() / ("sampler-ckpt-" + std::to_string(::getpid()));
   engine::write_checkpoint(dir.string(), 3, weights, {}, {}, config::to_toml(cfg), 1, "{}");
 
-  engine::InferenceModel loaded = engine::load_gpt_for_inference(dir.string());
-  EXPECT_FALSE(loaded.gpt.tie_embeddings);
-  EXPECT_EQ(loaded.gpt.activation, ops::GeluForm::erf);
-  engine::Sampler sampler(*loaded.model, loaded.gpt);
+  engine::InferenceModel loaded = engine::load_for_inference(dir.string());
+  EXPECT_FALSE(loaded.config.model.tie_embeddings);
+  EXPECT_EQ(loaded.config.model.activation, "gelu_erf");
+  engine::Sampler sampler(engine::make_decoder(*loaded.model, loaded.config.model));
   const Tensor tokens = testing::randint({1, kT}, 12, 0, kV);
   EXPECT_TRUE(all_close(cached_logits(sampler, tokens), forward_logits(*model, tokens), kFp32));
   std::filesystem::remove_all(dir);
 
-  EXPECT_THROW(engine::load_gpt_for_inference(dir.string()), Error);  // gone
+  EXPECT_THROW(engine::load_for_inference(dir.string()), Error);  // gone
 }
 
 TEST(Sampler, SamplesDuringTrainingOrSaysOnceWhyNot) {

@@ -24,7 +24,10 @@ class SequenceLayers final : public SingleDeviceLayers {
     return std::make_unique<PositionEmbedding>(max_positions, dim, init, positions_);
   }
   std::unique_ptr<Module> dropout(float p) override { return std::make_unique<Dropout>(p, 0, positions_); }
-  std::unique_ptr<Module> self_attention(int n_head, bool causal) override {
+  std::unique_ptr<Module> self_attention(int n_head, int n_kv_head, bool causal) override {
+    TIDAL_CHECK(n_kv_head == n_head, "parallel.sequence > 1 with grouped-query attention (model.n_kv_head = {} < "
+                "model.n_head = {}) is not built yet: the ring passes whole key / value heads; use parallel.tensor or "
+                "parallel.pipeline for this model", n_kv_head, n_head);
     return std::make_unique<RingSelfAttention>(n_head, causal, ring_);
   }
   std::unique_ptr<Module> split_features() override { throw Error(no_images()); }

@@ -5,6 +5,7 @@
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/tp/mappings.h"
+#include "nn/tp/split_rms_norm.h"
 #include "ops/cast.h"
 
 #include <algorithm>
@@ -61,6 +62,10 @@ std::unique_ptr<Module> SplitLayers::position_embedding(std::int64_t max_positio
 
 std::unique_ptr<Module> SplitLayers::layer_norm(std::int64_t features, float eps) {
   return std::make_unique<SplitLayerNorm>(hidden_, features, eps);
+}
+
+std::unique_ptr<Module> SplitLayers::rms_norm(std::int64_t features, float eps) {
+  return std::make_unique<SplitRmsNorm>(hidden_, features, eps);
 }
 
 std::unique_ptr<Module> SplitLayers::dropout(float p) { return std::make_unique<Dropout>(p, stream_); }

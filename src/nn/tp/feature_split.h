@@ -79,6 +79,7 @@ class SplitLayers : public LayerFactory {
   std::unique_ptr<TableLookup> embedding(std::int64_t num, std::int64_t dim, ParameterInit init) override;
   std::unique_ptr<Module> position_embedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init) override;
   std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) override;
+  std::unique_ptr<Module> rms_norm(std::int64_t features, float eps) override;
   std::unique_ptr<Module> dropout(float p) override;
   void split_hidden(Parameter& p) override { hidden_.split_last(p); }
 

@@ -2,6 +2,7 @@
 
 #include "nn/dropout.h"
 #include "nn/layernorm.h"
+#include "nn/rms_norm.h"
 #include "nn/tp/cross_entropy.h"
 #include "nn/tp/embedding.h"
 #include "nn/tp/linear_1d.h"
@@ -38,6 +39,9 @@ class Layers1d final : public LayerFactory {
   }
   std::unique_ptr<Module> layer_norm(std::int64_t features, float eps) override {
     return replicated(std::make_unique<LayerNorm>(features, eps));
+  }
+  std::unique_ptr<Module> rms_norm(std::int64_t features, float eps) override {
+    return replicated(std::make_unique<RmsNorm>(features, eps));
   }
   std::unique_ptr<Module> dropout(float p) override { return std::make_unique<Dropout>(p); }
   std::unique_ptr<Module> input_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,

@@ -1,0 +1,44 @@
+#include "nn/rotary.h"
+
+#include "core/error.h"
+#include "nn/context.h"
+
+namespace tidal::nn {
+
+Rotary::Rotary(int n_head, int n_kv_head, std::int64_t head_dim, const RotaryConfig& cfg, BatchSlice positions)
+    : opt_{.n_head = n_head, .n_kv_head = n_kv_head},
+      inv_freq_(ops::rotary_inverse_frequencies(head_dim, cfg.theta, cfg.scaling)), positions_(positions) {
+  TIDAL_CHECK(head_dim % 2 == 0, "rotary embeddings need an even head size, got {} (model.n_embd / model.n_head)",
+              head_dim);
+}
+
+std::pair<Tensor, Tensor> Rotary::tables(const Tensor& like, Context& ctx) {
+  const std::int64_t T = like.dim(1), half = std::int64_t(inv_freq_.size());
+  const std::int64_t first = positions_.first_position(T * positions_.position_parts);
+  if (!cos_.defined() || cos_.dim(0) != T || first_ != first) {
+    cos_ = Tensor::empty({T, half}, DType::f32, host_allocator());
+    sin_ = Tensor::empty({T, half}, DType::f32, host_allocator());
+    ops::rotary_tables(cos_, sin_, inv_freq_, first);
+    first_ = first;
+  }
+  if (like.device().is_cpu()) return {cos_, sin_};
+  Tensor cos = ctx.empty(cos_.shape()), sin = ctx.empty(sin_.shape());
+  cos.copy_from(cos_);
+  sin.copy_from(sin_);
+  return {cos, sin};
+}
+
+Tensor Rotary::rotate(const Tensor& qkv, bool inverse, Context& ctx) {
+  const auto [cos, sin] = tables(qkv, ctx);
+  Tensor out = qkv;  // a handle: rotated in place
+  ops::RotaryOptions opt = opt_;
+  opt.inverse = inverse;
+  ops::rotary_apply(out, cos, sin, opt);
+  return out;
+}
+
+Tensor Rotary::forward(const Tensor& qkv, Context& ctx) { return rotate(qkv, false, ctx); }
+
+Tensor Rotary::backward(const Tensor& dqkv, Context& ctx) { return rotate(dqkv, true, ctx); }
+
+}  // namespace tidal::nn

@@ -1,0 +1,77 @@
+#include "nn/tp/split_rms_norm.h"
+
+#include "nn/context.h"
+#include "ops/cast.h"
+
+#include <cmath>
+
+namespace tidal::nn::tp {
+
+SplitRmsNorm::SplitRmsNorm(const FeatureSplit& split, std::int64_t features, float eps)
+    : split_(split), eps_(eps), full_(features) {
+  weight_ = &add_parameter("weight", {split.part(features, "model.n_embd")}, ParameterInit::ones());
+  split.place_last(*weight_);
+}
+
+// fp32 loops (CPU only for now, as SplitLayerNorm): bf16 / fp16 activations and parameters are
+// widened on the way in, and y, dx and the gradient rounded once on the way out.
+Tensor SplitRmsNorm::forward(const Tensor& x_given, Context& ctx) {
+  const Tensor x = ctx.as(x_given, DType::f32);
+  const Tensor weight = ctx.as(weight_->data, DType::f32);
+  const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
+  const float* px = x.data<float>();
+  Tensor squares = Tensor::zeros({rows});  // per row, this rank's features, then the group's
+  float* ps = squares.data<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double s2 = 0;
+    for (std::int64_t c = 0; c < C; ++c) s2 += double(px[r * C + c]) * px[r * C + c];
+    ps[r] = float(s2);
+  }
+  split_.group->all_reduce(squares)->wait();
+  Tensor y = ctx.empty(x.shape()), rstd = ctx.empty({rows});
+  float *py = y.data<float>(), *pr = rstd.data<float>();
+  const float* w = weight.data<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    pr[r] = float(1.0 / std::sqrt(double(ps[r]) / double(full_) + eps_));
+    for (std::int64_t c = 0; c < C; ++c) py[r * C + c] = px[r * C + c] * pr[r] * w[c];
+  }
+  ctx.saved = {x, rstd};
+  return ctx.as(y, x_given.dtype());
+}
+
+Tensor SplitRmsNorm::backward(const Tensor& dy_given, Context& ctx) {
+  const Tensor dy = ctx.as(dy_given, DType::f32);
+  const Tensor weight = ctx.as(weight_->data, DType::f32);
+  Tensor dweight = ctx.as(weight_->grad, DType::f32);  // accumulates in fp32, rounded once
+  const Tensor &x = ctx.saved.at(0), &rstd = ctx.saved.at(1);
+  const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
+  const float *pd = dy.data<float>(), *px = x.data<float>(), *pr = rstd.data<float>(), *w = weight.data<float>();
+  float* dw = dweight.data<float>();
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < C; ++c) dw[c] += pd[r * C + c] * px[r * C + c] * pr[r];
+  if (dweight.raw() != weight_->grad.raw()) ops::cast(weight_->grad, dweight);
+  // dx = rstd (g - xhat mean(g xhat)), g = dy w, xhat = x rstd, the mean over all C features.
+  Tensor dots = Tensor::zeros({rows});
+  float* pg = dots.data<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double s = 0;
+    for (std::int64_t c = 0; c < C; ++c) s += double(pd[r * C + c]) * w[c] * px[r * C + c] * pr[r];
+    pg[r] = float(s);
+  }
+  split_.group->all_reduce(dots)->wait();
+  Tensor dx = ctx.empty(dy.shape());
+  float* pdx = dx.data<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float mean = pg[r] / float(full_);
+    for (std::int64_t c = 0; c < C; ++c)
+      pdx[r * C + c] = pr[r] * (pd[r * C + c] * w[c] - px[r * C + c] * pr[r] * mean);
+  }
+  ctx.saved.clear();
+  return ctx.as(dx, dy_given.dtype());
+}
+
+}  // namespace tidal::nn::tp
