@@ -69,6 +69,18 @@ def torch2_python(venv):
     return python
 
 
+def torch1_python(shape):
+    """Debian's python3-torch; for a Llama, the test setup's oracle venv over it, which adds
+    transformers (scripts/oracle-venv.sh: $TIDAL_ORACLE_VENV or ~/.cache/tidal/oracle-venv)."""
+    if not isinstance(shape, LlamaShape):
+        return "/usr/bin/python3"
+    venv = os.environ.get("TIDAL_ORACLE_VENV", os.path.join(os.path.expanduser("~"), ".cache", "tidal", "oracle-venv"))
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "oracle-venv.sh")], check=True)
+    return python
+
+
 def gemm_peaks(build, env):
     """{precision: GFLOP/s} measured now by bench_cpu_ops, and the library that runs tidal's GEMMs."""
     out = subprocess.run([os.path.join(build, "bench", "bench_cpu_ops"), "--peak-only"], check=True, env=env,
@@ -155,7 +167,7 @@ def main():
                 if mode in systems:
                     runs.append(run_torch(torch2, shape, batch, steps, precision, mode, args.threads, env))
             if "torch1" in systems:
-                runs.append(run_torch("/usr/bin/python3", shape, batch, steps, precision, "eager", args.threads, env))
+                runs.append(run_torch(torch1_python(shape), shape, batch, steps, precision, "eager", args.threads, env))
             tidal_tps = runs[0]["tokens_per_s"] if "tidal" in systems else None
             for r in runs:
                 r.update(shape=name, precision=precision)
