@@ -90,6 +90,29 @@ greedy sharp-short-prompt "$dir/sharp" "1 2 3" --prompt-ids "1,2,3"
 sharpen "$dir/llama"
 greedy llama "$dir/llama" "5 17 42 101 7 199 3" --prompt-ids "5 17 42 101 7 199 3"
 
+# The fine-tuning round trip through the command line: that Llama directory -> model.init_from ->
+# tidal train 10 steps -> tidal export -> from_pretrained: HF's generate() from the export equals
+# tidal sample from the export and from the checkpoint, token for token.
+if timeout 300 "$tidal" train --set model.init_from="$dir/llama" --set train.steps=10 --set train.batch_size=4 \
+     --set model.seq_len=32 --set train.lr=1e-4 --set train.min_lr=1e-5 --set train.warmup_steps=2 \
+     --set train.eval_every=0 --set train.eval_batches=1 --set checkpoint.dir="$dir/llama-ck" > "$dir/train.log" 2>&1 &&
+   timeout 120 "$tidal" export --format hf "$dir/llama-ck" "$dir/llama-out" > "$dir/export.log" 2>&1; then
+  greedy llama-trained-export "$dir/llama-out" "5 17 42 101 7 199 3" --prompt-ids "5 17 42 101 7 199 3"
+  export_ids=$(tail -n 1 <<<"$out")  # equal to generate()'s from the export when that passed
+  ck_ids=$(timeout 300 "$tidal" sample "$dir/llama-ck" --prompt-ids "5 17 42 101 7 199 3" --tokens "$tokens" \
+    --temperature 0 --print-ids 2>/dev/null | tail -n 1)
+  if [[ -z "$ck_ids" || "$ck_ids" != "$export_ids" ]]; then
+    echo "FAIL llama-trained: tidal sample of the checkpoint differs from that of its export"
+    echo "  export:     $export_ids"
+    echo "  checkpoint: $ck_ids"
+    failures=$((failures + 1))
+  else
+    echo "ok   llama-trained: the checkpoint's samples equal generate() of its export: $ck_ids"
+  fi
+else
+  cat "$dir/train.log" "$dir/export.log"; echo "FAIL llama-trained: training or export failed"; failures=$((failures + 1))
+fi
+
 # Text: a byte-level BPE tokenizer.json of 300 tokens (trained with `tokenizers`) encodes --prompt
 # and decodes the output. tidal's ids equal generate()'s from the `tokenizers` encoding of the
 # prompt, and the text printed starts with the prompt.
