@@ -160,7 +160,8 @@ void validate(const Config& c, bool local_files) {
                 m.n_embd / m.n_head);
     TIDAL_CHECK(m.intermediate_size >= 0, "model.intermediate_size must be >= 0 (0 = Llama's own), got {}",
                 m.intermediate_size);
-    TIDAL_CHECK(m.rope_theta > 0, "model.rope_theta must be > 0, got {}", m.rope_theta);
+    TIDAL_CHECK(m.rope_theta > 1, "model.rope_theta must be > 1 (Llama 2: 10000, Llama 3: 500000), got {}",
+                m.rope_theta);
     TIDAL_CHECK(m.rope_scaling_factor == 0 ||
                     (m.rope_scaling_factor >= 1 && m.rope_high_freq_factor > m.rope_low_freq_factor &&
                      m.rope_original_max_positions > 0),

@@ -1,5 +1,6 @@
 // Config: defaults, files, overrides and their precedence, to_toml round trip, sizes.
 #include "config/config.h"
+#include "config/hf_model.h"
 #include "core/error.h"
 
 #include <gtest/gtest.h>
@@ -69,6 +70,30 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_NE(message({"parallel.bucket_mb=0"}).find("parallel.bucket_mb"), std::string::npos);
   EXPECT_NE(message({"parallel.scatter_gather=1"}).find("parallel.scatter_gather must be true or false, got the "
                                                          "integer 1"),
+            std::string::npos);
+}
+
+TEST(Config, LlamaKeys) {
+  const config::Config c = config::load_config("", {"model.type=llama", "model.n_head=4", "model.n_kv_head=2",
+                                                    "model.n_embd=64"});
+  EXPECT_FALSE(c.model.tie_embeddings);  // Llama's head is its own unless told otherwise
+  EXPECT_TRUE(config::load_config("", {"model.type=llama", "model.tie_embeddings=true"}).model.tie_embeddings);
+  EXPECT_EQ(config::effective_intermediate_size(c.model), 256);  // 2/3 of 4 x 64 = 170, rounded up to 256s
+  EXPECT_DOUBLE_EQ(config::effective_ln_eps(c.model), 1e-6);
+  auto message = [](const std::vector<std::string>& sets) {
+    try {
+      config::load_config("", sets);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({"model.type=llama", "model.n_head=4", "model.n_kv_head=3", "model.n_embd=64"})
+                .find("model.n_kv_head (3) must divide model.n_head (4)"),
+            std::string::npos);
+  EXPECT_NE(message({"model.type=llama", "model.n_head=4", "model.n_embd=36"}).find("must be even"), std::string::npos);
+  EXPECT_NE(message({"model.type=llama", "model.rope_theta=0.5"}).find("model.rope_theta"), std::string::npos);
+  EXPECT_NE(message({"model.n_kv_head=1"}).find("model.n_kv_head = 1 asks for grouped-query attention"),
             std::string::npos);
 }
 
