@@ -1,6 +1,7 @@
 #include "nn/rotary.h"
 
 #include "core/error.h"
+#include "core/gpu.h"
 #include "nn/context.h"
 
 namespace tidal::nn {
@@ -12,20 +13,19 @@ Rotary::Rotary(int n_head, int n_kv_head, std::int64_t head_dim, const RotaryCon
               head_dim);
 }
 
-std::pair<Tensor, Tensor> Rotary::tables(const Tensor& like, Context& ctx) {
+std::pair<Tensor, Tensor> Rotary::tables(const Tensor& like, Context&) {
   const std::int64_t T = like.dim(1), half = std::int64_t(inv_freq_.size());
   const std::int64_t first = positions_.first_position(T * positions_.position_parts);
-  if (!cos_.defined() || cos_.dim(0) != T || first_ != first) {
-    cos_ = Tensor::empty({T, half}, DType::f32, host_allocator());
-    sin_ = Tensor::empty({T, half}, DType::f32, host_allocator());
-    ops::rotary_tables(cos_, sin_, inv_freq_, first);
-    first_ = first;
+  if (cos_.defined() && cos_.dim(0) == T && first_ == first && cos_.device() == like.device()) return {cos_, sin_};
+  cos_ = Tensor::empty({T, half}, DType::f32, host_allocator());
+  sin_ = Tensor::empty({T, half}, DType::f32, host_allocator());
+  ops::rotary_tables(cos_, sin_, inv_freq_, first);
+  first_ = first;
+  if (like.device().is_cuda()) {  // copied once, not at every call: the positions of a run rarely change
+    cos_ = cos_.clone(gpu_allocator());
+    sin_ = sin_.clone(gpu_allocator());
   }
-  if (like.device().is_cpu()) return {cos_, sin_};
-  Tensor cos = ctx.empty(cos_.shape()), sin = ctx.empty(sin_.shape());
-  cos.copy_from(cos_);
-  sin.copy_from(sin_);
-  return {cos, sin};
+  return {cos_, sin_};
 }
 
 Tensor Rotary::rotate(const Tensor& qkv, bool inverse, Context& ctx) {

@@ -26,14 +26,14 @@ class Rotary final : public Module {
   Tensor backward(const Tensor& dqkv, Context& ctx) override;
 
  private:
-  // cos, sin [T', hd/2] fp32 for this rank's positions, on `like`'s device.
+  // cos, sin [T', hd/2] fp32 for this rank's positions, on `like`'s device (kept between calls).
   std::pair<Tensor, Tensor> tables(const Tensor& like, Context& ctx);
   Tensor rotate(const Tensor& qkv, bool inverse, Context& ctx);
 
   ops::RotaryOptions opt_;
   std::vector<float> inv_freq_;  // [hd/2]
   BatchSlice positions_;
-  Tensor cos_, sin_;  // host tables of the last positions asked for: [T', hd/2]
+  Tensor cos_, sin_;  // the tables of the last positions and device asked for: [T', hd/2]
   std::int64_t first_ = -1;  // their first position
 };
 

@@ -8,9 +8,11 @@ RingAttentionDims ring_attention_dims(const Tensor& probs, const Tensor& local, 
   TIDAL_ASSERT(probs.dtype() == DType::f32 && local.dtype() == DType::f32, "ring attention is fp32: {} {}", probs.str(),
                local.str());
   TIDAL_ASSERT(probs.ndim() == 4 && local.ndim() == 3, "ring attention probs {} queries {}", probs.str(), local.str());
-  RingAttentionDims d{probs.dim(0), opt.n_head, probs.dim(2), probs.dim(3), local.dim(2), 0, 0.0f};
+  RingAttentionDims d{probs.dim(0), opt.n_head, opt.n_kv_head == 0 ? opt.n_head : opt.n_kv_head,
+                      probs.dim(2), probs.dim(3), local.dim(2), 0, 0.0f};
   TIDAL_ASSERT(d.H > 0 && d.C % d.H == 0 && probs.dim(1) == d.H, "ring attention: {} channels, {} heads, probs {}", d.C,
                d.H, probs.str());
+  TIDAL_ASSERT(d.Hkv > 0 && d.H % d.Hkv == 0, "ring attention: {} query heads in {} kv heads", d.H, d.Hkv);
   TIDAL_ASSERT(local.dim(0) == d.B && local.dim(1) == d.Tq, "ring attention probs {} queries {}", probs.str(),
                local.str());
   d.hd = d.C / d.H;
@@ -24,12 +26,8 @@ RingAttentionDims ring_attention_dims(const Tensor& probs, const Tensor& local, 
 std::int64_t ring_attention_block(const RingAttentionDims& d, const Tensor& block, std::int64_t first_key) {
   TIDAL_ASSERT(block.dtype() == DType::f32 && block.ndim() == 3 && block.dim(0) == d.B, "ring attention block {}",
                block.str());
-  // Keys and values as wide as the queries: one kv head per query head (ops/attention.h's
-  // grouped-query heads, n_kv_head < n_head, would make them narrower).
-  TIDAL_CHECK(block.dim(2) == d.C,
-              "ring attention: a key/value block {} of width {} for queries of width {}; grouped-query attention "
-              "(n_kv_head < n_head) is not built for ring attention yet",
-              block.str(), block.dim(2), d.C);
+  TIDAL_ASSERT(block.dim(2) == d.kv_width(), "ring attention: a key/value block {} for {} kv heads of width {}",
+               block.str(), d.Hkv, d.hd);
   const std::int64_t Tk = block.dim(1);
   TIDAL_ASSERT(first_key >= 0 && first_key + Tk <= d.T, "key block [{}, {}) outside {} positions", first_key,
                first_key + Tk, d.T);

@@ -8,19 +8,23 @@
 // Backward: probs_grad(block) and values_grad(block) for every block, softmax_backward, then
 //           query_grad(block) and key_grad(block) for every block.
 //
-// q, k, v, y, dy, dq, dk, dv are [B, Tq or Tk, C] (C = H * head width, heads contiguous); blocks
-// wholly after every query under the causal mask are skipped (their probabilities are zero).
-// One key / value head per query head: the grouped-query heads of ops/attention.h are not built
-// here yet (a narrower key / value block is refused).
+// q, y, dy, dq are [B, Tq, C] (C = H * head width, heads contiguous); k, v, dk, dv are
+// [B, Tk, Ckv] with Ckv = Hkv * head width: grouped-query heads as in ops/attention.h (query head h
+// attends with kv head kv_head_of(h, Hkv); q and dq hold the query heads in order h, y and dy in
+// the grouped order output_head(h)), so the blocks that travel the ring are Hkv heads wide and
+// no kv head is copied up to H. Blocks wholly after every query under the causal mask are
+// skipped (their probabilities are zero).
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/attention.h"
 #include "ops/dispatch.h"
 
 namespace tidal::ops {
 
 struct RingAttentionOptions {
   int n_head = 1;
+  int n_kv_head = 0;                 // key/value heads; 0 = n_head
   bool causal = false;
   std::int64_t first_query = 0;      // global position of this rank's query 0
   const Tensor* key_mask = nullptr;  // [B, T] i32 over the whole sequence: 1 = real, 0 = padding
@@ -29,11 +33,18 @@ struct RingAttentionOptions {
 // The shapes, checked for every backend (fp32 only): probs [B, H, Tq, T] against this rank's
 // queries (or their output / gradient) `local` [B, Tq, C], key_mask [B, T] i32.
 struct RingAttentionDims {
-  std::int64_t B, H, Tq, T, C, hd;
+  std::int64_t B, H, Hkv, Tq, T, C, hd;
   float scale;  // 1 / sqrt(hd)
+  std::int64_t kv_width() const { return Hkv * hd; }
+  std::int64_t group() const { return H / Hkv; }  // query heads per kv head
+  // Where head h's columns start: in q / dq (query order), in y / dy (grouped order), and its kv
+  // head's in a key / value block.
+  std::int64_t query_offset(std::int64_t h) const { return h * hd; }
+  std::int64_t output_offset(std::int64_t h) const { return output_head(h, H, Hkv) * hd; }
+  std::int64_t kv_offset(std::int64_t h) const { return kv_head_of(h, Hkv) * hd; }
 };
 RingAttentionDims ring_attention_dims(const Tensor& probs, const Tensor& local, const RingAttentionOptions& opt);
-// A key / value block [B, Tk, C] at first_key, checked; returns Tk.
+// A key / value block [B, Tk, Ckv] at first_key, checked; returns Tk.
 std::int64_t ring_attention_block(const RingAttentionDims& d, const Tensor& block, std::int64_t first_key);
 // Whether every key of the block comes after every query (all masked when causal).
 inline bool after_all_queries(const RingAttentionOptions& opt, const RingAttentionDims& d, std::int64_t first_key) {
@@ -95,7 +106,8 @@ inline void attention_probs_grad(Tensor& dprobs, const Tensor& dy, const Tensor&
                                  const RingAttentionOptions& opt) {
   TIDAL_OPS_DISPATCH(dy, attention_probs_grad, dprobs, dy, v, first_key, opt);
 }
-// dv += P[:, :, :, block]^T dY: this rank's queries' share of the block's value gradient.
+// dv += P[:, :, :, block]^T dY: this rank's queries' share of the block's value gradient (a kv
+// head's summed over the query heads that attend with it).
 inline void attention_values_grad(Tensor& dv, const Tensor& probs, const Tensor& dy, std::int64_t first_key,
                                   const RingAttentionOptions& opt) {
   TIDAL_OPS_DISPATCH(dy, attention_values_grad, dv, probs, dy, first_key, opt);
@@ -110,7 +122,7 @@ inline void attention_query_grad(Tensor& dq, const Tensor& dscores, const Tensor
   TIDAL_OPS_DISPATCH(k, attention_query_grad, dq, dscores, k, first_key, opt);
 }
 // dk += dS[:, :, :, block]^T Q / sqrt(head width): this rank's queries' share of the block's key
-// gradient.
+// gradient (a kv head's summed over the query heads that attend with it).
 inline void attention_key_grad(Tensor& dk, const Tensor& dscores, const Tensor& q, std::int64_t first_key,
                                const RingAttentionOptions& opt) {
   TIDAL_OPS_DISPATCH(q, attention_key_grad, dk, dscores, q, first_key, opt);

@@ -357,6 +357,7 @@ struct RingCase {
   std::int64_t hd, first_query, Tq;
   std::vector<std::int64_t> cuts;  // key blocks [cuts[r], cuts[r + 1])
   bool causal, masked;
+  int Hkv = 0;  // key / value heads; 0 = H
 };
 
 class CudaRingAttention : public ::testing::TestWithParam<RingCase> {};
@@ -366,19 +367,20 @@ class CudaRingAttention : public ::testing::TestWithParam<RingCase> {};
 TEST_P(CudaRingAttention, EveryPieceMatchesCpu) {
   TIDAL_REQUIRE_GPU();
   const RingCase c = GetParam();
-  const std::int64_t C = c.H * c.hd, blocks = std::int64_t(c.cuts.size()) - 1;
+  const int Hkv = c.Hkv == 0 ? c.H : c.Hkv;
+  const std::int64_t C = c.H * c.hd, Ckv = Hkv * c.hd, blocks = std::int64_t(c.cuts.size()) - 1;
   const Tensor mask = padding_mask(c.B, c.T), gmask = to_gpu(mask);
-  const ops::RingAttentionOptions opt{
-      .n_head = c.H, .causal = c.causal, .first_query = c.first_query, .key_mask = c.masked ? &mask : nullptr};
-  const ops::RingAttentionOptions gopt{
-      .n_head = c.H, .causal = c.causal, .first_query = c.first_query, .key_mask = c.masked ? &gmask : nullptr};
+  const ops::RingAttentionOptions opt{.n_head = c.H, .n_kv_head = Hkv, .causal = c.causal,
+                                      .first_query = c.first_query, .key_mask = c.masked ? &mask : nullptr};
+  const ops::RingAttentionOptions gopt{.n_head = c.H, .n_kv_head = Hkv, .causal = c.causal,
+                                       .first_query = c.first_query, .key_mask = c.masked ? &gmask : nullptr};
   const Tensor q = randn({c.B, c.Tq, C}, 31), dy = randn({c.B, c.Tq, C}, 32);
   const Tensor gq = to_gpu(q), gdy = to_gpu(dy);
   std::vector<Tensor> k, v, gk, gv;
   for (std::int64_t r = 0; r < blocks; ++r) {
     const std::int64_t Tk = c.cuts[r + 1] - c.cuts[r];
-    k.push_back(randn({c.B, Tk, C}, 40 + r));
-    v.push_back(randn({c.B, Tk, C}, 60 + r));
+    k.push_back(randn({c.B, Tk, Ckv}, 40 + r));
+    v.push_back(randn({c.B, Tk, Ckv}, 60 + r));
     gk.push_back(to_gpu(k.back()));
     gv.push_back(to_gpu(v.back()));
   }
@@ -443,11 +445,14 @@ INSTANTIATE_TEST_SUITE_P(
         // The first rank's queries: the blocks at 37 and 74 are skipped.
         RingCase{2, 111, 3, 128, 0, 37, {0, 37, 74, 111}, true, true},
         // One rank holding the whole sequence.
-        RingCase{1, 37, 3, 40, 0, 37, {0, 37}, true, true}),
+        RingCase{1, 37, 3, 40, 0, 37, {0, 37}, true, true},
+        // Grouped-query heads (3 per kv head) and one kv head (MQA): blocks Hkv heads wide.
+        RingCase{2, 130, 6, 40, 50, 37, {0, 17, 60, 100, 130}, true, true, 2},
+        RingCase{2, 111, 4, 64, 74, 37, {0, 37, 74, 111}, true, false, 1}),
     [](const auto& info) {
       const RingCase& c = info.param;
-      return fmt::format("B{}T{}H{}hd{}q{}x{}K{}{}{}", c.B, c.T, c.H, c.hd, c.first_query, c.Tq, c.cuts.size() - 1,
-                         c.causal ? "causal" : "", c.masked ? "masked" : "");
+      return fmt::format("B{}T{}H{}kv{}hd{}q{}x{}K{}{}{}", c.B, c.T, c.H, c.Hkv == 0 ? c.H : c.Hkv, c.hd,
+                         c.first_query, c.Tq, c.cuts.size() - 1, c.causal ? "causal" : "", c.masked ? "masked" : "");
     });
 
 }  // namespace

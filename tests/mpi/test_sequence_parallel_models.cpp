@@ -1,5 +1,5 @@
-// GPT, BERT and Llama under sequence parallelism (ring self-attention) against the single-process
-// model of the same seed built on every rank: the logits (gathered along the sequence), the
+// GPT, BERT and Llama (grouped-query heads) under sequence parallelism (ring self-attention)
+// against the single-process model of the same seed built on every rank: the logits (gathered along the sequence), the
 // loss and every parameter gradient (summed over the ring by the trainer's gradient reducer)
 // of one step agree within the fp32 tolerance, and 20 AdamW steps on fresh batches give the
 // same losses. Dropout is on: each ring position draws the single process's mask for its
@@ -54,6 +54,10 @@ config::Config config_for(const std::string& type, const Layout& l) {
   c.seq_len = 12;  // 6 or 3 positions per ring rank
   c.dropout = 0.1f;
   c.intermediate_size = 40;  // llama: its rotary embeddings turn by each position's place in the whole sequence
+  if (type == "llama") {     // grouped-query heads: 4 query heads over 2 kv heads; blocks of 2 heads travel
+    c.n_head = 4;
+    c.n_kv_head = 2;
+  }
   cfg.train.batch_size = 4;
   cfg.parallel.data = l.data;
   cfg.parallel.sequence = l.sequence;

@@ -6,12 +6,11 @@
 namespace tidal::nn::sp {
 namespace {
 
-// Columns [part C, (part + 1) C) of qkv [B, T', 3C], contiguous, in fp32 (the ring's kernels are
-// fp32: bf16 and fp16 are widened here, and the blocks travel the ring in fp32).
-Tensor third(const Tensor& qkv, int part, const Context& ctx) {
-  const std::int64_t C = qkv.dim(2) / 3;
-  Tensor out = ctx.empty({qkv.dim(0), qkv.dim(1), C}, qkv.dtype());
-  out.copy_from(qkv.slice(2, part * C, (part + 1) * C));
+// Columns [begin, end) of qkv [B, T', (H + 2 Hkv) hd], contiguous, in fp32 (the ring's kernels
+// are fp32: bf16 and fp16 are widened here, and the blocks travel the ring in fp32).
+Tensor columns(const Tensor& qkv, std::int64_t begin, std::int64_t end, const Context& ctx) {
+  Tensor out = ctx.empty({qkv.dim(0), qkv.dim(1), end - begin}, qkv.dtype());
+  out.copy_from(qkv.slice(2, begin, end));
   return ctx.as(out, DType::f32);
 }
 
@@ -21,13 +20,16 @@ ops::RingAttentionOptions RingSelfAttention::options(const Context& ctx, std::in
   const Batch* batch = ctx.state().batch;
   // The whole sequence's key mask: keys of every ring position meet this rank's queries.
   const Tensor* mask = batch != nullptr && batch->attn_mask.defined() ? &batch->attn_mask : nullptr;
-  return {.n_head = n_head_, .causal = causal_, .first_query = ring_.rank() * Tq, .key_mask = mask};
+  return {.n_head = n_head_, .n_kv_head = n_kv_head_, .causal = causal_, .first_query = ring_.rank() * Tq, .key_mask = mask};
 }
 
 Tensor RingSelfAttention::forward(const Tensor& qkv, Context& ctx) {
   const std::int64_t B = qkv.dim(0), Tq = qkv.dim(1), T = Tq * ring_.size();
   const ops::RingAttentionOptions opt = options(ctx, Tq);
-  Tensor q = third(qkv, 0, ctx), k = third(qkv, 1, ctx), v = third(qkv, 2, ctx);
+  const std::int64_t hd = qkv.dim(2) / (n_head_ + 2 * n_kv_head_), C = n_head_ * hd, Ckv = n_kv_head_ * hd;
+  TIDAL_ASSERT(qkv.dim(2) == C + 2 * Ckv, "ring attention: qkv {} for {} query and {} kv heads", qkv.str(), n_head_,
+               n_kv_head_);
+  Tensor q = columns(qkv, 0, C, ctx), k = columns(qkv, C, C + Ckv, ctx), v = columns(qkv, C + Ckv, C + 2 * Ckv, ctx);
   Tensor probs = ctx.empty({B, n_head_, Tq, T});
   RingPass ring(ring_);
   ring.pass(k, ctx, [&](const Tensor& block, int owner) { ops::attention_scores(probs, q, block, owner * Tq, opt); });
@@ -56,13 +58,12 @@ Tensor RingSelfAttention::backward(const Tensor& dy_given, Context& ctx) {
   const Tensor dk = ring.pass(
       k, ctx, [&](const Tensor& block, int owner) { ops::attention_query_grad(dq, dprobs, block, owner * Tq, opt); },
       [&](const Tensor&, int owner, Tensor& acc) { ops::attention_key_grad(acc, dprobs, q, owner * Tq, opt); });
-  const std::int64_t C = q.dim(2);
-  Tensor dqkv = ctx.empty({q.dim(0), Tq, 3 * C}, q.dtype());
-  int part = 0;
+  Tensor dqkv = ctx.empty({q.dim(0), Tq, q.dim(2) + 2 * k.dim(2)}, q.dtype());
+  std::int64_t begin = 0;
   for (const Tensor* d : {static_cast<const Tensor*>(&dq), &dk, &dv}) {
-    Tensor cols = dqkv.slice(2, part * C, (part + 1) * C);
+    Tensor cols = dqkv.slice(2, begin, begin + d->dim(2));
     cols.copy_from(*d);
-    ++part;
+    begin += d->dim(2);
   }
   ctx.saved.clear();
   return ctx.as(dqkv, dtype);

@@ -7,7 +7,8 @@
 // for dQ and the key gradients; the gradients of K and V travel back around the ring to their
 // owners (nn/sp/ring_pass.h).
 //
-// Per rank and layer, with blocks of B T' C elements: forward sends 2 (N - 1) blocks (K, V),
+// Per rank and layer, with blocks of B T' Hkv hd elements (grouped-query heads: only the Hkv
+// key / value heads travel, never copies up to H): forward sends 2 (N - 1) blocks (K, V),
 // backward 4 (N - 1) (K, V, dK, dV). Kept for backward: q, k, v and the probabilities
 // [B, H, T', T] (T / N of the single process's). The kernels are fp32: under mixed precision
 // q, k, v are widened on the way in (and travel the ring in fp32) and y, dqkv rounded on the way
@@ -23,17 +24,18 @@ namespace tidal::nn::sp {
 class RingSelfAttention final : public Module {
  public:
   // `ring` is the sequence group, ordered by position in the sequence.
-  RingSelfAttention(int n_head, bool causal, comm::Communicator& ring)
-      : n_head_(n_head), causal_(causal), ring_(ring) {}
+  RingSelfAttention(int n_head, int n_kv_head, bool causal, comm::Communicator& ring)
+      : n_head_(n_head), n_kv_head_(n_kv_head), causal_(causal), ring_(ring) {}
 
-  Tensor forward(const Tensor& qkv, Context& ctx) override;  // [B, T', 3C] -> [B, T', C]
+  // [B, T', (H + 2 Hkv) hd] (ops/attention.h's fused layout) -> [B, T', H hd] in grouped order.
+  Tensor forward(const Tensor& qkv, Context& ctx) override;
   Tensor backward(const Tensor& dy, Context& ctx) override;
 
  private:
   // For this rank's Tq queries.
   ops::RingAttentionOptions options(const Context& ctx, std::int64_t Tq) const;
 
-  int n_head_;
+  int n_head_, n_kv_head_;
   bool causal_;
   comm::Communicator& ring_;
 };

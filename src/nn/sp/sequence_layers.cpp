@@ -25,10 +25,7 @@ class SequenceLayers final : public SingleDeviceLayers {
   }
   std::unique_ptr<Module> dropout(float p) override { return std::make_unique<Dropout>(p, 0, positions_); }
   std::unique_ptr<Module> self_attention(int n_head, int n_kv_head, bool causal) override {
-    TIDAL_CHECK(n_kv_head == n_head, "parallel.sequence > 1 with grouped-query attention (model.n_kv_head = {} < "
-                "model.n_head = {}) is not built yet: the ring passes whole key / value heads; use parallel.tensor or "
-                "parallel.pipeline for this model", n_kv_head, n_head);
-    return std::make_unique<RingSelfAttention>(n_head, causal, ring_);
+    return std::make_unique<RingSelfAttention>(n_head, n_kv_head, causal, ring_);
   }
   std::unique_ptr<Module> split_features() override { throw Error(no_images()); }
   std::unique_ptr<Module> cross_entropy(std::int64_t) override {
