@@ -10,15 +10,13 @@
 #include "io/atomic_file.h"
 #include "engine/chunk_search.h"
 #include "engine/hf_checkpoint.h"
+#include "engine/launch.h"
 #include "engine/memory_plan.h"
 #include "engine/progress.h"
 #include "engine/tide.h"
 #include "engine/trainer.h"
 #include "ops/cpu/onednn_matmul.h"
 #include "parallel/context.h"
-#if TIDAL_MPI
-#include "comm/mpi_runtime.h"
-#endif
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -29,7 +27,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <thread>
 
 namespace {
 
@@ -70,13 +67,6 @@ std::string config_reference() {
     out += fmt::format("  {:<28} {} (default {})\n", k.name, k.help, tidal::config::format_value(k.get(defaults)));
   }
   return out;
-}
-
-// Ranks sharing a node share its cores: without OMP_NUM_THREADS, each takes its share.
-void share_cores(int ranks_on_node) {
-  if (std::getenv("OMP_NUM_THREADS") || ranks_on_node <= 1) return;
-  const int cores = int(std::thread::hardware_concurrency());
-  omp_set_num_threads(std::max(1, cores / ranks_on_node));
 }
 
 }  // namespace
@@ -204,25 +194,10 @@ int main(int argc, char** argv) {
       "  tidal export --format hf ckpt hf-out        # then: GPT2LMHeadModel.from_pretrained(\"hf-out\")\n"
       "  tidal export ckpt/step-00001000 hf-1000");
 
-#if TIDAL_MPI
   // Under mpirun / srun every rank runs this same command; MPI starts before anything else.
-  std::unique_ptr<tidal::comm::MpiRuntime> mpi;
-  if (tidal::comm::MpiRuntime::launched()) {
-    mpi = std::make_unique<tidal::comm::MpiRuntime>(&argc, &argv);
-    share_cores(mpi->local_size());
-  }
-  const int rank = mpi ? mpi->world_rank() : 0;
-  const std::string on_rank = mpi && mpi->world_size() > 1 ? fmt::format(" on rank {}", rank) : "";
-  // A failure on one rank must end the others: they would wait in a collective for it.
-  auto fail = [&](int code) {
-    if (mpi && mpi->world_size() > 1) mpi->abort(code);
-    return code;
-  };
-#else
-  const int rank = 0;
-  const std::string on_rank;
-  auto fail = [](int code) { return code; };
-#endif
+  tidal::engine::Launch launch(&argc, &argv);
+  const int rank = launch.rank();
+  const std::string on_rank = launch.world_size() > 1 ? fmt::format(" on rank {}", rank) : "";
   // Errors every rank meets identically (arguments, config, layout) are printed by rank 0.
   bool shared_phase = true;
   try {
@@ -239,13 +214,8 @@ int main(int argc, char** argv) {
     }
     if (trace->parsed()) {
       const tidal::config::Config cfg = trace_args.load();
-#if TIDAL_MPI
-      const nlohmann::json tide = tidal::engine::trace_warmup(cfg, mpi.get());
-      const int ranks = mpi ? mpi->world_size() : 1;
-#else
-      const nlohmann::json tide = tidal::engine::trace_warmup(cfg);
-      const int ranks = 1;
-#endif
+      const nlohmann::json tide = tidal::engine::trace_warmup(cfg, launch.mpi());
+      const int ranks = launch.world_size();
       if (ranks > 1) {  // each rank's tide in files of its own: tide.json -> tide-rank3.json
         auto of_rank = [&](const std::string& path) {
           const std::filesystem::path p(path);
@@ -266,22 +236,13 @@ int main(int argc, char** argv) {
     }
     if (plan->parsed()) {
       const tidal::config::Config cfg = plan_args.load();
-#if TIDAL_MPI
-      const tidal::engine::MemoryPlan p = tidal::engine::plan_memory(cfg, plan_max_layers, mpi.get());
-#else
-      const tidal::engine::MemoryPlan p = tidal::engine::plan_memory(cfg, plan_max_layers);
-#endif
+      const tidal::engine::MemoryPlan p = tidal::engine::plan_memory(cfg, plan_max_layers, launch.mpi());
       if (rank == 0) fmt::print("{}", plan_json ? p.json().dump() + "\n" : tidal::engine::format_memory_plan(p));
     }
     if (search->parsed()) {
       const tidal::config::Config cfg = search_args.load();
-#if TIDAL_MPI
-      const tidal::engine::ChunkSearch report =
-          tidal::engine::chunk_search(cfg, {.from = search_from, .to = search_to, .step = search_step}, mpi.get());
-#else
-      const tidal::engine::ChunkSearch report =
-          tidal::engine::chunk_search(cfg, {.from = search_from, .to = search_to, .step = search_step});
-#endif
+      const tidal::engine::ChunkSearch report = tidal::engine::chunk_search(
+          cfg, {.from = search_from, .to = search_to, .step = search_step}, launch.mpi());
       if (rank == 0) fmt::print("{}", search_json ? report.json().dump() + "\n" : tidal::engine::format_chunk_search(report));
     }
     if (train->parsed()) {
@@ -291,14 +252,11 @@ int main(int argc, char** argv) {
         if (rank == 0) fmt::print("{}", tidal::config::to_toml(cfg));
         return 0;
       }
-#if TIDAL_MPI
-      tidal::parallel::ParallelContext pc(cfg, mpi.get());
-#else
-      tidal::parallel::ParallelContext pc(cfg, nullptr);
-#endif
+      tidal::parallel::ParallelContext& pc = launch.context(cfg);
       shared_phase = false;
-      tidal::engine::train(cfg, {.metrics_path = metrics_path, .resume_path = resume_path, .stop_after = stop_after},
-                           pc);
+      tidal::engine::Trainer trainer(cfg, pc, {.metrics_path = metrics_path, .stop_after = stop_after});
+      if (!resume_path.empty()) trainer.load(resume_path);
+      trainer.fit();
     }
     return 0;
   } catch (const CLI::ParseError& e) {
@@ -312,10 +270,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     fmt::print(stderr, "tidal: error{}: {}\n", on_rank, e.what());
-    return fail(2);
+    return launch.fail(2);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "tidal: internal error{} (a bug; please report it): {}\n", on_rank, e.what());
-    return fail(3);
+    return launch.fail(3);
   }
 }

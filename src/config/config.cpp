@@ -1,6 +1,7 @@
 #include "config/config.h"
 
 #include "config/hf_model.h"
+#include "config/model_types.h"
 #include "config/schema.h"
 #include "core/error.h"
 
@@ -129,7 +130,10 @@ void check_one_of(const std::string& key, const std::string& value, std::initial
 // where the run's data may never have been).
 void validate(const Config& c, bool local_files) {
   const ModelConfig& m = c.model;
-  check_one_of("model.type", m.type, {"gpt", "bert", "vit", "llama"});
+  const std::optional<ModelTask> task = model_task(m.type);
+  TIDAL_CHECK(task.has_value(), "model.type = \"{}\" is not one of {} (a program of your own adds types with "
+              "models::register_model)", m.type, model_type_names());
+  const bool images = *task == ModelTask::image_classification;
   TIDAL_CHECK(m.n_layer >= 1 && m.n_head >= 1 && m.n_embd >= 1, "model.n_layer, model.n_head and model.n_embd must be >= 1");
   TIDAL_CHECK(m.n_embd % m.n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})", m.n_embd, m.n_head);
   TIDAL_CHECK(m.dropout >= 0.0 && m.dropout < 1.0, "model.dropout must be in [0, 1), got {}", m.dropout);
@@ -180,8 +184,8 @@ void validate(const Config& c, bool local_files) {
 
   const DataConfig& d = c.data;
   check_one_of("data.kind", d.kind, {"markov", "tokens", "text", "images"});
-  TIDAL_CHECK((m.type == "vit") == (d.kind == "images"),
-              "model.type = \"{}\" cannot train on data.kind = \"{}\" (vit trains on images; gpt and bert on "
+  TIDAL_CHECK(images == (d.kind == "images"),
+              "model.type = \"{}\" cannot train on data.kind = \"{}\" (vit trains on images; the language models on "
               "markov, tokens or text)",
               m.type, d.kind);
   if (d.kind == "markov") {

@@ -1,5 +1,6 @@
 #include "config/hf_model.h"
 
+#include "config/model_types.h"
 #include "config/schema.h"
 #include "core/error.h"
 
@@ -79,6 +80,9 @@ void apply_init_from(Config& cfg, const SetBy& set_by) {
 }
 
 io::HfModelSpec hf_spec(const ModelConfig& m) {
+  TIDAL_CHECK(builtin_model_type(m.type),
+              "model.type = \"{}\" is a model of your own: Hugging Face checkpoints (model.init_from, tidal export "
+              "--format hf) are GPT-2, BERT, ViT and Llama directories", m.type);
   io::HfModelSpec s;
   s.family = m.type == "bert"    ? io::HfFamily::bert
              : m.type == "vit"   ? io::HfFamily::vit

@@ -1,5 +1,6 @@
 #include "data/dataset.h"
 
+#include "config/model_types.h"
 #include "core/error.h"
 #include "data/images.h"
 #include "data/markov.h"
@@ -10,7 +11,8 @@ namespace tidal::data {
 std::unique_ptr<Dataset> make_dataset(const config::Config& cfg) {
   const auto& m = cfg.model;
   const auto& d = cfg.data;
-  const Objective objective = m.type == "bert" ? Objective::masked : Objective::causal;
+  const Objective objective =
+      config::model_task(m.type) == config::ModelTask::masked_lm ? Objective::masked : Objective::causal;
   if (d.kind == "markov") {
     // BERT reserves the last id as its mask token; the chain uses the others.
     const std::int64_t states = objective == Objective::masked ? m.vocab_size - 1 : m.vocab_size;

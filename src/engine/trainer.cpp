@@ -3,6 +3,7 @@
 #include "core/gpu.h"
 #include "data/dataset.h"
 #include "config/hf_model.h"
+#include "config/model_types.h"
 #include "engine/checkpoint.h"
 #include "engine/hf_checkpoint.h"
 #include "engine/lr_schedule.h"
@@ -65,13 +66,12 @@ double sum_over_replicas(parallel::ParallelContext& pc, double value) {
   return double(v.data<float>()[0]);
 }
 
-
 // Mean loss over the valid targets of the fixed eval set: samples [0, eval_batches * batch_size)
 // of the eval split, whatever the layout. Each replica takes its slice of every batch, in
 // micro-batches, and weighs each micro-batch's mean by its targets.
-double evaluate(pipeline::PipelineEngine& engine, ModelData& model_data, const data::Dataset& dataset,
-                nn::Runner& runner, const config::Config& cfg, std::int64_t micro, parallel::ParallelContext& pc,
-                Allocator& activations) {
+double evaluate_loss(pipeline::PipelineEngine& engine, ModelData& model_data, const data::Dataset& dataset,
+                     nn::Runner& runner, const config::Config& cfg, std::int64_t micro, parallel::ParallelContext& pc,
+                     Allocator& activations) {
   const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
   const std::int64_t B = cfg.train.batch_size, local = B / replicas;
   double total = 0, targets = 0;
@@ -102,98 +102,157 @@ nn::CheckpointPolicy checkpoint_policy(const config::TrainConfig& tc) {
   return {.every = every, .offload_to_host = tc.activation_offload == "host"};
 }
 
-}  // namespace
-
-TrainSummary train(const config::Config& cfg, const TrainOptions& options) {
-  parallel::ParallelContext pc(cfg, nullptr);
-  return train(cfg, options, pc);
+// A scalar agreed over the world: the largest of every rank's (1 = a rank wants to stop).
+bool any_rank(parallel::ParallelContext& pc, bool mine) {
+  if (pc.world_size() == 1) return mine;
+  Tensor v = Tensor::empty({1}, DType::f32, host_allocator());
+  v.data<float>()[0] = mine ? 1.0f : 0.0f;
+  pc.group(parallel::GroupKind::world).all_reduce(v)->wait();
+  return v.data<float>()[0] > 0.0f;
 }
 
-TrainSummary train(const config::Config& cfg, const TrainOptions& options, parallel::ParallelContext& pc) {
-  const config::TrainConfig& tc = cfg.train;
-  Progress progress(pc.is_main() && !options.quiet ? stdout : nullptr, std::max<std::int64_t>(1, tc.log_every), pc.world_size() == 1);
-  MetricsWriter metrics(pc.is_main() ? options.metrics_path : "");
-  auto dataset = data::make_dataset(cfg);
-  std::optional<TrainingSampler> sampler;  // train.sample_every: its prompt and tokenizer checked before training
-  if (tc.sample_every > 0) sampler.emplace(cfg);
-  const nn::CheckpointPolicy checkpointing = checkpoint_policy(tc);
-  const auto layers = nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
-  auto model = models::make_model(cfg.model, checkpointing, *layers, cfg.memory.embedding_on_host);
-  // Each data replica d takes samples [d * local, (d + 1) * local) of every global batch.
-  const int replicas = pc.layout().spec().data, replica = pc.coordinates().data;
-  const std::int64_t B = tc.batch_size, local = B / replicas;  // divisibility: ParallelContext
-  const std::int64_t micro = tc.micro_batch_size ? tc.micro_batch_size : local, accum = local / micro;
-  // The model's layers in pipeline stages (one stage without pipeline parallelism: the schedule
-  // is then plain gradient accumulation); this rank holds its stage's parameters.
-  const int stages = pc.layout().spec().pipeline;
-  pipeline::PipelineOptions pipeline_options;
-  pipeline_options.scatter_gather = cfg.parallel.scatter_gather;
-  pipeline_options.schedule = pipeline::parse_schedule(cfg.parallel.schedule);
-  pipeline_options.chunks = cfg.parallel.virtual_stages;
-  if (stages > 1) {
+// The run's pipeline options: the schedule, and under a pipeline the stage partition's unit
+// costs (measured on step 0's first micro-batch when parallel.partition = "time").
+pipeline::PipelineOptions pipeline_options(const config::Config& cfg, models::Model& model, const data::Dataset& data,
+                                           parallel::ParallelContext& pc, std::int64_t first, std::int64_t micro) {
+  pipeline::PipelineOptions o;
+  o.scatter_gather = cfg.parallel.scatter_gather;
+  o.schedule = pipeline::parse_schedule(cfg.parallel.schedule);
+  o.chunks = cfg.parallel.virtual_stages;
+  if (pc.layout().spec().pipeline > 1) {
     const auto by = pipeline::parse_partition(cfg.parallel.partition);
     HostAllocator probe_activations;
-    const nn::Batch probe_batch = dataset->batch(replica * local, micro, data::Split::train);  // step 0's first
-    const pipeline::TimeProbe probe{.state = {.training = true, .seed = tc.seed, .first_sample = replica * local,
+    const nn::Batch probe_batch = data.batch(first, micro, data::Split::train);
+    const pipeline::TimeProbe probe{.state = {.training = true, .seed = cfg.train.seed, .first_sample = first,
                                               .batch = &probe_batch, .activations = &probe_activations},
                                     .world = &pc.group(parallel::GroupKind::world)};
-    pipeline_options.unit_costs = pipeline::unit_costs(*model, by, &probe);
+    o.unit_costs = pipeline::unit_costs(model, by, &probe);
   }
-  pipeline::PipelineEngine engine(*model, pc, pipeline_options);
-  // Activations (and their gradients) have a pool of their own, so their peak is measured alone:
-  // a share of the GPU's memory under train.device = "cuda"; under memory.offload a share of
-  // the device tier, beside the chunks.
-  const bool on_gpu = tc.device == "cuda";
+  return o;
+}
+
+// Activations (and their gradients) have a pool of their own, so their peak is measured alone:
+// a share of the GPU's memory under train.device = "cuda"; under memory.offload a share of the
+// device tier, beside the chunks.
+std::unique_ptr<Allocator> activation_pool(const config::Config& cfg) {
+  const bool on_gpu = cfg.train.device == "cuda";
   TIDAL_CHECK(!on_gpu || gpu_available(),
               "train.device = \"cuda\", but this process sees {}: run it where a GPU is visible (check "
               "CUDA_VISIBLE_DEVICES and nvidia-smi), or set train.device = \"cpu\"",
               gpu_description());
-  std::unique_ptr<Allocator> activation_pool;
-  if (on_gpu || cfg.memory.offload != "none")
-    activation_pool = std::make_unique<SubAllocator>(device_tier(cfg));
-  else
-    activation_pool = std::make_unique<HostAllocator>();
-  Allocator& activations = *activation_pool;
+  if (on_gpu || cfg.memory.offload != "none") return std::make_unique<SubAllocator>(device_tier(cfg));
+  return std::make_unique<HostAllocator>();
+}
+
+// Positions per sample: tokens, or for ViT the patches and the class token.
+std::int64_t positions_per_sample(const config::ModelConfig& m) {
+  if (config::model_task(m.type) != config::ModelTask::image_classification) return m.seq_len;
+  const std::int64_t side = m.image_size / m.patch_size;
+  return side * side + 1;
+}
+
+}  // namespace
+
+// One run's state: what the constructor builds, and what prepare() adds before the first use.
+struct Trainer::Run {
+  Run(const config::Config& c, parallel::ParallelContext& p, TrainOptions o)
+      : cfg(c),
+        options(std::move(o)),
+        pc(p),
+        progress(pc.is_main() && !options.quiet ? stdout : nullptr, std::max<std::int64_t>(1, cfg.train.log_every),
+                 pc.world_size() == 1),
+        metrics(pc.is_main() ? options.metrics_path : ""),
+        dataset(data::make_dataset(cfg)),
+        layers(nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered})),
+        model(models::make_model(cfg.model, checkpoint_policy(cfg.train), *layers, cfg.memory.embedding_on_host)),
+        replicas(pc.layout().spec().data),
+        replica(pc.coordinates().data),
+        B(cfg.train.batch_size),
+        local(B / replicas),  // divisibility: ParallelContext
+        micro(cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local),
+        accum(local / micro),
+        T(positions_per_sample(cfg.model)),
+        engine(*model, pc, pipeline_options(cfg, *model, *dataset, pc, replica * local, micro)),
+        activations(activation_pool(cfg)),
+        schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps},
+        floor(dataset->entropy_floor()) {
+    if (cfg.train.sample_every > 0) sampler.emplace(cfg);  // its prompt and tokenizer checked before training
+    engine.materialize(cfg.train.seed);  // on the host: the Philox init writes there
+    // fp16: dynamic loss scaling; the other precisions train unscaled.
+    if (cfg.train.precision == "fp16")
+      scaler.emplace(optim::LossScalerOptions{.initial = cfg.train.loss_scale, .window = cfg.train.loss_scale_window});
+  }
+
+  void prepare();
+  void describe_layout();
+  // One training step (0-based `step`): its metrics record.
+  nlohmann::json train_step(std::int64_t step);
+  double evaluate();
+  // A checkpoint of `at` steps done.
+  void save(const std::string& dir, std::int64_t at);
+  TrainSummary fit();
+  TrainSummary summarize(std::int64_t end, std::int64_t timed_steps, double timed_seconds, bool stopped_early);
+
+  config::Config cfg;
+  TrainOptions options;
+  parallel::ParallelContext& pc;
+  Progress progress;
+  MetricsWriter metrics;
+  std::unique_ptr<data::Dataset> dataset;
+  std::unique_ptr<nn::LayerFactory> layers;
+  std::unique_ptr<models::Model> model;
+  // Each data replica takes samples [replica * local, (replica + 1) * local) of every global
+  // batch of B, in `accum` micro-batches of `micro`.
+  int replicas, replica;
+  std::int64_t B, local, micro, accum, T;
+  // The model's layers in pipeline stages (one stage without pipeline parallelism: the schedule
+  // is then plain gradient accumulation); this rank holds its stage's parameters.
+  pipeline::PipelineEngine engine;
+  std::unique_ptr<Allocator> activations;
   nn::Runner runner;
-  engine.materialize(tc.seed);  // on the host: the Philox init writes there
+  std::optional<TrainingSampler> sampler;
+  std::optional<optim::LossScaler> scaler;
+  LrSchedule schedule;
+  std::optional<double> floor;
+  std::unique_ptr<ModelData> model_data;  // made by prepare()
+  std::vector<Callback*> callbacks;
+  std::int64_t step = 0;  // steps done
+  std::int64_t skipped = 0;
+  double train_loss = 0, comm_seconds = 0, exposed_seconds = 0;
+  StepProfile profile;
+  StepProfile::Totals profile_sum;
+};
+
+void Trainer::Run::prepare() {
+  if (model_data) return;
   std::string init_line;
   if (!cfg.model.init_from.empty() && options.resume_path.empty()) {
     const io::HfModelSpec spec = config::hf_spec(cfg.model);
-    init_line = hf_load_line(cfg.model.init_from, spec, load_hf_weights(cfg.model.init_from, spec, engine.parameters()), pc);
+    init_line = hf_load_line(cfg.model.init_from, spec, load_hf_weights(cfg.model.init_from, spec, engine.parameters()),
+                             pc);
   }
-  const std::unique_ptr<ModelData> model_data = make_model_data(cfg, *model, engine, pc, runner, options.resume_path,
-                                                                   options.enforce_device_limit);
-  const std::string config_toml = config::to_toml(cfg);
-  // fp16: dynamic loss scaling; the other precisions train unscaled.
-  std::optional<optim::LossScaler> scaler;
-  if (tc.precision == "fp16") scaler.emplace(optim::LossScalerOptions{.initial = tc.loss_scale, .window = tc.loss_scale_window});
-
-  std::int64_t start = 0;
+  model_data = make_model_data(cfg, *model, engine, pc, runner, options.resume_path, options.enforce_device_limit);
   if (const auto& info = model_data->resumed()) {
-    start = info->step;
-    TIDAL_CHECK(start < tc.steps, "checkpoint '{}' is at step {}: nothing left to train up to train.steps = {}",
-                info->path, start, tc.steps);
+    step = info->step;
+    TIDAL_CHECK(step < cfg.train.steps,
+                "checkpoint '{}' is at step {}: nothing left to train up to train.steps = {}", info->path, step,
+                cfg.train.steps);
     if (scaler && info->optimizer.loss_scale > 0)
       scaler->restore(info->optimizer.loss_scale, info->optimizer.loss_scale_good_steps);
-    TIDAL_CHECK(options.stop_after == 0 || options.stop_after >= start,
+    TIDAL_CHECK(options.stop_after == 0 || options.stop_after >= step,
                 "--stop-after {} is before step {}, where checkpoint '{}' resumes: give a later step", options.stop_after,
-                start, info->path);
-    progress.line(fmt::format("resumed from {} at step {}", info->path, start));
+                step, info->path);
+    progress.line(fmt::format("resumed from {} at step {}", info->path, step));
   }
-  // Positions per sample: tokens, or for ViT the patches and the class token.
-  const std::int64_t T = cfg.model.type == "vit"
-                             ? (cfg.model.image_size / cfg.model.patch_size) * (cfg.model.image_size / cfg.model.patch_size) + 1
-                             : cfg.model.seq_len;
-  const std::int64_t end = options.stop_after > 0 ? std::min(options.stop_after, tc.steps) : tc.steps;
-  const LrSchedule schedule{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
-  const std::optional<double> floor = dataset->entropy_floor();
-
   progress.line(fmt::format("tidal: {} with {} parameters ({} layers, width {}, {} heads), batch {} x {} positions{}",
                             cfg.model.type, model->num_parameters(), cfg.model.n_layer, cfg.model.n_embd,
                             cfg.model.n_head, B, T, accum > 1 ? fmt::format(" in {} micro-batches", accum) : ""));
   progress.line("data: " + dataset->describe());
   if (!init_line.empty()) progress.line(init_line);
+  describe_layout();
+}
 
+void Trainer::Run::describe_layout() {
   if (replicas > 1) {
     progress.line(fmt::format("data parallel: {} replicas of {} sequences{}", replicas, local,
                               accum > 1 ? fmt::format(" ({} micro-batches)", accum) : ""));
@@ -205,101 +264,126 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                               "gradients summed over {} ranks",
                               ring, T / ring, pc.group(parallel::GroupKind::data_sequence).size()));
   }
-  if (stages > 1) {
-    std::string split;
-    for (std::size_t vs = 0; vs + 1 < engine.bounds().size(); ++vs)
-      split += fmt::format("{}{}", vs ? " | " : "", engine.bounds()[vs + 1] - engine.bounds()[vs]);
-    progress.line(fmt::format("pipeline: {} stages, schedule {}{}, layers per virtual stage {} (balanced by {}), {} "
-                              "micro-batches{}",
-                              stages, cfg.parallel.schedule,
-                              engine.chunks() > 1 ? fmt::format(" ({} chunks per rank)", engine.chunks()) : "", split,
-                              cfg.parallel.partition, accum,
-                              engine.scatter_gather()
-                                  ? fmt::format("; activations scatter-gathered over the {} tensor ranks",
-                                                pc.layout().spec().tensor)
-                                  : ""));
-    if (cfg.parallel.partition != "layers") {
-      std::string costs;
-      const bool time = cfg.parallel.partition == "time";
-      for (std::size_t vs = 0; vs < engine.stage_costs().size(); ++vs)
-        costs += fmt::format("{}{:.{}f}", vs ? " | " : "", engine.stage_costs()[vs] * (time ? 1e3 : 1e-6), time ? 2 : 3);
-      progress.line(fmt::format("pipeline: {} per virtual stage {}", time ? "measured ms (forward + backward of a "
-                                                                          "micro-batch)" : "million parameters",
-                                costs));
-    }
+  const int stages = pc.layout().spec().pipeline;
+  if (stages == 1) return;
+  std::string split;
+  for (std::size_t vs = 0; vs + 1 < engine.bounds().size(); ++vs)
+    split += fmt::format("{}{}", vs ? " | " : "", engine.bounds()[vs + 1] - engine.bounds()[vs]);
+  progress.line(fmt::format(
+      "pipeline: {} stages, schedule {}{}, layers per virtual stage {} (balanced by {}), {} micro-batches{}", stages,
+      cfg.parallel.schedule, engine.chunks() > 1 ? fmt::format(" ({} chunks per rank)", engine.chunks()) : "", split,
+      cfg.parallel.partition, accum,
+      engine.scatter_gather()
+          ? fmt::format("; activations scatter-gathered over the {} tensor ranks", pc.layout().spec().tensor)
+          : ""));
+  if (cfg.parallel.partition == "layers") return;
+  std::string costs;
+  const bool time = cfg.parallel.partition == "time";
+  for (std::size_t vs = 0; vs < engine.stage_costs().size(); ++vs)
+    costs += fmt::format("{}{:.{}f}", vs ? " | " : "", engine.stage_costs()[vs] * (time ? 1e3 : 1e-6), time ? 2 : 3);
+  progress.line(fmt::format("pipeline: {} per virtual stage {}",
+                            time ? "measured ms (forward + backward of a micro-batch)" : "million parameters", costs));
+}
+
+nlohmann::json Trainer::Run::train_step(std::int64_t at) {
+  const auto t0 = Clock::now();
+  const double lr = schedule.at(at);
+  model_data->zero_grad();
+  const double loss_scale = scaler ? scaler->scale() : 1.0;
+  std::vector<nn::Batch> batches;
+  std::vector<double> targets;  // valid targets per micro-batch
+  for (std::int64_t m = 0; m < accum; ++m) {
+    batches.push_back(dataset->batch(at * B + replica * local + m * micro, micro, data::Split::train));
+    targets.push_back(double(nn::valid_targets(batches.back())));
   }
-  const GradientReducer* reducer = model_data->reducer();
-  std::int64_t skipped = 0;
+  const double all_targets = sum_over_replicas(pc, std::accumulate(targets.begin(), targets.end(), 0.0));
+  // On the GPU: the batch goes there, and the step's temporaries (gradients in flight,
+  // workspaces) come from the activations' share of its memory until the update is done.
+  std::optional<ScopedDefaultAllocator> step_on_gpu;
+  if (cfg.train.device == "cuda") {
+    for (nn::Batch& b : batches) b = nn::copy_batch(b, *activations);
+    step_on_gpu.emplace(*activations);
+  }
+  // The step's loss is the mean over the global batch's valid targets, as one process computes
+  // it: a micro-batch's mean counts with its share of the targets.
+  std::vector<pipeline::MicroBatch> micro_batches;
+  for (std::int64_t m = 0; m < accum; ++m)
+    micro_batches.push_back({.batch = &batches[std::size_t(m)],
+                             .first_sample = replica * local + m * micro,
+                             .loss_scale = float(all_targets > 0 ? targets[std::size_t(m)] / all_targets : 0.0),
+                             .gradient_scale = float(loss_scale)});
+  const nn::StepState state{.runner = &runner, .training = true, .seed = cfg.train.seed, .step = std::uint32_t(at),
+                            .activations = activations.get()};
+  double loss = engine.train(micro_batches, state, model_data->hooks(accum));
+  model_data->finish_backward();
+  if (replicas > 1) loss = sum_over_replicas(pc, loss);
+  // The gradient carries the loss scale; its norm is not finite on every rank when it
+  // overflowed on any (the norm is summed over them).
+  const double norm = std::sqrt(model_data->squared_gradient_norm()) / loss_scale;
+  const bool applied = scaler ? scaler->update(std::isfinite(norm)) : true;
+  if (applied) {
+    model_data->step(float(lr), float(loss_scale), norm, cfg.train.grad_clip);
+  } else {
+    model_data->skip_step();
+    ++skipped;
+    progress.line(fmt::format("step {}: gradient overflowed in fp16 at loss scale {}: step skipped, scale now {}",
+                              at + 1, loss_scale, scaler->scale()));
+  }
+  step_on_gpu.reset();
+  train_loss = loss;
+  synchronize_gpu();  // the update's kernels count in the step's time
+  const double dt = seconds_since(t0);
+  nlohmann::json record = {{"step", at + 1},
+                           {"loss", loss},
+                           {"lr", lr},
+                           {"tokens_per_s", double(B * T) / dt},
+                           {"grad_norm", norm},
+                           {"step_time_s", dt}};
+  if (const GradientReducer* reducer = model_data->reducer()) {
+    record["allreduce_s"] = reducer->comm_seconds();
+    record["allreduce_exposed_s"] = reducer->exposed_seconds();
+  }
+  if (scaler) {
+    record["loss_scale"] = loss_scale;
+    record["skipped"] = !applied;
+  }
+  return record;
+}
+
+double Trainer::Run::evaluate() {
+  prepare();
+  return evaluate_loss(engine, *model_data, *dataset, runner, cfg, micro, pc, *activations);
+}
+
+void Trainer::Run::save(const std::string& dir, std::int64_t at) {
+  prepare();
+  const OptimizerMeta counters{.loss_scale = scaler ? scaler->scale() : 0.0,
+                               .loss_scale_good_steps = scaler ? scaler->good_steps() : 0};
+  model_data->save(dir, at, counters, config::to_toml(cfg), cfg.checkpoint.keep);
+  for (Callback* c : callbacks) c->on_checkpoint({.step = at, .dir = dir});
+}
+
+TrainSummary Trainer::Run::fit() {
+  prepare();
+  const config::TrainConfig& tc = cfg.train;
+  const std::int64_t start = step;
+  const std::int64_t end = options.stop_after > 0 ? std::min(options.stop_after, tc.steps) : tc.steps;
   const std::int64_t warm = std::min<std::int64_t>(3, std::max<std::int64_t>(0, end - start - 1));
-  double timed_seconds = 0, train_loss = 0, comm_seconds = 0, exposed_seconds = 0;
+  const GradientReducer* reducer = model_data->reducer();
+  double timed_seconds = 0;
   std::int64_t timed_steps = 0;
+  bool stopped_early = false;
   const auto run_start = Clock::now();
-
-  auto save_checkpoint_at = [&](std::int64_t step) {
-    const OptimizerMeta counters{.loss_scale = scaler ? scaler->scale() : 0.0,
-                                 .loss_scale_good_steps = scaler ? scaler->good_steps() : 0};
-    model_data->save(cfg.checkpoint.dir, step, counters, config_toml, cfg.checkpoint.keep);
-  };
-
   // train.profile: the steps' op and module times; the timed steps' sum goes into the summary.
-  StepProfile profile;
-  StepProfile::Totals profile_sum;
   std::optional<ProfileRecording> recording;
   if (tc.profile) recording.emplace(profile);
 
   // An operator that ran out of the device tier: the model data keeper says how it uses it.
   try {
-    for (std::int64_t step = start; step < end; ++step) {
-      const auto t0 = Clock::now();
+    for (; step < end && !stopped_early; ++step) {
       profile.take();  // what ran between steps (evaluation, checkpoints) is no step's
-      const double lr = schedule.at(step);
-      model_data->zero_grad();
-      const double loss_scale = scaler ? scaler->scale() : 1.0;
-      std::vector<nn::Batch> batches;
-      std::vector<double> targets;  // valid targets per micro-batch
-      for (std::int64_t m = 0; m < accum; ++m) {
-        batches.push_back(dataset->batch(step * B + replica * local + m * micro, micro, data::Split::train));
-        targets.push_back(double(nn::valid_targets(batches.back())));
-      }
-      const double all_targets = sum_over_replicas(pc, std::accumulate(targets.begin(), targets.end(), 0.0));
-      // On the GPU: the batch goes there, and the step's temporaries (gradients in flight,
-      // workspaces) come from the activations' share of its memory until the update is done.
-      std::optional<ScopedDefaultAllocator> step_on_gpu;
-      if (on_gpu) {
-        for (nn::Batch& b : batches) b = nn::copy_batch(b, activations);
-        step_on_gpu.emplace(activations);
-      }
-      // The step's loss is the mean over the global batch's valid targets, as one process computes
-      // it: a micro-batch's mean counts with its share of the targets.
-      std::vector<pipeline::MicroBatch> micro_batches;
-      for (std::int64_t m = 0; m < accum; ++m)
-        micro_batches.push_back({.batch = &batches[std::size_t(m)],
-                                 .first_sample = replica * local + m * micro,
-                                 .loss_scale = float(all_targets > 0 ? targets[std::size_t(m)] / all_targets : 0.0),
-                                 .gradient_scale = float(loss_scale)});
-      const nn::StepState state{.runner = &runner, .training = true, .seed = tc.seed, .step = std::uint32_t(step),
-                                .activations = &activations};
-      double loss = engine.train(micro_batches, state, model_data->hooks(accum));
-      model_data->finish_backward();
-      if (replicas > 1) loss = sum_over_replicas(pc, loss);
-      // The gradient carries the loss scale; its norm is not finite on every rank when it
-      // overflowed on any (the norm is summed over them).
-      const double norm = std::sqrt(model_data->squared_gradient_norm()) / loss_scale;
-      const bool applied = scaler ? scaler->update(std::isfinite(norm)) : true;
-      if (applied) {
-        model_data->step(float(lr), float(loss_scale), norm, tc.grad_clip);
-      } else {
-        model_data->skip_step();
-        ++skipped;
-        progress.line(fmt::format("step {}: gradient overflowed in fp16 at loss scale {}: step skipped, scale now {}",
-                                  step + 1, loss_scale, scaler->scale()));
-      }
-      step_on_gpu.reset();
-      train_loss = loss;
-
-      synchronize_gpu();  // the update's kernels count in the step's time
-      const double dt = seconds_since(t0);
-      const double tokens_per_s = double(B * T) / dt;
+      nlohmann::json record = train_step(step);
+      const double dt = record["step_time_s"].get<double>();
       if (step - start >= warm) {
         timed_seconds += dt;
         ++timed_steps;
@@ -308,18 +392,6 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
           exposed_seconds += reducer->exposed_seconds();
         }
       }
-      const double elapsed = seconds_since(run_start);
-      const double eta = elapsed / double(step - start + 1) * double(end - step - 1);
-      nlohmann::json record = {{"step", step + 1},         {"loss", loss},      {"lr", lr},
-                               {"tokens_per_s", tokens_per_s}, {"grad_norm", norm}, {"step_time_s", dt}};
-      if (reducer) {
-        record["allreduce_s"] = reducer->comm_seconds();
-        record["allreduce_exposed_s"] = reducer->exposed_seconds();
-      }
-      if (scaler) {
-        record["loss_scale"] = loss_scale;
-        record["skipped"] = !applied;
-      }
       if (tc.profile) {
         const StepProfile::Totals totals = profile.take();
         record["profile"] = profile_record(totals, dt, 1.0);
@@ -327,39 +399,59 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
       }
       record.update(model_data->step_record());
       metrics.write(record);
-      progress.step({step + 1, tc.steps, loss, lr, tokens_per_s, eta, host_allocator().peak_bytes(),
-                     activations.peak_bytes()});
-
+      const double eta = seconds_since(run_start) / double(step - start + 1) * double(end - step - 1);
+      const StepEnd done{.step = step + 1,
+                         .loss = record["loss"].get<double>(),
+                         .lr = record["lr"].get<double>(),
+                         .grad_norm = record["grad_norm"].get<double>(),
+                         .tokens_per_s = record["tokens_per_s"].get<double>(),
+                         .record = record};
+      progress.step({step + 1, tc.steps, done.loss, done.lr, done.tokens_per_s, eta, host_allocator().peak_bytes(),
+                     activations->peak_bytes()});
+      for (Callback* c : callbacks) c->on_step_end(done);
       if (tc.eval_every > 0 && (step + 1) % tc.eval_every == 0 && step + 1 < tc.steps) {
-        const double eval = evaluate(engine, *model_data, *dataset, runner, cfg, micro, pc, activations);
+        const double eval = evaluate();
         metrics.write({{"step", step + 1}, {"eval_loss", eval}});
         progress.line(fmt::format("step {}: eval loss {:.4f}{}", step + 1, eval,
                                   floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
+        for (Callback* c : callbacks) c->on_evaluation({.step = step + 1, .eval_loss = eval});
+      }
+      if (!callbacks.empty()) {
+        bool stop = false;
+        for (Callback* c : callbacks) stop = c->should_stop() || stop;
+        stopped_early = any_rank(pc, stop) && step + 1 < end;
       }
       if (sampler && sampler->due(step + 1, end)) {
         const std::string line = sampler->line(*model, pc.world_size(), step + 1);
         if (!line.empty()) progress.line(line);
       }
-      const bool last = step + 1 == end;
+      const bool last = step + 1 == end || stopped_early;
       const bool due = last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0);
       if (!cfg.checkpoint.dir.empty() && due) {
-        save_checkpoint_at(step + 1);
+        save(cfg.checkpoint.dir, step + 1);
         if (!last) progress.line(fmt::format("step {}: checkpoint written to {}", step + 1, cfg.checkpoint.dir));
       }
+      if (stopped_early) progress.line(fmt::format("step {}: stopped by a callback", step + 1));
     }
     // Resumed with --stop-after at the checkpoint's own step: no step to run, and the checkpoint is
     // written again as this layout loaded it (a check that it loads under this layout).
-    if (end == start && !cfg.checkpoint.dir.empty()) save_checkpoint_at(start);
+    if (end == start && !cfg.checkpoint.dir.empty()) save(cfg.checkpoint.dir, start);
   } catch (const OutOfMemory& e) {
     throw OutOfMemory(e.what() + model_data->out_of_memory_hint(e), e.needed());
   }
   progress.finish();
   recording.reset();
+  return summarize(step, timed_steps, timed_seconds, stopped_early);
+}
 
+TrainSummary Trainer::Run::summarize(std::int64_t end, std::int64_t timed_steps, double timed_seconds,
+                                     bool stopped_early) {
+  const config::TrainConfig& tc = cfg.train;
   TrainSummary summary;
   summary.steps_done = end;
+  summary.stopped_early = stopped_early;
   summary.final_train_loss = train_loss;
-  summary.final_loss = evaluate(engine, *model_data, *dataset, runner, cfg, micro, pc, activations);
+  summary.final_loss = evaluate();
   summary.tokens_per_s = timed_steps ? double(timed_steps * B * T) / timed_seconds : 0.0;
   summary.entropy_floor = floor;
   summary.model_data = model_data->memory();
@@ -370,19 +462,20 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                            {"final_train_loss", summary.final_train_loss},
                            {"tokens_per_s", summary.tokens_per_s},
                            {"parameters", model->num_parameters()},
-                           {"peak_bytes", {{"host", host_allocator().peak_bytes()}, {"activations", activations.peak_bytes()}}},
+                           {"peak_bytes", {{"host", host_allocator().peak_bytes()}, {"activations", activations->peak_bytes()}}},
                            {"activation_checkpointing", tc.activation_checkpointing},
                            {"precision", tc.precision},
                            {"zero_stage", cfg.zero.stage},
                            {"model_data", summary.model_data},
                            {"layout", pc.describe()},
                            {"communication", pc.communication_stats()}};
+  if (stopped_early) record["stopped_early"] = true;
   if (floor) record["entropy_floor"] = *floor;
   if (scaler) {
     record["skipped_steps"] = skipped;
     record["loss_scale"] = scaler->scale();
   }
-  if (reducer && comm_seconds > 0) {
+  if (model_data->reducer() && comm_seconds > 0) {
     summary.allreduce_hidden_fraction = 1.0 - exposed_seconds / comm_seconds;
     record["allreduce_hidden_fraction"] = *summary.allreduce_hidden_fraction;
     record["allreduce_s_per_step"] = comm_seconds / double(timed_steps);
@@ -393,7 +486,7 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
                             end, summary.final_loss,
                             floor ? fmt::format(" (entropy floor {:.4f}, gap {:.4f})", *floor, summary.final_loss - *floor) : "",
                             summary.tokens_per_s, human_bytes(host_allocator().peak_bytes()),
-                            human_bytes(activations.peak_bytes())));
+                            human_bytes(activations->peak_bytes())));
   if (summary.allreduce_hidden_fraction) {
     progress.line(fmt::format("gradients: all-reduce over {} ranks {:.1f} ms per step, {:.0f}% of it hidden behind "
                               "backward",
@@ -403,7 +496,39 @@ TrainSummary train(const config::Config& cfg, const TrainOptions& options, paral
   if (record.contains("profile"))
     for (const std::string& line : profile_lines(record["profile"])) progress.line(line);
   if (!cfg.checkpoint.dir.empty()) progress.line(fmt::format("checkpoint: {}", cfg.checkpoint.dir));
+  summary.record = std::move(record);
   return summary;
 }
+
+Trainer::Trainer(const config::Config& cfg, parallel::ParallelContext& pc, TrainOptions options)
+    : run_(std::make_unique<Run>(cfg, pc, std::move(options))) {}
+
+Trainer::Trainer(const config::Config& cfg, TrainOptions options)
+    : own_pc_(std::make_unique<parallel::ParallelContext>(cfg, nullptr)),
+      run_(std::make_unique<Run>(cfg, *own_pc_, std::move(options))) {}
+
+Trainer::~Trainer() = default;
+
+void Trainer::add_callback(Callback& callback) { run_->callbacks.push_back(&callback); }
+
+void Trainer::load(const std::string& dir) {
+  TIDAL_CHECK(!run_->model_data,
+              "Trainer::load('{}') after the run began (fit, evaluate or save): load a checkpoint first", dir);
+  run_->options.resume_path = dir;
+}
+
+TrainSummary Trainer::fit() { return run_->fit(); }
+double Trainer::evaluate() { return run_->evaluate(); }
+void Trainer::save(const std::string& dir) { run_->save(dir, run_->step); }
+std::int64_t Trainer::step() const { return run_->step; }
+models::Model& Trainer::model() { return *run_->model; }
+const config::Config& Trainer::config() const { return run_->cfg; }
+parallel::ParallelContext& Trainer::context() { return run_->pc; }
+
+TrainSummary train(const config::Config& cfg, const TrainOptions& options, parallel::ParallelContext& pc) {
+  return Trainer(cfg, pc, options).fit();
+}
+
+TrainSummary train(const config::Config& cfg, const TrainOptions& options) { return Trainer(cfg, options).fit(); }
 
 }  // namespace tidal::engine

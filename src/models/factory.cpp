@@ -3,7 +3,11 @@
 #include "config/hf_model.h"
 #include "models/bert.h"
 #include "models/gpt.h"
+#include "models/registry.h"
 #include "models/vit.h"
+
+#include <map>
+#include <mutex>
 
 namespace tidal::models {
 
@@ -33,8 +37,10 @@ LlamaConfig llama_config(const config::ModelConfig& c, const nn::CheckpointPolic
           .tie_embeddings = c.tie_embeddings, .embedding_on_host = embedding_on_host};
 }
 
-std::unique_ptr<Model> make_model(const config::ModelConfig& c, const nn::CheckpointPolicy& checkpointing,
-                                  nn::LayerFactory& layers, bool embedding_on_host) {
+namespace {
+
+std::unique_ptr<Model> make_builtin(const config::ModelConfig& c, const nn::CheckpointPolicy& checkpointing,
+                                    nn::LayerFactory& layers, bool embedding_on_host) {
   const float dropout = float(c.dropout), ln_eps = float(config::effective_ln_eps(c));
   const ops::GeluForm activation = activation_of(c);
   if (c.type == "gpt") return make_gpt(gpt_config(c, checkpointing, embedding_on_host), layers);
@@ -49,8 +55,42 @@ std::unique_ptr<Model> make_model(const config::ModelConfig& c, const nn::Checkp
                      .patch_size = c.patch_size, .channels = c.channels, .num_classes = c.num_classes,
                      .dropout = dropout, .ln_eps = ln_eps, .activation = activation, .checkpointing = checkpointing},
                     layers);
-  if (c.type == "llama") return make_llama(llama_config(c, checkpointing, embedding_on_host), layers);
-  throw Error(fmt::format("model.type = \"{}\" is not one of gpt | bert | vit | llama", c.type));
+  TIDAL_ASSERT(c.type == "llama", "model.type {} is not built in", c.type);
+  return make_llama(llama_config(c, checkpointing, embedding_on_host), layers);
+}
+
+// The registered builders of types beyond the built-in ones.
+struct Builders {
+  std::mutex mutex;
+  std::map<std::string, ModelBuilder> by_type;
+};
+Builders& builders() {
+  static Builders b;
+  return b;
+}
+
+}  // namespace
+
+void register_model(const std::string& type, config::ModelTask task, ModelBuilder build) {
+  TIDAL_CHECK(build != nullptr, "register_model(\"{}\"): no builder given", type);
+  config::add_model_type(type, task);  // refuses a name taken
+  Builders& b = builders();
+  std::lock_guard lock(b.mutex);
+  b.by_type.emplace(type, std::move(build));
+}
+
+std::unique_ptr<Model> make_model(const config::ModelConfig& c, const nn::CheckpointPolicy& checkpointing,
+                                  nn::LayerFactory& layers, bool embedding_on_host) {
+  if (config::builtin_model_type(c.type)) return make_builtin(c, checkpointing, layers, embedding_on_host);
+  ModelBuilder build;
+  {
+    Builders& b = builders();
+    std::lock_guard lock(b.mutex);
+    const auto it = b.by_type.find(c.type);
+    TIDAL_CHECK(it != b.by_type.end(), "model.type = \"{}\" is not one of {}", c.type, config::model_type_names());
+    build = it->second;
+  }
+  return build({.config = c, .layers = layers, .checkpointing = checkpointing, .embedding_on_host = embedding_on_host});
 }
 
 }  // namespace tidal::models
