@@ -95,12 +95,15 @@ int main(int argc, char** argv) {
 
   auto* train = app.add_subcommand("train", "Train a model (defaults: a small GPT on the built-in Markov language)");
   ConfigArgs train_args;
-  std::string metrics_path, resume_path;
+  std::string metrics_path, resume_path, tensorboard_dir;
   std::int64_t stop_after = 0;
   bool print_config = false;
   add_config_options(train, train_args, "TOML config file (missing keys take their defaults)",
                      "train.steps=100 --set model.type=bert");
   train->add_option("--metrics", metrics_path, "Append JSON lines (one per step, then a summary) to this file");
+  train->add_option("--tensorboard", tensorboard_dir,
+                    "Write the metrics as TensorBoard event files into this directory (train.tensorboard_dir); "
+                    "then: tensorboard --logdir DIR");
   train->add_option("--resume", resume_path, "Continue from a checkpoint directory (or one of its step-* directories)");
   train->add_option("--stop-after", stop_after,
                     "End after step N as an interruption would (the schedule still assumes train.steps); writes a "
@@ -247,6 +250,7 @@ int main(int argc, char** argv) {
     }
     if (train->parsed()) {
       TIDAL_CHECK(stop_after >= 0, "--stop-after must be a step number >= 1, got {}", stop_after);
+      if (!tensorboard_dir.empty()) train_args.overrides.push_back("train.tensorboard_dir=" + tensorboard_dir);
       const tidal::config::Config cfg = train_args.load();
       if (print_config) {
         if (rank == 0) fmt::print("{}", tidal::config::to_toml(cfg));

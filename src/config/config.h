@@ -68,6 +68,7 @@ struct TrainConfig {
   std::int64_t eval_every = 200;   // 0 = only at the end
   std::int64_t eval_batches = 16;
   std::int64_t log_every = 50;     // plain progress lines when not on a terminal
+  std::string tensorboard_dir;     // TensorBoard event files of the metrics go here; "" = none
   std::int64_t sample_every = 0;   // gpt: steps between greedy samples in the progress lines; 0 = off
   std::string sample_prompt;       // what the samples continue ("" = the end-of-text token)
   bool profile = false;            // time per op family and module kind, per step and in the summary

@@ -43,7 +43,7 @@ Key field(std::string name, Access access, std::string help) {
 
 std::vector<Key> make_schema() {
   return {
-      TIDAL_KEY(model.type, "gpt | bert | vit | llama"),
+      TIDAL_KEY(model.type, "gpt | bert | vit | llama (or a type a program registers: models/registry.h)"),
       TIDAL_KEY(model.n_layer, "transformer blocks"),
       TIDAL_KEY(model.n_head, "attention heads (must divide n_embd)"),
       TIDAL_KEY(model.n_embd, "hidden width"),
@@ -109,6 +109,9 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(train.activation_checkpointing_k, "every_k: consecutive blocks per checkpointed run"),
       TIDAL_KEY(train.activation_offload, "none | host: checkpointed inputs wait in host memory until backward"),
       TIDAL_KEY(train.log_every, "steps between progress lines when not on a terminal"),
+      TIDAL_KEY(train.tensorboard_dir,
+                "directory for TensorBoard event files of every step's metrics (loss, eval loss, lr, tokens/s, "
+                "gradient norm, loss scale, memory per tier); \"\" = none (tidal train --tensorboard DIR)"),
       TIDAL_KEY(train.sample_every,
                 "gpt: every this many steps (and at the end) a progress line with 32 tokens greedily continuing "
                 "train.sample_prompt (0 = off); needs the weights plain in one process: one rank, train.precision = "

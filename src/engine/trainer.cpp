@@ -161,7 +161,7 @@ struct Trainer::Run {
         pc(p),
         progress(pc.is_main() && !options.quiet ? stdout : nullptr, std::max<std::int64_t>(1, cfg.train.log_every),
                  pc.world_size() == 1),
-        metrics(pc.is_main() ? options.metrics_path : ""),
+        metrics(pc.is_main() ? options.metrics_path : "", pc.is_main() ? cfg.train.tensorboard_dir : ""),
         dataset(data::make_dataset(cfg)),
         layers(nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered})),
         model(models::make_model(cfg.model, checkpoint_policy(cfg.train), *layers, cfg.memory.embedding_on_host)),
@@ -398,6 +398,7 @@ TrainSummary Trainer::Run::fit() {
         if (step - start >= warm) accumulate_profile(profile_sum, totals);
       }
       record.update(model_data->step_record());
+      record["peak_bytes"] = {{"host", host_allocator().peak_bytes()}, {"activations", activations->peak_bytes()}};
       metrics.write(record);
       const double eta = seconds_since(run_start) / double(step - start + 1) * double(end - step - 1);
       const StepEnd done{.step = step + 1,
