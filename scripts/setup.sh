@@ -7,7 +7,7 @@ packages=(
   libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev
   libicu-dev
-  python3 python3-numpy python3-torch python3-venv
+  python3 python3-dev python3-numpy python3-torch python3-venv pybind11-dev
 )
 missing=()
 for p in "${packages[@]}"; do

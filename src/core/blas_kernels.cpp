@@ -28,10 +28,15 @@ bool is_generic_fallback(const char* name) {
 
 const char* blas_kernel_name() { return openblas_get_corename(); }
 
-void select_blas_kernels(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("TIDAL_KEEP_BLAS_KERNELS") != nullptr) return;
+const char* better_blas_kernels() {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("TIDAL_KEEP_BLAS_KERNELS") != nullptr) return nullptr;
   const char* best = best_supported_kernels();
-  if (best == nullptr || !is_generic_fallback(openblas_get_corename())) return;
+  return best != nullptr && is_generic_fallback(openblas_get_corename()) ? best : nullptr;
+}
+
+void select_blas_kernels(char** argv) {
+  const char* best = better_blas_kernels();
+  if (best == nullptr) return;
   ::setenv("OPENBLAS_CORETYPE", best, 1);
   ::execv("/proc/self/exe", argv);
   // execv only returns on failure: run on with the generic kernels.

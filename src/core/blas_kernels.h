@@ -11,6 +11,10 @@ namespace tidal {
 // which case the program runs on with the library's own choice). TIDAL_KEEP_BLAS_KERNELS=1
 // turns it off.
 void select_blas_kernels(char** argv);
+// The kernels select_blas_kernels would choose ("SkylakeX", "Haswell") when the library fell
+// back to generic ones and nothing says to keep them; else null. For a process that cannot
+// re-execute (a Python interpreter): it can only tell its user to set OPENBLAS_CORETYPE.
+const char* better_blas_kernels();
 
 // The kernel set OpenBLAS is using ("SkylakeX", "Haswell", ...).
 const char* blas_kernel_name();

@@ -64,14 +64,14 @@ int Launch::fail(int code) {
   return code;
 }
 
-int Launch::run(const std::function<void()>& body, bool shared) {
+int Launch::run(const std::function<void()>& body, const bool* shared) {
   const std::string on_rank = world_size() > 1 ? fmt::format(" on rank {}", rank()) : "";
   try {
     body();
     return 0;
   } catch (const Error& e) {
     std::fflush(stdout);
-    if (shared) {
+    if (shared != nullptr && *shared) {
       if (is_main()) fmt::print(stderr, "tidal: error: {}\n", e.what());
       return 2;
     }

@@ -45,9 +45,9 @@ class Launch {
   parallel::ParallelContext& context(const config::Config& cfg);
 
   // Runs `body`, returning 0, or the exit code of what it threw after printing it to stderr
-  // ("tidal: error on rank r: ..."). `shared`: errors every rank meets alike (arguments, config)
-  // print on rank 0 only and end each rank by itself.
-  int run(const std::function<void()>& body, bool shared = false);
+  // ("tidal: error on rank r: ..."). While `*shared` is true the errors are ones every rank meets
+  // alike (arguments, config, layout): rank 0 alone prints, and each rank ends by itself.
+  int run(const std::function<void()>& body, const bool* shared = nullptr);
   // Ends this process (and under several ranks, every rank) with `code`.
   int fail(int code);
   // The MPI runtime when a launcher started this process, else null (what the planners take).

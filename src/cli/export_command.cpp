@@ -1,0 +1,45 @@
+#include "cli/export_command.h"
+
+#include "core/error.h"
+#include "engine/hf_checkpoint.h"
+#include "engine/progress.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+namespace tidal::cli {
+
+void add_export_command(CLI::App& app, ExportCommand& cmd) {
+  CLI::App* e = app.add_subcommand(
+      "export", "Write a checkpoint as a Hugging Face model directory (config.json + model.safetensors) that "
+                "transformers' from_pretrained opens");
+  cmd.app = e;
+  e->add_option("--format", cmd.format, "Output format (hf: a Hugging Face directory)")
+      ->check(CLI::IsMember({"hf"}))
+      ->capture_default_str();
+  e->add_option("CHECKPOINT", cmd.checkpoint, "A checkpoint directory (its latest step) or a step-* directory")
+      ->required();
+  e->add_option("OUT_DIR", cmd.out, "Where the Hugging Face directory goes (created)")->required();
+  e->add_option("--max-shard-gb", cmd.max_shard_gb,
+                "Above this many GB (2^30 bytes) the weights go in numbered shards with an index")
+      ->capture_default_str();
+  e->footer(
+      "The model's architecture comes from the config stored in the checkpoint: gpt -> GPT2LMHeadModel, bert -> "
+      "BertForMaskedLM, vit -> ViTForImageClassification, llama -> LlamaForCausalLM, with tidal's weights in "
+      "Hugging Face's names and layouts (GPT-2's Conv1D weights transposed, BERT's, ViT's and Llama's q, k, v "
+      "apart, Llama's gate and up apart). Weights are fp32.\n\n"
+      "Examples:\n"
+      "  tidal export --format hf ckpt hf-out        # then: GPT2LMHeadModel.from_pretrained(\"hf-out\")\n"
+      "  tidal export ckpt/step-00001000 hf-1000");
+}
+
+void run_export_command(const ExportCommand& cmd) {
+  TIDAL_CHECK(cmd.max_shard_gb > 0, "--max-shard-gb must be > 0, got {}", cmd.max_shard_gb);
+  const auto r =
+      engine::export_hf(cmd.checkpoint, cmd.out, std::uint64_t(cmd.max_shard_gb * double(std::uint64_t(1) << 30)));
+  fmt::print("exported {} as {}: {} tensors, {} in {} file{} + config.json\n", cmd.checkpoint, r.architecture,
+             r.tensors, engine::human_bytes(r.bytes), r.files, r.files > 1 ? "s (with an index)" : "");
+}
+
+}  // namespace tidal::cli

@@ -1,0 +1,20 @@
+// `tidal export`: a checkpoint as a Hugging Face model directory (engine/hf_checkpoint.h). This
+// file owns the options, the help text and what the command prints.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace tidal::cli {
+
+struct ExportCommand {
+  CLI::App* app = nullptr;
+  std::string format = "hf", checkpoint, out;
+  double max_shard_gb = 2.0;
+};
+
+void add_export_command(CLI::App& app, ExportCommand& cmd);
+void run_export_command(const ExportCommand& cmd);
+
+}  // namespace tidal::cli

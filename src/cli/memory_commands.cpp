@@ -1,0 +1,106 @@
+#include "cli/memory_commands.h"
+
+#include "engine/chunk_search.h"
+#include "engine/memory_plan.h"
+#include "engine/progress.h"
+#include "engine/tide.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+namespace tidal::cli {
+
+void add_chunk_search_command(CLI::App& app, ChunkSearchCommand& cmd) {
+  CLI::App* search = app.add_subcommand(
+      "chunk-search", "Lay the model's parameters out in chunks of each size in a range: fragmentation, utilisation, "
+                      "the best size (PatrickStar's search; nothing is allocated)");
+  cmd.app = search;
+  add_config_options(search, cmd.config, "TOML config file (its [model], train.precision, parallel.data)",
+                     "model.n_layer=24");
+  search->add_option("--from", cmd.from, "Smallest chunk size, in elements (default: the largest parameter)");
+  search->add_option("--to", cmd.to, "Largest chunk size, in elements (default: 4x the largest parameter)");
+  search->add_option("--step", cmd.step, "Step between sizes, in elements (default: 1/32 of the largest parameter)");
+  search->add_flag("--json", cmd.json, "Print the report as one JSON object");
+  search->footer(
+      "Fragmentation: chunk space that holds no parameter (a parameter never straddles chunks, so a chunk's tail "
+      "stays empty when the next one does not fit). Utilisation: the share that parameters fill (patrickstar-v2 "
+      "Table 3). Chunk memory: every chunk list of one rank (param, fp32 master, momentum, variance).\n\n"
+      "Examples:\n"
+      "  tidal chunk-search -c configs/gpt2-small.toml\n"
+      "  tidal chunk-search -c configs/gpt2-medium.toml --from 1000000 --to 8000000 --step 250000");
+}
+
+void add_trace_command(CLI::App& app, TraceCommand& cmd) {
+  CLI::App* trace = app.add_subcommand(
+      "trace", "Record the warm-up iteration's memory tide (chunks and non-model data per moment) as JSON and as an "
+               "SVG chart");
+  cmd.app = trace;
+  add_config_options(trace, cmd.config, "TOML config file (the model, batch and [memory] to trace)",
+                     "memory.device_limit=32MiB");
+  trace->add_option("--out", cmd.json_path, "Where the tide's JSON goes")->capture_default_str();
+  trace->add_option("--chart", cmd.chart_path, "Where the chart goes (SVG)")->capture_default_str();
+  trace->footer(
+      "Trains one step - the warm-up, which the memory tracer records - under memory.offload (\"chunk\" unless "
+      "set). Without memory.device_limit the device tier has no cap and the tide shows what the model needs; with "
+      "one, the chunks keep to the warm-up's share of it (memory.warmup_fraction) and are evicted in list order.\n\n"
+      "Examples:\n"
+      "  tidal trace --set model.n_layer=4 --set model.n_embd=384 --set train.batch_size=2 --set model.seq_len=32\n"
+      "  tidal trace -c gpt.toml --set memory.device_limit=32MiB --chart docs/tide.svg");
+}
+
+void add_plan_command(CLI::App& app, PlanCommand& cmd) {
+  CLI::App* plan = app.add_subcommand(
+      "plan", "The largest model of the configured width (layers added one at a time) that trains within "
+              "memory.device_limit and memory.host_limit");
+  cmd.app = plan;
+  add_config_options(plan, cmd.config, "TOML config file (the model's width, the batch, [memory])",
+                     "memory.host_limit=1GiB");
+  plan->add_option("--max-layers", cmd.max_layers, "Stop the search here")->capture_default_str();
+  plan->add_flag("--json", cmd.json, "Print the plan as one JSON object");
+  plan->footer(
+      "The host holds every chunk at the start and through the warm-up, so it needs the chunk lists' bytes (exact, "
+      "from the layout). The device tier needs, at every moment, an operator's chunks (at most two) beside the "
+      "non-model data, whose peak two traced warm-ups (1 and 2 layers, no cap) give per layer. Check an answer by "
+      "training it 2 steps under the same caps: it runs, and one layer more stops with an out-of-memory error "
+      "(tests/cli/check_memory_tools.sh does both).\n\n"
+      "Example:\n"
+      "  tidal plan --set model.n_embd=256 --set model.n_head=4 --set model.seq_len=32 --set train.batch_size=2 "
+      "--set memory.offload=chunk --set memory.device_limit=24MiB --set memory.host_limit=96MiB");
+}
+
+void run_chunk_search_command(const ChunkSearchCommand& cmd, engine::Launch& launch) {
+  const engine::ChunkSearch report =
+      engine::chunk_search(cmd.config.load(), {.from = cmd.from, .to = cmd.to, .step = cmd.step}, launch.mpi());
+  if (launch.is_main()) fmt::print("{}", cmd.json ? report.json().dump() + "\n" : engine::format_chunk_search(report));
+}
+
+void run_trace_command(const TraceCommand& cmd, engine::Launch& launch) {
+  const nlohmann::json tide = engine::trace_warmup(cmd.config.load(), launch.mpi());
+  const int ranks = launch.world_size(), rank = launch.rank();
+  // Under several ranks each rank's tide goes in files of its own: tide.json -> tide-rank3.json.
+  auto of_rank = [&](const std::string& path) {
+    if (ranks == 1) return path;
+    const std::filesystem::path p(path);
+    return (p.parent_path() / (p.stem().string() + fmt::format("-rank{}", rank) + p.extension().string())).string();
+  };
+  const std::string json_path = of_rank(cmd.json_path), chart_path = of_rank(cmd.chart_path);
+  write_text(json_path, tide.dump(1) + "\n");
+  write_text(chart_path, engine::tide_svg(tide));
+  std::int64_t peak = 0;
+  for (const auto& m : tide["moments"])
+    peak = std::max(peak, m["chunk_bytes"].get<std::int64_t>() + m["non_model_bytes"].get<std::int64_t>());
+  fmt::print("{}warm-up of {}: {} moments, device peak {}, non-model peak {}, model data {}\nwrote {} and {}\n",
+             ranks > 1 ? fmt::format("rank {}: ", rank) : "", tide["model"].get<std::string>(), tide["moments"].size(),
+             engine::human_bytes(std::uint64_t(peak)),
+             engine::human_bytes(tide["peak_non_model_bytes"].get<std::uint64_t>()),
+             engine::human_bytes(tide["model_data_bytes"].get<std::uint64_t>()), json_path, chart_path);
+}
+
+void run_plan_command(const PlanCommand& cmd, engine::Launch& launch) {
+  const engine::MemoryPlan p = engine::plan_memory(cmd.config.load(), cmd.max_layers, launch.mpi());
+  if (launch.is_main()) fmt::print("{}", cmd.json ? p.json().dump() + "\n" : engine::format_memory_plan(p));
+}
+
+}  // namespace tidal::cli
