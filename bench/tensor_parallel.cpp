@@ -51,7 +51,7 @@ config::Config config_for(const Mode& m, int world, std::int64_t h) {
   cfg.model.vocab_size = 4096;
   cfg.train.batch_size = 64;
   cfg.parallel.tensor.size = world;
-  cfg.parallel.tensor.mode = m.name;
+  cfg.parallel.tensor.mode = config::parse_choice<parallel::TensorMode>(m.name).value();
   cfg.parallel.tensor.depth = m.depth;
   cfg.parallel.tensor.keep_gathered = m.keep_gathered;
   return cfg;

@@ -92,7 +92,11 @@ void apply_table(Config& cfg, const toml::table& table, const std::string& prefi
     const Key& key = lookup(name, where);
     const auto& src = node.source();
     const std::string at = src.begin ? fmt::format("{}:{}", where, src.begin.line) : where;
-    key.set(cfg, convert(key, node, at));
+    try {
+      key.set(cfg, convert(key, node, at));
+    } catch (const Error& e) {  // a value outside the key's range or names: say where it came from
+      throw Error(fmt::format("{}: {}", at, e.what()));
+    }
     set_by[name] = at;
   }
 }
@@ -115,15 +119,6 @@ void apply_override(Config& cfg, const std::string& text, SetBy& set_by) {
   }
   const toml::node& node = *parsed["v"].node();
   key.set(cfg, key.type == Key::Type::string && !node.is_string() ? Value(raw) : convert(key, node, "--set " + text));
-}
-
-void check_one_of(const std::string& key, const std::string& value, std::initializer_list<const char*> allowed) {
-  std::string list;
-  for (const char* a : allowed) {
-    if (value == a) return;
-    list += (list.empty() ? "" : " | ") + std::string(a);
-  }
-  throw Error(fmt::format("{} = \"{}\" is not one of {}", key, value, list));
 }
 
 // `local_files`: the data files must exist here (not for a checkpoint's stored config, read
@@ -178,20 +173,18 @@ void validate(const Config& c, bool local_files) {
                 "(model.type = \"llama\" does): leave model.n_kv_head at 0",
                 m.n_kv_head, m.type);
   }
-  check_one_of("model.activation", m.activation, {"gelu_tanh", "gelu_erf"});
   TIDAL_CHECK(m.ln_eps >= 0.0 && m.ln_eps < 1.0, "model.ln_eps must be in [0, 1) (0 = the model's own), got {}", m.ln_eps);
   TIDAL_CHECK(m.type_vocab_size >= 1, "model.type_vocab_size must be >= 1, got {}", m.type_vocab_size);
 
   const DataConfig& d = c.data;
-  check_one_of("data.kind", d.kind, {"markov", "tokens", "text", "images"});
-  TIDAL_CHECK(images == (d.kind == "images"),
+  TIDAL_CHECK(images == (d.kind == DataKind::images),
               "model.type = \"{}\" cannot train on data.kind = \"{}\" (vit trains on images; the language models on "
               "markov, tokens or text)",
               m.type, d.kind);
-  if (d.kind == "markov") {
+  if (d.kind == DataKind::markov) {
     TIDAL_CHECK(d.markov_branching >= 1 && d.markov_branching <= m.vocab_size,
                 "data.markov_branching must be in [1, model.vocab_size], got {}", d.markov_branching);
-  } else if (d.kind != "images" || !d.path.empty()) {
+  } else if (d.kind != DataKind::images || !d.path.empty()) {
     TIDAL_CHECK(!d.path.empty(), "data.kind = \"{}\" needs data.path (the data file)", d.kind);
     TIDAL_CHECK(!local_files || std::filesystem::is_regular_file(d.path), "data.path '{}' does not exist or is not a file",
                 d.path);
@@ -208,25 +201,18 @@ void validate(const Config& c, bool local_files) {
   TIDAL_CHECK(t.loss_scale > 0, "train.loss_scale must be > 0, got {}", t.loss_scale);
   TIDAL_CHECK(t.loss_scale_window >= 1, "train.loss_scale_window must be >= 1, got {}", t.loss_scale_window);
   TIDAL_CHECK(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "train.beta1 and train.beta2 must be in [0, 1)");
-  check_one_of("train.device", t.device, {"cpu", "cuda"});
-  check_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
-  check_one_of("train.activation_checkpointing", t.activation_checkpointing, {"none", "blocks", "every_k"});
-  check_one_of("train.activation_offload", t.activation_offload, {"none", "host"});
   TIDAL_CHECK(t.sample_every == 0 || m.type == "gpt" || m.type == "llama",
               "train.sample_every = {} samples text from a GPT or Llama, and model.type is \"{}\": set "
               "train.sample_every = 0",
               t.sample_every, m.type);
   TIDAL_CHECK(t.activation_checkpointing_k >= 1, "train.activation_checkpointing_k must be >= 1, got {}",
               t.activation_checkpointing_k);
-  TIDAL_CHECK(t.activation_offload == "none" || t.activation_checkpointing != "none",
+  TIDAL_CHECK(t.activation_offload == ActivationOffload::none || t.activation_checkpointing != Recompute::none,
               "train.activation_offload = \"{}\" moves checkpointed block inputs, but train.activation_checkpointing "
               "is \"none\": set it to \"blocks\" or \"every_k\"",
               t.activation_offload);
 
   const ParallelConfig& p = c.parallel;
-  check_one_of("parallel.tensor.mode", p.tensor.mode, {"1d", "2d", "2.5d", "3d"});
-  check_one_of("parallel.schedule", p.schedule, {"gpipe", "1f1b", "interleaved"});
-  check_one_of("parallel.partition", p.partition, {"layers", "parameters", "time"});
   TIDAL_CHECK(p.data >= 1 && p.pipeline >= 1 && p.sequence >= 1 && p.tensor.size >= 1 && p.tensor.depth >= 1 &&
                   p.virtual_stages >= 1,
               "parallel sizes must be >= 1");
@@ -235,7 +221,7 @@ void validate(const Config& c, bool local_files) {
               "position: set parallel.sequence = 1 and use parallel.data or parallel.tensor.size",
               p.sequence);
   // Pipeline schedules that cannot run (pipeline/schedule.h, pipeline/partition.h say the same).
-  TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == "interleaved",
+  TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == pipeline::ScheduleKind::interleaved,
               "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (it is \"{}\")", p.virtual_stages,
               p.schedule);
   TIDAL_CHECK(p.virtual_stages == 1 || p.pipeline > 1,
@@ -244,7 +230,7 @@ void validate(const Config& c, bool local_files) {
               p.virtual_stages);
   // (One chunk per rank and a block per layer: check_model_fits says it for the layout.)
   // A checkpointed run of blocks (every_k) is one layer and never split between stages.
-  const bool runs = t.activation_checkpointing == "every_k" && t.activation_checkpointing_k > 1;
+  const bool runs = t.activation_checkpointing == Recompute::every_k && t.activation_checkpointing_k > 1;
   const std::int64_t block_layers = runs ? (c.model.n_layer + t.activation_checkpointing_k - 1) / t.activation_checkpointing_k
                                          : c.model.n_layer;
   TIDAL_CHECK((p.virtual_stages == 1 && !runs) || p.pipeline * p.virtual_stages == 1 ||
@@ -256,7 +242,7 @@ void validate(const Config& c, bool local_files) {
               runs ? fmt::format(" in checkpointed runs of train.activation_checkpointing_k = {}", t.activation_checkpointing_k) : "",
               runs ? ", or a smaller train.activation_checkpointing_k" : "");
   const std::int64_t local = p.data >= 1 ? t.batch_size / p.data : 0;  // divisibility: ParallelContext
-  if (p.schedule == "interleaved" && local > 0 && (t.micro_batch_size == 0 || local % t.micro_batch_size == 0)) {
+  if (p.schedule == pipeline::ScheduleKind::interleaved && local > 0 && (t.micro_batch_size == 0 || local % t.micro_batch_size == 0)) {
     const std::int64_t micro_batches = t.micro_batch_size ? local / t.micro_batch_size : 1;
     TIDAL_CHECK(micro_batches % p.pipeline == 0,
                 "parallel.schedule = \"interleaved\" runs micro-batches in groups of parallel.pipeline = {}: the {} "
@@ -267,25 +253,22 @@ void validate(const Config& c, bool local_files) {
   TIDAL_CHECK(p.bucket_mb > 0, "parallel.bucket_mb must be > 0, got {}", p.bucket_mb);
   TIDAL_CHECK(p.timeout_s > 0, "parallel.timeout_s must be > 0 seconds, got {}", p.timeout_s);
   TIDAL_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3, "zero.stage must be 0, 1, 2 or 3, got {}", c.zero.stage);
-  check_one_of("zero.fetch", c.zero.fetch, {"all_gather", "broadcast"});
-  check_one_of("memory.offload", c.memory.offload, {"none", "chunk", "static"});
   TIDAL_CHECK(c.memory.warmup_fraction > 0 && c.memory.warmup_fraction <= 1,
               "memory.warmup_fraction must be in (0, 1], got {}", c.memory.warmup_fraction);
-  check_one_of("memory.eviction", c.memory.eviction, {"belady", "lru"});
   if (!c.memory.device_limit.empty()) parse_bytes(c.memory.device_limit, "memory.device_limit");
   if (!c.memory.host_limit.empty()) parse_bytes(c.memory.host_limit, "memory.host_limit");
   TIDAL_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
 
-  const bool offload = c.memory.offload != "none";
+  const bool offload = c.memory.offload != Offload::none;
   if (offload) {
     // Without a GPU the device tier is host memory: only a cap makes it a budget.
-    TIDAL_CHECK(t.device == "cuda" || !c.memory.device_limit.empty(),
+    TIDAL_CHECK(t.device == Device::Kind::cuda || !c.memory.device_limit.empty(),
                 "memory.offload = \"{}\" needs memory.device_limit on a machine without a GPU (the device tier is "
                 "host memory with a cap), e.g. --set memory.device_limit=64MiB",
                 c.memory.offload);
   }
   // The GPU path runs one process (no GPU collectives in the layers and the chunks yet).
-  TIDAL_CHECK(t.device == "cpu" || (p.data == 1 && p.pipeline == 1 && p.tensor.size == 1 && p.sequence == 1),
+  TIDAL_CHECK(t.device == Device::Kind::cpu || (p.data == 1 && p.pipeline == 1 && p.tensor.size == 1 && p.sequence == 1),
               "train.device = \"cuda\" trains in one process for now: set parallel.data, parallel.pipeline, "
               "parallel.tensor.size and parallel.sequence to 1 (they are {}, {}, {} and {}), or train.device = \"cpu\"",
               p.data, p.pipeline, p.tensor.size, p.sequence);
@@ -340,7 +323,6 @@ namespace {
 Config build_config(const std::string* text, const std::string& where, const std::vector<std::string>& overrides) {
   Config cfg;
   SetBy set_by;
-  cfg.train.precision.clear();  // unset until the file and overrides have spoken: it follows the device
   if (text || !where.empty()) {
     TIDAL_CHECK(text || std::filesystem::is_regular_file(where), "config file '{}' does not exist", where);
     toml::table table;
@@ -358,7 +340,7 @@ Config build_config(const std::string* text, const std::string& where, const std
   if (cfg.model.type == "llama" && cfg.model.init_from.empty() && !set_by.count("model.tie_embeddings"))
     cfg.model.tie_embeddings = false;
   // A GPU trains in bf16 unless told otherwise (its tensor cores' type; fp32 master weights).
-  if (cfg.train.precision.empty()) cfg.train.precision = cfg.train.device == "cuda" ? "bf16" : TrainConfig{}.precision;
+  if (!set_by.count("train.precision") && cfg.train.device == Device::Kind::cuda) cfg.train.precision = DType::bf16;
   validate(cfg, text == nullptr);
   return cfg;
 }

@@ -3,6 +3,8 @@
 // tidal::Error naming the key (and the file), never a silent default.
 #pragma once
 
+#include "config/choices.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,7 +21,7 @@ struct ModelConfig {
   std::int64_t max_positions = 0;  // gpt, bert: learned positions; 0 = seq_len
   double dropout = 0.0;
   bool tie_embeddings = true;  // gpt, bert: the LM head reads the token table (false: a table of its own)
-  std::string activation = "gelu_tanh";  // gelu_tanh | gelu_erf: the MLP's GELU
+  ops::GeluForm activation = ops::GeluForm::tanh;  // gelu_tanh | gelu_erf: the MLP's GELU
   double ln_eps = 0.0;                   // 0 = the model's own (gpt 1e-5, bert 1e-12, vit 1e-6)
   std::int64_t type_vocab_size = 2;      // bert: token types
   // llama
@@ -42,7 +44,7 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string kind = "markov";  // markov | tokens | text | images
+  DataKind kind = DataKind::markov;  // markov | tokens | text | images
   std::string path;             // tokens / text / images files
   std::uint64_t seed = 1;
   int markov_branching = 4;  // successors per state of the synthetic Markov language
@@ -61,8 +63,8 @@ struct TrainConfig {
   double beta2 = 0.95;
   double grad_clip = 1.0;  // 0 = off
   std::uint64_t seed = 1;
-  std::string device = "cpu";      // cpu | cuda: where the step computes
-  std::string precision = "fp32";  // fp32 | bf16 | fp16 (load_config: bf16 when unset and device is cuda)
+  Device::Kind device = Device::Kind::cpu;  // cpu | cuda: where the step computes
+  DType precision = DType::f32;  // fp32 | bf16 | fp16 (load_config: bf16 when unset and device is cuda)
   double loss_scale = 65536.0;     // fp16: the first dynamic loss scale
   std::int64_t loss_scale_window = 1000;  // fp16: finite steps before it doubles
   std::int64_t eval_every = 200;   // 0 = only at the end
@@ -72,14 +74,14 @@ struct TrainConfig {
   std::int64_t sample_every = 0;   // gpt: steps between greedy samples in the progress lines; 0 = off
   std::string sample_prompt;       // what the samples continue ("" = the end-of-text token)
   bool profile = false;            // time per op family and module kind, per step and in the summary
-  std::string activation_checkpointing = "none";  // none | blocks | every_k
+  Recompute activation_checkpointing = Recompute::none;  // none | blocks | every_k
   int activation_checkpointing_k = 2;             // every_k: blocks per checkpointed run
-  std::string activation_offload = "none";        // none | host: kept block inputs wait in host memory
+  ActivationOffload activation_offload = ActivationOffload::none;  // none | host: kept block inputs wait in host memory
 };
 
 struct TensorParallelConfig {
   int size = 1;
-  std::string mode = "1d";  // 1d | 2d | 2.5d | 3d
+  parallel::TensorMode mode = parallel::TensorMode::d1;  // 1d | 2d | 2.5d | 3d
   int depth = 1;
   bool keep_gathered = false;  // 3d: gathered inputs kept for backward; 2.5d: whole weight blocks per depth layer
 };
@@ -88,9 +90,9 @@ struct ParallelConfig {
   int data = 1;
   int pipeline = 1;
   int sequence = 1;
-  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;  // gpipe | 1f1b | interleaved
   int virtual_stages = 1;
-  std::string partition = "layers";  // layers | parameters | time: what pipeline stages balance
+  pipeline::PartitionBy partition = pipeline::PartitionBy::layers;  // layers | parameters | time: what stages balance
   bool scatter_gather = true;         // pipeline x 1D tensor: send 1/t of each activation
   double bucket_mb = 25.0;   // data parallel: gradient bucket size (MiB) for the overlapped all-reduce
   double timeout_s = 300.0;  // a collective slower than this ends the job (the watchdog)
@@ -100,16 +102,16 @@ struct ParallelConfig {
 
 struct ZeroConfig {
   int stage = 0;
-  std::string fetch = "all_gather";  // all_gather | broadcast
+  memory::ChunkFetch fetch = memory::ChunkFetch::all_gather;  // all_gather | broadcast
 };
 
 struct MemoryConfig {
-  std::string offload = "none";  // none | chunk | static
+  Offload offload = Offload::none;  // none | chunk | static
   std::string device_limit;      // "" = no cap; bytes with a unit, e.g. "2GiB"
   std::string host_limit;        // "" = no cap: the chunks the host holds under offload
   std::string disk_dir;          // "" = no disk tier: where optimizer states beyond host_limit go
   std::int64_t chunk_size = 0;   // elements; 0 = searched
-  std::string eviction = "belady";  // belady | lru
+  memory::Eviction eviction = memory::Eviction::belady;  // belady | lru
   double warmup_fraction = 0.2;     // of the device tier the chunks may take in the warm-up
   bool embedding_on_host = false;   // the embedding layer's parameters and compute on the host CPU
 };

@@ -95,7 +95,7 @@ io::HfModelSpec hf_spec(const ModelConfig& m) {
   s.max_positions = m.max_positions ? m.max_positions : m.seq_len;
   s.type_vocab_size = m.type_vocab_size;
   s.ln_eps = effective_ln_eps(m);
-  s.gelu_erf = m.activation == "gelu_erf";
+  s.gelu_erf = m.activation == ops::GeluForm::erf;
   s.tie_embeddings = m.type != "vit" && m.tie_embeddings;
   s.image_size = m.image_size;
   s.patch_size = m.patch_size;

@@ -14,7 +14,16 @@ Key field(std::string name, Access access, std::string help) {
   Key k;
   k.name = std::move(name);
   k.help = std::move(help);
-  if constexpr (std::is_same_v<F, std::string>) {
+  if constexpr (Choice<F>) {  // a name on the way in and out, the enum inside
+    k.type = Key::Type::string;
+    k.set = [=, n = k.name](Config& c, const Value& v) {
+      const std::string& name = std::get<std::string>(v);
+      const std::optional<F> value = parse_choice<F>(name);
+      TIDAL_CHECK(value.has_value(), "{} = \"{}\" is not one of {}", n, name, choice_names<F>());
+      access(c) = *value;
+    };
+    k.get = [=](const Config& c) { return Value(std::string(name_of(access(const_cast<Config&>(c))))); };
+  } else if constexpr (std::is_same_v<F, std::string>) {
     k.type = Key::Type::string;
     k.set = [=](Config& c, const Value& v) { access(c) = std::get<std::string>(v); };
     k.get = [=](const Config& c) { return Value(access(const_cast<Config&>(c))); };

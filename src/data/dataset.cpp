@@ -13,17 +13,17 @@ std::unique_ptr<Dataset> make_dataset(const config::Config& cfg) {
   const auto& d = cfg.data;
   const Objective objective =
       config::model_task(m.type) == config::ModelTask::masked_lm ? Objective::masked : Objective::causal;
-  if (d.kind == "markov") {
+  if (d.kind == config::DataKind::markov) {
     // BERT reserves the last id as its mask token; the chain uses the others.
     const std::int64_t states = objective == Objective::masked ? m.vocab_size - 1 : m.vocab_size;
     return std::make_unique<MarkovDataset>(states, d.markov_branching, m.seq_len, m.vocab_size, objective, d.seed);
   }
-  if (d.kind == "tokens" || d.kind == "text") {
+  if (d.kind == config::DataKind::tokens || d.kind == config::DataKind::text) {
     return std::make_unique<TokenFileDataset>(
-        d.path, d.kind == "tokens" ? TokenFileDataset::Format::tokens : TokenFileDataset::Format::text, m.seq_len,
+        d.path, d.kind == config::DataKind::tokens ? TokenFileDataset::Format::tokens : TokenFileDataset::Format::text, m.seq_len,
         m.vocab_size, objective, d.seed);
   }
-  if (d.kind == "images") {
+  if (d.kind == config::DataKind::images) {
     const ImageShape shape{m.channels, m.image_size, m.image_size, m.num_classes};
     if (d.path.empty()) return std::make_unique<ImageDataset>(shape, d.seed);
     return std::make_unique<ImageDataset>(d.path, shape, d.seed);

@@ -45,7 +45,7 @@ ChunkSearch search_layout(const config::Config& cfg, const memory::ChunkSizeRang
   const auto layers = nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
   const auto model = models::make_model(cfg.model, {}, *layers, cfg.memory.embedding_on_host);
   pipeline::PipelineOptions po;
-  po.schedule = pipeline::parse_schedule(cfg.parallel.schedule);
+  po.schedule = cfg.parallel.schedule;
   po.chunks = cfg.parallel.virtual_stages;
   pipeline::PipelineEngine engine(*model, pc, po);
   const std::vector<nn::Parameter*> host = nn::parameters_on_host(*model);

@@ -44,14 +44,14 @@ std::int64_t largest(const nlohmann::json& model_data, const std::string& key) {
 
 // Every row traced under the launched layout (the header's "under mpirun").
 void plan_traced(const config::Config& cfg, int max_layers, comm::MpiRuntime& mpi, MemoryPlan& plan) {
-  TIDAL_CHECK(cfg.memory.offload == "chunk",
+  TIDAL_CHECK(cfg.memory.offload == config::Offload::chunk,
               "tidal plan under mpirun traces each model's warm-up under the layout with memory.offload = \"chunk\" "
               "(it is \"{}\"): set it, or plan the static partition in one process",
               cfg.memory.offload);
   const bool disk = !cfg.memory.disk_dir.empty();
   // The fewest layers the layout runs: one block layer per virtual pipeline stage.
   const config::TrainConfig& t = cfg.train;
-  const int per_block_layer = t.activation_checkpointing == "every_k" ? std::max(1, t.activation_checkpointing_k) : 1;
+  const int per_block_layer = t.activation_checkpointing == config::Recompute::every_k ? std::max(1, t.activation_checkpointing_k) : 1;
   const int fewest = cfg.parallel.pipeline * cfg.parallel.virtual_stages * per_block_layer;
   for (int n = fewest; n <= max_layers; ++n) {
     config::Config probe = trace_config(with_layers(cfg, n));
@@ -85,7 +85,7 @@ void plan_one_rank(const config::Config& cfg, int max_layers, MemoryPlan& plan) 
   const std::int64_t local = cfg.train.batch_size;
   const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
   const memory::ChunkOptions options = chunk_options(cfg, local / micro > 1);
-  const bool fixed = cfg.memory.offload == "static";
+  const bool fixed = cfg.memory.offload == config::Offload::static_split;
   // memory.embedding_on_host: the embedding layer's lists live on the host whatever the layers.
   memory::ChunkOptions host_options = options;
   host_options.offload.reset();
@@ -132,7 +132,7 @@ void plan_one_rank(const config::Config& cfg, int max_layers, MemoryPlan& plan) 
 }  // namespace
 
 MemoryPlan plan_memory(const config::Config& cfg, int max_layers, comm::MpiRuntime* mpi) {
-  TIDAL_CHECK(cfg.memory.offload != "none" && !cfg.memory.device_limit.empty() && !cfg.memory.host_limit.empty(),
+  TIDAL_CHECK(cfg.memory.offload != config::Offload::none && !cfg.memory.device_limit.empty() && !cfg.memory.host_limit.empty(),
               "tidal plan fits a model under both memory caps: set memory.offload (\"chunk\" or \"static\"), "
               "memory.device_limit and memory.host_limit, e.g. --set memory.offload=chunk --set "
               "memory.device_limit=64MiB --set memory.host_limit=1GiB");
@@ -141,7 +141,7 @@ MemoryPlan plan_memory(const config::Config& cfg, int max_layers, comm::MpiRunti
   const bool disk = !cfg.memory.disk_dir.empty();
   plan.model = fmt::format("{} at width {} ({} heads), batch {} x {}, {}, memory.offload = {}{}", cfg.model.type,
                            cfg.model.n_embd, cfg.model.n_head, cfg.train.batch_size, cfg.model.seq_len,
-                           cfg.train.precision, cfg.memory.offload,
+                           config::name_of(cfg.train.precision), cfg.memory.offload,
                            disk ? ", optimizer states beyond the host on disk (memory.disk_dir)" : "");
   plan.device_limit = config::parse_bytes(cfg.memory.device_limit, "memory.device_limit");
   plan.host_limit = config::parse_bytes(cfg.memory.host_limit, "memory.host_limit");

@@ -15,28 +15,24 @@
 namespace tidal::engine {
 
 Allocator& device_tier(const config::Config& cfg) {
-  return cfg.train.device == "cuda" ? gpu_allocator() : device_allocator();
+  return cfg.train.device == Device::Kind::cuda ? gpu_allocator() : device_allocator();
 }
 
 Allocator& host_tier(const config::Config& cfg) {
-  return cfg.train.device == "cuda" ? pinned_host_allocator() : host_allocator();
-}
-
-DType precision_dtype(const std::string& precision) {
-  return precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
+  return cfg.train.device == Device::Kind::cuda ? pinned_host_allocator() : host_allocator();
 }
 
 memory::ChunkOptions chunk_options(const config::Config& cfg, bool accumulate) {
   memory::ChunkOptions o{.chunk_elements = cfg.memory.chunk_size,
-                         .compute_dtype = precision_dtype(cfg.train.precision),
+                         .compute_dtype = cfg.train.precision,
                          .accumulate = accumulate,
                          .zero_stage = cfg.zero.stage,
-                         .fetch = cfg.zero.fetch == "broadcast" ? memory::ChunkFetch::broadcast
-                                                                : memory::ChunkFetch::all_gather};
-  if (cfg.memory.offload != "none")
+                         .fetch = cfg.zero.fetch};
+  if (cfg.memory.offload != config::Offload::none)
     o.offload = memory::OffloadOptions{
-        .partition = cfg.memory.offload == "static" ? memory::Partition::fixed : memory::Partition::dynamic,
-        .eviction = cfg.memory.eviction == "lru" ? memory::Eviction::lru : memory::Eviction::belady,
+        .partition = cfg.memory.offload == config::Offload::static_split ? memory::Partition::fixed
+                                                                         : memory::Partition::dynamic,
+        .eviction = cfg.memory.eviction,
         .warmup_fraction = cfg.memory.warmup_fraction,
         .disk_dir = cfg.memory.disk_dir};
   return o;
@@ -167,7 +163,7 @@ class ChunkModelData final : public ModelData {
     options.group = &group_;
     // The lists count apart from everything else. On the CPU path they are host memory of their
     // own; on a GPU, shares of its memory, and under offload the optimizer side is pinned host.
-    if (cfg.train.device == "cuda") {
+    if (cfg.train.device == Device::Kind::cuda) {
       param_memory_ = std::make_unique<SubAllocator>(gpu_allocator());
       optimizer_memory_ = std::make_unique<SubAllocator>(options.offload ? host_tier(cfg) : gpu_allocator());
     } else {
@@ -215,7 +211,7 @@ class ChunkModelData final : public ModelData {
       throw OutOfMemory(e.what() + out_of_memory_hint(e), e.needed());
     }
     const memory::ChunkLayout& layout = chunks_->layout();
-    param_list_bytes_ = layout.chunks * layout.chunk_elements * std::int64_t(dtype_size(precision_dtype(cfg.train.precision)));
+    param_list_bytes_ = layout.chunks * layout.chunk_elements * std::int64_t(dtype_size(cfg.train.precision));
     if (loaded)
       for (std::size_t i = 0; i < params.size(); ++i)
         keeper_of(*params[i]).load_moments(*params[i], loaded->momentum(i), loaded->variance(i));
@@ -337,7 +333,7 @@ class ChunkModelData final : public ModelData {
                           "optimizer states, gradients and parameters sharded"};
     std::string tiers;
     if (chunks_->dynamic_memory())
-      tiers = offload_ == "static"
+      tiers = offload_ == config::Offload::static_split
                   ? fmt::format("; static partition (ZeRO-Offload): params on a device tier of {}, optimizer states "
                                 "and Adam on the host",
                                 human_bytes(device_->capacity()))
@@ -358,8 +354,8 @@ class ChunkModelData final : public ModelData {
     }
     return fmt::format("model data in {} chunks of {} elements ({:.1f}% padding), params {}{}; {}; {} of model data on "
                        "this rank{}",
-                       l.chunks, l.chunk_elements, 100 * l.fragmentation(), precision_,
-                       precision_ == "fp32" ? "" : " with fp32 master weights",
+                       l.chunks, l.chunk_elements, 100 * l.fragmentation(), config::name_of(precision_),
+                       precision_ == DType::f32 ? "" : " with fp32 master weights",
                        ranks > 1 ? fmt::format("zero.stage {} over {} data{} ranks: {}{}", stage_, ranks,
                                                pc_.layout().spec().sequence > 1 ? " x sequence" : "", what[stage_],
                                                stage_ > 0 ? fmt::format(", parameters by {}", fetch_) : "")
@@ -401,7 +397,7 @@ class ChunkModelData final : public ModelData {
   }
 
   std::string out_of_memory_hint(const OutOfMemory& e) const override {
-    if (offload_ != "static") return "";
+    if (offload_ != config::Offload::static_split) return "";
     return fmt::format(
         "; the static partition (memory.offload = \"static\") keeps the whole param list{} on the device, so the "
         "device tier needs it plus the step's activations and gradients: at least {}, more than memory.device_limit "
@@ -518,11 +514,12 @@ class ChunkModelData final : public ModelData {
   std::optional<memory::ChunkManager> host_chunks_;  // memory.embedding_on_host: the embedding layer's
   memory::MoveStats reported_;  // moves up to the last step's record
   std::int64_t param_list_bytes_ = 0;
-  std::string offload_, eviction_;
+  config::Offload offload_ = config::Offload::none;
+  memory::Eviction eviction_ = memory::Eviction::belady;
   std::int64_t steps_ = 0;
   int stage_ = 0;
-  std::string fetch_;
-  std::string precision_;
+  memory::ChunkFetch fetch_ = memory::ChunkFetch::all_gather;
+  DType precision_ = DType::f32;
   PipelineShare share_ = pipeline_share(engine_, pc_);
   bool enforce_device_limit_ = true;   // false: a probe reports the least device cap instead
   bool device_limit_checked_ = false;
@@ -534,8 +531,8 @@ std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Mo
                                            pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                                            nn::Runner& runner, const std::string& resume_path,
                                            bool enforce_device_limit) {
-  if (cfg.zero.stage == 0 && cfg.train.precision == "fp32" && cfg.memory.offload == "none") {
-    if (cfg.train.device == "cuda") {
+  if (cfg.zero.stage == 0 && cfg.train.precision == DType::f32 && cfg.memory.offload == config::Offload::none) {
+    if (cfg.train.device == Device::Kind::cuda) {
       for (nn::Parameter* p : engine.parameters()) {
         p->data = p->data.clone(gpu_allocator());
         p->grad = Tensor::zeros(p->shape, DType::f32, gpu_allocator());

@@ -78,8 +78,6 @@ class ModelData {
 Allocator& device_tier(const config::Config& cfg);
 Allocator& host_tier(const config::Config& cfg);
 
-// The element type of train.precision's param list.
-DType precision_dtype(const std::string& precision);
 // The chunk manager's options for `cfg` (without the communication group): memory.chunk_size,
 // the precision, zero.*, and memory.offload's.
 memory::ChunkOptions chunk_options(const config::Config& cfg, bool accumulate);

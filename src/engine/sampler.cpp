@@ -233,7 +233,7 @@ TrainingSampler::TrainingSampler(const config::Config& cfg) : every_(cfg.train.s
     tokenizer_ = data::BpeTokenizer::from_file(cfg.data.tokenizer);
     for (const std::uint32_t id : tokenizer_->encode(prompt)) prompt_.push_back(std::int32_t(id));
     if (prompt_.empty()) prompt_.push_back(std::int32_t(tokenizer_->eot_id().value_or(0)));
-  } else if (cfg.data.kind == "text") {
+  } else if (cfg.data.kind == config::DataKind::text) {
     byte_level_ = true;
     for (const char ch : prompt) prompt_.push_back(std::uint8_t(ch));
     if (prompt_.empty()) prompt_.push_back('\n');

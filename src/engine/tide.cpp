@@ -46,7 +46,7 @@ config::Config trace_config(config::Config cfg) {
   cfg.train.eval_every = 0;
   cfg.train.eval_batches = 1;
   cfg.checkpoint.dir.clear();
-  if (cfg.memory.offload == "none") cfg.memory.offload = "chunk";
+  if (cfg.memory.offload == config::Offload::none) cfg.memory.offload = config::Offload::chunk;
   if (cfg.memory.device_limit.empty()) cfg.memory.device_limit = std::to_string(kUncapped);
   return cfg;
 }
@@ -65,7 +65,7 @@ nlohmann::json trace_warmup(const config::Config& user_cfg, comm::MpiRuntime* mp
   const std::uint64_t limit = config::parse_bytes(cfg.memory.device_limit, "memory.device_limit");
   nlohmann::json out = {
       {"model", fmt::format("{}, {} layers x {}, batch {} x {}, {}", cfg.model.type, cfg.model.n_layer, cfg.model.n_embd,
-                            cfg.train.batch_size, cfg.model.seq_len, cfg.train.precision)},
+                            cfg.train.batch_size, cfg.model.seq_len, config::name_of(cfg.train.precision))},
       {"rank", pc.rank()},
       {"model_data_bytes", run.model_data.at("model_data_bytes")},
       {"peak_non_model_bytes", offload.at("trace").at("peak_non_model_bytes")},

@@ -96,10 +96,10 @@ double evaluate_loss(pipeline::PipelineEngine& engine, ModelData& model_data, co
 }
 
 nn::CheckpointPolicy checkpoint_policy(const config::TrainConfig& tc) {
-  const int every = tc.activation_checkpointing == "blocks"    ? 1
-                    : tc.activation_checkpointing == "every_k" ? tc.activation_checkpointing_k
-                                                               : 0;
-  return {.every = every, .offload_to_host = tc.activation_offload == "host"};
+  const int every = tc.activation_checkpointing == config::Recompute::blocks    ? 1
+                    : tc.activation_checkpointing == config::Recompute::every_k ? tc.activation_checkpointing_k
+                                                                                : 0;
+  return {.every = every, .offload_to_host = tc.activation_offload == config::ActivationOffload::host};
 }
 
 // A scalar agreed over the world: the largest of every rank's (1 = a rank wants to stop).
@@ -117,16 +117,15 @@ pipeline::PipelineOptions pipeline_options(const config::Config& cfg, models::Mo
                                            parallel::ParallelContext& pc, std::int64_t first, std::int64_t micro) {
   pipeline::PipelineOptions o;
   o.scatter_gather = cfg.parallel.scatter_gather;
-  o.schedule = pipeline::parse_schedule(cfg.parallel.schedule);
+  o.schedule = cfg.parallel.schedule;
   o.chunks = cfg.parallel.virtual_stages;
   if (pc.layout().spec().pipeline > 1) {
-    const auto by = pipeline::parse_partition(cfg.parallel.partition);
     HostAllocator probe_activations;
     const nn::Batch probe_batch = data.batch(first, micro, data::Split::train);
     const pipeline::TimeProbe probe{.state = {.training = true, .seed = cfg.train.seed, .first_sample = first,
                                               .batch = &probe_batch, .activations = &probe_activations},
                                     .world = &pc.group(parallel::GroupKind::world)};
-    o.unit_costs = pipeline::unit_costs(model, by, &probe);
+    o.unit_costs = pipeline::unit_costs(model, cfg.parallel.partition, &probe);
   }
   return o;
 }
@@ -135,12 +134,12 @@ pipeline::PipelineOptions pipeline_options(const config::Config& cfg, models::Mo
 // a share of the GPU's memory under train.device = "cuda"; under memory.offload a share of the
 // device tier, beside the chunks.
 std::unique_ptr<Allocator> activation_pool(const config::Config& cfg) {
-  const bool on_gpu = cfg.train.device == "cuda";
+  const bool on_gpu = cfg.train.device == Device::Kind::cuda;
   TIDAL_CHECK(!on_gpu || gpu_available(),
               "train.device = \"cuda\", but this process sees {}: run it where a GPU is visible (check "
               "CUDA_VISIBLE_DEVICES and nvidia-smi), or set train.device = \"cpu\"",
               gpu_description());
-  if (on_gpu || cfg.memory.offload != "none") return std::make_unique<SubAllocator>(device_tier(cfg));
+  if (on_gpu || cfg.memory.offload != config::Offload::none) return std::make_unique<SubAllocator>(device_tier(cfg));
   return std::make_unique<HostAllocator>();
 }
 
@@ -179,7 +178,7 @@ struct Trainer::Run {
     if (cfg.train.sample_every > 0) sampler.emplace(cfg);  // its prompt and tokenizer checked before training
     engine.materialize(cfg.train.seed);  // on the host: the Philox init writes there
     // fp16: dynamic loss scaling; the other precisions train unscaled.
-    if (cfg.train.precision == "fp16")
+    if (cfg.train.precision == DType::f16)
       scaler.emplace(optim::LossScalerOptions{.initial = cfg.train.loss_scale, .window = cfg.train.loss_scale_window});
   }
 
@@ -276,9 +275,9 @@ void Trainer::Run::describe_layout() {
       engine.scatter_gather()
           ? fmt::format("; activations scatter-gathered over the {} tensor ranks", pc.layout().spec().tensor)
           : ""));
-  if (cfg.parallel.partition == "layers") return;
+  if (cfg.parallel.partition == pipeline::PartitionBy::layers) return;
   std::string costs;
-  const bool time = cfg.parallel.partition == "time";
+  const bool time = cfg.parallel.partition == pipeline::PartitionBy::time;
   for (std::size_t vs = 0; vs < engine.stage_costs().size(); ++vs)
     costs += fmt::format("{}{:.{}f}", vs ? " | " : "", engine.stage_costs()[vs] * (time ? 1e3 : 1e-6), time ? 2 : 3);
   progress.line(fmt::format("pipeline: {} per virtual stage {}",
@@ -300,7 +299,7 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
   // On the GPU: the batch goes there, and the step's temporaries (gradients in flight,
   // workspaces) come from the activations' share of its memory until the update is done.
   std::optional<ScopedDefaultAllocator> step_on_gpu;
-  if (cfg.train.device == "cuda") {
+  if (cfg.train.device == Device::Kind::cuda) {
     for (nn::Batch& b : batches) b = nn::copy_batch(b, *activations);
     step_on_gpu.emplace(*activations);
   }
@@ -464,8 +463,8 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, std::int64_t timed_steps,
                            {"tokens_per_s", summary.tokens_per_s},
                            {"parameters", model->num_parameters()},
                            {"peak_bytes", {{"host", host_allocator().peak_bytes()}, {"activations", activations->peak_bytes()}}},
-                           {"activation_checkpointing", tc.activation_checkpointing},
-                           {"precision", tc.precision},
+                           {"activation_checkpointing", config::name_of(tc.activation_checkpointing)},
+                           {"precision", config::name_of(tc.precision)},
                            {"zero_stage", cfg.zero.stage},
                            {"model_data", summary.model_data},
                            {"layout", pc.describe()},

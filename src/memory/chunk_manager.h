@@ -52,6 +52,7 @@
 #include "core/allocator.h"
 #include "memory/chunk_layout.h"
 #include "memory/dynamic_memory.h"
+#include "memory/policies.h"
 #include "memory/tensor_state.h"
 #include "nn/module.h"
 #include "nn/runner.h"
@@ -72,7 +73,7 @@ namespace tidal::memory {
 // 10(p-1)/p M, a broadcast costing twice an all-gather's link bytes). Under offload the
 // all-gather runs as a ring of sends and receives straight into the chunks' own payloads: the
 // same bytes, and no group buffer beside them in the capped device tier.
-enum class ChunkFetch { all_gather, broadcast };
+// (memory/policies.h: ChunkFetch)
 
 // A run of the parameters laid out from a communication-group boundary of its own
 // (chunk_layout.h), so its k-th chunk has the same owner on every rank holding it.

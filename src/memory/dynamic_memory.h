@@ -42,6 +42,7 @@
 #include "memory/chunk_layout.h"
 #include "memory/disk_tier.h"
 #include "memory/memory_tracer.h"
+#include "memory/policies.h"
 
 #include <nlohmann/json.hpp>
 
@@ -54,9 +55,6 @@
 #include <vector>
 
 namespace tidal::memory {
-
-enum class Eviction { belady, lru };
-enum class Partition { dynamic, fixed };  // PatrickStar's chunks, or ZeRO-Offload's static split
 
 struct OffloadOptions {
   Partition partition = Partition::dynamic;

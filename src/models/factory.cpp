@@ -11,16 +11,11 @@
 
 namespace tidal::models {
 
-namespace {
-ops::GeluForm activation_of(const config::ModelConfig& c) {
-  return c.activation == "gelu_erf" ? ops::GeluForm::erf : ops::GeluForm::tanh;
-}
-}  // namespace
 
 GptConfig gpt_config(const config::ModelConfig& c, const nn::CheckpointPolicy& checkpointing, bool embedding_on_host) {
   return {.n_layer = c.n_layer, .n_head = c.n_head, .n_embd = c.n_embd, .vocab_size = c.vocab_size,
           .seq_len = c.seq_len, .max_positions = c.max_positions, .dropout = float(c.dropout),
-          .ln_eps = float(config::effective_ln_eps(c)), .activation = activation_of(c), .checkpointing = checkpointing,
+          .ln_eps = float(config::effective_ln_eps(c)), .activation = c.activation, .checkpointing = checkpointing,
           .tie_embeddings = c.tie_embeddings, .embedding_on_host = embedding_on_host};
 }
 
@@ -42,7 +37,7 @@ namespace {
 std::unique_ptr<Model> make_builtin(const config::ModelConfig& c, const nn::CheckpointPolicy& checkpointing,
                                     nn::LayerFactory& layers, bool embedding_on_host) {
   const float dropout = float(c.dropout), ln_eps = float(config::effective_ln_eps(c));
-  const ops::GeluForm activation = activation_of(c);
+  const ops::GeluForm activation = c.activation;
   if (c.type == "gpt") return make_gpt(gpt_config(c, checkpointing, embedding_on_host), layers);
   if (c.type == "bert")
     return make_bert({.n_layer = c.n_layer, .n_head = c.n_head, .n_embd = c.n_embd, .vocab_size = c.vocab_size,

@@ -17,7 +17,7 @@ std::unique_ptr<LayerFactory> make_layers(parallel::ParallelContext& pc, const T
     case parallel::TensorMode::d2p5: return tp::layers_grid(pc, options.keep_gathered);
     case parallel::TensorMode::d3: return tp::layers_3d(pc, options.keep_gathered);
   }
-  throw Error(fmt::format("parallel.tensor.mode = \"{}\" has no layers", parallel::tensor_mode_name(spec.mode)));
+  throw Error(fmt::format("tensor mode {} has no layers", int(spec.mode)));
 }
 
 }  // namespace tidal::nn

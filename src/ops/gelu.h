@@ -4,10 +4,9 @@
 
 #include "core/tensor.h"
 #include "ops/dispatch.h"
+#include "ops/gelu_form.h"
 
 namespace tidal::ops {
-
-enum class GeluForm { tanh, erf };
 
 namespace cpu {
 void gelu_forward(Tensor& y, const Tensor& x, GeluForm form);

@@ -15,7 +15,7 @@ MeshSpec mesh_spec(const config::Config& cfg, int world_size, int ranks_per_node
           .pipeline = p.pipeline,
           .tensor = p.tensor.size,
           .sequence = p.sequence,
-          .mode = parse_tensor_mode(p.tensor.mode),
+          .mode = p.tensor.mode,
           .depth = p.tensor.depth,
           .ranks_per_node = p.ranks_per_node > 0 ? p.ranks_per_node : ranks_per_node};
 }
@@ -50,7 +50,7 @@ ParallelContext::ParallelContext(const config::Config& cfg, comm::MpiRuntime* ru
               "the micro-batch ({} samples: train.micro_batch_size, or train.batch_size / parallel.data) must be "
               "divisible by {}: parallel.tensor.mode = \"{}\" splits each micro-batch's samples over {} rows of the "
               "tensor grid",
-              micro ? micro : B / replicas, sample_parts, tensor_mode_name(spec.mode), sample_parts);
+              micro ? micro : B / replicas, sample_parts, spec.mode, sample_parts);
   const comm::Seconds timeout(cfg.parallel.timeout_s);
   // Every rank creates the same groups in the same order (creation is collective).
   for (GroupKind kind : kAllGroupKinds) {
@@ -86,7 +86,7 @@ nlohmann::json ParallelContext::describe() const {
   const MeshSpec& s = layout_.spec();
   return {{"world_size", s.world_size},         {"data", s.data},
           {"pipeline", s.pipeline},             {"tensor", s.tensor},
-          {"tensor_mode", std::string(tensor_mode_name(s.mode))}, {"sequence", s.sequence},
+          {"tensor_mode", std::string(config::name_of(s.mode))}, {"sequence", s.sequence},
           {"ranks_per_node", s.ranks_per_node}};
 }
 

@@ -2,6 +2,7 @@
 // rng seeds. The rank order and group orders are documented in layout.h.
 #include "parallel/layout.h"
 
+#include "config/choices.h"
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -109,22 +110,6 @@ int check_tensor_shape(const MeshSpec& s) {
 
 }  // namespace
 
-TensorMode parse_tensor_mode(const std::string& text) {
-  for (TensorMode m : {TensorMode::d1, TensorMode::d2, TensorMode::d2p5, TensorMode::d3})
-    if (text == tensor_mode_name(m)) return m;
-  throw Error(fmt::format("parallel.tensor.mode = \"{}\" is not one of 1d | 2d | 2.5d | 3d", text));
-}
-
-std::string_view tensor_mode_name(TensorMode mode) {
-  switch (mode) {
-    case TensorMode::d1: return "1d";
-    case TensorMode::d2: return "2d";
-    case TensorMode::d2p5: return "2.5d";
-    case TensorMode::d3: return "3d";
-  }
-  TIDAL_ASSERT(false, "unknown tensor mode {}", int(mode));
-}
-
 std::string_view group_name(GroupKind kind) {
   switch (kind) {
     case GroupKind::world: return "world";
@@ -151,7 +136,7 @@ Layout::Layout(const MeshSpec& spec) : spec_(spec) {
   TIDAL_CHECK(spec_.depth == 1 || spec_.mode == TensorMode::d2p5,
               "parallel.tensor.depth = {} applies only to parallel.tensor.mode = \"2.5d\" (mode is \"{}\"): set "
               "parallel.tensor.depth = 1 or use mode \"2.5d\"",
-              spec_.depth, tensor_mode_name(spec_.mode));
+              spec_.depth, config::name_of(spec_.mode));
 
   const int t_size = spec_.tensor;
   cell_of_tensor_.resize(t_size);
@@ -360,7 +345,7 @@ void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_
   // Each rank holds whole groups of query heads with their key / value head (nn/attention.h).
   const std::string kv_why = ": each rank holds whole groups of query heads with their key / value head";
   const std::string grid = fmt::format("parallel.tensor.mode = \"{}\", parallel.tensor.size = {}",
-                                       tensor_mode_name(s.mode), s.tensor);
+                                       config::name_of(s.mode), s.tensor);
   switch (s.mode) {
     case TensorMode::d1: {
       const std::string what = fmt::format("parallel.tensor.size ({})", s.tensor);

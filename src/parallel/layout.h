@@ -26,6 +26,8 @@
 // Invariants: every GroupKind partitions 0..world-1; coordinates() and rank_of() are inverse.
 #pragma once
 
+#include "parallel/tensor_mode.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -33,11 +35,6 @@
 
 namespace tidal::parallel {
 
-enum class TensorMode { d1, d2, d2p5, d3 };  // config strings "1d", "2d", "2.5d", "3d"
-
-// "1d" | "2d" | "2.5d" | "3d" (parallel.tensor.mode); anything else is a tidal::Error.
-TensorMode parse_tensor_mode(const std::string& text);
-std::string_view tensor_mode_name(TensorMode mode);
 
 // Which group of a rank. Every kind partitions the world into disjoint groups; a rank's position
 // in its group (see Layout::group) is its rank inside that group's communicator.

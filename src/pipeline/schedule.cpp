@@ -18,13 +18,6 @@ Action interleaved_action(Action::Kind kind, int k, int p, int v) {
 
 }  // namespace
 
-ScheduleKind parse_schedule(const std::string& text) {
-  if (text == "gpipe") return ScheduleKind::gpipe;
-  if (text == "1f1b") return ScheduleKind::one_f_one_b;
-  if (text == "interleaved") return ScheduleKind::interleaved;
-  throw Error(fmt::format("parallel.schedule = \"{}\": use \"gpipe\", \"1f1b\" or \"interleaved\"", text));
-}
-
 std::vector<Action> schedule(ScheduleKind kind, int stages, int stage, int micro_batches, int chunks) {
   const int p = stages, s = stage, m = micro_batches;
   TIDAL_ASSERT(p >= 1 && s >= 0 && s < p && m >= 1 && chunks >= 1, "schedule({} stages, stage {}, {} micro-batches)",

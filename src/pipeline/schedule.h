@@ -15,9 +15,6 @@ namespace tidal::pipeline {
 
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
 
-// "gpipe" | "1f1b" | "interleaved" (parallel.schedule); anything else is a tidal::Error.
-ScheduleKind parse_schedule(const std::string& text);
-
 struct Action {
   enum Kind { forward, backward } kind;
   int micro_batch;

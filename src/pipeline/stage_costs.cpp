@@ -69,13 +69,6 @@ std::vector<double> measure_layer_times(models::Model& model, const TimeProbe& p
 
 }  // namespace
 
-PartitionBy parse_partition(const std::string& name) {
-  if (name == "layers") return PartitionBy::layers;
-  if (name == "parameters") return PartitionBy::parameters;
-  if (name == "time") return PartitionBy::time;
-  throw Error(fmt::format("parallel.partition = \"{}\": use \"layers\", \"parameters\" or \"time\"", name));
-}
-
 std::vector<int> unit_bounds(const models::Model& model) {
   std::vector<int> bounds{0};
   for (int i = model.first_block_layer() + 1; i < model.end_block_layer(); ++i) bounds.push_back(i);

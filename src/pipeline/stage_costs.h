@@ -18,14 +18,13 @@
 
 #include "comm/communicator.h"
 #include "models/model.h"
+#include "pipeline/partition_by.h"
 
 #include <string>
 #include <vector>
 
 namespace tidal::pipeline {
 
-enum class PartitionBy { layers, parameters, time };
-PartitionBy parse_partition(const std::string& name);  // "layers" | "parameters" | "time"
 
 // [u_0 = 0, u_1, ..., u_n = layers().size()]: unit k is the model's layers [u_k, u_{k+1}).
 std::vector<int> unit_bounds(const models::Model& model);

@@ -57,7 +57,7 @@ config::Config config_for(const Case& c) {
   cfg.parallel.pipeline = c.pipeline;
   cfg.parallel.tensor.size = c.tensor;
   cfg.parallel.sequence = c.sequence;
-  cfg.parallel.tensor.mode = c.mode;
+  cfg.parallel.tensor.mode = config::parse_choice<parallel::TensorMode>(c.mode).value();
   cfg.parallel.tensor.depth = c.depth;
   cfg.parallel.timeout_s = 60;
   return cfg;

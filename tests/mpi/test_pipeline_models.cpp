@@ -81,7 +81,7 @@ TEST_P(PipelineModels, MatchSingleProcess) {
     auto par = models::make_model(cfg.model);
     auto ref = models::make_model(cfg.model);
     pipeline::PipelineOptions options;
-    options.schedule = pipeline::parse_schedule(k.schedule);
+    options.schedule = config::parse_choice<pipeline::ScheduleKind>(k.schedule).value();
     options.chunks = k.chunks;
     pipeline::PipelineEngine engine(*par, pc, options);
     engine.materialize(kSeed);

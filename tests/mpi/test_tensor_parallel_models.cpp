@@ -67,7 +67,7 @@ config::Config config_for(const std::string& type, const Mode& m, int world) {
   c.channels = 3;  // 48 patch features
   cfg.train.batch_size = three ? 6 : 8;
   cfg.parallel.tensor.size = world;
-  cfg.parallel.tensor.mode = m.mode;
+  cfg.parallel.tensor.mode = config::parse_choice<parallel::TensorMode>(m.mode).value();
   cfg.parallel.tensor.depth = m.depth;
   return cfg;
 }

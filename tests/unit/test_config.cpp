@@ -38,11 +38,11 @@ TEST(Config, FileThenOverridesThenRoundTrip) {
 
 // train.precision left unset follows the device: fp32 on the CPU, bf16 on a GPU; set, it is kept.
 TEST(Config, PrecisionFollowsTheDeviceUnlessSet) {
-  EXPECT_EQ(config::load_config("", {}).train.precision, "fp32");
-  EXPECT_EQ(config::load_config("", {"train.device=cuda"}).train.precision, "bf16");
-  EXPECT_EQ(config::load_config("", {"train.device=cuda", "train.precision=fp32"}).train.precision, "fp32");
+  EXPECT_EQ(config::load_config("", {}).train.precision, DType::f32);
+  EXPECT_EQ(config::load_config("", {"train.device=cuda"}).train.precision, DType::bf16);
+  EXPECT_EQ(config::load_config("", {"train.device=cuda", "train.precision=fp32"}).train.precision, DType::f32);
   const std::string path = write_temp("cfg-precision", "[train]\ndevice = \"cuda\"\nprecision = \"fp16\"\n");
-  EXPECT_EQ(config::load_config(path, {}).train.precision, "fp16");
+  EXPECT_EQ(config::load_config(path, {}).train.precision, DType::f16);
   std::filesystem::remove(path);
 }
 

@@ -4,6 +4,7 @@
 // seeds, and each validation error.
 #include "parallel/layout.h"
 
+#include "config/config.h"
 #include "core/error.h"
 
 #include <gtest/gtest.h>
@@ -516,14 +517,14 @@ TEST(ParallelLayout, RngSeedsAgreeWhereReplicatedAndDifferWhereSplit) {
 }
 
 TEST(ParallelLayout, ParsesTensorModes) {
-  EXPECT_EQ(parse_tensor_mode("1d"), TensorMode::d1);
-  EXPECT_EQ(parse_tensor_mode("2d"), TensorMode::d2);
-  EXPECT_EQ(parse_tensor_mode("2.5d"), TensorMode::d2p5);
-  EXPECT_EQ(parse_tensor_mode("3d"), TensorMode::d3);
-  EXPECT_EQ(tensor_mode_name(TensorMode::d2p5), "2.5d");
+  EXPECT_EQ(config::parse_choice<TensorMode>("1d"), TensorMode::d1);
+  EXPECT_EQ(config::parse_choice<TensorMode>("2d"), TensorMode::d2);
+  EXPECT_EQ(config::parse_choice<TensorMode>("2.5d"), TensorMode::d2p5);
+  EXPECT_EQ(config::parse_choice<TensorMode>("3d"), TensorMode::d3);
+  EXPECT_EQ(config::name_of(TensorMode::d2p5), "2.5d");
   EXPECT_EQ(group_name(GroupKind::tensor_row), "tensor_row");
   try {
-    parse_tensor_mode("4d");
+    config::load_config("", {"parallel.tensor.mode=4d"});
     ADD_FAILURE() << "4d accepted";
   } catch (const Error& e) {
     expect_mentions(e.what(), {"parallel.tensor.mode", "\"4d\"", "2.5d"});

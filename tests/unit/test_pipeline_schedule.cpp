@@ -5,6 +5,7 @@
 // 1 and backward 2 time units its idle fraction per rank is the closed form, (p-1)/(m+p-1) for
 // GPipe and 1F1B and (p-1)/(vm+p-1) interleaved. 1F1B keeps at most p - s micro-batches'
 // activations alive on rank s; GPipe keeps all m.
+#include "config/config.h"
 #include "core/error.h"
 #include "pipeline/partition.h"
 #include "pipeline/schedule.h"
@@ -104,7 +105,7 @@ TEST(PipelineSchedule, OneFOneBOrder) {
 }
 
 TEST(PipelineSchedule, Errors) {
-  EXPECT_THROW(parse_schedule("zigzag"), Error);
+  EXPECT_THROW(config::load_config("", {"parallel.schedule=zigzag"}), Error);
   EXPECT_THROW(schedule(ScheduleKind::interleaved, 4, 0, 6, 2), Error);  // 6 micro-batches, groups of 4
   EXPECT_THROW(schedule(ScheduleKind::one_f_one_b, 2, 0, 4, 2), Error);  // virtual stages need interleaved
 }

@@ -170,8 +170,8 @@ config::Config tiny_config() {
   cfg.model.vocab_size = kV;
   cfg.model.seq_len = kT;
   cfg.model.tie_embeddings = false;
-  cfg.model.activation = "gelu_erf";
-  cfg.train.precision = "fp32";
+  cfg.model.activation = ops::GeluForm::erf;
+  cfg.train.precision = DType::f32;
   cfg.train.sample_every = 4;
   cfg.train.sample_prompt = "2 7";
   return cfg;
@@ -188,7 +188,7 @@ TEST(Sampler, LoadsATidalCheckpoint) {
 
   engine::InferenceModel loaded = engine::load_for_inference(dir.string());
   EXPECT_FALSE(loaded.config.model.tie_embeddings);
-  EXPECT_EQ(loaded.config.model.activation, "gelu_erf");
+  EXPECT_EQ(loaded.config.model.activation, ops::GeluForm::erf);
   engine::Sampler sampler(engine::make_decoder(*loaded.model, loaded.config.model));
   const Tensor tokens = testing::randint({1, kT}, 12, 0, kV);
   EXPECT_TRUE(all_close(cached_logits(sampler, tokens), forward_logits(*model, tokens), kFp32));
@@ -229,7 +229,7 @@ TEST(Sampler, SamplesDuringTrainingOrSaysOnceWhyNot) {
   // the line escapes what would break it (a newline, a byte that is not UTF-8).
   config::Config text = cfg;
   text.model.vocab_size = 256;
-  text.data.kind = "text";
+  text.data.kind = config::DataKind::text;
   text.train.sample_prompt = "\"\xc3\xa9\n\xff";
   auto byte_model = models::make_model(text.model);
   byte_model->materialize(kSeed);

@@ -1,0 +1,138 @@
+// The config keys whose value is one of a few names, each an enum named here once. The file,
+// --set and a Python dict give names; load_config turns them into these enums (or stops with an
+// error listing the names), and only enums travel inward. The names come back out in what
+// people read: to_toml, messages, metrics.
+#pragma once
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "memory/policies.h"
+#include "ops/gelu_form.h"
+#include "parallel/tensor_mode.h"
+#include "pipeline/partition_by.h"
+#include "pipeline/schedule.h"
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace tidal::config {
+
+enum class DataKind { markov, tokens, text, images };  // data.kind
+enum class Recompute { none, blocks, every_k };        // train.activation_checkpointing
+enum class ActivationOffload { none, host };           // train.activation_offload
+// memory.offload: none, PatrickStar's chunks moving by tensor state, or ZeRO-Offload's static split.
+enum class Offload { none, chunk, static_split };
+
+// Names<E>::table: every value of E with its config name.
+template <class E>
+struct Names;
+
+template <class E>
+concept Choice = requires { Names<E>::table; };
+
+template <>
+struct Names<ops::GeluForm> {
+  static constexpr std::pair<ops::GeluForm, std::string_view> table[] = {{ops::GeluForm::tanh, "gelu_tanh"},
+                                                                         {ops::GeluForm::erf, "gelu_erf"}};
+};
+template <>
+struct Names<DataKind> {
+  static constexpr std::pair<DataKind, std::string_view> table[] = {
+      {DataKind::markov, "markov"}, {DataKind::tokens, "tokens"}, {DataKind::text, "text"}, {DataKind::images, "images"}};
+};
+template <>
+struct Names<Device::Kind> {
+  static constexpr std::pair<Device::Kind, std::string_view> table[] = {{Device::Kind::cpu, "cpu"},
+                                                                        {Device::Kind::cuda, "cuda"}};
+};
+// train.precision: the element type training computes in (fp32 master weights beside bf16 / fp16).
+template <>
+struct Names<DType> {
+  static constexpr std::pair<DType, std::string_view> table[] = {
+      {DType::f32, "fp32"}, {DType::bf16, "bf16"}, {DType::f16, "fp16"}};
+};
+template <>
+struct Names<Recompute> {
+  static constexpr std::pair<Recompute, std::string_view> table[] = {
+      {Recompute::none, "none"}, {Recompute::blocks, "blocks"}, {Recompute::every_k, "every_k"}};
+};
+template <>
+struct Names<ActivationOffload> {
+  static constexpr std::pair<ActivationOffload, std::string_view> table[] = {{ActivationOffload::none, "none"},
+                                                                             {ActivationOffload::host, "host"}};
+};
+template <>
+struct Names<parallel::TensorMode> {
+  static constexpr std::pair<parallel::TensorMode, std::string_view> table[] = {
+      {parallel::TensorMode::d1, "1d"},
+      {parallel::TensorMode::d2, "2d"},
+      {parallel::TensorMode::d2p5, "2.5d"},
+      {parallel::TensorMode::d3, "3d"}};
+};
+template <>
+struct Names<pipeline::ScheduleKind> {
+  static constexpr std::pair<pipeline::ScheduleKind, std::string_view> table[] = {
+      {pipeline::ScheduleKind::gpipe, "gpipe"},
+      {pipeline::ScheduleKind::one_f_one_b, "1f1b"},
+      {pipeline::ScheduleKind::interleaved, "interleaved"}};
+};
+template <>
+struct Names<pipeline::PartitionBy> {
+  static constexpr std::pair<pipeline::PartitionBy, std::string_view> table[] = {
+      {pipeline::PartitionBy::layers, "layers"},
+      {pipeline::PartitionBy::parameters, "parameters"},
+      {pipeline::PartitionBy::time, "time"}};
+};
+template <>
+struct Names<memory::ChunkFetch> {
+  static constexpr std::pair<memory::ChunkFetch, std::string_view> table[] = {
+      {memory::ChunkFetch::all_gather, "all_gather"}, {memory::ChunkFetch::broadcast, "broadcast"}};
+};
+template <>
+struct Names<Offload> {
+  static constexpr std::pair<Offload, std::string_view> table[] = {
+      {Offload::none, "none"}, {Offload::chunk, "chunk"}, {Offload::static_split, "static"}};
+};
+template <>
+struct Names<memory::Eviction> {
+  static constexpr std::pair<memory::Eviction, std::string_view> table[] = {{memory::Eviction::belady, "belady"},
+                                                                            {memory::Eviction::lru, "lru"}};
+};
+
+template <Choice E>
+constexpr std::string_view name_of(E value) {
+  for (const auto& [v, name] : Names<E>::table)
+    if (v == value) return name;
+  return "?";
+}
+
+template <Choice E>
+constexpr std::optional<E> parse_choice(std::string_view name) {
+  for (const auto& [v, n] : Names<E>::table)
+    if (n == name) return v;
+  return std::nullopt;
+}
+
+// "a | b | c".
+template <Choice E>
+std::string choice_names() {
+  std::string out;
+  for (const auto& [v, name] : Names<E>::table) (out += out.empty() ? "" : " | ") += name;
+  return out;
+}
+
+}  // namespace tidal::config
+
+// fmt prints a choice by its config name (a DType by dtype_name; train.precision's names come
+// from name_of).
+template <class E>
+struct fmt::formatter<E, char, std::enable_if_t<tidal::config::Choice<E> && !std::is_same_v<E, tidal::DType>>>
+    : fmt::formatter<std::string_view> {
+  auto format(E value, format_context& ctx) const {
+    return fmt::formatter<std::string_view>::format(tidal::config::name_of(value), ctx);
+  }
+};
