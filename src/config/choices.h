@@ -24,6 +24,8 @@ namespace tidal::config {
 enum class DataKind { markov, tokens, text, images };  // data.kind
 enum class Recompute { none, blocks, every_k };        // train.activation_checkpointing
 enum class ActivationOffload { none, host };           // train.activation_offload
+// train.on_nonfinite: a step whose loss or gradient is not finite ends the run, or is dropped.
+enum class OnNonfinite { stop, skip };
 // memory.offload: none, PatrickStar's chunks moving by tensor state, or ZeRO-Offload's static split.
 enum class Offload { none, chunk, static_split };
 
@@ -64,6 +66,11 @@ template <>
 struct Names<ActivationOffload> {
   static constexpr std::pair<ActivationOffload, std::string_view> table[] = {{ActivationOffload::none, "none"},
                                                                              {ActivationOffload::host, "host"}};
+};
+template <>
+struct Names<OnNonfinite> {
+  static constexpr std::pair<OnNonfinite, std::string_view> table[] = {{OnNonfinite::stop, "stop"},
+                                                                       {OnNonfinite::skip, "skip"}};
 };
 template <>
 struct Names<parallel::TensorMode> {

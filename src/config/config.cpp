@@ -198,6 +198,10 @@ void validate(const Config& c, bool local_files) {
               t.batch_size);
   TIDAL_CHECK(t.lr > 0 && t.min_lr >= 0 && t.min_lr <= t.lr, "need 0 <= train.min_lr <= train.lr and train.lr > 0");
   TIDAL_CHECK(t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)");
+  TIDAL_CHECK(t.weight_decay >= 0,
+              "train.weight_decay must be >= 0, got {}: AdamW's decoupled decay shrinks the weights toward zero, and a "
+              "negative one grows them without bound", t.weight_decay);
+  TIDAL_CHECK(t.max_skipped_steps >= 1, "train.max_skipped_steps must be >= 1, got {}", t.max_skipped_steps);
   TIDAL_CHECK(t.loss_scale > 0, "train.loss_scale must be > 0, got {}", t.loss_scale);
   TIDAL_CHECK(t.loss_scale_window >= 1, "train.loss_scale_window must be >= 1, got {}", t.loss_scale_window);
   TIDAL_CHECK(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "train.beta1 and train.beta2 must be in [0, 1)");

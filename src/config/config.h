@@ -74,6 +74,11 @@ struct TrainConfig {
   std::int64_t sample_every = 0;   // gpt: steps between greedy samples in the progress lines; 0 = off
   std::string sample_prompt;       // what the samples continue ("" = the end-of-text token)
   bool profile = false;            // time per op family and module kind, per step and in the summary
+  // A step whose loss or gradient norm is not finite never updates the weights; stop ends the run
+  // (exit 3), skip drops the step. Either way max_skipped_steps dropped in a row end it (fp16's
+  // loss-scale backoffs count too).
+  OnNonfinite on_nonfinite = OnNonfinite::stop;
+  std::int64_t max_skipped_steps = 25;
   Recompute activation_checkpointing = Recompute::none;  // none | blocks | every_k
   int activation_checkpointing_k = 2;             // every_k: blocks per checkpointed run
   ActivationOffload activation_offload = ActivationOffload::none;  // none | host: kept block inputs wait in host memory

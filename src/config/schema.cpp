@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 
+#include <cmath>
 #include <type_traits>
 
 namespace tidal::config {
@@ -33,7 +34,11 @@ Key field(std::string name, Access access, std::string help) {
     k.get = [=](const Config& c) { return Value(access(const_cast<Config&>(c))); };
   } else if constexpr (std::is_floating_point_v<F>) {
     k.type = Key::Type::number;
-    k.set = [=](Config& c, const Value& v) { access(c) = F(std::get<double>(v)); };
+    k.set = [=, n = k.name](Config& c, const Value& v) {
+      const double x = std::get<double>(v);
+      TIDAL_CHECK(std::isfinite(x), "{} must be a finite number, got {}", n, x);
+      access(c) = F(x);
+    };
     k.get = [=](const Config& c) { return Value(double(access(const_cast<Config&>(c)))); };
   } else {
     k.type = Key::Type::integer;
@@ -111,6 +116,12 @@ std::vector<Key> make_schema() {
                 "unset with train.device = cuda: bf16"),
       TIDAL_KEY(train.loss_scale, "fp16: the first dynamic loss scale (halved on an overflow)"),
       TIDAL_KEY(train.loss_scale_window, "fp16: finite steps in a row before the loss scale doubles"),
+      TIDAL_KEY(train.on_nonfinite,
+                "stop | skip: a step whose loss or gradient norm is not finite never updates the weights; stop ends "
+                "the run (exit 3, naming the step and what was not finite; the last checkpoint stays latest), skip "
+                "drops the step"),
+      TIDAL_KEY(train.max_skipped_steps,
+                "steps dropped in a row (non-finite under skip, fp16 overflows) that end the run (exit 3)"),
       TIDAL_KEY(train.eval_every, "steps between eval losses (0 = only at the end)"),
       TIDAL_KEY(train.eval_batches, "held-out batches per eval"),
       TIDAL_KEY(train.activation_checkpointing,

@@ -1,5 +1,7 @@
 // Errors. `Error` is a user or configuration error: its message says what was wrong and how to
 // fix it, and the CLI turns it into exit code 2. `InternalError` is a broken invariant: a bug.
+// `Diverged` is a run that went numerically wrong (a non-finite loss or gradient): not a bug, not
+// bad input the config could have caught; exit code 3 with what went wrong and where.
 #pragma once
 
 #include <fmt/format.h>
@@ -10,6 +12,11 @@
 namespace tidal {
 
 class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Diverged : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -77,6 +77,10 @@ int Launch::run(const std::function<void()>& body, const bool* shared) {
     }
     fmt::print(stderr, "tidal: error{}: {}\n", on_rank, e.what());
     return fail(2);
+  } catch (const Diverged& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "tidal: stopped{}: {}\n", on_rank, e.what());
+    return fail(3);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "tidal: internal error{} (a bug; please report it): {}\n", on_rank, e.what());

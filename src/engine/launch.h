@@ -2,8 +2,8 @@
 // running the same program. Starts MPI first when a launcher started the process, shares the
 // node's cores among its ranks (unless OMP_NUM_THREADS says), builds the parallel context of a
 // config's layout, and turns errors into exit codes the way `tidal` does: a user error (a
-// tidal::Error: bad config, missing file) prints its message and exits 2, anything else is a bug
-// and exits 3; under several ranks the failing rank ends the whole job, so none waits forever in
+// tidal::Error: bad config, missing file) prints its message and exits 2; a run that diverged
+// (tidal::Diverged) and anything else (a bug) exit 3; under several ranks the failing rank ends the whole job, so none waits forever in
 // a collective for it.
 //
 //   int main(int argc, char** argv) {

@@ -10,6 +10,7 @@
 #include "optim/adamw.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace tidal::engine {
@@ -100,6 +101,11 @@ class TensorModelData final : public ModelData {
   }
 
   double squared_gradient_norm() override { return engine_.squared_gradient_norm(); }
+  const nn::Parameter* first_nonfinite_gradient() override {
+    for (const nn::Parameter* p : engine_.parameters())
+      if (!std::isfinite(ops::sum_of_squares(p->grad))) return p;
+    return nullptr;
+  }
 
   void step(float lr, float gradient_scale, double norm, double max_norm) override {
     TIDAL_ASSERT(gradient_scale == 1.0f, "fp32 tensors carry no loss scale");
@@ -281,6 +287,12 @@ class ChunkModelData final : public ModelData {
     Tensor total = Tensor::full({1}, float(sum));
     for (comm::Communicator* g : over) g->all_reduce(total)->wait();
     return double(total.item());
+  }
+
+  const nn::Parameter* first_nonfinite_gradient() override {
+    for (memory::ChunkManager* c : keepers())
+      if (const nn::Parameter* p = c->first_nonfinite_gradient()) return p;
+    return nullptr;
   }
 
   void step(float lr, float gradient_scale, double norm, double max_norm) override {

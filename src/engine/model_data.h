@@ -41,6 +41,8 @@ class ModelData {
   // The squared norm of the step's whole gradient as held (times the loss scale), on every rank;
   // not finite when it overflowed anywhere.
   virtual double squared_gradient_norm() = 0;
+  // The first of this rank's parameters whose gradient (as held) is not finite, or null.
+  virtual const nn::Parameter* first_nonfinite_gradient() = 0;
   // AdamW from the gradient: `norm` is its true norm (loss scale divided out), clipped to
   // max_norm (0 = off); `gradient_scale` is the loss scale the held gradient carries.
   virtual void step(float lr, float gradient_scale, double norm, double max_norm) = 0;

@@ -186,6 +186,10 @@ struct Trainer::Run {
   void describe_layout();
   // One training step (0-based `step`): its metrics record.
   nlohmann::json train_step(std::int64_t step);
+  // What was not finite in step `at`: the loss, or the first of this rank's parameters whose
+  // gradient is not; and the whole message of a run that stops there.
+  std::string what_is_not_finite(double loss, double norm);
+  std::string diverged(std::int64_t at, double loss, double norm);
   double evaluate();
   // A checkpoint of `at` steps done.
   void save(const std::string& dir, std::int64_t at);
@@ -216,7 +220,7 @@ struct Trainer::Run {
   std::unique_ptr<ModelData> model_data;  // made by prepare()
   std::vector<Callback*> callbacks;
   std::int64_t step = 0;  // steps done
-  std::int64_t skipped = 0;
+  std::int64_t skipped = 0, skipped_in_a_row = 0;
   double train_loss = 0, comm_seconds = 0, exposed_seconds = 0;
   StepProfile profile;
   StepProfile::Totals profile_sum;
@@ -317,16 +321,27 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
   model_data->finish_backward();
   if (replicas > 1) loss = sum_over_replicas(pc, loss);
   // The gradient carries the loss scale; its norm is not finite on every rank when it
-  // overflowed on any (the norm is summed over them).
+  // overflowed on any (the norm is summed over them), so every rank takes the same branch.
   const double norm = std::sqrt(model_data->squared_gradient_norm()) / loss_scale;
-  const bool applied = scaler ? scaler->update(std::isfinite(norm)) : true;
+  const bool finite = std::isfinite(loss) && std::isfinite(norm);
+  // A step that is not finite never updates the weights. Under fp16 an overflow is the loss
+  // scaler's to handle (it backs off); in fp32 and bf16 it means the run diverged.
+  const bool applied = scaler ? scaler->update(finite) : finite;
   if (applied) {
     model_data->step(float(lr), float(loss_scale), norm, cfg.train.grad_clip);
+    skipped_in_a_row = 0;
   } else {
     model_data->skip_step();
     ++skipped;
-    progress.line(fmt::format("step {}: gradient overflowed in fp16 at loss scale {}: step skipped, scale now {}",
-                              at + 1, loss_scale, scaler->scale()));
+    ++skipped_in_a_row;
+    if (!scaler && cfg.train.on_nonfinite == config::OnNonfinite::stop) throw Diverged(diverged(at, loss, norm));
+    progress.line(scaler ? fmt::format("step {}: gradient overflowed in fp16 at loss scale {}: step skipped, scale now {}",
+                                       at + 1, loss_scale, scaler->scale())
+                         : fmt::format("step {}: {}; step skipped (train.on_nonfinite = \"skip\")", at + 1,
+                                       what_is_not_finite(loss, norm)));
+    if (skipped_in_a_row >= cfg.train.max_skipped_steps)
+      throw Diverged(fmt::format("{} steps in a row skipped (train.max_skipped_steps = {}); {}", skipped_in_a_row,
+                                 cfg.train.max_skipped_steps, diverged(at, loss, norm)));
   }
   step_on_gpu.reset();
   train_loss = loss;
@@ -347,6 +362,30 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
     record["skipped"] = !applied;
   }
   return record;
+}
+
+std::string Trainer::Run::what_is_not_finite(double loss, double norm) {
+  if (!std::isfinite(loss)) return fmt::format("the loss is {}", std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf");
+  if (const nn::Parameter* p = model_data->first_nonfinite_gradient())
+    return fmt::format("the gradient of {} is not finite (gradient norm {})", p->name, norm);
+  // Every gradient here is finite: their squares summed past fp32's range (the norm's sums cross
+  // ranks in fp32), or another rank's gradient is not finite.
+  return fmt::format("the gradient norm is {} (this rank's gradients are finite: so large that their squares overflow "
+                     "fp32, or another rank's are not)", norm);
+}
+
+std::string Trainer::Run::diverged(std::int64_t at, double loss, double norm) {
+  const config::TrainConfig& tc = cfg.train;
+  std::string out = fmt::format(
+      "step {}: {}: the run diverged, and the step did not update the weights. Lower train.lr (it is {}), keep "
+      "train.grad_clip on (it is {}), or {}",
+      at + 1, what_is_not_finite(loss, norm), tc.lr, tc.grad_clip,
+      tc.on_nonfinite == config::OnNonfinite::skip || scaler ? "raise train.max_skipped_steps"
+                                                             : "set train.on_nonfinite = \"skip\" to drop such steps");
+  if (!cfg.checkpoint.dir.empty())
+    out += fmt::format("; the last checkpoint in {} is intact: continue from it with --resume {}", cfg.checkpoint.dir,
+                       cfg.checkpoint.dir);
+  return out;
 }
 
 double Trainer::Run::evaluate() {

@@ -5,6 +5,7 @@
 #include "ops/residual.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -635,6 +636,14 @@ double ChunkManager::local_squared_gradient_norm(double before, const ParameterW
     sum += w == 1.0 ? squares : squares * w;
   }
   return sum;
+}
+
+const nn::Parameter* ChunkManager::first_nonfinite_gradient() const {
+  for (const Tracked& t : tracked_) {
+    if (!owns(layout_.places[index_.at(t.param)].chunk)) continue;
+    if (!std::isfinite(ops::sum_of_squares(gradient(*t.param)))) return t.param;
+  }
+  return nullptr;
 }
 
 double ChunkManager::squared_gradient_norm(double before) {

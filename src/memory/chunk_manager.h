@@ -203,6 +203,9 @@ class ChunkManager final : public nn::ModuleHooks {
   // weight(p) (default 1): a caller sums it over the ranks holding other parts.
   using ParameterWeight = std::function<double(const nn::Parameter&)>;
   double local_squared_gradient_norm(double before = 0.0, const ParameterWeight& weight = {}) const;
+  // The first parameter (in the list's order) of the owned parts whose gradient is not finite, or
+  // null: what a diverged step names.
+  const nn::Parameter* first_nonfinite_gradient() const;
 
   // For a checkpoint: visits every parameter with its whole fp32 master copy, momentum and
   // variance (views valid during the call), on every rank of the group (a collective: the owners'

@@ -38,6 +38,12 @@ expect rank-mismatch "launched" -- train -c "$dir/ranks.toml"
 expect missing-config "nope.toml" -- train -c "$dir/nope.toml"
 expect toml-syntax "syntax.toml:1" -- train -c "$dir/syntax.toml"
 expect bad-set-value "train.lr must be a number" -- train --set train.lr=fast
+expect lr-inf "train.lr must be a finite number, got inf" -- train --set train.lr=inf
+expect dropout-nan "model.dropout must be a finite number, got nan" -- train --set model.dropout=nan
+printf '[train]\nbeta2 = -inf\n' > "$dir/inf.toml"
+expect float-inf-file "inf.toml:2: train.beta2 must be a finite number, got -inf" -- train -c "$dir/inf.toml"
+expect weight-decay-negative "train.weight_decay must be >= 0, got -0.1" -- train --set train.weight_decay=-0.1
+expect on-nonfinite "train.on_nonfinite = \"ignore\" is not one of stop | skip" -- train --set train.on_nonfinite=ignore
 expect unknown-set-key "model.layers" -- train --set model.layers=3
 expect offload-without-cap "needs memory.device_limit on a machine without a GPU" -- train --set memory.offload=chunk
 expect offload-too-small "is too small for this run: the warm-up iteration traced" -- \
