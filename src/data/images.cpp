@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 namespace tidal::data {
@@ -50,6 +51,14 @@ ImageDataset::ImageDataset(const std::string& path, const ImageShape& expected, 
               "data.path '{}' holds {}x{}x{} images in {} classes; the model expects {}x{}x{} in {} "
               "(model.channels, model.image_size, model.num_classes)",
               path, h[1], h[2], h[3], h[4], expected.channels, expected.height, expected.width, expected.num_classes);
+  // The header's count against the file's size, before anything is allocated for it (the shape
+  // matched the model's above, so the product cannot overflow).
+  const std::uint64_t per_image = 4 + std::uint64_t(h[1]) * h[2] * h[3];
+  const std::uint64_t bytes = std::filesystem::file_size(path);
+  TIDAL_CHECK(bytes == 8 + sizeof h + std::uint64_t(h[0]) * per_image,
+              "data.path '{}' is {} bytes, and its header promises {} images of {} bytes (a label and the pixels) "
+              "after {} bytes of header: the file is truncated or not a tidal image file",
+              path, bytes, h[0], per_image, 8 + sizeof h);
   labels_.resize(h[0]);
   pixels_.resize(std::size_t(h[0]) * h[1] * h[2] * h[3]);
   in.read(reinterpret_cast<char*>(labels_.data()), std::streamsize(labels_.size() * 4));

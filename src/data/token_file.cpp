@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -19,7 +20,13 @@ std::vector<std::int32_t> read_tokens(const std::string& path, std::int64_t voca
   TIDAL_CHECK(in.good() && header[0] == kTokenFileMagic && (header[1] == 1 || header[1] == 2),
               "data.path '{}' is not a token file (expected llm.c's header: magic {}, version 1 or 2)", path,
               kTokenFileMagic);
-  const std::int64_t n = header[2];
+  // The header's count against the file's size, before anything is allocated for it.
+  const std::int64_t n = header[2], width = header[1] == 1 ? 2 : 4;
+  const std::uint64_t bytes = std::filesystem::file_size(path);
+  TIDAL_CHECK(n >= 0 && bytes == sizeof header + std::uint64_t(n) * std::uint64_t(width),
+              "data.path '{}' is {} bytes, and its header promises {} tokens of {} bytes after {} bytes of header: "
+              "the file is truncated or not a token file",
+              path, bytes, n, width, sizeof header);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(n));
   if (header[1] == 1) {
     std::vector<std::uint16_t> raw(static_cast<std::size_t>(n));

@@ -106,7 +106,7 @@ ChunkSearch search_layout(const config::Config& cfg, const memory::ChunkSizeRang
 }  // namespace
 
 ChunkSearch chunk_search(const config::Config& cfg, const memory::ChunkSizeRange& range, comm::MpiRuntime* mpi) {
-  if (mpi && mpi->world_size() > 1) return search_layout(cfg, range, *mpi);
+  if (parallel::launched_world_size(mpi) > 1) return search_layout(cfg, range, *mpi);
   const std::vector<std::int64_t> numels = parameter_numels(cfg);
   ChunkSearch s;
   s.model = fmt::format("{}, {} layers x {}{}", cfg.model.type, cfg.model.n_layer, cfg.model.n_embd,

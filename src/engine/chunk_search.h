@@ -4,7 +4,6 @@
 // and the best one.
 #pragma once
 
-#include "comm/mpi_runtime.h"
 #include "config/config.h"
 #include "memory/chunk_layout.h"
 
@@ -13,6 +12,10 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+namespace tidal::comm {
+class MpiRuntime;  // comm/mpi_runtime.h (in a build with MPI)
+}
 
 namespace tidal::engine {
 

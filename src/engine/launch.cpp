@@ -13,6 +13,7 @@
 #include <thread>
 
 namespace tidal::engine {
+#if TIDAL_MPI
 namespace {
 
 // Ranks sharing a node share its cores: without OMP_NUM_THREADS, each takes its share.
@@ -23,13 +24,20 @@ void share_cores(int ranks_on_node) {
 }
 
 }  // namespace
+#endif
 
 Launch::Launch([[maybe_unused]] int* argc, [[maybe_unused]] char*** argv) {
 #if TIDAL_MPI
   if (comm::MpiRuntime::launched()) {
-    mpi_ = std::make_unique<comm::MpiRuntime>(argc, argv);
+    mpi_.reset(new comm::MpiRuntime(argc, argv));
     share_cores(mpi_->local_size());
   }
+#endif
+}
+
+void Launch::FinishMpi::operator()([[maybe_unused]] comm::MpiRuntime* mpi) const {
+#if TIDAL_MPI
+  delete mpi;
 #endif
 }
 

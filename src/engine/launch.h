@@ -54,7 +54,11 @@ class Launch {
   comm::MpiRuntime* mpi() const { return mpi_.get(); }
 
  private:
-  std::unique_ptr<comm::MpiRuntime> mpi_;
+  // Deletes the runtime (finishing MPI) where MpiRuntime is a complete type: in a build with MPI.
+  struct FinishMpi {
+    void operator()(comm::MpiRuntime* mpi) const;
+  };
+  std::unique_ptr<comm::MpiRuntime, FinishMpi> mpi_;
   std::unique_ptr<parallel::ParallelContext> context_;
 };
 

@@ -145,8 +145,8 @@ MemoryPlan plan_memory(const config::Config& cfg, int max_layers, comm::MpiRunti
                            disk ? ", optimizer states beyond the host on disk (memory.disk_dir)" : "");
   plan.device_limit = config::parse_bytes(cfg.memory.device_limit, "memory.device_limit");
   plan.host_limit = config::parse_bytes(cfg.memory.host_limit, "memory.host_limit");
-  if (mpi && mpi->world_size() > 1) {
-    plan.ranks = mpi->world_size();
+  if (parallel::launched_world_size(mpi) > 1) {
+    plan.ranks = parallel::launched_world_size(mpi);
     const config::ParallelConfig& p = cfg.parallel;
     plan.model += fmt::format(", data {} x pipeline {} x tensor {} ({}) x sequence {}, zero.stage {}", p.data,
                               p.pipeline, p.tensor.size, p.tensor.mode, p.sequence, cfg.zero.stage);

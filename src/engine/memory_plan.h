@@ -22,7 +22,6 @@
 // "chunk").
 #pragma once
 
-#include "comm/mpi_runtime.h"
 #include "config/config.h"
 
 #include <nlohmann/json.hpp>
@@ -30,6 +29,10 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+namespace tidal::comm {
+class MpiRuntime;  // comm/mpi_runtime.h (in a build with MPI)
+}
 
 namespace tidal::engine {
 

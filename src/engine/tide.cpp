@@ -54,7 +54,7 @@ config::Config trace_config(config::Config cfg) {
 nlohmann::json trace_warmup(const config::Config& user_cfg, comm::MpiRuntime* mpi) {
   config::Config cfg = trace_config(user_cfg);
   cfg.train.eval_batches = 0;  // the tide is the warm-up's; an evaluation under too small a cap would stop a rank
-  const int ranks = mpi ? mpi->world_size() : 1;
+  const int ranks = parallel::launched_world_size(mpi);
   TIDAL_CHECK(ranks > 1 || (cfg.parallel.data == 1 && cfg.parallel.pipeline == 1 && cfg.parallel.tensor.size == 1 &&
                             cfg.parallel.sequence == 1),
               "tidal trace of a parallel layout runs under mpirun (each rank traces its own device): launch it with "

@@ -6,12 +6,15 @@
 // share as lines.
 #pragma once
 
-#include "comm/mpi_runtime.h"
 #include "config/config.h"
 
 #include <nlohmann/json.hpp>
 
 #include <string>
+
+namespace tidal::comm {
+class MpiRuntime;  // comm/mpi_runtime.h (in a build with MPI)
+}
 
 namespace tidal::engine {
 

@@ -8,6 +8,13 @@
 
 namespace tidal::parallel {
 
+int launched_world_size([[maybe_unused]] const comm::MpiRuntime* runtime) {
+#if TIDAL_MPI
+  if (runtime != nullptr) return runtime->world_size();
+#endif
+  return 1;
+}
+
 MeshSpec mesh_spec(const config::Config& cfg, int world_size, int ranks_per_node) {
   const config::ParallelConfig& p = cfg.parallel;
   return {.world_size = world_size,

@@ -20,6 +20,9 @@ class MpiRuntime;
 
 namespace tidal::parallel {
 
+// The ranks a launcher started (1 for a null runtime, and in a build without MPI).
+int launched_world_size(const comm::MpiRuntime* runtime);
+
 class ParallelContext {
  public:
   // `runtime` is null for a process started without a launcher (world of one). Validates the

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -89,6 +90,20 @@ TEST(TokenFile, EveryWindowOncePerEpochAndEvalHeldOut) {
   }
   EXPECT_THROW(data::TokenFileDataset(path, data::TokenFileDataset::Format::tokens, T, 100, data::Objective::causal, 4),
                Error);  // ids beyond the vocabulary
+  // A header whose count the file does not hold (negative, or billions: found by fuzz_token_file)
+  // is an error before anything is allocated for it.
+  for (const std::int32_t count : {-1, 2000000000}) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    f.write(reinterpret_cast<const char*>(&count), 4);
+    f.close();
+    try {
+      data::TokenFileDataset(path, data::TokenFileDataset::Format::tokens, T, 100000, data::Objective::causal, 4);
+      ADD_FAILURE() << "a header promising " << count << " tokens loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the file is truncated or not a token file"), std::string::npos) << e.what();
+    }
+  }
   std::filesystem::remove(path);
 }
 
@@ -115,6 +130,20 @@ TEST(ImageFile, PixelsScaleToUnitRangeAndEvalIsHeldOut) {
   for (int i = 0; i < 38; ++i) expected.insert(float(i * 6) / 127.5f - 1.0f);
   EXPECT_EQ(firsts, expected);
   EXPECT_THROW(data::ImageDataset(path, {3, 2, 2, 3}, 1), Error);  // shape differs from the model's
+  // A count of 788 million images in a 60-byte file (found by fuzz_images): an error, not an
+  // allocation of gigabytes.
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    const std::uint32_t count = 0x2f000004u;
+    f.seekp(8);
+    f.write(reinterpret_cast<const char*>(&count), 4);
+  }
+  try {
+    data::ImageDataset(path, shape, 1);
+    ADD_FAILURE() << "a header promising 788 million images loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("promises 788529156 images"), std::string::npos) << e.what();
+  }
   std::filesystem::remove(path);
 }
 
