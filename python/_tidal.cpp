@@ -147,6 +147,11 @@ PYBIND11_MODULE(_tidal, m) {
     const char* k = better_blas_kernels();
     return k ? std::string(k) : std::string();
   });
-  // MPI finishes before the interpreter does.
-  py::module_::import("atexit").attr("register")(py::cpp_function(&finish_launch));
+  // MPI finishes before the interpreter does, after what the script printed has gone out (a
+  // launcher stops forwarding a rank's output when MPI ends).
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    py::module_ sys = py::module_::import("sys");
+    for (const char* stream : {"stdout", "stderr"}) sys.attr(stream).attr("flush")();
+    finish_launch();
+  }));
 }

@@ -2,6 +2,7 @@
 
 #include "config/config.h"
 #include "config/hf_model.h"
+#include "core/process.h"
 #include "engine/checkpoint.h"
 #include "io/atomic_file.h"
 #include "io/hf_layout.h"
@@ -78,20 +79,6 @@ Tensor query_heads_in_hf_order(const Tensor& q, const io::HfTensorSource& src) {
 }
 
 }  // namespace
-
-namespace {
-// A "Key:  1234 kB" line of /proc/self/status, in bytes.
-std::uint64_t status_bytes(const std::string& key) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.starts_with(key)) return std::stoull(line.substr(key.size())) * 1024;
-  return 0;
-}
-}  // namespace
-
-std::uint64_t peak_resident_bytes() { return status_bytes("VmHWM:"); }
-std::uint64_t resident_bytes() { return status_bytes("VmRSS:"); }
 
 HfLoadReport load_hf_weights(const std::string& dir, const io::HfModelSpec& spec,
                              std::span<nn::Parameter* const> params) {

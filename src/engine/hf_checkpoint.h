@@ -43,8 +43,4 @@ struct HfExportReport {
 HfExportReport export_hf(const std::string& checkpoint, const std::string& out_dir,
                          std::uint64_t max_shard_bytes = std::uint64_t(2) << 30);
 
-// The process's peak and current resident set (VmHWM, VmRSS), in bytes; 0 where /proc is not there.
-std::uint64_t peak_resident_bytes();
-std::uint64_t resident_bytes();
-
 }  // namespace tidal::engine

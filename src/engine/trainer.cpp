@@ -1,6 +1,7 @@
 #include "engine/trainer.h"
 
 #include "core/gpu.h"
+#include "core/process.h"
 #include "data/dataset.h"
 #include "config/hf_model.h"
 #include "config/model_types.h"
@@ -437,6 +438,7 @@ TrainSummary Trainer::Run::fit() {
       }
       record.update(model_data->step_record());
       record["peak_bytes"] = {{"host", host_allocator().peak_bytes()}, {"activations", activations->peak_bytes()}};
+      record["resident_bytes"] = resident_bytes();  // as the OS counts it: a long run's leak shows here
       metrics.write(record);
       const double eta = seconds_since(run_start) / double(step - start + 1) * double(end - step - 1);
       const StepEnd done{.step = step + 1,

@@ -23,8 +23,9 @@ TIDAL_BIN = os.environ["TIDAL_BIN"]
 MPIRUN = shlex.split(os.environ.get("TIDAL_MPIRUN", "mpirun"))
 SMALL = {"train": {"steps": 8, "batch_size": 4, "eval_every": 4, "eval_batches": 1},
          "model": {"n_layer": 2, "n_embd": 32, "n_head": 2, "seq_len": 16}}
-# Keys of a step's record that time the step (the rest is a pure function of the seed).
-TIMED = {"tokens_per_s", "step_time_s", "allreduce_s", "allreduce_exposed_s"}
+# Keys of a step's record that time the step or measure the process (the rest is a pure function
+# of the seed).
+TIMED = {"tokens_per_s", "step_time_s", "allreduce_s", "allreduce_exposed_s", "resident_bytes"}
 
 
 def sets(values, prefix=""):
@@ -148,7 +149,9 @@ def test_every_rank_runs_the_same_script_under_mpirun(tmp_path):
         import json, sys, tidal
         cfg = tidal.Config({json.dumps(SMALL)}, overrides=["parallel.data=2"])
         summary = tidal.train(cfg, metrics=sys.argv[1] if tidal.rank() == 0 else "", quiet=True)
-        print("rank", tidal.rank(), "of", tidal.world_size(), "final", summary["final_loss"])
+        # One write per line: mpirun interleaves the ranks' output write by write.
+        sys.stdout.write(f"rank {{tidal.rank()}} of {{tidal.world_size()}} final {{summary['final_loss']}}\\n")
+        sys.stdout.flush()
     """))
     r = subprocess.run([*MPIRUN, "-np", "2", sys.executable, str(script), str(tmp_path / "d2.jsonl")],
                        capture_output=True, text=True)
