@@ -1,5 +1,8 @@
 #include "core/process.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -17,7 +20,16 @@ std::uint64_t status_bytes(const std::string& key) {
 
 }  // namespace
 
-std::uint64_t resident_bytes() { return status_bytes("VmRSS:"); }
+// From /proc/self/statm (its second field, in pages): a few microseconds, cheap enough for every
+// step's metrics, where /proc/self/status takes several times that.
+std::uint64_t resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int read = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return read == 2 ? std::uint64_t(resident) * std::uint64_t(::sysconf(_SC_PAGESIZE)) : 0;
+}
 std::uint64_t peak_resident_bytes() { return status_bytes("VmHWM:"); }
 
 }  // namespace tidal

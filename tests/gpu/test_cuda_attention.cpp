@@ -136,6 +136,21 @@ AttentionRun run_attention(const Tensor& qkv, const Tensor& dy, const ops::Atten
   return r;
 }
 
+// Attention of qkv on the CPU and, on copies of the same inputs, on the GPU (backward from the
+// CPU's y and lse: the same inputs on both sides); the GPU's kernel family is the one its dtype
+// and head width pick, and y, lse and dqkv agree within that family's tolerances.
+void expect_gpu_matches_cpu(const Tensor& qkv, const Tensor& dy, const ops::AttentionOptions& opt,
+                            const ops::AttentionOptions& gopt, DType dtype, std::int64_t H, std::int64_t hd) {
+  const AttentionRun cpu = run_attention(qkv, dy, opt, H);
+  const Tensor gqkv = to_gpu(qkv), gdy = to_gpu(dy);
+  const AttentionRun gpu = run_attention(gqkv, gdy, gopt, H, to_gpu(cpu.y), to_gpu(cpu.lse));
+  const FlashKernels kernels = ops::cuda::flash_kernels_for(dtype, hd, {&gqkv, &gpu.y, &gdy, &gpu.dqkv});
+  EXPECT_EQ(kernels, dtype != DType::f32 && (hd == 64 || hd == 128) ? FlashKernels::tensor_core : FlashKernels::simt);
+  EXPECT_TRUE(all_close(gpu.y, cpu.y, tolerance_for(dtype, kernels, cpu.y))) << "y";
+  EXPECT_TRUE(all_close(gpu.lse, cpu.lse, kFp32)) << "lse";
+  expect_dqkv_close(gpu.dqkv, cpu.dqkv, kernels, H * hd);
+}
+
 using AttentionCase = std::tuple<DType, std::int64_t, std::int64_t, bool, bool>;  // dtype, T, head width, causal, masked
 
 class CudaAttention : public ::testing::TestWithParam<AttentionCase> {};
@@ -148,16 +163,7 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   const Tensor mask = sequence_mask(T), gmask = to_gpu(mask);
   const ops::AttentionOptions opt{.n_head = int(H), .causal = causal, .key_mask = masked ? &mask : nullptr};
   const ops::AttentionOptions gopt{.n_head = int(H), .causal = causal, .key_mask = masked ? &gmask : nullptr};
-  const AttentionRun cpu = run_attention(qkv, dy, opt, H);
-
-  const Tensor gqkv = to_gpu(qkv), gdy = to_gpu(dy);
-  // Backward from the CPU's y and lse: the same inputs on both sides.
-  const AttentionRun gpu = run_attention(gqkv, gdy, gopt, H, to_gpu(cpu.y), to_gpu(cpu.lse));
-  const FlashKernels kernels = ops::cuda::flash_kernels_for(dtype, hd, {&gqkv, &gpu.y, &gdy, &gpu.dqkv});
-  EXPECT_EQ(kernels, dtype != DType::f32 && (hd == 64 || hd == 128) ? FlashKernels::tensor_core : FlashKernels::simt);
-  EXPECT_TRUE(all_close(gpu.y, cpu.y, tolerance_for(dtype, kernels, cpu.y))) << "y";
-  EXPECT_TRUE(all_close(gpu.lse, cpu.lse, kFp32)) << "lse";
-  expect_dqkv_close(gpu.dqkv, cpu.dqkv, kernels, C);
+  expect_gpu_matches_cpu(qkv, dy, opt, gopt, dtype, H, hd);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
@@ -193,15 +199,7 @@ TEST_P(CudaAttentionGroupedQuery, ForwardAndBackwardMatchCpu) {
   const ops::AttentionOptions opt{.n_head = H, .n_kv_head = Hkv, .causal = masks, .key_mask = masks ? &mask : nullptr};
   const ops::AttentionOptions gopt{
       .n_head = H, .n_kv_head = Hkv, .causal = masks, .key_mask = masks ? &gmask : nullptr};
-  const AttentionRun cpu = run_attention(qkv, dy, opt, H);
-
-  const Tensor gqkv = to_gpu(qkv), gdy = to_gpu(dy);
-  const AttentionRun gpu = run_attention(gqkv, gdy, gopt, H, to_gpu(cpu.y), to_gpu(cpu.lse));
-  const FlashKernels kernels = ops::cuda::flash_kernels_for(dtype, hd, {&gqkv, &gpu.y, &gdy, &gpu.dqkv});
-  EXPECT_EQ(kernels, dtype != DType::f32 && (hd == 64 || hd == 128) ? FlashKernels::tensor_core : FlashKernels::simt);
-  EXPECT_TRUE(all_close(gpu.y, cpu.y, tolerance_for(dtype, kernels, cpu.y))) << "y";
-  EXPECT_TRUE(all_close(gpu.lse, cpu.lse, kFp32)) << "lse";
-  expect_dqkv_close(gpu.dqkv, cpu.dqkv, kernels, C);
+  expect_gpu_matches_cpu(qkv, dy, opt, gopt, dtype, H, hd);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionGroupedQuery,

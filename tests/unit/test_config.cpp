@@ -46,15 +46,17 @@ TEST(Config, PrecisionFollowsTheDeviceUnlessSet) {
   std::filesystem::remove(path);
 }
 
+// The message of the error that loading the defaults with `sets` gives ("no error" if none).
+std::string message(const std::vector<std::string>& sets) {
+  try {
+    config::load_config("", sets);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(Config, ErrorsNameTheKey) {
-  auto message = [](const std::vector<std::string>& sets) {
-    try {
-      config::load_config("", sets);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message({"train.stepz=3"}).find("train.stepz"), std::string::npos);
   EXPECT_NE(message({"model.n_head=5"}).find("model.n_head (5)"), std::string::npos);
   EXPECT_NE(message({"train.micro_batch_size=5"}).find("train.micro_batch_size"), std::string::npos);
@@ -80,14 +82,6 @@ TEST(Config, LlamaKeys) {
   EXPECT_TRUE(config::load_config("", {"model.type=llama", "model.tie_embeddings=true"}).model.tie_embeddings);
   EXPECT_EQ(config::effective_intermediate_size(c.model), 256);  // 2/3 of 4 x 64 = 170, rounded up to 256s
   EXPECT_DOUBLE_EQ(config::effective_ln_eps(c.model), 1e-6);
-  auto message = [](const std::vector<std::string>& sets) {
-    try {
-      config::load_config("", sets);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message({"model.type=llama", "model.n_head=4", "model.n_kv_head=3", "model.n_embd=64"})
                 .find("model.n_kv_head (3) must divide model.n_head (4)"),
             std::string::npos);
