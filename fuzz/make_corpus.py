@@ -51,6 +51,12 @@ count, c, h, w, classes = 4, 1, 2, 2, 3
 put("fuzz_images", "four.bin", b"TIDALIMG" + struct.pack("<5I", count, c, h, w, classes)
     + struct.pack(f"<{count}I", 0, 1, 2, 0) + bytes(range(count * c * h * w)))
 
+# fuzz_hf_index: the index of the two shards the harness writes beside it ("a", "b" | "c").
+put("fuzz_hf_index", "two_shards.json", json.dumps({
+    "metadata": {"total_size": 52}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                   "b": "model-00001-of-00002.safetensors",
+                                                   "c": "model-00002-of-00002.safetensors"}}, indent=2))
+
 # fuzz_hf_config: GPT-2 and Llama 3 config.json.
 put("fuzz_hf_config", "gpt2.json", json.dumps({
     "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 8,

@@ -1,79 +1,167 @@
 #!/usr/bin/env bash
 # On a machine with a GPU: the GPU tests (op parity against the CPU backend, the GPU's memory
-# tiers, training on the GPU, the bf16 loss curve against the CPU's fp32) and the benchmarks (GPU
-# micro-benchmarks; GPT-2 124M and 1.5B training beside PyTorch eager and torch.compile;
-# activation checkpointing's cost), in one command. Uses the programs of scripts/gpu-bundle.sh in
-# .gpu/ when they are there (a GPU machine without tidal's build dependencies); otherwise builds
-# with CUDA here and runs `ctest -L gpu`.
+# tiers, training on the GPU, the bf16 loss curve against the CPU's fp32, compute-sanitizer over a
+# few attention cases) and the benchmarks (GPU micro-benchmarks; GPT-2 124M training beside PyTorch
+# eager and torch.compile; offload under a device cap; GPT-2 1.5B; activation checkpointing's
+# cost), in one command. Uses the bundle of scripts/gpu-bundle.sh (.gpu/tidal-gpu.tar.xz) when it is
+# there (a GPU machine without tidal's build dependencies); otherwise builds with CUDA here and
+# runs `ctest -L gpu`.
 #
-#   scripts/gpu-check.sh [tests] [ops] [train]    (no argument: all three, in that order)
+#   scripts/gpu-check.sh [tests] [training] [sanitize] [ops] [train]    (no argument: all, in that order)
 #
-# tests: the gtest binaries, GPU training checks; ops: the micro-benchmarks; train: the
-# end-to-end benchmarks. Naming parts lets a caller with a time limit per command split the run.
-# Logs go to gpu-check-logs/; when $OUT is set (the device tool's folder, which takes back only a
-# few files) they are also packed into $OUT/gpu-check-logs.tgz after every part, so a run cut
+# tests: the GPU unit tests; training: training on the GPU against the CPU (tests/gpu/check_*);
+# sanitize: compute-sanitizer; ops: the micro-benchmarks; train: the end-to-end benchmarks.
+#
+# The parts run in the order named. Naming parts lets a caller with a time limit per command split
+# the run, or put first what matters most. Every program runs
+# under a time limit (GPU_CHECK_TIMEOUT seconds, default 240; the unit tests GPU_TEST_TIMEOUT,
+# default 120), so a hang costs one program, not the run. Logs go to gpu-check-logs/, one per
+# program, written as it runs; when $OUT is set (the device tool's folder, which takes back only
+# a few files) they are packed into $OUT/gpu-check-logs.tgz after every program, so a run cut
 # short still returns what it logged.
+# A check passes only when it ran on the GPU: the script fails when tidal sees no GPU, when a
+# shared library is missing, and when any test was skipped. The tests run with
+# CUDA_LAUNCH_BLOCKING=1, so an asynchronous fault is reported at the kernel that made it.
 # GPU_BENCH_ARGS=--quick runs the benchmarks at their smallest sizes and fewest steps, and the
-# 1.5B model in tidal alone (its MFU; torch.compile of 48 layers takes minutes): sized to fit the
-# device tool's 10 minutes on an H100, the least important last.
+# 1.5B model in tidal alone (its MFU; torch.compile of 48 layers takes minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-parts=" ${*:-tests ops train} "
+parts=(${*:-tests training sanitize ops train})
+for part in "${parts[@]}"; do
+  [[ " tests training sanitize ops train " == *" $part "* ]] ||
+    { echo "gpu-check: no part '$part' (tests, training, sanitize, ops, train)"; exit 2; }
+done
 logs=gpu-check-logs
-mkdir -p "$logs"
+rm -rf "$logs" && mkdir -p "$logs"
 # Packs the logs so far into $OUT (when set).
 save_logs() { [[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tgz" "$logs"; true; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$logs/gpu.txt"
 failed=0
-# check NAME COMMAND...: runs a check into $logs/NAME.log, says PASS or FAIL, shows the log's end.
+check_timeout=${GPU_CHECK_TIMEOUT:-240}
+test_timeout=${GPU_TEST_TIMEOUT:-120}
+
+# check NAME COMMAND...: runs a check into $logs/NAME.log under the time limit, says PASS or
+# FAIL (a skip is a failure here), shows the log's end.
 check() {
-  local name=$1
+  local name=$1 rc=0
   shift
-  if "$@" > "$logs/$name.log" 2>&1; then echo "PASS $name"; else echo "FAIL $name (exit $?)"; failed=1; fi
-  tail -25 "$logs/$name.log"
-}
-if [[ -d .gpu/bin ]]; then
-  tidal=.gpu/bin/tidal
-  bench_ops=.gpu/bin/bench_gpu_ops
-  export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  "$tidal" info | tee "$logs/info.txt"
-  if [[ $parts == *" tests "* ]]; then
-    for t in .gpu/bin/test_cuda_*; do
-      name=$(basename "$t")
-      if "$t" --gtest_brief=1 > "$logs/$name.log" 2>&1; then echo "PASS $name"; else echo "FAIL $name"; failed=1; fi
-      grep -E "FAILED|Failure|Expected|Which is|worst" "$logs/$name.log" | head -40
-      save_logs
-    done
-    check check_gpu_training bash tests/gpu/check_gpu_training.sh "$tidal"
-    save_logs
-    check check_gpu_loss_curve python3 tests/gpu/check_gpu_loss_curve.py "$tidal"
-    save_logs
+  timeout -k 10 "$check_timeout" "$@" > "$logs/$name.log" 2>&1 || rc=$?
+  if (( rc == 124 || rc == 137 )); then
+    echo "FAIL $name (timed out after ${check_timeout} s)"; failed=1
+  elif (( rc == 77 )) || grep -q "SKIPPED\|^skipped" "$logs/$name.log"; then
+    echo "FAIL $name (skipped: no GPU seen)"; failed=1
+  elif (( rc != 0 )); then
+    echo "FAIL $name (exit $rc)"; failed=1
+  else
+    echo "PASS $name"
   fi
+  tail -25 "$logs/$name.log"
+  save_logs
+}
+
+# bench NAME COMMAND...: a benchmark, its whole output shown as it runs.
+bench() {
+  local name=$1 rc=0
+  shift
+  timeout -k 10 "$check_timeout" "$@" 2>&1 | tee "$logs/$name.txt" || rc=$?
+  (( rc == 0 )) || { echo "FAIL $name (exit $rc$( (( rc == 124 )) && echo ", timed out after ${check_timeout} s"))"; failed=1; }
+  save_logs
+}
+
+if [[ -f .gpu/tidal-gpu.tar.xz ]]; then
+  bundle=${TMPDIR:-/tmp}/tidal-gpu
+  rm -rf "$bundle" && mkdir -p "$bundle/run"
+  # Python's tarfile: no dependence on the machine having xz.
+  python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" .gpu/tidal-gpu.tar.xz "$bundle" ||
+    { echo "FAIL unpacking .gpu/tidal-gpu.tar.xz"; exit 1; }
+  # The bundle's libraries are for tidal's programs alone (PyTorch, in the same run, keeps its
+  # own): each program is reached through a wrapper that sets the library path for it.
+  # CUDA's own libraries are the machine's: where the toolkit's folder lacks one (cuBLASLt in a
+  # pip wheel, say), the first copy found under /usr/local, /opt or /usr/lib is used.
+  libs="$bundle/lib:/usr/local/cuda/lib64"
+  not_found() { for p in "$bundle"/bin/*; do LD_LIBRARY_PATH=$libs ldd "$p"; done | awk '/not found/ {print $1}' | sort -u; }
+  for name in $(not_found); do
+    found=$(find /usr/local /opt /usr/lib -name "$name" -print -quit 2> /dev/null)
+    [[ -n $found ]] && { libs="$libs:$(dirname "$found")"; echo "using $found"; }
+  done
+  for p in "$bundle"/bin/*; do
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' "$libs" "$p" \
+      > "$bundle/run/$(basename "$p")"
+    chmod +x "$bundle/run/$(basename "$p")"
+  done
+  missing=$(for p in "$bundle"/bin/*; do LD_LIBRARY_PATH=$libs ldd "$p" | sed "s|^|$(basename "$p"): |"; done |
+            grep "not found" | sort -u)
+  if [[ -n $missing ]]; then
+    echo "FAIL shared libraries not found:"; echo "$missing"
+    echo "$missing" > "$logs/ldd.txt"; save_logs; exit 1
+  fi
+  tidal=$bundle/run/tidal
+  bench_ops=$bundle/run/bench_gpu_ops
+  tests=("$bundle"/run/test_cuda_*)
 else
   scripts/build.sh -DTIDAL_CUDA=ON > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; save_logs; exit 1; }
-  tidal=build/src/tidal
-  bench_ops=build/bench/bench_gpu_ops
-  if [[ $parts == *" tests "* ]]; then
-    (cd build && ctest -L gpu --output-on-failure) 2>&1 | tee "$logs/ctest-gpu.log" || failed=1
-    save_logs
+  tidal=$PWD/build/src/tidal
+  bench_ops=$PWD/build/bench/bench_gpu_ops
+  tests=()
+fi
+"$tidal" info 2>&1 | tee "$logs/info.txt"
+if ! grep -q "train.device=cuda" "$logs/info.txt"; then
+  echo "FAIL tidal sees no GPU (above): every GPU check would skip"; save_logs; exit 1
+fi
+
+part_tests() {
+  export CUDA_LAUNCH_BLOCKING=1
+  if (( ${#tests[@]} )); then
+    saved_timeout=$check_timeout check_timeout=$test_timeout
+    for t in "${tests[@]}"; do
+      check "$(basename "$t")" "$t" --gtest_brief=1
+      grep -E "FAILED|Failure|Expected|Which is|worst" "$logs/$(basename "$t").log" | head -40
+    done
+    check_timeout=$saved_timeout
+  else
+    check ctest-gpu bash -c "cd build && ctest -L gpu --output-on-failure"
   fi
-fi
-if [[ $parts == *" ops "* && -x $bench_ops ]]; then
-  python3 bench/gpu_ops.py "$bench_ops" ${GPU_BENCH_ARGS:-} 2>&1 | tee "$logs/bench_gpu_ops.txt" || failed=1
-  save_logs
-fi
-if [[ $parts == *" train "* ]]; then
+  unset CUDA_LAUNCH_BLOCKING
+}
+
+part_training() {
+  export CUDA_LAUNCH_BLOCKING=1
+  check check_gpu_training bash tests/gpu/check_gpu_training.sh "$tidal"
+  check check_gpu_loss_curve python3 tests/gpu/check_gpu_loss_curve.py "$tidal"
+  unset CUDA_LAUNCH_BLOCKING
+}
+
+part_sanitize() {
+  # A few attention cases (the flash kernels on tensor cores and SIMT, grouped heads, the ring's
+  # pieces) under compute-sanitizer: out-of-bounds and misaligned accesses, then shared-memory races.
+  attention=${tests[0]:-}; attention=${attention%/*}/test_cuda_attention
+  [[ -x $attention ]] || attention=$PWD/build/tests/test_cuda_attention
+  cases='*bf16_T129_hd64_causal_masked:*f32_T37_hd24_causal_masked:*bf16_T129_hd128_H8_kv2_causal_masked:CudaAttentionMasks.*:*B2T130H6kv2*'
+  if command -v compute-sanitizer > /dev/null; then
+    for tool in memcheck racecheck; do
+      check "sanitize_$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$attention" --gtest_filter="$cases"
+    done
+  else
+    echo "FAIL sanitize: compute-sanitizer is not on the PATH"; failed=1
+  fi
+}
+
+part_ops() {
+  bench bench_gpu_ops python3 bench/gpu_ops.py "$bench_ops" ${GPU_BENCH_ARGS:-}
+}
+
+part_train() {
   # Training end to end: tidal beside PyTorch (a system that fails to train fails the check).
   big_systems=tidal,eager,compile
   [[ " ${GPU_BENCH_ARGS:-} " == *" --quick "* ]] && big_systems=tidal
-  python3 bench/gpu_train.py --tidal "$tidal" --model 124m ${GPU_BENCH_ARGS:-} 2>&1 |
-    tee "$logs/bench_gpu_train_124m.txt" || failed=1
-  save_logs
-  python3 bench/gpu_train.py --tidal "$tidal" --model 1.5b --systems "$big_systems" ${GPU_BENCH_ARGS:-} 2>&1 |
-    tee "$logs/bench_gpu_train_1.5b.txt" || failed=1
-  save_logs
-  python3 bench/activation_checkpointing.py --tidal "$tidal" --device cuda ${GPU_BENCH_ARGS:-} 2>&1 |
-    tee "$logs/bench_activation_checkpointing.txt" || failed=1
-  save_logs
-fi
+  bench bench_gpu_train_124m python3 bench/gpu_train.py --tidal "$tidal" --model 124m ${GPU_BENCH_ARGS:-}
+  bench bench_gpu_offload python3 bench/gpu_offload.py --tidal "$tidal" ${GPU_BENCH_ARGS:-}
+  bench bench_gpu_train_1.5b python3 bench/gpu_train.py --tidal "$tidal" --model 1.5b --systems "$big_systems" \
+    ${GPU_BENCH_ARGS:-}
+  bench bench_activation_checkpointing python3 bench/activation_checkpointing.py --tidal "$tidal" --device cuda \
+    ${GPU_BENCH_ARGS:-}
+}
+
+for part in "${parts[@]}"; do "part_$part"; done
+(( failed )) && echo "gpu-check: FAILED (logs in $logs/)" || echo "gpu-check: all passed"
 exit $failed

@@ -5,7 +5,8 @@
 # checkpoint (`latest` names a whole step directory, or none was written yet and the run starts
 # over), and the losses of the resumed steps must equal the uninterrupted run's bitwise. Layouts:
 # data 2 at zero.stage 3, pipeline 2, and one process with chunks offloaded under a device cap.
-# Not in the suite (a few minutes here). usage: scripts/kill_trials.sh [path/to/tidal] [TRIALS]
+# ctest's mpi.kill_trials runs 2 trials per layout; 20 (a few minutes here) by hand.
+# usage: scripts/kill_trials.sh [path/to/tidal] [TRIALS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tidal=$(realpath "${1:-build/src/tidal}")

@@ -50,11 +50,18 @@ char* at_element(const Tensor& t, std::int64_t i) {
 // Completes when its event has fired; wait() enforces the timeout (the watchdog for NCCL).
 class NcclWork final : public Work {
  public:
-  NcclWork(cudaEvent_t done, std::vector<Tensor> keep, std::string what, Seconds timeout, ncclComm_t comm,
-           std::shared_ptr<std::atomic<bool>> aborted)
-      : done_(done), keep_(std::move(keep)), what_(std::move(what)), timeout_(timeout), comm_(comm),
+  NcclWork(cudaEvent_t done, cudaStream_t compute, std::vector<Tensor> keep, std::string what, Seconds timeout,
+           ncclComm_t comm, std::shared_ptr<std::atomic<bool>> aborted)
+      : done_(done), compute_(compute), keep_(std::move(keep)), what_(std::move(what)), timeout_(timeout), comm_(comm),
         aborted_(std::move(aborted)) {}
-  ~NcclWork() override { cudaEventDestroy(done_); }
+  // A work dropped before it completed (or after it failed) still holds its tensors. Their memory
+  // returns to the pool on the compute stream, so that stream first waits for the operation: the
+  // free is then ordered after NCCL's last use of the memory.
+  ~NcclWork() override {
+    if (!keep_.empty()) cudaStreamWaitEvent(compute_, done_, 0);
+    keep_.clear();
+    cudaEventDestroy(done_);
+  }
 
   bool is_completed() override {
     if (Work::is_completed()) return true;
@@ -103,6 +110,7 @@ class NcclWork final : public Work {
 
   std::mutex settle_mutex_;
   cudaEvent_t done_;
+  cudaStream_t compute_;
   std::vector<Tensor> keep_;  // the tensors stay alive until the operation is done
   std::string what_;
   Seconds timeout_;
@@ -166,7 +174,7 @@ WorkPtr NcclCommunicator::enqueue(const std::string& kind, Seconds timeout, std:
   TIDAL_CUDA_CALL(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   TIDAL_CUDA_CALL(cudaEventRecord(done, stream_));
   const std::string what = fmt::format("{} #{} on group '{}'", kind, ++issued_, name_);
-  return std::make_shared<NcclWork>(done, std::move(keep), what, timeout.count() > 0 ? timeout : default_timeout_,
+  return std::make_shared<NcclWork>(done, compute_, std::move(keep), what, timeout.count() > 0 ? timeout : default_timeout_,
                                     comm_, aborted_);
 }
 

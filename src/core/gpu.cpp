@@ -12,6 +12,8 @@
 
 namespace tidal {
 
+Allocator& allocator_on(Device device) { return device.is_cuda() ? gpu_allocator() : default_allocator(); }
+
 #if TIDAL_CUDA
 
 bool gpu_available() {
@@ -36,7 +38,9 @@ std::string gpu_description() {
   TIDAL_CUDA_CALL(cudaGetDevice(&device));
   cudaDeviceProp p{};
   TIDAL_CUDA_CALL(cudaGetDeviceProperties(&p, device));
-  return fmt::format("{} (sm_{}{}, {:.1f} GiB)", p.name, p.major, p.minor, double(p.totalGlobalMem) / (1 << 30));
+  return fmt::format("{} (sm_{}{}, {:.1f} GiB, memory from {})", p.name, p.major, p.minor,
+                     double(p.totalGlobalMem) / (1 << 30),
+                     cuda::device_has_memory_pools(device) ? "the stream-ordered pool" : "cudaMalloc (no memory pools)");
 }
 
 Allocator& gpu_allocator() {
@@ -71,7 +75,13 @@ void copy_rows(void* dst, std::size_t dst_pitch, Device dst_device, const void* 
     return;
   }
   const cudaStream_t s = cuda::compute_stream();
-  TIDAL_CUDA_CALL(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, kind_of(dst_device, src_device), s));
+  const cudaMemcpyKind kind = kind_of(dst_device, src_device);
+  if (rows == 1 || (dst_pitch == row_bytes && src_pitch == row_bytes)) {
+    // One block: a plain copy (a 2D copy's pitch may not exceed the device's maximum, about 2 GiB).
+    TIDAL_CUDA_CALL(cudaMemcpyAsync(dst, src, row_bytes * rows, kind, s));
+  } else {
+    TIDAL_CUDA_CALL(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, kind, s));
+  }
   if (dst_device.is_cpu() || src_device.is_cpu()) TIDAL_CUDA_CALL(cudaStreamSynchronize(s));
 }
 

@@ -26,6 +26,8 @@ std::string gpu_description();
 // tier; and page-locked host memory, which the GPU can copy to and from asynchronously.
 Allocator& gpu_allocator();
 Allocator& pinned_host_allocator();
+// Scratch memory on `device`: the GPU's allocator, or the host's default one.
+Allocator& allocator_on(Device device);
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes);
 // `rows` runs of `row_bytes`, the i-th from src + i * src_pitch to dst + i * dst_pitch.

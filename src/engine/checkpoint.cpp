@@ -122,20 +122,34 @@ void write_checkpoint(const std::string& dir, std::int64_t step, const NamedTens
   std::string name = step_name(step);
   for (int n = 1; fs::exists(root / name); ++n) name = fmt::format("{}-{}", step_name(step), n);
   const fs::path tmp = root / fmt::format("{}.tmp-{}", name, ::getpid());
-  fs::remove_all(tmp);
-  fs::create_directory(tmp);
-
-  io::save_safetensors((tmp / "model.safetensors").string(), weights,
-                       {{"format", kCheckpointFormat}, {"step", std::to_string(step)}, {"config", config_toml},
-                        {"layout", layout}});
-  std::map<std::string, std::string> counters{{"format", kCheckpointFormat}, {"adamw_step", std::to_string(meta.adamw_step)}};
-  if (meta.loss_scale > 0) {
-    counters["loss_scale"] = fmt::format("{}", meta.loss_scale);
-    counters["loss_scale_good_steps"] = std::to_string(meta.loss_scale_good_steps);
+  try {
+    fs::remove_all(tmp);
+    fs::create_directory(tmp);
+    io::save_safetensors((tmp / "model.safetensors").string(), weights,
+                         {{"format", kCheckpointFormat}, {"step", std::to_string(step)}, {"config", config_toml},
+                          {"layout", layout}});
+    std::map<std::string, std::string> counters{{"format", kCheckpointFormat},
+                                                {"adamw_step", std::to_string(meta.adamw_step)}};
+    if (meta.loss_scale > 0) {
+      counters["loss_scale"] = fmt::format("{}", meta.loss_scale);
+      counters["loss_scale_good_steps"] = std::to_string(meta.loss_scale_good_steps);
+    }
+    io::save_safetensors((tmp / "optimizer.safetensors").string(), moments, counters);
+    fsync_dir(tmp);
+    fs::rename(tmp, root / name);
+  } catch (const std::exception& e) {  // a full disk, a quota, a directory gone: the half-written step goes
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    std::ifstream previous(root / "latest");
+    std::string last;
+    std::getline(previous, last);
+    throw Error(fmt::format("the checkpoint of step {} was not written ({}); {}: free space where checkpoint.dir "
+                            "'{}' lives, or write fewer (checkpoint.every, checkpoint.keep)",
+                            step, e.what(),
+                            last.empty() ? "no earlier checkpoint is in that directory"
+                                         : fmt::format("the last complete one, '{}', stays as 'latest'", last),
+                            dir));
   }
-  io::save_safetensors((tmp / "optimizer.safetensors").string(), moments, counters);
-  fsync_dir(tmp);
-  fs::rename(tmp, root / name);
   fsync_dir(root);
   io::AtomicFile latest((root / "latest").string());
   latest.write(name.data(), name.size());

@@ -224,8 +224,10 @@ class ChunkModelData final : public ModelData {
     // A step's record counts the step's moves, not the disk tier's first writes.
     if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) reported_ = dmm->stats();
     // From here on the step's tensors count in the device tier (the checkpoint's above stayed on
-    // the host: the device tier holds chunks and a step's tensors only).
-    if (options.offload) on_device_.emplace(*device_);
+    // the host: the device tier holds chunks and a step's tensors only). Only where that tier is
+    // host memory: on a GPU the trainer puts a step's tensors in the activations' share of it,
+    // and host-side tensors (the data's batches) must stay host memory.
+    if (options.offload && !device_->device().is_cuda()) on_device_.emplace(*device_);
     runner.add_hooks(&*chunks_);
     if (host_chunks_) runner.add_hooks(&*host_chunks_);
     stage_ = cfg.zero.stage;

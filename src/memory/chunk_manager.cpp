@@ -1,5 +1,6 @@
 #include "memory/chunk_manager.h"
 
+#include "core/gpu.h"
 #include "ops/cast.h"
 #include "ops/grad_norm.h"
 #include "ops/residual.h"
@@ -17,7 +18,7 @@ namespace {
 void add_into(Tensor sum, const Tensor& x) {
   Tensor wide = x;
   if (x.dtype() != DType::f32) {
-    wide = Tensor::empty(x.shape());
+    wide = Tensor::empty(x.shape(), DType::f32, allocator_on(x.device()));
     ops::cast(wide, x);
   }
   ops::accumulate(sum, wide);

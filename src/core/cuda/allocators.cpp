@@ -16,8 +16,17 @@ int current_device() {
 
 }  // namespace
 
+bool device_has_memory_pools(int device) {
+  int supported = 0;
+  const cudaError_t s = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device);
+  if (s != cudaSuccess) cudaGetLastError();
+  return s == cudaSuccess && supported != 0;
+}
+
 DeviceAllocator::DeviceAllocator()
-    : Allocator(MemoryTier::device, Device::cuda(current_device()), std::numeric_limits<std::size_t>::max()) {
+    : Allocator(MemoryTier::device, Device::cuda(current_device()), std::numeric_limits<std::size_t>::max()),
+      pooled_(device_has_memory_pools(device().index)) {
+  if (!pooled_) return;
   cudaMemPool_t pool = nullptr;
   TIDAL_CUDA_CALL(cudaDeviceGetDefaultMemPool(&pool, device().index));
   std::uint64_t keep_everything = std::numeric_limits<std::uint64_t>::max();
@@ -26,7 +35,7 @@ DeviceAllocator::DeviceAllocator()
 
 void* DeviceAllocator::raw_allocate(std::size_t bytes) {
   void* p = nullptr;
-  const cudaError_t s = cudaMallocAsync(&p, bytes, compute_stream());
+  const cudaError_t s = pooled_ ? cudaMallocAsync(&p, bytes, compute_stream()) : cudaMalloc(&p, bytes);
   if (s == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // not sticky: clear it, and let Allocator::allocate report the tier's state
     return nullptr;
@@ -35,7 +44,10 @@ void* DeviceAllocator::raw_allocate(std::size_t bytes) {
   return p;
 }
 
-void DeviceAllocator::raw_deallocate(void* ptr, std::size_t) { TIDAL_CUDA_CALL(cudaFreeAsync(ptr, compute_stream())); }
+// cudaFree waits for the whole device, so the plain path is ordered after every queued use.
+void DeviceAllocator::raw_deallocate(void* ptr, std::size_t) {
+  TIDAL_CUDA_CALL(pooled_ ? cudaFreeAsync(ptr, compute_stream()) : cudaFree(ptr));
+}
 
 PinnedHostAllocator::PinnedHostAllocator()
     : Allocator(MemoryTier::host_pinned, Device::cpu(), std::numeric_limits<std::size_t>::max()) {}

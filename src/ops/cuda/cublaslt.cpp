@@ -110,26 +110,37 @@ Plan make_plan(const PlanKey& key) {
   const std::uint64_t workspace_bytes = kWorkspaceBytes;
   TIDAL_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                          &workspace_bytes, sizeof(workspace_bytes)));
-  // No split-K at all, or split-K with fp32 partials reduced in a separate fixed-order pass: the
-  // in-place scheme adds partials in the output type (a second rounding for 16-bit c).
-  set_preference(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
 
-  cublasLtMatmulHeuristicResult_t result{};
+  // Several candidates, best first; the first that cuBLASLt says can run is taken. First pass: no
+  // split-K at all, or split-K with fp32 partials reduced in a separate fixed-order pass (the
+  // in-place scheme adds partials in the output type, a second rounding for 16-bit c). Should no
+  // algorithm qualify, a second pass lifts that filter rather than fail the shape.
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle(), plan.desc, plan.layout_b, plan.layout_a,
-                                                               plan.layout_c, plan.layout_c, pref, 1, &result, &found);
+  cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
+  const cublasLtMatmulHeuristicResult_t* picked = nullptr;
+  for (const std::uint32_t schemes : {std::uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
+                                      std::uint32_t(CUBLASLT_REDUCTION_SCHEME_MASK)}) {
+    set_preference(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, schemes);
+    status = cublasLtMatmulAlgoGetHeuristic(handle(), plan.desc, plan.layout_b, plan.layout_a, plan.layout_c,
+                                            plan.layout_c, pref, kCandidates, results, &found);
+    for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < found && picked == nullptr; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) picked = &results[i];
+    if (picked != nullptr) break;
+  }
   TIDAL_CUBLAS_CALL(cublasLtMatmulPreferenceDestroy(pref));
-  TIDAL_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS,
+  TIDAL_CHECK(picked != nullptr,
               "cuBLASLt has no algorithm for gemm batch {} m {} n {} k {} (trans {} {}, types {} {}, compute {}, "
               "alignments {} {} {}): {}",
               p.batch, p.m, p.n, p.k, p.trans_a, p.trans_b, int(p.ab_type), int(p.c_type), int(p.compute),
               key.align_a, key.align_b, key.align_c,
-              cublasLtGetStatusString(status != CUBLAS_STATUS_SUCCESS ? status : result.state));
-  plan.algo = result.algo;
+              status != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(status) : "every candidate was refused");
+  plan.algo = picked->algo;
   return plan;
 }
 

@@ -126,6 +126,10 @@ __global__ void __launch_bounds__(kSimtThreads)
       const float p = expf(score - m_ref);
       const float sum = warp_sum(p);
       if (lane < tile) ss[r * sq + lane] = p;
+      // Every lane has read row_max[r] and row_sum[r] before lane 0 overwrites them: the shuffles
+      // in between order this on today's GPUs, but only a warp barrier promises it (and
+      // compute-sanitizer's racecheck reported the pair as a hazard on an H200).
+      __syncwarp();
       if (lane == 0) {
         const float rescale = expf(m_old - m_ref);
         row_rescale[r] = rescale;

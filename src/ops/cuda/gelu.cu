@@ -13,12 +13,23 @@ constexpr int kThreads = 256;
 
 // ---- kernels ----
 
+// The tanh form through the logistic function, as ops/cpu/gelu.cpp (why there):
+// 0.5 (1 + tanh u) = s = sigmoid(2u) and 0.5 (1 - tanh^2 u) = 2 s (1 - s), from e = exp(-2|u|).
+struct TanhFormParts {
+  float s, one_minus_s;
+};
+__device__ TanhFormParts tanh_form_parts(float v) {
+  const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
+  const float e = expf(-2.0f * fabsf(u));
+  const float r = 1.0f / (1.0f + e);
+  return u >= 0.0f ? TanhFormParts{r, e * r} : TanhFormParts{e * r, r};
+}
+
 template <class T>
 __global__ void gelu_forward_kernel(T* __restrict__ y, const T* __restrict__ x, std::int64_t n, GeluForm form) {
   TIDAL_CUDA_FOR(i, n) {
     const float v = load(x[i]);
-    const float s = form == GeluForm::tanh ? tanhf(kSqrt2OverPi * (v + kCubic * v * v * v)) : erff(v * kInvSqrt2);
-    y[i] = store<T>(0.5f * v * (1.0f + s));
+    y[i] = store<T>(form == GeluForm::tanh ? v * tanh_form_parts(v).s : 0.5f * v * (1.0f + erff(v * kInvSqrt2)));
   }
 }
 
@@ -29,9 +40,8 @@ __global__ void gelu_backward_kernel(T* __restrict__ dx, const T* __restrict__ d
     const float v = load(x[i]);
     float g;
     if (form == GeluForm::tanh) {
-      const float t = tanhf(kSqrt2OverPi * (v + kCubic * v * v * v));
-      const float dt = kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v) * (1.0f - t * t);
-      g = 0.5f * (1.0f + t) + 0.5f * v * dt;
+      const TanhFormParts p = tanh_form_parts(v);
+      g = p.s + 2.0f * kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v) * v * p.s * p.one_minus_s;
     } else {
       g = 0.5f * (1.0f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
     }

@@ -1,7 +1,9 @@
 // AdamW and SGD updates on the GPU, one thread per element, with the CPU backend's constants
-// (computed once on the host by the same expressions) and its order of operations. sqrtf and
-// '/' are correctly rounded here (nvcc's default -prec-sqrt / -prec-div); the two backends can
-// still differ in the last bit where a compiler fuses a multiply and an add into an FMA.
+// (computed once on the host by the same expressions) and its order of operations, each
+// operation correctly rounded and none fused (the _rn intrinsics: nvcc would otherwise contract
+// a multiply and an add into an FMA, and ops/cpu/optimizer_step.cpp is built without
+// contraction). The two backends then give the same bits, so a chunk's update does not depend on
+// whether offload put its optimizer states on the host or the GPU.
 #include "ops/optimizer_step.h"
 
 #include "ops/cuda/common.cuh"
@@ -28,12 +30,13 @@ template <class G>
 __global__ void adamw_kernel(float* __restrict__ p, const G* __restrict__ grad, float* __restrict__ m,
                              float* __restrict__ v, AdamWConstants k, std::int64_t n) {
   TIDAL_CUDA_FOR(i, n) {
-    const float g = load(grad[i]) * k.unscale;
-    const float mi = k.beta1 * m[i] + k.one_minus_beta1 * g;
-    const float vi = k.beta2 * v[i] + k.one_minus_beta2 * g * g;
+    const float g = __fmul_rn(load(grad[i]), k.unscale);
+    const float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(k.one_minus_beta1, g));
+    const float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * k.decay - k.step_size * mi / (sqrtf(vi) / k.bc2_sqrt + k.eps);
+    const float denominator = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+    p[i] = __fsub_rn(__fmul_rn(p[i], k.decay), __fdiv_rn(__fmul_rn(k.step_size, mi), denominator));
   }
 }
 
@@ -41,12 +44,12 @@ template <class G>
 __global__ void sgd_kernel(float* __restrict__ p, const G* __restrict__ grad, float* __restrict__ buf, float lr,
                            float momentum, float weight_decay, bool first_step, std::int64_t n) {
   TIDAL_CUDA_FOR(i, n) {
-    float g = load(grad[i]) + weight_decay * p[i];
+    float g = __fadd_rn(load(grad[i]), __fmul_rn(weight_decay, p[i]));
     if (momentum != 0.0f) {
-      buf[i] = first_step ? g : momentum * buf[i] + g;
+      buf[i] = first_step ? g : __fadd_rn(__fmul_rn(momentum, buf[i]), g);
       g = buf[i];
     }
-    p[i] -= lr * g;
+    p[i] = __fsub_rn(p[i], __fmul_rn(lr, g));
   }
 }
 
