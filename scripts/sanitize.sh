@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sanitizer runs (not in the default suite: each builds the library again, instrumented).
-#   scripts/sanitize.sh asan   AddressSanitizer + UndefinedBehaviorSanitizer over ctest's unit and
-#                              mpi labels (build-asan/; CPU only, the tests' MPI ranks included)
+#   scripts/sanitize.sh asan [LABELS]   AddressSanitizer + UndefinedBehaviorSanitizer over ctest's
+#                              labels (default "unit|mpi"; build-asan/; CPU only, the tests' MPI
+#                              ranks included)
 #   scripts/sanitize.sh tsan   ThreadSanitizer over the tests whose threads tidal starts itself: the
 #                              MPI progress thread (test_collectives, test_zero_chunks, under mpirun)
 #                              and the disk tier's read-ahead thread (test_disk_tier) (build-tsan/)
@@ -18,7 +19,7 @@ case $what in
     cmake --build build-asan -j "$(nproc)"
     # Leaks: Open MPI's own allocations at exit are not tidal's.
     ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-      ctest --test-dir build-asan -L "unit|mpi" --output-on-failure -j "$(nproc)"
+      ctest --test-dir build-asan -L "${2:-unit|mpi}" --output-on-failure -j "$(nproc)"
     ;;
   tsan)
     cmake -S . -B build-tsan "${common[@]}" -DTIDAL_TSAN=ON > /dev/null

@@ -27,6 +27,13 @@ class Keys {
                               j_[key].dump()));
     }
   }
+  // A size or count: a whole number above zero.
+  template <class T>
+  T positive(const char* key, T fallback) const {
+    const T v = get<T>(key, fallback);
+    TIDAL_CHECK(v > 0, "{}: \"{}\" is {}; it must be above zero", file_, key, v);
+    return v;
+  }
   // A key whose only value tidal builds is `expected`.
   template <class T>
   void require(const char* key, T expected, const char* why) const {
@@ -56,11 +63,11 @@ class Keys {
 HfModelSpec read_gpt2(const Keys& k) {
   HfModelSpec s;
   s.family = HfFamily::gpt2;
-  s.n_layer = k.get<int>("n_layer", 12);
-  s.n_head = k.get<int>("n_head", 12);
-  s.n_embd = k.get<std::int64_t>("n_embd", 768);
-  s.vocab_size = k.get<std::int64_t>("vocab_size", 50257);
-  s.max_positions = k.get<std::int64_t>("n_positions", 1024);
+  s.n_layer = k.positive<int>("n_layer", 12);
+  s.n_head = k.positive<int>("n_head", 12);
+  s.n_embd = k.positive<std::int64_t>("n_embd", 768);
+  s.vocab_size = k.positive<std::int64_t>("vocab_size", 50257);
+  s.max_positions = k.positive<std::int64_t>("n_positions", 1024);
   s.ln_eps = k.get<double>("layer_norm_epsilon", 1e-5);
   s.gelu_erf = k.gelu_erf("activation_function", "gelu_new");
   s.tie_embeddings = k.get<bool>("tie_word_embeddings", true);
@@ -75,12 +82,12 @@ HfModelSpec read_gpt2(const Keys& k) {
 HfModelSpec read_bert(const Keys& k) {
   HfModelSpec s;
   s.family = HfFamily::bert;
-  s.n_layer = k.get<int>("num_hidden_layers", 12);
-  s.n_head = k.get<int>("num_attention_heads", 12);
-  s.n_embd = k.get<std::int64_t>("hidden_size", 768);
-  s.vocab_size = k.get<std::int64_t>("vocab_size", 30522);
-  s.max_positions = k.get<std::int64_t>("max_position_embeddings", 512);
-  s.type_vocab_size = k.get<std::int64_t>("type_vocab_size", 2);
+  s.n_layer = k.positive<int>("num_hidden_layers", 12);
+  s.n_head = k.positive<int>("num_attention_heads", 12);
+  s.n_embd = k.positive<std::int64_t>("hidden_size", 768);
+  s.vocab_size = k.positive<std::int64_t>("vocab_size", 30522);
+  s.max_positions = k.positive<std::int64_t>("max_position_embeddings", 512);
+  s.type_vocab_size = k.positive<std::int64_t>("type_vocab_size", 2);
   s.ln_eps = k.get<double>("layer_norm_eps", 1e-12);
   s.gelu_erf = k.gelu_erf("hidden_act", "gelu");
   s.tie_embeddings = k.get<bool>("tie_word_embeddings", true);
@@ -93,14 +100,14 @@ HfModelSpec read_bert(const Keys& k) {
 HfModelSpec read_vit(const Keys& k, const json& j) {
   HfModelSpec s;
   s.family = HfFamily::vit;
-  s.n_layer = k.get<int>("num_hidden_layers", 12);
-  s.n_head = k.get<int>("num_attention_heads", 12);
-  s.n_embd = k.get<std::int64_t>("hidden_size", 768);
+  s.n_layer = k.positive<int>("num_hidden_layers", 12);
+  s.n_head = k.positive<int>("num_attention_heads", 12);
+  s.n_embd = k.positive<std::int64_t>("hidden_size", 768);
   s.ln_eps = k.get<double>("layer_norm_eps", 1e-12);
   s.gelu_erf = k.gelu_erf("hidden_act", "gelu");
-  s.image_size = k.get<std::int64_t>("image_size", 224);
-  s.patch_size = k.get<std::int64_t>("patch_size", 16);
-  s.channels = k.get<std::int64_t>("num_channels", 3);
+  s.image_size = k.positive<std::int64_t>("image_size", 224);
+  s.patch_size = k.positive<std::int64_t>("patch_size", 16);
+  s.channels = k.positive<std::int64_t>("num_channels", 3);
   // transformers keeps the label count as id2label (default: two labels).
   s.num_classes = j.contains("id2label") && j["id2label"].is_object() ? std::int64_t(j["id2label"].size()) : 2;
   s.tie_embeddings = false;
@@ -113,13 +120,13 @@ HfModelSpec read_vit(const Keys& k, const json& j) {
 HfModelSpec read_llama(const Keys& k, const json& j) {
   HfModelSpec s;
   s.family = HfFamily::llama;
-  s.n_layer = k.get<int>("num_hidden_layers", 32);
-  s.n_head = k.get<int>("num_attention_heads", 32);
-  s.n_embd = k.get<std::int64_t>("hidden_size", 4096);
-  s.n_kv_head = k.get<int>("num_key_value_heads", s.n_head);
-  s.intermediate_size = k.get<std::int64_t>("intermediate_size", 11008);
-  s.vocab_size = k.get<std::int64_t>("vocab_size", 32000);
-  s.max_positions = k.get<std::int64_t>("max_position_embeddings", 2048);
+  s.n_layer = k.positive<int>("num_hidden_layers", 32);
+  s.n_head = k.positive<int>("num_attention_heads", 32);
+  s.n_embd = k.positive<std::int64_t>("hidden_size", 4096);
+  s.n_kv_head = k.positive<int>("num_key_value_heads", s.n_head);
+  s.intermediate_size = k.positive<std::int64_t>("intermediate_size", 11008);
+  s.vocab_size = k.positive<std::int64_t>("vocab_size", 32000);
+  s.max_positions = k.positive<std::int64_t>("max_position_embeddings", 2048);
   s.ln_eps = k.get<double>("rms_norm_eps", 1e-6);
   s.tie_embeddings = k.get<bool>("tie_word_embeddings", false);
   s.rope_theta = k.get<double>("rope_theta", 10000.0);

@@ -52,6 +52,9 @@ expect "another architecture" "config.json: model_type \"t5\" is not an architec
 broken badjson 'open(d + "/config.json", "w").write("{\"model_type\": \"gpt2\", ")'
 expect "malformed config.json" "badjson/config.json: malformed JSON" "${train[@]}" --set model.init_from="$dir/badjson"
 
+broken noheads 'c = json.load(open(d + "/config.json")); c["n_head"] = 0; json.dump(c, open(d + "/config.json", "w"))'
+expect "zero heads" "\"n_head\" is 0; it must be above zero" "${train[@]}" --set model.init_from="$dir/noheads"
+
 broken act 'c = json.load(open(d + "/config.json")); c["activation_function"] = "relu"; json.dump(c, open(d + "/config.json", "w"))'
 expect "an activation tidal lacks" "\"activation_function\" is \"relu\"" "${train[@]}" --set model.init_from="$dir/act"
 
