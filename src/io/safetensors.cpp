@@ -89,18 +89,21 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   TIDAL_CHECK(fd >= 0, "cannot open safetensors file '{}': {}", path, std::strerror(errno));
   struct stat st {};
   const bool stat_ok = ::fstat(fd, &st) == 0;
-  map_size_ = stat_ok ? std::size_t(st.st_size) : 0;
-  if (map_size_ >= 8) {
-    map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map_ == MAP_FAILED) map_ = nullptr;
+  const std::size_t map_size = stat_ok ? std::size_t(st.st_size) : 0;
+  if (map_size >= 8) {
+    void* address = ::mmap(nullptr, map_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (address != MAP_FAILED) {
+      map_.address = address;
+      map_.size = map_size;
+    }
   }
   ::close(fd);
-  TIDAL_CHECK(map_ != nullptr, "'{}' is not a safetensors file ({} bytes{})", path, map_size_,
-              map_size_ >= 8 ? ": it cannot be memory-mapped" : ", shorter than its header length");
-  const auto* bytes = static_cast<const std::byte*>(map_);
+  TIDAL_CHECK(map_.address != nullptr, "'{}' is not a safetensors file ({} bytes{})", path, map_size,
+              map_size >= 8 ? ": it cannot be memory-mapped" : ", shorter than its header length");
+  const auto* bytes = static_cast<const std::byte*>(map_.address);
   std::uint64_t n = 0;
   std::memcpy(&n, bytes, sizeof n);
-  TIDAL_CHECK(n >= 2 && n <= map_size_ - 8, "'{}' is not a safetensors file (bad header length; truncated?)", path);
+  TIDAL_CHECK(n >= 2 && n <= map_size - 8, "'{}' is not a safetensors file (bad header length; truncated?)", path);
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(reinterpret_cast<const char*>(bytes) + 8, reinterpret_cast<const char*>(bytes) + 8 + n);
@@ -109,7 +112,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   }
   TIDAL_CHECK(header.is_object(), "'{}': malformed safetensors header (not a JSON object)", path);
   data_ = bytes + 8 + n;
-  data_size_ = map_size_ - 8 - n;
+  data_size_ = map_size - 8 - n;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
@@ -122,8 +125,8 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   }
 }
 
-SafetensorsReader::~SafetensorsReader() {
-  if (map_) ::munmap(map_, map_size_);
+SafetensorsReader::Mapping::~Mapping() {
+  if (address != nullptr) ::munmap(address, size);
 }
 
 Tensor SafetensorsReader::view(const std::string& name) const {
@@ -138,10 +141,10 @@ void SafetensorsReader::release(const std::string& name) const {
   // Whole pages inside the mapping that hold the tensor's bytes (a neighbour sharing an edge page
   // is read again if touched: the pages are the file's, never modified).
   const std::uintptr_t page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
-  const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(map_);
+  const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(map_.address);
   const std::uintptr_t from = (reinterpret_cast<std::uintptr_t>(data_ + it->second.begin) - base) / page * page;
   const std::uintptr_t to = reinterpret_cast<std::uintptr_t>(data_ + it->second.end) - base;
-  if (to > from) ::madvise(static_cast<std::byte*>(map_) + from, to - from, MADV_DONTNEED);
+  if (to > from) ::madvise(static_cast<std::byte*>(map_.address) + from, to - from, MADV_DONTNEED);
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

@@ -35,7 +35,6 @@ struct TensorEntry {
 class SafetensorsReader {
  public:
   explicit SafetensorsReader(const std::string& path);
-  ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
@@ -52,8 +51,17 @@ class SafetensorsReader {
   std::string path_;
   std::map<std::string, TensorEntry> entries_;
   Metadata metadata_;
-  void* map_ = nullptr;
-  std::size_t map_size_ = 0;
+  // The file's pages: unmapped when the reader goes, and when its constructor throws on a bad
+  // header (a member, so it is destroyed then; the fuzzer found a mapping leaked per bad file).
+  struct Mapping {
+    void* address = nullptr;
+    std::size_t size = 0;
+    Mapping() = default;
+    Mapping(const Mapping&) = delete;
+    Mapping& operator=(const Mapping&) = delete;
+    ~Mapping();
+  };
+  Mapping map_;
   const std::byte* data_ = nullptr;  // the data section
   std::uint64_t data_size_ = 0;
 };

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 namespace tidal {
 namespace {
@@ -44,6 +45,31 @@ TEST(Safetensors, MissingOrTruncatedFilesAreClearErrors) {
   io::save_safetensors(path, io::TensorMap{{"w", testing::randn({100}, 2)}});
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 10);
   EXPECT_THROW(io::load_safetensors(path), Error);
+  std::filesystem::remove(path);
+}
+
+// Lines of /proc/self/maps: one per mapping of this process.
+int mappings() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) ++n;
+  return n;
+}
+
+// A file whose header is refused after it was mapped (the fuzzer's find: the mapping leaked each
+// time, until the process ran out of mappings).
+TEST(Safetensors, ARefusedFileLeavesNoMappingBehind) {
+  const std::string path = temp_path("refused.safetensors");
+  {
+    std::ofstream out(path, std::ios::binary);
+    const std::uint64_t n = 10;
+    out.write(reinterpret_cast<const char*>(&n), sizeof n);
+    out << "{not json}";
+  }
+  EXPECT_THROW(io::SafetensorsReader{path}, Error);  // the first call's own allocations settle
+  const int before = mappings();
+  for (int i = 0; i < 200; ++i) EXPECT_THROW(io::SafetensorsReader{path}, Error);
+  EXPECT_LT(mappings() - before, 10) << "200 refused files";
   std::filesystem::remove(path);
 }
 
