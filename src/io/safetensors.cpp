@@ -115,6 +115,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   data_size_ = map_size - 8 - n;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
+      TIDAL_CHECK(it.value().is_object(), "'{}': metadata is not a JSON object of strings", path);
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
         TIDAL_CHECK(m.value().is_string(), "'{}': metadata '{}' is not a string", path, m.key());
         metadata_[m.key()] = m.value().get<std::string>();

@@ -48,6 +48,31 @@ TEST(Safetensors, MissingOrTruncatedFilesAreClearErrors) {
   std::filesystem::remove(path);
 }
 
+// A header in the given JSON text, no tensor data.
+void write_header(const std::string& path, const std::string& json) {
+  std::ofstream out(path, std::ios::binary);
+  const std::uint64_t n = json.size();
+  out.write(reinterpret_cast<const char*>(&n), sizeof n);
+  out << json;
+}
+
+// The fuzzer's find: "__metadata__" holding a string (or an array) was iterated as an object and
+// ended the process with the JSON library's own exception.
+TEST(Safetensors, MetadataThatIsNotAnObjectOfStringsIsAClearError) {
+  const std::string path = temp_path("bad-metadata.safetensors");
+  for (const std::string header : {R"({"__metadata__": "tidal"})", R"({"__metadata__": ["a", "b"]})",
+                                   R"({"__metadata__": {"a": 1}})", R"({"__metadata__": 3})"}) {
+    write_header(path, header);
+    try {
+      io::SafetensorsReader reader(path);
+      ADD_FAILURE() << header << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("metadata"), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove(path);
+}
+
 // Lines of /proc/self/maps: one per mapping of this process.
 int mappings() {
   std::ifstream maps("/proc/self/maps");
