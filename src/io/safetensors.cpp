@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <cstring>
 
 namespace tidal::io {
@@ -38,21 +39,35 @@ TensorEntry parse_entry(const nlohmann::json& v, std::uint64_t data_size, const 
   TIDAL_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
               "'{}': tensor '{}' lacks dtype, shape or data_offsets in the header (not a safetensors file?)", path,
               name);
+  // Arrays of whole numbers of at most 2^63 - 1 (a fraction or a larger number converted to an
+  // integer is undefined behaviour: the fuzzer's 3.7e71 as an extent).
+  const auto naturals = [&](const char* key) {
+    const nlohmann::json& a = v.at(key);
+    TIDAL_CHECK(a.is_array(), "'{}': tensor '{}' has a {} that is not an array", path, name, key);
+    std::vector<std::uint64_t> out;
+    for (const nlohmann::json& x : a) {
+      TIDAL_CHECK(x.is_number_unsigned() && x.get<std::uint64_t>() <= std::uint64_t(INT64_MAX),
+                  "'{}': tensor '{}' has {} entry {}, not a whole number from 0 to 2^63 - 1", path, name, key, x.dump());
+      out.push_back(x.get<std::uint64_t>());
+    }
+    return out;
+  };
   TensorEntry e;
-  std::vector<std::int64_t> dims;
-  std::vector<std::uint64_t> off;
-  try {
-    e.dtype = parse_dtype(v.at("dtype").get<std::string>(), path, name);
-    dims = v.at("shape").get<std::vector<std::int64_t>>();
-    off = v.at("data_offsets").get<std::vector<std::uint64_t>>();
-  } catch (const nlohmann::json::exception& ex) {
-    throw Error(fmt::format("'{}': tensor '{}' has a malformed header entry: {}", path, name, ex.what()));
-  }
-  for (std::int64_t d : dims) TIDAL_CHECK(d >= 0, "'{}': tensor '{}' has a negative extent", path, name);
-  e.shape = Shape(dims);
-  TIDAL_CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_size &&
-                  off[1] - off[0] == std::uint64_t(e.shape.numel()) * dtype_size(e.dtype),
+  TIDAL_CHECK(v.at("dtype").is_string(), "'{}': tensor '{}' has a dtype that is not a string", path, name);
+  e.dtype = parse_dtype(v.at("dtype").get<std::string>(), path, name);
+  const std::vector<std::uint64_t> dims = naturals("shape"), off = naturals("data_offsets");
+  TIDAL_CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_size,
               "'{}': tensor '{}' has inconsistent offsets (file truncated?)", path, name);
+  // The extents' product, stopped once it passes the bytes the offsets span (no overflow).
+  std::uint64_t bytes = dtype_size(e.dtype);
+  const std::uint64_t span = off[1] - off[0], past = ~std::uint64_t(0);
+  for (const std::uint64_t d : dims) {
+    if (d == 0 || bytes == 0) bytes = 0;
+    else bytes = bytes > span / d ? past : bytes * d;
+  }
+  TIDAL_CHECK(bytes == span, "'{}': tensor '{}' has offsets that do not span its shape (file truncated?)",
+              path, name);
+  e.shape = Shape(std::vector<std::int64_t>(dims.begin(), dims.end()));
   e.begin = off[0];
   e.end = off[1];
   return e;

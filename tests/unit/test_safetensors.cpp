@@ -73,6 +73,20 @@ TEST(Safetensors, MetadataThatIsNotAnObjectOfStringsIsAClearError) {
   std::filesystem::remove(path);
 }
 
+// The fuzzer's find: an extent of 3.7e71 was converted to an integer (undefined behaviour), and
+// extents whose product overflows must not pass the offsets' check.
+TEST(Safetensors, ExtentsAndOffsetsMustBeWholeNumbersThatSpanTheData) {
+  const std::string path = temp_path("bad-extent.safetensors");
+  for (const std::string entry : {R"("shape": [3.7e71], "data_offsets": [0, 0])", R"("shape": [2.5], "data_offsets": [0, 8])",
+                                  R"("shape": [-1], "data_offsets": [0, 0])", R"("shape": 4, "data_offsets": [0, 16])",
+                                  R"("shape": [4294967296, 4294967296, 4], "data_offsets": [0, 0])",
+                                  R"("shape": [2], "data_offsets": [0, 1e3])"}) {
+    write_header(path, R"({"w": {"dtype": "F32", )" + entry + "}}");
+    EXPECT_THROW(io::SafetensorsReader{path}, Error) << entry;
+  }
+  std::filesystem::remove(path);
+}
+
 // Lines of /proc/self/maps: one per mapping of this process.
 int mappings() {
   std::ifstream maps("/proc/self/maps");
