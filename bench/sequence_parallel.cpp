@@ -1,4 +1,4 @@
-// Sequence parallelism (ring self-attention) against 1D tensor parallelism on the same ranks,
+// Sequence parallelism (ring self-attention, and Ulysses) against 1D tensor parallelism on the same ranks,
 // measured on the BERT-Base shape as in colossal-ai.txt sec. V-C (12 layers, hidden 768, 12
 // heads, vocabulary 30528 = BERT's 30522 padded to split 4 ways). Run under mpirun -np 4.
 //
@@ -6,7 +6,8 @@
 //    (CountingCommunicator's ring-model volume over every group), beside the closed forms.
 //    Ring: forward passes K and V blocks (N - 1 hops each), backward K, V, dK and dV:
 //    2 (N - 1) and 4 (N - 1) blocks of B T/N C fp32. 1D (Megatron): two all-reduces of
-//    B T C each way, 2 (p - 1)/p each.
+//    B T C each way, 2 (p - 1)/p each. Ulysses: all-to-alls of qkv and y forward, of dY and dqkv
+//    backward, each rank sending (N - 1)/N of its B T/N (3C + C).
 // 2. Memory: model data (parameters, gradients, AdamW moments) and the peak of the activation
 //    allocator over one forward + backward, per rank (max over ranks), measured at batch 1 and 2
 //    and sequence 128, 256, 512. Activations are affine in the batch (their per-sample slope and
@@ -21,12 +22,14 @@
 #include "models/factory.h"
 #include "nn/parallel_layers.h"
 #include "nn/runner.h"
+#include "nn/sp/ring_attention.h"
 #include "ops/cross_entropy.h"
 #include "optim/adamw.h"
 #include "parallel/context.h"
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -41,6 +44,7 @@ constexpr std::int64_t kVocab = 30528;
 struct Layout {
   std::string name;
   int sequence = 1, tensor = 1;
+  parallel::SequenceMode mode = parallel::SequenceMode::ring;
 };
 
 config::Config bert_base(const Layout& l, std::int64_t T, std::int64_t B) {
@@ -55,6 +59,7 @@ config::Config bert_base(const Layout& l, std::int64_t T, std::int64_t B) {
   c.dropout = 0.1f;
   cfg.train.batch_size = B;
   cfg.parallel.sequence = l.sequence;
+  cfg.parallel.sequence_mode = l.mode;
   cfg.parallel.tensor.size = l.tensor;
   return cfg;
 }
@@ -147,6 +152,29 @@ Measurement measure(comm::MpiRuntime& mpi, comm::Communicator& world, const Layo
   return out;
 }
 
+// Seconds this rank spends in one causal ring attention (forward + backward, the best of
+// `repeats`) on GPT-shaped heads [B, T/N, 3C], its positions contiguous or zig-zag.
+double causal_attention_seconds(comm::Communicator& ring, bool zigzag, std::int64_t B, std::int64_t T, int repeats) {
+  const int n_head = 12;
+  const std::int64_t C = 768, local = T / ring.size();
+  const nn::BatchSlice positions{.position_parts = ring.size(), .position_index = ring.rank(), .zigzag = zigzag};
+  nn::sp::RingSelfAttention attention(n_head, n_head, true, ring, positions);
+  Tensor qkv = Tensor::empty({B, local, 3 * C}), dy = Tensor::empty({B, local, C});
+  for (std::int64_t i = 0; i < qkv.numel(); ++i) qkv.data<float>()[i] = float((i * 7919) % 1000) / 1000.0f - 0.5f;
+  for (std::int64_t i = 0; i < dy.numel(); ++i) dy.data<float>()[i] = float((i * 104729) % 1000) / 1000.0f - 0.5f;
+  nn::StepState state{.training = true, .seed = 1};
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    ring.barrier()->wait();
+    const auto start = std::chrono::steady_clock::now();
+    nn::Context ctx(state);
+    attention.forward(qkv, ctx);
+    attention.backward(dy, ctx);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
 // The quadratic a T^2 + b T + c through three points (T_i, y_i).
 struct Quadratic {
   double a = 0, b = 0, c = 0;
@@ -179,7 +207,8 @@ int main(int argc, char** argv) {
     if (main_rank) fmt::print("bench_sequence_parallel: run with mpirun -np 4\n");
     return 2;
   }
-  const std::vector<Layout> layouts = {{"sequence=4", 4, 1}, {"1D tensor=4", 1, 4}};
+  const std::vector<Layout> layouts = {
+      {"sequence=4", 4, 1}, {"1D tensor=4", 1, 4}, {"ulysses=4", 4, 1, parallel::SequenceMode::ulysses}};
   const double cap = cap_gib * double(1ull << 30);
   const double lengths[3] = {128, 256, 512};
   if (main_rank)
@@ -218,7 +247,7 @@ int main(int argc, char** argv) {
   }
 
   if (main_rank) {
-    const Fit &s = fits[0], &t = fits[1];
+    const Fit &s = fits[0], &t = fits[1], &u = fits[2];
     const double block = 1.0 * 512 / n * 768 * 4;  // B T/N C fp32 at B = 1
     const double tp = 2.0 * (n - 1) / n * 512 * 768 * 4;  // one all-reduce of B T C
     fmt::print("\n# Bytes sent per rank by one layer (blocks.0), batch 1, sequence 512\n");
@@ -228,12 +257,17 @@ int main(int argc, char** argv) {
                layouts[0].name, s.at512.forward_sent, 2.0 * (n - 1) * block, s.at512.backward_sent, 4.0 * (n - 1) * block);
     fmt::print("{:<12} {:>12.0f} {:>12.0f} {:>12.0f} {:>12.0f}  1D: 2 all-reduces of B T C, 2(p-1)/p each\n",
                layouts[1].name, t.at512.forward_sent, 2 * tp, t.at512.backward_sent, 2 * tp);
+    const double a2a = (n - 1.0) / n * 512 / n * (3 * 768 + 768) * 4;  // qkv and y (dY and dqkv) of B T/N
+    fmt::print("{:<12} {:>12.0f} {:>12.0f} {:>12.0f} {:>12.0f}  Ulysses: all-to-alls of qkv and y, (N-1)/N of B T/N "
+               "(3C + C) each way\n",
+               layouts[2].name, u.at512.forward_sent, a2a, u.at512.backward_sent, a2a);
 
     fmt::print("\n# Peak activation bytes per rank, batch 1, sequence 512 (measured)\n");
     fmt::print("{:<12} {:>14} {:>14}\n", "layout", "activations", "model data");
     for (std::size_t i = 0; i < layouts.size(); ++i)
       fmt::print("{:<12} {:>14} {:>14}\n", layouts[i].name, mib(fits[i].at512.activations), mib(fits[i].model512));
-    fmt::print("sequence=4 / 1D tensor=4 activations: {:.2f}x\n", s.at512.activations / t.at512.activations);
+    fmt::print("sequence=4 / 1D tensor=4 activations: {:.2f}x; ulysses=4 / 1D tensor=4: {:.2f}x\n",
+               s.at512.activations / t.at512.activations, u.at512.activations / t.at512.activations);
 
     // Fig. 15 under the cap: the largest batch at T = 512 and the largest T (a multiple of 4) at B = 64.
     std::vector<std::int64_t> max_batch, max_seq;
@@ -254,6 +288,34 @@ int main(int argc, char** argv) {
       fmt::print("{:<12} {:>10} {:>10}\n", layouts[i].name, max_batch[i], max_seq[i]);
     fmt::print("sequence / 1D: batch {:.2f}x, sequence length {:.2f}x   (paper, Fig. 15, 12 GPUs: 4.44x and 1.18x)\n",
                double(max_batch[0]) / double(max_batch[1]), double(max_seq[0]) / double(max_seq[1]));
+    fmt::print("ulysses / 1D:  batch {:.2f}x, sequence length {:.2f}x\n", double(max_batch[2]) / double(max_batch[1]),
+               double(max_seq[2]) / double(max_seq[1]));
+  }
+
+  {
+    // Causal work per place of the ring: each rank's attention time, contiguous against zig-zag.
+    // A contiguous ring's last place attends N times the keys of its first (waiting out the others
+    // at every hop); zig-zag gives every place the same number.
+    const std::int64_t B = 1, T = 2048;
+    if (main_rank)
+      fmt::print("\n# Causal ring attention (GPT heads: 12 x 64), batch {}, sequence {}: seconds per rank, forward + "
+                 "backward\n", B, T);
+    for (const bool zigzag : {false, true}) {
+      const double mine = causal_attention_seconds(*world, zigzag, B, T, 3);
+      Tensor all = Tensor::empty({n}), own = Tensor::full({1}, float(mine));
+      world->all_gather(all, own)->wait();
+      if (main_rank) {
+        double lo = 1e30, hi = 0;
+        std::string per_rank;
+        for (int r = 0; r < n; ++r) {
+          const double t = all.data<float>()[r];
+          lo = std::min(lo, t);
+          hi = std::max(hi, t);
+          per_rank += fmt::format(" {:.3f}", t);
+        }
+        fmt::print("{:<11}:{}   slowest / fastest {:.2f}x\n", zigzag ? "zig-zag" : "contiguous", per_rank, hi / lo);
+      }
+    }
   }
 
   if (verify) {

@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "memory/policies.h"
 #include "ops/gelu_form.h"
+#include "parallel/sequence_mode.h"
 #include "parallel/tensor_mode.h"
 #include "pipeline/partition_by.h"
 #include "pipeline/schedule.h"
@@ -71,6 +72,11 @@ template <>
 struct Names<OnNonfinite> {
   static constexpr std::pair<OnNonfinite, std::string_view> table[] = {{OnNonfinite::stop, "stop"},
                                                                        {OnNonfinite::skip, "skip"}};
+};
+template <>
+struct Names<parallel::SequenceMode> {
+  static constexpr std::pair<parallel::SequenceMode, std::string_view> table[] = {
+      {parallel::SequenceMode::ring, "ring"}, {parallel::SequenceMode::ulysses, "ulysses"}};
 };
 template <>
 struct Names<parallel::TensorMode> {

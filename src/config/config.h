@@ -95,6 +95,10 @@ struct ParallelConfig {
   int data = 1;
   int pipeline = 1;
   int sequence = 1;
+  // Ring positions zig-zag: rank r of N holds chunks r and 2N - 1 - r of the sequence's 2N, so
+  // every rank does the same causal attention work (false: chunk r of N, contiguous).
+  bool sequence_zigzag = true;
+  parallel::SequenceMode sequence_mode = parallel::SequenceMode::ring;  // ring | ulysses
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;  // gpipe | 1f1b | interleaved
   int virtual_stages = 1;
   pipeline::PartitionBy partition = pipeline::PartitionBy::layers;  // layers | parameters | time: what stages balance

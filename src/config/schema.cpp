@@ -146,6 +146,12 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(parallel.data, "data-parallel replicas"),
       TIDAL_KEY(parallel.pipeline, "pipeline stages"),
       TIDAL_KEY(parallel.sequence, "sequence-parallel ranks (ring self-attention)"),
+      TIDAL_KEY(parallel.sequence_zigzag,
+                "true: ring rank r of N holds chunks r and 2N-1-r of 2N, so causal attention work is equal on every "
+                "rank (model.seq_len divisible by 2N); false: chunk r of N"),
+      TIDAL_KEY(parallel.sequence_mode,
+                "ring (ring self-attention: key/value blocks travel the ring) | ulysses (DeepSpeed-Ulysses: an "
+                "all-to-all of heads around attention; heads divisible by parallel.sequence)"),
       TIDAL_KEY(parallel.schedule, "gpipe | 1f1b | interleaved"),
       TIDAL_KEY(parallel.virtual_stages, "interleaved: model chunks per pipeline rank"),
       TIDAL_KEY(parallel.partition, "pipeline stages balance: layers | parameters | time (measured at start-up)"),

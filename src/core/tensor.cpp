@@ -62,7 +62,16 @@ Tensor Tensor::view_of(void* data, const Shape& shape, DType dtype, Device devic
   return t;
 }
 
-bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+// Row-major with no gaps; a dimension of extent 1 is never stepped along, so its stride does not
+// matter (one sample of a batch sliced along positions is contiguous).
+bool Tensor::is_contiguous() const {
+  std::int64_t expected = 1;
+  for (int i = shape_.size() - 1; i >= 0; --i) {
+    if (shape_[i] != 1 && strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
 
 Tensor Tensor::reshape(const Shape& shape) const {
   TIDAL_ASSERT(is_contiguous(), "reshape of a non-contiguous tensor {}", str());

@@ -263,10 +263,15 @@ void Trainer::Run::describe_layout() {
   }
   if (const std::string line = model_data->describe(); !line.empty()) progress.line(line);
   if (scaler) progress.line(fmt::format("fp16: dynamic loss scale from {}", scaler->scale()));
-  if (const int ring = pc.layout().spec().sequence; ring > 1) {
-    progress.line(fmt::format("sequence parallel: a ring of {} ranks with {} positions each (ring self-attention), "
-                              "gradients summed over {} ranks",
-                              ring, T / ring, pc.group(parallel::GroupKind::data_sequence).size()));
+  if (const parallel::MeshSpec& spec = pc.layout().spec(); spec.sequence > 1) {
+    const int ring = spec.sequence;
+    const std::string how = spec.sequence_mode == parallel::SequenceMode::ulysses
+                                ? "Ulysses: an all-to-all of heads around attention"
+                                : "ring self-attention";
+    progress.line(fmt::format("sequence parallel: a ring of {} ranks with {} positions each{} ({}), gradients summed "
+                              "over {} ranks",
+                              ring, T / ring, spec.sequence_zigzag ? " in two zig-zag chunks" : "", how,
+                              pc.group(parallel::GroupKind::data_sequence).size()));
   }
   const int stages = pc.layout().spec().pipeline;
   if (stages == 1) return;

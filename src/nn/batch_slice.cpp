@@ -14,12 +14,24 @@ Tensor BatchSlice::of(const Tensor& batch_tensor) const {
   }
   if (position_parts > 1) {
     TIDAL_ASSERT(part.ndim() >= 2, "a batch tensor {} has no positions to split", part.str());
-    const std::int64_t T = part.dim(1);
-    TIDAL_CHECK(T % position_parts == 0, "a sequence of {} positions does not split into {} equal parts across the "
-                "sequence ring: make model.seq_len a multiple of parallel.sequence", T, position_parts);
-    part = part.slice(1, first_position(T), first_position(T) + T / position_parts).clone();
+    const std::int64_t T = part.dim(1), chunks = zigzag ? 2 * position_parts : position_parts;
+    TIDAL_CHECK(T % chunks == 0, "a sequence of {} positions does not split into {} equal chunks across the sequence "
+                "ring: make model.seq_len a multiple of {}", T, chunks, chunks);
+    std::vector<std::int64_t> shape = part.shape().vec();
+    shape[1] = T / position_parts;
+    Tensor mine = Tensor::empty(Shape(shape), part.dtype());
+    for (const PositionRun& r : position_runs(shape[1]))
+      mine.slice(1, r.local, r.local + r.length).copy_from(part.slice(1, r.global, r.global + r.length));
+    part = mine;
   }
   return part;
+}
+
+std::vector<PositionRun> BatchSlice::position_runs(std::int64_t local) const {
+  if (!zigzag || position_parts == 1) return {{0, position_index * local, local}};
+  const std::int64_t chunk = local / 2;
+  TIDAL_ASSERT(local % 2 == 0, "zig-zag ring position with {} positions", local);
+  return {{0, position_index * chunk, chunk}, {chunk, (2 * position_parts - 1 - position_index) * chunk, chunk}};
 }
 
 }  // namespace tidal::nn

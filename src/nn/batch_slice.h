@@ -1,24 +1,41 @@
 // Which part of the replica's micro-batch a rank holds: a run of its samples (2D, 2.5D and 3D
-// tensor parallelism split samples over the grid) and a run of every sample's positions
-// (sequence parallelism splits the sequence over the ring). Layers that read the batch directly
+// tensor parallelism split samples over the grid) and every sample's positions of its place on
+// the sequence ring: chunk index of position_parts, or, zig-zag, chunks index and
+// 2 position_parts - 1 - index of 2 position_parts (so under the causal mask every ring position
+// attends the same number of keys), held in that order. Layers that read the batch directly
 // (embeddings of token ids, the attention's key mask, the loss's targets) take the whole
 // micro-batch and pick their part with of().
 #pragma once
 
 #include "core/tensor.h"
 
+#include <vector>
+
 namespace tidal::nn {
+
+// Positions [global, global + length) of the whole sequence, held at [local, local + length) of a
+// rank's part.
+struct PositionRun {
+  std::int64_t local, global, length;
+};
 
 struct BatchSlice {
   int parts = 1, index = 0;                    // samples: the index-th of `parts` equal runs
-  int position_parts = 1, position_index = 0;  // positions: likewise, along dim 1
+  int position_parts = 1, position_index = 0;  // positions: the place on the sequence ring
+  bool zigzag = false;                         // two chunks per place (above)
 
   // Rows [index B / parts, (index + 1) B / parts) of a [B, ...] batch tensor and, when positions
-  // are split, columns [position_index T / position_parts, ...) of a [B, T, ...] one: a view when
-  // only samples are split, else a contiguous copy.
+  // are split, this part's positions of a [B, T, ...] one: a view when only samples are split,
+  // else a contiguous copy.
   Tensor of(const Tensor& batch_tensor) const;
-  // The first global position of this part (0 unless positions are split), for T positions.
-  std::int64_t first_position(std::int64_t T) const { return position_index * (T / position_parts); }
+  // The runs of positions of a part that holds `local` of them (one run, or two zig-zag).
+  std::vector<PositionRun> position_runs(std::int64_t local) const;
+  // The same for the part at another place of the ring.
+  BatchSlice at_place(int place) const {
+    BatchSlice other = *this;
+    other.position_index = place;
+    return other;
+  }
 };
 
 }  // namespace tidal::nn

@@ -22,8 +22,13 @@ class Dropout final : public Module {
 
  private:
   bool active(const Context& ctx) const { return ctx.state().training && p_ > 0.0f; }
-  // Calls fn(key, b0, b1) for each run of samples [b0, b1) of x whose elements are one
-  // contiguous run of the single process's: all of x, or one sample when positions are split.
+  // Samples [b0, b1) of x and, unless p1 < 0 (positions not split), their positions [p0, p1).
+  struct Run {
+    std::int64_t b0, b1, p0, p1;
+    Tensor of(const Tensor& t) const;
+  };
+  // Calls fn(key, run) for each run of x whose elements are one contiguous run of the single
+  // process's: all of x, or one sample's run of positions when positions are split.
   template <class Fn>
   void for_each_run(const Context& ctx, const Tensor& x, Fn fn) const;
 

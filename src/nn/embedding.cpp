@@ -27,14 +27,24 @@ PositionEmbedding::PositionEmbedding(std::int64_t max_positions, std::int64_t di
                                      BatchSlice positions)
     : table_(&add_parameter("weight", {max_positions, dim}, init)), positions_(positions) {}
 
+template <class Fn>
+void PositionEmbedding::for_each_run(const Tensor& x, Fn&& fn) const {
+  const std::vector<PositionRun> runs = positions_.position_runs(x.dim(1));
+  if (runs.size() == 1) return fn(x, runs[0].global);
+  for (std::int64_t b = 0; b < x.dim(0); ++b)
+    for (const PositionRun& r : runs) fn(x.slice(0, b, b + 1).slice(1, r.local, r.local + r.length), r.global);
+}
+
 Tensor PositionEmbedding::forward(const Tensor& x, Context& ctx) {
   Tensor y = x.clone(*ctx.state().activations);
-  ops::position_embedding_forward(y, table_->data, first_position(x));
+  for_each_run(y, [&](Tensor rows, std::int64_t first) { ops::position_embedding_forward(rows, table_->data, first); });
   return y;
 }
 
 Tensor PositionEmbedding::backward(const Tensor& dy, Context&) {
-  ops::position_embedding_backward(table_->grad, dy, first_position(dy));
+  for_each_run(dy, [&](const Tensor& rows, std::int64_t first) {
+    ops::position_embedding_backward(table_->grad, rows, first);
+  });
   return dy;
 }
 

@@ -37,8 +37,8 @@ class Embedding final : public TableLookup {
   BatchSlice part_;
 };
 
-// y [B, T', C] = x + table[first + t]: x holds the run of positions [first, first + T') of
-// sequences of T' * positions.position_parts (first = 0 unless a sequence-parallel rank); positions
+// y [B, T', C] = x + table[position of t]: x holds its BatchSlice's runs of positions of sequences
+// of T' * positions.position_parts (positions [0, T') unless a sequence-parallel rank); positions
 // beyond the table are an error.
 class PositionEmbedding final : public Module {
  public:
@@ -50,7 +50,10 @@ class PositionEmbedding final : public Module {
   Parameter& table() { return *table_; }
 
  private:
-  std::int64_t first_position(const Tensor& x) const { return positions_.first_position(x.dim(1) * positions_.position_parts); }
+  // fn(rows of x [b, T', C] holding a run, the run's first position) for every run: all of x at
+  // once for a single run, else each sample's rows of each run (contiguous).
+  template <class Fn>
+  void for_each_run(const Tensor& x, Fn&& fn) const;
 
   Parameter* table_;  // [max_positions, dim]
   BatchSlice positions_;

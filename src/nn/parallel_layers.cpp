@@ -9,7 +9,8 @@ namespace tidal::nn {
 
 std::unique_ptr<LayerFactory> make_layers(parallel::ParallelContext& pc, const TensorOptions& options) {
   const parallel::MeshSpec& spec = pc.layout().spec();
-  if (spec.sequence > 1) return sp::layers_sequence(pc.group(parallel::GroupKind::sequence));
+  if (spec.sequence > 1) return sp::layers_sequence(pc.group(parallel::GroupKind::sequence), spec.sequence_zigzag,
+                                                     spec.sequence_mode);
   if (spec.tensor == 1) return make_single_device_layers();
   switch (spec.mode) {
     case parallel::TensorMode::d1: return tp::layers_1d(pc.group(parallel::GroupKind::tensor));

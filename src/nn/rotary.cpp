@@ -15,11 +15,15 @@ Rotary::Rotary(int n_head, int n_kv_head, std::int64_t head_dim, const RotaryCon
 
 std::pair<Tensor, Tensor> Rotary::tables(const Tensor& like, Context&) {
   const std::int64_t T = like.dim(1), half = std::int64_t(inv_freq_.size());
-  const std::int64_t first = positions_.first_position(T * positions_.position_parts);
+  const std::vector<PositionRun> runs = positions_.position_runs(T);
+  const std::int64_t first = runs[0].global;  // with T, it fixes the other run
   if (cos_.defined() && cos_.dim(0) == T && first_ == first && cos_.device() == like.device()) return {cos_, sin_};
   cos_ = Tensor::empty({T, half}, DType::f32, host_allocator());
   sin_ = Tensor::empty({T, half}, DType::f32, host_allocator());
-  ops::rotary_tables(cos_, sin_, inv_freq_, first);
+  for (const PositionRun& r : runs) {
+    Tensor cos = cos_.slice(0, r.local, r.local + r.length), sin = sin_.slice(0, r.local, r.local + r.length);
+    ops::rotary_tables(cos, sin, inv_freq_, r.global);
+  }
   first_ = first;
   if (like.device().is_cuda()) {  // copied once, not at every call: the positions of a run rarely change
     cos_ = cos_.clone(gpu_allocator());

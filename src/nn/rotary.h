@@ -1,6 +1,6 @@
 // Rotary position embeddings as a module (ops/rotary.h): rotates the query and key heads of the
 // fused qkv in place by the angles of their global positions, before attention. Under sequence
-// parallelism a rank holds positions [first, first + T') of the sequence (its BatchSlice), and
+// parallelism a rank holds runs of positions of the sequence (its BatchSlice), and
 // rotates by those. backward rotates the gradient back (a rotation's transpose is its inverse).
 #pragma once
 

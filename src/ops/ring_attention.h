@@ -1,19 +1,24 @@
-// Attention of one rank's queries against the sequence one block of keys at a time: the pieces
-// of ring self-attention (colossal-ai.txt sec. II-B-3, Fig. 8), where each rank holds positions
-// [first_query, first_query + Tq) of every sequence and the key and value blocks of the other
-// positions arrive around the ring. The scores of all T keys stay in `probs` [B, H, Tq, T]
-// (columns [first_key, first_key + Tk) for a block), so the softmax runs over whole rows.
+// Attention of one rank's queries against the sequence one key/value block at a time, flash-style:
+// the pieces of ring self-attention (colossal-ai.txt sec. II-B-3, Fig. 8) with FlashAttention-2's
+// online softmax, so no rank ever holds the [Tq, T] probabilities of its queries. Each rank holds
+// positions [first_query, first_query + Tq) of every sequence; the key/value blocks of the other
+// positions arrive around the ring.
 //
-// Forward:  scores(block) for every block, softmax, then values(block) for every block.
-// Backward: probs_grad(block) and values_grad(block) for every block, softmax_backward, then
-//           query_grad(block) and key_grad(block) for every block.
+// Forward:  y = 0, lse = -inf, sum = 0; forward(block) for every block, in any order; finish.
+//           Between blocks y holds the unnormalised output, lse each row's running maximum score
+//           and sum its running sum of exp(score - maximum); finish divides and leaves lse =
+//           maximum + log(sum), the row's log-sum-exp over every key it attends.
+// Backward: backward(block) for every block: each recomputes its probabilities from lse
+//           (p = exp(s - lse)), adds into dq and this rank's share of the block's gradient dkv.
+// Saved between them: q, the rank's own key/value block, y and lse: O(T / N) per rank.
 //
-// q, y, dy, dq are [B, Tq, C] (C = H * head width, heads contiguous); k, v, dk, dv are
-// [B, Tk, Ckv] with Ckv = Hkv * head width: grouped-query heads as in ops/attention.h (query head h
-// attends with kv head kv_head_of(h, Hkv); q and dq hold the query heads in order h, y and dy in
-// the grouped order output_head(h)), so the blocks that travel the ring are Hkv heads wide and
-// no kv head is copied up to H. Blocks wholly after every query under the causal mask are
-// skipped (their probabilities are zero).
+// q, y, dy, dq are [B, Tq, C] (C = H * head width, heads contiguous); a key/value block kv and its
+// gradient dkv are [B, Tk, 2 Ckv]: the Hkv key heads then the Hkv value heads (ops/attention.h's
+// qkv layout without the queries), Ckv = Hkv * head width. Grouped-query heads as in
+// ops/attention.h: query head h attends with kv head kv_head_of(h, Hkv); q and dq hold the query
+// heads in order h, y and dy in the grouped order output_head(h). So the blocks that travel the
+// ring are Hkv heads wide and no kv head is copied up to H. A block whose every key comes after
+// every query under the causal mask is skipped. fp32 only.
 #pragma once
 
 #include "core/tensor.h"
@@ -30,102 +35,71 @@ struct RingAttentionOptions {
   const Tensor* key_mask = nullptr;  // [B, T] i32 over the whole sequence: 1 = real, 0 = padding
 };
 
-// The shapes, checked for every backend (fp32 only): probs [B, H, Tq, T] against this rank's
-// queries (or their output / gradient) `local` [B, Tq, C], key_mask [B, T] i32.
+// The shapes, checked for every backend: this rank's queries (or their output / gradient) `local`
+// [B, Tq, C] against the per-row statistics `rows` [B, H, Tq] fp32; key_mask [B, T] i32.
 struct RingAttentionDims {
-  std::int64_t B, H, Hkv, Tq, T, C, hd;
+  std::int64_t B, H, Hkv, Tq, C, hd;
   float scale;  // 1 / sqrt(hd)
-  std::int64_t kv_width() const { return Hkv * hd; }
-  std::int64_t group() const { return H / Hkv; }  // query heads per kv head
-  // Where head h's columns start: in q / dq (query order), in y / dy (grouped order), and its kv
-  // head's in a key / value block.
-  std::int64_t query_offset(std::int64_t h) const { return h * hd; }
-  std::int64_t output_offset(std::int64_t h) const { return output_head(h, H, Hkv) * hd; }
-  std::int64_t kv_offset(std::int64_t h) const { return kv_head_of(h, Hkv) * hd; }
+  constexpr std::int64_t kv_width() const { return Hkv * hd; }
+  constexpr std::int64_t block_width() const { return 2 * Hkv * hd; }  // a key/value block's row
+  constexpr std::int64_t group() const { return H / Hkv; }  // query heads per kv head
+  // Where head h's columns start (constexpr: the GPU kernels take the dims by value): in q / dq
+  // (query order), in y / dy (grouped order), and its kv head's key and value in a block.
+  constexpr std::int64_t query_offset(std::int64_t h) const { return h * hd; }
+  constexpr std::int64_t output_offset(std::int64_t h) const { return output_head(h, H, Hkv) * hd; }
+  constexpr std::int64_t key_offset(std::int64_t h) const { return kv_head_of(h, Hkv) * hd; }
+  constexpr std::int64_t value_offset(std::int64_t h) const { return kv_width() + kv_head_of(h, Hkv) * hd; }
 };
-RingAttentionDims ring_attention_dims(const Tensor& probs, const Tensor& local, const RingAttentionOptions& opt);
-// A key / value block [B, Tk, Ckv] at first_key, checked; returns Tk.
-std::int64_t ring_attention_block(const RingAttentionDims& d, const Tensor& block, std::int64_t first_key);
-// Whether every key of the block comes after every query (all masked when causal).
-inline bool after_all_queries(const RingAttentionOptions& opt, const RingAttentionDims& d, std::int64_t first_key) {
-  return opt.causal && first_key > opt.first_query + d.Tq - 1;
+RingAttentionDims ring_attention_dims(const Tensor& local, const Tensor& rows, const RingAttentionOptions& opt);
+// A key/value block [B, Tk, 2 Ckv] at first_key, checked (inside the key mask's T); returns Tk.
+std::int64_t ring_attention_block(const RingAttentionDims& d, const Tensor& block, std::int64_t first_key,
+                                  const RingAttentionOptions& opt);
+// Keys [0, n) of a block at first_key that query i (at global position first_query + i) may
+// attend under the causal mask (every key without it). constexpr: the GPU kernels call it too.
+constexpr std::int64_t visible_keys(bool causal, std::int64_t first_query, std::int64_t first_key, std::int64_t Tk,
+                                    std::int64_t i) {
+  if (!causal) return Tk;
+  const std::int64_t n = first_query + i - first_key + 1;
+  return n < 0 ? 0 : (n > Tk ? Tk : n);
 }
 
 namespace cpu {
-void attention_scores(Tensor& probs, const Tensor& q, const Tensor& k, std::int64_t first_key,
-                      const RingAttentionOptions& opt);
-void attention_softmax(Tensor& probs, const RingAttentionOptions& opt);
-void attention_values(Tensor& y, const Tensor& probs, const Tensor& v, std::int64_t first_key,
-                      const RingAttentionOptions& opt);
-void attention_probs_grad(Tensor& dprobs, const Tensor& dy, const Tensor& v, std::int64_t first_key,
-                          const RingAttentionOptions& opt);
-void attention_values_grad(Tensor& dv, const Tensor& probs, const Tensor& dy, std::int64_t first_key,
-                           const RingAttentionOptions& opt);
-void attention_softmax_backward(Tensor& dprobs, const Tensor& probs);
-void attention_query_grad(Tensor& dq, const Tensor& dscores, const Tensor& k, std::int64_t first_key,
-                          const RingAttentionOptions& opt);
-void attention_key_grad(Tensor& dk, const Tensor& dscores, const Tensor& q, std::int64_t first_key,
-                        const RingAttentionOptions& opt);
+void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q, const Tensor& kv,
+                            std::int64_t first_key, const RingAttentionOptions& opt);
+void ring_attention_finish(Tensor& y, Tensor& lse, const Tensor& sum, const RingAttentionOptions& opt);
+void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Tensor& kv, const Tensor& y,
+                             const Tensor& dy, const Tensor& lse, std::int64_t first_key,
+                             const RingAttentionOptions& opt);
 }  // namespace cpu
 #if TIDAL_CUDA
 namespace cuda {
-void attention_scores(Tensor& probs, const Tensor& q, const Tensor& k, std::int64_t first_key,
-                      const RingAttentionOptions& opt);
-void attention_softmax(Tensor& probs, const RingAttentionOptions& opt);
-void attention_values(Tensor& y, const Tensor& probs, const Tensor& v, std::int64_t first_key,
-                      const RingAttentionOptions& opt);
-void attention_probs_grad(Tensor& dprobs, const Tensor& dy, const Tensor& v, std::int64_t first_key,
-                          const RingAttentionOptions& opt);
-void attention_values_grad(Tensor& dv, const Tensor& probs, const Tensor& dy, std::int64_t first_key,
-                           const RingAttentionOptions& opt);
-void attention_softmax_backward(Tensor& dprobs, const Tensor& probs);
-void attention_query_grad(Tensor& dq, const Tensor& dscores, const Tensor& k, std::int64_t first_key,
-                          const RingAttentionOptions& opt);
-void attention_key_grad(Tensor& dk, const Tensor& dscores, const Tensor& q, std::int64_t first_key,
-                        const RingAttentionOptions& opt);
+void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q, const Tensor& kv,
+                            std::int64_t first_key, const RingAttentionOptions& opt);
+void ring_attention_finish(Tensor& y, Tensor& lse, const Tensor& sum, const RingAttentionOptions& opt);
+void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Tensor& kv, const Tensor& y,
+                             const Tensor& dy, const Tensor& lse, std::int64_t first_key,
+                             const RingAttentionOptions& opt);
 }  // namespace cuda
 #endif
 
-// probs[:, :, :, block] = Q K_block^T / sqrt(head width).
-inline void attention_scores(Tensor& probs, const Tensor& q, const Tensor& k, std::int64_t first_key,
-                             const RingAttentionOptions& opt) {
-  TIDAL_OPS_DISPATCH(q, attention_scores, probs, q, k, first_key, opt);
+// Folds the block kv (keys at [first_key, first_key + Tk)) into the running y, lse (maximum) and
+// sum of this rank's queries.
+inline void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q, const Tensor& kv,
+                                   std::int64_t first_key, const RingAttentionOptions& opt) {
+  TIDAL_OPS_DISPATCH(q, ring_attention_forward, y, lse, sum, q, kv, first_key, opt);
 }
-// In place, over whole rows of T keys: masked keys (causal, padding) get 0; a row with none
-// left is all zeros.
-inline void attention_softmax(Tensor& probs, const RingAttentionOptions& opt) {
-  TIDAL_OPS_DISPATCH(probs, attention_softmax, probs, opt);
+// After the last block: y /= sum, lse = maximum + log(sum). A query whose every key is masked
+// gets a zero output and lse = +inf (every p = 0), as ops::attention_forward.
+inline void ring_attention_finish(Tensor& y, Tensor& lse, const Tensor& sum, const RingAttentionOptions& opt) {
+  TIDAL_OPS_DISPATCH(y, ring_attention_finish, y, lse, sum, opt);
 }
-// y += P[:, :, :, block] V_block.
-inline void attention_values(Tensor& y, const Tensor& probs, const Tensor& v, std::int64_t first_key,
-                             const RingAttentionOptions& opt) {
-  TIDAL_OPS_DISPATCH(y, attention_values, y, probs, v, first_key, opt);
-}
-// dprobs[:, :, :, block] = dY V_block^T (zeros for a skipped block).
-inline void attention_probs_grad(Tensor& dprobs, const Tensor& dy, const Tensor& v, std::int64_t first_key,
-                                 const RingAttentionOptions& opt) {
-  TIDAL_OPS_DISPATCH(dy, attention_probs_grad, dprobs, dy, v, first_key, opt);
-}
-// dv += P[:, :, :, block]^T dY: this rank's queries' share of the block's value gradient (a kv
-// head's summed over the query heads that attend with it).
-inline void attention_values_grad(Tensor& dv, const Tensor& probs, const Tensor& dy, std::int64_t first_key,
-                                  const RingAttentionOptions& opt) {
-  TIDAL_OPS_DISPATCH(dy, attention_values_grad, dv, probs, dy, first_key, opt);
-}
-// In place: dprobs -> dscores = P * (dP - rowsum(dP * P)) (the scores' gradient, unscaled).
-inline void attention_softmax_backward(Tensor& dprobs, const Tensor& probs) {
-  TIDAL_OPS_DISPATCH(probs, attention_softmax_backward, dprobs, probs);
-}
-// dq += dS[:, :, :, block] K_block / sqrt(head width).
-inline void attention_query_grad(Tensor& dq, const Tensor& dscores, const Tensor& k, std::int64_t first_key,
-                                 const RingAttentionOptions& opt) {
-  TIDAL_OPS_DISPATCH(k, attention_query_grad, dq, dscores, k, first_key, opt);
-}
-// dk += dS[:, :, :, block]^T Q / sqrt(head width): this rank's queries' share of the block's key
-// gradient (a kv head's summed over the query heads that attend with it).
-inline void attention_key_grad(Tensor& dk, const Tensor& dscores, const Tensor& q, std::int64_t first_key,
-                               const RingAttentionOptions& opt) {
-  TIDAL_OPS_DISPATCH(q, attention_key_grad, dk, dscores, q, first_key, opt);
+// dq += dS K / sqrt(hd) over the block's keys, dkv += this rank's queries' share of the block's
+// key and value gradients (a kv head's summed over the query heads that attend with it, in
+// query_head_of order), with P = exp(S - lse) and dS = P (dY V^T - rowsum(dY * Y)).
+inline void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Tensor& kv, const Tensor& y,
+                                    const Tensor& dy, const Tensor& lse, std::int64_t first_key,
+                                    const RingAttentionOptions& opt) {
+  TIDAL_OPS_DISPATCH(q, ring_attention_backward, dq, dkv, q, kv, y, dy, lse, first_key, opt);
 }
 
 }  // namespace tidal::ops

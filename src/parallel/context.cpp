@@ -22,6 +22,8 @@ MeshSpec mesh_spec(const config::Config& cfg, int world_size, int ranks_per_node
           .pipeline = p.pipeline,
           .tensor = p.tensor.size,
           .sequence = p.sequence,
+          .sequence_zigzag = p.sequence_zigzag,
+          .sequence_mode = p.sequence_mode,
           .mode = p.tensor.mode,
           .depth = p.tensor.depth,
           .ranks_per_node = p.ranks_per_node > 0 ? p.ranks_per_node : ranks_per_node};

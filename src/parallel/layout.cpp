@@ -335,6 +335,19 @@ void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_
               "model.seq_len ({}) must be divisible by parallel.sequence ({}): each ring position holds an equal "
               "slice of the sequence",
               seq_len, s.sequence);
+  TIDAL_CHECK(!s.sequence_zigzag || s.sequence == 1 || seq_len % (2 * s.sequence) == 0,
+              "model.seq_len ({}) must be divisible by 2 x parallel.sequence ({}) with parallel.sequence_zigzag = true: "
+              "each ring position holds two equal chunks (r and 2N-1-r of 2N); change model.seq_len or set "
+              "parallel.sequence_zigzag = false",
+              seq_len, 2 * s.sequence);
+  if (s.sequence > 1 && s.sequence_mode == SequenceMode::ulysses) {
+    const int kv = n_kv_head > 0 ? n_kv_head : n_head;
+    TIDAL_CHECK(n_head % s.sequence == 0 && kv % s.sequence == 0,
+                "parallel.sequence_mode = \"ulysses\" gives each of the parallel.sequence ({}) ranks an equal share of "
+                "the heads: model.n_head ({}){} must be divisible by it; change parallel.sequence or use "
+                "parallel.sequence_mode = \"ring\"",
+                s.sequence, n_head, kv != n_head ? fmt::format(" and model.n_kv_head ({})", kv) : "");
+  }
 
   // `what` names the divisor in terms of the parallel keys that make it.
   auto divisible = [](std::string_view key, std::int64_t value, std::int64_t divisor, const std::string& what) {

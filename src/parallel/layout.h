@@ -26,6 +26,7 @@
 // Invariants: every GroupKind partitions 0..world-1; coordinates() and rank_of() are inverse.
 #pragma once
 
+#include "parallel/sequence_mode.h"
 #include "parallel/tensor_mode.h"
 
 #include <cstdint>
@@ -72,6 +73,8 @@ std::string_view group_name(GroupKind kind);
 struct MeshSpec {
   int world_size = 1;
   int data = 1, pipeline = 1, tensor = 1, sequence = 1;
+  bool sequence_zigzag = false;  // ring rank r holds chunks r and 2N - 1 - r of 2N (nn/batch_slice.h)
+  SequenceMode sequence_mode = SequenceMode::ring;
   TensorMode mode = TensorMode::d1;
   int depth = 1;           // parallel.tensor.depth; 2.5d only
   int ranks_per_node = 0;  // 0 = unknown / all on one node; ranks fill nodes in rank order

@@ -372,8 +372,8 @@ struct RingCase {
 
 class CudaRingAttention : public ::testing::TestWithParam<RingCase> {};
 
-// Each piece runs on the CPU and, on copies of the same inputs, on the GPU; accumulating pieces
-// start from nonzero outputs, and dprobs starts nonzero so a skipped block must be zeroed.
+// Each piece runs on the CPU and, on copies of the same inputs, on the GPU, block by block in the
+// given order; the accumulating backward starts from nonzero dq and dkv.
 TEST_P(CudaRingAttention, EveryPieceMatchesCpu) {
   TIDAL_REQUIRE_GPU();
   const RingCase c = GetParam();
@@ -386,62 +386,36 @@ TEST_P(CudaRingAttention, EveryPieceMatchesCpu) {
                                        .first_query = c.first_query, .key_mask = c.masked ? &gmask : nullptr};
   const Tensor q = randn({c.B, c.Tq, C}, 31), dy = randn({c.B, c.Tq, C}, 32);
   const Tensor gq = to_gpu(q), gdy = to_gpu(dy);
-  std::vector<Tensor> k, v, gk, gv;
+  std::vector<Tensor> kv, gkv;
   for (std::int64_t r = 0; r < blocks; ++r) {
-    const std::int64_t Tk = c.cuts[r + 1] - c.cuts[r];
-    k.push_back(randn({c.B, Tk, Ckv}, 40 + r));
-    v.push_back(randn({c.B, Tk, Ckv}, 60 + r));
-    gk.push_back(to_gpu(k.back()));
-    gv.push_back(to_gpu(v.back()));
+    kv.push_back(randn({c.B, c.cuts[r + 1] - c.cuts[r], 2 * Ckv}, 40 + r));
+    gkv.push_back(to_gpu(kv.back()));
   }
 
-  // Zeros, so columns of skipped blocks agree too.
-  Tensor probs = Tensor::zeros({c.B, c.H, c.Tq, c.T}), gprobs = to_gpu(probs);
-  for (std::int64_t r = 0; r < blocks; ++r) {
-    ops::attention_scores(probs, q, k[r], c.cuts[r], opt);
-    ops::attention_scores(gprobs, gq, gk[r], c.cuts[r], gopt);
-  }
-  EXPECT_TRUE(all_close(gprobs, probs, kFp32)) << "attention_scores";
-
-  gprobs = to_gpu(probs);
-  ops::attention_softmax(probs, opt);
-  ops::attention_softmax(gprobs, gopt);
-  EXPECT_TRUE(all_close(gprobs, probs, kFp32)) << "attention_softmax";
-  gprobs = to_gpu(probs);
-
-  Tensor y = randn({c.B, c.Tq, C}, 33), gy = to_gpu(y);
-  Tensor dprobs = Tensor::full(probs.shape(), 7.0f), gdprobs = to_gpu(dprobs);
-  for (std::int64_t r = 0; r < blocks; ++r) {
+  Tensor y = Tensor::zeros({c.B, c.Tq, C}), lse = Tensor::full({c.B, c.H, c.Tq}, -INFINITY),
+         sum = Tensor::zeros({c.B, c.H, c.Tq});
+  Tensor gy = to_gpu(y), glse = to_gpu(lse), gsum = to_gpu(sum);
+  for (std::int64_t r = blocks - 1; r >= 0; --r) {  // any order: the last block first
     SCOPED_TRACE(fmt::format("key block at {}", c.cuts[r]));
-    ops::attention_values(y, probs, v[r], c.cuts[r], opt);
-    ops::attention_values(gy, gprobs, gv[r], c.cuts[r], gopt);
-    ops::attention_probs_grad(dprobs, dy, v[r], c.cuts[r], opt);
-    ops::attention_probs_grad(gdprobs, gdy, gv[r], c.cuts[r], gopt);
-    Tensor dv = randn(v[r].shape(), 80 + r), gdv = to_gpu(dv);
-    ops::attention_values_grad(dv, probs, dy, c.cuts[r], opt);
-    ops::attention_values_grad(gdv, gprobs, gdy, c.cuts[r], gopt);
-    EXPECT_TRUE(all_close(gdv, dv, kFp32)) << "attention_values_grad";
+    ops::ring_attention_forward(y, lse, sum, q, kv[r], c.cuts[r], opt);
+    ops::ring_attention_forward(gy, glse, gsum, gq, gkv[r], c.cuts[r], gopt);
+    EXPECT_TRUE(all_close(gy, y, kFp32)) << "running output";
+    EXPECT_TRUE(all_close(gsum, sum, kFp32)) << "running sum";
   }
-  EXPECT_TRUE(all_close(gy, y, kFp32)) << "attention_values";
-  EXPECT_TRUE(all_close(gdprobs, dprobs, kFp32)) << "attention_probs_grad";
-
-  gdprobs = to_gpu(dprobs);
-  ops::attention_softmax_backward(dprobs, probs);
-  ops::attention_softmax_backward(gdprobs, gprobs);
-  EXPECT_TRUE(all_close(gdprobs, dprobs, kFp32)) << "attention_softmax_backward";
-  const Tensor gdscores = to_gpu(dprobs);
+  ops::ring_attention_finish(y, lse, sum, opt);
+  ops::ring_attention_finish(gy, glse, gsum, gopt);
+  EXPECT_TRUE(all_close(gy, y, kFp32)) << "y";
+  EXPECT_TRUE(all_close(glse, lse, kFp32)) << "lse";
 
   Tensor dq = randn({c.B, c.Tq, C}, 34), gdq = to_gpu(dq);
   for (std::int64_t r = 0; r < blocks; ++r) {
     SCOPED_TRACE(fmt::format("key block at {}", c.cuts[r]));
-    ops::attention_query_grad(dq, dprobs, k[r], c.cuts[r], opt);
-    ops::attention_query_grad(gdq, gdscores, gk[r], c.cuts[r], gopt);
-    Tensor dk = randn(k[r].shape(), 100 + r), gdk = to_gpu(dk);
-    ops::attention_key_grad(dk, dprobs, q, c.cuts[r], opt);
-    ops::attention_key_grad(gdk, gdscores, gq, c.cuts[r], gopt);
-    EXPECT_TRUE(all_close(gdk, dk, kFp32)) << "attention_key_grad";
+    Tensor dkv = randn(kv[r].shape(), 100 + r), gdkv = to_gpu(dkv);
+    ops::ring_attention_backward(dq, dkv, q, kv[r], y, dy, lse, c.cuts[r], opt);
+    ops::ring_attention_backward(gdq, gdkv, gq, gkv[r], gy, gdy, glse, c.cuts[r], gopt);
+    EXPECT_TRUE(all_close(gdkv, dkv, kFp32)) << "dkv";
   }
-  EXPECT_TRUE(all_close(gdq, dq, kFp32)) << "attention_query_grad";
+  EXPECT_TRUE(all_close(gdq, dq, kFp32)) << "dq";
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -3,7 +3,8 @@
 // loss and every parameter gradient (summed over the ring by the trainer's gradient reducer)
 // of one step agree within the fp32 tolerance, and 20 AdamW steps on fresh batches give the
 // same losses. Dropout is on: each ring position draws the single process's mask for its
-// positions. At 4 ranks both a ring of 4 and data 2 x a ring of 2 run.
+// positions. At 4 ranks both a ring of 4 and data 2 x a ring of 2 run; rings zig-zag (every place
+// the same causal work) and contiguous, and Ulysses (an all-to-all of heads) beside the ring.
 #include "engine/gradient_reducer.h"
 #include "models/factory.h"
 #include "nn/cross_entropy_loss.h"
@@ -33,12 +34,15 @@ constexpr int kSteps = 20;
 
 struct Layout {
   int data, sequence;
+  bool zigzag;  // ring place r holds chunks r and 2N - 1 - r of 2N (else chunk r of N)
+  parallel::SequenceMode mode = parallel::SequenceMode::ring;
 };
 
 std::vector<Layout> layouts(int world) {
+  constexpr auto ulysses = parallel::SequenceMode::ulysses;
   switch (world) {
-    case 2: return {{1, 2}};
-    case 4: return {{1, 4}, {2, 2}};
+    case 2: return {{1, 2, true}, {1, 2, false}, {1, 2, true, ulysses}};
+    case 4: return {{1, 4, true}, {1, 4, false}, {2, 2, true}, {1, 4, true, ulysses}, {2, 2, false, ulysses}};
     default: return {};
   }
 }
@@ -48,19 +52,22 @@ config::Config config_for(const std::string& type, const Layout& l) {
   config::ModelConfig& c = cfg.model;
   c.type = type;
   c.n_layer = 2;
-  c.n_head = 2;
+  c.n_head = 4;  // Ulysses over 4 ranks: one head each
   c.n_embd = 24;
   c.vocab_size = 50;
-  c.seq_len = 12;  // 6 or 3 positions per ring rank
+  c.seq_len = 16;  // 8 or 4 positions per ring rank (zig-zag: two chunks of 4 or 2)
   c.dropout = 0.1f;
   c.intermediate_size = 40;  // llama: its rotary embeddings turn by each position's place in the whole sequence
-  if (type == "llama") {     // grouped-query heads: 4 query heads over 2 kv heads; blocks of 2 heads travel
-    c.n_head = 4;
-    c.n_kv_head = 2;
+  if (type == "llama") {  // grouped-query heads: 8 query heads over 4 kv heads; blocks of 4 heads travel
+    c.n_head = 8;
+    c.n_kv_head = 4;
+    c.n_embd = 32;  // rotary: an even head width
   }
   cfg.train.batch_size = 4;
   cfg.parallel.data = l.data;
   cfg.parallel.sequence = l.sequence;
+  cfg.parallel.sequence_zigzag = l.zigzag;
+  cfg.parallel.sequence_mode = l.mode;
   return cfg;
 }
 
@@ -105,7 +112,9 @@ TEST_P(SequenceParallelModels, MatchSingleProcess) {
   const int world = mpi().world(comm::Seconds(60))->size();
   if (layouts(world).empty()) GTEST_SKIP() << "no sequence-parallel layout for " << world << " ranks";
   for (const Layout& l : layouts(world)) {
-    SCOPED_TRACE("data " + std::to_string(l.data) + " x sequence " + std::to_string(l.sequence));
+    SCOPED_TRACE("data " + std::to_string(l.data) + " x sequence " + std::to_string(l.sequence) +
+                 (l.zigzag ? " zig-zag" : " contiguous") +
+                 (l.mode == parallel::SequenceMode::ulysses ? " Ulysses" : " ring"));
     const config::Config cfg = config_for(GetParam(), l);
     parallel::ParallelContext pc(cfg, &mpi());
     const auto layers = nn::make_layers(pc);

@@ -1,8 +1,9 @@
-// Ring-attention blocks (ops/ring_attention.h) against the whole-sequence attention op
-// (ops/attention.h, itself checked against PyTorch): a sequence of T positions is cut into N
-// rank slices, every slice's queries meet every key block through the block ops, and the
-// outputs, dq, and the dk and dv shares summed over slices equal the whole attention's, causal
-// and with a padding mask, on odd shapes, with grouped-query heads (blocks Hkv heads wide).
+// Flash-style ring-attention blocks (ops/ring_attention.h) against the whole-sequence attention
+// op (ops/attention.h, itself checked against PyTorch): a sequence of T positions is cut into N
+// rank slices, every slice's queries meet every key/value block in the ring's order through the
+// block ops, and the outputs, the log-sum-exp, dq, and the dk and dv shares summed over slices
+// equal the whole attention's, causal and with a padding mask, on odd shapes, with grouped-query
+// heads (blocks Hkv heads wide).
 #include "ops/attention.h"
 #include "ops/ring_attention.h"
 #include "support/random.h"
@@ -10,6 +11,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 namespace tidal {
 namespace {
@@ -46,40 +49,51 @@ TEST_P(RingAttentionOps, BlocksEqualWholeAttention) {
   Tensor dqkv = Tensor::empty(qkv.shape());
   ops::attention_backward(dqkv, dy, qkv, y, lse, whole);
 
-  std::vector<Tensor> k, v, dk, dv;
+  std::vector<Tensor> kv, dkv;
   for (int r = 0; r < c.N; ++r) {
-    k.push_back(part(qkv, r * Tq, Tq, c.C, Ckv));
-    v.push_back(part(qkv, r * Tq, Tq, c.C + Ckv, Ckv));
-    dk.push_back(Tensor::zeros({c.B, Tq, Ckv}));
-    dv.push_back(Tensor::zeros({c.B, Tq, Ckv}));
+    kv.push_back(part(qkv, r * Tq, Tq, c.C, 2 * Ckv));
+    dkv.push_back(Tensor::zeros({c.B, Tq, 2 * Ckv}));
   }
   for (int s = 0; s < c.N; ++s) {
     SCOPED_TRACE("ring position " + std::to_string(s));
     const ops::RingAttentionOptions opt{
         .n_head = c.H, .n_kv_head = int(Hkv), .causal = c.causal, .first_query = s * Tq, .key_mask = c.masked ? &mask : nullptr};
     const Tensor q = part(qkv, s * Tq, Tq, 0, c.C), g = part(dy, s * Tq, Tq, 0, c.C);
-    Tensor p = Tensor::empty({c.B, c.H, Tq, c.T}), ys = Tensor::zeros({c.B, Tq, c.C});
-    for (int r = 0; r < c.N; ++r) ops::attention_scores(p, q, k[r], r * Tq, opt);
-    ops::attention_softmax(p, opt);
-    for (int r = 0; r < c.N; ++r) ops::attention_values(ys, p, v[r], r * Tq, opt);
+    Tensor ys = Tensor::zeros({c.B, Tq, c.C}), ls = Tensor::full({c.B, c.H, Tq}, -INFINITY),
+           sum = Tensor::zeros({c.B, c.H, Tq});
+    // The blocks in the ring's order for this position: its own first, then its predecessors'.
+    for (int i = 0; i < c.N; ++i) {
+      const int r = (s - i + c.N) % c.N;
+      ops::ring_attention_forward(ys, ls, sum, q, kv[r], r * Tq, opt);
+    }
+    ops::ring_attention_finish(ys, ls, sum, opt);
     EXPECT_TRUE(all_close(ys, part(y, s * Tq, Tq, 0, c.C), kFp32)) << "y";
+    const Tensor whole_lse = lse.slice(2, s * Tq, (s + 1) * Tq).clone();
+    EXPECT_TRUE(all_close(ls, whole_lse, kFp32)) << "lse";
 
-    Tensor dp = Tensor::empty(p.shape()), dq = Tensor::zeros({c.B, Tq, c.C});
-    for (int r = 0; r < c.N; ++r) {
-      ops::attention_probs_grad(dp, g, v[r], r * Tq, opt);
-      ops::attention_values_grad(dv[r], p, g, r * Tq, opt);
-    }
-    ops::attention_softmax_backward(dp, p);
-    for (int r = 0; r < c.N; ++r) {
-      ops::attention_query_grad(dq, dp, k[r], r * Tq, opt);
-      ops::attention_key_grad(dk[r], dp, q, r * Tq, opt);
-    }
+    Tensor dq = Tensor::zeros({c.B, Tq, c.C});
+    for (int r = 0; r < c.N; ++r) ops::ring_attention_backward(dq, dkv[r], q, kv[r], ys, g, ls, r * Tq, opt);
     EXPECT_TRUE(all_close(dq, part(dqkv, s * Tq, Tq, 0, c.C), kFp32)) << "dq";
   }
-  for (int r = 0; r < c.N; ++r) {
-    EXPECT_TRUE(all_close(dk[r], part(dqkv, r * Tq, Tq, c.C, Ckv), kFp32)) << "dk of block " << r;
-    EXPECT_TRUE(all_close(dv[r], part(dqkv, r * Tq, Tq, c.C + Ckv, Ckv), kFp32)) << "dv of block " << r;
-  }
+  for (int r = 0; r < c.N; ++r)
+    EXPECT_TRUE(all_close(dkv[r], part(dqkv, r * Tq, Tq, c.C, 2 * Ckv), kFp32)) << "dk, dv of block " << r;
+}
+
+// A query with no real key in any block: zero output, lse = +inf, and no gradient to the keys
+// and values (as ops::attention_forward / backward).
+TEST(RingAttentionOps, AFullyMaskedRowHasZeroOutputAndInfiniteLse) {
+  const Tensor q = testing::randn({1, 4, 8}, 3), kv = testing::randn({1, 4, 16}, 4);
+  Tensor mask = Tensor::zeros({1, 8}, DType::i32);
+  const ops::RingAttentionOptions opt{.n_head = 2, .causal = false, .first_query = 4, .key_mask = &mask};
+  Tensor y = Tensor::zeros({1, 4, 8}), lse = Tensor::full({1, 2, 4}, -INFINITY), sum = Tensor::zeros({1, 2, 4});
+  ops::ring_attention_forward(y, lse, sum, q, kv, 0, opt);
+  ops::ring_attention_forward(y, lse, sum, q, kv, 4, opt);
+  ops::ring_attention_finish(y, lse, sum, opt);
+  for (std::int64_t i = 0; i < y.numel(); ++i) EXPECT_EQ(y.data<float>()[i], 0.0f);
+  for (std::int64_t i = 0; i < lse.numel(); ++i) EXPECT_EQ(lse.data<float>()[i], INFINITY);
+  Tensor dq = Tensor::zeros(q.shape()), dkv = Tensor::zeros(kv.shape());
+  ops::ring_attention_backward(dq, dkv, q, kv, y, testing::randn({1, 4, 8}, 5), lse, 0, opt);
+  for (std::int64_t i = 0; i < dkv.numel(); ++i) EXPECT_EQ(dkv.data<float>()[i], 0.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RingAttentionOps,
@@ -88,7 +102,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RingAttentionOps,
                                            Case{2, 10, 6, 1, 2, false, true}, Case{2, 7, 6, 3, 1, true, false},
                                            // Grouped-query heads: 3 per kv head, one kv head (MQA).
                                            Case{2, 12, 12, 6, 3, true, true, 2}, Case{3, 12, 12, 6, 4, false, false, 2},
-                                           Case{2, 15, 8, 4, 5, true, false, 1}),
+                                           Case{2, 15, 8, 4, 5, true, false, 1},
+                                           // Slices longer than a CPU tile of 64 queries.
+                                           Case{1, 200, 16, 2, 2, true, true}, Case{2, 150, 8, 2, 2, false, true, 1}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            return fmt::format("B{}T{}C{}H{}kv{}N{}{}{}", c.B, c.T, c.C, c.H, c.Hkv == 0 ? c.H : c.Hkv,

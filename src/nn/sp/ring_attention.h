@@ -7,15 +7,27 @@
 // for dQ and the key gradients; the gradients of K and V travel back around the ring to their
 // owners (nn/sp/ring_pass.h).
 //
-// Per rank and layer, with blocks of B T' Hkv hd elements (grouped-query heads: only the Hkv
-// key / value heads travel, never copies up to H): forward sends 2 (N - 1) blocks (K, V),
-// backward 4 (N - 1) (K, V, dK, dV). Kept for backward: q, k, v and the probabilities
-// [B, H, T', T] (T / N of the single process's). The kernels are fp32: under mixed precision
-// q, k, v are widened on the way in (and travel the ring in fp32) and y, dqkv rounded on the way
-// out.
+// Zig-zag places (nn/batch_slice.h) hold two runs of positions each: a rank's queries and every
+// arriving block are taken run by run (a [R, B, T' / R, ...] layout, R = 1 or 2 runs), and under
+// the causal mask each place then attends the same number of keys. Pairs of runs whose keys all
+// come after the queries are skipped; every block still travels the whole ring.
+//
+// Flash-style (ops/ring_attention.h): each rank folds every arriving key/value block into its
+// queries' running output, maximum and sum (FlashAttention-2's online softmax), so forward keeps
+// only the output and the log-sum-exp, never the [B, H, T', T] probabilities; backward passes the
+// key/value blocks around again, each rank recomputing its share of a block's probabilities from
+// the log-sum-exp, and the block's gradient travels home behind it (nn/sp/ring_pass.h).
+//
+// Per rank and layer, with key/value blocks of B T' 2 Hkv hd elements (grouped-query heads: only
+// the Hkv key / value heads travel, never copies up to H): forward sends N - 1 blocks, backward
+// 2 (N - 1) (the blocks and their gradients): 2 (N - 1) and 4 (N - 1) blocks of K or V alone.
+// Kept for backward: q, this rank's key/value block, y (fp32) and the log-sum-exp [B, H, T']:
+// O(T / N), no term in T^2. The kernels are fp32: under mixed precision q, k, v are widened on
+// the way in (and travel the ring in fp32) and y, dqkv rounded on the way out.
 #pragma once
 
 #include "comm/communicator.h"
+#include "nn/batch_slice.h"
 #include "nn/module.h"
 #include "ops/ring_attention.h"
 
@@ -23,21 +35,23 @@ namespace tidal::nn::sp {
 
 class RingSelfAttention final : public Module {
  public:
-  // `ring` is the sequence group, ordered by position in the sequence.
-  RingSelfAttention(int n_head, int n_kv_head, bool causal, comm::Communicator& ring)
-      : n_head_(n_head), n_kv_head_(n_kv_head), causal_(causal), ring_(ring) {}
+  // `ring` is the sequence group, ordered by place in the ring; `positions` says which runs of
+  // the sequence each place holds (one, or two zig-zag: nn/batch_slice.h).
+  RingSelfAttention(int n_head, int n_kv_head, bool causal, comm::Communicator& ring, BatchSlice positions)
+      : n_head_(n_head), n_kv_head_(n_kv_head), causal_(causal), ring_(ring), positions_(positions) {}
 
   // [B, T', (H + 2 Hkv) hd] (ops/attention.h's fused layout) -> [B, T', H hd] in grouped order.
   Tensor forward(const Tensor& qkv, Context& ctx) override;
   Tensor backward(const Tensor& dy, Context& ctx) override;
 
  private:
-  // For this rank's Tq queries.
-  ops::RingAttentionOptions options(const Context& ctx, std::int64_t Tq) const;
+  // The ops' options for a run of queries starting at global position first_query.
+  ops::RingAttentionOptions options(const Context& ctx, std::int64_t first_query) const;
 
   int n_head_, n_kv_head_;
   bool causal_;
   comm::Communicator& ring_;
+  BatchSlice positions_;
 };
 
 }  // namespace tidal::nn::sp

@@ -1,165 +1,239 @@
-// GPU ring-attention blocks: the CPU backend's pieces (ops/cpu/ring_attention.cpp), each one
-// kernel from ops/cuda/attention_blocks.cuh per query head of a kv group (one launch with
-// Hkv = H) over every (sample, kv head) pair, on a column block of the probabilities (leading
-// dimension T, the whole sequence) and one head's columns of q, y (leading dimension C), k or v
-// (leading dimension Ckv). fp32 only, like the CPU backend.
+// GPU ring-attention blocks, flash-style (the CPU backend's pieces, ops/cpu/ring_attention.cpp):
+// one warp per row, its lanes holding a head's hd columns (at most kMaxHead, kPerLane each), the
+// scores taken one key at a time with a warp sum. Forward's warp is a query row and keeps the
+// row's running maximum, sum and output in registers across the block's keys (FlashAttention-2's
+// online softmax). Backward runs two kernels that both recompute p = exp(s - lse): a warp per
+// query row for dq, and a warp per key row of the block for dk and dv, which walks the kv head's
+// query heads in query_head_of order and every query: each output has one writer, no atomics,
+// the same sums on every run. fp32 only, like the CPU backend. Simple rather than fast: the
+// ring's blocks are the unit of overlap with communication, and these kernels are the GPU
+// backend's reference until tensor-core ones replace them.
 #include "ops/ring_attention.h"
 
-#include "ops/cuda/attention_blocks.cuh"
+#include "ops/cuda/common.cuh"
 
+#include <cmath>
 
 namespace tidal::ops::cuda {
 namespace {
 
 using Dims = RingAttentionDims;
 
-// Checks probs [B, H, Tq, T] against this rank's queries `local` [B, Tq, C].
-Dims check(const Tensor& probs, const Tensor& local, const RingAttentionOptions& opt) {
-  expect_cuda_contiguous({&probs, &local}, "ring attention");
+constexpr int kWarpsPerBlock = 8;
+constexpr int kPerLane = 8;
+constexpr std::int64_t kMaxHead = 32 * kPerLane;  // head width a warp holds
+
+// What a kernel needs of a block of keys, by value.
+struct Block {
+  const float* kv;                  // [B, Tk, 2 Ckv]
+  std::int64_t Tk, first_key;
+  const std::int32_t* key_mask;     // [B, mask_T] or null
+  std::int64_t mask_T, first_query;
+  bool causal;
+};
+
+__device__ __forceinline__ bool real_key(const Block& k, std::int64_t b, std::int64_t j) {
+  return k.key_mask == nullptr || k.key_mask[b * k.mask_T + k.first_key + j] != 0;
+}
+
+// Dot product of two head rows of d.hd columns, lanes striding by 32, summed over the warp.
+__device__ __forceinline__ float row_dot(const float* a, const float* b, std::int64_t hd, int lane) {
+  float s = 0.0f;
+  for (std::int64_t c = lane; c < hd; c += 32) s += a[c] * b[c];
+  return warp_sum(s);
+}
+
+__device__ __forceinline__ std::int64_t warp_index() {
+  return (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+}
+
+// Row r of [B, H, Tq]: its sample, head and query.
+struct Row {
+  std::int64_t b, h, i;
+};
+__device__ __forceinline__ Row row_of(const Dims& d, std::int64_t r) {
+  return {r / (d.H * d.Tq), (r / d.Tq) % d.H, r % d.Tq};
+}
+
+__global__ void forward_kernel(float* y, float* lse, float* sum, const float* q, Block k, Dims d) {
+  const std::int64_t r = warp_index();
+  if (r >= d.B * d.H * d.Tq) return;
+  const int lane = threadIdx.x % 32;
+  const Row w = row_of(d, r);
+  const float* qi = q + (w.b * d.Tq + w.i) * d.C + d.query_offset(w.h);
+  float* out = y + (w.b * d.Tq + w.i) * d.C + d.output_offset(w.h);
+  const std::int64_t W = d.block_width(), n = visible_keys(k.causal, k.first_query, k.first_key, k.Tk, w.i);
+  float acc[kPerLane];
+  for (int c = 0; c < kPerLane; ++c) acc[c] = lane + 32 * c < d.hd ? out[lane + 32 * c] : 0.0f;
+  float m = lse[r], l = sum[r];
+  for (std::int64_t j = 0; j < n; ++j) {
+    if (!real_key(k, w.b, j)) continue;
+    const float* row = k.kv + (w.b * k.Tk + j) * W;
+    const float s = row_dot(qi, row + d.key_offset(w.h), d.hd, lane) * d.scale;
+    const float m_new = fmaxf(m, s), alpha = expf(m - m_new), p = expf(s - m_new);
+    l = l * alpha + p;
+    m = m_new;
+    const float* v = row + d.value_offset(w.h);
+    for (int c = 0; c < kPerLane; ++c)
+      if (lane + 32 * c < d.hd) acc[c] = acc[c] * alpha + p * v[lane + 32 * c];
+  }
+  for (int c = 0; c < kPerLane; ++c)
+    if (lane + 32 * c < d.hd) out[lane + 32 * c] = acc[c];
+  if (lane == 0) {
+    lse[r] = m;
+    sum[r] = l;
+  }
+}
+
+__global__ void finish_kernel(float* y, float* lse, const float* sum, Dims d) {
+  TIDAL_CUDA_FOR(r, d.B * d.H * d.Tq) {
+    const Row w = row_of(d, r);
+    const float l = sum[r];
+    float* out = y + (w.b * d.Tq + w.i) * d.C + d.output_offset(w.h);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (std::int64_t c = 0; c < d.hd; ++c) out[c] *= inv;
+    lse[r] = l > 0.0f ? lse[r] + logf(l) : INFINITY;
+  }
+}
+
+// What backward reads of this rank's queries.
+struct Queries {
+  const float *q, *y, *dy, *lse;
+};
+
+// p and dS of query row (b, h, i) against key j (its key and value rows), delta = rowsum(dY * Y).
+__device__ __forceinline__ void probs_at(float& p, float& ds, const Queries& qs, const Dims& d, std::int64_t b,
+                                         std::int64_t h, std::int64_t i, const float* key_row, float delta,
+                                         int lane) {
+  const float* qi = qs.q + (b * d.Tq + i) * d.C + d.query_offset(h);
+  const float* gi = qs.dy + (b * d.Tq + i) * d.C + d.output_offset(h);
+  p = expf(row_dot(qi, key_row + d.key_offset(h), d.hd, lane) * d.scale - qs.lse[(b * d.H + h) * d.Tq + i]);
+  ds = p * (row_dot(gi, key_row + d.value_offset(h), d.hd, lane) - delta);
+}
+
+__device__ __forceinline__ float delta_of(const Queries& qs, const Dims& d, std::int64_t b, std::int64_t h,
+                                          std::int64_t i, int lane) {
+  const std::int64_t at = (b * d.Tq + i) * d.C + d.output_offset(h);
+  return row_dot(qs.dy + at, qs.y + at, d.hd, lane);
+}
+
+__global__ void query_grad_kernel(float* dq, Queries qs, Block k, Dims d) {
+  const std::int64_t r = warp_index();
+  if (r >= d.B * d.H * d.Tq) return;
+  const int lane = threadIdx.x % 32;
+  const Row w = row_of(d, r);
+  const std::int64_t W = d.block_width(), n = visible_keys(k.causal, k.first_query, k.first_key, k.Tk, w.i);
+  const float delta = delta_of(qs, d, w.b, w.h, w.i, lane);
+  float* out = dq + (w.b * d.Tq + w.i) * d.C + d.query_offset(w.h);
+  float acc[kPerLane] = {};
+  for (std::int64_t j = 0; j < n; ++j) {
+    if (!real_key(k, w.b, j)) continue;
+    const float* row = k.kv + (w.b * k.Tk + j) * W;
+    float p, ds;
+    probs_at(p, ds, qs, d, w.b, w.h, w.i, row, delta, lane);
+    const float* key = row + d.key_offset(w.h);
+    for (int c = 0; c < kPerLane; ++c)
+      if (lane + 32 * c < d.hd) acc[c] += ds * key[lane + 32 * c];
+  }
+  for (int c = 0; c < kPerLane; ++c)
+    if (lane + 32 * c < d.hd) out[lane + 32 * c] += d.scale * acc[c];
+}
+
+// A warp per (sample, kv head, key j): dk_j += scale sum dS q_i, dv_j += sum p dY_i over the kv
+// head's query heads and the queries that see key j.
+__global__ void key_value_grad_kernel(float* dkv, Queries qs, Block k, Dims d) {
+  const std::int64_t r = warp_index();
+  if (r >= d.B * d.Hkv * k.Tk) return;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t b = r / (d.Hkv * k.Tk), g = (r / k.Tk) % d.Hkv, j = r % k.Tk, W = d.block_width();
+  if (!real_key(k, b, j)) return;
+  const float* row = k.kv + (b * k.Tk + j) * W;
+  float dk[kPerLane] = {}, dv[kPerLane] = {};
+  // Queries that see key j: from the first whose global position reaches it, under the causal mask.
+  std::int64_t first = 0;
+  if (k.causal) first = k.first_key + j - k.first_query < 0 ? 0 : k.first_key + j - k.first_query;
+  for (std::int64_t t = 0; t < d.group(); ++t) {
+    const std::int64_t h = query_head_of(g, t, d.Hkv);
+    for (std::int64_t i = first; i < d.Tq; ++i) {
+      float p, ds;
+      probs_at(p, ds, qs, d, b, h, i, row, delta_of(qs, d, b, h, i, lane), lane);
+      const float* qi = qs.q + (b * d.Tq + i) * d.C + d.query_offset(h);
+      const float* gi = qs.dy + (b * d.Tq + i) * d.C + d.output_offset(h);
+      for (int c = 0; c < kPerLane; ++c)
+        if (lane + 32 * c < d.hd) {
+          dk[c] += ds * qi[lane + 32 * c];
+          dv[c] += p * gi[lane + 32 * c];
+        }
+    }
+  }
+  float* out = dkv + (b * k.Tk + j) * W;
+  for (int c = 0; c < kPerLane; ++c)
+    if (lane + 32 * c < d.hd) {
+      out[g * d.hd + lane + 32 * c] += d.scale * dk[c];
+      out[d.kv_width() + g * d.hd + lane + 32 * c] += dv[c];
+    }
+}
+
+Dims check(const Tensor& local, const Tensor& rows, const RingAttentionOptions& opt) {
+  expect_cuda_contiguous({&local, &rows}, "ring attention");
   if (opt.key_mask) expect_cuda_contiguous(*opt.key_mask, "ring attention key_mask");
-  return ring_attention_dims(probs, local, opt);
+  const Dims d = ring_attention_dims(local, rows, opt);
+  TIDAL_ASSERT(d.hd <= kMaxHead, "GPU ring attention: head width {} above {}", d.hd, kMaxHead);
+  return d;
 }
 
-// Checks a key / value block [B, Tk, Ckv] at first_key; returns Tk.
-std::int64_t check_block(const Dims& d, const Tensor& block, std::int64_t first_key) {
-  expect_cuda_contiguous(block, "ring attention block");
-  return ring_attention_block(d, block, first_key);
+Block block_of(const Dims& d, const Tensor& kv, std::int64_t first_key, const RingAttentionOptions& opt) {
+  expect_cuda_contiguous(kv, "ring attention block");
+  const std::int64_t Tk = ring_attention_block(d, kv, first_key, opt);
+  return {ptr<const float>(kv), Tk, first_key, opt.key_mask ? ptr<const std::int32_t>(*opt.key_mask) : nullptr,
+          opt.key_mask ? opt.key_mask->dim(1) : 0, opt.first_query, opt.causal};
 }
 
-// A product runs in group() launches; launch i covers the i-th query head of every kv head,
-// h = query_head_of(g, i, Hkv) for g = 0 .. Hkv - 1, as a grid over (b, g). Each operand's
-// offset(h) is affine in g (ops/attention.h's head maps), so its (b, g) matrices are HeadRows
-// at offset(h of g = 0) with head stride offset(h of g = 1) - offset(h of g = 0). Launches of one
-// stream run in order, so a kv head's key and value gradients sum its query heads in order.
-template <class T, class Offset>
-HeadRows<T> rows_of(const Tensor& t, std::int64_t batch, std::int64_t ld, const Dims& d, std::int64_t i,
-                    Offset offset) {
-  const std::int64_t first = offset(query_head_of(0, i, d.Hkv)), second = offset(query_head_of(1, i, d.Hkv));
-  return HeadRows<T>{ptr<float>(t) + first, batch, second - first, ld};
-}
-// q or dq [B, rows, C], query order.
-template <class T>
-HeadRows<T> queries_of(const Tensor& t, const Dims& d, std::int64_t i) {
-  return rows_of<T>(t, t.dim(1) * d.C, d.C, d, i, [&](std::int64_t h) { return d.query_offset(h); });
-}
-// y or dy [B, rows, C], grouped order.
-template <class T>
-HeadRows<T> outputs_of(const Tensor& t, const Dims& d, std::int64_t i) {
-  return rows_of<T>(t, t.dim(1) * d.C, d.C, d, i, [&](std::int64_t h) { return d.output_offset(h); });
-}
-// A key / value block or its gradient [B, Tk, Ckv].
-template <class T>
-HeadRows<T> kv_of(const Tensor& t, const Dims& d, std::int64_t i) {
-  return rows_of<T>(t, t.dim(1) * d.kv_width(), d.kv_width(), d, i, [&](std::int64_t h) { return d.kv_offset(h); });
-}
-// The [Tq, Tk] matrices of the probabilities' columns [first_key, first_key + Tk).
-template <class T>
-HeadRows<T> block_of(const Tensor& probs, const Dims& d, std::int64_t first_key, std::int64_t i) {
-  HeadRows<T> rows = rows_of<T>(probs, d.H * d.Tq * d.T, d.T, d, i, [&](std::int64_t h) { return h * d.Tq * d.T; });
-  rows.data += first_key;
-  return rows;
-}
-
-// ---- kernels ----
-
-// Zeros columns [0, width) of `rows` rows of pitch `ld` starting at p.
-__global__ void zero_columns_kernel(float* p, std::int64_t rows, std::int64_t width, std::int64_t ld) {
-  TIDAL_CUDA_FOR(i, rows * width) p[(i / width) * ld + i % width] = 0.0f;
-}
-
-constexpr int kThreads = 256;
+unsigned warp_blocks(std::int64_t warps) { return unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
 }  // namespace
 
-// ---- launchers ----
-
-void attention_scores(Tensor& probs, const Tensor& q, const Tensor& k, std::int64_t first_key,
-                      const RingAttentionOptions& opt) {
-  const Dims d = check(probs, q, opt);
-  const std::int64_t Tk = check_block(d, k, first_key);
-  if (after_all_queries(opt, d, first_key)) return;  // never read: the softmax masks it
-  for (std::int64_t i = 0; i < d.group(); ++i)
-    head_matmul<false, true>(queries_of<const float>(q, d, i), kv_of<const float>(k, d, i),
-                             block_of<float>(probs, d, first_key, i), d.B, d.Hkv, d.Tq, Tk, d.hd, d.scale, false);
+void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q, const Tensor& kv,
+                            std::int64_t first_key, const RingAttentionOptions& opt) {
+  const Dims d = check(q, lse, opt);
+  expect_cuda_contiguous({&y, &sum}, "ring attention");
+  expect_same(y, q, "ring attention y/q");
+  expect_same(sum, lse, "ring attention sum/lse");
+  const Block k = block_of(d, kv, first_key, opt);
+  const std::int64_t rows = d.B * d.H * d.Tq;
+  if (rows == 0 || visible_keys(opt.causal, opt.first_query, first_key, k.Tk, d.Tq - 1) == 0) return;
+  forward_kernel<<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, compute_stream()>>>(ptr<float>(y), ptr<float>(lse),
+                                                                                ptr<float>(sum), ptr<const float>(q), k, d);
+  TIDAL_CUDA_CHECK_LAUNCH("ring_attention forward_kernel");
 }
 
-void attention_softmax(Tensor& probs, const RingAttentionOptions& opt) {
-  expect_cuda_contiguous(probs, "ring attention probs");
-  TIDAL_ASSERT(probs.dtype() == DType::f32 && probs.ndim() == 4, "ring attention probs {}", probs.str());
-  const std::int64_t B = probs.dim(0), H = probs.dim(1), Tq = probs.dim(2), T = probs.dim(3);
-  if (opt.key_mask) {
-    expect_cuda_contiguous(*opt.key_mask, "ring attention key_mask");
-    TIDAL_ASSERT(opt.key_mask->dtype() == DType::i32 && opt.key_mask->shape() == Shape({B, T}),
-                 "ring attention key_mask {}", opt.key_mask->str());
-  }
-  const KeyMask mask{opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr, H, Tq, opt.first_query, opt.causal};
-  masked_softmax(ptr<float>(probs), B * H * Tq, T, mask);
+void ring_attention_finish(Tensor& y, Tensor& lse, const Tensor& sum, const RingAttentionOptions& opt) {
+  const Dims d = check(y, lse, opt);
+  expect_cuda_contiguous(sum, "ring attention sum");
+  expect_same(sum, lse, "ring attention sum/lse");
+  const std::int64_t rows = d.B * d.H * d.Tq;
+  if (rows == 0) return;
+  constexpr int kThreads = 256;
+  finish_kernel<<<blocks_for(rows, kThreads), kThreads, 0, compute_stream()>>>(ptr<float>(y), ptr<float>(lse),
+                                                                              ptr<const float>(sum), d);
+  TIDAL_CUDA_CHECK_LAUNCH("ring_attention finish_kernel");
 }
 
-void attention_values(Tensor& y, const Tensor& probs, const Tensor& v, std::int64_t first_key,
-                      const RingAttentionOptions& opt) {
-  const Dims d = check(probs, y, opt);
-  const std::int64_t Tk = check_block(d, v, first_key);
-  if (after_all_queries(opt, d, first_key)) return;
-  for (std::int64_t i = 0; i < d.group(); ++i)
-    head_matmul<false, false>(block_of<const float>(probs, d, first_key, i), kv_of<const float>(v, d, i),
-                              outputs_of<float>(y, d, i), d.B, d.Hkv, d.Tq, d.hd, Tk, 1.0f, true);
-}
-
-void attention_probs_grad(Tensor& dprobs, const Tensor& dy, const Tensor& v, std::int64_t first_key,
-                          const RingAttentionOptions& opt) {
-  const Dims d = check(dprobs, dy, opt);
-  const std::int64_t Tk = check_block(d, v, first_key);
-  if (after_all_queries(opt, d, first_key)) {  // zero, not left as is: the softmax backward multiplies it by P = 0
-    const std::int64_t rows = d.B * d.H * d.Tq;
-    if (rows * Tk == 0) return;
-    zero_columns_kernel<<<blocks_for(rows * Tk, kThreads), kThreads, 0, compute_stream()>>>(
-        ptr<float>(dprobs) + first_key, rows, Tk, d.T);
-    TIDAL_CUDA_CHECK_LAUNCH("zero_columns_kernel");
-    return;
-  }
-  for (std::int64_t i = 0; i < d.group(); ++i)
-    head_matmul<false, true>(outputs_of<const float>(dy, d, i), kv_of<const float>(v, d, i),
-                             block_of<float>(dprobs, d, first_key, i), d.B, d.Hkv, d.Tq, Tk, d.hd, 1.0f, false);
-}
-
-void attention_values_grad(Tensor& dv, const Tensor& probs, const Tensor& dy, std::int64_t first_key,
-                           const RingAttentionOptions& opt) {
-  const Dims d = check(probs, dy, opt);
-  const std::int64_t Tk = check_block(d, dv, first_key);
-  if (after_all_queries(opt, d, first_key)) return;
-  for (std::int64_t i = 0; i < d.group(); ++i)
-    head_matmul<true, false>(block_of<const float>(probs, d, first_key, i), outputs_of<const float>(dy, d, i),
-                             kv_of<float>(dv, d, i), d.B, d.Hkv, Tk, d.hd, d.Tq, 1.0f, true);
-}
-
-void attention_softmax_backward(Tensor& dprobs, const Tensor& probs) {
-  expect_cuda_contiguous({&dprobs, &probs}, "ring attention softmax backward");
-  expect_same(dprobs, probs, "ring attention dprobs/probs");
-  TIDAL_ASSERT(probs.dtype() == DType::f32 && probs.ndim() > 0, "ring attention probs {}", probs.str());
-  const std::int64_t T = probs.dim(-1);
-  if (T == 0) return;
-  softmax_backward(ptr<float>(dprobs), ptr<float>(probs), probs.numel() / T, T);
-}
-
-void attention_query_grad(Tensor& dq, const Tensor& dscores, const Tensor& k, std::int64_t first_key,
-                          const RingAttentionOptions& opt) {
-  const Dims d = check(dscores, dq, opt);
-  const std::int64_t Tk = check_block(d, k, first_key);
-  if (after_all_queries(opt, d, first_key)) return;
-  for (std::int64_t i = 0; i < d.group(); ++i)
-    head_matmul<false, false>(block_of<const float>(dscores, d, first_key, i), kv_of<const float>(k, d, i),
-                              queries_of<float>(dq, d, i), d.B, d.Hkv, d.Tq, d.hd, Tk, d.scale, true);
-}
-
-void attention_key_grad(Tensor& dk, const Tensor& dscores, const Tensor& q, std::int64_t first_key,
-                        const RingAttentionOptions& opt) {
-  const Dims d = check(dscores, q, opt);
-  const std::int64_t Tk = check_block(d, dk, first_key);
-  if (after_all_queries(opt, d, first_key)) return;
-  for (std::int64_t i = 0; i < d.group(); ++i)
-    head_matmul<true, false>(block_of<const float>(dscores, d, first_key, i), queries_of<const float>(q, d, i),
-                             kv_of<float>(dk, d, i), d.B, d.Hkv, Tk, d.hd, d.Tq, d.scale, true);
+void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Tensor& kv, const Tensor& y,
+                             const Tensor& dy, const Tensor& lse, std::int64_t first_key,
+                             const RingAttentionOptions& opt) {
+  const Dims d = check(q, lse, opt);
+  expect_cuda_contiguous({&dq, &dkv, &y, &dy}, "ring attention backward");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&dq, &y, &dy}) expect_same(*t, q, "ring attention backward");
+  expect_same(dkv, kv, "ring attention dkv/kv");
+  const Block k = block_of(d, kv, first_key, opt);
+  const std::int64_t rows = d.B * d.H * d.Tq, keys = d.B * d.Hkv * k.Tk;
+  if (rows == 0 || keys == 0 || visible_keys(opt.causal, opt.first_query, first_key, k.Tk, d.Tq - 1) == 0) return;
+  const Queries qs{ptr<const float>(q), ptr<const float>(y), ptr<const float>(dy), ptr<const float>(lse)};
+  query_grad_kernel<<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, compute_stream()>>>(ptr<float>(dq), qs, k, d);
+  TIDAL_CUDA_CHECK_LAUNCH("ring_attention query_grad_kernel");
+  key_value_grad_kernel<<<warp_blocks(keys), 32 * kWarpsPerBlock, 0, compute_stream()>>>(ptr<float>(dkv), qs, k, d);
+  TIDAL_CUDA_CHECK_LAUNCH("ring_attention key_value_grad_kernel");
 }
 
 }  // namespace tidal::ops::cuda
