@@ -22,7 +22,8 @@
 #include "models/factory.h"
 #include "nn/parallel_layers.h"
 #include "nn/runner.h"
-#include "nn/sp/ring_attention.h"
+#include "nn/batch_slice.h"
+#include "ops/ring_attention.h"
 #include "ops/cross_entropy.h"
 #include "optim/adamw.h"
 #include "parallel/context.h"
@@ -152,24 +153,48 @@ Measurement measure(comm::MpiRuntime& mpi, comm::Communicator& world, const Layo
   return out;
 }
 
-// Seconds this rank spends in one causal ring attention (forward + backward, the best of
-// `repeats`) on GPT-shaped heads [B, T/N, 3C], its positions contiguous or zig-zag.
-double causal_attention_seconds(comm::Communicator& ring, bool zigzag, std::int64_t B, std::int64_t T, int repeats) {
-  const int n_head = 12;
-  const std::int64_t C = 768, local = T / ring.size();
-  const nn::BatchSlice positions{.position_parts = ring.size(), .position_index = ring.rank(), .zigzag = zigzag};
-  nn::sp::RingSelfAttention attention(n_head, n_head, true, ring, positions);
-  Tensor qkv = Tensor::empty({B, local, 3 * C}), dy = Tensor::empty({B, local, C});
-  for (std::int64_t i = 0; i < qkv.numel(); ++i) qkv.data<float>()[i] = float((i * 7919) % 1000) / 1000.0f - 0.5f;
-  for (std::int64_t i = 0; i < dy.numel(); ++i) dy.data<float>()[i] = float((i * 104729) % 1000) / 1000.0f - 0.5f;
-  nn::StepState state{.training = true, .seed = 1};
+// Seconds of attention compute (forward + backward, the best of `repeats`) of ring place `place`
+// of N in a causal ring over [B, T] with GPT-2's heads (12 x 64), its positions contiguous or
+// zig-zag: the blocks of every place as the ring would bring them, without the ring's waits, so
+// one process times each place's own work.
+double place_attention_seconds(int N, int place, bool zigzag, std::int64_t B, std::int64_t T, int repeats) {
+  const int H = 12;
+  const std::int64_t hd = 64, C = H * hd, local = T / N;
+  const nn::BatchSlice positions{.position_parts = N, .position_index = place, .zigzag = zigzag};
+  const auto fill = [](Tensor t, std::uint64_t seed) {
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float((i * 7919 + seed * 104729) % 1000) / 1000.0f - 0.5f;
+    return t;
+  };
+  const Tensor q = fill(Tensor::empty({B, local, C}), 1), dy = fill(Tensor::empty({B, local, C}), 2);
+  std::vector<Tensor> blocks;
+  for (int o = 0; o < N; ++o) blocks.push_back(fill(Tensor::empty({B, local, 2 * C}), 3 + o));
+  const auto rows = [](const Tensor& t, const nn::PositionRun& r) { return t.slice(1, r.local, r.local + r.length); };
+  const auto stats = [](const Tensor& t, const nn::PositionRun& r) { return t.slice(2, r.local, r.local + r.length); };
   double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    ring.barrier()->wait();
+  for (int rep = 0; rep < repeats; ++rep) {
+    Tensor y = Tensor::zeros({B, local, C}), lse = Tensor::full({B, H, local}, -INFINITY), sum = Tensor::zeros(lse.shape());
+    Tensor dq = Tensor::zeros(q.shape()), dkv = Tensor::zeros(blocks[0].shape());
+    const std::vector<nn::PositionRun> mine = positions.position_runs(local);
     const auto start = std::chrono::steady_clock::now();
-    nn::Context ctx(state);
-    attention.forward(qkv, ctx);
-    attention.backward(dy, ctx);
+    for (int o = 0; o < N; ++o)  // forward: every block, as the ring brings them
+      for (const nn::PositionRun& theirs : positions.at_place(o).position_runs(local))
+        for (const nn::PositionRun& run : mine) {
+          Tensor y_run = rows(y, run), lse_run = stats(lse, run), sum_run = stats(sum, run);
+          ops::ring_attention_forward(y_run, lse_run, sum_run, rows(q, run), rows(blocks[o], theirs), theirs.global,
+                                      {.n_head = H, .causal = true, .first_query = run.global});
+        }
+    for (const nn::PositionRun& run : mine) {
+      Tensor y_run = rows(y, run), lse_run = stats(lse, run);
+      ops::ring_attention_finish(y_run, lse_run, stats(sum, run), {.n_head = H});
+    }
+    for (int o = 0; o < N; ++o)  // backward: every block again
+      for (const nn::PositionRun& theirs : positions.at_place(o).position_runs(local))
+        for (const nn::PositionRun& run : mine) {
+          Tensor dq_run = rows(dq, run), dkv_run = rows(dkv, theirs);
+          ops::ring_attention_backward(dq_run, dkv_run, rows(q, run), rows(blocks[o], theirs), rows(y, run),
+                                       rows(dy, run), stats(lse, run), theirs.global,
+                                       {.n_head = H, .causal = true, .first_query = run.global});
+        }
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return best;
@@ -292,31 +317,26 @@ int main(int argc, char** argv) {
                double(max_seq[2]) / double(max_seq[1]));
   }
 
-  {
-    // Causal work per place of the ring: each rank's attention time, contiguous against zig-zag.
-    // A contiguous ring's last place attends N times the keys of its first (waiting out the others
-    // at every hop); zig-zag gives every place the same number.
-    const std::int64_t B = 1, T = 2048;
-    if (main_rank)
-      fmt::print("\n# Causal ring attention (GPT heads: 12 x 64), batch {}, sequence {}: seconds per rank, forward + "
-                 "backward\n", B, T);
+  if (main_rank) {
+    // Causal work per place of the ring: each place's attention compute, timed in this process
+    // alone (no ring waits, no other rank sharing the cores). A contiguous ring's last place
+    // attends N times the keys of its first; zig-zag gives every place the same number.
+    const std::int64_t B = 1, T = 4096;
+    fmt::print("\n# Causal ring attention (GPT-2 heads 12 x 64), batch {}, sequence {}, {} places: seconds of "
+               "forward + backward compute per place\n", B, T, n);
     for (const bool zigzag : {false, true}) {
-      const double mine = causal_attention_seconds(*world, zigzag, B, T, 3);
-      Tensor all = Tensor::empty({n}), own = Tensor::full({1}, float(mine));
-      world->all_gather(all, own)->wait();
-      if (main_rank) {
-        double lo = 1e30, hi = 0;
-        std::string per_rank;
-        for (int r = 0; r < n; ++r) {
-          const double t = all.data<float>()[r];
-          lo = std::min(lo, t);
-          hi = std::max(hi, t);
-          per_rank += fmt::format(" {:.3f}", t);
-        }
-        fmt::print("{:<11}:{}   slowest / fastest {:.2f}x\n", zigzag ? "zig-zag" : "contiguous", per_rank, hi / lo);
+      double lo = 1e30, hi = 0;
+      std::string per_place;
+      for (int r = 0; r < n; ++r) {
+        const double t = place_attention_seconds(n, r, zigzag, B, T, 3);
+        lo = std::min(lo, t);
+        hi = std::max(hi, t);
+        per_place += fmt::format(" {:.3f}", t);
       }
+      fmt::print("{:<11}:{}   slowest / fastest {:.2f}x\n", zigzag ? "zig-zag" : "contiguous", per_place, hi / lo);
     }
   }
+  world->barrier()->wait();
 
   if (verify) {
     for (std::size_t i = 0; i < layouts.size(); ++i) {

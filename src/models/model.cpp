@@ -26,7 +26,9 @@ Tensor Model::backward(const Tensor& dloss, nn::Context& ctx) {
 ModelOutput Model::run_forward(nn::Context& ctx) {
   TIDAL_ASSERT(ctx.state().batch != nullptr, "run_forward without a batch");
   Tensor loss = ctx.state().runner->forward(*this, input(*ctx.state().batch), ctx);
-  return {ctx.saved.at(0), loss.item()};
+  ModelOutput out{ctx.saved.at(0), loss.item()};
+  ctx.saved.clear();  // backward does not read them: the logits live as long as the caller keeps them
+  return out;
 }
 
 void Model::run_backward(nn::Context& ctx, float dloss) {

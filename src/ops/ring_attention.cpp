@@ -1,13 +1,23 @@
 #include "ops/ring_attention.h"
 
 #include <cmath>
+#include <initializer_list>
 
 namespace tidal::ops {
+namespace {
 
-RingAttentionDims ring_attention_dims(const Tensor& local, const Tensor& rows, const RingAttentionOptions& opt) {
-  TIDAL_ASSERT(local.dtype() == DType::f32 && rows.dtype() == DType::f32, "ring attention is fp32: {} {}", local.str(),
-               rows.str());
-  TIDAL_ASSERT(local.ndim() == 3 && rows.ndim() == 3, "ring attention queries {} rows {}", local.str(), rows.str());
+void expect_views(std::initializer_list<const Tensor*> ts, Device::Kind device, const char* what) {
+  for (const Tensor* t : ts) {
+    TIDAL_ASSERT(t->defined() && t->dtype() == DType::f32 && t->ndim() == 3 && (t->dim(2) <= 1 || t->strides()[2] == 1),
+                 "{} must be a 3-D fp32 view with contiguous rows, got {}", what, t->defined() ? t->str() : "undefined");
+    TIDAL_ASSERT(t->device().kind == device, "{}: {} on {}", what, t->str(), t->device().str());
+  }
+}
+
+// This rank's queries (or their output / gradient) `local` [B, Tq, C] against the per-row
+// statistics `rows` [B, H, Tq]; the key mask [B, T] i32 where there is one.
+RingAttentionDims dims(const Tensor& local, const Tensor& rows, const RingAttentionOptions& opt, Device::Kind device) {
+  expect_views({&local, &rows}, device, "ring attention");
   RingAttentionDims d{local.dim(0), opt.n_head, opt.n_kv_head == 0 ? opt.n_head : opt.n_kv_head,
                       local.dim(1), local.dim(2), 0, 0.0f};
   TIDAL_ASSERT(d.H > 0 && d.C % d.H == 0, "ring attention: {} channels in {} heads", d.C, d.H);
@@ -16,22 +26,55 @@ RingAttentionDims ring_attention_dims(const Tensor& local, const Tensor& rows, c
                local.str());
   d.hd = d.C / d.H;
   d.scale = 1.0f / std::sqrt(float(d.hd));
-  if (opt.key_mask)
-    TIDAL_ASSERT(opt.key_mask->dtype() == DType::i32 && opt.key_mask->ndim() == 2 && opt.key_mask->dim(0) == d.B,
-                 "ring attention key_mask {}", opt.key_mask->str());
+  if (const Tensor* mask = opt.key_mask) {
+    TIDAL_ASSERT(mask->dtype() == DType::i32 && mask->ndim() == 2 && mask->dim(0) == d.B && mask->is_contiguous() &&
+                     mask->device().kind == device,
+                 "ring attention key_mask {}", mask->str());
+  }
   return d;
 }
 
-std::int64_t ring_attention_block(const RingAttentionDims& d, const Tensor& block, std::int64_t first_key,
-                                  const RingAttentionOptions& opt) {
-  TIDAL_ASSERT(block.dtype() == DType::f32 && block.ndim() == 3 && block.dim(0) == d.B, "ring attention block {}",
-               block.str());
-  TIDAL_ASSERT(block.dim(2) == d.block_width(), "ring attention: a key/value block {} for {} kv heads of width {}",
-               block.str(), d.Hkv, d.hd);
-  const std::int64_t Tk = block.dim(1);
-  TIDAL_ASSERT(first_key >= 0 && (opt.key_mask == nullptr || first_key + Tk <= opt.key_mask->dim(1)),
-               "key block [{}, {}) outside the key mask", first_key, first_key + Tk);
-  return Tk;
+// A key/value block [B, Tk, 2 Ckv] at first_key, inside the key mask's T.
+void check_block(const RingAttentionDims& d, const Tensor& block, std::int64_t first_key,
+                 const RingAttentionOptions& opt, Device::Kind device) {
+  expect_views({&block}, device, "ring attention block");
+  TIDAL_ASSERT(block.dim(0) == d.B && block.dim(2) == d.block_width(),
+               "ring attention: a key/value block {} for {} kv heads of width {}", block.str(), d.Hkv, d.hd);
+  TIDAL_ASSERT(first_key >= 0 && (opt.key_mask == nullptr || first_key + block.dim(1) <= opt.key_mask->dim(1)),
+               "key block [{}, {}) outside the key mask", first_key, first_key + block.dim(1));
+}
+
+}  // namespace
+
+RingAttentionDims check_ring_forward(const Tensor& y, const Tensor& lse, const Tensor& sum, const Tensor& q,
+                                     const Tensor& kv, std::int64_t first_key, const RingAttentionOptions& opt,
+                                     Device::Kind device) {
+  const RingAttentionDims d = dims(q, lse, opt, device);
+  expect_views({&y, &sum}, device, "ring attention");
+  TIDAL_ASSERT(y.shape() == q.shape() && sum.shape() == lse.shape(), "ring attention y {} q {} sum {} lse {}", y.str(),
+               q.str(), sum.str(), lse.str());
+  check_block(d, kv, first_key, opt, device);
+  return d;
+}
+
+RingAttentionDims check_ring_finish(const Tensor& y, const Tensor& lse, const Tensor& sum,
+                                    const RingAttentionOptions& opt, Device::Kind device) {
+  const RingAttentionDims d = dims(y, lse, opt, device);
+  expect_views({&sum}, device, "ring attention sum");
+  TIDAL_ASSERT(sum.shape() == lse.shape(), "ring attention sum {} lse {}", sum.str(), lse.str());
+  return d;
+}
+
+RingAttentionDims check_ring_backward(const Tensor& dq, const Tensor& dkv, const Tensor& q, const Tensor& kv,
+                                      const Tensor& y, const Tensor& dy, const Tensor& lse, std::int64_t first_key,
+                                      const RingAttentionOptions& opt, Device::Kind device) {
+  const RingAttentionDims d = dims(q, lse, opt, device);
+  expect_views({&dq, &dkv, &y, &dy}, device, "ring attention backward");
+  for (const Tensor* t : {&dq, &y, &dy})
+    TIDAL_ASSERT(t->shape() == q.shape(), "ring attention backward: {} for queries {}", t->str(), q.str());
+  TIDAL_ASSERT(dkv.shape() == kv.shape(), "ring attention dkv {} kv {}", dkv.str(), kv.str());
+  check_block(d, kv, first_key, opt, device);
+  return d;
 }
 
 }  // namespace tidal::ops

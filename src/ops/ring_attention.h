@@ -19,6 +19,10 @@
 // heads in order h, y and dy in the grouped order output_head(h). So the blocks that travel the
 // ring are Hkv heads wide and no kv head is copied up to H. A block whose every key comes after
 // every query under the causal mask is skipped. fp32 only.
+//
+// Every operand may be a view whose last dimension is contiguous: a run of a rank's positions
+// (a slice along dim 1 of q, y, dy, dq, kv, dkv; along dim 2 of lse and sum) is passed as it
+// lies, so a zig-zag rank's two runs need no copies (nn/sp/ring_attention.cpp).
 #pragma once
 
 #include "core/tensor.h"
@@ -50,10 +54,28 @@ struct RingAttentionDims {
   constexpr std::int64_t key_offset(std::int64_t h) const { return kv_head_of(h, Hkv) * hd; }
   constexpr std::int64_t value_offset(std::int64_t h) const { return kv_width() + kv_head_of(h, Hkv) * hd; }
 };
-RingAttentionDims ring_attention_dims(const Tensor& local, const Tensor& rows, const RingAttentionOptions& opt);
-// A key/value block [B, Tk, 2 Ckv] at first_key, checked (inside the key mask's T); returns Tk.
-std::int64_t ring_attention_block(const RingAttentionDims& d, const Tensor& block, std::int64_t first_key,
-                                  const RingAttentionOptions& opt);
+// Element (b, i, c) of a 3-D view whose last dimension is contiguous: p[b batch + i row + c].
+template <class T>
+struct RowsView {
+  T* p;
+  std::int64_t batch, row;
+  constexpr T* at(std::int64_t b, std::int64_t i) const { return p + b * batch + i * row; }
+};
+template <class T>
+RowsView<T> rows_view(const Tensor& t) {
+  return {static_cast<T*>(t.raw()), t.strides()[0], t.strides()[1]};
+}
+// The checks every backend makes on each piece's operands (3-D fp32 views with contiguous rows on
+// `device`, shapes that agree, a key mask [B, T] i32 and the block inside it); return the dims.
+// A block's Tk is its dim(1).
+RingAttentionDims check_ring_forward(const Tensor& y, const Tensor& lse, const Tensor& sum, const Tensor& q,
+                                     const Tensor& kv, std::int64_t first_key, const RingAttentionOptions& opt,
+                                     Device::Kind device);
+RingAttentionDims check_ring_finish(const Tensor& y, const Tensor& lse, const Tensor& sum,
+                                    const RingAttentionOptions& opt, Device::Kind device);
+RingAttentionDims check_ring_backward(const Tensor& dq, const Tensor& dkv, const Tensor& q, const Tensor& kv,
+                                      const Tensor& y, const Tensor& dy, const Tensor& lse, std::int64_t first_key,
+                                      const RingAttentionOptions& opt, Device::Kind device);
 // Keys [0, n) of a block at first_key that query i (at global position first_query + i) may
 // attend under the causal mask (every key without it). constexpr: the GPU kernels call it too.
 constexpr std::int64_t visible_keys(bool causal, std::int64_t first_query, std::int64_t first_key, std::int64_t Tk,

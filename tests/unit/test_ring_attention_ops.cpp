@@ -79,6 +79,37 @@ TEST_P(RingAttentionOps, BlocksEqualWholeAttention) {
     EXPECT_TRUE(all_close(dkv[r], part(dqkv, r * Tq, Tq, c.C, 2 * Ckv), kFp32)) << "dk, dv of block " << r;
 }
 
+// A zig-zag rank passes its runs of positions as views (slices along the positions): the results
+// equal those of contiguous copies, bitwise.
+TEST(RingAttentionOps, RunsPassedAsViewsEqualContiguousCopies) {
+  const std::int64_t B = 2, L = 5, C = 8;
+  const Tensor q = testing::randn({B, 2 * L, C}, 21), kv = testing::randn({B, 2 * L, 2 * C}, 22),
+               dy = testing::randn({B, 2 * L, C}, 23);
+  const ops::RingAttentionOptions opt{.n_head = 2, .causal = true, .first_query = 30};
+  const auto run = [](const Tensor& t, int dim) { return t.slice(dim, L, 2 * L); };  // the second run
+  // Views into whole tensors, the second run of queries against the first run of keys at 27.
+  Tensor y = Tensor::zeros({B, 2 * L, C}), lse = Tensor::full({B, 2, 2 * L}, -INFINITY), sum = Tensor::zeros(lse.shape());
+  Tensor yv = run(y, 1), lv = run(lse, 2), sv = run(sum, 2);
+  ops::ring_attention_forward(yv, lv, sv, run(q, 1), kv.slice(1, 0, L), 27, opt);
+  ops::ring_attention_finish(yv, lv, sv, opt);
+  Tensor dq = Tensor::zeros(q.shape()), dkv = Tensor::zeros(kv.shape()), dqv = run(dq, 1), dkvv = dkv.slice(1, 0, L);
+  ops::ring_attention_backward(dqv, dkvv, run(q, 1), kv.slice(1, 0, L), yv, run(dy, 1), lv, 27, opt);
+  // The same on contiguous copies.
+  Tensor y2 = Tensor::zeros({B, L, C}), lse2 = Tensor::full({B, 2, L}, -INFINITY), sum2 = Tensor::zeros(lse2.shape());
+  const Tensor q2 = run(q, 1).clone(), kv2 = kv.slice(1, 0, L).clone(), dy2 = run(dy, 1).clone();
+  ops::ring_attention_forward(y2, lse2, sum2, q2, kv2, 27, opt);
+  ops::ring_attention_finish(y2, lse2, sum2, opt);
+  Tensor dq2 = Tensor::zeros(q2.shape()), dkv2 = Tensor::zeros(kv2.shape());
+  ops::ring_attention_backward(dq2, dkv2, q2, kv2, y2, dy2, lse2, 27, opt);
+  EXPECT_TRUE(all_close(yv.clone(), y2, {0.0, 0.0})) << "y";
+  EXPECT_TRUE(all_close(lv.clone(), lse2, {0.0, 0.0})) << "lse";
+  EXPECT_TRUE(all_close(dqv.clone(), dq2, {0.0, 0.0})) << "dq";
+  EXPECT_TRUE(all_close(dkvv.clone(), dkv2, {0.0, 0.0})) << "dkv";
+  // The other run's rows are untouched.
+  for (std::int64_t i = 0; i < B; ++i)
+    for (std::int64_t c = 0; c < C; ++c) EXPECT_EQ(y.data<float>()[(i * 2 * L) * C + c], 0.0f);
+}
+
 // A query with no real key in any block: zero output, lse = +inf, and no gradient to the keys
 // and values (as ops::attention_forward / backward).
 TEST(RingAttentionOps, AFullyMaskedRowHasZeroOutputAndInfiniteLse) {

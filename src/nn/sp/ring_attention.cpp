@@ -8,27 +8,18 @@
 namespace tidal::nn::sp {
 namespace {
 
-// Columns [begin, end) of x [B, T', W] by runs of positions: [R, B, T' / R, end - begin], fp32
-// (the ring's kernels are fp32: bf16 and fp16 are widened here, and the blocks travel the ring in
-// fp32).
-Tensor by_runs(const Tensor& x, std::int64_t begin, std::int64_t end, const std::vector<PositionRun>& runs,
-               const Context& ctx) {
-  const std::int64_t R = std::int64_t(runs.size()), B = x.dim(0), L = x.dim(1) / R;
-  Tensor out = ctx.empty({R, B, L, end - begin}, x.dtype());
-  for (std::int64_t r = 0; r < R; ++r)
-    out.slice(0, r, r + 1).reshape({B, L, end - begin}).copy_from(x.slice(1, r * L, (r + 1) * L).slice(2, begin, end));
+// Columns [begin, end) of x [B, T', W], contiguous, in fp32 (the ring's kernels are fp32: bf16 and
+// fp16 are widened here, and the blocks travel the ring in fp32).
+Tensor columns(const Tensor& x, std::int64_t begin, std::int64_t end, const Context& ctx) {
+  Tensor out = ctx.empty({x.dim(0), x.dim(1), end - begin}, x.dtype());
+  out.copy_from(x.slice(2, begin, end));
   return ctx.as(out, DType::f32);
 }
 
-// Run r of a [R, B, L, W] tensor: a contiguous [B, L, W] view.
-Tensor run_of(const Tensor& t, std::int64_t r) { return t.slice(0, r, r + 1).reshape({t.dim(1), t.dim(2), t.dim(3)}); }
-
-// [R, B, L, W] -> columns [begin, begin + W) of out [B, R L, ...].
-void from_runs(Tensor& out, std::int64_t begin, const Tensor& t) {
-  const std::int64_t R = t.dim(0), L = t.dim(2);
-  for (std::int64_t r = 0; r < R; ++r)
-    out.slice(1, r * L, (r + 1) * L).slice(2, begin, begin + t.dim(3)).copy_from(run_of(t, r));
-}
+// Positions [run.local, run.local + run.length) of a [B, T', ...] tensor (dim 1), or of the per-row
+// statistics [B, H, T'] (dim 2): views.
+Tensor rows(const Tensor& t, const PositionRun& run) { return t.slice(1, run.local, run.local + run.length); }
+Tensor stats(const Tensor& t, const PositionRun& run) { return t.slice(2, run.local, run.local + run.length); }
 
 }  // namespace
 
@@ -45,55 +36,49 @@ Tensor RingSelfAttention::forward(const Tensor& qkv, Context& ctx) {
   TIDAL_ASSERT(qkv.dim(2) == C + 2 * Ckv, "ring attention: qkv {} for {} query and {} kv heads", qkv.str(), n_head_,
                n_kv_head_);
   const std::vector<PositionRun> mine = positions_.position_runs(T);
-  const std::int64_t R = std::int64_t(mine.size()), L = T / R;
-  Tensor q = by_runs(qkv, 0, C, mine, ctx), kv = by_runs(qkv, C, C + 2 * Ckv, mine, ctx);
-  Tensor y = ctx.empty({R, B, L, C}), lse = ctx.empty({R, B, n_head_, L}), sum = ctx.empty({R, B, n_head_, L});
+  Tensor q = columns(qkv, 0, C, ctx), kv = columns(qkv, C, C + 2 * Ckv, ctx);
+  Tensor y = ctx.empty({B, T, C}), lse = ctx.empty({B, n_head_, T}), sum = ctx.empty({B, n_head_, T});
   y.fill_(0.0f);
   lse.fill_(-std::numeric_limits<float>::infinity());
   sum.fill_(0.0f);
   RingPass(ring_).pass(kv, ctx, [&](const Tensor& block, int owner) {
-    const std::vector<PositionRun> theirs = positions_.at_place(owner).position_runs(T);
-    for (std::int64_t a = 0; a < R; ++a) {
-      Tensor ya = run_of(y, a), la = run_of(lse, a), sa = run_of(sum, a);
-      const ops::RingAttentionOptions opt = options(ctx, mine[a].global);
-      for (std::int64_t c = 0; c < R; ++c)
-        ops::ring_attention_forward(ya, la, sa, run_of(q, a), run_of(block, c), theirs[c].global, opt);
-    }
+    for (const PositionRun& theirs : positions_.at_place(owner).position_runs(T))
+      for (const PositionRun& run : mine) {
+        Tensor y_run = rows(y, run), lse_run = stats(lse, run), sum_run = stats(sum, run);
+        ops::ring_attention_forward(y_run, lse_run, sum_run, rows(q, run), rows(block, theirs), theirs.global,
+                                    options(ctx, run.global));
+      }
   });
-  for (std::int64_t a = 0; a < R; ++a) {
-    Tensor ya = run_of(y, a), la = run_of(lse, a);
-    ops::ring_attention_finish(ya, la, run_of(sum, a), options(ctx, mine[a].global));
+  for (const PositionRun& run : mine) {
+    Tensor y_run = rows(y, run), lse_run = stats(lse, run);
+    ops::ring_attention_finish(y_run, lse_run, stats(sum, run), options(ctx, run.global));
   }
-  ctx.saved = {q, kv, y, lse};
-  Tensor out = ctx.empty({B, T, C});
-  from_runs(out, 0, y);
-  return ctx.as(out, qkv.dtype());
+  ctx.saved = {q, kv, y, lse};  // in fp32, y is also the output: the projection's input, kept once
+  return ctx.as(y, qkv.dtype());
 }
 
 Tensor RingSelfAttention::backward(const Tensor& dy_given, Context& ctx) {
   const Tensor &q = ctx.saved.at(0), &kv = ctx.saved.at(1), &y = ctx.saved.at(2), &lse = ctx.saved.at(3);
-  const std::int64_t R = q.dim(0), B = q.dim(1), L = q.dim(2), T = R * L, C = q.dim(3);
+  const std::int64_t T = q.dim(1), C = q.dim(2);
   const std::vector<PositionRun> mine = positions_.position_runs(T);
-  const Tensor dy = by_runs(dy_given, 0, C, mine, ctx);
+  const Tensor dy = ctx.as(dy_given, DType::f32);
   Tensor dq = ctx.empty(q.shape());
   dq.fill_(0.0f);
   const Tensor dkv = RingPass(ring_).pass(
       kv, ctx, [](const Tensor&, int) {},
       [&](const Tensor& block, int owner, Tensor& acc) {
-        const std::vector<PositionRun> theirs = positions_.at_place(owner).position_runs(T);
-        for (std::int64_t a = 0; a < R; ++a) {
-          Tensor dqa = run_of(dq, a);
-          const ops::RingAttentionOptions opt = options(ctx, mine[a].global);
-          for (std::int64_t c = 0; c < R; ++c) {
-            Tensor dkv_c = run_of(acc, c);
-            ops::ring_attention_backward(dqa, dkv_c, run_of(q, a), run_of(block, c), run_of(y, a), run_of(dy, a),
-                                         run_of(lse, a), theirs[c].global, opt);
+        for (const PositionRun& theirs : positions_.at_place(owner).position_runs(T)) {
+          Tensor dkv_run = rows(acc, theirs);
+          for (const PositionRun& run : mine) {
+            Tensor dq_run = rows(dq, run);
+            ops::ring_attention_backward(dq_run, dkv_run, rows(q, run), rows(block, theirs), rows(y, run),
+                                         rows(dy, run), stats(lse, run), theirs.global, options(ctx, run.global));
           }
         }
       });
-  Tensor dqkv = ctx.empty({B, T, C + kv.dim(3)});
-  from_runs(dqkv, 0, dq);
-  from_runs(dqkv, C, dkv);
+  Tensor dqkv = ctx.empty({q.dim(0), T, C + kv.dim(2)});
+  dqkv.slice(2, 0, C).copy_from(dq);
+  dqkv.slice(2, C, dqkv.dim(2)).copy_from(dkv);
   ctx.saved.clear();
   return ctx.as(dqkv, dy_given.dtype());
 }

@@ -8,7 +8,7 @@
 // owners (nn/sp/ring_pass.h).
 //
 // Zig-zag places (nn/batch_slice.h) hold two runs of positions each: a rank's queries and every
-// arriving block are taken run by run (a [R, B, T' / R, ...] layout, R = 1 or 2 runs), and under
+// arriving block are taken run by run (views, no copies: the ops read strided rows), and under
 // the causal mask each place then attends the same number of keys. Pairs of runs whose keys all
 // come after the queries are skipped; every block still travels the whole ring.
 //

@@ -25,7 +25,7 @@ constexpr std::int64_t kMaxHead = 32 * kPerLane;  // head width a warp holds
 
 // What a kernel needs of a block of keys, by value.
 struct Block {
-  const float* kv;                  // [B, Tk, 2 Ckv]
+  RowsView<const float> kv;         // [B, Tk, 2 Ckv]
   std::int64_t Tk, first_key;
   const std::int32_t* key_mask;     // [B, mask_T] or null
   std::int64_t mask_T, first_query;
@@ -55,20 +55,29 @@ __device__ __forceinline__ Row row_of(const Dims& d, std::int64_t r) {
   return {r / (d.H * d.Tq), (r / d.Tq) % d.H, r % d.Tq};
 }
 
-__global__ void forward_kernel(float* y, float* lse, float* sum, const float* q, Block k, Dims d) {
+// This rank's queries' operands as views (ops/ring_attention.h).
+struct Queries {
+  RowsView<const float> q, y, dy, lse;
+};
+struct State {
+  RowsView<float> y, lse, sum;
+};
+
+__global__ void forward_kernel(State st, RowsView<const float> q, Block k, Dims d) {
   const std::int64_t r = warp_index();
   if (r >= d.B * d.H * d.Tq) return;
   const int lane = threadIdx.x % 32;
   const Row w = row_of(d, r);
-  const float* qi = q + (w.b * d.Tq + w.i) * d.C + d.query_offset(w.h);
-  float* out = y + (w.b * d.Tq + w.i) * d.C + d.output_offset(w.h);
-  const std::int64_t W = d.block_width(), n = visible_keys(k.causal, k.first_query, k.first_key, k.Tk, w.i);
+  const float* qi = q.at(w.b, w.i) + d.query_offset(w.h);
+  float* out = st.y.at(w.b, w.i) + d.output_offset(w.h);
+  float *pm = st.lse.at(w.b, w.h) + w.i, *pl = st.sum.at(w.b, w.h) + w.i;
+  const std::int64_t n = visible_keys(k.causal, k.first_query, k.first_key, k.Tk, w.i);
   float acc[kPerLane];
   for (int c = 0; c < kPerLane; ++c) acc[c] = lane + 32 * c < d.hd ? out[lane + 32 * c] : 0.0f;
-  float m = lse[r], l = sum[r];
+  float m = *pm, l = *pl;
   for (std::int64_t j = 0; j < n; ++j) {
     if (!real_key(k, w.b, j)) continue;
-    const float* row = k.kv + (w.b * k.Tk + j) * W;
+    const float* row = k.kv.at(w.b, j);
     const float s = row_dot(qi, row + d.key_offset(w.h), d.hd, lane) * d.scale;
     const float m_new = fmaxf(m, s), alpha = expf(m - m_new), p = expf(s - m_new);
     l = l * alpha + p;
@@ -80,55 +89,50 @@ __global__ void forward_kernel(float* y, float* lse, float* sum, const float* q,
   for (int c = 0; c < kPerLane; ++c)
     if (lane + 32 * c < d.hd) out[lane + 32 * c] = acc[c];
   if (lane == 0) {
-    lse[r] = m;
-    sum[r] = l;
+    *pm = m;
+    *pl = l;
   }
 }
 
-__global__ void finish_kernel(float* y, float* lse, const float* sum, Dims d) {
+__global__ void finish_kernel(State st, Dims d) {
   TIDAL_CUDA_FOR(r, d.B * d.H * d.Tq) {
     const Row w = row_of(d, r);
-    const float l = sum[r];
-    float* out = y + (w.b * d.Tq + w.i) * d.C + d.output_offset(w.h);
+    const float l = st.sum.at(w.b, w.h)[w.i];
+    float* m = st.lse.at(w.b, w.h) + w.i;
+    float* out = st.y.at(w.b, w.i) + d.output_offset(w.h);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     for (std::int64_t c = 0; c < d.hd; ++c) out[c] *= inv;
-    lse[r] = l > 0.0f ? lse[r] + logf(l) : INFINITY;
+    *m = l > 0.0f ? *m + logf(l) : INFINITY;
   }
 }
-
-// What backward reads of this rank's queries.
-struct Queries {
-  const float *q, *y, *dy, *lse;
-};
 
 // p and dS of query row (b, h, i) against key j (its key and value rows), delta = rowsum(dY * Y).
 __device__ __forceinline__ void probs_at(float& p, float& ds, const Queries& qs, const Dims& d, std::int64_t b,
                                          std::int64_t h, std::int64_t i, const float* key_row, float delta,
                                          int lane) {
-  const float* qi = qs.q + (b * d.Tq + i) * d.C + d.query_offset(h);
-  const float* gi = qs.dy + (b * d.Tq + i) * d.C + d.output_offset(h);
-  p = expf(row_dot(qi, key_row + d.key_offset(h), d.hd, lane) * d.scale - qs.lse[(b * d.H + h) * d.Tq + i]);
+  const float* qi = qs.q.at(b, i) + d.query_offset(h);
+  const float* gi = qs.dy.at(b, i) + d.output_offset(h);
+  p = expf(row_dot(qi, key_row + d.key_offset(h), d.hd, lane) * d.scale - qs.lse.at(b, h)[i]);
   ds = p * (row_dot(gi, key_row + d.value_offset(h), d.hd, lane) - delta);
 }
 
 __device__ __forceinline__ float delta_of(const Queries& qs, const Dims& d, std::int64_t b, std::int64_t h,
                                           std::int64_t i, int lane) {
-  const std::int64_t at = (b * d.Tq + i) * d.C + d.output_offset(h);
-  return row_dot(qs.dy + at, qs.y + at, d.hd, lane);
+  return row_dot(qs.dy.at(b, i) + d.output_offset(h), qs.y.at(b, i) + d.output_offset(h), d.hd, lane);
 }
 
-__global__ void query_grad_kernel(float* dq, Queries qs, Block k, Dims d) {
+__global__ void query_grad_kernel(RowsView<float> dq, Queries qs, Block k, Dims d) {
   const std::int64_t r = warp_index();
   if (r >= d.B * d.H * d.Tq) return;
   const int lane = threadIdx.x % 32;
   const Row w = row_of(d, r);
-  const std::int64_t W = d.block_width(), n = visible_keys(k.causal, k.first_query, k.first_key, k.Tk, w.i);
+  const std::int64_t n = visible_keys(k.causal, k.first_query, k.first_key, k.Tk, w.i);
   const float delta = delta_of(qs, d, w.b, w.h, w.i, lane);
-  float* out = dq + (w.b * d.Tq + w.i) * d.C + d.query_offset(w.h);
+  float* out = dq.at(w.b, w.i) + d.query_offset(w.h);
   float acc[kPerLane] = {};
   for (std::int64_t j = 0; j < n; ++j) {
     if (!real_key(k, w.b, j)) continue;
-    const float* row = k.kv + (w.b * k.Tk + j) * W;
+    const float* row = k.kv.at(w.b, j);
     float p, ds;
     probs_at(p, ds, qs, d, w.b, w.h, w.i, row, delta, lane);
     const float* key = row + d.key_offset(w.h);
@@ -141,13 +145,13 @@ __global__ void query_grad_kernel(float* dq, Queries qs, Block k, Dims d) {
 
 // A warp per (sample, kv head, key j): dk_j += scale sum dS q_i, dv_j += sum p dY_i over the kv
 // head's query heads and the queries that see key j.
-__global__ void key_value_grad_kernel(float* dkv, Queries qs, Block k, Dims d) {
+__global__ void key_value_grad_kernel(RowsView<float> dkv, Queries qs, Block k, Dims d) {
   const std::int64_t r = warp_index();
   if (r >= d.B * d.Hkv * k.Tk) return;
   const int lane = threadIdx.x % 32;
-  const std::int64_t b = r / (d.Hkv * k.Tk), g = (r / k.Tk) % d.Hkv, j = r % k.Tk, W = d.block_width();
+  const std::int64_t b = r / (d.Hkv * k.Tk), g = (r / k.Tk) % d.Hkv, j = r % k.Tk;
   if (!real_key(k, b, j)) return;
-  const float* row = k.kv + (b * k.Tk + j) * W;
+  const float* row = k.kv.at(b, j);
   float dk[kPerLane] = {}, dv[kPerLane] = {};
   // Queries that see key j: from the first whose global position reaches it, under the causal mask.
   std::int64_t first = 0;
@@ -157,8 +161,8 @@ __global__ void key_value_grad_kernel(float* dkv, Queries qs, Block k, Dims d) {
     for (std::int64_t i = first; i < d.Tq; ++i) {
       float p, ds;
       probs_at(p, ds, qs, d, b, h, i, row, delta_of(qs, d, b, h, i, lane), lane);
-      const float* qi = qs.q + (b * d.Tq + i) * d.C + d.query_offset(h);
-      const float* gi = qs.dy + (b * d.Tq + i) * d.C + d.output_offset(h);
+      const float* qi = qs.q.at(b, i) + d.query_offset(h);
+      const float* gi = qs.dy.at(b, i) + d.output_offset(h);
       for (int c = 0; c < kPerLane; ++c)
         if (lane + 32 * c < d.hd) {
           dk[c] += ds * qi[lane + 32 * c];
@@ -166,7 +170,7 @@ __global__ void key_value_grad_kernel(float* dkv, Queries qs, Block k, Dims d) {
         }
     }
   }
-  float* out = dkv + (b * k.Tk + j) * W;
+  float* out = dkv.at(b, j);
   for (int c = 0; c < kPerLane; ++c)
     if (lane + 32 * c < d.hd) {
       out[g * d.hd + lane + 32 * c] += d.scale * dk[c];
@@ -174,19 +178,14 @@ __global__ void key_value_grad_kernel(float* dkv, Queries qs, Block k, Dims d) {
     }
 }
 
-Dims check(const Tensor& local, const Tensor& rows, const RingAttentionOptions& opt) {
-  expect_cuda_contiguous({&local, &rows}, "ring attention");
-  if (opt.key_mask) expect_cuda_contiguous(*opt.key_mask, "ring attention key_mask");
-  const Dims d = ring_attention_dims(local, rows, opt);
+void check_head_width(const Dims& d) {
   TIDAL_ASSERT(d.hd <= kMaxHead, "GPU ring attention: head width {} above {}", d.hd, kMaxHead);
-  return d;
 }
 
-Block block_of(const Dims& d, const Tensor& kv, std::int64_t first_key, const RingAttentionOptions& opt) {
-  expect_cuda_contiguous(kv, "ring attention block");
-  const std::int64_t Tk = ring_attention_block(d, kv, first_key, opt);
-  return {ptr<const float>(kv), Tk, first_key, opt.key_mask ? ptr<const std::int32_t>(*opt.key_mask) : nullptr,
-          opt.key_mask ? opt.key_mask->dim(1) : 0, opt.first_query, opt.causal};
+Block block_of(const Tensor& kv, std::int64_t first_key, const RingAttentionOptions& opt) {
+  return {rows_view<const float>(kv), kv.dim(1), first_key,
+          opt.key_mask ? ptr<const std::int32_t>(*opt.key_mask) : nullptr, opt.key_mask ? opt.key_mask->dim(1) : 0,
+          opt.first_query, opt.causal};
 }
 
 unsigned warp_blocks(std::int64_t warps) { return unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock); }
@@ -195,44 +194,40 @@ unsigned warp_blocks(std::int64_t warps) { return unsigned((warps + kWarpsPerBlo
 
 void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q, const Tensor& kv,
                             std::int64_t first_key, const RingAttentionOptions& opt) {
-  const Dims d = check(q, lse, opt);
-  expect_cuda_contiguous({&y, &sum}, "ring attention");
-  expect_same(y, q, "ring attention y/q");
-  expect_same(sum, lse, "ring attention sum/lse");
-  const Block k = block_of(d, kv, first_key, opt);
+  const Dims d = check_ring_forward(y, lse, sum, q, kv, first_key, opt, Device::Kind::cuda);
+  check_head_width(d);
+  const Block k = block_of(kv, first_key, opt);
   const std::int64_t rows = d.B * d.H * d.Tq;
   if (rows == 0 || visible_keys(opt.causal, opt.first_query, first_key, k.Tk, d.Tq - 1) == 0) return;
-  forward_kernel<<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, compute_stream()>>>(ptr<float>(y), ptr<float>(lse),
-                                                                                ptr<float>(sum), ptr<const float>(q), k, d);
+  const State st{rows_view<float>(y), rows_view<float>(lse), rows_view<float>(sum)};
+  forward_kernel<<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, compute_stream()>>>(st, rows_view<const float>(q), k, d);
   TIDAL_CUDA_CHECK_LAUNCH("ring_attention forward_kernel");
 }
 
 void ring_attention_finish(Tensor& y, Tensor& lse, const Tensor& sum, const RingAttentionOptions& opt) {
-  const Dims d = check(y, lse, opt);
-  expect_cuda_contiguous(sum, "ring attention sum");
-  expect_same(sum, lse, "ring attention sum/lse");
+  const Dims d = check_ring_finish(y, lse, sum, opt, Device::Kind::cuda);
   const std::int64_t rows = d.B * d.H * d.Tq;
   if (rows == 0) return;
   constexpr int kThreads = 256;
-  finish_kernel<<<blocks_for(rows, kThreads), kThreads, 0, compute_stream()>>>(ptr<float>(y), ptr<float>(lse),
-                                                                              ptr<const float>(sum), d);
+  const State st{rows_view<float>(y), rows_view<float>(lse), rows_view<float>(sum)};
+  finish_kernel<<<blocks_for(rows, kThreads), kThreads, 0, compute_stream()>>>(st, d);
   TIDAL_CUDA_CHECK_LAUNCH("ring_attention finish_kernel");
 }
 
 void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Tensor& kv, const Tensor& y,
                              const Tensor& dy, const Tensor& lse, std::int64_t first_key,
                              const RingAttentionOptions& opt) {
-  const Dims d = check(q, lse, opt);
-  expect_cuda_contiguous({&dq, &dkv, &y, &dy}, "ring attention backward");
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&dq, &y, &dy}) expect_same(*t, q, "ring attention backward");
-  expect_same(dkv, kv, "ring attention dkv/kv");
-  const Block k = block_of(d, kv, first_key, opt);
+  const Dims d = check_ring_backward(dq, dkv, q, kv, y, dy, lse, first_key, opt, Device::Kind::cuda);
+  check_head_width(d);
+  const Block k = block_of(kv, first_key, opt);
   const std::int64_t rows = d.B * d.H * d.Tq, keys = d.B * d.Hkv * k.Tk;
   if (rows == 0 || keys == 0 || visible_keys(opt.causal, opt.first_query, first_key, k.Tk, d.Tq - 1) == 0) return;
-  const Queries qs{ptr<const float>(q), ptr<const float>(y), ptr<const float>(dy), ptr<const float>(lse)};
-  query_grad_kernel<<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, compute_stream()>>>(ptr<float>(dq), qs, k, d);
+  const Queries qs{rows_view<const float>(q), rows_view<const float>(y), rows_view<const float>(dy),
+                   rows_view<const float>(lse)};
+  query_grad_kernel<<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, compute_stream()>>>(rows_view<float>(dq), qs, k, d);
   TIDAL_CUDA_CHECK_LAUNCH("ring_attention query_grad_kernel");
-  key_value_grad_kernel<<<warp_blocks(keys), 32 * kWarpsPerBlock, 0, compute_stream()>>>(ptr<float>(dkv), qs, k, d);
+  key_value_grad_kernel<<<warp_blocks(keys), 32 * kWarpsPerBlock, 0, compute_stream()>>>(rows_view<float>(dkv), qs,
+                                                                                        k, d);
   TIDAL_CUDA_CHECK_LAUNCH("ring_attention key_value_grad_kernel");
 }
 
