@@ -1,29 +1,25 @@
 // Ring self-attention (colossal-ai.txt sec. II-B-3 and Fig. 8; Li et al., "Sequence parallelism",
-// 2021): each rank of the sequence ring holds positions [s T', (s + 1) T') of every sample, with
-// their queries, keys and values. Forward passes the key blocks around the ring (N - 1 hops) to
-// build this rank's rows of the scores over all T positions, takes the softmax over whole rows
-// (causal by global position, padding masks from the batch), then passes the value blocks to
-// form P V. Backward passes the values again for dP and the value gradients, and the keys again
-// for dQ and the key gradients; the gradients of K and V travel back around the ring to their
-// owners (nn/sp/ring_pass.h).
+// 2021), flash-style: each place of the sequence ring holds T' = T / N positions of every sample,
+// with their queries, keys and values. Forward passes the key/value blocks around the ring (N - 1
+// hops), and each rank folds every arriving block into its queries' running output, maximum and
+// sum (FlashAttention-2's online softmax; ops/ring_attention.h), causal by global position and
+// with the batch's padding mask. So forward keeps only the output and the log-sum-exp, never the
+// [B, H, T', T] probabilities. Backward passes the blocks around again: each rank recomputes its
+// share of a block's probabilities from the log-sum-exp, adds into its dq, and the block's dK/dV
+// travel home behind it (nn/sp/ring_pass.h).
 //
 // Zig-zag places (nn/batch_slice.h) hold two runs of positions each: a rank's queries and every
 // arriving block are taken run by run (views, no copies: the ops read strided rows), and under
 // the causal mask each place then attends the same number of keys. Pairs of runs whose keys all
 // come after the queries are skipped; every block still travels the whole ring.
 //
-// Flash-style (ops/ring_attention.h): each rank folds every arriving key/value block into its
-// queries' running output, maximum and sum (FlashAttention-2's online softmax), so forward keeps
-// only the output and the log-sum-exp, never the [B, H, T', T] probabilities; backward passes the
-// key/value blocks around again, each rank recomputing its share of a block's probabilities from
-// the log-sum-exp, and the block's gradient travels home behind it (nn/sp/ring_pass.h).
-//
 // Per rank and layer, with key/value blocks of B T' 2 Hkv hd elements (grouped-query heads: only
 // the Hkv key / value heads travel, never copies up to H): forward sends N - 1 blocks, backward
 // 2 (N - 1) (the blocks and their gradients): 2 (N - 1) and 4 (N - 1) blocks of K or V alone.
-// Kept for backward: q, this rank's key/value block, y (fp32) and the log-sum-exp [B, H, T']:
-// O(T / N), no term in T^2. The kernels are fp32: under mixed precision q, k, v are widened on
-// the way in (and travel the ring in fp32) and y, dqkv rounded on the way out.
+// Kept for backward: q, this rank's key/value block, y (fp32, also the output) and the
+// log-sum-exp [B, H, T']: O(T / N), no term in T^2. The kernels are fp32: under mixed precision
+// q, k, v are widened on the way in (and travel the ring in fp32) and y, dqkv rounded on the way
+// out.
 #pragma once
 
 #include "comm/communicator.h"

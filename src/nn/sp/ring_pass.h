@@ -1,5 +1,5 @@
 // Passing blocks around the sequence ring (colossal-ai.txt Fig. 8): every rank holds one block
-// (its positions' keys or values), and in N steps each rank sees every rank's block, receiving
+// (its positions' keys and values), and in N steps each rank sees every rank's block, receiving
 // the next one from its predecessor while it computes on the current one.
 //
 // With an accumulator (backward), each rank also adds its share of the gradient of the block

@@ -12,7 +12,8 @@
 //
 // Per rank and layer, forward sends (N - 1) / N of its B T' (H + 2 Hkv) hd qkv and of its B T' H hd
 // output; backward the same of dY and dQKV. Kept for backward: the head-split qkv, y and the
-// log-sum-exp: as much as the ring keeps. Heads must divide by N (a start-up error says so).
+// log-sum-exp; the ring's equal but for y, which the ring shares with the projection's input and
+// Ulysses keeps head-split beside it. Heads must divide by N (a start-up error says so).
 #pragma once
 
 #include "comm/communicator.h"
