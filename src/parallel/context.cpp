@@ -29,7 +29,7 @@ MeshSpec mesh_spec(const config::Config& cfg, int world_size, int ranks_per_node
           .ranks_per_node = p.ranks_per_node > 0 ? p.ranks_per_node : ranks_per_node};
 }
 
-ParallelContext::ParallelContext(const config::Config& cfg, comm::MpiRuntime* runtime)
+ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] comm::MpiRuntime* runtime)
 #if TIDAL_MPI
     : layout_(mesh_spec(cfg, runtime ? runtime->world_size() : 1, runtime ? runtime->local_size() : 0)),
       rank_(runtime ? runtime->world_rank() : 0),

@@ -33,6 +33,7 @@ bool real_key(const RingAttentionOptions& opt, std::int64_t b, std::int64_t key)
 // row[j] = e^(row[j] - m) for j < n; returns their sum.
 float exp_row(float* row, std::int64_t n, float m) {
   float total = 0.0f;
+#pragma omp simd reduction(+ : total)
   for (std::int64_t j = 0; j < n; ++j) {
     const float e = exp_fast(row[j] - m);
     row[j] = e;
