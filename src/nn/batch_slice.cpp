@@ -20,11 +20,20 @@ Tensor BatchSlice::of(const Tensor& batch_tensor) const {
     std::vector<std::int64_t> shape = part.shape().vec();
     shape[1] = T / position_parts;
     Tensor mine = Tensor::empty(Shape(shape), part.dtype());
-    for (const PositionRun& r : position_runs(shape[1]))
-      mine.slice(1, r.local, r.local + r.length).copy_from(part.slice(1, r.global, r.global + r.length));
+    take_positions(part, mine);
     part = mine;
   }
   return part;
+}
+
+void BatchSlice::take_positions(const Tensor& whole, Tensor& part) const {
+  for (const PositionRun& r : position_runs(part.dim(1)))
+    part.slice(1, r.local, r.local + r.length).copy_from(whole.slice(1, r.global, r.global + r.length));
+}
+
+void BatchSlice::put_positions(Tensor& whole, const Tensor& part) const {
+  for (const PositionRun& r : position_runs(part.dim(1)))
+    whole.slice(1, r.global, r.global + r.length).copy_from(part.slice(1, r.local, r.local + r.length));
 }
 
 std::vector<PositionRun> BatchSlice::position_runs(std::int64_t local) const {

@@ -30,6 +30,10 @@ struct BatchSlice {
   Tensor of(const Tensor& batch_tensor) const;
   // The runs of positions of a part that holds `local` of them (one run, or two zig-zag).
   std::vector<PositionRun> position_runs(std::int64_t local) const;
+  // Copies this part's positions of `whole` [B, T, ...] into `part` [B, T / position_parts, ...]
+  // (take), or the part's rows back to their positions in `whole` (put).
+  void take_positions(const Tensor& whole, Tensor& part) const;
+  void put_positions(Tensor& whole, const Tensor& part) const;
   // The same for the part at another place of the ring.
   BatchSlice at_place(int place) const {
     BatchSlice other = *this;

@@ -45,9 +45,7 @@ class SequenceLayers final : public SingleDeviceLayers {
     Tensor whole = Tensor::empty(places.shape(), places.dtype());
     const std::int64_t local = part.dim(1);
     for (int p = 0; p < ring_.size(); ++p)
-      for (const PositionRun& r : positions_.at_place(p).position_runs(local))
-        whole.slice(1, r.global, r.global + r.length)
-            .copy_from(places.slice(1, p * local + r.local, p * local + r.local + r.length));
+      positions_.at_place(p).put_positions(whole, places.slice(1, p * local, (p + 1) * local));
     return whole;
   }
 

@@ -28,18 +28,14 @@ std::vector<Tensor> UlyssesSelfAttention::rows_by_rank(const Tensor& x, const Co
   std::vector<Tensor> parts;
   for (int s = 0; s < group_.size(); ++s) {
     Tensor part = ctx.empty({x.dim(0), local, x.dim(2)}, x.dtype());
-    for (const PositionRun& r : positions_.at_place(s).position_runs(local))
-      part.slice(1, r.local, r.local + r.length).copy_from(x.slice(1, r.global, r.global + r.length));
+    positions_.at_place(s).take_positions(x, part);
     parts.push_back(part);
   }
   return parts;
 }
 
 void UlyssesSelfAttention::place_rows(Tensor& x, const std::vector<Tensor>& parts) const {
-  const std::int64_t local = x.dim(1) / group_.size();
-  for (int s = 0; s < group_.size(); ++s)
-    for (const PositionRun& r : positions_.at_place(s).position_runs(local))
-      x.slice(1, r.global, r.global + r.length).copy_from(parts[s].slice(1, r.local, r.local + r.length));
+  for (int s = 0; s < group_.size(); ++s) positions_.at_place(s).put_positions(x, parts[s]);
 }
 
 namespace {
