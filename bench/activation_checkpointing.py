@@ -3,7 +3,8 @@
 
 For the reference GPT (n_layer 6, n_embd 384, n_head 6, vocab 512, seq_len 256, batch 8, fp32)
 and a 24-layer GPT of the same width, trains a few steps with train.activation_checkpointing =
-none, blocks, every_k (k = 2) and blocks with host offload, and prints the activation pool's
+none, blocks, every_k (k = 2), blocks with host offload and selective (q, k, v and each MLP's
+activation remade in backward), and prints the activation pool's
 peak bytes (from tidal's allocator) and the step time, each as a ratio to "none".
 --device cuda trains on the GPU instead, at GPT-2 124M's shape (width 768, 12 heads, seq_len
 1024, vocab 50304, batch 8, bf16) with 12 and 24 layers.
@@ -30,6 +31,7 @@ VARIANTS = [
     ("blocks", ["train.activation_checkpointing=blocks"]),
     ("every_k (k=2)", ["train.activation_checkpointing=every_k", "train.activation_checkpointing_k=2"]),
     ("blocks + host offload", ["train.activation_checkpointing=blocks", "train.activation_offload=host"]),
+    ("selective", ["train.activation_checkpointing=selective"]),
 ]
 
 

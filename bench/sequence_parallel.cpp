@@ -17,7 +17,10 @@
 //    the fit says admits exactly 3 samples is enforced on the activation allocator: batch 3 must
 //    train and batch 4 must fail with an out-of-memory error.
 //
-//   mpirun -np 4 bench_sequence_parallel [--cap-gib 40] [--verify]
+// --selective runs every layout with train.activation_checkpointing = "selective" (each MLP's
+// activation output let go after forward and remade in backward).
+//
+//   mpirun -np 4 bench_sequence_parallel [--cap-gib 40] [--verify] [--selective]
 #include "comm/mpi_runtime.h"
 #include "models/factory.h"
 #include "nn/parallel_layers.h"
@@ -116,6 +119,8 @@ struct Measurement {
   bool out_of_memory = false;
 };
 
+bool selective = false;  // --selective
+
 // One forward + backward of BERT-Base at [B, T] under `l`; the activation allocator is capped
 // at `activation_cap` bytes (0 = none).
 Measurement measure(comm::MpiRuntime& mpi, comm::Communicator& world, const Layout& l, std::int64_t B,
@@ -126,7 +131,7 @@ Measurement measure(comm::MpiRuntime& mpi, comm::Communicator& world, const Layo
   Measurement out;
   {
     const auto layers = nn::make_layers(pc);
-    auto model = models::make_model(cfg.model, {}, *layers);
+    auto model = models::make_model(cfg.model, {.selective = selective}, *layers);
     model->materialize(1);
     optim::AdamW adam(model->parameters(), {});
     out.model = max_over(world, double(host_allocator().current_bytes() - before));
@@ -223,6 +228,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--cap-gib") == 0 && i + 1 < argc) cap_gib = std::atof(argv[++i]);
     if (std::strcmp(argv[i], "--verify") == 0) verify = true;
+    if (std::strcmp(argv[i], "--selective") == 0) selective = true;
   }
   comm::MpiRuntime mpi(&argc, &argv);
   auto world = mpi.world(comm::Seconds(1800));
@@ -237,8 +243,9 @@ int main(int argc, char** argv) {
   const double cap = cap_gib * double(1ull << 30);
   const double lengths[3] = {128, 256, 512};
   if (main_rank)
-    fmt::print("# BERT-Base shape (12 layers, hidden 768, 12 heads, vocabulary {}), fp32 with AdamW, {} ranks\n", kVocab,
-               n);
+    fmt::print("# BERT-Base shape (12 layers, hidden 768, 12 heads, vocabulary {}), fp32 with AdamW, {} ranks, "
+               "train.activation_checkpointing = \"{}\"\n",
+               kVocab, n, selective ? "selective" : "none");
 
   struct Fit {
     Quadratic per_sample, rest;  // activation bytes = B * per_sample(T) + rest(T)

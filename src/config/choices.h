@@ -23,7 +23,7 @@
 namespace tidal::config {
 
 enum class DataKind { markov, tokens, text, images };  // data.kind
-enum class Recompute { none, blocks, every_k };        // train.activation_checkpointing
+enum class Recompute { none, blocks, every_k, selective };  // train.activation_checkpointing
 enum class ActivationOffload { none, host };           // train.activation_offload
 // train.on_nonfinite: a step whose loss or gradient is not finite ends the run, or is dropped.
 enum class OnNonfinite { stop, skip };
@@ -61,7 +61,10 @@ struct Names<DType> {
 template <>
 struct Names<Recompute> {
   static constexpr std::pair<Recompute, std::string_view> table[] = {
-      {Recompute::none, "none"}, {Recompute::blocks, "blocks"}, {Recompute::every_k, "every_k"}};
+      {Recompute::none, "none"},
+      {Recompute::blocks, "blocks"},
+      {Recompute::every_k, "every_k"},
+      {Recompute::selective, "selective"}};
 };
 template <>
 struct Names<ActivationOffload> {

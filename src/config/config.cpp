@@ -211,10 +211,11 @@ void validate(const Config& c, bool local_files) {
               t.sample_every, m.type);
   TIDAL_CHECK(t.activation_checkpointing_k >= 1, "train.activation_checkpointing_k must be >= 1, got {}",
               t.activation_checkpointing_k);
-  TIDAL_CHECK(t.activation_offload == ActivationOffload::none || t.activation_checkpointing != Recompute::none,
+  TIDAL_CHECK(t.activation_offload == ActivationOffload::none || t.activation_checkpointing == Recompute::blocks ||
+                  t.activation_checkpointing == Recompute::every_k,
               "train.activation_offload = \"{}\" moves checkpointed block inputs, but train.activation_checkpointing "
-              "is \"none\": set it to \"blocks\" or \"every_k\"",
-              t.activation_offload);
+              "is \"{}\", which checkpoints no blocks: set it to \"blocks\" or \"every_k\"",
+              t.activation_offload, t.activation_checkpointing);
 
   const ParallelConfig& p = c.parallel;
   TIDAL_CHECK(p.data >= 1 && p.pipeline >= 1 && p.sequence >= 1 && p.tensor.size >= 1 && p.tensor.depth >= 1 &&

@@ -79,7 +79,7 @@ struct TrainConfig {
   // loss-scale backoffs count too).
   OnNonfinite on_nonfinite = OnNonfinite::stop;
   std::int64_t max_skipped_steps = 25;
-  Recompute activation_checkpointing = Recompute::none;  // none | blocks | every_k
+  Recompute activation_checkpointing = Recompute::none;  // none | blocks | every_k | selective
   int activation_checkpointing_k = 2;             // every_k: blocks per checkpointed run
   ActivationOffload activation_offload = ActivationOffload::none;  // none | host: kept block inputs wait in host memory
 };

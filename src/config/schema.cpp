@@ -125,7 +125,9 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(train.eval_every, "steps between eval losses (0 = only at the end)"),
       TIDAL_KEY(train.eval_batches, "held-out batches per eval"),
       TIDAL_KEY(train.activation_checkpointing,
-                "none | blocks (keep only each block's input, recompute in backward) | every_k (runs of k blocks)"),
+                "none | blocks (keep only each block's input, recompute in backward) | every_k (runs of k blocks) "
+                "| selective (let go of each MLP's activation output and each attention's q, k, v, remade in "
+                "backward: one extra qkv projection per block)"),
       TIDAL_KEY(train.activation_checkpointing_k, "every_k: consecutive blocks per checkpointed run"),
       TIDAL_KEY(train.activation_offload, "none | host: checkpointed inputs wait in host memory until backward"),
       TIDAL_KEY(train.log_every, "steps between progress lines when not on a terminal"),

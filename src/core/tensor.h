@@ -53,6 +53,9 @@ class Tensor {
   Device device() const { return device_; }
   bool is_contiguous() const;
   bool owns_storage() const { return storage_ != nullptr; }
+  // No other tensor shares its storage: its last reader may write over it (a loss writes the
+  // logits' gradient over the logits once nothing else holds them).
+  bool unshared() const { return storage_ != nullptr && storage_.use_count() == 1; }
   // The allocator its storage came from (null for a view of someone else's memory).
   Allocator* allocator() const { return storage_ ? &storage_->allocator() : nullptr; }
 

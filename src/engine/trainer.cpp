@@ -100,7 +100,9 @@ nn::CheckpointPolicy checkpoint_policy(const config::TrainConfig& tc) {
   const int every = tc.activation_checkpointing == config::Recompute::blocks    ? 1
                     : tc.activation_checkpointing == config::Recompute::every_k ? tc.activation_checkpointing_k
                                                                                 : 0;
-  return {.every = every, .offload_to_host = tc.activation_offload == config::ActivationOffload::host};
+  return {.every = every,
+          .offload_to_host = tc.activation_offload == config::ActivationOffload::host,
+          .selective = tc.activation_checkpointing == config::Recompute::selective};
 }
 
 // A scalar agreed over the world: the largest of every rank's (1 = a rank wants to stop).

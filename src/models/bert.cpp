@@ -78,8 +78,8 @@ class Bert final : public Model {
     nn::TableLookup& word = embedding->word_embedding();
     add_embedding_layer("embeddings", std::move(embedding), c.embedding_on_host);
     nn::BlockConfig b{.n_embd = c.n_embd,
-                      .attention = {.n_head = c.n_head, .causal = false},
-                      .mlp = {.activation = c.activation},
+                      .attention = {.n_head = c.n_head, .causal = false, .recompute_qkv = c.checkpointing.selective},
+                      .mlp = {.activation = c.activation, .recompute_activation = c.checkpointing.selective},
                       .norm_eps = c.ln_eps,
                       .pre_norm = false,
                       .dropout = c.dropout,

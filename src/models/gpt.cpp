@@ -36,8 +36,8 @@ class Gpt final : public Model {
     nn::TableLookup& wte = embedding->token_embedding();
     add_embedding_layer("", std::move(embedding), c.embedding_on_host);
     nn::BlockConfig b{.n_embd = c.n_embd,
-                      .attention = {.n_head = c.n_head, .causal = true},
-                      .mlp = {.activation = c.activation},
+                      .attention = {.n_head = c.n_head, .causal = true, .recompute_qkv = c.checkpointing.selective},
+                      .mlp = {.activation = c.activation, .recompute_activation = c.checkpointing.selective},
                       .norm_eps = c.ln_eps,
                       .dropout = c.dropout,
                       .init = nn::ParameterInit::normal(c.init_std),

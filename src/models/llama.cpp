@@ -29,10 +29,11 @@ class Llama final : public Model {
     const nn::BlockConfig b{
         .n_embd = c.n_embd,
         .attention = {.n_head = c.n_head, .n_kv_head = c.n_kv_head, .causal = true, .bias = c.attention_bias,
-                      .rotary = c.rotary},
+                      .rotary = c.rotary, .recompute_qkv = c.checkpointing.selective},
         .mlp = {.kind = nn::MlpConfig::Kind::swiglu,
                 .hidden = c.intermediate_size,
-                .bias = false},
+                .bias = false,
+                .recompute_activation = c.checkpointing.selective},
         .norm = nn::NormKind::rms_norm,
         .norm_eps = c.rms_eps,
         .pre_norm = true,

@@ -93,8 +93,8 @@ class Vit final : public Model {
                 "model.image_size ({}) must be a multiple of model.patch_size ({})", c.image_size, c.patch_size);
     add_layer("", std::make_unique<PatchEmbedding>(c, layers));
     nn::BlockConfig b{.n_embd = c.n_embd,
-                      .attention = {.n_head = c.n_head, .causal = false},
-                      .mlp = {.activation = c.activation},
+                      .attention = {.n_head = c.n_head, .causal = false, .recompute_qkv = c.checkpointing.selective},
+                      .mlp = {.activation = c.activation, .recompute_activation = c.checkpointing.selective},
                       .norm_eps = c.ln_eps,
                       .pre_norm = true,
                       .dropout = c.dropout,

@@ -19,9 +19,13 @@ namespace tidal::nn {
 // What to checkpoint: runs of `every` consecutive blocks, each run one checkpoint (0 = none,
 // 1 = every block). offload_to_host moves the kept inputs to the host tier between forward and
 // backward (from the GPU; on a CPU-only machine it moves them out of the activation pool).
+// selective: no whole blocks, only what is cheap to make again: each MLP's activation output
+// (remade from its input: Mlp) and each attention's q, k, v (remade by the qkv projection:
+// MultiHeadSelfAttention), one extra qkv projection per block and step.
 struct CheckpointPolicy {
   int every = 0;
   bool offload_to_host = false;
+  bool selective = false;
 };
 
 class ActivationCheckpoint final : public Module {

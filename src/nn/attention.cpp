@@ -35,7 +35,8 @@ Tensor ScaledDotProductAttention::backward(const Tensor& dy, Context& ctx) {
 }
 
 MultiHeadSelfAttention::MultiHeadSelfAttention(std::int64_t n_embd, const AttentionConfig& c, ParameterInit init,
-                                               ParameterInit proj_init, LayerFactory& layers) {
+                                               ParameterInit proj_init, LayerFactory& layers)
+    : recompute_qkv_(c.recompute_qkv) {
   const int H = c.n_head, Hkv = c.n_kv_head ? c.n_kv_head : c.n_head, parts = layers.feature_parts();
   TIDAL_CHECK(H > 0 && n_embd % H == 0, "model.n_embd ({}) must be divisible by model.n_head ({})", n_embd, H);
   TIDAL_CHECK(Hkv > 0 && H % Hkv == 0, "model.n_head ({}) must be a multiple of model.n_kv_head ({}): each key / "
@@ -53,13 +54,25 @@ MultiHeadSelfAttention::MultiHeadSelfAttention(std::int64_t n_embd, const Attent
   proj_ = &add_module("proj", layers.output_linear(n_embd, n_embd, c.bias, proj_init));
 }
 
-Tensor MultiHeadSelfAttention::forward(const Tensor& x, Context& ctx) {
+Tensor MultiHeadSelfAttention::qkv(const Tensor& x, Context& ctx) {
   Tensor qkv = ctx.forward(*qkv_, x, kQkv);  // [B, T, (H + 2 Hkv) hd] (this rank's heads)
   if (rotary_) qkv = ctx.forward(*rotary_, qkv, kRotary);
-  return ctx.forward(*proj_, ctx.forward(*attention_, qkv, kAttention), kProj);
+  return qkv;
+}
+
+Tensor MultiHeadSelfAttention::forward(const Tensor& x, Context& ctx) {
+  const Tensor qkv = this->qkv(x, ctx);
+  Tensor y = ctx.forward(*proj_, ctx.forward(*attention_, qkv, kAttention), kProj);
+  // The qkv projection keeps x for its backward anyway: holding it here too costs nothing.
+  if (recompute_qkv_ && ctx.state().training && ctx.forget(qkv) > 0) ctx.saved = {x};
+  return y;
 }
 
 Tensor MultiHeadSelfAttention::backward(const Tensor& dy, Context& ctx) {
+  if (!ctx.saved.empty()) {  // remade through the runner, as activation checkpointing remakes a block
+    ctx.remember(qkv(ctx.saved.at(0), ctx));
+    ctx.saved.clear();
+  }
   Tensor dqkv = ctx.backward(*attention_, ctx.backward(*proj_, dy, kProj), kAttention);
   if (rotary_) dqkv = ctx.backward(*rotary_, dqkv, kRotary);
   return ctx.backward(*qkv_, dqkv, kQkv);

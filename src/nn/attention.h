@@ -26,6 +26,10 @@ struct AttentionConfig {
   bool causal = false;
   bool bias = true;        // on the qkv and output projections
   RotaryConfig rotary{};   // theta 0: no rotary embeddings (positions are learned elsewhere)
+  // Selective recomputation: the attention's qkv input is let go after forward and remade in
+  // backward by the qkv projection (and rotary) from the projection's input, which it keeps anyway.
+  // Attention that keeps a copy instead (Ulysses' heads after the all-to-all) keeps it.
+  bool recompute_qkv = false;
 };
 
 // Scaled dot-product attention of the heads and samples a rank holds whole: qkv [B', T,
@@ -55,10 +59,13 @@ class MultiHeadSelfAttention final : public Module {
   Tensor backward(const Tensor& dy, Context& ctx) override;
 
  private:
+  Tensor qkv(const Tensor& x, Context& ctx);  // the projection, and rotary when asked
+
   Module* qkv_;                // weight [(H + 2 Hkv) hd, C]: rows q | k | v
   Module* rotary_ = nullptr;   // in place on qkv, when asked
   Module* attention_;          // this rank's heads
   Module* proj_;               // weight [C, C]
+  bool recompute_qkv_;
 };
 
 }  // namespace tidal::nn

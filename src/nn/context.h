@@ -51,7 +51,8 @@ class Context {
   // activations in `activations` and reads `batch` (a copy there). backward finds it as child(slot).
   Context& placed_child(std::size_t slot, Allocator& activations, Batch batch);
 
-  // Run a child module through the runner, in this call's child context `slot`.
+  // Run a child module through the runner, in this call's child context `slot`. Outside training
+  // (evaluation, sampling) the child keeps nothing once its forward returns.
   Tensor forward(Module& m, const Tensor& x, std::size_t slot);
   Tensor backward(Module& m, const Tensor& dy, std::size_t slot);
 
@@ -69,6 +70,13 @@ class Context {
   // Drops everything saved here and below (activation checkpointing keeps only the input).
   void clear();
 
+  // Selective recomputation: a parent lets go of a tensor its children saved but that it can
+  // make again cheaply. forget(t) empties every entry saved below this context that is `t`
+  // itself (the same memory, shape, strides and dtype) and returns how many; remember(t') puts
+  // the remade t' in those places, before the children's backward reads them.
+  std::size_t forget(const Tensor& t);
+  void remember(const Tensor& t);
+
  private:
   struct Placement {  // a placed child's own state and batch
     StepState state;
@@ -77,6 +85,7 @@ class Context {
   const StepState* state_;
   std::unique_ptr<Placement> placement_;
   std::vector<std::unique_ptr<Context>> children_;
+  std::vector<Tensor*> forgotten_;  // the saved entries forget() emptied
 };
 
 }  // namespace tidal::nn

@@ -57,7 +57,9 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, Context& ctx) {
 Tensor CrossEntropyLoss::backward(const Tensor& dloss, Context& ctx) {
   const Tensor &logits = ctx.saved.at(0), &lse = ctx.saved.at(1), &targets = ctx.saved.at(2);
   const float valid = ctx.saved.at(3).item();
-  Tensor dlogits = ctx.empty(logits.shape(), logits.dtype());
+  // When this loss holds the only reference to the logits, their gradient is written over them:
+  // the peak keeps one [N, V] block, not two.
+  Tensor dlogits = logits.unshared() ? logits : ctx.empty(logits.shape(), logits.dtype());
   Tensor d2 = dlogits.reshape({-1, logits.dim(-1)});
   ops::cross_entropy_backward(d2, logits.reshape({-1, logits.dim(-1)}), lse, targets,
                               valid > 0 ? dloss.item() / valid : 0.0f);

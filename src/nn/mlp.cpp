@@ -8,7 +8,8 @@ namespace {
 enum Slot : std::size_t { kFc, kAct, kProj };
 }
 
-Mlp::Mlp(std::int64_t n_embd, const MlpConfig& c, ParameterInit init, ParameterInit proj_init, LayerFactory& layers) {
+Mlp::Mlp(std::int64_t n_embd, const MlpConfig& c, ParameterInit init, ParameterInit proj_init, LayerFactory& layers)
+    : recompute_activation_(c.recompute_activation) {
   const std::int64_t hidden = c.hidden ? c.hidden : 4 * n_embd;
   const bool glu = c.kind == MlpConfig::Kind::swiglu;
   fc_ = &add_module("fc", layers.input_linear(n_embd, glu ? 2 * hidden : hidden, c.bias, init, glu ? 2 : 1));
@@ -18,10 +19,19 @@ Mlp::Mlp(std::int64_t n_embd, const MlpConfig& c, ParameterInit init, ParameterI
 }
 
 Tensor Mlp::forward(const Tensor& x, Context& ctx) {
-  return ctx.forward(*proj_, ctx.forward(*act_, ctx.forward(*fc_, x, kFc), kAct), kProj);
+  const Tensor h = ctx.forward(*fc_, x, kFc);
+  const Tensor a = ctx.forward(*act_, h, kAct);
+  Tensor y = ctx.forward(*proj_, a, kProj);
+  // The activation keeps h for its backward anyway: holding it here too costs nothing.
+  if (recompute_activation_ && ctx.state().training && ctx.forget(a) > 0) ctx.saved = {h};
+  return y;
 }
 
 Tensor Mlp::backward(const Tensor& dy, Context& ctx) {
+  if (!ctx.saved.empty()) {  // remade through the runner, as activation checkpointing remakes a block
+    ctx.remember(ctx.forward(*act_, ctx.saved.at(0), kAct));
+    ctx.saved.clear();
+  }
   return ctx.backward(*fc_, ctx.backward(*act_, ctx.backward(*proj_, dy, kProj), kAct), kFc);
 }
 

@@ -15,6 +15,9 @@ struct MlpConfig {
   std::int64_t hidden = 0;  // the hidden width I; 0 = 4 n_embd
   ops::GeluForm activation = ops::GeluForm::tanh;  // gelu's form
   bool bias = true;
+  // Selective recomputation: the activation's output (the projection's input, [.., I]) is let go
+  // after forward and remade from the activation's input in backward.
+  bool recompute_activation = false;
 };
 
 class Mlp final : public Module {
@@ -28,6 +31,7 @@ class Mlp final : public Module {
   Module* fc_;    // weight [I, C], or [2I, C] (gate | up)
   Module* act_;
   Module* proj_;  // weight [C, I]
+  bool recompute_activation_;
 };
 
 }  // namespace tidal::nn

@@ -76,7 +76,9 @@ Batch copy_batch(const Batch& b, Allocator& memory) {
 }
 
 Tensor Context::forward(Module& m, const Tensor& x, std::size_t slot) {
-  return state_->runner->forward(m, x, child(slot));
+  Tensor y = state_->runner->forward(m, x, child(slot));
+  if (!state_->training) child(slot).clear();  // forward alone (evaluation): no backward reads what it kept
+  return y;
 }
 
 Tensor Context::backward(Module& m, const Tensor& dy, std::size_t slot) {
@@ -86,6 +88,34 @@ Tensor Context::backward(Module& m, const Tensor& dy, std::size_t slot) {
 void Context::clear() {
   saved.clear();
   children_.clear();
+  forgotten_.clear();
+}
+
+std::size_t Context::forget(const Tensor& t) {
+  const auto same = [&](const Tensor& s) {
+    return s.defined() && s.raw() == t.raw() && s.dtype() == t.dtype() && s.shape() == t.shape() &&
+           s.strides() == t.strides();
+  };
+  forgotten_.clear();
+  const auto search = [&](auto& self, Context& c) -> void {
+    for (auto& child : c.children_) {
+      if (!child) continue;
+      for (Tensor& s : child->saved)
+        if (same(s)) {
+          s = Tensor();
+          forgotten_.push_back(&s);
+        }
+      self(self, *child);
+    }
+  };
+  search(search, *this);
+  return forgotten_.size();
+}
+
+void Context::remember(const Tensor& t) {
+  TIDAL_ASSERT(!forgotten_.empty(), "remember() without a tensor forgotten");
+  for (Tensor* s : forgotten_) *s = t;
+  forgotten_.clear();
 }
 
 Tensor Runner::forward(Module& m, const Tensor& x, Context& ctx) {

@@ -33,7 +33,7 @@ inline void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& log
 }
 // dlogits = scale * (exp(logits - lse) - onehot(target)) on non-ignored rows (no one-hot for
 // kTargetElsewhere), 0 on ignored ones. lse may be a row's global log-sum-exp over all shards.
-// scale = dloss / (number of non-ignored rows) for a mean loss.
+// scale = dloss / (number of non-ignored rows) for a mean loss. dlogits may be logits itself.
 inline void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
                                    const Tensor& targets, float scale) {
   TIDAL_OPS_DISPATCH(logits, cross_entropy_backward, dlogits, logits, lse, targets, scale);

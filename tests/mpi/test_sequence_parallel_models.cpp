@@ -4,7 +4,9 @@
 // of one step agree within the fp32 tolerance, and 20 AdamW steps on fresh batches give the
 // same losses. Dropout is on: each ring position draws the single process's mask for its
 // positions. At 4 ranks both a ring of 4 and data 2 x a ring of 2 run; rings zig-zag (every place
-// the same causal work) and contiguous, and Ulysses (an all-to-all of heads) beside the ring.
+// the same causal work) and contiguous, and Ulysses (an all-to-all of heads) beside the ring; one
+// ring and one Ulysses layout under selective recomputation (q, k, v and the MLP's activation
+// remade in backward).
 #include "engine/gradient_reducer.h"
 #include "models/factory.h"
 #include "nn/cross_entropy_loss.h"
@@ -36,13 +38,16 @@ struct Layout {
   int data, sequence;
   bool zigzag;  // ring place r holds chunks r and 2N - 1 - r of 2N (else chunk r of N)
   parallel::SequenceMode mode = parallel::SequenceMode::ring;
+  bool selective = false;  // train.activation_checkpointing = "selective"
 };
 
 std::vector<Layout> layouts(int world) {
-  constexpr auto ulysses = parallel::SequenceMode::ulysses;
+  constexpr auto ring = parallel::SequenceMode::ring, ulysses = parallel::SequenceMode::ulysses;
   switch (world) {
-    case 2: return {{1, 2, true}, {1, 2, false}, {1, 2, true, ulysses}};
-    case 4: return {{1, 4, true}, {1, 4, false}, {2, 2, true}, {1, 4, true, ulysses}, {2, 2, false, ulysses}};
+    case 2: return {{1, 2, true}, {1, 2, false}, {1, 2, true, ulysses}, {1, 2, true, ring, true}};
+    case 4:
+      return {{1, 4, true},          {1, 4, false}, {2, 2, true}, {1, 4, true, ulysses}, {2, 2, false, ulysses},
+              {2, 2, true, ring, true}, {1, 4, true, ulysses, true}};
     default: return {};
   }
 }
@@ -114,11 +119,11 @@ TEST_P(SequenceParallelModels, MatchSingleProcess) {
   for (const Layout& l : layouts(world)) {
     SCOPED_TRACE("data " + std::to_string(l.data) + " x sequence " + std::to_string(l.sequence) +
                  (l.zigzag ? " zig-zag" : " contiguous") +
-                 (l.mode == parallel::SequenceMode::ulysses ? " Ulysses" : " ring"));
+                 (l.mode == parallel::SequenceMode::ulysses ? " Ulysses" : " ring") + (l.selective ? " selective" : ""));
     const config::Config cfg = config_for(GetParam(), l);
     parallel::ParallelContext pc(cfg, &mpi());
     const auto layers = nn::make_layers(pc);
-    auto par = models::make_model(cfg.model, {}, *layers);
+    auto par = models::make_model(cfg.model, {.selective = l.selective}, *layers);
     auto ref = models::make_model(cfg.model);
     par->materialize(kSeed);
     ref->materialize(kSeed);

@@ -1,7 +1,9 @@
 // GPT (its vocabulary padded to split), BERT, ViT and Llama under every tensor-parallel mode that fits
 // the launched world, against the single-device model of the same seed built on every rank: the
 // logits (gathered), the loss and every parameter gradient (gathered) of one step agree within
-// the fp32 tolerance, and 20 AdamW steps on fresh batches give the same losses.
+// the fp32 tolerance, and 20 AdamW steps on fresh batches give the same losses. 1D and 2D also run
+// under selective recomputation (q, k, v and the MLP's activation remade in backward: 2D's qkv
+// projection communicates again).
 #include "models/factory.h"
 #include "nn/runner.h"
 #include "nn/parallel_layers.h"
@@ -30,13 +32,14 @@ constexpr int kSteps = 20;
 struct Mode {
   const char* mode;
   int depth = 1;
+  bool selective = false;  // train.activation_checkpointing = "selective"
 };
 
 // The modes that fill the launched world with one tensor group.
 std::vector<Mode> modes(int world) {
   switch (world) {
-    case 2: return {{"1d"}};
-    case 4: return {{"1d"}, {"2d"}, {"2.5d", 1}};
+    case 2: return {{"1d"}, {"1d", 1, true}};
+    case 4: return {{"1d"}, {"2d"}, {"2.5d", 1}, {"2d", 1, true}};
     case 8: return {{"2.5d", 2}, {"3d"}};
     case 9: return {{"2d"}};
     default: return {};
@@ -117,12 +120,12 @@ TEST_P(TensorParallelModels, MatchSingleDevice) {
   const int world = mpi().world(comm::Seconds(60))->size();
   if (modes(world).empty()) GTEST_SKIP() << "no tensor-parallel mode fills " << world << " ranks";
   for (const Mode& m : modes(world)) {
-    SCOPED_TRACE(std::string(m.mode) + " depth " + std::to_string(m.depth));
+    SCOPED_TRACE(std::string(m.mode) + " depth " + std::to_string(m.depth) + (m.selective ? " selective" : ""));
     const config::Config cfg = config_for(GetParam(), m, world);
     parallel::ParallelContext pc(cfg, &mpi());
     comm::Communicator& tensor = pc.group(parallel::GroupKind::tensor);
     const auto layers = nn::make_layers(pc);
-    auto par = models::make_model(cfg.model, {}, *layers);
+    auto par = models::make_model(cfg.model, {.selective = m.selective}, *layers);
     auto ref = models::make_model(cfg.model);
     par->materialize(kSeed);
     ref->materialize(kSeed);

@@ -90,5 +90,27 @@ TEST(ActivationCheckpoint, RunsOfBlocksAndHostOffloadAreBitwiseTheSame) {
   EXPECT_LE(offload.activation_peak, runs.activation_peak);
 }
 
+TEST(ActivationCheckpoint, SelectiveLetsGoOfQkvAndEachMlpActivationAndIsBitwiseTheSame) {
+  StepResult plain, selective, both;
+  run(plain, {});
+  run(selective, {.selective = true});
+  run(both, {.every = 1, .selective = true});  // inside a checkpointed block too
+  expect_bitwise_equal(plain, selective);
+  expect_bitwise_equal(plain, both);
+  for (int i = 0; i < 3; ++i) {
+    const std::string block = "blocks." + std::to_string(i);
+    EXPECT_EQ(selective.hooks.forwards.at(block), 1);
+    EXPECT_EQ(selective.hooks.forwards.at(block + ".mlp.act"), 2) << block << ": remade through the Runner";
+    EXPECT_EQ(selective.hooks.forwards.at(block + ".mlp.fc"), 1);
+    EXPECT_EQ(selective.hooks.forwards.at(block + ".attn.qkv"), 2) << block << ": q, k, v remade by the projection";
+    EXPECT_EQ(selective.hooks.forwards.at(block + ".attn.proj"), 1);
+    EXPECT_EQ(both.hooks.forwards.at(block + ".mlp.act"), 3);
+  }
+  // Every block's GELU output [3, 7, 64] and qkv [3, 7, 48], fp32, are gone from what forward
+  // keeps; backward remakes one block's at a time.
+  const std::size_t remade = 3 * 7 * (64 + 48) * sizeof(float);
+  EXPECT_LE(selective.activation_peak + 2 * remade, plain.activation_peak);
+}
+
 }  // namespace
 }  // namespace tidal

@@ -49,6 +49,25 @@ TEST(ModuleRunner, HooksSeeEveryModuleInExecutionOrder) {
   EXPECT_EQ(forwards, backwards);
 }
 
+TEST(ModuleRunner, ForwardOutsideTrainingKeepsOnlyTheLogits) {
+  auto model = models::make_gpt({.n_layer = 4, .n_head = 2, .n_embd = 16, .vocab_size = 11, .seq_len = 8});
+  model->materialize(1);
+  nn::Batch batch{.tokens = testing::randint({4, 8}, 1, 0, 11), .targets = testing::randint({4, 8}, 2, 0, 11)};
+  const std::size_t logits = 4 * 8 * 11 * sizeof(float);
+  for (const bool training : {true, false}) {
+    HostAllocator activations;
+    nn::Runner runner;
+    nn::StepState state{.runner = &runner, .training = training, .batch = &batch, .activations = &activations};
+    nn::Context ctx(state);
+    const models::ModelOutput out = model->run_forward(ctx);
+    ASSERT_EQ(out.logits.nbytes(), logits);
+    if (training)  // every block's activations wait for backward: more than 4 blocks' inputs alone
+      EXPECT_GT(activations.current_bytes(), logits + 4 * 4 * 8 * 16 * sizeof(float));
+    else  // evaluation: what each layer kept went when its forward returned
+      EXPECT_LE(activations.current_bytes(), logits + 64);
+  }
+}
+
 TEST(ModuleRunner, TiedParameterIsOwnedOnceAndUsedTwice) {
   auto model = models::make_gpt({.n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = 11, .seq_len = 5});
   model->materialize(1);

@@ -53,13 +53,17 @@ Tensor RingSelfAttention::forward(const Tensor& qkv, Context& ctx) {
     Tensor y_run = rows(y, run), lse_run = stats(lse, run);
     ops::ring_attention_finish(y_run, lse_run, stats(sum, run), options(ctx, run.global));
   }
-  ctx.saved = {q, kv, y, lse};  // in fp32, y is also the output: the projection's input, kept once
+  // qkv as given (q and kv are remade from it in backward: in bf16 that keeps half the bytes, and
+  // a parent may let it go and remake it, nn/context.h); in fp32, y is also the output, the
+  // projection's input, kept once.
+  ctx.saved = {qkv, y, lse};
   return ctx.as(y, qkv.dtype());
 }
 
 Tensor RingSelfAttention::backward(const Tensor& dy_given, Context& ctx) {
-  const Tensor &q = ctx.saved.at(0), &kv = ctx.saved.at(1), &y = ctx.saved.at(2), &lse = ctx.saved.at(3);
-  const std::int64_t T = q.dim(1), C = q.dim(2);
+  const Tensor &qkv = ctx.saved.at(0), &y = ctx.saved.at(1), &lse = ctx.saved.at(2);
+  const std::int64_t T = qkv.dim(1), C = y.dim(2);
+  const Tensor q = columns(qkv, 0, C, ctx), kv = columns(qkv, C, qkv.dim(2), ctx);
   const std::vector<PositionRun> mine = positions_.position_runs(T);
   const Tensor dy = ctx.as(dy_given, DType::f32);
   Tensor dq = ctx.empty(q.shape());

@@ -16,8 +16,8 @@
 // Per rank and layer, with key/value blocks of B T' 2 Hkv hd elements (grouped-query heads: only
 // the Hkv key / value heads travel, never copies up to H): forward sends N - 1 blocks, backward
 // 2 (N - 1) (the blocks and their gradients): 2 (N - 1) and 4 (N - 1) blocks of K or V alone.
-// Kept for backward: q, this rank's key/value block, y (fp32, also the output) and the
-// log-sum-exp [B, H, T']: O(T / N), no term in T^2. The kernels are fp32: under mixed precision
+// Kept for backward: qkv as given (q and this rank's key/value block are remade from it), y (fp32,
+// also the output) and the log-sum-exp [B, H, T']: O(T / N), no term in T^2. The kernels are fp32: under mixed precision
 // q, k, v are widened on the way in (and travel the ring in fp32) and y, dqkv rounded on the way
 // out.
 #pragma once

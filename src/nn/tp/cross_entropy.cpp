@@ -85,7 +85,9 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, Context& ctx) {
 Tensor VocabParallelCrossEntropy::backward(const Tensor& dloss, Context& ctx) {
   const Tensor &logits = ctx.saved.at(0), &lse = ctx.saved.at(1), &targets = ctx.saved.at(2);
   const float valid = ctx.saved.at(3).item();
-  Tensor dlogits = ctx.empty(logits.shape(), logits.dtype());
+  // Written over the logits when this loss holds the only reference to them (and no padding
+  // classes need zeros), as in CrossEntropyLoss.
+  Tensor dlogits = real_ == local_ && logits.unshared() ? logits : ctx.empty(logits.shape(), logits.dtype());
   Tensor d2 = dlogits.reshape({-1, local_});
   const Tensor logits2 = logits.reshape({-1, local_});
   const float scale = valid > 0 ? dloss.item() / valid : 0.0f;
