@@ -64,7 +64,7 @@ Tensor MultiHeadSelfAttention::forward(const Tensor& x, Context& ctx) {
   const Tensor qkv = this->qkv(x, ctx);
   Tensor y = ctx.forward(*proj_, ctx.forward(*attention_, qkv, kAttention), kProj);
   // The qkv projection keeps x for its backward anyway: holding it here too costs nothing.
-  if (recompute_qkv_ && ctx.state().training && ctx.forget(qkv) > 0) ctx.saved = {x};
+  if (recompute_qkv_ && ctx.forget(qkv) > 0) ctx.saved = {x};
   return y;
 }
 

@@ -22,8 +22,9 @@ Tensor Mlp::forward(const Tensor& x, Context& ctx) {
   const Tensor h = ctx.forward(*fc_, x, kFc);
   const Tensor a = ctx.forward(*act_, h, kAct);
   Tensor y = ctx.forward(*proj_, a, kProj);
-  // The activation keeps h for its backward anyway: holding it here too costs nothing.
-  if (recompute_activation_ && ctx.state().training && ctx.forget(a) > 0) ctx.saved = {h};
+  // The activation keeps h for its backward anyway: holding it here too costs nothing. (Outside
+  // training the children have kept nothing, so there is nothing to forget.)
+  if (recompute_activation_ && ctx.forget(a) > 0) ctx.saved = {h};
   return y;
 }
 
