@@ -6,6 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <type_traits>
+#include <utility>
 
 namespace tidal::io {
 namespace {
@@ -15,23 +18,36 @@ using nlohmann::json;
 // One key of config.json with its type, the family's default when the file leaves it out.
 class Keys {
  public:
+  static constexpr std::int64_t kLargestSize = std::numeric_limits<std::int32_t>::max();
+
   Keys(const json& j, std::string file) : j_(j), file_(std::move(file)) {}
 
   template <class T>
   T get(const char* key, T fallback) const {
     if (!j_.contains(key) || j_[key].is_null()) return fallback;
+    const json& v = j_[key];
+    // A whole number must be written as one and fit T: nlohmann would cast 3e54 to int, which is undefined.
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const bool fits = v.is_number_integer() &&
+                        (v.is_number_unsigned() ? v.get<std::uint64_t>() <= std::uint64_t(std::numeric_limits<T>::max())
+                                                : std::in_range<T>(v.get<std::int64_t>()));
+      TIDAL_CHECK(fits, "{}: \"{}\" is {}; transformers writes a whole number there, and tidal reads it up to {}",
+                  file_, key, v.dump(), std::numeric_limits<T>::max());
+      return v.is_number_unsigned() ? T(v.get<std::uint64_t>()) : T(v.get<std::int64_t>());
+    }
     try {
-      return j_[key].get<T>();
+      return v.get<T>();
     } catch (const json::exception&) {
       throw Error(fmt::format("{}: \"{}\" is {}, which is not the type transformers writes there", file_, key,
-                              j_[key].dump()));
+                              v.dump()));
     }
   }
-  // A size or count: a whole number above zero.
+  // A size or count: a whole number above zero and below 2^31, so sizes multiply without overflow.
   template <class T>
   T positive(const char* key, T fallback) const {
     const T v = get<T>(key, fallback);
-    TIDAL_CHECK(v > 0, "{}: \"{}\" is {}; it must be above zero", file_, key, v);
+    TIDAL_CHECK(v > 0 && v <= kLargestSize, "{}: \"{}\" is {}; it must be a whole number from 1 to {}", file_, key,
+                v, kLargestSize);
     return v;
   }
   // A key whose only value tidal builds is `expected`.
@@ -134,7 +150,7 @@ HfModelSpec read_llama(const Keys& k, const json& j) {
   k.require<std::string>("hidden_act", "silu", "a SwiGLU MLP");
   k.require("mlp_bias", false, "an MLP without biases");
   const std::int64_t head_dim = k.get<std::int64_t>("head_dim", s.n_embd / s.n_head);
-  TIDAL_CHECK(head_dim * s.n_head == s.n_embd, "{}: \"head_dim\" is {}; tidal's heads are hidden_size / "
+  TIDAL_CHECK(head_dim == s.n_embd / s.n_head && s.n_embd % s.n_head == 0, "{}: \"head_dim\" is {}; tidal's heads are hidden_size / "
               "num_attention_heads = {}", k.file(), head_dim, s.n_embd / s.n_head);
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const json& r = j["rope_scaling"];
@@ -145,7 +161,7 @@ HfModelSpec read_llama(const Keys& k, const json& j) {
     s.rope_scaling_factor = rk.get<double>("factor", 8.0);
     s.rope_low_freq_factor = rk.get<double>("low_freq_factor", 1.0);
     s.rope_high_freq_factor = rk.get<double>("high_freq_factor", 4.0);
-    s.rope_original_max_positions = rk.get<std::int64_t>("original_max_position_embeddings", 8192);
+    s.rope_original_max_positions = rk.positive<std::int64_t>("original_max_position_embeddings", 8192);
   }
   return s;
 }

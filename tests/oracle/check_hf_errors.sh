@@ -53,7 +53,12 @@ broken badjson 'open(d + "/config.json", "w").write("{\"model_type\": \"gpt2\", 
 expect "malformed config.json" "badjson/config.json: malformed JSON" "${train[@]}" --set model.init_from="$dir/badjson"
 
 broken noheads 'c = json.load(open(d + "/config.json")); c["n_head"] = 0; json.dump(c, open(d + "/config.json", "w"))'
-expect "zero heads" "\"n_head\" is 0; it must be above zero" "${train[@]}" --set model.init_from="$dir/noheads"
+expect "zero heads" "\"n_head\" is 0; it must be a whole number from 1 to 2147483647" "${train[@]}" \
+  --set model.init_from="$dir/noheads"
+
+broken floatlayers 'c = json.load(open(d + "/config.json")); c["n_layer"] = 3.3e54; json.dump(c, open(d + "/config.json", "w"))'
+expect "a layer count written as a huge float" "\"n_layer\" is 3.3e+54; transformers writes a whole number there" \
+  "${train[@]}" --set model.init_from="$dir/floatlayers"
 
 broken act 'c = json.load(open(d + "/config.json")); c["activation_function"] = "relu"; json.dump(c, open(d + "/config.json", "w"))'
 expect "an activation tidal lacks" "\"activation_function\" is \"relu\"" "${train[@]}" --set model.init_from="$dir/act"
