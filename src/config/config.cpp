@@ -217,6 +217,12 @@ void validate(const Config& c, bool local_files) {
               "is \"{}\", which checkpoints no blocks: set it to \"blocks\" or \"every_k\"",
               t.activation_offload, t.activation_checkpointing);
 
+  TIDAL_CHECK(t.loss_chunks >= 1, "train.loss_chunks must be >= 1 (1 = the logits all at once), got {}",
+              t.loss_chunks);
+  TIDAL_CHECK(t.loss_chunks == 1 || m.type != "vit",
+              "train.loss_chunks = {} cuts the logits of a sequence's positions into blocks, and a ViT has one row of "
+              "logits per image: set train.loss_chunks = 1", t.loss_chunks);
+
   const ParallelConfig& p = c.parallel;
   TIDAL_CHECK(p.data >= 1 && p.pipeline >= 1 && p.sequence >= 1 && p.tensor.size >= 1 && p.tensor.depth >= 1 &&
                   p.virtual_stages >= 1,

@@ -82,6 +82,7 @@ struct TrainConfig {
   Recompute activation_checkpointing = Recompute::none;  // none | blocks | every_k | selective
   int activation_checkpointing_k = 2;             // every_k: blocks per checkpointed run
   ActivationOffload activation_offload = ActivationOffload::none;  // none | host: kept block inputs wait in host memory
+  int loss_chunks = 1;  // gpt, bert, llama: the output layer and loss over this many blocks of positions
 };
 
 struct TensorParallelConfig {

@@ -130,6 +130,10 @@ std::vector<Key> make_schema() {
                 "backward: one extra qkv projection per block)"),
       TIDAL_KEY(train.activation_checkpointing_k, "every_k: consecutive blocks per checkpointed run"),
       TIDAL_KEY(train.activation_offload, "none | host: checkpointed inputs wait in host memory until backward"),
+      TIDAL_KEY(train.loss_chunks,
+                "gpt, bert, llama: the output layer and the loss run over this many blocks of positions, so one "
+                "block's logits [positions / loss_chunks, vocabulary] exist at a time instead of all of them; "
+                "backward makes each block's logits again (one more output-layer forward). 1 = all at once"),
       TIDAL_KEY(train.log_every, "steps between progress lines when not on a terminal"),
       TIDAL_KEY(train.tensorboard_dir,
                 "directory for TensorBoard event files of every step's metrics (loss, eval loss, lr, tokens/s, "

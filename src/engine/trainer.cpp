@@ -102,7 +102,8 @@ nn::CheckpointPolicy checkpoint_policy(const config::TrainConfig& tc) {
                                                                                 : 0;
   return {.every = every,
           .offload_to_host = tc.activation_offload == config::ActivationOffload::host,
-          .selective = tc.activation_checkpointing == config::Recompute::selective};
+          .selective = tc.activation_checkpointing == config::Recompute::selective,
+          .loss_chunks = tc.loss_chunks};
 }
 
 // A scalar agreed over the world: the largest of every rank's (1 = a rank wants to stop).

@@ -479,6 +479,12 @@ void ChunkManager::after_backward(nn::Module& m) {
   }
 }
 
+void ChunkManager::after_backward_part(nn::Module& m) {
+  // More blocks of this backward add to the gradients: held, as between two users' backwards.
+  for (nn::Parameter* p : m.used_parameters())
+    if (index_.count(p)) release(*p, TensorState::hold);
+}
+
 void ChunkManager::begin_forward(int phase) {
   for (Tracked& t : tracked_)
     if (in_phase(phase, t.phase) && t.state == TensorState::hold_after_fwd) set_state(t, TensorState::hold);

@@ -165,6 +165,7 @@ class ChunkManager final : public nn::ModuleHooks {
   void after_forward(nn::Module& m) override;
   void before_backward(nn::Module& m) override;
   void after_backward(nn::Module& m) override;
+  void after_backward_part(nn::Module& m) override;
   // Around the forward and the backward of one micro-batch through the model chunk `phase`
   // (kAllPhases: every one). begin_forward is needed only when forwards of several micro-batches
   // may run before their backwards (a pipeline schedule): it returns what an earlier forward left

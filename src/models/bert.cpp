@@ -86,8 +86,8 @@ class Bert final : public Model {
                       .init = nn::ParameterInit::normal(c.init_std),
                       .proj_init = nn::ParameterInit::normal(c.init_std)};
     add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);
-    add_layer("mlm", std::make_unique<MlmHead>(c, word, layers));
-    add_layer("loss", layers.cross_entropy(c.vocab_size));
+    add_head_and_loss("mlm", std::make_unique<MlmHead>(c, word, layers), layers.cross_entropy(c.vocab_size),
+                      c.checkpointing);
   }
   const Tensor& input(const nn::Batch& batch) const override { return batch.tokens; }
 };

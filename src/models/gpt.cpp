@@ -45,10 +45,11 @@ class Gpt final : public Model {
                       .proj_init = nn::ParameterInit::normal(c.init_std / std::sqrt(2.0f * float(c.n_layer)))};
     add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);
     add_layer("ln_f", layers.layer_norm(c.n_embd, c.ln_eps));
-    add_layer("lm_head", c.tie_embeddings
-                             ? layers.tied_head(wte, false)
-                             : layers.untied_head(c.vocab_size, c.n_embd, nn::ParameterInit::normal(c.init_std), false));
-    add_layer("loss", layers.cross_entropy(c.vocab_size));
+    add_head_and_loss("lm_head",
+                      c.tie_embeddings
+                          ? layers.tied_head(wte, false)
+                          : layers.untied_head(c.vocab_size, c.n_embd, nn::ParameterInit::normal(c.init_std), false),
+                      layers.cross_entropy(c.vocab_size), c.checkpointing);
   }
   const Tensor& input(const nn::Batch& batch) const override { return batch.tokens; }
 };

@@ -42,9 +42,10 @@ class Llama final : public Model {
         .proj_init = init};
     add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);
     add_layer("ln_f", layers.rms_norm(c.n_embd, c.rms_eps));
-    add_layer("lm_head", c.tie_embeddings ? layers.tied_head(wte, false)
-                                          : layers.untied_head(c.vocab_size, c.n_embd, init, false));
-    add_layer("loss", layers.cross_entropy(c.vocab_size));
+    add_head_and_loss("lm_head",
+                      c.tie_embeddings ? layers.tied_head(wte, false)
+                                       : layers.untied_head(c.vocab_size, c.n_embd, init, false),
+                      layers.cross_entropy(c.vocab_size), c.checkpointing);
   }
   const Tensor& input(const nn::Batch& batch) const override { return batch.tokens; }
 };

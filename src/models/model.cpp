@@ -1,5 +1,6 @@
 #include "models/model.h"
 
+#include "nn/chunked_loss.h"
 #include "nn/on_host.h"
 #include "nn/runner.h"
 
@@ -10,7 +11,7 @@ namespace tidal::models {
 Tensor Model::forward(const Tensor& x, nn::Context& ctx) {
   Tensor h = x;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    if (i + 1 == layers_.size()) ctx.saved = {h};  // logits, for callers that want them
+    if (i + 1 == layers_.size() && whole_logits_) ctx.saved = {h};  // logits, for callers that want them
     h = ctx.forward(*layers_[i], h, i);
   }
   return h;
@@ -26,7 +27,7 @@ Tensor Model::backward(const Tensor& dloss, nn::Context& ctx) {
 ModelOutput Model::run_forward(nn::Context& ctx) {
   TIDAL_ASSERT(ctx.state().batch != nullptr, "run_forward without a batch");
   Tensor loss = ctx.state().runner->forward(*this, input(*ctx.state().batch), ctx);
-  ModelOutput out{ctx.saved.at(0), loss.item()};
+  ModelOutput out{ctx.saved.empty() ? Tensor() : ctx.saved.at(0), loss.item()};
   ctx.saved.clear();  // backward does not read them: the logits live as long as the caller keeps them
   return out;
 }
@@ -56,6 +57,19 @@ void Model::add_blocks(int n, const std::function<std::unique_ptr<nn::Module>()>
   const int per_layer = std::max(1, policy.every);
   for (int i = 0; i < n; i += per_layer) blocks_in_layer_.push_back(std::min(per_layer, n - i));
   TIDAL_ASSERT(end_block_layer() == int(layers_.size()), "blocks_in_layer disagrees with checkpointed_blocks");
+}
+
+void Model::add_head_and_loss(std::string head_name, std::unique_ptr<nn::Module> head, std::unique_ptr<nn::Loss> loss,
+                              const nn::CheckpointPolicy& policy) {
+  if (policy.loss_chunks <= 1) {
+    add_layer(std::move(head_name), std::move(head));
+    add_layer("loss", std::move(loss));
+    return;
+  }
+  // Named by nobody: the head and the loss keep their names beneath it.
+  add_layer("", std::make_unique<nn::ChunkedLoss>(std::move(head_name), std::move(head), std::move(loss),
+                                                  policy.loss_chunks));
+  whole_logits_ = false;
 }
 
 void Model::zero_grad() {

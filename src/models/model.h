@@ -4,6 +4,7 @@
 #pragma once
 
 #include "nn/activation_checkpoint.h"
+#include "nn/loss.h"
 #include "nn/module.h"
 
 #include <cstdint>
@@ -15,7 +16,7 @@
 namespace tidal::models {
 
 struct ModelOutput {
-  Tensor logits;  // the input of the loss layer
+  Tensor logits;  // the input of the loss layer (undefined when the loss takes blocks of them: loss_chunks)
   float loss = 0.0f;
 };
 
@@ -62,11 +63,16 @@ class Model : public nn::Module {
   // n transformer blocks named blocks.{i}, as layers under the checkpointing policy.
   void add_blocks(int n, const std::function<std::unique_ptr<nn::Module>()>& make_block,
                   const nn::CheckpointPolicy& policy);
+  // The output layer `head` (named head_name) and the loss ("loss") as the last layers: two, or
+  // one over policy.loss_chunks blocks of positions (nn/chunked_loss.h).
+  void add_head_and_loss(std::string head_name, std::unique_ptr<nn::Module> head, std::unique_ptr<nn::Loss> loss,
+                         const nn::CheckpointPolicy& policy);
 
  private:
   std::vector<nn::Module*> layers_;
   int first_block_layer_ = 0;
   std::vector<int> blocks_in_layer_;
+  bool whole_logits_ = true;  // the loss layer's input is the logits (not blocks of them)
 };
 
 }  // namespace tidal::models

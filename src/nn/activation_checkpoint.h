@@ -22,10 +22,13 @@ namespace tidal::nn {
 // selective: no whole blocks, only what is cheap to make again: each MLP's activation output
 // (remade from its input: Mlp) and each attention's q, k, v (remade by the qkv projection:
 // MultiHeadSelfAttention), one extra qkv projection per block and step.
+// loss_chunks: the output layer and the loss run over this many blocks of positions, so the
+// logits of one block exist at a time (nn/chunked_loss.h); 1 = all at once.
 struct CheckpointPolicy {
   int every = 0;
   bool offload_to_host = false;
   bool selective = false;
+  int loss_chunks = 1;
 };
 
 class ActivationCheckpoint final : public Module {

@@ -35,6 +35,11 @@ struct StepState {
   std::int64_t first_sample = 0;
   const Batch* batch = nullptr;
   Allocator* activations = &host_allocator();  // where activations and their gradients live
+  // A module runs over one block of its rows, and more of them follow in this backward
+  // (nn/chunked_loss.h): its backward is not yet complete, so the hooks hear after_backward_part,
+  // and after_backward with the last block (the memory manager stores, and data parallelism
+  // reduces, a gradient once).
+  bool more_parts = false;
 };
 
 // The batch's tensors copied into `memory` (the undefined ones stay undefined).
@@ -50,6 +55,8 @@ class Context {
   // A new context in `slot` for a child that runs elsewhere (nn/on_host.h): its pass keeps its
   // activations in `activations` and reads `batch` (a copy there). backward finds it as child(slot).
   Context& placed_child(std::size_t slot, Allocator& activations, Batch batch);
+  // A new context in `slot` for a child run over one block of rows (StepState::more_parts).
+  Context& part_child(std::size_t slot, bool more_parts);
 
   // Run a child module through the runner, in this call's child context `slot`. Outside training
   // (evaluation, sampling) the child keeps nothing once its forward returns.

@@ -53,7 +53,7 @@ std::unique_ptr<Module> SingleDeviceLayers::split_features() { return std::make_
 std::unique_ptr<Module> SingleDeviceLayers::tied_head(TableLookup& embedding, bool bias) {
   return std::make_unique<TiedLmHead>(embedding.table(), bias);
 }
-std::unique_ptr<Module> SingleDeviceLayers::cross_entropy(std::int64_t) { return std::make_unique<CrossEntropyLoss>(); }
+std::unique_ptr<Loss> SingleDeviceLayers::cross_entropy(std::int64_t) { return std::make_unique<CrossEntropyLoss>(); }
 
 std::unique_ptr<Module> LayerFactory::untied_head(std::int64_t num, std::int64_t dim, ParameterInit init, bool bias) {
   return std::make_unique<UntiedLmHead>(vocab_embedding(num, dim, init),

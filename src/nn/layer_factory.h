@@ -17,6 +17,7 @@
 
 #include "nn/batch_slice.h"
 #include "nn/embedding.h"
+#include "nn/loss.h"
 #include "nn/rotary.h"
 
 #include <memory>
@@ -66,7 +67,7 @@ class LayerFactory {
   std::unique_ptr<Module> untied_head(std::int64_t num, std::int64_t dim, ParameterInit init, bool bias);
   // F logits [..., classes'] -> the mean cross-entropy [1] over the replica's micro-batch
   // (targets from the batch; -100 ignored), equal on every rank of the model replica.
-  virtual std::unique_ptr<Module> cross_entropy(std::int64_t classes) = 0;
+  virtual std::unique_ptr<Loss> cross_entropy(std::int64_t classes) = 0;
 
   // Splits a parameter of H's trailing shape [..., C] (ViT's class token and positions) as H
   // splits features. Call between add_parameter and materialize.
@@ -95,7 +96,7 @@ class SingleDeviceLayers : public LayerFactory {
   std::unique_ptr<Module> hidden_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) override;
   std::unique_ptr<Module> split_features() override;
   std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) override;
-  std::unique_ptr<Module> cross_entropy(std::int64_t classes) override;
+  std::unique_ptr<Loss> cross_entropy(std::int64_t classes) override;
   void split_hidden(Parameter&) override {}
   int feature_parts() const override { return 1; }
   BatchSlice batch_slice() const override { return {}; }

@@ -69,6 +69,16 @@ Context& Context::placed_child(std::size_t slot, Allocator& activations, Batch b
   return *children_[slot];
 }
 
+Context& Context::part_child(std::size_t slot, bool more_parts) {
+  if (children_.size() <= slot) children_.resize(slot + 1);
+  auto c = std::make_unique<Context>(*state_);
+  c->placement_ = std::make_unique<Placement>(Placement{.state = *state_, .batch = {}});
+  c->placement_->state.more_parts = more_parts;
+  c->state_ = &c->placement_->state;
+  children_[slot] = std::move(c);
+  return *children_[slot];
+}
+
 Batch copy_batch(const Batch& b, Allocator& memory) {
   auto copied = [&](const Tensor& t) { return t.defined() ? t.clone(memory) : Tensor(); };
   return {.tokens = copied(b.tokens), .token_types = copied(b.token_types), .attn_mask = copied(b.attn_mask),
@@ -130,7 +140,10 @@ Tensor Runner::backward(Module& m, const Tensor& dy, Context& ctx) {
   const ModuleTimer timer(typeid(m));
   for (auto* h : hooks_) h->before_backward(m);
   Tensor dx = m.backward(dy, ctx);
-  for (auto* h : hooks_) h->after_backward(m);
+  for (auto* h : hooks_) {
+    if (ctx.state().more_parts) h->after_backward_part(m);
+    else h->after_backward(m);
+  }
   return dx;
 }
 

@@ -18,7 +18,10 @@ class ModuleHooks {
   virtual void before_forward(Module&) {}
   virtual void after_forward(Module&) {}
   virtual void before_backward(Module&) {}
+  // Once per use of the module in a backward: a module run over blocks of rows ends every block
+  // but the last with after_backward_part (StepState::more_parts), its gradient not yet whole.
   virtual void after_backward(Module&) {}
+  virtual void after_backward_part(Module&) {}
 };
 
 class Runner {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every feature composes: chunks in bf16 and fp16 (fp32 master weights; fp16 with dynamic loss
 # scaling), ZeRO stages 1-3 and activation checkpointing under data, pipeline (1F1B, GPipe,
-# interleaved), tensor (1D, 2D, 2.5D, 3D) and sequence parallelism, at 4 and 8 ranks. Each case
+# interleaved), tensor (1D, 2D, 2.5D, 3D) and sequence parallelism, at 4 and 8 ranks, and the
+# loss over blocks of positions (train.loss_chunks). Each case
 # trains 10 steps (gradient clipping on, 2 evals; a learning rate low enough that the runs do not
 # amplify rounding: at 1e-3 the ViT's losses jump and one process in bf16 differs from itself at
 # another micro-batch size by 4e-3) and its per-step, eval and final losses equal the
@@ -78,6 +79,12 @@ for precision in bf16 fp16; do
 done
 run d2_s2_zero2_bf16 4 gpt bf16 --set parallel.data=2 --set parallel.sequence=2 --set zero.stage=2
 run p2_t2_bert_bf16 4 bert bf16 --set parallel.pipeline=2 --set parallel.tensor.size=2
+# The output layer and loss over blocks of positions (train.loss_chunks): on the pipeline's last
+# stage, vocab-parallel, with ZeRO-3's chunks fetched per block (fp32, the sharp check); and BERT's
+# MLM head under data x sequence at ZeRO-2.
+run d2_p2_t2_zero3_loss_chunks_fp32 8 gpt fp32 "${dp_tp[@]}" --set zero.stage=3 --set train.loss_chunks=3
+run d2_s2_zero2_loss_chunks_bert_bf16 4 bert bf16 --set parallel.data=2 --set parallel.sequence=2 --set zero.stage=2 \
+  --set train.loss_chunks=3
 
 # Checkpoints across composed layouts: saved at step 6 of 12 under data 2 x pipeline 2 x 1D tensor
 # 2 in bf16 at ZeRO-3, loaded under data 4 at ZeRO-1 and under one process. Resumed at the

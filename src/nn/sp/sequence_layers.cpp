@@ -33,7 +33,7 @@ class SequenceLayers final : public SingleDeviceLayers {
     return std::make_unique<RingSelfAttention>(n_head, n_kv_head, causal, ring_, positions_);
   }
   std::unique_ptr<Module> split_features() override { throw Error(no_images()); }
-  std::unique_ptr<Module> cross_entropy(std::int64_t) override {
+  std::unique_ptr<Loss> cross_entropy(std::int64_t) override {
     return std::make_unique<CrossEntropyLoss>(positions_, std::vector<comm::Communicator*>{&ring_});
   }
   void split_hidden(Parameter&) override { throw Error(no_images()); }

@@ -13,32 +13,25 @@ namespace tidal::nn::tp {
 VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::int64_t classes, std::int64_t padded,
                                                      comm::Communicator& group, BatchSlice samples,
                                                      std::vector<comm::Communicator*> batch_groups)
-    : group_(group), classes_(classes), local_(padded / group.size()), first_(group.rank() * local_),
-      real_(std::clamp<std::int64_t>(classes - first_, 0, local_)), samples_(samples),
-      batch_groups_(std::move(batch_groups)) {
+    : Loss(samples, std::move(batch_groups)), group_(group), classes_(classes), local_(padded / group.size()),
+      first_(group.rank() * local_), real_(std::clamp<std::int64_t>(classes - first_, 0, local_)) {
   TIDAL_ASSERT(padded >= classes && padded % group.size() == 0, "{} classes padded to {} over the {} ranks of '{}'",
                classes, padded, group.size(), group.name());
 }
 
-Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, Context& ctx) {
-  const Batch* batch = ctx.state().batch;
-  TIDAL_ASSERT(batch && batch->targets.defined(), "cross-entropy loss without targets");
+void VocabParallelCrossEntropy::add_rows(LossSum& total, const Tensor& logits, const Tensor& mine, Context& ctx) {
   TIDAL_ASSERT(logits.dim(-1) == local_, "{}: logits {} for {} classes per rank", path(), logits.str(), local_);
   Tensor logits2 = logits.reshape({-1, local_});
   const std::int64_t N = logits2.dim(0);
-  const Tensor mine = samples_.of(batch->targets);
-  TIDAL_CHECK(mine.numel() == N, "{} targets for {} predictions", mine.numel(), N);
   const std::int32_t* global = mine.data<std::int32_t>();
   // Targets in this rank's classes, re-based; the others marked as elsewhere (or ignored).
   Tensor targets = Tensor::empty({N}, DType::i32);
   std::int32_t* local = targets.data<std::int32_t>();
-  std::int64_t valid = 0;
   for (std::int64_t i = 0; i < N; ++i) {
     const std::int64_t t = global[i];
     TIDAL_CHECK(t == ops::kIgnoreIndex || (t >= 0 && t < classes_), "target {} at position {} is outside the {} "
                 "classes [0, {}): check model.vocab_size (or model.num_classes) against the data", t, i, classes_,
                 classes_);
-    valid += t != ops::kIgnoreIndex;
     local[i] = t == ops::kIgnoreIndex                    ? ops::kIgnoreIndex
                : (t >= first_ && t < first_ + local_) ? std::int32_t(t - first_)
                                                         : ops::kTargetElsewhere;
@@ -65,32 +58,23 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, Context& ctx) {
   }
   group_.all_reduce(sum)->wait();
   group_.all_reduce(target_logit)->wait();
-  double total = 0;
   for (std::int64_t i = 0; i < N; ++i) {
     pl[i] = pm[i] + std::log(ps[i]);  // lse now holds the global log-sum-exp
-    if (global[i] != ops::kIgnoreIndex) total += double(pl[i]) - double(pz[i]);
+    if (global[i] != ops::kIgnoreIndex) {
+      total.sum += double(pl[i]) - double(pz[i]);
+      total.count += 1;
+    }
   }
-  // Over the replica's samples: the sum and the count from every rank holding other samples.
-  Tensor sums = Tensor::empty({2});
-  sums.data<float>()[0] = float(total);
-  sums.data<float>()[1] = float(valid);
-  for (comm::Communicator* g : batch_groups_) g->all_reduce(sums)->wait();
-  const float all_valid = sums.data<float>()[1];
-  Tensor loss = ctx.empty({1});
-  loss.data<float>()[0] = all_valid > 0 ? sums.data<float>()[0] / all_valid : 0.0f;
-  ctx.saved = {logits, lse, targets, Tensor::full({1}, all_valid)};
-  return loss;
+  ctx.saved = {logits, lse, targets};
 }
 
-Tensor VocabParallelCrossEntropy::backward(const Tensor& dloss, Context& ctx) {
+Tensor VocabParallelCrossEntropy::gradient(float scale, Context& ctx) {
   const Tensor &logits = ctx.saved.at(0), &lse = ctx.saved.at(1), &targets = ctx.saved.at(2);
-  const float valid = ctx.saved.at(3).item();
   // Written over the logits when this loss holds the only reference to them (and no padding
   // classes need zeros), as in CrossEntropyLoss.
   Tensor dlogits = real_ == local_ && logits.unshared() ? logits : ctx.empty(logits.shape(), logits.dtype());
   Tensor d2 = dlogits.reshape({-1, local_});
   const Tensor logits2 = logits.reshape({-1, local_});
-  const float scale = valid > 0 ? dloss.item() / valid : 0.0f;
   if (real_ == local_) {
     ops::cross_entropy_backward(d2, logits2, lse, targets, scale);
   } else {  // the classes below V, and zeros for the padding

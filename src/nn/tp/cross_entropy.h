@@ -12,31 +12,29 @@
 #pragma once
 
 #include "comm/communicator.h"
-#include "nn/layer_factory.h"
+#include "nn/loss.h"
 
 #include <vector>
 
 namespace tidal::nn::tp {
 
-class VocabParallelCrossEntropy final : public Module {
+class VocabParallelCrossEntropy final : public Loss {
  public:
   // `classes` is the number of classes V, `padded` the V' >= V the logits are split from
   // (divisible by the group size; padded_vocab in nn/tp/embedding.h).
   VocabParallelCrossEntropy(std::int64_t classes, std::int64_t padded, comm::Communicator& group,
                             BatchSlice samples = {}, std::vector<comm::Communicator*> batch_groups = {});
 
-  // logits [..., V'/p] (this rank's classes); targets from the batch (global class ids, or
-  // kIgnoreIndex) -> the mean loss [1], equal on every rank of the group. The gradient of the
-  // padding's logits is zero.
-  Tensor forward(const Tensor& logits, Context& ctx) override;
-  Tensor backward(const Tensor& dloss, Context& ctx) override;
+  // logits [..., V'/p] (this rank's classes); targets global class ids, or kIgnoreIndex. The
+  // sum is the rows' whole loss, equal on every rank of the group (three all-reduces over it).
+  // The gradient of the padding's logits is zero.
+  void add_rows(LossSum& total, const Tensor& logits, const Tensor& targets, Context& ctx) override;
+  Tensor gradient(float scale, Context& ctx) override;
 
  private:
   comm::Communicator& group_;
   std::int64_t classes_, local_, first_;
   std::int64_t real_;  // this rank's classes below V (local_, fewer where the padding starts)
-  BatchSlice samples_;
-  std::vector<comm::Communicator*> batch_groups_;
 };
 
 }  // namespace tidal::nn::tp

@@ -58,7 +58,7 @@ class Layers1d final : public LayerFactory {
   std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) override {
     return std::make_unique<VocabParallelLmHead>(embedding.table(), bias, group_);
   }
-  std::unique_ptr<Module> cross_entropy(std::int64_t classes) override {
+  std::unique_ptr<Loss> cross_entropy(std::int64_t classes) override {
     return std::make_unique<VocabParallelCrossEntropy>(classes, padded_vocab(classes, group_.size()), group_);
   }
   void split_hidden(Parameter& p) override { p.copies = group_.size(); }

@@ -250,7 +250,7 @@ class Layers3d final : public SplitLayers {
   std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) override {
     return std::make_unique<Linear3d>(c_, a_to_b(), embedding.table(), bias);
   }
-  std::unique_ptr<Module> cross_entropy(std::int64_t classes) override {
+  std::unique_ptr<Loss> cross_entropy(std::int64_t classes) override {
     const std::int64_t l2 = std::int64_t(c_.l) * c_.l;  // the table's row blocks
     return std::make_unique<VocabParallelCrossEntropy>(classes, padded_vocab(classes, l2), c_.gz, c_.samples_b(),
                                                        std::vector<comm::Communicator*>{&c_.gx, &c_.gy});

@@ -183,7 +183,7 @@ class LayersGrid final : public SplitLayers {
   std::unique_ptr<Module> tied_head(TableLookup& embedding, bool bias) override {
     return std::make_unique<GridLinear>(g_, embedding.table(), bias);
   }
-  std::unique_ptr<Module> cross_entropy(std::int64_t classes) override {
+  std::unique_ptr<Loss> cross_entropy(std::int64_t classes) override {
     return std::make_unique<VocabParallelCrossEntropy>(classes, padded_vocab(classes, g_.q), g_.row, g_.samples(),
                                                        std::vector<comm::Communicator*>{&g_.col, &g_.depth});
   }

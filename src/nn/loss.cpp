@@ -1,0 +1,54 @@
+#include "nn/loss.h"
+
+#include "core/error.h"
+#include "ops/cross_entropy.h"
+
+#include <algorithm>
+
+namespace tidal::nn {
+
+std::int64_t valid_targets(const Batch& batch) {
+  const Tensor targets = batch.targets.device().is_cuda() ? batch.targets.clone(host_allocator()) : batch.targets;
+  const std::int32_t* t = targets.data<std::int32_t>();
+  return std::count_if(t, t + targets.numel(), [](std::int32_t v) { return v != ops::kIgnoreIndex; });
+}
+
+Tensor Loss::targets(const Batch& batch) const {
+  TIDAL_ASSERT(batch.targets.defined(), "{}: a loss without targets", path());
+  Tensor mine = part_.of(batch.targets);
+  return mine.reshape({mine.numel()});
+}
+
+LossSum Loss::over_replica(LossSum mine) const {
+  if (batch_groups_.empty()) return mine;
+  Tensor sums = Tensor::empty({2}, DType::f32, host_allocator());
+  sums.data<float>()[0] = float(mine.sum);
+  sums.data<float>()[1] = float(mine.count);
+  for (comm::Communicator* g : batch_groups_) g->all_reduce(sums)->wait();
+  return {.sum = sums.data<float>()[0], .count = sums.data<float>()[1]};
+}
+
+Tensor Loss::forward(const Tensor& logits, Context& ctx) {
+  TIDAL_ASSERT(ctx.state().batch, "{}: a loss without a batch", path());
+  const Tensor t = targets(*ctx.state().batch);
+  TIDAL_CHECK(t.numel() * logits.dim(-1) == logits.numel(), "{} targets for {} predictions", t.numel(),
+              logits.numel() / logits.dim(-1));
+  LossSum mine;
+  add_rows(mine, logits, t, ctx.child(0));
+  const LossSum all = over_replica(mine);
+  Tensor loss = ctx.empty({1});
+  loss.fill_(all.count > 0 ? float(all.sum / all.count) : 0.0f);
+  ctx.saved = {Tensor::full({1}, float(all.count), host_allocator())};
+  return loss;
+}
+
+Tensor Loss::backward(const Tensor& dloss, Context& ctx) {
+  TIDAL_ASSERT(ctx.saved.size() == 1, "{}: backward without its forward", path());
+  const float count = ctx.saved[0].item();
+  ctx.saved.clear();
+  Tensor dlogits = gradient(count > 0 ? dloss.item() / count : 0.0f, ctx.child(0));
+  ctx.clear();
+  return dlogits;
+}
+
+}  // namespace tidal::nn
