@@ -18,9 +18,10 @@
 //    train and batch 4 must fail with an out-of-memory error.
 //
 // --selective runs every layout with train.activation_checkpointing = "selective" (each MLP's
-// activation output let go after forward and remade in backward).
+// activation output let go after forward and remade in backward); --loss-chunks K runs the MLM
+// head and the loss over K blocks of positions (train.loss_chunks: one block's logits at a time).
 //
-//   mpirun -np 4 bench_sequence_parallel [--cap-gib 40] [--verify] [--selective]
+//   mpirun -np 4 bench_sequence_parallel [--cap-gib 40] [--verify] [--selective] [--loss-chunks K]
 #include "comm/mpi_runtime.h"
 #include "models/factory.h"
 #include "nn/parallel_layers.h"
@@ -33,6 +34,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -120,6 +122,7 @@ struct Measurement {
 };
 
 bool selective = false;  // --selective
+int loss_chunks = 1;     // --loss-chunks
 
 // One forward + backward of BERT-Base at [B, T] under `l`; the activation allocator is capped
 // at `activation_cap` bytes (0 = none).
@@ -131,7 +134,7 @@ Measurement measure(comm::MpiRuntime& mpi, comm::Communicator& world, const Layo
   Measurement out;
   {
     const auto layers = nn::make_layers(pc);
-    auto model = models::make_model(cfg.model, {.selective = selective}, *layers);
+    auto model = models::make_model(cfg.model, {.selective = selective, .loss_chunks = loss_chunks}, *layers);
     model->materialize(1);
     optim::AdamW adam(model->parameters(), {});
     out.model = max_over(world, double(host_allocator().current_bytes() - before));
@@ -229,6 +232,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--cap-gib") == 0 && i + 1 < argc) cap_gib = std::atof(argv[++i]);
     if (std::strcmp(argv[i], "--verify") == 0) verify = true;
     if (std::strcmp(argv[i], "--selective") == 0) selective = true;
+    if (std::strcmp(argv[i], "--loss-chunks") == 0 && i + 1 < argc) loss_chunks = std::max(1, std::atoi(argv[++i]));
   }
   comm::MpiRuntime mpi(&argc, &argv);
   auto world = mpi.world(comm::Seconds(1800));
@@ -244,8 +248,8 @@ int main(int argc, char** argv) {
   const double lengths[3] = {128, 256, 512};
   if (main_rank)
     fmt::print("# BERT-Base shape (12 layers, hidden 768, 12 heads, vocabulary {}), fp32 with AdamW, {} ranks, "
-               "train.activation_checkpointing = \"{}\"\n",
-               kVocab, n, selective ? "selective" : "none");
+               "train.activation_checkpointing = \"{}\", train.loss_chunks = {}\n",
+               kVocab, n, selective ? "selective" : "none", loss_chunks);
 
   struct Fit {
     Quadratic per_sample, rest;  // activation bytes = B * per_sample(T) + rest(T)

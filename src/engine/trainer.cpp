@@ -175,8 +175,8 @@ struct Trainer::Run {
         micro(cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local),
         accum(local / micro),
         T(positions_per_sample(cfg.model)),
-        engine(*model, pc, pipeline_options(cfg, *model, *dataset, pc, replica * local, micro)),
         activations(activation_pool(cfg)),
+        engine(*model, pc, pipeline_options(cfg, *model, *dataset, pc, replica * local, micro)),
         schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps},
         floor(dataset->entropy_floor()) {
     if (cfg.train.sample_every > 0) sampler.emplace(cfg);  // its prompt and tokenizer checked before training
@@ -212,10 +212,12 @@ struct Trainer::Run {
   // batch of B, in `accum` micro-batches of `micro`.
   int replicas, replica;
   std::int64_t B, local, micro, accum, T;
+  // Where a step's activations live: made before (so gone after) the engine, whose micro-batch
+  // contexts still hold some when a step ends in an error.
+  std::unique_ptr<Allocator> activations;
   // The model's layers in pipeline stages (one stage without pipeline parallelism: the schedule
   // is then plain gradient accumulation); this rank holds its stage's parameters.
   pipeline::PipelineEngine engine;
-  std::unique_ptr<Allocator> activations;
   nn::Runner runner;
   std::optional<TrainingSampler> sampler;
   std::optional<optim::LossScaler> scaler;
