@@ -4,6 +4,7 @@
 // are printed by rank 0 alone; after that, each rank prints its own and ends the job.
 #include "cli/commands.h"
 
+#include "cli/calibrate_command.h"
 #include "cli/export_command.h"
 #include "cli/memory_commands.h"
 #include "cli/sample_command.h"
@@ -46,6 +47,7 @@ int run(int argc, char** argv, engine::Launch& launch) {
       "  tidal train --set model.init_from=gpt2   # start from a Hugging Face GPT-2, BERT, ViT or Llama directory\n"
       "  tidal tokenize / sample / export      # text to tokens, a model to text, a checkpoint to Hugging Face\n"
       "  tidal trace / chunk-search / plan     # size a run beyond the device's memory (docs/memory.md)\n"
+      "  mpirun -np 2 tidal calibrate          # measure this machine for the cost model (a hardware file)\n"
       "  tidal info                            # what this build supports");
   CLI::App* info = app.add_subcommand("info", "Print the build's switches, threads and BLAS kernels");
   SampleCommand sample;
@@ -62,6 +64,8 @@ int run(int argc, char** argv, engine::Launch& launch) {
   add_plan_command(app, plan);
   ExportCommand export_cmd;
   add_export_command(app, export_cmd);
+  CalibrateCommand calibrate;
+  add_calibrate_command(app, calibrate);
 
   try {
     app.parse(argc, argv);
@@ -79,6 +83,7 @@ int run(int argc, char** argv, engine::Launch& launch) {
         if (trace.app->parsed()) run_trace_command(trace, launch);
         if (plan.app->parsed()) run_plan_command(plan, launch);
         if (search.app->parsed()) run_chunk_search_command(search, launch);
+        if (calibrate.app->parsed()) run_calibrate_command(calibrate, launch);
         if (train.app->parsed()) run_train_command(train, launch, shared);
       },
       &shared);

@@ -1,0 +1,131 @@
+#include "sim/calibrate.h"
+
+#include "core/error.h"
+#include "ops/cast.h"
+#include "ops/gemm.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+
+namespace tidal::sim {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The shortest of `repeats` runs of f, in seconds (after one untimed run).
+template <class F>
+double fastest(int repeats, F&& f) {
+  f();
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+// The smallest of every rank's `mine` (the slowest rank's rate), the same on every rank.
+double slowest_rank(comm::Communicator& world, double mine) {
+  Tensor v = Tensor::full({1}, float(mine));
+  world.all_reduce(v, {.op = comm::ReduceOp::min})->wait();
+  return v.item();
+}
+
+double gemm_rate(DType dtype, std::int64_t n, int repeats) {
+  Tensor a = Tensor::full({n, n}, 0.5f), b = Tensor::full({n, n}, 0.25f);
+  if (dtype != DType::f32) {
+    Tensor a2 = Tensor::empty({n, n}, dtype), b2 = Tensor::empty({n, n}, dtype);
+    ops::cast(a2, a);
+    ops::cast(b2, b);
+    a = a2;
+    b = b2;
+  }
+  Tensor c = Tensor::empty({n, n}, dtype);
+  return 2.0 * double(n) * double(n) * double(n) / fastest(repeats, [&] { ops::gemm(c, a, b); });
+}
+
+double copy_rate(std::int64_t bytes, int repeats) {
+  Tensor from = Tensor::full({bytes / 4}, 1.0f), to = Tensor::empty({bytes / 4});
+  return 2.0 * double(bytes) / fastest(repeats, [&] { to.copy_from(from); });
+}
+
+// Ranks 0 and 1: half the round trip of a message of `bytes`; the other ranks wait.
+double half_round_trip(comm::Communicator& world, std::int64_t bytes, int repeats) {
+  Tensor msg = Tensor::zeros({std::max<std::int64_t>(1, bytes / 4)});
+  const int rank = world.rank();
+  double t = 0;
+  if (rank <= 1) {
+    t = fastest(repeats, [&] {
+      if (rank == 0) {
+        world.send(msg, 1)->wait();
+        world.recv(msg, 1)->wait();
+      } else {
+        world.recv(msg, 0)->wait();
+        world.send(msg, 0)->wait();
+      }
+    }) / 2;
+  }
+  Tensor v = Tensor::full({1}, float(t));
+  world.all_reduce(v, {.op = comm::ReduceOp::max})->wait();  // rank 0's figure, everywhere
+  return v.item();
+}
+
+double all_reduce_time(comm::Communicator& world, std::int64_t bytes, int repeats) {
+  Tensor buffer = Tensor::zeros({std::max<std::int64_t>(1, bytes / 4)});
+  world.barrier()->wait();
+  const double t = fastest(repeats, [&] { world.all_reduce(buffer)->wait(); });
+  Tensor v = Tensor::full({1}, float(t));
+  world.all_reduce(v, {.op = comm::ReduceOp::max})->wait();
+  return v.item();
+}
+
+double host_memory_bytes() { return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)); }
+
+}  // namespace
+
+Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
+  const int p = world.size();
+  TIDAL_CHECK(p >= 2, "tidal calibrate measures the links between ranks as well: launch it with two ranks or more "
+              "on one node (mpirun -np 2 tidal calibrate)");
+  const int repeats = options.quick ? 2 : 5;
+  const std::int64_t n = options.quick ? 256 : 2048;
+  const std::int64_t big = options.quick ? (std::int64_t(1) << 22) : (std::int64_t(1) << 28);  // copy bytes
+  const std::int64_t message = options.quick ? (std::int64_t(1) << 20) : (std::int64_t(1) << 26);
+
+  Hardware h;
+  h.device = Device::Kind::cpu;
+  h.devices_per_node = p;
+  h.host_memory = host_memory_bytes();
+  h.device_memory = h.host_memory / p;  // the ranks of a node share its memory
+  world.barrier()->wait();
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    h.flops[dtype] = slowest_rank(world, gemm_rate(dtype, n, repeats));
+  world.barrier()->wait();
+  h.memory_bandwidth = slowest_rank(world, copy_rate(big, repeats));
+  h.host_device_bandwidth = h.memory_bandwidth;  // host and "device" are the same memory
+  const double pair_latency = half_round_trip(world, 4, repeats * 20);
+  const double pair_time = half_round_trip(world, message, repeats);
+  h.intra_node_pair = {.bandwidth = double(message) / std::max(1e-9, pair_time - pair_latency),
+                       .latency = pair_latency};
+  const double steps = 2.0 * (p - 1);  // a ring all-reduce: p - 1 reduce-scatter and p - 1 all-gather steps
+  const double small = all_reduce_time(world, 4, repeats * 20);
+  const double large = all_reduce_time(world, message, repeats);
+  h.intra_node_collective = {.bandwidth = steps / p * double(message) / std::max(1e-9, large - small),
+                             .latency = small / steps};
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::time_t now = std::time(nullptr);
+  char when[32] = {};
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  h.name = fmt::format("{} ({} ranks, {} threads each)", host, p, omp_get_max_threads());
+  h.source = fmt::format("measured by tidal calibrate{} on {} at {}", options.quick ? " --quick" : "", host, when);
+  return h;
+}
+
+}  // namespace tidal::sim

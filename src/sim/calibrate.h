@@ -1,0 +1,24 @@
+// `tidal calibrate`: measures the machine it runs on and describes it as a hardware file
+// (sim/hardware.h) for the cost model. Every rank measures at once, as they compute during
+// training, and the slowest rank's figure is kept:
+//   GEMM rates per dtype (ops::gemm on an n x n x n product, the best of a few runs);
+//   memory bandwidth (a copy of a large buffer: bytes read plus written per second);
+//   the links, over the launched ranks of one node: a ping-pong between ranks 0 and 1 (half a
+//   round trip: latency with a 4-byte message, bandwidth with a large one), and the ring
+//   all-reduce's bus bandwidth over all ranks (2 (p - 1) / p bytes per byte reduced, as
+//   nccl-tests reports it; latency from a 4-byte all-reduce over its 2 (p - 1) steps).
+#pragma once
+
+#include "comm/communicator.h"
+#include "sim/hardware.h"
+
+namespace tidal::sim {
+
+struct CalibrateOptions {
+  bool quick = false;  // smaller problems and fewer repeats: seconds, for tests
+};
+
+// Collective over `world` (two ranks or more, on one node).
+Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options = {});
+
+}  // namespace tidal::sim

@@ -1,0 +1,98 @@
+#include "sim/hardware.h"
+
+#include "core/error.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <sstream>
+
+namespace tidal::sim {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0, kGB = 1e9, kTera = 1e12, kMicro = 1e-6;
+
+// The keys of one file, each read with its unit and its place named in errors.
+class Reader {
+ public:
+  Reader(const toml::table& t, std::string file) : t_(t), file_(std::move(file)) {}
+
+  double positive(const std::string& key, const char* what) const {
+    const toml::node* n = t_.at_path(key).node();
+    TIDAL_CHECK(n, "{}: '{}' is missing ({})", file_, key, what);
+    const std::optional<double> v = n->is_integer() ? std::optional<double>(double(*n->value<std::int64_t>()))
+                                                    : n->value<double>();
+    TIDAL_CHECK(v && std::isfinite(*v) && *v > 0, "{}: '{}' must be a number above zero ({})", file_, key, what);
+    return *v;
+  }
+  std::string text(const std::string& key, const char* what) const {
+    const toml::node* n = t_.at_path(key).node();
+    TIDAL_CHECK(n && n->is_string(), "{}: '{}' must be a string ({})", file_, key, what);
+    return *n->value<std::string>();
+  }
+  bool has(const std::string& key) const { return t_.at_path(key).node() != nullptr; }
+  Link link(const std::string& key) const {
+    return {.bandwidth = positive(key + ".gbps", "GB/s per direction, as one rank sees it") * kGB,
+            .latency = positive(key + ".latency_us", "microseconds for a message of no bytes") * kMicro};
+  }
+
+ private:
+  const toml::table& t_;
+  std::string file_;
+};
+
+std::string link_toml(const Link& l) {
+  return fmt::format("{{ gbps = {:.6g}, latency_us = {:.6g} }}", l.bandwidth / kGB, l.latency / kMicro);
+}
+
+}  // namespace
+
+Hardware load_hardware(const std::string& path) {
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw Error(fmt::format("{}: not a hardware file: {} (line {})", path, e.description(), e.source().begin.line));
+  }
+  const Reader r(t, path);
+  Hardware h;
+  h.name = r.text("name", "what the machine is");
+  h.source = r.has("source") ? r.text("source", "where the figures come from") : "";
+  const std::string kind = r.text("device.kind", "\"cuda\" or \"cpu\": what a rank computes on");
+  TIDAL_CHECK(kind == "cuda" || kind == "cpu", "{}: 'device.kind' is \"{}\"; it is \"cuda\" or \"cpu\"", path, kind);
+  h.device = kind == "cuda" ? Device::Kind::cuda : Device::Kind::cpu;
+  const double per_node = r.positive("devices_per_node", "ranks of one node");
+  TIDAL_CHECK(per_node == std::floor(per_node), "{}: 'devices_per_node' must be a whole number", path);
+  h.devices_per_node = int(per_node);
+  h.device_memory = r.positive("device.memory_gib", "GiB of one device's memory") * kGiB;
+  h.memory_bandwidth = r.positive("device.memory_gbps", "GB/s of one device's memory") * kGB;
+  for (const auto& [dtype, key] : {std::pair{DType::f32, "fp32"}, {DType::bf16, "bf16"}, {DType::f16, "fp16"}})
+    h.flops[dtype] = r.positive(fmt::format("device.tflops.{}", key), "peak TFLOP/s of the device's GEMMs") * kTera;
+  h.host_memory = r.positive("host.memory_gib", "GiB of host memory per node") * kGiB;
+  h.host_device_bandwidth = r.positive("host.device_gbps", "GB/s between host and device memory") * kGB;
+  h.intra_node_pair = r.link("links.intra_node_pair");
+  h.intra_node_collective = r.link("links.intra_node_collective");
+  if (r.has("links.inter_node")) h.inter_node = r.link("links.inter_node");
+  return h;
+}
+
+std::string hardware_toml(const Hardware& h) {
+  std::ostringstream out;
+  out << "name = " << toml::value<std::string>(h.name) << "\n";  // quoted and escaped as TOML writes strings
+  if (!h.source.empty()) out << "source = " << toml::value<std::string>(h.source) << "\n";
+  out << fmt::format("devices_per_node = {}\n\n", h.devices_per_node);
+  out << fmt::format("[device]\nkind = \"{}\"\nmemory_gib = {:.6g}\nmemory_gbps = {:.6g}\n",
+                     h.device == Device::Kind::cuda ? "cuda" : "cpu", h.device_memory / kGiB, h.memory_bandwidth / kGB);
+  out << fmt::format("tflops = {{ fp32 = {:.6g}, bf16 = {:.6g}, fp16 = {:.6g} }}\n\n", h.flops.at(DType::f32) / kTera,
+                     h.flops.at(DType::bf16) / kTera, h.flops.at(DType::f16) / kTera);
+  out << fmt::format("[host]\nmemory_gib = {:.6g}\ndevice_gbps = {:.6g}\n\n", h.host_memory / kGiB,
+                     h.host_device_bandwidth / kGB);
+  out << "[links]  # GB/s per direction as one rank sees it; microseconds for a message of no bytes\n";
+  out << "intra_node_pair = " << link_toml(h.intra_node_pair) << "\n";
+  out << "intra_node_collective = " << link_toml(h.intra_node_collective) << "\n";
+  if (h.inter_node) out << "inter_node = " << link_toml(*h.inter_node) << "\n";
+  return out.str();
+}
+
+}  // namespace tidal::sim

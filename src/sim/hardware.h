@@ -1,0 +1,51 @@
+// What a machine can do, for the cost model (issue: predict before you run): one node's devices,
+// their memory and peak rates, the host, and the links between ranks by class, each an
+// alpha-beta model (a message of n bytes takes latency + n / bandwidth; Hockney, as
+// patrickstar-v1 sec. 6.2 models collectives). Read from configs/hardware/*.toml, written by
+// `tidal calibrate` for the machine it runs on.
+//
+// The file (bandwidths in GB/s per direction as one rank sees them, latencies in microseconds,
+// memory in GiB, rates in TFLOP/s):
+//   name = "8 x H100 SXM"
+//   devices_per_node = 8
+//   [device]  kind = "cuda", memory_gib, memory_gbps, [device.tflops] fp32, bf16, fp16
+//   [host]    memory_gib (per node), device_gbps (host <-> device)
+//   [links]   intra_node_pair, intra_node_collective, inter_node (optional): { gbps, latency_us }
+#pragma once
+
+#include "core/device.h"
+#include "core/dtype.h"
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace tidal::sim {
+
+struct Link {
+  double bandwidth = 0;  // bytes/s
+  double latency = 0;    // s
+  double seconds(double bytes) const { return latency + bytes / bandwidth; }
+};
+
+struct Hardware {
+  std::string name;
+  std::string source;  // what the figures are: measured where and when, or a data sheet
+  Device::Kind device = Device::Kind::cpu;
+  int devices_per_node = 1;
+  double device_memory = 0;      // bytes per device
+  double memory_bandwidth = 0;   // bytes/s of a device's memory
+  std::map<DType, double> flops;  // peak FLOP/s of a device's GEMMs per dtype (f32, bf16, f16)
+  double host_memory = 0;         // bytes per node
+  double host_device_bandwidth = 0;  // bytes/s between host and device
+  Link intra_node_pair;        // two ranks of a node (a pipeline send, a 2D broadcast between neighbours)
+  Link intra_node_collective;  // a collective over the ranks of a node (ring all-reduce bus bandwidth)
+  std::optional<Link> inter_node;  // between nodes; absent: a single node
+};
+
+// Reads a hardware file; a missing or bad key is an error naming the file and the key.
+Hardware load_hardware(const std::string& path);
+// The file load_hardware reads back (the same figures).
+std::string hardware_toml(const Hardware& h);
+
+}  // namespace tidal::sim

@@ -1,0 +1,88 @@
+// Hardware files (sim/hardware.h): every shipped file reads, a written description reads back
+// as the same figures, and a bad file is an error naming the file and the key.
+#include "core/error.h"
+#include "sim/hardware.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace tidal {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string write(const std::string& name, const std::string& text) {
+  const fs::path p = fs::temp_directory_path() / ("tidal_test_hardware_" + name + ".toml");
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+TEST(Hardware, ShippedFilesRead) {
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(TIDAL_HARDWARE_DIR)) {
+    SCOPED_TRACE(e.path().string());
+    const sim::Hardware h = sim::load_hardware(e.path().string());
+    EXPECT_FALSE(h.name.empty());
+    EXPECT_GT(h.flops.at(DType::bf16), 0);
+    EXPECT_GT(h.intra_node_collective.bandwidth, 0);
+    ++files;
+  }
+  EXPECT_GE(files, 4);
+  const sim::Hardware h100 = sim::load_hardware(std::string(TIDAL_HARDWARE_DIR) + "/h100-8x.toml");
+  EXPECT_EQ(h100.device, Device::Kind::cuda);
+  EXPECT_EQ(h100.devices_per_node, 8);
+  EXPECT_DOUBLE_EQ(h100.flops.at(DType::bf16), 989e12);
+  EXPECT_DOUBLE_EQ(h100.intra_node_pair.bandwidth, 370e9);
+  EXPECT_DOUBLE_EQ(h100.intra_node_pair.latency, 3e-6);
+  ASSERT_TRUE(h100.inter_node.has_value());
+  EXPECT_DOUBLE_EQ(h100.inter_node->seconds(45e9), 1 + 12e-6);
+  EXPECT_FALSE(sim::load_hardware(std::string(TIDAL_HARDWARE_DIR) + "/colossal-system-2.toml").inter_node);
+}
+
+TEST(Hardware, WrittenFiguresReadBack) {
+  sim::Hardware h{.name = "two cores \"here\"", .source = "measured", .device = Device::Kind::cpu,
+                  .devices_per_node = 2, .device_memory = 12.5 * (1 << 30), .memory_bandwidth = 8.25e9,
+                  .flops = {{DType::f32, 1.23e11}, {DType::bf16, 4.56e11}, {DType::f16, 7.5e10}},
+                  .host_memory = 25.0 * (1 << 30), .host_device_bandwidth = 8.25e9,
+                  .intra_node_pair = {.bandwidth = 3.5e9, .latency = 1.5e-6},
+                  .intra_node_collective = {.bandwidth = 2.25e9, .latency = 4e-6}, .inter_node = std::nullopt};
+  const sim::Hardware back = sim::load_hardware(write("round_trip", sim::hardware_toml(h)));
+  EXPECT_EQ(back.name, h.name);
+  EXPECT_EQ(back.source, h.source);
+  EXPECT_EQ(back.device, h.device);
+  EXPECT_EQ(back.devices_per_node, 2);
+  EXPECT_DOUBLE_EQ(back.device_memory, h.device_memory);
+  EXPECT_DOUBLE_EQ(back.memory_bandwidth, h.memory_bandwidth);
+  for (const auto& [dtype, rate] : h.flops) EXPECT_NEAR(back.flops.at(dtype), rate, 1e-5 * rate);
+  EXPECT_NEAR(back.intra_node_pair.bandwidth, 3.5e9, 1);
+  EXPECT_NEAR(back.intra_node_collective.latency, 4e-6, 1e-12);
+  EXPECT_FALSE(back.inter_node);
+}
+
+TEST(Hardware, BadFilesNameTheKey) {
+  const std::string good = sim::hardware_toml(sim::load_hardware(std::string(TIDAL_HARDWARE_DIR) + "/h100-8x.toml"));
+  const auto expect_error = [](const std::string& file, const std::string& words) {
+    try {
+      sim::load_hardware(file);
+      ADD_FAILURE() << "no error for " << file;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << "the message names the file: " << e.what();
+    }
+  };
+  std::string no_bf16 = good;
+  no_bf16.replace(no_bf16.find("bf16 = "), 6, "bf17 =");
+  expect_error(write("no_bf16", no_bf16), "'device.tflops.bf16' is missing");
+  std::string negative = good;
+  negative.replace(negative.find("memory_gbps = "), 14, "memory_gbps = -");
+  expect_error(write("negative", negative), "'device.memory_gbps' must be a number above zero");
+  std::string tpu = good;
+  tpu.replace(tpu.find("\"cuda\""), 6, "\"tpu\"");
+  expect_error(write("tpu", tpu), "'device.kind' is \"tpu\"");
+  expect_error(write("not_toml", "name = [unclosed"), "not a hardware file");
+}
+
+}  // namespace
+}  // namespace tidal
