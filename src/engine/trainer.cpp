@@ -96,6 +96,22 @@ double evaluate_loss(pipeline::PipelineEngine& engine, ModelData& model_data, co
   return targets > 0 ? sum_over_replicas(pc, total) / targets : 0.0;
 }
 
+// This rank's communication between two ParallelContext::communication_stats(): per group and
+// operation, the calls, elements, bytes sent, link bytes and seconds in between.
+nlohmann::json communication_since(const nlohmann::json& before, const nlohmann::json& now) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [group, ops] : now.items())
+    for (const auto& [op, figures] : ops.items()) {
+      const nlohmann::json* then = before.contains(group) && before[group].contains(op) ? &before[group][op] : nullptr;
+      if (then && then->at("calls") == figures.at("calls")) continue;  // nothing this step
+      for (const char* key : {"calls", "elements"})
+        out[group][op][key] = figures.at(key).get<std::int64_t>() - (then ? then->at(key).get<std::int64_t>() : 0);
+      for (const char* key : {"bytes_sent", "link_bytes", "seconds"})
+        out[group][op][key] = figures.at(key).get<double>() - (then ? then->at(key).get<double>() : 0.0);
+    }
+  return out;
+}
+
 nn::CheckpointPolicy checkpoint_policy(const config::TrainConfig& tc) {
   const int every = tc.activation_checkpointing == config::Recompute::blocks    ? 1
                     : tc.activation_checkpointing == config::Recompute::every_k ? tc.activation_checkpointing_k
@@ -301,6 +317,7 @@ void Trainer::Run::describe_layout() {
 
 nlohmann::json Trainer::Run::train_step(std::int64_t at) {
   const auto t0 = Clock::now();
+  const nlohmann::json communication_before = pc.world_size() > 1 ? pc.communication_stats() : nlohmann::json();
   const double lr = schedule.at(at);
   model_data->zero_grad();
   const double loss_scale = scaler ? scaler->scale() : 1.0;
@@ -372,6 +389,7 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
     record["loss_scale"] = loss_scale;
     record["skipped"] = !applied;
   }
+  if (pc.world_size() > 1) record["communication"] = communication_since(communication_before, pc.communication_stats());
   return record;
 }
 

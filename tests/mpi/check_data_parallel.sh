@@ -3,7 +3,8 @@
 # 4, with and without gradient accumulation (dropout on, gradients in several buckets), and with
 # activation checkpointing at data = 2, gives
 # per-step losses within 1e-5 (relative) of one process with the same global batch, and the
-# same final eval loss.
+# same final eval loss. Each step's metrics record its data all-reduce: the gradients once and
+# two scalars, at the ring all-reduce's 2 (p - 1) / p of their bytes.
 # usage: check_data_parallel.sh path/to/tidal <mpirun command...>
 set -euo pipefail
 tidal=$1; shift
@@ -24,7 +25,7 @@ for layout in "2 0 none" "2 2 none" "4 0 none" "4 1 none" "2 2 blocks"; do
     --set train.activation_checkpointing="$ckpt" --metrics "$dir/$name.jsonl" > "$dir/$name.log"
 done
 /usr/bin/python3 - "$dir" "$support" <<'PY'
-import sys
+import json, sys
 sys.path.insert(0, sys.argv[2])
 from runs import compare
 worst_all = 0.0
@@ -34,6 +35,16 @@ for name in ["single_accum", "data2_micro0", "data2_micro2", "data4_micro0", "da
     if summary["layout"]["data"] > 1:
         comm = summary["communication"]["data"]["all_reduce"]
         assert comm["calls"] > 20, f"{name}: only {comm['calls']} all-reduces (buckets not split?)"
+        # Each step's record: the gradients once (every micro-batch but the last accumulates
+        # locally) and two scalars (the step's target count and loss sum), at 2 (p - 1) / p of
+        # their fp32 bytes sent per rank.
+        p = summary["layout"]["data"]
+        for r in (json.loads(l) for l in open(f"{sys.argv[1]}/{name}.jsonl")):
+            if "summary" in r or "loss" not in r:
+                continue
+            step = r["communication"]["data"]["all_reduce"]
+            assert step["elements"] == summary["parameters"] + 2, f"{name} step {r['step']}: {step}"
+            assert step["bytes_sent"] == 2 * (p - 1) / p * 4 * step["elements"], f"{name} step {r['step']}: {step}"
 print(f"PASS: data parallel = one process (worst relative difference {worst_all:.2e} <= 1e-5)")
 PY
 
