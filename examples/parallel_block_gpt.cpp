@@ -86,8 +86,8 @@ class ParallelGpt final : public models::Model {
                                 .proj_init = nn::ParameterInit::normal(0.02f / std::sqrt(float(c.n_layer)))};
     add_blocks(c.n_layer, [&] { return std::make_unique<ParallelBlock>(block, b.layers); }, b.checkpointing);
     add_layer("ln_f", b.layers.layer_norm(c.n_embd, 1e-5f));
-    add_layer("lm_head", b.layers.tied_head(wte, false));
-    add_layer("loss", b.layers.cross_entropy(c.vocab_size));
+    // The head and the loss: two layers, or one over blocks of positions (train.loss_chunks).
+    add_head_and_loss("lm_head", b.layers.tied_head(wte, false), b.layers.cross_entropy(c.vocab_size), b.checkpointing);
   }
   const Tensor& input(const nn::Batch& batch) const override { return batch.tokens; }
 };

@@ -3,7 +3,8 @@
 # - parallel_block_gpt registers a model of its own (GPT with parallel attention + MLP blocks):
 #   its 4-rank losses (per step, evals, final) equal its one-process run's within fp32's 1e-4
 #   (as check_tensor_parallel.sh), and they differ from the built-in GPT's of the same config
-#   (the registered model is what trained);
+#   (the registered model is what trained), and so do its losses with the head and loss over
+#   blocks of positions (train.loss_chunks = 3: the model adds them with add_head_and_loss);
 # - early_stopping stops on a callback: with min_delta larger than any gain the second
 #   evaluation stops training (train.eval_every = 3: after step 6 of 30) on every rank, the
 #   summary says so, a checkpoint is written at the step it stopped, and the losses up to there
@@ -29,6 +30,7 @@ run() {
 sets() { for kv in "$@"; do printf -- '--set\n%s\n' "$kv"; done; }
 run parallel_single 1 "$parallel_block_gpt" "${small[@]}"
 run parallel_t2_d2 4 "$parallel_block_gpt" "${small[@]}" "${layout[@]}"
+run parallel_t2_d2_loss_chunks 4 "$parallel_block_gpt" "${small[@]}" "${layout[@]}" train.loss_chunks=3
 mapfile -t gpt_sets < <(sets "${small[@]}")
 "$tidal" train "${gpt_sets[@]}" --metrics "$dir/builtin_gpt.jsonl" > /dev/null
 grep -q "parallel_gpt with" "$dir/parallel_t2_d2.log" || { cat "$dir/parallel_t2_d2.log"; echo "FAIL: not the registered model"; exit 1; }
@@ -49,6 +51,7 @@ sys.path.insert(0, sys.argv[2])
 from runs import compare, read
 d = sys.argv[1]
 compare(d, "parallel_t2_d2", "parallel_single", 1e-4, all_steps=True)
+compare(d, "parallel_t2_d2_loss_chunks", "parallel_single", 1e-4, all_steps=True)
 mine, _, _ = read(d, "parallel_single")
 builtin, _, _ = read(d, "builtin_gpt")
 assert any(abs(mine[s] - builtin[s]) > 1e-3 * abs(builtin[s]) for s in mine), "the parallel block trained as GPT's"
