@@ -75,6 +75,10 @@ expect bad-loss-scale "train.loss_scale must be > 0" -- train --set train.precis
 expect bad-size "memory.device_limit" -- train --set memory.device_limit=lots
 expect bad-enum "model.type" -- train --set model.type=mamba
 expect bad-flag "stop-after" -- train --stop-after -3
+expect no-loss-blocks "train.loss_chunks must be >= 1" -- train --set train.loss_chunks=0
+expect loss-blocks-of-images "a ViT has one row of logits per image: set train.loss_chunks = 1" -- train \
+  --set model.type=vit --set data.kind=images --set train.loss_chunks=2
+expect calibrate-alone "launch it with two ranks or more" -- calibrate --quick --out "$dir/hw.toml"
 "$tidal" train --set train.steps=4 --set checkpoint.dir="$dir/ck" --stop-after 2 > /dev/null
 expect stop-before-resume "--stop-after 1 is before step 2, where checkpoint" -- \
   train --set train.steps=4 --resume "$dir/ck" --stop-after 1
