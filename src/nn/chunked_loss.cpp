@@ -34,19 +34,16 @@ Tensor ChunkedLoss::forward(const Tensor& x, Context& ctx) {
     loss_->add_rows(mine, logits, targets.slice(0, begin, end), ctx.child(kLoss));
     ctx.clear();  // this block's logits go; backward makes them again
   }
-  const LossSum all = loss_->over_replica(mine);
-  Tensor loss = ctx.empty({1});
-  loss.fill_(all.count > 0 ? float(all.sum / all.count) : 0.0f);
-  if (ctx.state().training) ctx.saved = {x, targets, Tensor::full({1}, float(all.count), host_allocator())};
-  return loss;
+  const Loss::Mean mean = loss_->replica_mean(mine, ctx);
+  if (ctx.state().training) ctx.saved = {x, targets, Tensor::full({1}, mean.count, host_allocator())};
+  return mean.loss;
 }
 
 Tensor ChunkedLoss::backward(const Tensor& dloss, Context& ctx) {
   TIDAL_ASSERT(ctx.saved.size() == 3, "{}: backward without its forward", path());
   const Tensor x = ctx.saved[0], targets = ctx.saved[1];
-  const float count = ctx.saved[2].item();
+  const float scale = Loss::gradient_scale(dloss, ctx.saved[2].item());
   ctx.saved.clear();
-  const float scale = count > 0 ? dloss.item() / count : 0.0f;
   const Tensor rows = x.reshape({-1, x.dim(-1)});
   Tensor dx = ctx.empty(x.shape(), x.dtype());
   Tensor drows = dx.reshape({-1, x.dim(-1)});

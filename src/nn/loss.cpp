@@ -28,6 +28,13 @@ LossSum Loss::over_replica(LossSum mine) const {
   return {.sum = sums.data<float>()[0], .count = sums.data<float>()[1]};
 }
 
+Loss::Mean Loss::replica_mean(LossSum mine, Context& ctx) const {
+  const LossSum all = over_replica(mine);
+  Tensor loss = ctx.empty({1});
+  loss.fill_(all.count > 0 ? float(all.sum / all.count) : 0.0f);
+  return {.loss = loss, .count = float(all.count)};
+}
+
 Tensor Loss::forward(const Tensor& logits, Context& ctx) {
   TIDAL_ASSERT(ctx.state().batch, "{}: a loss without a batch", path());
   const Tensor t = targets(*ctx.state().batch);
@@ -35,18 +42,16 @@ Tensor Loss::forward(const Tensor& logits, Context& ctx) {
               logits.numel() / logits.dim(-1));
   LossSum mine;
   add_rows(mine, logits, t, ctx.child(0));
-  const LossSum all = over_replica(mine);
-  Tensor loss = ctx.empty({1});
-  loss.fill_(all.count > 0 ? float(all.sum / all.count) : 0.0f);
-  ctx.saved = {Tensor::full({1}, float(all.count), host_allocator())};
-  return loss;
+  const Mean mean = replica_mean(mine, ctx);
+  ctx.saved = {Tensor::full({1}, mean.count, host_allocator())};
+  return mean.loss;
 }
 
 Tensor Loss::backward(const Tensor& dloss, Context& ctx) {
   TIDAL_ASSERT(ctx.saved.size() == 1, "{}: backward without its forward", path());
   const float count = ctx.saved[0].item();
   ctx.saved.clear();
-  Tensor dlogits = gradient(count > 0 ? dloss.item() / count : 0.0f, ctx.child(0));
+  Tensor dlogits = gradient(gradient_scale(dloss, count), ctx.child(0));
   ctx.clear();
   return dlogits;
 }

@@ -44,6 +44,14 @@ class Loss : public Module {
   virtual Tensor gradient(float scale, Context& ctx) = 0;
   // `mine` summed over the replica's micro-batch (every rank holding another part of it).
   LossSum over_replica(LossSum mine) const;
+  // The mean loss [1] over the replica's micro-batch from this rank's sums, and the replica's
+  // target count, by which backward divides dloss (gradient_scale).
+  struct Mean {
+    Tensor loss;
+    float count;
+  };
+  Mean replica_mean(LossSum mine, Context& ctx) const;
+  static float gradient_scale(const Tensor& dloss, float count) { return count > 0 ? dloss.item() / count : 0.0f; }
 
  private:
   BatchSlice part_;
