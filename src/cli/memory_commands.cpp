@@ -2,13 +2,16 @@
 
 #include "engine/chunk_search.h"
 #include "engine/memory_plan.h"
+#include "sim/cost_model.h"
 #include "engine/progress.h"
 #include "engine/tide.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 namespace tidal::cli {
 
@@ -58,7 +61,16 @@ void add_plan_command(CLI::App& app, PlanCommand& cmd) {
   add_config_options(plan, cmd.config, "TOML config file (the model's width, the batch, [memory])",
                      "memory.host_limit=1GiB");
   plan->add_option("--max-layers", cmd.max_layers, "Stop the search here")->capture_default_str();
-  plan->add_flag("--json", cmd.json, "Print the plan as one JSON object");
+  plan->add_flag("--json", cmd.json, "Print the plan as one JSON object (with --world: one JSON line per layout)");
+  plan->add_option("--world", cmd.world,
+                   "Predict instead: every layout of this many ranks (data x pipeline x tensor mode and size x "
+                   "sequence x zero.stage) for the configured model, with each rank's peak memory and the step time, "
+                   "ranked");
+  plan->add_option("--hardware", cmd.hardware,
+                   "With --world: the machine (configs/hardware/*.toml, or `tidal calibrate`'s file); without it "
+                   "only memory is predicted");
+  plan->add_flag("--explain", cmd.explain, "With --world: the terms of each layout's prediction");
+  plan->add_flag("--configured", cmd.configured, "With --world: the config's own [parallel] layout alone");
   plan->footer(
       "The host holds every chunk at the start and through the warm-up, so it needs the chunk lists' bytes (exact, "
       "from the layout). The device tier needs, at every moment, an operator's chunks (at most two) beside the "
@@ -67,7 +79,15 @@ void add_plan_command(CLI::App& app, PlanCommand& cmd) {
       "(tests/cli/check_memory_tools.sh does both).\n\n"
       "Example:\n"
       "  tidal plan --set model.n_embd=256 --set model.n_head=4 --set model.seq_len=32 --set train.batch_size=2 "
-      "--set memory.offload=chunk --set memory.device_limit=24MiB --set memory.host_limit=96MiB");
+      "--set memory.offload=chunk --set memory.device_limit=24MiB --set memory.host_limit=96MiB\n\n"
+      "With --world N it is the cost model instead (nothing runs): for every way to split the configured model over "
+      "N ranks, each rank's model data as the run lays it out (exact: the same chunk layout code, the same chunk "
+      "size search), its activations replayed layer by layer as they allocate, and the step's time from the GEMMs' "
+      "FLOPs at the hardware file's rates and each collective's bytes over its links; ranked by step time, those "
+      "that do not fit the device's memory last.\n"
+      "  tidal plan -c configs/gpt2-small.toml --world 8 --hardware configs/hardware/h100-8x.toml\n"
+      "  tidal plan -c configs/gpt2-small.toml --world 8 --hardware configs/hardware/h100-8x.toml --configured "
+      "--set parallel.tensor.size=8 --explain");
 }
 
 void run_chunk_search_command(const ChunkSearchCommand& cmd, engine::Launch& launch) {
@@ -98,7 +118,71 @@ void run_trace_command(const TraceCommand& cmd, engine::Launch& launch) {
              engine::human_bytes(tide["model_data_bytes"].get<std::uint64_t>()), json_path, chart_path);
 }
 
+namespace {
+
+// A layout in a few words: "data 2 x pipeline 2 x 1d 2, zero 1".
+std::string layout_words(const nlohmann::json& l) {
+  std::vector<std::string> parts;
+  for (const auto& [key, word] : {std::pair{"parallel.data", "data"}, {"parallel.pipeline", "pipeline"}}) {
+    if (l.at(key).get<int>() > 1) parts.push_back(fmt::format("{} {}", word, l.at(key).get<int>()));
+  }
+  if (l.at("parallel.tensor.size").get<int>() > 1)
+    parts.push_back(fmt::format("{} {}{}", l.at("parallel.tensor.mode").get<std::string>(),
+                                l.at("parallel.tensor.size").get<int>(),
+                                l.contains("parallel.tensor.depth")
+                                    ? fmt::format(" (depth {})", l.at("parallel.tensor.depth").get<int>())
+                                    : std::string()));
+  if (l.at("parallel.sequence").get<int>() > 1)
+    parts.push_back(fmt::format("{} {}", l.value("parallel.sequence_mode", std::string("ring")),
+                                l.at("parallel.sequence").get<int>()));
+  std::string out = parts.empty() ? "one rank" : fmt::format("{}", fmt::join(parts, " x "));
+  if (l.at("zero.stage").get<int>() > 0) out += fmt::format(", zero {}", l.at("zero.stage").get<int>());
+  return out;
+}
+
+void run_cost_model(const PlanCommand& cmd) {
+  const config::Config cfg = cmd.config.load();
+  std::optional<sim::Hardware> hw;
+  if (!cmd.hardware.empty()) hw = sim::load_hardware(cmd.hardware);
+  const sim::Hardware* hardware = hw ? &*hw : nullptr;
+  std::vector<sim::Prediction> predictions;
+  if (cmd.configured) {
+    predictions.push_back(sim::predict(cfg, cmd.world, hardware));
+  } else {
+    for (const config::Config& c : sim::layouts(cfg, cmd.world)) predictions.push_back(sim::predict(c, cmd.world, hardware));
+    TIDAL_CHECK(!predictions.empty(), "no layout of {} ranks splits this model (model.n_head, model.n_embd, "
+                "train.batch_size must divide as the modes need)", cmd.world);
+  }
+  std::stable_sort(predictions.begin(), predictions.end(), [&](const sim::Prediction& a, const sim::Prediction& b) {
+    if (a.fits != b.fits) return a.fits;
+    return hardware ? a.time.total() < b.time.total() : a.peak_bytes < b.peak_bytes;
+  });
+  for (std::size_t k = 0; k < predictions.size(); ++k) {
+    const sim::Prediction& p = predictions[k];
+    if (cmd.json) {
+      fmt::print("{}\n", p.json().dump());
+    } else {
+      const double mfu = hardware && p.time.total() > 0
+                             ? p.flops_per_step / p.time.total() / (cmd.world * hardware->flops.at(cfg.train.precision))
+                             : 0.0;
+      fmt::print("{:>3}. {:<40} peak {:>10} (rank {}){}{}\n", k + 1, layout_words(p.layout),
+                 engine::human_bytes(std::uint64_t(p.peak_bytes)), p.largest_rank,
+                 hardware ? fmt::format("  step {:.4g} s, MFU {:.0f}%", p.time.total(), 100 * mfu) : std::string(),
+                 p.fits ? "" : "  does not fit: " + p.does_not_fit);
+    }
+    if (cmd.explain) fmt::print("{}", sim::explain(p, hardware));
+  }
+}
+
+}  // namespace
+
 void run_plan_command(const PlanCommand& cmd, engine::Launch& launch) {
+  if (cmd.world > 0) {
+    if (launch.is_main()) run_cost_model(cmd);
+    return;
+  }
+  TIDAL_CHECK(cmd.hardware.empty() && !cmd.explain && !cmd.configured,
+              "--hardware, --explain and --configured go with --world N (the cost model)");
   const engine::MemoryPlan p = engine::plan_memory(cmd.config.load(), cmd.max_layers, launch.mpi());
   if (launch.is_main()) fmt::print("{}", cmd.json ? p.json().dump() + "\n" : engine::format_memory_plan(p));
 }

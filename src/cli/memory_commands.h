@@ -1,6 +1,7 @@
 // The commands that size a run beyond the device's memory (docs/memory.md): `tidal chunk-search`
 // (chunk sizes and their fragmentation), `tidal trace` (the warm-up's memory tide) and
-// `tidal plan` (the largest model that fits the caps). This file owns their options, help texts
+// `tidal plan` (the largest model that fits the caps; with --world, the cost model's ranking of
+// every layout). This file owns their options, help texts
 // and output; the work is in engine/.
 #pragma once
 
@@ -30,6 +31,11 @@ struct PlanCommand {
   ConfigArgs config;
   int max_layers = 256;
   bool json = false;
+  // The cost model (sim/cost_model.h): every layout of --world ranks, ranked.
+  int world = 0;
+  std::string hardware;
+  bool explain = false;
+  bool configured = false;  // the config's own layout alone
 };
 
 void add_chunk_search_command(CLI::App& app, ChunkSearchCommand& cmd);

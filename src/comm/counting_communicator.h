@@ -20,8 +20,19 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 
 namespace tidal::comm {
+
+// The bytes an operation moves by the formulas above: `op` ("all_reduce", "broadcast", "reduce",
+// "all_gather", "reduce_scatter", "send", "recv", "barrier") over `p` ranks, `nbytes` the buffer
+// the formula counts (all-gather: the gathered output; reduce-scatter: the whole input; the
+// others: the tensor), `root` whether this rank is the broadcast's or reduce's root. The cost
+// model (sim/) counts a step's volumes with it.
+struct Volume {
+  double bytes_sent = 0, link_bytes = 0;
+};
+Volume volume(std::string_view op, int p, double nbytes, bool root = false);
 
 struct OperationStats {
   std::int64_t calls = 0;

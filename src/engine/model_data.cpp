@@ -64,16 +64,11 @@ class TensorModelData final : public ModelData {
  public:
   TensorModelData(const config::Config& cfg, pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                   nn::Runner& runner, const std::string& resume_path)
-      : engine_(engine), pc_(pc), params_(engine.parameters()), adam_(params_, adamw_options(cfg.train)),
-        stages_(pc.layout().spec().pipeline), replicas_(pc.layout().spec().data), bucket_mb_(cfg.parallel.bucket_mb) {
+      : engine_(engine), pc_(pc), params_(engine.parameters()), reducer_(make_reducer(cfg, engine, pc)),
+        adam_(params_, adamw_options(cfg.train)), stages_(pc.layout().spec().pipeline),
+        replicas_(pc.layout().spec().data), bucket_mb_(cfg.parallel.bucket_mb) {
     if (!resume_path.empty()) resumed_ = load_checkpoint(resume_path, adam_);
-    // Ranks holding the same parameters: data replicas, and the sequence ring's positions, whose
-    // gradients are each their positions' share. Their sum is the step's gradient.
-    comm::Communicator& group = chunk_group(pc);
-    if (group.size() > 1) {
-      reducer_.emplace(engine.layers(), params_, group, std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
-      runner.add_hooks(&*reducer_);
-    }
+    if (reducer_) runner.add_hooks(&*reducer_);
     for (nn::Parameter* p : params_) grads_.push_back(p->grad);
   }
 
@@ -133,16 +128,28 @@ class TensorModelData final : public ModelData {
     return fmt::format("gradients all-reduced over the {} data replicas in {} buckets of {} MiB during backward",
                        replicas_, reducer_->bucket_count(), bucket_mb_);
   }
-  const GradientReducer* reducer() const override { return reducer_ ? &*reducer_ : nullptr; }
+  const GradientReducer* reducer() const override { return reducer_.get(); }
 
  private:
   pipeline::PipelineEngine& engine_;
   parallel::ParallelContext& pc_;
+  // Ranks holding the same parameters: data replicas, and the sequence ring's positions, whose
+  // gradients are each their positions' share. Their sum is the step's gradient. The buckets are
+  // made before AdamW's moments: while they take the gradients over, both copies exist, and
+  // beside the moments that would be the run's host peak (measured: 20 bytes a parameter, not 16).
+  static std::unique_ptr<GradientReducer> make_reducer(const config::Config& cfg, pipeline::PipelineEngine& engine,
+                                                       parallel::ParallelContext& pc) {
+    comm::Communicator& group = chunk_group(pc);
+    if (group.size() == 1) return nullptr;
+    return std::make_unique<GradientReducer>(engine.layers(), engine.parameters(), group,
+                                             std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
+  }
+
   const std::vector<nn::Parameter*>& params_;
+  std::unique_ptr<GradientReducer> reducer_;
   optim::AdamW adam_;
   int stages_, replicas_;
   double bucket_mb_;
-  std::optional<GradientReducer> reducer_;
   std::vector<Tensor> grads_;
   PipelineShare share_ = pipeline_share(engine_, pc_);
 };
@@ -397,10 +404,15 @@ class ChunkModelData final : public ModelData {
     if (pc_.world_size() > 1) {
       std::int64_t held = 0;  // elements of the parameters this rank materializes
       for (const nn::Parameter* p : engine_.parameters()) held += p->shape.numel();
-      nlohmann::json mine = {{"model_data_bytes", model_data_bytes()}, {"parameters", held}};
+      nlohmann::json mine = {{"model_data_bytes", model_data_bytes()},
+                             {"parameters", held},
+                             {"param_bytes_peak", std::int64_t(param_memory_->peak_bytes())},
+                             {"optimizer_bytes_peak", std::int64_t(optimizer_memory_->peak_bytes())}};
       for (const char* key : {"least_device_limit_bytes", "host_needs_bytes", "host_needs_with_disk_bytes"})
         if (out.contains(key)) mine[key] = out[key];
-      out.update(per_rank(mine));
+      if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory())
+        mine["device_peak_bytes"] = std::int64_t(dmm->device_peak_bytes());
+      out.update(pc_.per_rank(mine));
     }
     if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) {
       out["offload"] = dmm->json();
@@ -441,7 +453,7 @@ class ChunkModelData final : public ModelData {
       nlohmann::json mine;
       for (const char* key : {"bytes_host_to_device", "bytes_device_to_host", "evictions", "device_peak_bytes"})
         mine[key] = out[key];
-      out.update(per_rank(mine));
+      out.update(pc_.per_rank(mine));
     }
     return out;
   }
@@ -467,7 +479,7 @@ class ChunkModelData final : public ModelData {
     if (!enforce_device_limit_) return;
     std::vector<std::int64_t> least{dmm->least_device_limit()};
     if (pc_.world_size() > 1)
-      least = per_rank({{"least", least[0]}})["least_per_rank"].get<std::vector<std::int64_t>>();
+      least = pc_.per_rank({{"least", least[0]}})["least_per_rank"].get<std::vector<std::int64_t>>();
     const int worst = int(std::max_element(least.begin(), least.end()) - least.begin());
     const std::int64_t L = dmm->device_limit(), need = least[std::size_t(worst)];
     if (need <= L) return;
@@ -483,35 +495,6 @@ class ChunkModelData final : public ModelData {
                       std::size_t(need));
   }
 
-  // Every rank's integer figures `mine` ({key: value}, the same keys on every rank) as
-  // {key_per_rank: [value of rank 0, 1, ...]}: one all-gather (a collective every rank calls alike).
-  nlohmann::json per_rank(const nlohmann::json& mine) const {
-    comm::Communicator& world = pc_.group(parallel::GroupKind::world);
-    // Two 30-bit halves per value in int32 (the communicators' integer type), exact to 2^60.
-    constexpr std::int64_t kHalf = std::int64_t(1) << 30;
-    const std::int64_t n = std::int64_t(mine.size());
-    Tensor local = Tensor::empty({2 * n}, DType::i32, host_allocator());
-    std::int64_t k = 0;
-    for (const auto& [key, value] : mine.items()) {
-      local.data<std::int32_t>()[2 * k] = std::int32_t(value.get<std::int64_t>() / kHalf);
-      local.data<std::int32_t>()[2 * k + 1] = std::int32_t(value.get<std::int64_t>() % kHalf);
-      ++k;
-    }
-    Tensor all = Tensor::empty({2 * n * world.size()}, DType::i32, host_allocator());
-    world.all_gather(all, local)->wait();
-    nlohmann::json out = nlohmann::json::object();
-    k = 0;
-    for (const auto& [key, value] : mine.items()) {
-      std::vector<std::int64_t> values;
-      for (int r = 0; r < world.size(); ++r) {
-        const std::int32_t* v = all.data<std::int32_t>() + 2 * (n * r + k);
-        values.push_back(v[0] * kHalf + v[1]);
-      }
-      out[key + "_per_rank"] = values;
-      ++k;
-    }
-    return out;
-  }
   std::int64_t model_data_bytes() const {
     return chunks_->model_data_bytes() + (host_chunks_ ? host_chunks_->model_data_bytes() : 0);
   }

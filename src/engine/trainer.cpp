@@ -80,11 +80,8 @@ double evaluate_loss(pipeline::PipelineEngine& engine, ModelData& model_data, co
     for (std::int64_t first = replica * local; first < (replica + 1) * local; first += micro) {
       nn::Batch batch = dataset.batch(i * B + first, micro, data::Split::eval);
       const double count = double(nn::valid_targets(batch));
-      std::optional<ScopedDefaultAllocator> on_gpu;  // the pass's temporaries beside its activations
-      if (activations.device().is_cuda()) {
-        batch = nn::copy_batch(batch, activations);
-        on_gpu.emplace(activations);
-      }
+      if (activations.device().is_cuda()) batch = nn::copy_batch(batch, activations);
+      ScopedDefaultAllocator temporaries(activations);  // the pass's temporaries beside its activations, as a step's
       nn::StepState state{
           .runner = &runner, .training = false, .seed = cfg.train.seed, .batch = &batch, .activations = &activations};
       total += engine.evaluate(state) * count;
@@ -110,16 +107,6 @@ nlohmann::json communication_since(const nlohmann::json& before, const nlohmann:
         out[group][op][key] = figures.at(key).get<double>() - (then ? then->at(key).get<double>() : 0.0);
     }
   return out;
-}
-
-nn::CheckpointPolicy checkpoint_policy(const config::TrainConfig& tc) {
-  const int every = tc.activation_checkpointing == config::Recompute::blocks    ? 1
-                    : tc.activation_checkpointing == config::Recompute::every_k ? tc.activation_checkpointing_k
-                                                                                : 0;
-  return {.every = every,
-          .offload_to_host = tc.activation_offload == config::ActivationOffload::host,
-          .selective = tc.activation_checkpointing == config::Recompute::selective,
-          .loss_chunks = tc.loss_chunks};
 }
 
 // A scalar agreed over the world: the largest of every rank's (1 = a rank wants to stop).
@@ -183,7 +170,7 @@ struct Trainer::Run {
         metrics(pc.is_main() ? options.metrics_path : "", pc.is_main() ? cfg.train.tensorboard_dir : ""),
         dataset(data::make_dataset(cfg)),
         layers(nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered})),
-        model(models::make_model(cfg.model, checkpoint_policy(cfg.train), *layers, cfg.memory.embedding_on_host)),
+        model(models::make_model(cfg.model, models::checkpoint_policy(cfg.train), *layers, cfg.memory.embedding_on_host)),
         replicas(pc.layout().spec().data),
         replica(pc.coordinates().data),
         B(cfg.train.batch_size),
@@ -328,13 +315,13 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
     targets.push_back(double(nn::valid_targets(batches.back())));
   }
   const double all_targets = sum_over_replicas(pc, std::accumulate(targets.begin(), targets.end(), 0.0));
-  // On the GPU: the batch goes there, and the step's temporaries (gradients in flight,
-  // workspaces) come from the activations' share of its memory until the update is done.
-  std::optional<ScopedDefaultAllocator> step_on_gpu;
-  if (cfg.train.device == Device::Kind::cuda) {
+  // The step's temporaries (gradients in flight, communication buffers, workspaces) come from the
+  // activations' pool until the update is done, on every device: its peak is the step's whole
+  // non-model memory, the figure the cost model predicts (sim/activations.h). On the GPU the
+  // batch goes there too.
+  if (cfg.train.device == Device::Kind::cuda)
     for (nn::Batch& b : batches) b = nn::copy_batch(b, *activations);
-    step_on_gpu.emplace(*activations);
-  }
+  std::optional<ScopedDefaultAllocator> step_temporaries(std::in_place, *activations);
   // The step's loss is the mean over the global batch's valid targets, as one process computes
   // it: a micro-batch's mean counts with its share of the targets.
   std::vector<pipeline::MicroBatch> micro_batches;
@@ -371,7 +358,7 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
       throw Diverged(fmt::format("{} steps in a row skipped (train.max_skipped_steps = {}); {}", skipped_in_a_row,
                                  cfg.train.max_skipped_steps, diverged(at, loss, norm)));
   }
-  step_on_gpu.reset();
+  step_temporaries.reset();
   train_loss = loss;
   synchronize_gpu();  // the update's kernels count in the step's time
   const double dt = seconds_since(t0);
@@ -538,6 +525,9 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, std::int64_t timed_steps,
                            {"model_data", summary.model_data},
                            {"layout", pc.describe()},
                            {"communication", pc.communication_stats()}};
+  if (pc.world_size() > 1)  // every rank's peaks (the cost model's check compares each: sim/cost_model.h)
+    record["peak_bytes"].update(pc.per_rank({{"host", std::int64_t(host_allocator().peak_bytes())},
+                                             {"activations", std::int64_t(activations->peak_bytes())}}));
   if (stopped_early) record["stopped_early"] = true;
   if (floor) record["entropy_floor"] = *floor;
   if (scaler) {

@@ -12,6 +12,16 @@
 namespace tidal::models {
 
 
+nn::CheckpointPolicy checkpoint_policy(const config::TrainConfig& tc) {
+  const int every = tc.activation_checkpointing == config::Recompute::blocks    ? 1
+                    : tc.activation_checkpointing == config::Recompute::every_k ? tc.activation_checkpointing_k
+                                                                                : 0;
+  return {.every = every,
+          .offload_to_host = tc.activation_offload == config::ActivationOffload::host,
+          .selective = tc.activation_checkpointing == config::Recompute::selective,
+          .loss_chunks = tc.loss_chunks};
+}
+
 GptConfig gpt_config(const config::ModelConfig& c, const nn::CheckpointPolicy& checkpointing, bool embedding_on_host) {
   return {.n_layer = c.n_layer, .n_head = c.n_head, .n_embd = c.n_embd, .vocab_size = c.vocab_size,
           .seq_len = c.seq_len, .max_positions = c.max_positions, .dropout = float(c.dropout),

@@ -9,6 +9,10 @@
 
 namespace tidal::models {
 
+// The activation checkpointing train.activation_checkpointing, train.activation_offload and
+// train.loss_chunks ask for.
+nn::CheckpointPolicy checkpoint_policy(const config::TrainConfig& tc);
+
 // The GPT options [model] gives (model.type = "gpt"): what make_model builds, and what the
 // sampler runs.
 GptConfig gpt_config(const config::ModelConfig& cfg, const nn::CheckpointPolicy& checkpointing = {},

@@ -1,5 +1,6 @@
 #include "parallel/context.h"
 
+#include "comm/planning_communicator.h"
 #include "comm/self_communicator.h"
 #include "core/error.h"
 #if TIDAL_MPI
@@ -29,17 +30,13 @@ MeshSpec mesh_spec(const config::Config& cfg, int world_size, int ranks_per_node
           .ranks_per_node = p.ranks_per_node > 0 ? p.ranks_per_node : ranks_per_node};
 }
 
-ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] comm::MpiRuntime* runtime)
-#if TIDAL_MPI
-    : layout_(mesh_spec(cfg, runtime ? runtime->world_size() : 1, runtime ? runtime->local_size() : 0)),
-      rank_(runtime ? runtime->world_rank() : 0),
-#else
-    : layout_(mesh_spec(cfg, 1, 0)),
-#endif
-      coords_(layout_.coordinates(rank_)) {
-  check_model_fits(layout_, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.seq_len,
+namespace {
+
+// What every layout needs of the model and the batch (tidal::Error naming the keys).
+void check_config_fits(const config::Config& cfg, const Layout& layout) {
+  check_model_fits(layout, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.seq_len,
                    cfg.model.type == "vit" ? cfg.model.num_classes : 0, cfg.model.n_kv_head);
-  const std::int64_t B = cfg.train.batch_size, replicas = cfg.parallel.data;
+  const std::int64_t B = cfg.train.batch_size, replicas = layout.spec().data;
   TIDAL_CHECK(B % replicas == 0,
               "train.batch_size ({}) must be divisible by parallel.data ({}): each replica takes an equal slice of "
               "the global batch",
@@ -49,8 +46,8 @@ ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] com
               "train.micro_batch_size ({}) must divide the per-replica batch train.batch_size / parallel.data = {}",
               micro, B / replicas);
   // 2D, 2.5D and 3D split every micro-batch's samples over the tensor grid too.
-  const MeshSpec& spec = layout_.spec();
-  const int side = layout_.tensor_side();
+  const MeshSpec& spec = layout.spec();
+  const int side = layout.tensor_side();
   const std::int64_t sample_parts = spec.tensor == 1 || spec.mode == TensorMode::d1 ? 1
                                     : spec.mode == TensorMode::d2                 ? side
                                     : spec.mode == TensorMode::d2p5               ? side * spec.depth
@@ -60,6 +57,19 @@ ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] com
               "divisible by {}: parallel.tensor.mode = \"{}\" splits each micro-batch's samples over {} rows of the "
               "tensor grid",
               micro ? micro : B / replicas, sample_parts, spec.mode, sample_parts);
+}
+
+}  // namespace
+
+ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] comm::MpiRuntime* runtime)
+#if TIDAL_MPI
+    : layout_(mesh_spec(cfg, runtime ? runtime->world_size() : 1, runtime ? runtime->local_size() : 0)),
+      rank_(runtime ? runtime->world_rank() : 0),
+#else
+    : layout_(mesh_spec(cfg, 1, 0)),
+#endif
+      coords_(layout_.coordinates(rank_)) {
+  check_config_fits(cfg, layout_);
   const comm::Seconds timeout(cfg.parallel.timeout_s);
   // Every rank creates the same groups in the same order (creation is collective).
   for (GroupKind kind : kAllGroupKinds) {
@@ -71,6 +81,21 @@ ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] com
     if (!c) c = std::make_shared<comm::SelfCommunicator>(std::string(group_name(kind)));
     groups_[kind] = std::make_shared<comm::CountingCommunicator>(std::move(c));
   }
+}
+
+ParallelContext::ParallelContext(const config::Config& cfg, const MeshSpec& spec, int rank)
+    : layout_(spec), rank_(rank), coords_(layout_.coordinates(rank)) {
+  check_config_fits(cfg, layout_);
+  for (GroupKind kind : kAllGroupKinds) {
+    const std::vector<int> members = layout_.group(kind, rank);
+    auto c = std::make_shared<comm::PlanningCommunicator>(std::string(group_name(kind)), members,
+                                                          layout_.group_index(kind, rank));
+    groups_[kind] = std::make_shared<comm::CountingCommunicator>(std::move(c));
+  }
+}
+
+ParallelContext ParallelContext::planned(const config::Config& cfg, int world_size, int rank, int ranks_per_node) {
+  return ParallelContext(cfg, mesh_spec(cfg, world_size, ranks_per_node), rank);
 }
 
 comm::Communicator& ParallelContext::group(GroupKind kind) { return *groups_.at(kind); }
@@ -89,6 +114,34 @@ nlohmann::json ParallelContext::communication_stats() const {
 
 void ParallelContext::reset_communication_stats() {
   for (auto& [kind, c] : groups_) c->reset();
+}
+
+nlohmann::json ParallelContext::per_rank(const nlohmann::json& mine) {
+  comm::Communicator& world = group(GroupKind::world);
+  // Two 30-bit halves per value in int32 (the communicators' integer type), exact to 2^60.
+  constexpr std::int64_t kHalf = std::int64_t(1) << 30;
+  const std::int64_t n = std::int64_t(mine.size());
+  Tensor local = Tensor::empty({2 * n}, DType::i32, host_allocator());
+  std::int64_t k = 0;
+  for (const auto& [key, value] : mine.items()) {
+    local.data<std::int32_t>()[2 * k] = std::int32_t(value.get<std::int64_t>() / kHalf);
+    local.data<std::int32_t>()[2 * k + 1] = std::int32_t(value.get<std::int64_t>() % kHalf);
+    ++k;
+  }
+  Tensor all = Tensor::empty({2 * n * world.size()}, DType::i32, host_allocator());
+  world.all_gather(all, local)->wait();
+  nlohmann::json out = nlohmann::json::object();
+  k = 0;
+  for (const auto& [key, value] : mine.items()) {
+    std::vector<std::int64_t> values;
+    for (int r = 0; r < world.size(); ++r) {
+      const std::int32_t* v = all.data<std::int32_t>() + 2 * (n * r + k);
+      values.push_back(v[0] * kHalf + v[1]);
+    }
+    out[key + "_per_rank"] = values;
+    ++k;
+  }
+  return out;
 }
 
 nlohmann::json ParallelContext::describe() const {

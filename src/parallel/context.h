@@ -29,6 +29,10 @@ class ParallelContext {
   // layout against the launched world and the model (tidal::Error naming the keys). Collective:
   // every rank constructs its context at the same point.
   ParallelContext(const config::Config& cfg, comm::MpiRuntime* runtime);
+  // Rank `rank` of a world of `world_size` (`ranks_per_node` per node, 0 = one node) as the
+  // cost model plans it (sim/): the same checks and groups, each a comm::PlanningCommunicator
+  // that knows its members and never communicates. Not collective; nothing is launched.
+  static ParallelContext planned(const config::Config& cfg, int world_size, int rank, int ranks_per_node = 0);
 
   const Layout& layout() const { return layout_; }
   int rank() const { return rank_; }
@@ -42,10 +46,15 @@ class ParallelContext {
   nlohmann::json communication_stats() const;
   // Starts the counts of every group again from zero.
   void reset_communication_stats();
+  // Every rank's integer figures `mine` ({key: value}, the same keys on every rank) as
+  // {key_per_rank: [value of rank 0, 1, ...]}: one all-gather (a collective every rank calls alike).
+  nlohmann::json per_rank(const nlohmann::json& mine);
   // {"world_size", "data", "pipeline", "tensor", "tensor_mode", "sequence", "ranks_per_node"}
   nlohmann::json describe() const;
 
  private:
+  ParallelContext(const config::Config& cfg, const MeshSpec& spec, int rank);
+
   Layout layout_;
   int rank_ = 0;
   Coordinates coords_;

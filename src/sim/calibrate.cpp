@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "ops/cast.h"
+#include "ops/cpu/onednn_matmul.h"
 #include "ops/gemm.h"
 
 #include <fmt/format.h>
@@ -108,6 +109,7 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
     h.flops[dtype] = slowest_rank(world, gemm_rate(dtype, n, repeats));
   world.barrier()->wait();
   h.memory_bandwidth = slowest_rank(world, copy_rate(big, repeats));
+  h.bf16_native = ops::cpu::onednn_bf16_native();
   h.host_device_bandwidth = h.memory_bandwidth;  // host and "device" are the same memory
   const double pair_latency = half_round_trip(world, 4, repeats * 20);
   const double pair_time = half_round_trip(world, message, repeats);

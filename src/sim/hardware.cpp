@@ -32,6 +32,11 @@ class Reader {
     return *n->value<std::string>();
   }
   bool has(const std::string& key) const { return t_.at_path(key).node() != nullptr; }
+  bool flag(const std::string& key, const char* what) const {
+    const toml::node* n = t_.at_path(key).node();
+    TIDAL_CHECK(n && n->is_boolean(), "{}: '{}' must be true or false ({})", file_, key, what);
+    return *n->value<bool>();
+  }
   Link link(const std::string& key) const {
     return {.bandwidth = positive(key + ".gbps", "GB/s per direction, as one rank sees it") * kGB,
             .latency = positive(key + ".latency_us", "microseconds for a message of no bytes") * kMicro};
@@ -69,6 +74,9 @@ Hardware load_hardware(const std::string& path) {
   h.memory_bandwidth = r.positive("device.memory_gbps", "GB/s of one device's memory") * kGB;
   for (const auto& [dtype, key] : {std::pair{DType::f32, "fp32"}, {DType::bf16, "bf16"}, {DType::f16, "fp16"}})
     h.flops[dtype] = r.positive(fmt::format("device.tflops.{}", key), "peak TFLOP/s of the device's GEMMs") * kTera;
+  if (h.device == Device::Kind::cpu)
+    h.bf16_native = r.flag("device.bf16_native",
+                           "whether the CPU's GEMMs take bf16 as it is; tidal calibrate writes it for its machine");
   h.host_memory = r.positive("host.memory_gib", "GiB of host memory per node") * kGiB;
   h.host_device_bandwidth = r.positive("host.device_gbps", "GB/s between host and device memory") * kGB;
   h.intra_node_pair = r.link("links.intra_node_pair");
@@ -84,8 +92,11 @@ std::string hardware_toml(const Hardware& h) {
   out << fmt::format("devices_per_node = {}\n\n", h.devices_per_node);
   out << fmt::format("[device]\nkind = \"{}\"\nmemory_gib = {:.6g}\nmemory_gbps = {:.6g}\n",
                      h.device == Device::Kind::cuda ? "cuda" : "cpu", h.device_memory / kGiB, h.memory_bandwidth / kGB);
-  out << fmt::format("tflops = {{ fp32 = {:.6g}, bf16 = {:.6g}, fp16 = {:.6g} }}\n\n", h.flops.at(DType::f32) / kTera,
+  out << fmt::format("tflops = {{ fp32 = {:.6g}, bf16 = {:.6g}, fp16 = {:.6g} }}\n", h.flops.at(DType::f32) / kTera,
                      h.flops.at(DType::bf16) / kTera, h.flops.at(DType::f16) / kTera);
+  if (h.device == Device::Kind::cpu)
+    out << fmt::format("bf16_native = {}  # false: bf16 operands widened to fp32 copies\n", h.bf16_native);
+  out << "\n";
   out << fmt::format("[host]\nmemory_gib = {:.6g}\ndevice_gbps = {:.6g}\n\n", h.host_memory / kGiB,
                      h.host_device_bandwidth / kGB);
   out << "[links]  # GB/s per direction as one rank sees it; microseconds for a message of no bytes\n";

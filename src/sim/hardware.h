@@ -8,7 +8,9 @@
 // memory in GiB, rates in TFLOP/s):
 //   name = "8 x H100 SXM"
 //   devices_per_node = 8
-//   [device]  kind = "cuda", memory_gib, memory_gbps, [device.tflops] fp32, bf16, fp16
+//   [device]  kind = "cuda", memory_gib, memory_gbps, [device.tflops] fp32, bf16, fp16,
+//             bf16_native (cpu only: whether GEMMs and attention take bf16 as it is; false, they
+//             widen operands to fp32 copies, workspace the cost model counts; cuda: always)
 //   [host]    memory_gib (per node), device_gbps (host <-> device)
 //   [links]   intra_node_pair, intra_node_collective, inter_node (optional): { gbps, latency_us }
 #pragma once
@@ -36,6 +38,7 @@ struct Hardware {
   double device_memory = 0;      // bytes per device
   double memory_bandwidth = 0;   // bytes/s of a device's memory
   std::map<DType, double> flops;  // peak FLOP/s of a device's GEMMs per dtype (f32, bf16, f16)
+  bool bf16_native = true;        // bf16 operands as they are (else widened to fp32 copies)
   double host_memory = 0;         // bytes per node
   double host_device_bandwidth = 0;  // bytes/s between host and device
   Link intra_node_pair;        // two ranks of a node (a pipeline send, a 2D broadcast between neighbours)

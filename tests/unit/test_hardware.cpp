@@ -45,6 +45,7 @@ TEST(Hardware, WrittenFiguresReadBack) {
   sim::Hardware h{.name = "two cores \"here\"", .source = "measured", .device = Device::Kind::cpu,
                   .devices_per_node = 2, .device_memory = 12.5 * (1 << 30), .memory_bandwidth = 8.25e9,
                   .flops = {{DType::f32, 1.23e11}, {DType::bf16, 4.56e11}, {DType::f16, 7.5e10}},
+                  .bf16_native = false,
                   .host_memory = 25.0 * (1 << 30), .host_device_bandwidth = 8.25e9,
                   .intra_node_pair = {.bandwidth = 3.5e9, .latency = 1.5e-6},
                   .intra_node_collective = {.bandwidth = 2.25e9, .latency = 4e-6}, .inter_node = std::nullopt};
@@ -56,6 +57,7 @@ TEST(Hardware, WrittenFiguresReadBack) {
   EXPECT_DOUBLE_EQ(back.device_memory, h.device_memory);
   EXPECT_DOUBLE_EQ(back.memory_bandwidth, h.memory_bandwidth);
   for (const auto& [dtype, rate] : h.flops) EXPECT_NEAR(back.flops.at(dtype), rate, 1e-5 * rate);
+  EXPECT_FALSE(back.bf16_native);
   EXPECT_NEAR(back.intra_node_pair.bandwidth, 3.5e9, 1);
   EXPECT_NEAR(back.intra_node_collective.latency, 4e-6, 1e-12);
   EXPECT_FALSE(back.inter_node);

@@ -1,0 +1,71 @@
+// The cost model (issue: predict before you run): for a config's model and layout on a world of
+// ranks, each rank's peak memory by list and the step's time by term, from the planned world
+// (sim/planned_world.h: model data exactly as a run lays it out), the replayed activations
+// (sim/activations.h), and a hardware file's rates and links (sim/hardware.h).
+//
+// Step time, per rank, summed over its micro-batches: compute is each GEMM's FLOPs at the
+// device's peak rate for the precision (attention's two products included; recomputed forwards
+// added where activation checkpointing recomputes); communication is each collective's link bytes
+// (comm/counting_communicator.h's formulas) over the link its group spans, plus its latency; the
+// pipeline's bubble adds (stages - 1) micro-batch slots of the slowest stage (1F1B and GPipe
+// alike; the interleaved schedule divides it by the virtual stages). Nothing is assumed to
+// overlap except the data-parallel gradient all-reduce, which overlaps backward (engine/
+// gradient_reducer.h) where the tensor keeper runs it.
+#pragma once
+
+#include "config/config.h"
+#include "sim/hardware.h"
+#include "sim/planned_world.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tidal::sim {
+
+struct RankMemory {
+  int rank = 0;
+  ModelDataBytes model_data;
+  double activations = 0;  // the activation pool's predicted peak
+  // Each tier at its peak: the device (the computing device's memory; on a CPU without offload,
+  // host memory, all of it) and the host beside it (under memory.offload, the chunk lists there;
+  // memory.embedding_on_host's lists).
+  double device = 0, host = 0;
+  double total() const { return device; }
+  nlohmann::json traffic;  // the step's collectives (sim/traffic.h's json)
+};
+
+struct StepTime {
+  double compute = 0, recompute = 0;  // seconds per step on the busiest rank
+  double tensor = 0, sequence = 0, pipeline_sends = 0, data = 0;  // communication not hidden
+  double bubble = 0;
+  double total() const { return compute + recompute + tensor + sequence + pipeline_sends + data + bubble; }
+  nlohmann::json json() const;
+};
+
+struct Prediction {
+  nlohmann::json layout;        // the parallel.* (and zero.stage) keys this layout sets
+  std::vector<RankMemory> ranks;
+  int largest_rank = 0;         // the rank of the largest predicted peak
+  double peak_bytes = 0;        // that peak
+  StepTime time;
+  double flops_per_step = 0;    // the model's training FLOPs (for MFU)
+  bool fits = true;
+  std::string does_not_fit;     // which tier, by how much
+  nlohmann::json json() const;
+};
+
+// `cfg`'s own layout on `world_size` ranks. `hardware` gives rates, links and the device's
+// memory (without it: no time, and memory fits while within memory.device_limit if set).
+Prediction predict(const config::Config& cfg, int world_size, const Hardware* hardware);
+
+// Every layout of `world_size` ranks the model can be split over (data x pipeline x tensor mode
+// and size x sequence, each ZeRO stage where data > 1), as configs; invalid ones skipped.
+std::vector<config::Config> layouts(const config::Config& cfg, int world_size);
+
+// The terms of one prediction, as lines (tidal plan --explain).
+std::string explain(const Prediction& p, const Hardware* hardware);
+
+}  // namespace tidal::sim

@@ -1,0 +1,156 @@
+#include "sim/planned_world.h"
+
+#include "engine/model_data.h"
+#include "engine/rank_chunks.h"
+#include "models/factory.h"
+#include "nn/on_host.h"
+#include "nn/parallel_layers.h"
+#include "pipeline/stage_costs.h"
+
+#include <algorithm>
+
+namespace tidal::sim {
+
+nlohmann::json ModelDataBytes::json() const {
+  nlohmann::json out = {{"keeper", chunks ? "chunks" : "tensors"},
+                        {"parameters", parameters},
+                        {"param_bytes", param_bytes},
+                        {"optimizer_bytes", optimizer_bytes},
+                        {"model_data_bytes", total()},
+                        {"peak_bytes", peak()}};
+  if (chunks) {
+    out["chunk_elements"] = chunk_elements;
+    out["chunks"] = chunks_in_lists;
+  }
+  if (embedding_on_host_bytes) out["embedding_on_host_bytes"] = embedding_on_host_bytes;
+  if (offload) {
+    out["offload_host_bytes"] = offload_host_bytes;
+    out["state_chunk_bytes"] = state_bytes;
+  }
+  return out;
+}
+
+namespace {
+
+// As engine/model_data.cpp chooses its keeper.
+bool chunk_keeper(const config::Config& cfg) {
+  return !(cfg.zero.stage == 0 && cfg.train.precision == DType::f32 && cfg.memory.offload == config::Offload::none);
+}
+
+PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int ranks_per_node) {
+  PlannedRank r;
+  r.pc = std::make_unique<parallel::ParallelContext>(
+      parallel::ParallelContext::planned(cfg, world_size, rank, ranks_per_node));
+  r.layers = nn::make_layers(*r.pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
+  r.model = models::make_model(cfg.model, models::checkpoint_policy(cfg.train), *r.layers,
+                               cfg.memory.embedding_on_host);
+  pipeline::PipelineOptions options{.unit_costs = {},
+                                    .scatter_gather = cfg.parallel.scatter_gather,
+                                    .schedule = cfg.parallel.schedule,
+                                    .chunks = cfg.parallel.virtual_stages};
+  if (r.pc->layout().spec().pipeline > 1)
+    options.unit_costs = pipeline::unit_costs(*r.model, cfg.parallel.partition == pipeline::PartitionBy::time
+                                                            ? pipeline::PartitionBy::parameters
+                                                            : cfg.parallel.partition);
+  r.engine = std::make_unique<pipeline::PipelineEngine>(*r.model, *r.pc, options);
+  for (const nn::Parameter* p : r.engine->parameters()) r.model_data.parameters += p->shape.numel();
+  return r;
+}
+
+// The chunk keeper's lists on every rank (engine/model_data.cpp's ChunkModelData): the device's
+// lists and, under memory.embedding_on_host, the embedding's own, each with the chunk size every
+// rank agrees on.
+void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std::size_t device_capacity) {
+  const std::int64_t local = cfg.train.batch_size / cfg.parallel.data;
+  const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
+  struct Lists {
+    memory::ChunkParameters device, host;
+  };
+  std::vector<Lists> lists;
+  for (PlannedRank& r : world) {
+    const std::vector<nn::Parameter*> embedding = nn::parameters_on_host(*r.model);
+    std::vector<nn::Parameter*> on_host, on_device;
+    for (nn::Parameter* p : r.engine->parameters())
+      (std::find(embedding.begin(), embedding.end(), p) == embedding.end() ? on_device : on_host).push_back(p);
+    lists.push_back({engine::chunk_parameters(on_device, *r.engine, *r.pc),
+                     engine::chunk_parameters(on_host, *r.engine, *r.pc)});
+  }
+  const int group_size = engine::chunk_group(*world.front().pc).size();
+  memory::ChunkOptions options = engine::chunk_options(cfg, local / micro > 1);
+  std::vector<const memory::ChunkParameters*> device_lists, host_lists;
+  for (const Lists& l : lists) {
+    device_lists.push_back(&l.device);
+    host_lists.push_back(&l.host);
+  }
+  memory::ChunkOptions host_options = options;
+  host_options.offload.reset();
+  if (cfg.memory.embedding_on_host)
+    host_options.chunk_elements = engine::agreed_chunk_size(host_lists, host_options, group_size, device_capacity);
+  options.chunk_elements = engine::agreed_chunk_size(device_lists, options, group_size, device_capacity);
+  for (std::size_t k = 0; k < world.size(); ++k) {
+    ModelDataBytes& m = world[k].model_data;
+    options.group = host_options.group = &engine::chunk_group(*world[k].pc);
+    const auto layout_of = [&](const memory::ChunkParameters& params, std::int64_t size) {
+      std::vector<std::int64_t> numels;
+      for (const nn::Parameter* p : params.params) numels.push_back(p->shape.numel());
+      return memory::layout_chunks(numels, size, group_size, params.segment);
+    };
+    const memory::ChunkLayout layout = layout_of(lists[k].device, options.chunk_elements);
+    world[k].chunk_layout = layout;
+    world[k].chunk_params = lists[k].device;
+    const memory::ChunkListBytes bytes = memory::chunk_list_bytes(layout, options);
+    m.chunks = true;
+    m.chunk_elements = layout.chunk_elements;
+    m.chunks_in_lists = layout.chunks;
+    m.param_bytes = bytes.param;
+    m.optimizer_bytes = bytes.optimizer;
+    if (options.offload) {
+      m.offload = true;
+      m.static_partition = options.offload->partition == memory::Partition::fixed;
+      // Every list starts on the host; under the static partition the param list too, until its
+      // chunks move to the device (measured: the host's peak holds it, not only the optimizer's).
+      m.offload_host_bytes = bytes.total();
+      m.state_chunks = memory::list_share(layout, options).optimizer;
+      m.state_bytes = layout.chunk_elements * std::int64_t(sizeof(float)) * 3;
+    }
+    if (group_size > 1 && !options.offload) {
+      // A group's chunks, packed for its all-reduce or reduce-scatter (with micro-batches: the
+      // pending sums, and the owned chunk's); under ZeRO-3 the group being used gathered beside
+      // it, and a table used at both ends of the model (a tied head) held from its backward to
+      // the embedding's.
+      const std::int64_t group_bytes = std::int64_t(group_size) * layout.chunk_elements *
+                                       std::int64_t(dtype_size(options.compute_dtype));
+      m.param_transient_bytes = group_bytes;
+      if (options.accumulate && cfg.zero.stage > 0)
+        m.param_transient_bytes += layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype));
+      if (cfg.zero.stage == 3) {
+        const bool tied_here = cfg.model.tie_embeddings && cfg.model.type != "vit" && cfg.parallel.pipeline == 1;
+        const int groups = layout.chunks / group_size;
+        m.param_transient_bytes += group_bytes * std::min(groups, tied_here ? 2 : 1);
+      }
+    }
+    if (cfg.memory.embedding_on_host && !lists[k].host.params.empty())
+      m.embedding_on_host_bytes =
+          memory::chunk_list_bytes(layout_of(lists[k].host, host_options.chunk_elements), host_options).total();
+  }
+}
+
+}  // namespace
+
+std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, int ranks_per_node,
+                                    std::size_t device_capacity) {
+  std::vector<PlannedRank> world;
+  for (int rank = 0; rank < world_size; ++rank) world.push_back(build_rank(cfg, world_size, rank, ranks_per_node));
+  if (chunk_keeper(cfg)) {
+    plan_chunks(cfg, world, device_capacity);
+  } else {
+    // fp32 tensors: each parameter and its gradient, AdamW's momentum and variance.
+    for (PlannedRank& r : world) {
+      r.model_data.param_bytes = 8 * r.model_data.parameters;
+      r.model_data.optimizer_bytes = 8 * r.model_data.parameters;
+    }
+  }
+  return world;
+}
+
+}  // namespace tidal::sim

@@ -1,0 +1,73 @@
+// A world as the cost model plans it: every rank's model, pipeline stages and chunk lists built
+// by the code a run uses - the layer factory of its tensor mode, the model, the pipeline's
+// partition, the chunk layout and PatrickStar's chunk-size search - under a planned
+// ParallelContext (parallel/context.h) that knows each group's members and never communicates.
+// Parameters are shapes until materialized, so a 7B model's world is planned in milliseconds and
+// the model data it predicts is the bytes the run allocates, exactly (tests/mpi/check_plan.sh).
+#pragma once
+
+#include "config/config.h"
+#include "memory/chunk_layout.h"
+#include "memory/chunk_manager.h"
+#include "models/model.h"
+#include "nn/layer_factory.h"
+#include "parallel/context.h"
+#include "pipeline/engine.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace tidal::sim {
+
+// One rank's model data (patrickstar-v2's term: parameters, gradients, optimizer states), by list.
+struct ModelDataBytes {
+  bool chunks = false;            // the chunk keeper; otherwise fp32 tensors (engine/model_data.h)
+  std::int64_t parameters = 0;    // elements of the parameters this rank materializes
+  std::int64_t chunk_elements = 0;
+  std::int64_t chunks_in_lists = 0;  // chunks per list (every rank's, padding included)
+  // The chunk keeper: this rank's share of the param list (in the compute precision) and of the
+  // optimizer's lists (fp32 master copy, momentum, variance, the gradient sum). The tensor keeper:
+  // the fp32 parameters and their gradients, and AdamW's two moments.
+  std::int64_t param_bytes = 0, optimizer_bytes = 0;
+  // The chunk keeper's param tier beyond its share during a step (memory/chunk_manager.cpp): a
+  // chunk group packed for its reduction, and under ZeRO-3 the groups gathered around it.
+  std::int64_t param_transient_bytes = 0;
+  // Under memory.offload: the host tier holds every list at the start, and
+  // after the warm-up the optimizer states of `state_chunks` chunks (`state_bytes` each: master
+  // copy, momentum, variance) move to the device in list order while they fit its margin.
+  bool offload = false, static_partition = false;
+  std::int64_t offload_host_bytes = 0, state_bytes = 0;
+  int state_chunks = 0;
+  // memory.embedding_on_host: the embedding layer's lists, on the host.
+  std::int64_t embedding_on_host_bytes = 0;
+  std::int64_t total() const { return param_bytes + optimizer_bytes + embedding_on_host_bytes; }
+  // The param tier and the optimizer's lists at their peak.
+  std::int64_t peak() const { return total() + param_transient_bytes; }
+  nlohmann::json json() const;
+};
+
+// One rank of a planned world and what it was built from (kept alive together: the model's layers
+// hold the layer factory and the context, the chunk parameters the context's groups).
+struct PlannedRank {
+  std::unique_ptr<parallel::ParallelContext> pc;
+  std::unique_ptr<nn::LayerFactory> layers;
+  std::unique_ptr<models::Model> model;
+  std::unique_ptr<pipeline::PipelineEngine> engine;
+  ModelDataBytes model_data;
+  // The chunk keeper's device lists: their parameters in segments, and how they lie in chunks.
+  memory::ChunkParameters chunk_params;
+  std::optional<memory::ChunkLayout> chunk_layout;
+};
+
+// Every rank of `cfg`'s layout on `world_size` ranks (`ranks_per_node` per node, 0 = one node).
+// `device_capacity`: the device tier's bytes, which bound the chunk size under memory.offload.
+// parallel.partition = "time" measures the first micro-batch in a run; a plan balances the
+// stages by parameters instead. Errors as a run's start-up gives them (tidal::Error naming keys).
+std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, int ranks_per_node,
+                                    std::size_t device_capacity);
+
+}  // namespace tidal::sim

@@ -1,0 +1,964 @@
+#include "sim/step_replay.h"
+
+#include "core/dtype.h"
+#include "models/factory.h"
+#include "pipeline/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace tidal::sim {
+namespace {
+
+// The activation pool's current and peak bytes. A tensor is a shared handle that gives its bytes
+// back when the last holder lets go, as Tensor's storage does.
+class Tally {
+  struct Held {
+    Tally* tally;
+    double bytes;
+    Held(Tally* t, double b) : tally(t), bytes(b) {}
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    ~Held() { tally->current -= bytes; }
+  };
+
+ public:
+  using Act = std::shared_ptr<Held>;
+  Act make(double bytes) {
+    if (bytes <= 0) return nullptr;
+    current += bytes;
+    peak = std::max(peak, current);
+    return std::shared_ptr<Held>(new Held(this, bytes));
+  }
+  double current = 0, peak = 0;
+};
+using Act = Tally::Act;
+using Keep = std::vector<Act>;  // what one module call saves for its backward
+
+// How the layout's layer factory splits a layer (nn/layer_factory.h, nn/tp/, nn/sp/).
+enum class Split {
+  none,  // one device, data parallelism, and the sequence layers (only attention differs)
+  d1,    // Megatron's columns and rows (nn/tp/linear_1d.h)
+  grid,  // 2D and 2.5D: SUMMA on blocks (nn/tp/summa.h), split norms (nn/tp/feature_split.h)
+  cube,  // 3D: inputs gathered, outputs reduce-scattered, weight rows broadcast (nn/tp/layers_3d.cpp)
+};
+
+// One rank's sizes for one micro-batch: rows = its samples x its positions, the widths of what it
+// computes (its heads, its share of the MLP and of the vocabulary), bytes per element.
+struct Sizes {
+  Split split = Split::none;
+  double rows = 0, samples = 0, positions = 0;
+  double width = 0;      // the hidden state's features on this rank
+  double qkv = 0;        // (H + 2 Hkv) hd over the rank's heads
+  double kv = 0;         // 2 Hkv hd, the keys and values of the rank's heads
+  double attention = 0;  // H hd over the rank's heads
+  double heads = 0;      // query heads on this rank
+  double fc = 0;         // the MLP's first projection (2 x hidden for SwiGLU)
+  double hidden = 0;     // the MLP's hidden width
+  double vocab = 0;      // logits per row on this rank (padding included)
+  double vocab_real = 0;  // of them, classes below the vocabulary (the rest is padding)
+  double e = 4;          // bytes of an activation element (the compute precision)
+  // The grid's side, depth and whether weights come in depth slices (2.5D); the sequence ring.
+  double q = 1, depth = 1;
+  bool sliced = false;
+  bool keep_gathered = false;  // 3D: a linear's gathered input kept for backward
+  int sequence = 1;
+  double tensor = 1;  // the tensor group's size
+  bool ulysses = false;
+  bool glu = false, rms = false, pre_norm = true, dropout = false, selective = false;
+  int norm_stats = 2;  // LayerNorm keeps mean and rstd per row, RMSNorm rstd
+  std::string type;
+  int loss_chunks = 1;
+  bool offload_checkpoints = false;
+  // The ops widen bf16 / fp16 operands to fp32 copies (a CPU without bf16 instructions: ops/cpu/
+  // gemm.cpp, attention.cpp), and the chunk keeper hands each module fresh gradients in the
+  // compute precision for its backward (memory/chunk_manager.cpp's access, stored and let go after).
+  bool widen = false, module_grads = false;
+  bool cpu = true;              // ops/cpu/: an embedding's gradient sums in an fp32 copy of a bf16 table
+  double positions_table = 0;  // this rank's learned-position table (elements)
+  double weight_parts = 1;  // a linear's weight [out, in] is out x in / weight_parts on this rank
+  double table = 0;         // this rank's embedding table (elements)
+  bool tied = false;        // the table is also the head's weight on this rank
+};
+
+constexpr double kStat = 4;  // fp32 per-row figures (mean, rstd, log-sum-exp, losses)
+
+struct Replay {
+  Tally& t;
+  const Sizes& s;
+  Traffic& traffic;
+
+  // A collective of this step on the tensor group (1D), the ring, ...
+  void tensor_all_reduce(double elements, double bytes) {
+    traffic.add("tensor", int(s.tensor), "all_reduce", elements, bytes);
+  }
+
+  Act act(double width) const { return t.make(s.rows * width * s.e); }
+  // A product c = a b whose operands the op widens to fp32 first (elements of each).
+  void gemm(double a, double b, double c) {
+    if (!s.widen) return;
+    Act a32 = t.make(a * 4), b32 = t.make(b * 4), c32 = t.make(c * 4);
+  }
+  // The gradients a module's backward gets (chunk keeper): a weight of `weight` and a bias of `bias` elements.
+  Act grads(double weight, double bias = 0) { return s.module_grads ? t.make((weight + bias) * s.e) : nullptr; }
+  Act f32(double width) const { return t.make(s.rows * width * 4); }
+  // ctx.as(x, fp32): a widened copy unless activations are fp32 already.
+  Act widened(const Act& x, double width) const { return s.e == 4 ? x : f32(width); }
+
+  // --- norms: nn/layernorm.cpp, nn/rms_norm.cpp; split over a grid's columns: nn/tp/feature_split.cpp,
+  // nn/tp/split_rms_norm.cpp (fp32 loops, the row statistics summed over the row).
+  bool split_norms() const { return s.split == Split::grid || s.split == Split::cube; }
+  Act norm_forward(const Act& x, Keep& k) {
+    if (!split_norms()) {
+      Act y = act(s.width);
+      k = {x, t.make(s.rows * kStat * s.norm_stats)};
+      return y;
+    }
+    Act x32 = widened(x, s.width);
+    Act stats = t.make(s.rows * kStat * (s.rms ? 1 : 2));
+    Act y = f32(s.width);
+    if (s.rms) k = {x32, t.make(s.rows * kStat)};
+    else k = {f32(s.width), t.make(s.rows * kStat)};  // xhat, rstd
+    return s.e == 4 ? y : act(s.width);
+  }
+  Act norm_backward(Keep& k) {
+    if (!split_norms()) {
+      Act dx = act(s.width);
+      k.clear();
+      return dx;
+    }
+    Act dy32 = s.e == 4 ? nullptr : f32(s.width);
+    Act sums = t.make(s.rows * kStat * (s.rms ? 1 : 2));
+    Act dx = f32(s.width);
+    k.clear();
+    return s.e == 4 ? dx : act(s.width);
+  }
+
+  // --- linears. `weight`: elements of this rank's block of W (the grid's SUMMA moves blocks).
+  enum class Role { input, output };  // column- or row-parallel in 1D
+  Act linear_forward(const Act& x, double in, double out, double weight, Role role, Keep& k) {
+    k = {x};
+    switch (s.split) {
+      case Split::none: {
+        Act y = act(out);
+        gemm(s.rows * in, weight, s.rows * out);
+        return y;
+      }
+      case Split::d1: {
+        Act y = act(out);
+        gemm(s.rows * in, weight, s.rows * out);
+        if (role == Role::input) return y;
+        tensor_all_reduce(s.rows * out, s.e);
+        return act(out);  // ReduceFromGroup: the summed copy; the partial goes
+      }
+      case Split::grid: {
+        Act y = act(out);
+        Act scratch = act(out);
+        if (!s.sliced) {
+          Act w = t.make(weight * s.e);  // W_lj received down the column
+          gemm(s.rows * in, weight, s.rows * out);
+          return y;
+        }
+        Act panel = act(out / s.depth);
+        Act mine = t.make(weight * s.e);    // slice k of W_lj down the column
+        Act slice = t.make(weight * s.e);  // and over the depth group
+        gemm(s.rows * in, weight, s.rows * out / s.depth);
+        return y;
+      }
+      case Split::cube: {
+        const double l = s.q;
+        Act xg = gather(in);
+        if (s.keep_gathered) k = {xg};
+        Act p = t.make(l * s.rows * out * s.e), panel = t.make(s.rows * out * s.e);
+        {
+          Act w = t.make(weight * s.e);  // row block r of W from its owner
+          gemm(l * s.rows * in, weight, s.rows * out);
+        }
+        return scatter(out);
+      }
+    }
+    return nullptr;
+  }
+  // nn/tp/mappings.cpp: all_gather_along / reduce_scatter_along over l ranks, dimension 0 (a copy
+  // to the front, then the gathered or reduced buffer).
+  Act gather(double width) {
+    Act front = act(width);
+    return t.make(s.q * s.rows * width * s.e);
+  }
+  Act scatter(double width) {
+    Act front = t.make(s.q * s.rows * width * s.e);
+    return act(width);
+  }
+  // `own_grads`: the weight's gradient is this module's alone (not a table the head shares).
+  Act linear_backward(double in, double out, double weight, Role role, Keep& k, bool own_grads = true) {
+    Act g = own_grads ? grads(weight, out) : nullptr;
+    Act dx = s.split == Split::cube ? nullptr : act(in);
+    switch (s.split) {
+      case Split::none:
+      case Split::d1:
+        gemm(s.rows * out, weight, s.rows * in);  // dx = dy W
+        gemm(s.rows * out, s.rows * in, weight);  // dW += dy^T x
+        if (s.split == Split::d1 && role == Role::input) {
+          tensor_all_reduce(s.rows * in, s.e);
+          Act summed = act(in);  // CopyToGroup's all-reduced copy
+          k.clear();
+          return summed;
+        }
+        break;
+      case Split::grid: {
+        Act dw = t.make(weight * s.e);
+        Act dy = act(out);             // dY_il along the row
+        Act w = t.make(weight * s.e);  // W_lj down the column
+        if (s.sliced) {
+          Act panel = act(out / s.depth);
+          Act slice = t.make(weight * s.e);
+          gemm(s.rows * out / s.depth, weight, s.rows * in);
+          gemm(s.rows * out / s.depth, s.rows * in, weight);
+        } else {
+          gemm(s.rows * out, weight, s.rows * in);
+          gemm(s.rows * out, s.rows * in, weight);
+        }
+        break;
+      }
+      case Split::cube: {
+        const double l = s.q;
+        Act xg = s.keep_gathered ? k[0] : gather(in);
+        Act dp = gather(out);
+        Act dxg = t.make(l * s.rows * in * s.e), panel = t.make(s.rows * out * s.e);
+        {
+          Act w = t.make(weight * s.e), dw = t.make(weight * s.e);
+          gemm(s.rows * out, weight, l * s.rows * in);
+          gemm(s.rows * out, l * s.rows * in, weight);
+        }
+        k.clear();
+        xg.reset();
+        return scatter(in);
+      }
+    }
+    k.clear();
+    return dx;
+  }
+  Act dropout_forward(const Act& x) { return s.dropout ? act(s.width) : x; }
+  Act dropout_backward(const Act& dy) { return s.dropout ? act(s.width) : dy; }
+
+  // Elements of this rank's block of a linear's weight [out, in] (full sizes).
+  double block(double out, double in) const { return out * in / s.weight_parts; }
+
+  // `messages` sends (and as many receives) of `elements` on the sequence group.
+  void ring(double elements, double messages) {
+    traffic.add("sequence", s.sequence, "send", elements, s.e, messages);
+    traffic.add("sequence", s.sequence, "recv", elements, s.e, messages);
+  }
+
+  // --- attention: nn/attention.cpp; the ring (nn/sp/ring_attention.cpp) and Ulysses
+  // (nn/sp/ulysses_attention.cpp) in its place under sequence parallelism.
+  Act self_attention_forward(const Act& qkv, Keep& k) {
+    const double lse = s.samples * s.heads * s.positions * kStat;
+    if (s.sequence > 1 && !s.ulysses) {
+      Act q = act(s.attention), kv = act(s.kv);
+      Act y = f32(s.attention);
+      Act l = t.make(lse), sum = t.make(lse);
+      {
+        Act b0 = act(s.kv), b1 = s.sequence > 2 ? act(s.kv) : nullptr;  // the blocks in flight
+      }
+      ring(s.rows * s.kv, s.sequence - 1);  // the keys and values pass around the ring
+      k = {qkv, y, l};
+      return s.e == 4 ? y : act(s.attention);
+    }
+    if (s.sequence > 1) {  // Ulysses: positions to heads and back, by all-to-all
+      Act send = act(s.qkv), recv = act(s.qkv);
+      ring(s.rows * s.qkv / s.sequence, s.sequence - 1);  // an all-to-all: a part to every other rank
+      Act heads = act(s.qkv);
+      Act y_heads = act(s.attention), l = t.make(lse);
+      Act back = act(s.attention), mine = act(s.attention);
+      ring(s.rows * s.attention / s.sequence, s.sequence - 1);
+      Act y = act(s.attention);
+      k = {heads, y_heads, l};
+      return y;
+    }
+    Act y = act(s.attention);
+    k = {qkv, y, t.make(lse)};
+    if (s.widen) Act y32 = f32(s.attention), qkv32 = f32(s.qkv);  // ops/cpu/attention.cpp
+    return y;
+  }
+  Act self_attention_backward(Keep& k) {
+    if (s.sequence > 1 && !s.ulysses) {
+      Act q = act(s.attention), kv = act(s.kv);
+      Act dy32 = s.e == 4 ? nullptr : f32(s.attention);
+      Act dq = f32(s.attention);
+      Act dkv;
+      {
+        Act b0 = act(s.kv), b1 = s.sequence > 2 ? act(s.kv) : nullptr;
+        Act mine = act(s.kv), a0 = act(s.kv), a1 = s.sequence > 2 ? act(s.kv) : nullptr, others = act(s.kv);
+        dkv = mine;
+      }
+      ring(s.rows * s.kv, 2 * (s.sequence - 1));  // the blocks again, and their gradients' shares
+      Act dqkv = f32(s.qkv);
+      k.clear();
+      return s.e == 4 ? dqkv : act(s.qkv);
+    }
+    if (s.sequence > 1) {
+      Act send = act(s.attention), recv = act(s.attention);
+      ring(s.rows * s.attention / s.sequence, s.sequence - 1);
+      Act dy_heads = act(s.attention);
+      Act dqkv_heads = act(s.qkv);
+      Act back = act(s.qkv), mine = act(s.qkv);
+      ring(s.rows * s.qkv / s.sequence, s.sequence - 1);
+      Act dqkv = act(s.qkv);
+      k.clear();
+      return dqkv;
+    }
+    Act dqkv = act(s.qkv);
+    if (s.widen) Act d32 = f32(s.qkv), dy = f32(s.attention), qkv = f32(s.qkv), y = f32(s.attention);
+    k.clear();
+    return dqkv;
+  }
+
+  struct AttentionKeep {
+    Keep qkv, attention, proj, self;
+  };
+  // The ways heads and the MLP split (their widths here are this rank's).
+  double parts() const { return s.split == Split::grid || s.split == Split::cube ? s.q : s.split == Split::d1 ? s.tensor : 1; }
+  Act attention_forward(const Act& x, AttentionKeep& k) {
+    const double C = s.width * s.q;  // the full hidden width
+    Act qkv = linear_forward(x, s.width, s.qkv, block(s.qkv * parts(), C), Role::input, k.qkv);
+    Act y = self_attention_forward(qkv, k.attention);
+    Act out = linear_forward(y, s.attention, s.width, block(C, s.attention * parts()), Role::output, k.proj);
+    if (s.selective) {  // forget(qkv): remade from x in backward
+      std::replace(k.attention.begin(), k.attention.end(), qkv, Act());
+      k.self = {x};
+    }
+    return out;
+  }
+  Act attention_backward(AttentionKeep& k) {
+    const double C = s.width * s.q;
+    if (!k.self.empty()) {  // the qkv projection again, its output put back where it was saved
+      Keep again;
+      Act qkv = linear_forward(k.self[0], s.width, s.qkv, block(s.qkv * parts(), C), Role::input, again);
+      for (Act& a : k.attention)
+        if (!a) a = qkv;
+      k.qkv = again;
+      k.self.clear();
+    }
+    Act g1 = linear_backward(s.attention, s.width, block(C, s.attention * parts()), Role::output, k.proj);
+    Act dqkv = self_attention_backward(k.attention);
+    return linear_backward(s.width, s.qkv, block(s.qkv * parts(), C), Role::input, k.qkv);
+  }
+
+  // --- nn/mlp.cpp
+  struct MlpKeep {
+    Keep fc, act, proj, self;
+  };
+  Act mlp_forward(const Act& x, MlpKeep& k) {
+    const double C = s.width * s.q;
+    Act h = linear_forward(x, s.width, s.fc, block(s.fc * parts(), C), Role::input, k.fc);
+    Act a = act(s.hidden);
+    k.act = {h};
+    Act y = linear_forward(a, s.hidden, s.width, block(C, s.hidden * parts()), Role::output, k.proj);
+    if (s.selective) {
+      k.proj[0].reset();
+      k.self = {h};
+    }
+    return y;
+  }
+  Act mlp_backward(MlpKeep& k) {
+    const double C = s.width * s.q;
+    if (!k.self.empty()) {
+      k.proj[0] = act(s.hidden);
+      k.self.clear();
+    }
+    Act d1 = linear_backward(s.hidden, s.width, block(C, s.hidden * parts()), Role::output, k.proj);
+    Act d2 = act(s.fc);
+    k.act.clear();
+    return linear_backward(s.width, s.fc, block(s.fc * parts(), C), Role::input, k.fc);
+  }
+
+  // --- nn/transformer_block.cpp
+  struct BlockKeep {
+    Keep ln1, ln2;
+    AttentionKeep attn;
+    MlpKeep mlp;
+  };
+  Act block_forward(const Act& x, BlockKeep& k) {
+    if (s.pre_norm) {
+      Act a;
+      {
+        Act n = norm_forward(x, k.ln1);
+        Act o = attention_forward(n, k.attn);
+        a = dropout_forward(o);
+      }
+      Act h = act(s.width);
+      Act m;
+      {
+        Act n = norm_forward(h, k.ln2);
+        Act o = mlp_forward(n, k.mlp);
+        m = dropout_forward(o);
+      }
+      return act(s.width);
+    }
+    Act a;
+    {
+      Act o = attention_forward(x, k.attn);
+      a = dropout_forward(o);
+    }
+    Act h = norm_forward(act(s.width), k.ln1);
+    Act m;
+    {
+      Act o = mlp_forward(h, k.mlp);
+      m = dropout_forward(o);
+    }
+    return norm_forward(act(s.width), k.ln2);
+  }
+  Act block_backward(const Act& dy, BlockKeep& k) {
+    if (s.pre_norm) {
+      Act dm;
+      {
+        Act d = dropout_backward(dy);
+        Act dmlp = mlp_backward(k.mlp);
+        dm = norm_backward(k.ln2);
+      }
+      Act dh = act(s.width);
+      Act da;
+      {
+        Act d = dropout_backward(dh);
+        Act dattn = attention_backward(k.attn);
+        da = norm_backward(k.ln1);
+      }
+      return act(s.width);
+    }
+    Act ds2 = norm_backward(k.ln2);
+    Act dh;
+    {
+      Act d = dropout_backward(ds2);
+      Act dmlp = mlp_backward(k.mlp);
+      dh = act(s.width);
+    }
+    Act ds1 = norm_backward(k.ln1);
+    Act da;
+    {
+      Act d = dropout_backward(ds1);
+      da = attention_backward(k.attn);
+    }
+    return act(s.width);
+  }
+
+  // --- the first layer: token (and position) embeddings, models/*.cpp; split by vocabulary in 1D
+  // (nn/tp/embedding.cpp), by vocabulary and features on a grid (nn/tp/layers_grid.cpp).
+  Act embedding_forward(Keep& k) {
+    Act y;
+    {
+      Act lookup;
+      if (s.split == Split::d1) {  // localized ids (kept), the partial lookup and its sum
+        k.push_back(t.make(s.rows * 4));
+        Act partial = act(s.width);
+        lookup = act(s.width);
+        tensor_all_reduce(s.rows * s.width, s.e);
+      } else if (s.split == Split::grid) {  // every sample of the depth layer, reduce-scattered down the column
+        k.push_back(t.make(s.rows * s.q * 4));
+        Act partial = t.make(s.rows * s.q * s.width * s.e);
+        Act front = t.make(s.rows * s.q * s.width * s.e);
+        lookup = act(s.width);
+      } else if (s.split == Split::cube) {  // every sample's ids, reduce-scattered over x, then z
+        const double l = s.q;
+        k.push_back(t.make(s.rows * l * l * 4));
+        Act partial = t.make(s.rows * l * l * s.width * s.e);
+        Act over_x;
+        {
+          Act front = t.make(s.rows * l * l * s.width * s.e);
+          over_x = t.make(s.rows * l * s.width * s.e);
+        }
+        Act front = t.make(s.rows * l * s.width * s.e);
+        lookup = act(s.width);
+      } else {
+        lookup = act(s.width);
+      }
+      if (s.type == "gpt" || s.type == "vit") {
+        y = act(s.width);  // the positions added to a copy
+      } else if (s.type == "bert") {
+        Act types = act(s.width);  // the token types' lookup, added in place
+        types.reset();
+        Act positioned = act(s.width);
+        Keep ln;
+        y = norm_forward(positioned, ln);
+        k.insert(k.end(), ln.begin(), ln.end());
+      } else {
+        y = lookup;
+      }
+    }
+    return dropout_forward(y);
+  }
+  void embedding_backward(const Act& dy, Keep& k, Act& table_grad) {
+    Act d = dropout_backward(dy);
+    const bool positions = s.type == "gpt" || s.type == "bert";
+    Act position_grad = positions ? grads(s.positions_table) : nullptr;
+    if (s.type == "bert") {
+      Act dx = act(s.width);
+    }
+    if (!table_grad) table_grad = grads(s.table);
+    if (s.split == Split::grid) {  // the gradient all-gathered down the column
+      Act front = act(s.width);
+      Act gathered = t.make(s.rows * s.q * s.width * s.e);
+      if (s.cpu && s.e != 4) Act acc = t.make(s.table * 4);
+    } else if (s.split == Split::cube) {  // over z, then x: every sample's rows
+      const double l = s.q;
+      Act front = act(s.width), over_z = t.make(s.rows * l * s.width * s.e);
+      Act front2 = t.make(s.rows * l * s.width * s.e), over_x = t.make(s.rows * l * l * s.width * s.e);
+      if (s.cpu && s.e != 4) Act acc = t.make(s.table * 4);
+    } else if (s.cpu && s.e != 4) {
+      Act acc = t.make(s.table * 4);  // the lookup's gradient summed in fp32
+    }
+    table_grad.reset();
+    k.clear();
+  }
+
+  // --- the last layers: final norm, head (tied: the table as the weight) and loss
+  // (nn/cross_entropy_loss.cpp; split over the vocabulary: nn/tp/cross_entropy.cpp).
+  struct HeadKeep {
+    Keep norm, head, loss, bert;
+  };
+  // A block of rows' sums (nn/loss.h's add_rows): over the vocabulary's ranks when it is split.
+  void loss_rows(double rows) {
+    if (s.split == Split::d1) traffic.add("tensor", int(s.tensor), "all_reduce", rows, kStat, 3);
+  }
+  // The loss's sum and count over the ranks holding other rows of the same samples (over_replica).
+  void replica_mean() {
+    if (s.sequence > 1) traffic.add("sequence", s.sequence, "all_reduce", 2, 4);
+  }
+  Act loss_forward(double rows, double classes, double element, HeadKeep& k, const Act& logits) {
+    loss_rows(rows);
+    replica_mean();
+    if (s.split == Split::none) {
+      Act losses = t.make(rows * kStat);
+      k.loss = {logits, t.make(rows * kStat)};
+      return t.make(4);
+    }
+    Act targets = t.make(rows * 4);
+    Act losses = t.make(rows * kStat), lse = t.make(rows * kStat);
+    if (s.vocab_real < classes) Act real = t.make(rows * s.vocab_real * element);
+    Act m = t.make(rows * kStat), sum = t.make(rows * kStat), target = t.make(rows * kStat);
+    k.loss = {logits, lse, targets};
+    return t.make(4);
+  }
+  Act head_forward(const Act& x, HeadKeep& k) {
+    Act n = norm_forward(x, k.norm);
+    const bool vit = s.type == "vit";
+    const double rows = vit ? s.samples : s.rows;
+    const double element = vit ? 4 : s.e;
+    if (s.loss_chunks > 1) {  // nn/chunked_loss.cpp: one block of logits at a time
+      k.head = {n};
+      const double part = rows / s.loss_chunks;
+      Act logits = t.make(part * s.vocab * element);
+      gemm(part * s.width, s.table, part * s.vocab);
+      Act stats = t.make(2 * part * kStat);
+      for (int b = 0; b < s.loss_chunks; ++b) loss_rows(part);
+      replica_mean();
+      return t.make(4);
+    }
+    if (s.type == "bert") {  // the MLM head's dense, GELU and LayerNorm before the decoder
+      Keep d;
+      Act h = linear_forward(n, s.width, s.width, 0, Role::input, d);
+      Act g = act(s.width);
+      n = norm_forward(g, k.bert);
+      k.bert.insert(k.bert.end(), {h, g});
+    }
+    Act logits;
+    if (s.split == Split::grid || s.split == Split::cube) {
+      logits = linear_forward(n, s.width, s.vocab, s.table, Role::input, k.head);
+    } else {
+      k.head = {n};
+      logits = t.make(rows * s.vocab * element);
+      if (!vit) gemm(rows * s.width, s.table, rows * s.vocab);
+    }
+    return loss_forward(rows, s.vocab, element, k, logits);
+  }
+  // `table_grad`: where a table shared with the embedding keeps its gradient until the embedding's
+  // backward adds its part.
+  Act head_backward(HeadKeep& k, Act& table_grad) {
+    const bool vit = s.type == "vit";
+    const double rows = vit ? s.samples : s.rows;
+    const double element = vit ? 4 : s.e;
+    if (!vit && s.tied) table_grad = grads(s.table);
+    const Act own = !vit && !s.tied ? grads(s.table) : nullptr;
+    if (s.loss_chunks > 1) {
+      const double part = rows / s.loss_chunks;
+      Act dx = act(s.width);
+      {
+        Act logits = t.make(part * s.vocab * element);
+        gemm(part * s.width, s.table, part * s.vocab);
+        Act stats = t.make(part * kStat);
+        Act dpart = t.make(part * s.width * s.e);
+        gemm(part * s.vocab, s.table, part * s.width);
+        gemm(part * s.vocab, part * s.width, s.table);
+      }
+      for (int b = 0; b < s.loss_chunks; ++b) {
+        loss_rows(part);
+        if (s.split == Split::d1) tensor_all_reduce(part * s.width, s.e);  // each block's head input gradient
+      }
+      k.head.clear();
+      k.loss.clear();
+      return norm_backward(k.norm);
+    }
+    // The logits' gradient is written over them, unless padding classes need a buffer of their own.
+    Act dlogits = k.loss[0];
+    if (s.split != Split::none && s.vocab_real < s.vocab) {
+      dlogits = t.make(rows * s.vocab * element);
+      Act real = t.make(rows * s.vocab_real * element), copy = t.make(rows * s.vocab_real * element);
+    }
+    k.loss.clear();
+    Act dx;
+    if (s.split == Split::grid || s.split == Split::cube) {
+      dx = linear_backward(s.width, s.vocab, s.table, Role::input, k.head, !s.tied);
+    } else {
+      dx = act(s.width);
+      if (!vit) {
+        gemm(rows * s.vocab, s.table, rows * s.width);
+        gemm(rows * s.vocab, rows * s.width, s.table);
+      }
+      k.head.clear();
+      if (s.split == Split::d1) {
+        dx = act(s.width);  // CopyToGroup's all-reduced copy
+        tensor_all_reduce(s.rows * s.width, s.e);
+      }
+    }
+    dlogits.reset();
+    if (s.type == "bert") {
+      Act a = norm_backward(k.bert), b = act(s.width);
+      dx = act(s.width);
+      k.bert.clear();
+    }
+    return norm_backward(k.norm);
+  }
+};
+
+// A stage's layers for one micro-batch: forward leaves what backward reads.
+struct MicroBatchKeep {
+  Act table_grad;  // a tied table's gradient, from the head's backward to the embedding's
+  std::vector<Replay::BlockKeep> blocks;
+  std::vector<Act> unit_inputs;  // a checkpointed run keeps its input alone
+  Keep embedding;
+  Replay::HeadKeep head;
+};
+
+Sizes sizes_of(const config::Config& cfg, const parallel::Layout& layout, const DeviceOps& ops) {
+  const config::ModelConfig& m = cfg.model;
+  const parallel::MeshSpec& spec = layout.spec();
+  const int side = layout.tensor_side();
+  const bool grid = spec.tensor > 1 && spec.mode != parallel::TensorMode::d1;
+  const double sample_parts = !grid                                     ? 1
+                              : spec.mode == parallel::TensorMode::d2   ? side
+                              : spec.mode == parallel::TensorMode::d2p5 ? side * spec.depth
+                                                                        : side * side;
+  const double parts = grid ? side : spec.tensor;  // heads, the MLP and the vocabulary split this many ways
+  const std::int64_t local = cfg.train.batch_size / spec.data;
+  const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
+  Sizes s;
+  s.split = spec.tensor == 1                        ? Split::none
+            : spec.mode == parallel::TensorMode::d3 ? Split::cube
+            : grid                                   ? Split::grid
+                                                     : Split::d1;
+  s.type = m.type;
+  const bool vit = m.type == "vit";
+  const double T = vit ? double((m.image_size / m.patch_size) * (m.image_size / m.patch_size) + 1) : double(m.seq_len);
+  s.samples = double(micro) / sample_parts;
+  s.positions = T / spec.sequence;
+  s.rows = s.samples * s.positions;
+  s.sequence = spec.sequence;
+  s.ulysses = spec.sequence_mode == parallel::SequenceMode::ulysses;
+  const double C = double(m.n_embd), H = m.n_head, Hkv = m.n_kv_head ? m.n_kv_head : m.n_head, hd = C / H;
+  const bool llama = m.type == "llama";
+  s.q = grid ? side : 1;
+  s.depth = spec.mode == parallel::TensorMode::d2p5 ? spec.depth : 1;
+  s.sliced = grid && s.depth > 1 && !cfg.parallel.tensor.keep_gathered;
+  s.width = C / s.q;
+  s.heads = H / parts;
+  s.qkv = (H + 2 * Hkv) * hd / parts;
+  s.kv = 2 * Hkv * hd / parts;
+  s.attention = H * hd / parts;
+  const double intermediate =
+      llama ? double(m.intermediate_size ? m.intermediate_size : (8 * m.n_embd / 3 + 255) / 256 * 256) : 4 * C;
+  s.glu = llama;
+  s.hidden = intermediate / parts;
+  s.fc = (llama ? 2 : 1) * s.hidden;
+  const double classes = vit ? double(m.num_classes) : double(m.vocab_size);
+  // A split vocabulary is padded to a multiple of the parts (nn/tp/embedding.h's padded_vocab): the
+  // table's row blocks, l^2 of them in 3D.
+  const double blocks = s.split == Split::cube ? parts * parts : parts;
+  const double padded = s.split == Split::none || vit ? classes : std::ceil(classes / blocks) * blocks;
+  s.vocab = padded / parts;
+  s.vocab_real = std::clamp(classes - double(layout.coordinates(0).tensor) * s.vocab, 0.0, s.vocab);
+  s.e = double(dtype_size(cfg.train.precision));
+  s.rms = llama;
+  s.norm_stats = llama ? 1 : 2;
+  s.pre_norm = m.type != "bert";
+  s.dropout = m.dropout > 0;
+  s.selective = cfg.train.activation_checkpointing == config::Recompute::selective;
+  s.loss_chunks = cfg.train.loss_chunks;
+  s.offload_checkpoints = cfg.train.activation_offload == config::ActivationOffload::host;
+  s.tensor = spec.tensor;
+  s.weight_parts = s.split == Split::grid   ? s.q * s.q * (s.sliced ? s.depth : 1)
+                   : s.split == Split::cube ? s.q * s.q * s.q
+                                            : spec.tensor;
+  s.keep_gathered = cfg.parallel.tensor.keep_gathered;
+  // The vocabulary's rows this rank holds, its features (3D: a row block of l^2).
+  s.table = (s.split == Split::cube ? s.vocab / s.q : s.vocab) * s.width;
+  s.positions_table = double(m.max_positions ? m.max_positions : m.seq_len) * s.width;
+  // As engine/model_data.cpp picks its keeper: the chunks hand modules their gradients.
+  s.module_grads =
+      !(cfg.zero.stage == 0 && cfg.train.precision == DType::f32 && cfg.memory.offload == config::Offload::none);
+  s.cpu = ops.cpu;
+  s.widen = ops.cpu && cfg.train.precision != DType::f32 && !(cfg.train.precision == DType::bf16 && ops.bf16_native);
+  return s;
+}
+
+}  // namespace
+
+std::vector<StageLayers> stage_layers(const config::Config& cfg, const PlannedRank& rank) {
+  const models::Model& model = *rank.model;
+  const pipeline::PipelineEngine& engine = *rank.engine;
+  const int stages = rank.pc->layout().spec().pipeline, stage = rank.pc->coordinates().pipeline;
+  std::vector<StageLayers> out;
+  for (int c = 0; c < engine.chunks(); ++c) {
+    const int vs = c * stages + stage;
+    const int begin = engine.bounds()[std::size_t(vs)], end = engine.bounds()[std::size_t(vs + 1)];
+    StageLayers l;
+    l.embedding = begin < model.first_block_layer();
+    l.head = end > model.end_block_layer();
+    l.checkpoint_every = models::checkpoint_policy(cfg.train).every;
+    for (int i = std::max(begin, model.first_block_layer()); i < std::min(end, model.end_block_layer()); ++i)
+      l.blocks += model.blocks_in_layer()[std::size_t(i - model.first_block_layer())];
+    out.push_back(l);
+  }
+  return out;
+}
+
+namespace {
+
+// What the trainer and the model data keeper communicate once a step, beside the layers
+// (engine/trainer.cpp, engine/model_data.cpp, memory/chunk_manager.cpp, pipeline/engine.cpp).
+void step_collectives(const config::Config& cfg, const PlannedRank& rank, int micro_batches, Traffic& traffic) {
+  const parallel::ParallelContext& pc = *rank.pc;
+  const parallel::Layout& layout = pc.layout();
+  const auto size = [&](parallel::GroupKind kind) { return int(layout.group(kind, pc.rank()).size()); };
+  const int data = layout.spec().data, pipeline = size(parallel::GroupKind::pipeline);
+  const int tensor = size(parallel::GroupKind::tensor);
+  const parallel::GroupKind chunk_kind =
+      layout.spec().sequence > 1 ? parallel::GroupKind::data_sequence : parallel::GroupKind::data;
+  const int group = size(chunk_kind);
+  const std::string chunk_group(parallel::group_name(chunk_kind));
+  traffic.add("pipeline", pipeline, "all_reduce", 1, 4);  // the pipeline's loss
+  if (data > 1) traffic.add("data", data, "all_reduce", 1, 4, 2);  // the step's targets and loss over replicas
+  if (!rank.model_data.chunks) {
+    // The bucketed all-reduce (engine/gradient_reducer.h): parameters in reverse order, a bucket
+    // closed once it holds parallel.bucket_mb.
+    if (group > 1) {
+      const double bucket_bytes = std::floor(cfg.parallel.bucket_mb * 1024 * 1024);
+      const std::vector<nn::Parameter*>& params = rank.engine->parameters();
+      double bytes = 0, elements = 0;
+      bool open = false;
+      for (auto it = params.rbegin(); it != params.rend(); ++it) {
+        if (open && bytes >= bucket_bytes) {
+          traffic.add(chunk_group, group, "all_reduce", elements, 4);
+          bytes = elements = 0;
+        }
+        open = true;
+        elements += double((*it)->shape.numel());
+        bytes += 4 * double((*it)->shape.numel());
+      }
+      if (open) traffic.add(chunk_group, group, "all_reduce", elements, 4);
+    }
+    for (const nn::Parameter* p : rank.engine->parameters())  // tied at the pipeline's ends
+      if (layout.spec().pipeline > 1 && rank.engine->tied(*p))
+        traffic.add("pipeline_ends", size(parallel::GroupKind::pipeline_ends), "all_reduce", double(p->shape.numel()), 4);
+    traffic.add("tensor", tensor, "all_reduce", 1, 4);      // the gradient norm's sum
+    traffic.add("pipeline", pipeline, "all_reduce", 1, 4);
+    return;
+  }
+  const memory::ChunkLayout& chunks = *rank.chunk_layout;
+  const double C = double(chunks.chunk_elements), e = double(dtype_size(cfg.train.precision));
+  const int groups = chunks.chunks / chunks.group_size, stage = cfg.zero.stage;
+  const bool accumulate = micro_batches > 1;
+  if (group > 1) {
+    // Each chunk group's gradients summed once it is complete (every micro-batch's when they
+    // accumulate): all of them at stage 0, each rank's own chunk when sharded - under offload by
+    // a ring of sends straight between the chunks' payloads.
+    const double reductions = double(groups) * (accumulate ? micro_batches : 1);
+    const bool ring = cfg.memory.offload != config::Offload::none && stage > 0;
+    if (ring) {
+      traffic.add(chunk_group, group, "send", C, e, reductions * (group - 1));
+      traffic.add(chunk_group, group, "recv", C, e, reductions * (group - 1));
+    } else {
+      traffic.add(chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, e, reductions);
+    }
+    // The chunks other ranks updated, gathered: after the step (stages 1, 2), or for each forward
+    // and backward (stage 3).
+    const double gathers = stage == 1 || stage == 2 ? groups
+                           : stage == 3            ? double(2 * groups) * micro_batches
+                                                   : 0.0;
+    if (ring) {
+      traffic.add(chunk_group, group, "send", C, e, gathers * (group - 1));
+      traffic.add(chunk_group, group, "recv", C, e, gathers * (group - 1));
+    } else {
+      traffic.add(chunk_group, group, "all_gather", C, e, gathers, group * C);
+    }
+  }
+  // Segments other ranks hold too (a tied table at the pipeline's ends, a grid's replicas): their
+  // owned gradient chunks, one all-reduce per group.
+  std::map<std::string, std::pair<int, double>> replicas;  // group -> (size, owned chunks)
+  for (std::size_t seg = 0; seg < rank.chunk_params.segments.size(); ++seg)
+    for (const comm::Communicator* g : rank.chunk_params.segments[seg].replicas) {
+      if (g->size() == 1) continue;
+      double owned = 0;
+      for (int c = chunks.segment_chunks[seg]; c < chunks.segment_chunks[seg + 1]; ++c)
+        if (stage == 0 || group == 1 || c % chunks.group_size == layout.group_index(chunk_kind, pc.rank())) ++owned;
+      auto& [n, count] = replicas[g->name()];
+      n = g->size();
+      count += owned;
+    }
+  for (const auto& [name, figures] : replicas)
+    if (figures.second > 0) traffic.add(name, figures.first, "all_reduce", figures.second * C, accumulate ? 4 : e);
+  if (stage > 0 && group > 1) traffic.add(chunk_group, group, "all_reduce", 1, 4);  // the gradient norm
+  if (tensor > 1) traffic.add("tensor", tensor, "all_reduce", 1, 4);
+  if (pipeline > 1) traffic.add("pipeline", pipeline, "all_reduce", 1, 4);
+}
+
+}  // namespace
+
+StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, const DeviceOps& ops) {
+  const parallel::Layout& layout = planned.pc->layout();
+  const int rank = planned.pc->rank();
+  const std::vector<StageLayers> stages = stage_layers(cfg, planned);
+  const std::int64_t local = cfg.train.batch_size / layout.spec().data;
+  const int micro_batches =
+      int(local / (cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local));
+  Sizes s = sizes_of(cfg, layout, ops);
+  // A table used by the embedding and the head on this rank (a tied head in one stage).
+  bool embedding = false, head = false;
+  for (const StageLayers& l : stages) {
+    embedding = embedding || l.embedding;
+    head = head || l.head;
+  }
+  s.tied = embedding && head && cfg.model.tie_embeddings && cfg.model.type != "vit";
+  if (s.split == Split::d1) {  // this rank's block of the padded vocabulary: real classes below V
+    const double classes = double(cfg.model.vocab_size);
+    s.vocab_real = std::clamp(classes - double(layout.coordinates(rank).tensor) * s.vocab, 0.0, s.vocab);
+  } else if (s.split == Split::grid) {  // the vocabulary's blocks follow the row index (its output block)
+    const double classes = double(cfg.model.vocab_size);
+    s.vocab_real = std::clamp(classes - double(layout.coordinates(rank).col) * s.vocab, 0.0, s.vocab);
+  } else if (s.split == Split::cube) {  // the loss's group is z
+    const double classes = double(cfg.model.vocab_size);
+    s.vocab_real = std::clamp(classes - double(layout.coordinates(rank).depth) * s.vocab, 0.0, s.vocab);
+  }
+  StepReplay out;
+  Tally tally;
+  Replay r{tally, s, out.traffic};
+  const int pipeline = layout.spec().pipeline;
+  const int stage = layout.coordinates(rank).pipeline;
+  const int chunks = int(stages.size());
+  const int last = pipeline * chunks - 1;
+  const bool scatter_gather = cfg.parallel.scatter_gather && s.split == Split::d1 && pipeline > 1;
+  std::map<std::pair<int, int>, MicroBatchKeep> live;
+  const auto forward = [&](const StageLayers& l, MicroBatchKeep& k, Act x) {
+    if (l.embedding) x = r.embedding_forward(k.embedding);
+    k.blocks.resize(std::size_t(l.blocks));
+    for (int b = 0; b < l.blocks; ++b) {
+      if (l.checkpoint_every > 0 && b % l.checkpoint_every == 0)
+        k.unit_inputs.push_back(s.offload_checkpoints ? Act() : x);  // a host copy: not the pool's
+      x = r.block_forward(x, k.blocks[std::size_t(b)]);
+      if (l.checkpoint_every > 0 && ((b + 1) % l.checkpoint_every == 0 || b + 1 == l.blocks)) {
+        const int first = b / l.checkpoint_every * l.checkpoint_every;
+        for (int j = first; j <= b; ++j) k.blocks[std::size_t(j)] = {};
+      }
+    }
+    if (l.head) x = r.head_forward(x, k.head);
+    return x;
+  };
+  const auto backward = [&](const StageLayers& l, MicroBatchKeep& k, Act dy) {
+    if (l.head) dy = r.head_backward(k.head, k.table_grad);
+    for (int b = l.blocks; b-- > 0;) {
+      if (l.checkpoint_every > 0 && (b + 1 == l.blocks || (b + 1) % l.checkpoint_every == 0)) {
+        // The run's blocks forward again from the kept input (brought back from the host if offloaded).
+        const int first = b / l.checkpoint_every * l.checkpoint_every;
+        Act x = k.unit_inputs.back() ? k.unit_inputs.back() : r.act(s.width);
+        k.unit_inputs.pop_back();
+        for (int j = first; j <= b; ++j) x = r.block_forward(x, k.blocks[std::size_t(j)]);
+      }
+      dy = r.block_backward(dy, k.blocks[std::size_t(b)]);
+    }
+    if (l.embedding) {
+      r.embedding_backward(dy, k.embedding, k.table_grad);
+      dy = nullptr;
+    }
+    return dy;
+  };
+  // pipeline/engine.cpp: a received input is a buffer posted ahead (once its stream's shape is
+  // known, from the first message), all-gathered over the tensor group when 1D sends 1/t of it;
+  // sends complete as the peer has its receive posted, so they hold nothing here.
+  const std::vector<pipeline::Action> actions =
+      pipeline::schedule(cfg.parallel.schedule, pipeline, stage, micro_batches, chunks);
+  const auto input_of = [&](const pipeline::Action& a) -> std::optional<std::pair<int, bool>> {
+    const int vs = a.chunk * pipeline + stage;
+    if (a.kind == pipeline::Action::forward) return vs == 0 ? std::nullopt : std::optional(std::pair{vs, false});
+    return vs == last ? std::nullopt : std::optional(std::pair{vs, true});
+  };
+  const double payload = scatter_gather ? s.width / double(layout.spec().tensor) : s.width;
+  std::map<std::pair<int, bool>, bool> known;
+  std::map<std::pair<int, bool>, Act> posted;
+  // Each stream's first message in a step is preceded by a header (pipeline/engine.cpp's kHeader).
+  constexpr double kHeader = 9;
+  const int p = layout.spec().pipeline;
+  std::map<std::pair<int, bool>, bool> sent;
+  const auto send = [&](std::pair<int, bool> stream) {
+    if (!sent[stream]) out.traffic.add("pipeline", p, "send", kHeader, 4);
+    sent[stream] = true;
+    out.traffic.add("pipeline", p, "send", s.rows * payload, s.e);
+  };
+  const auto receive = [&](std::pair<int, bool> stream) {
+    Act buffer;
+    if (auto it = posted.find(stream); it != posted.end()) {
+      buffer = it->second;
+      posted.erase(it);
+    } else {
+      buffer = r.act(payload);
+    }
+    if (!known[stream]) out.traffic.add("pipeline", p, "recv", kHeader, 4);
+    known[stream] = true;
+    out.traffic.add("pipeline", p, "recv", s.rows * payload, s.e);
+    if (payload == s.width) return buffer;
+    out.traffic.add("tensor", int(s.tensor), "all_gather", s.rows * payload, s.e, 1, s.rows * s.width);
+    return r.act(s.width);
+  };
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const pipeline::Action& a = actions[i];
+    const int vs = a.chunk * pipeline + stage;
+    const StageLayers& l = stages[std::size_t(a.chunk)];
+    Act input;
+    if (const auto stream = input_of(a)) input = receive(*stream);
+    if (i + 1 < actions.size())
+      if (const auto next = input_of(actions[i + 1]); next && known.count(*next) && !posted.count(*next))
+        posted[*next] = r.act(payload);
+    if (a.kind == pipeline::Action::forward) {
+      MicroBatchKeep& k = live[{a.micro_batch, a.chunk}];
+      const double before = tally.current;
+      Act y = forward(l, k, input);
+      if (vs != last) send({vs + 1, false});
+      input.reset();
+      y.reset();
+      out.kept_per_micro_batch = std::max(out.kept_per_micro_batch, tally.current - before);
+    } else {
+      auto it = live.find({a.micro_batch, a.chunk});
+      Act dx = backward(l, it->second, input);
+      if (vs > 0) send({vs - 1, true});
+      input.reset();
+      live.erase(it);
+    }
+  }
+  out.peak_bytes = tally.peak;
+  step_collectives(cfg, planned, micro_batches, out.traffic);
+  return out;
+}
+
+}  // namespace tidal::sim

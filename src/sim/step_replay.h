@@ -1,0 +1,46 @@
+// One rank's training step replayed (the cost model's measure of a layout): each layer's forward
+// and backward as the code runs them (nn/*.cpp, nn/tp/, nn/sp/) - the tensors they make, what
+// they save for backward and when each is let go, and the collectives they issue - for every
+// micro-batch in the order the pipeline schedule runs them (pipeline/schedule.h), then what the
+// pipeline engine, the trainer and the model data keeper add for the step. Memory is tallied as
+// the activation pool counts it (engine/trainer.cpp gives the pool a step's tensors and
+// temporaries alone), so checkpointing, selective recomputation, loss blocks, dropout, the ops'
+// workspaces and the schedule's micro-batches in flight count the way they allocate; the traffic
+// as the counting communicator records it (sim/traffic.h). tests/sim/check_cost_model.py holds
+// both against runs.
+#pragma once
+
+#include "config/config.h"
+#include "sim/planned_world.h"
+#include "sim/traffic.h"
+
+#include <vector>
+
+namespace tidal::sim {
+
+// What the ops do on the device beyond the layers' own tensors.
+struct DeviceOps {
+  bool cpu = true;          // ops/cpu/ (else the CUDA kernels)
+  bool bf16_native = true;  // bf16 GEMM and attention operands as they are (else fp32 copies)
+};
+
+// What a rank's stage holds, in the model's order: the layers of one virtual stage.
+struct StageLayers {
+  bool embedding = false;    // the model's first layer
+  int blocks = 0;            // transformer blocks
+  int checkpoint_every = 0;  // 0 = blocks keep their activations; k = runs of k recomputed
+  bool head = false;         // the final norm, the head and the loss
+};
+
+// The virtual stages of a planned rank (one per model chunk, in chunk order).
+std::vector<StageLayers> stage_layers(const config::Config& cfg, const PlannedRank& rank);
+
+struct StepReplay {
+  double peak_bytes = 0;            // the activation pool's peak over the step
+  double kept_per_micro_batch = 0;  // what one micro-batch's forward leaves for its backward
+  Traffic traffic;                  // the step's collectives on this rank
+};
+
+StepReplay replay_step(const config::Config& cfg, const PlannedRank& rank, const DeviceOps& ops);
+
+}  // namespace tidal::sim

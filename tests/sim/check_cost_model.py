@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""The cost model's memory against the allocators (issue: predict before you run).
+
+For each run below: `tidal plan --world N --configured --json` predicts every rank's model data
+and activation peak; `tidal train` (2 steps, under mpirun for N > 1) measures them - the chunk
+lists' peaks (model_data), the activation pool's peak and the host allocator's (the tensor
+keeper's fp32 tensors live there), every rank's. Prints one line per run and rank; fails when a
+rank's predicted peak is more than --tolerance (5%) from the measured one, or the chunk lists'
+bytes (model_data_bytes, what the lists hold between steps) differ at all.
+
+  tests/sim/check_cost_model.py build/src/tidal [--only NAME] [--tolerance 0.05] [--mpirun mpirun ARGS...]
+"""
+import argparse, json, os, subprocess, sys, tempfile
+
+BASE = ["model.n_layer=4", "model.n_embd=128", "model.n_head=4", "model.seq_len=64", "train.batch_size=8",
+        "train.steps=2", "train.eval_batches=1", "train.log_every=1"]
+
+RUNS = [  # name, ranks, settings
+    ("fp32", 1, []),
+    ("bf16", 1, ["train.precision=bf16"]),
+    ("zero1_fp32", 1, ["zero.stage=1"]),
+    ("selective", 1, ["train.activation_checkpointing=selective"]),
+    ("blocks", 1, ["train.activation_checkpointing=blocks"]),
+    ("every_2", 1, ["train.activation_checkpointing=every_k", "train.activation_checkpointing_k=2"]),
+    ("loss_chunks", 1, ["train.loss_chunks=4", "model.vocab_size=512"]),
+    ("dropout", 1, ["model.dropout=0.1"]),
+    ("micro_batches", 1, ["train.micro_batch_size=2"]),
+    ("llama", 1, ["model.type=llama", "model.n_kv_head=2"]),
+    ("bert", 1, ["model.type=bert"]),
+    ("vit", 1, ["model.type=vit", "data.kind=images", "model.image_size=32", "model.patch_size=4"]),
+    ("data2_zero2", 2, ["parallel.data=2", "zero.stage=2"]),
+    ("data2_zero3_bf16", 2, ["parallel.data=2", "zero.stage=3", "train.precision=bf16"]),
+    ("data2_zero3_8_layers", 2, ["parallel.data=2", "zero.stage=3", "model.n_layer=8"]),
+    ("data2_zero3_2_layers", 2, ["parallel.data=2", "zero.stage=3", "model.n_layer=2"]),
+    ("pipeline2_1f1b", 2, ["parallel.pipeline=2", "train.micro_batch_size=2"]),
+    ("pipeline2_gpipe", 2, ["parallel.pipeline=2", "train.micro_batch_size=2", "parallel.schedule=gpipe"]),
+    ("tensor2_1d", 2, ["parallel.tensor.size=2"]),
+    ("ring2", 2, ["parallel.sequence=2"]),
+    ("ulysses2", 2, ["parallel.sequence=2", "parallel.sequence_mode=ulysses"]),
+    ("offload_chunk", 1, ["memory.offload=chunk", "memory.device_limit=24MiB"]),
+    ("offload_static", 1, ["memory.offload=static", "memory.device_limit=24MiB", "train.precision=bf16"]),
+    ("offload_chunk_zero2", 2, ["memory.offload=chunk", "memory.device_limit=16MiB", "parallel.data=2",
+                                "zero.stage=2"]),
+    ("tensor4_2d", 4, ["parallel.tensor.size=4", "parallel.tensor.mode=2d"]),
+    ("d2_p2_zero1", 4, ["parallel.data=2", "parallel.pipeline=2", "zero.stage=1", "train.micro_batch_size=2"]),
+    ("interleaved", 2, ["parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2",
+                        "train.micro_batch_size=1"]),
+    ("tensor8_2p5d", 8, ["parallel.tensor.size=8", "parallel.tensor.mode=2.5d", "parallel.tensor.depth=2"]),
+    ("tensor8_3d", 8, ["parallel.tensor.size=8", "parallel.tensor.mode=3d"]),
+]
+
+
+# Runs whose peak the model does not yet predict within the tolerance, and why. They run and print
+# like the rest (their error is in the table); they do not fail the check. Each is work left on
+# the cost model's issue - never a place to park a regression.
+KNOWN_GAPS = {
+}
+# Runs whose collectives the replay does not yet count (their volumes are printed, not checked).
+TRAFFIC_GAPS = {
+    "tensor4_2d": "SUMMA's broadcasts and reduces, the split norms' sums",
+    "tensor8_2p5d": "SUMMA's broadcasts and reduces over the depth too",
+    "tensor8_3d": "the 3D products' gathers, broadcasts and reduce-scatters",
+}
+
+
+def traffic_differences(predicted, measured):
+    """Where rank 0's predicted collectives differ from its last step's `communication` record."""
+    out = []
+    for group in sorted(set(predicted) | set(measured)):
+        for op in sorted(set(predicted.get(group, {})) | set(measured.get(group, {}))):
+            p, m = predicted.get(group, {}).get(op), measured.get(group, {}).get(op)
+            if p is None or m is None:
+                out.append(f"{group}.{op}: predicted {p}, measured {m}")
+                continue
+            for key in ("calls", "elements", "bytes_sent", "link_bytes"):
+                if abs(p[key] - m[key]) > 1e-6 * max(1.0, abs(m[key])):
+                    out.append(f"{group}.{op}.{key}: predicted {p[key]}, measured {m[key]}")
+    return out
+
+
+def sets(settings):
+    out = []
+    for s in BASE + settings:
+        out += ["--set", s]
+    return out
+
+
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
+
+
+def launch(tidal, ranks, args):
+    cmd = [tidal] + args
+    if ranks > 1:
+        cmd = MPIRUN + ["-np", str(ranks)] + cmd
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def measured(summary, ranks):
+    """Every rank's measured peaks: the device tier's (all memory without offload) and the host's."""
+    peaks, md = summary["peak_bytes"], summary.get("model_data", {})
+    out = []
+    for r in range(ranks):
+        pick = lambda d, key: d[key + "_per_rank"][r] if ranks > 1 else d[key]
+        m = {"activations": pick(peaks, "activations"), "host": 0}
+        if "offload" in md:  # the device tier holds chunks and the activations' pool; the host the lists
+            m["model_data"] = pick(md, "optimizer_bytes_peak")
+            m["device"] = md["device_peak_bytes_per_rank"][r] if ranks > 1 else md["offload"]["device_peak_bytes"]
+            m["host"] = m["model_data"]
+        else:
+            # the chunk lists' own allocators (ZeRO-3's gathered chunks included), or the tensor
+            # keeper's fp32 tensors in the host allocator
+            m["model_data"] = pick(md, "param_bytes_peak") + pick(md, "optimizer_bytes_peak") if md \
+                else pick(peaks, "host")
+            m["device"] = m["model_data"] + m["activations"]
+        out.append(m)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tidal")
+    ap.add_argument("--only", action="append")
+    ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--mpirun", nargs=argparse.REMAINDER, help="the launcher and its options (last)")
+    a = ap.parse_args()
+    global MPIRUN
+    if a.mpirun:
+        MPIRUN = a.mpirun
+    failed = []
+    mib = lambda b: f"{b / 2**20:.2f}"
+    print(f"{'run':<20} {'rank':>4} {'model data pred / meas':>23} {'activations pred / meas':>24} "
+          f"{'device pred / meas':>20} {'err':>7} {'host pred / meas':>18}")
+    for name, ranks, settings in RUNS:
+        if a.only and name not in a.only:
+            continue
+        with tempfile.TemporaryDirectory() as d:
+            metrics = os.path.join(d, "m.jsonl")
+            launch(a.tidal, ranks, ["train", "--metrics", metrics] + sets(settings))
+            records = [json.loads(l) for l in open(metrics)]
+            summary = [r for r in records if r.get("summary")][-1]
+            steps = [r for r in records if "communication" in r and not r.get("summary")]
+            last_step = steps[-1] if steps else None
+            plan = json.loads(launch(a.tidal, 1, ["plan", "--world", str(ranks), "--configured", "--json"]
+                                     + sets(settings)).stdout.splitlines()[0])
+        meas = measured(summary, ranks)
+        if last_step:
+            differences = traffic_differences(plan["ranks"][0]["communication"], last_step["communication"])
+            for d in differences:
+                print(f"{name:<20} traffic: {d}")
+            if differences and name in TRAFFIC_GAPS:
+                print(f"{'':<20} known gap: {TRAFFIC_GAPS[name]}")
+            elif differences:
+                failed.append(f"{name} traffic")
+        for r in range(ranks):
+            pr, m = plan["ranks"][r], meas[r]
+            md = pr["model_data"]
+            if md["keeper"] == "chunks":
+                lists = summary["model_data"]["model_data_bytes_per_rank"][r] if ranks > 1 \
+                    else summary["model_data"]["model_data_bytes"]
+                if lists != md["model_data_bytes"]:
+                    failed.append(f"{name} rank {r}: chunk lists {md['model_data_bytes']} bytes predicted, {lists} "
+                                  f"laid out")
+            pmd = md["offload_host_bytes"] if "offload_host_bytes" in md else md["peak_bytes"]
+            pdev, phost = pr["peak_bytes"]["device"], pr["peak_bytes"]["host"]
+            err = (pdev - m["device"]) / m["device"]
+            host_err = (phost - m["host"]) / m["host"] if m["host"] else 0.0
+            print(f"{name:<20} {r:>4} {mib(pmd):>11} / {mib(m['model_data']):<9} {mib(pr['activations']):>11} / "
+                  f"{mib(m['activations']):<10} {mib(pdev):>9} / {mib(m['device']):<8} {100 * err:>+6.1f}% "
+                  f"{mib(phost):>8} / {mib(m['host']):<8}")
+            for what, e in (("device", err), ("host", host_err)):
+                if abs(e) > a.tolerance:
+                    if name in KNOWN_GAPS:
+                        print(f"{'':<20} known gap: {KNOWN_GAPS[name]}")
+                    else:
+                        failed.append(f"{name} rank {r} ({what} {100 * e:+.1f}%)")
+    if failed:
+        print("beyond the tolerance:", ", ".join(failed))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
