@@ -112,6 +112,11 @@ struct Replay {
   // --- norms: nn/layernorm.cpp, nn/rms_norm.cpp; split over a grid's columns: nn/tp/feature_split.cpp,
   // nn/tp/split_rms_norm.cpp (fp32 loops, the row statistics summed over the row).
   bool split_norms() const { return s.split == Split::grid || s.split == Split::cube; }
+  // A split norm's per-row sums over the ranks holding the row's other features.
+  void feature_sums() {
+    traffic.add(s.split == Split::cube ? "tensor_y" : "tensor_row", int(s.q), "all_reduce", s.rows * (s.rms ? 1 : 2),
+                kStat);
+  }
   Act norm_forward(const Act& x, Keep& k) {
     if (!split_norms()) {
       Act y = act(s.width);
@@ -120,6 +125,7 @@ struct Replay {
     }
     Act x32 = widened(x, s.width);
     Act stats = t.make(s.rows * kStat * (s.rms ? 1 : 2));
+    feature_sums();
     Act y = f32(s.width);
     if (s.rms) k = {x32, t.make(s.rows * kStat)};
     else k = {f32(s.width), t.make(s.rows * kStat)};  // xhat, rstd
@@ -133,6 +139,7 @@ struct Replay {
     }
     Act dy32 = s.e == 4 ? nullptr : f32(s.width);
     Act sums = t.make(s.rows * kStat * (s.rms ? 1 : 2));
+    feature_sums();
     Act dx = f32(s.width);
     k.clear();
     return s.e == 4 ? dx : act(s.width);
@@ -140,7 +147,9 @@ struct Replay {
 
   // --- linears. `weight`: elements of this rank's block of W (the grid's SUMMA moves blocks).
   enum class Role { input, output };  // column- or row-parallel in 1D
-  Act linear_forward(const Act& x, double in, double out, double weight, Role role, Keep& k) {
+  // `table`: the head's weight is the embedding's table, whole blocks even under 2.5D's slices.
+  Act linear_forward(const Act& x, double in, double out, double weight, Role role, Keep& k, bool table = false) {
+    const bool sliced = s.sliced && !table;
     k = {x};
     switch (s.split) {
       case Split::none: {
@@ -158,11 +167,16 @@ struct Replay {
       case Split::grid: {
         Act y = act(out);
         Act scratch = act(out);
-        if (!s.sliced) {
+        const int q = int(s.q), d = int(s.depth);
+        // For each l: W_lj down the column (root: row l), the products summed along the row to (i, l).
+        traffic.add("tensor_col", q, "broadcast", weight, s.e, q, -1, 1);
+        traffic.add("tensor_row", q, "reduce", s.rows * out, s.e, q, -1, 1);
+        if (!sliced) {
           Act w = t.make(weight * s.e);  // W_lj received down the column
           gemm(s.rows * in, weight, s.rows * out);
           return y;
         }
+        traffic.add("tensor_depth", d, "broadcast", weight, s.e, q * d, -1, q);  // each slice over the depth
         Act panel = act(out / s.depth);
         Act mine = t.make(weight * s.e);    // slice k of W_lj down the column
         Act slice = t.make(weight * s.e);  // and over the depth group
@@ -171,6 +185,10 @@ struct Replay {
       }
       case Split::cube: {
         const double l = s.q;
+        const Cube3d o = orientation(role);
+        traffic.add(o.c, int(l), "all_gather", s.rows * in, s.e, 1, l * s.rows * in);
+        traffic.add("tensor_x", int(l), "broadcast", weight, s.e, l, -1, 1);  // W's row blocks from their owners
+        traffic.add(o.b, int(l), "reduce_scatter", l * s.rows * out, s.e);
         Act xg = gather(in);
         if (s.keep_gathered) k = {xg};
         Act p = t.make(l * s.rows * out * s.e), panel = t.make(s.rows * out * s.e);
@@ -183,6 +201,15 @@ struct Replay {
     }
     return nullptr;
   }
+  // A 3D linear's groups (nn/tp/layers_3d.cpp's Orientation): inputs split over b, samples
+  // gathered over c; an input linear goes from orientation A to B, an output linear back.
+  struct Cube3d {
+    const char* b;
+    const char* c;
+  };
+  static Cube3d orientation(Role role) {
+    return role == Role::input ? Cube3d{"tensor_y", "tensor_z"} : Cube3d{"tensor_z", "tensor_y"};
+  }
   // nn/tp/mappings.cpp: all_gather_along / reduce_scatter_along over l ranks, dimension 0 (a copy
   // to the front, then the gathered or reduced buffer).
   Act gather(double width) {
@@ -194,7 +221,9 @@ struct Replay {
     return act(width);
   }
   // `own_grads`: the weight's gradient is this module's alone (not a table the head shares).
-  Act linear_backward(double in, double out, double weight, Role role, Keep& k, bool own_grads = true) {
+  Act linear_backward(double in, double out, double weight, Role role, Keep& k, bool own_grads = true,
+                      bool table = false) {
+    const bool sliced = s.sliced && !table;
     Act g = own_grads ? grads(weight, out) : nullptr;
     Act dx = s.split == Split::cube ? nullptr : act(in);
     switch (s.split) {
@@ -210,10 +239,20 @@ struct Replay {
         }
         break;
       case Split::grid: {
+        const int q = int(s.q), d = int(s.depth);
+        // For each l: dY_il along the row, W_lj down the column, dW's share summed down the column
+        // (sliced: each slice over the depth first, and down the column by the layer holding it).
+        traffic.add("tensor_row", q, "broadcast", s.rows * out, s.e, q, -1, 1);
+        traffic.add("tensor_col", q, "broadcast", weight, s.e, q, -1, 1);
+        traffic.add("tensor_col", q, "reduce", weight, s.e, q, -1, 1);
+        if (sliced) {
+          traffic.add("tensor_depth", d, "broadcast", weight, s.e, q * d, -1, q);
+          traffic.add("tensor_depth", d, "reduce", weight, s.e, q * d, -1, q);
+        }
         Act dw = t.make(weight * s.e);
         Act dy = act(out);             // dY_il along the row
         Act w = t.make(weight * s.e);  // W_lj down the column
-        if (s.sliced) {
+        if (sliced) {
           Act panel = act(out / s.depth);
           Act slice = t.make(weight * s.e);
           gemm(s.rows * out / s.depth, weight, s.rows * in);
@@ -226,6 +265,12 @@ struct Replay {
       }
       case Split::cube: {
         const double l = s.q;
+        const Cube3d o = orientation(role);
+        if (!s.keep_gathered) traffic.add(o.c, int(l), "all_gather", s.rows * in, s.e, 1, l * s.rows * in);
+        traffic.add(o.b, int(l), "all_gather", s.rows * out, s.e, 1, l * s.rows * out);
+        traffic.add("tensor_x", int(l), "broadcast", weight, s.e, l, -1, 1);
+        traffic.add("tensor_x", int(l), "reduce", weight, s.e, l, -1, 1);  // dW's blocks to their owners
+        traffic.add(o.c, int(l), "reduce_scatter", l * s.rows * in, s.e);
         Act xg = s.keep_gathered ? k[0] : gather(in);
         Act dp = gather(out);
         Act dxg = t.make(l * s.rows * in * s.e), panel = t.make(s.rows * out * s.e);
@@ -462,6 +507,7 @@ struct Replay {
         Act partial = t.make(s.rows * s.q * s.width * s.e);
         Act front = t.make(s.rows * s.q * s.width * s.e);
         lookup = act(s.width);
+        traffic.add("tensor_col", int(s.q), "reduce_scatter", s.rows * s.q * s.width, s.e);
       } else if (s.split == Split::cube) {  // every sample's ids, reduce-scattered over x, then z
         const double l = s.q;
         k.push_back(t.make(s.rows * l * l * 4));
@@ -473,6 +519,8 @@ struct Replay {
         }
         Act front = t.make(s.rows * l * s.width * s.e);
         lookup = act(s.width);
+        traffic.add("tensor_x", int(l), "reduce_scatter", s.rows * l * l * s.width, s.e);
+        traffic.add("tensor_z", int(l), "reduce_scatter", s.rows * l * s.width, s.e);
       } else {
         lookup = act(s.width);
       }
@@ -500,11 +548,14 @@ struct Replay {
     }
     if (!table_grad) table_grad = grads(s.table);
     if (s.split == Split::grid) {  // the gradient all-gathered down the column
+      traffic.add("tensor_col", int(s.q), "all_gather", s.rows * s.width, s.e, 1, s.rows * s.q * s.width);
       Act front = act(s.width);
       Act gathered = t.make(s.rows * s.q * s.width * s.e);
       if (s.cpu && s.e != 4) Act acc = t.make(s.table * 4);
     } else if (s.split == Split::cube) {  // over z, then x: every sample's rows
       const double l = s.q;
+      traffic.add("tensor_z", int(l), "all_gather", s.rows * s.width, s.e, 1, l * s.rows * s.width);
+      traffic.add("tensor_x", int(l), "all_gather", l * s.rows * s.width, s.e, 1, l * l * s.rows * s.width);
       Act front = act(s.width), over_z = t.make(s.rows * l * s.width * s.e);
       Act front2 = t.make(s.rows * l * s.width * s.e), over_x = t.make(s.rows * l * l * s.width * s.e);
       if (s.cpu && s.e != 4) Act acc = t.make(s.table * 4);
@@ -523,10 +574,20 @@ struct Replay {
   // A block of rows' sums (nn/loss.h's add_rows): over the vocabulary's ranks when it is split.
   void loss_rows(double rows) {
     if (s.split == Split::d1) traffic.add("tensor", int(s.tensor), "all_reduce", rows, kStat, 3);
+    if (s.split == Split::grid) traffic.add("tensor_row", int(s.q), "all_reduce", rows, kStat, 3);
+    if (s.split == Split::cube) traffic.add("tensor_z", int(s.q), "all_reduce", rows, kStat, 3);
   }
   // The loss's sum and count over the ranks holding other rows of the same samples (over_replica).
   void replica_mean() {
     if (s.sequence > 1) traffic.add("sequence", s.sequence, "all_reduce", 2, 4);
+    if (s.split == Split::grid) {
+      traffic.add("tensor_col", int(s.q), "all_reduce", 2, 4);
+      traffic.add("tensor_depth", int(s.depth), "all_reduce", 2, 4);
+    }
+    if (s.split == Split::cube) {
+      traffic.add("tensor_x", int(s.q), "all_reduce", 2, 4);
+      traffic.add("tensor_y", int(s.q), "all_reduce", 2, 4);
+    }
   }
   Act loss_forward(double rows, double classes, double element, HeadKeep& k, const Act& logits) {
     loss_rows(rows);
@@ -567,7 +628,7 @@ struct Replay {
     }
     Act logits;
     if (s.split == Split::grid || s.split == Split::cube) {
-      logits = linear_forward(n, s.width, s.vocab, s.table, Role::input, k.head);
+      logits = linear_forward(n, s.width, s.vocab, s.table, Role::input, k.head, true);
     } else {
       k.head = {n};
       logits = t.make(rows * s.vocab * element);
@@ -611,7 +672,7 @@ struct Replay {
     k.loss.clear();
     Act dx;
     if (s.split == Split::grid || s.split == Split::cube) {
-      dx = linear_backward(s.width, s.vocab, s.table, Role::input, k.head, !s.tied);
+      dx = linear_backward(s.width, s.vocab, s.table, Role::input, k.head, !s.tied, true);
     } else {
       dx = act(s.width);
       if (!vit) {
@@ -770,6 +831,17 @@ void step_collectives(const config::Config& cfg, const PlannedRank& rank, int mi
       }
       if (open) traffic.add(chunk_group, group, "all_reduce", elements, 4);
     }
+    // A grid's replicated blocks (nn/tp/shard.h's reduce_replicated_gradients): one flat all-reduce
+    // per level and group.
+    std::map<std::pair<std::size_t, std::string>, std::pair<int, double>> replicated;
+    for (const nn::Parameter* p : rank.engine->parameters())
+      for (std::size_t level = 0; level < p->replicas.size(); ++level)
+        if (p->replicas[level]->size() > 1) {
+          auto& [n, elements] = replicated[{level, p->replicas[level]->name()}];
+          n = p->replicas[level]->size();
+          elements += double(p->shape.numel());
+        }
+    for (const auto& [key, figures] : replicated) traffic.add(key.second, figures.first, "all_reduce", figures.second, 4);
     for (const nn::Parameter* p : rank.engine->parameters())  // tied at the pipeline's ends
       if (layout.spec().pipeline > 1 && rank.engine->tied(*p))
         traffic.add("pipeline_ends", size(parallel::GroupKind::pipeline_ends), "all_reduce", double(p->shape.numel()), 4);

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """The cost model's memory against the allocators (issue: predict before you run).
 
-For each run below: `tidal plan --world N --configured --json` predicts every rank's model data
-and activation peak; `tidal train` (2 steps, under mpirun for N > 1) measures them - the chunk
-lists' peaks (model_data), the activation pool's peak and the host allocator's (the tensor
-keeper's fp32 tensors live there), every rank's. Prints one line per run and rank; fails when a
-rank's predicted peak is more than --tolerance (5%) from the measured one, or the chunk lists'
-bytes (model_data_bytes, what the lists hold between steps) differ at all.
+For each run below: `tidal plan --world N --configured --json` predicts every rank's model data,
+activation peak and device and host peaks, and rank 0's collectives of a step; `tidal train` (2
+steps, under mpirun for N > 1) measures them - the chunk lists' peaks (model_data), the activation
+pool's peak and the host allocator's (the tensor keeper's fp32 tensors live there), under offload
+the device tier's peak and the host's lists, every rank's; and rank 0's last step's
+`communication` record. Prints one line per run and rank; fails when a rank's predicted peak is
+more than --tolerance (5%) from the measured one, the chunk lists' bytes (model_data_bytes, what
+the lists hold between steps) differ at all, or any group's calls, elements, bytes sent or link
+bytes differ from the counting communicator's.
 
   tests/sim/check_cost_model.py build/src/tidal [--only NAME] [--tolerance 0.05] [--mpirun mpirun ARGS...]
 """
@@ -57,9 +60,6 @@ KNOWN_GAPS = {
 }
 # Runs whose collectives the replay does not yet count (their volumes are printed, not checked).
 TRAFFIC_GAPS = {
-    "tensor4_2d": "SUMMA's broadcasts and reduces, the split norms' sums",
-    "tensor8_2p5d": "SUMMA's broadcasts and reduces over the depth too",
-    "tensor8_3d": "the 3D products' gathers, broadcasts and reduce-scatters",
 }
 
 
