@@ -19,7 +19,8 @@ void add_calibrate_command(CLI::App& app, CalibrateCommand& cmd) {
   cmd.app->add_flag("--quick", cmd.quick, "Small problems and few repeats: seconds, rough figures (tests)");
   cmd.app->footer(
       "Every rank measures at once, as ranks compute side by side in training, and the slowest rank's figure is "
-      "kept: GEMM FLOP/s in fp32, bf16 and fp16 on a 2048^3 product; memory bandwidth from a 256 MiB copy; between "
+      "kept: GEMM FLOP/s in fp32, bf16 and fp16 on a 2048^3 product and on smaller ones (128^3 up); attention's "
+      "forward and backward; elementwise ops' and AdamW's bytes per second; memory bandwidth from a 256 MiB copy; between "
       "ranks 0 and 1 the latency (4 bytes) and bandwidth (64 MiB) of half a round trip; over all ranks the ring "
       "all-reduce's bus bandwidth (as nccl-tests reports it). Launch it with the ranks of one node that training "
       "will use; the file says where and when it was measured. configs/hardware/ holds others to compare with.\n\n"
@@ -42,11 +43,14 @@ void run_calibrate_command(const CalibrateCommand& cmd, engine::Launch& launch) 
   const sim::Hardware h = sim::calibrate(*mpi->world(comm::Seconds(600)), {.quick = cmd.quick});
   if (!launch.is_main()) return;
   write_text(cmd.out, fmt::format("# {}\n", h.source) + sim::hardware_toml(h));
-  fmt::print("{}\n  GEMM: fp32 {:.1f}, bf16 {:.1f}, fp16 {:.1f} GFLOP/s per rank\n  memory: {:.1f} GB/s per rank (copy)\n"
+  fmt::print("{}\n  GEMM: fp32 {:.1f}, bf16 {:.1f}, fp16 {:.1f} GFLOP/s per rank\n  attention: fp32 {:.1f}, bf16 {:.1f} "
+             "GFLOP/s\n  memory: {:.1f} GB/s per rank (copy), elementwise ops {:.1f} GB/s, AdamW {:.1f} GB/s\n"
              "  ranks 0-1: latency {:.1f} us, bandwidth {:.2f} GB/s\n  all-reduce over {}: latency {:.1f} us per step, "
              "bus bandwidth {:.2f} GB/s\nwrote {}\n",
              h.name, h.flops.at(DType::f32) / 1e9, h.flops.at(DType::bf16) / 1e9, h.flops.at(DType::f16) / 1e9,
-             h.memory_bandwidth / 1e9, h.intra_node_pair.latency * 1e6, h.intra_node_pair.bandwidth / 1e9,
+             h.attention_flops.at(DType::f32) / 1e9, h.attention_flops.at(DType::bf16) / 1e9, h.memory_bandwidth / 1e9,
+             h.elementwise_bandwidth / 1e9, h.optimizer_bandwidth / 1e9, h.intra_node_pair.latency * 1e6,
+             h.intra_node_pair.bandwidth / 1e9,
              h.devices_per_node, h.intra_node_collective.latency * 1e6, h.intra_node_collective.bandwidth / 1e9,
              cmd.out);
 #endif

@@ -3,7 +3,12 @@
 #include "core/error.h"
 #include "ops/cast.h"
 #include "ops/cpu/onednn_matmul.h"
+#include "ops/attention.h"
+#include "ops/gelu.h"
 #include "ops/gemm.h"
+#include "ops/layernorm.h"
+#include "ops/optimizer_step.h"
+#include "ops/residual.h"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -49,6 +54,51 @@ double gemm_rate(DType dtype, std::int64_t n, int repeats) {
   }
   Tensor c = Tensor::empty({n, n}, dtype);
   return 2.0 * double(n) * double(n) * double(n) / fastest(repeats, [&] { ops::gemm(c, a, b); });
+}
+
+// Attention's forward and backward (tidal's kernels) on qkv [b, t, 3 c], causal, `heads` heads:
+// FLOP/s, counting the forward's two products over half the keys and the backward's five.
+double attention_rate(DType dtype, std::int64_t b, std::int64_t t, std::int64_t c, int heads, int repeats) {
+  Tensor qkv = Tensor::full({b, t, 3 * c}, 0.01f), dy = Tensor::full({b, t, c}, 0.01f);
+  if (dtype != DType::f32) {
+    Tensor q2 = Tensor::empty(qkv.shape(), dtype), d2 = Tensor::empty(dy.shape(), dtype);
+    ops::cast(q2, qkv);
+    ops::cast(d2, dy);
+    qkv = q2;
+    dy = d2;
+  }
+  Tensor y = Tensor::empty({b, t, c}, dtype), lse = Tensor::empty({b, heads, t}), dqkv = Tensor::empty(qkv.shape(), dtype);
+  const ops::AttentionOptions opt{.n_head = heads, .n_kv_head = heads, .causal = true, .key_mask = nullptr};
+  const double seconds = fastest(repeats, [&] {
+    ops::attention_forward(y, lse, qkv, opt);
+    ops::attention_backward(dqkv, dy, qkv, y, lse, opt);
+  });
+  return 3.5 * 4.0 * double(b) * double(t) * double(t) * double(c) * 0.5 / seconds;
+}
+
+// Elementwise ops as a layer runs them on [rows, c] (LayerNorm, GELU and a residual add, each
+// forward and backward): the bytes of the tensors they make, written once and read once, per
+// second (the cost model counts every tensor a step makes so).
+double elementwise_rate(std::int64_t rows, std::int64_t c, int repeats) {
+  Tensor x = Tensor::full({rows, c}, 0.5f), dy = Tensor::full({rows, c}, 0.1f), y = Tensor::empty({rows, c});
+  Tensor dx = Tensor::empty({rows, c}), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+  Tensor w = Tensor::full({c}, 1.0f), bias = Tensor::zeros({c}), dw = Tensor::zeros({c}), db = Tensor::zeros({c});
+  const double seconds = fastest(repeats, [&] {
+    ops::layernorm_forward(y, mean, rstd, x, w, bias, 1e-5f);
+    ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+    ops::gelu_forward(y, x, ops::GeluForm::tanh);
+    ops::gelu_backward(dx, dy, x, ops::GeluForm::tanh);
+    ops::residual_add(y, x, dy);
+  });
+  return 2.0 * 5.0 * double(rows * c) * 4.0 / seconds;
+}
+
+// AdamW over n fp32 parameters: its 28 bytes a parameter (4 read and 3 written) per second.
+double optimizer_rate(std::int64_t n, int repeats) {
+  Tensor p = Tensor::full({n}, 0.5f), g = Tensor::full({n}, 0.01f), m = Tensor::zeros({n}), v = Tensor::zeros({n});
+  std::int64_t step = 0;
+  const double seconds = fastest(repeats, [&] { ops::adamw_step(p, g, m, v, {}, ++step); });
+  return 28.0 * double(n) / seconds;
 }
 
 double copy_rate(std::int64_t bytes, int repeats) {
@@ -107,6 +157,19 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   world.barrier()->wait();
   for (DType dtype : {DType::f32, DType::bf16, DType::f16})
     h.flops[dtype] = slowest_rank(world, gemm_rate(dtype, n, repeats));
+  // Smaller products run below the peak: the cost model interpolates between these.
+  // Each small size repeated as often as the large one's work (the fastest of more runs: a small
+  // product's time is noisier beside the other ranks).
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    for (std::int64_t size = options.quick ? 64 : 128; size < n; size *= 2) {
+      const int more = int(std::min<std::int64_t>(200, repeats * (n / size)));
+      h.gemm_sizes[dtype].push_back({double(size), slowest_rank(world, gemm_rate(dtype, size, more))});
+    }
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    h.attention_flops[dtype] =
+        slowest_rank(world, attention_rate(dtype, 4, options.quick ? 64 : 256, options.quick ? 64 : 256, 4, repeats));
+  h.elementwise_bandwidth = slowest_rank(world, elementwise_rate(options.quick ? 256 : 2048, 1024, repeats));
+  h.optimizer_bandwidth = slowest_rank(world, optimizer_rate(options.quick ? (1 << 16) : (1 << 22), repeats));
   world.barrier()->wait();
   h.memory_bandwidth = slowest_rank(world, copy_rate(big, repeats));
   h.bf16_native = ops::cpu::onednn_bf16_native();

@@ -11,12 +11,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <tuple>
 
 namespace tidal::sim {
 
 nlohmann::json StepTime::json() const {
-  return {{"compute_s", compute}, {"recompute_s", recompute}, {"tensor_s", tensor}, {"sequence_s", sequence},
-          {"pipeline_s", pipeline_sends}, {"data_s", data}, {"bubble_s", bubble}};
+  return {{"compute_s", compute},         {"memory_s", memory}, {"layer_comm_s", layer_comm},
+          {"pipeline_wait_s", pipeline_wait}, {"after_s", after},   {"optimizer_s", optimizer}};
 }
 
 nlohmann::json Prediction::json() const {
@@ -46,14 +48,57 @@ bool spans_nodes(const std::vector<int>& members, int per_node) {
   return *lo / per_node != *hi / per_node;
 }
 
-const Link& link_for(const Hardware& hw, const std::vector<int>& members, bool pair) {
-  if (hw.inter_node && spans_nodes(members, hw.devices_per_node)) return *hw.inter_node;
-  return pair ? hw.intra_node_pair : hw.intra_node_collective;
+// Latency-bandwidth time of `rank`'s collectives (sim/traffic.h's LinkTime): a send over the link
+// between two ranks, a collective over the ranks' collective link, inter-node where its group
+// spans nodes; latency once per step of the ring algorithm the bytes assume (2 (p - 1) for an
+// all-reduce, p - 1 for an all-gather or reduce-scatter, a broadcast or reduce as a scatter and a
+// gather). A receive is the send's other end: its time is the send's.
+LinkTime link_time(const Hardware& hw, const parallel::Layout& layout, int rank) {
+  return [&hw, &layout, rank](std::string_view group, int size, std::string_view op, double calls, double bytes) {
+    if (op == "recv" || op == "barrier") return 0.0;
+    parallel::GroupKind kind = parallel::GroupKind::world;
+    for (parallel::GroupKind k : parallel::kAllGroupKinds)
+      if (parallel::group_name(k) == group) kind = k;
+    const std::vector<int> members = layout.group(kind, rank);
+    const bool pair = op == "send";
+    const Link& link = hw.inter_node && spans_nodes(members, hw.devices_per_node) ? *hw.inter_node
+                       : pair                                                    ? hw.intra_node_pair
+                                                                                 : hw.intra_node_collective;
+    const double steps = pair ? 1.0 : op == "all_gather" || op == "reduce_scatter" ? size - 1.0 : 2.0 * (size - 1);
+    return calls * steps * link.latency + bytes / link.bandwidth;
+  };
 }
 
-// Seconds of `calls` collectives moving `link_bytes` each over `link`.
-double transfer(const Link& link, double calls, double link_bytes) {
-  return calls > 0 ? calls * link.latency + calls * link_bytes / link.bandwidth : 0.0;
+// When each stage of one pipeline finishes its step's actions: a stage runs them in its
+// schedule's order, a forward once the previous virtual stage's output has arrived (`message`
+// seconds after it), a backward once the next one's gradient has.
+std::vector<double> simulate_pipeline(const std::vector<const StepReplay*>& stages, double message, int p, int v) {
+  const int n = int(stages.size()), last = p * v - 1;
+  std::map<std::tuple<bool, int, int>, double> done;  // (forward, micro-batch, virtual stage) -> finish
+  std::vector<std::size_t> next(std::size_t(n), 0);
+  std::vector<double> clock(std::size_t(n), 0.0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < n; ++s) {
+      const std::vector<ActionTime>& actions = stages[std::size_t(s)]->actions;
+      while (next[std::size_t(s)] < actions.size()) {
+        const ActionTime& a = actions[next[std::size_t(s)]];
+        const int vs = a.chunk * p + s;
+        double ready = clock[std::size_t(s)];
+        const bool needs = a.forward ? vs > 0 : vs < last;
+        if (needs) {
+          const auto it = done.find({a.forward, a.micro_batch, a.forward ? vs - 1 : vs + 1});
+          if (it == done.end()) break;  // its input has not been made yet
+          ready = std::max(ready, it->second + message);
+        }
+        clock[std::size_t(s)] = ready + a.seconds;
+        done[{a.forward, a.micro_batch, vs}] = clock[std::size_t(s)];
+        ++next[std::size_t(s)];
+        progress = true;
+      }
+    }
+  }
+  return clock;
 }
 
 // Forward FLOPs of one sample through the whole model (every rank's share together).
@@ -98,7 +143,6 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
   const parallel::Layout& layout = world.front().pc->layout();
   const std::int64_t local = cfg.train.batch_size / par.data;
   const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
-  const int micro_batches = int(local / micro);
   // The ops of the hardware planned for; without a file, of this machine.
   const DeviceOps ops = hardware ? DeviceOps{.cpu = hardware->device == Device::Kind::cpu,
                                              .bf16_native = hardware->bf16_native}
@@ -165,90 +209,63 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
     }
   }
 
-  // Time.
+  // Time: the schedule of the pipeline holding each rank simulated with its stages' action times
+  // (a stage runs its actions in order, each once its input has arrived), then what the step
+  // adds after the actions, the optimizer's pass, and the gradient buckets' all-reduce where it
+  // outlasts the last backward it overlaps.
   const ModelFlops f = model_flops(cfg.model);
-  const double samples = double(cfg.train.batch_size);
-  p.flops_per_step = 3 * samples * (double(cfg.model.n_layer) * f.block + f.head);
+  p.flops_per_step = 3 * double(cfg.train.batch_size) * (double(cfg.model.n_layer) * f.block + f.head);
   if (!hardware) return p;
-  const auto rate_it = hardware->flops.find(cfg.train.precision);
-  TIDAL_CHECK(rate_it != hardware->flops.end(), "the hardware file {} gives no {} rate", hardware->name,
+  const auto rate = hardware->flops.find(cfg.train.precision);
+  TIDAL_CHECK(rate != hardware->flops.end(), "the hardware file {} gives no {} rate", hardware->name,
               dtype_name(cfg.train.precision));
-  const double rate = rate_it->second;
+  std::map<int, StepReplay> timed;
+  for (PlannedRank& r : world) {
+    const Costs costs{.hardware = hardware, .dtype = cfg.train.precision,
+                      .link = link_time(*hardware, layout, r.pc->rank())};
+    timed.emplace(r.pc->rank(), replay_step(cfg, r, ops, &costs));
+  }
   const double e = double(dtype_size(cfg.train.precision));
-  const int t = par.tensor.size, s = par.sequence, stages = par.pipeline, v = par.virtual_stages;
-  const double split = double(t) * double(s);  // the ranks sharing one micro-batch's layer work
-  const double T = double(cfg.model.type == "vit" ? (cfg.model.image_size / cfg.model.patch_size) *
-                                                            (cfg.model.image_size / cfg.model.patch_size) + 1
-                                                      : cfg.model.seq_len);
-  const double C = double(cfg.model.n_embd);
-  const int every = models::checkpoint_policy(cfg.train).every;
-  double worst = 0;
-  StepTime busiest;
-  for (const PlannedRank& r : world) {
-    const std::vector<StageLayers> ls = stage_layers(cfg, r);
-    double blocks = 0;
-    bool head = false;
-    for (const StageLayers& l : ls) {
-      blocks += l.blocks;
-      head = head || l.head;
-    }
-    StepTime st;
-    const double forward = double(micro) * (blocks * f.block + (head ? f.head : 0)) / split;
-    st.compute = 3 * forward * micro_batches / rate;
-    if (every > 0) st.recompute = double(micro) * blocks * f.block / split * micro_batches / rate;
-    const double rows = double(micro) * T;  // one micro-batch's positions, all ranks of the group together
-    if (t > 1) {
-      const std::vector<int> members = layout.group(parallel::GroupKind::tensor, r.pc->rank());
-      const Link& link = link_for(*hardware, members, false);
-      // 1D: two all-reduces of the hidden state per block forward, two backward (colossal-ai.txt
-      // Table I); the grid modes move their blocks' shares instead, about 1 / side of it per rank.
-      const double side = layout.tensor_side();
-      const double per_call = par.tensor.mode == parallel::TensorMode::d1
-                                  ? 2.0 * (t - 1) / t * rows * C * e
-                                  : 2.0 * (side - 1) / side * rows * C * e / side;
-      st.tensor = transfer(link, 4 * blocks * micro_batches, per_call);
-    }
-    if (s > 1) {
-      const std::vector<int> members = layout.group(parallel::GroupKind::sequence, r.pc->rank());
-      const Link& link = link_for(*hardware, members, par.sequence_mode == parallel::SequenceMode::ring);
-      const double Hkv = cfg.model.n_kv_head ? cfg.model.n_kv_head : cfg.model.n_head;
-      const double kv = 2 * rows / s * Hkv * (C / cfg.model.n_head) * e;  // one rank's keys and values
-      // The ring passes every other rank's keys and values forward, and them with their gradient
-      // backward; Ulysses' all-to-alls move q, k, v and the output each way.
-      st.sequence = par.sequence_mode == parallel::SequenceMode::ring
-                        ? transfer(link, 3 * (s - 1) * blocks * micro_batches, kv)
-                        : transfer(link, 8 * blocks * micro_batches, double(s - 1) / s * rows / s * C * e);
-    }
-    if (stages > 1) {
-      const std::vector<int> members = layout.group(parallel::GroupKind::pipeline, r.pc->rank());
-      const Link& link = link_for(*hardware, members, true);
-      const double message = rows / (split) * C * e;
-      st.pipeline_sends = transfer(link, 2.0 * micro_batches * v, message);
-      const double slot = (st.compute + st.recompute) / micro_batches;
-      st.bubble = double(stages - 1) / v * slot;
-    }
-    if (par.data * s > 1 && !(s > 1 && par.data == 1 && false)) {
-      const std::vector<int> members = layout.group(
-          s > 1 ? parallel::GroupKind::data_sequence : parallel::GroupKind::data, r.pc->rank());
-      const double n = double(members.size());
-      if (n > 1) {
-        const Link& link = link_for(*hardware, members, false);
-        const double P = double(r.model_data.parameters);
-        const double grad_bytes = r.model_data.chunks ? e : 4.0;
-        double bytes = 2 * (n - 1) / n * P * grad_bytes;                    // gradients
-        if (cfg.zero.stage >= 1) bytes += (n - 1) / n * P * e;               // updated params gathered back
-        if (cfg.zero.stage == 3) bytes += 2 * (n - 1) / n * P * e;           // params fetched forward, backward
-        const double seconds = transfer(link, 1, bytes);
-        // The tensor keeper overlaps its bucketed all-reduce with backward (2/3 of the compute).
-        st.data = r.model_data.chunks ? seconds : std::max(0.0, seconds - 2.0 / 3.0 * st.compute);
-      }
-    }
-    if (st.total() > worst) {
-      worst = st.total();
-      busiest = st;
+  for (const auto& [rank, replay] : timed) {
+    const std::vector<int> stages = layout.group(parallel::GroupKind::pipeline, rank);
+    if (stages.front() != rank) continue;  // one simulation per pipeline
+    std::vector<const StepReplay*> replays;
+    for (int s : stages) replays.push_back(&timed.at(s));
+    // A message between stages: the hidden state (1D's scatter-gather sends 1/t of it).
+    const double positions = double(cfg.model.type == "vit" ? (cfg.model.image_size / cfg.model.patch_size) *
+                                                                      (cfg.model.image_size / cfg.model.patch_size) + 1
+                                                                : cfg.model.seq_len) /
+                             par.sequence;
+    const int side = layout.tensor_side();
+    const bool grid = par.tensor.size > 1 && par.tensor.mode != parallel::TensorMode::d1;
+    const double samples = double(micro) / (!grid ? 1.0
+                                            : par.tensor.mode == parallel::TensorMode::d2   ? side
+                                            : par.tensor.mode == parallel::TensorMode::d2p5 ? side * par.tensor.depth
+                                                                                            : side * side);
+    const double width = double(cfg.model.n_embd) / (grid ? side : 1) /
+                         (par.scatter_gather && !grid && par.tensor.size > 1 ? par.tensor.size : 1);
+    const double message = stages.size() > 1
+                               ? link_time(*hardware, layout, rank)("pipeline", int(stages.size()), "send", 1,
+                                                                    samples * positions * width * e)
+                               : 0.0;
+    const std::vector<double> finish = simulate_pipeline(replays, message, par.pipeline, par.virtual_stages);
+    for (std::size_t k = 0; k < stages.size(); ++k) {
+      const StepReplay& r = *replays[k];
+      double last_backward = 0;
+      for (const ActionTime& a : r.actions)
+        if (!a.forward) last_backward = a.seconds;
+      StepTime st;
+      st.compute = r.gemm_seconds + r.attention_seconds;
+      st.memory = r.memory_seconds;
+      st.layer_comm = r.layer_comm_seconds;
+      double busy = 0;
+      for (const ActionTime& a : r.actions) busy += a.seconds;
+      st.pipeline_wait = std::max(0.0, finish[k] - busy);
+      st.after = r.after_actions + std::max(0.0, r.overlappable - last_backward);
+      st.optimizer = r.optimizer;
+      if (st.total() > p.time.total()) p.time = st;
     }
   }
-  p.time = busiest;
   return p;
 }
 
@@ -317,10 +334,10 @@ std::string explain(const Prediction& p, const Hardware* hardware) {
                      engine::human_bytes(std::uint64_t(r.host)), p.fits ? "" : "; does not fit: " + p.does_not_fit);
   if (hardware) {
     const StepTime& t = p.time;
-    out += fmt::format("step time {:.4g} s on {}: compute {:.4g} s, recompute {:.4g} s, tensor {:.4g} s, sequence "
-                       "{:.4g} s, pipeline sends {:.4g} s, bubble {:.4g} s, data {:.4g} s (not hidden)\n",
-                       t.total(), hardware->name, t.compute, t.recompute, t.tensor, t.sequence, t.pipeline_sends,
-                       t.bubble, t.data);
+    out += fmt::format("step time {:.4g} s on {}: GEMMs {:.4g} s, memory {:.4g} s, the layers' collectives {:.4g} "
+                       "s, pipeline waits {:.4g} s, after backward {:.4g} s, optimizer {:.4g} s\n",
+                       t.total(), hardware->name, t.compute, t.memory, t.layer_comm, t.pipeline_wait, t.after,
+                       t.optimizer);
   }
   return out;
 }

@@ -3,14 +3,13 @@
 // (sim/planned_world.h: model data exactly as a run lays it out), the replayed activations
 // (sim/activations.h), and a hardware file's rates and links (sim/hardware.h).
 //
-// Step time, per rank, summed over its micro-batches: compute is each GEMM's FLOPs at the
-// device's peak rate for the precision (attention's two products included; recomputed forwards
-// added where activation checkpointing recomputes); communication is each collective's link bytes
-// (comm/counting_communicator.h's formulas) over the link its group spans, plus its latency; the
-// pipeline's bubble adds (stages - 1) micro-batch slots of the slowest stage (1F1B and GPipe
-// alike; the interleaved schedule divides it by the virtual stages). Nothing is assumed to
-// overlap except the data-parallel gradient all-reduce, which overlaps backward (engine/
-// gradient_reducer.h) where the tensor keeper runs it.
+// Step time from the same replay (sim/step_replay.h): each action's GEMM FLOPs at the device's
+// rate for the precision, the bytes its new tensors write and read at the memory bandwidth, and
+// its collectives' link bytes (comm/counting_communicator.h's formulas) over the link its group
+// spans, with a latency per ring step; the pipeline's schedule simulated stage by stage with
+// those action times (its bubble and waits); then the model data's collectives after backward,
+// AdamW's pass over the lists, and the tensor keeper's bucketed all-reduce where it outlasts the
+// last backward it overlaps (engine/gradient_reducer.h).
 #pragma once
 
 #include "config/config.h"
@@ -37,11 +36,15 @@ struct RankMemory {
   nlohmann::json traffic;  // the step's collectives (sim/traffic.h's json)
 };
 
+// The busiest rank's step, by term (seconds).
 struct StepTime {
-  double compute = 0, recompute = 0;  // seconds per step on the busiest rank
-  double tensor = 0, sequence = 0, pipeline_sends = 0, data = 0;  // communication not hidden
-  double bubble = 0;
-  double total() const { return compute + recompute + tensor + sequence + pipeline_sends + data + bubble; }
+  double compute = 0;        // GEMMs and attention's products at the device's rate
+  double memory = 0;         // every tensor made, written and read once at the memory bandwidth
+  double layer_comm = 0;     // the layers' collectives (tensor and sequence parallelism)
+  double pipeline_wait = 0;  // the schedule's idle time (the bubble, waiting on transfers)
+  double after = 0;          // the model data's collectives after backward (not hidden), the norm's
+  double optimizer = 0;      // AdamW's pass over the rank's share of the lists
+  double total() const { return compute + memory + layer_comm + pipeline_wait + after + optimizer; }
   nlohmann::json json() const;
 };
 

@@ -3,8 +3,10 @@
 #include "core/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -74,6 +76,29 @@ Hardware load_hardware(const std::string& path) {
   h.memory_bandwidth = r.positive("device.memory_gbps", "GB/s of one device's memory") * kGB;
   for (const auto& [dtype, key] : {std::pair{DType::f32, "fp32"}, {DType::bf16, "bf16"}, {DType::f16, "fp16"}})
     h.flops[dtype] = r.positive(fmt::format("device.tflops.{}", key), "peak TFLOP/s of the device's GEMMs") * kTera;
+  for (const auto& [dtype, key] : {std::pair{DType::f32, "fp32"}, {DType::bf16, "bf16"}, {DType::f16, "fp16"}}) {
+    const std::string at = fmt::format("device.attention_tflops.{}", key);
+    h.attention_flops[dtype] = r.has(at) ? r.positive(at, "TFLOP/s of attention's forward and backward") * kTera
+                                         : h.flops[dtype] / 2;
+    const std::string sizes = fmt::format("device.gemm_sizes.{}", key);
+    if (!r.has(sizes)) continue;
+    const toml::array* rows = t.at_path(sizes).as_array();
+    TIDAL_CHECK(rows, "{}: '{}' must be a list of [n, TFLOP/s] pairs", path, sizes);
+    for (const toml::node& row : *rows) {
+      const toml::array* pair = row.as_array();
+      TIDAL_CHECK(pair && pair->size() == 2 && (*pair)[0].value<double>() && (*pair)[1].value<double>() &&
+                      *(*pair)[0].value<double>() > 0 && *(*pair)[1].value<double>() > 0,
+                  "{}: '{}' must be a list of [n, TFLOP/s] pairs of positive numbers", path, sizes);
+      h.gemm_sizes[dtype].push_back({*(*pair)[0].value<double>(), *(*pair)[1].value<double>() * kTera});
+    }
+    std::sort(h.gemm_sizes[dtype].begin(), h.gemm_sizes[dtype].end());
+  }
+  h.elementwise_bandwidth = r.has("device.elementwise_gbps")
+                                ? r.positive("device.elementwise_gbps", "GB/s of elementwise ops") * kGB
+                                : h.memory_bandwidth;
+  h.optimizer_bandwidth = r.has("device.optimizer_gbps")
+                              ? r.positive("device.optimizer_gbps", "GB/s of AdamW's traffic") * kGB
+                              : h.memory_bandwidth;
   if (h.device == Device::Kind::cpu)
     h.bf16_native = r.flag("device.bf16_native",
                            "whether the CPU's GEMMs take bf16 as it is; tidal calibrate writes it for its machine");
@@ -96,6 +121,21 @@ std::string hardware_toml(const Hardware& h) {
                      h.flops.at(DType::bf16) / kTera, h.flops.at(DType::f16) / kTera);
   if (h.device == Device::Kind::cpu)
     out << fmt::format("bf16_native = {}  # false: bf16 operands widened to fp32 copies\n", h.bf16_native);
+  out << fmt::format("elementwise_gbps = {:.6g}\noptimizer_gbps = {:.6g}\n", h.elementwise_bandwidth / kGB,
+                     h.optimizer_bandwidth / kGB);
+  if (!h.attention_flops.empty())
+    out << fmt::format("attention_tflops = {{ fp32 = {:.6g}, bf16 = {:.6g}, fp16 = {:.6g} }}\n",
+                       h.attention_flops.at(DType::f32) / kTera, h.attention_flops.at(DType::bf16) / kTera,
+                       h.attention_flops.at(DType::f16) / kTera);
+  if (!h.gemm_sizes.empty()) {
+    out << "[device.gemm_sizes]  # TFLOP/s of n x n x n products below the peak's size\n";
+    for (const auto& [dtype, key] : {std::pair{DType::f32, "fp32"}, {DType::bf16, "bf16"}, {DType::f16, "fp16"}}) {
+      if (!h.gemm_sizes.count(dtype)) continue;
+      std::vector<std::string> rows;
+      for (const auto& [n, rate] : h.gemm_sizes.at(dtype)) rows.push_back(fmt::format("[{:.6g}, {:.6g}]", n, rate / kTera));
+      out << fmt::format("{} = [{}]\n", key, fmt::join(rows, ", "));
+    }
+  }
   out << "\n";
   out << fmt::format("[host]\nmemory_gib = {:.6g}\ndevice_gbps = {:.6g}\n\n", h.host_memory / kGiB,
                      h.host_device_bandwidth / kGB);
@@ -104,6 +144,23 @@ std::string hardware_toml(const Hardware& h) {
   out << "intra_node_collective = " << link_toml(h.intra_node_collective) << "\n";
   if (h.inter_node) out << "inter_node = " << link_toml(*h.inter_node) << "\n";
   return out.str();
+}
+
+double Hardware::gemm_rate(DType dtype, double m, double n, double k) const {
+  const double peak = flops.at(dtype);
+  const auto it = gemm_sizes.find(dtype);
+  if (it == gemm_sizes.end() || it->second.empty()) return peak;
+  // Interpolated in log(n) between the measured sizes, with the peak at its own size beyond them.
+  std::vector<std::pair<double, double>> curve = it->second;
+  const double cube = std::cbrt(m * n * k);
+  if (cube <= curve.front().first) return curve.front().second;
+  curve.push_back({std::max(curve.back().first * 2, 2048.0), peak});
+  for (std::size_t i = 1; i < curve.size(); ++i)
+    if (cube <= curve[i].first) {
+      const double f = std::log(cube / curve[i - 1].first) / std::log(curve[i].first / curve[i - 1].first);
+      return curve[i - 1].second + f * (curve[i].second - curve[i - 1].second);
+    }
+  return peak;
 }
 
 }  // namespace tidal::sim

@@ -10,7 +10,13 @@
 //   devices_per_node = 8
 //   [device]  kind = "cuda", memory_gib, memory_gbps, [device.tflops] fp32, bf16, fp16,
 //             bf16_native (cpu only: whether GEMMs and attention take bf16 as it is; false, they
-//             widen operands to fp32 copies, workspace the cost model counts; cuda: always)
+//             widen operands to fp32 copies, workspace the cost model counts; cuda: always),
+//             optional op rates (tidal calibrate measures them; a data sheet has none):
+//             [device.gemm_sizes] fp32 / bf16 / fp16 = [[n, TFLOP/s], ...] of n x n x n products
+//             below the peak's size; [device.attention_tflops] fp32, bf16, fp16 (attention's
+//             forward and backward; default half the GEMM peak); elementwise_gbps (the bytes
+//             elementwise ops make, written and read, per second; default memory_gbps);
+//             optimizer_gbps (AdamW's 28 bytes a parameter per second; default memory_gbps)
 //   [host]    memory_gib (per node), device_gbps (host <-> device)
 //   [links]   intra_node_pair, intra_node_collective, inter_node (optional): { gbps, latency_us }
 #pragma once
@@ -21,6 +27,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tidal::sim {
 
@@ -39,6 +47,13 @@ struct Hardware {
   double memory_bandwidth = 0;   // bytes/s of a device's memory
   std::map<DType, double> flops;  // peak FLOP/s of a device's GEMMs per dtype (f32, bf16, f16)
   bool bf16_native = true;        // bf16 operands as they are (else widened to fp32 copies)
+  // Square GEMMs below the peak's size: (n, FLOP/s) by dtype, ascending n; empty: the peak always.
+  std::map<DType, std::vector<std::pair<double, double>>> gemm_sizes;
+  std::map<DType, double> attention_flops;  // attention's forward and backward, FLOP/s
+  double elementwise_bandwidth = 0;         // bytes/s (0: memory_bandwidth)
+  double optimizer_bandwidth = 0;           // bytes/s of AdamW's traffic (0: memory_bandwidth)
+  // The rate of an m x n x k GEMM: the sizes' curve at the cube of the same work, the peak beyond it.
+  double gemm_rate(DType dtype, double m, double n, double k) const;
   double host_memory = 0;         // bytes per node
   double host_device_bandwidth = 0;  // bytes/s between host and device
   Link intra_node_pair;        // two ranks of a node (a pipeline send, a 2D broadcast between neighbours)

@@ -31,10 +31,11 @@ class Tally {
   Act make(double bytes) {
     if (bytes <= 0) return nullptr;
     current += bytes;
+    made += bytes;
     peak = std::max(peak, current);
     return std::shared_ptr<Held>(new Held(this, bytes));
   }
-  double current = 0, peak = 0;
+  double current = 0, peak = 0, made = 0;
 };
 using Act = Tally::Act;
 using Keep = std::vector<Act>;  // what one module call saves for its backward
@@ -69,7 +70,7 @@ struct Sizes {
   int sequence = 1;
   double tensor = 1;  // the tensor group's size
   bool ulysses = false;
-  bool glu = false, rms = false, pre_norm = true, dropout = false, selective = false;
+  bool glu = false, rms = false, pre_norm = true, dropout = false, selective = false, causal = true;
   int norm_stats = 2;  // LayerNorm keeps mean and rstd per row, RMSNorm rstd
   std::string type;
   int loss_chunks = 1;
@@ -91,6 +92,8 @@ struct Replay {
   Tally& t;
   const Sizes& s;
   Traffic& traffic;
+  const Costs* costs = nullptr;
+  double gemm_seconds = 0, attention_seconds = 0;
 
   // A collective of this step on the tensor group (1D), the ring, ...
   void tensor_all_reduce(double elements, double bytes) {
@@ -100,6 +103,10 @@ struct Replay {
   Act act(double width) const { return t.make(s.rows * width * s.e); }
   // A product c = a b whose operands the op widens to fp32 first (elements of each).
   void gemm(double a, double b, double c) {
+    if (costs && a > 0 && b > 0 && c > 0) {  // a = m k, b = k n, c = m n
+      const double m = std::sqrt(a * c / b), n = std::sqrt(b * c / a), k = std::sqrt(a * b / c);
+      gemm_seconds += 2 * m * n * k / costs->hardware->gemm_rate(costs->dtype, m, n, k);
+    }
     if (!s.widen) return;
     Act a32 = t.make(a * 4), b32 = t.make(b * 4), c32 = t.make(c * 4);
   }
@@ -301,7 +308,14 @@ struct Replay {
 
   // --- attention: nn/attention.cpp; the ring (nn/sp/ring_attention.cpp) and Ulysses
   // (nn/sp/ulysses_attention.cpp) in its place under sequence parallelism.
+  // Attention's two products over every key (half of them under a causal mask), forward; its
+  // backward makes the scores again and takes four more.
+  double attention_flops() const { return 4 * s.rows * s.positions * s.sequence * s.attention * (s.causal ? 0.5 : 1.0); }
+  void attention_time(double flops) {
+    if (costs) attention_seconds += flops / costs->hardware->attention_flops.at(costs->dtype);
+  }
   Act self_attention_forward(const Act& qkv, Keep& k) {
+    attention_time(attention_flops());
     const double lse = s.samples * s.heads * s.positions * kStat;
     if (s.sequence > 1 && !s.ulysses) {
       Act q = act(s.attention), kv = act(s.kv);
@@ -331,6 +345,7 @@ struct Replay {
     return y;
   }
   Act self_attention_backward(Keep& k) {
+    attention_time(2.5 * attention_flops());
     if (s.sequence > 1 && !s.ulysses) {
       Act q = act(s.attention), kv = act(s.kv);
       Act dy32 = s.e == 4 ? nullptr : f32(s.attention);
@@ -755,6 +770,7 @@ Sizes sizes_of(const config::Config& cfg, const parallel::Layout& layout, const 
   s.rms = llama;
   s.norm_stats = llama ? 1 : 2;
   s.pre_norm = m.type != "bert";
+  s.causal = m.type == "gpt" || m.type == "llama";
   s.dropout = m.dropout > 0;
   s.selective = cfg.train.activation_checkpointing == config::Recompute::selective;
   s.loss_chunks = cfg.train.loss_chunks;
@@ -800,7 +816,8 @@ namespace {
 
 // What the trainer and the model data keeper communicate once a step, beside the layers
 // (engine/trainer.cpp, engine/model_data.cpp, memory/chunk_manager.cpp, pipeline/engine.cpp).
-void step_collectives(const config::Config& cfg, const PlannedRank& rank, int micro_batches, Traffic& traffic) {
+// Returns the seconds of the part that overlaps backward (the tensor keeper's gradient buckets).
+double step_collectives(const config::Config& cfg, const PlannedRank& rank, int micro_batches, Traffic& traffic) {
   const parallel::ParallelContext& pc = *rank.pc;
   const parallel::Layout& layout = pc.layout();
   const auto size = [&](parallel::GroupKind kind) { return int(layout.group(kind, pc.rank()).size()); };
@@ -815,7 +832,9 @@ void step_collectives(const config::Config& cfg, const PlannedRank& rank, int mi
   if (!rank.model_data.chunks) {
     // The bucketed all-reduce (engine/gradient_reducer.h): parameters in reverse order, a bucket
     // closed once it holds parallel.bucket_mb.
+    double buckets = 0;
     if (group > 1) {
+      const double start = traffic.seconds();
       const double bucket_bytes = std::floor(cfg.parallel.bucket_mb * 1024 * 1024);
       const std::vector<nn::Parameter*>& params = rank.engine->parameters();
       double bytes = 0, elements = 0;
@@ -830,6 +849,7 @@ void step_collectives(const config::Config& cfg, const PlannedRank& rank, int mi
         bytes += 4 * double((*it)->shape.numel());
       }
       if (open) traffic.add(chunk_group, group, "all_reduce", elements, 4);
+      buckets = traffic.seconds() - start;
     }
     // A grid's replicated blocks (nn/tp/shard.h's reduce_replicated_gradients): one flat all-reduce
     // per level and group.
@@ -847,7 +867,7 @@ void step_collectives(const config::Config& cfg, const PlannedRank& rank, int mi
         traffic.add("pipeline_ends", size(parallel::GroupKind::pipeline_ends), "all_reduce", double(p->shape.numel()), 4);
     traffic.add("tensor", tensor, "all_reduce", 1, 4);      // the gradient norm's sum
     traffic.add("pipeline", pipeline, "all_reduce", 1, 4);
-    return;
+    return buckets;
   }
   const memory::ChunkLayout& chunks = *rank.chunk_layout;
   const double C = double(chunks.chunk_elements), e = double(dtype_size(cfg.train.precision));
@@ -895,11 +915,12 @@ void step_collectives(const config::Config& cfg, const PlannedRank& rank, int mi
   if (stage > 0 && group > 1) traffic.add(chunk_group, group, "all_reduce", 1, 4);  // the gradient norm
   if (tensor > 1) traffic.add("tensor", tensor, "all_reduce", 1, 4);
   if (pipeline > 1) traffic.add("pipeline", pipeline, "all_reduce", 1, 4);
+  return 0.0;
 }
 
 }  // namespace
 
-StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, const DeviceOps& ops) {
+StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, const DeviceOps& ops, const Costs* costs) {
   const parallel::Layout& layout = planned.pc->layout();
   const int rank = planned.pc->rank();
   const std::vector<StageLayers> stages = stage_layers(cfg, planned);
@@ -925,8 +946,26 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
     s.vocab_real = std::clamp(classes - double(layout.coordinates(rank).depth) * s.vocab, 0.0, s.vocab);
   }
   StepReplay out;
+  if (costs) out.traffic = Traffic(costs->link);
   Tally tally;
-  Replay r{tally, s, out.traffic};
+  Replay r{tally, s, out.traffic, costs};
+  // The seconds since the last mark: GEMMs, attention, the bytes made, the layers' collectives.
+  struct Mark {
+    double gemm = 0, attention = 0, made = 0, comm = 0;
+  } mark;
+  const auto now = [&] { return Mark{r.gemm_seconds, r.attention_seconds, tally.made, out.traffic.seconds()}; };
+  const auto lap = [&] {
+    if (!costs) return 0.0;
+    const double gemm = r.gemm_seconds - mark.gemm, attention = r.attention_seconds - mark.attention;
+    const double memory = 2 * (tally.made - mark.made) / costs->hardware->elementwise_bandwidth;
+    const double comm = out.traffic.seconds() - mark.comm;
+    out.gemm_seconds += gemm;
+    out.attention_seconds += attention;
+    out.memory_seconds += memory;
+    out.layer_comm_seconds += comm;
+    mark = now();
+    return gemm + attention + memory + comm;
+  };
   const int pipeline = layout.spec().pipeline;
   const int stage = layout.coordinates(rank).pipeline;
   const int chunks = int(stages.size());
@@ -1007,15 +1046,18 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
     const pipeline::Action& a = actions[i];
     const int vs = a.chunk * pipeline + stage;
     const StageLayers& l = stages[std::size_t(a.chunk)];
+    lap();  // receives and sends are the schedule's waits, not the action's work
     Act input;
     if (const auto stream = input_of(a)) input = receive(*stream);
     if (i + 1 < actions.size())
       if (const auto next = input_of(actions[i + 1]); next && known.count(*next) && !posted.count(*next))
         posted[*next] = r.act(payload);
+    mark = now();
     if (a.kind == pipeline::Action::forward) {
       MicroBatchKeep& k = live[{a.micro_batch, a.chunk}];
       const double before = tally.current;
       Act y = forward(l, k, input);
+      out.actions.push_back({.forward = true, .micro_batch = a.micro_batch, .chunk = a.chunk, .seconds = lap()});
       if (vs != last) send({vs + 1, false});
       input.reset();
       y.reset();
@@ -1023,13 +1065,25 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
     } else {
       auto it = live.find({a.micro_batch, a.chunk});
       Act dx = backward(l, it->second, input);
+      out.actions.push_back({.forward = false, .micro_batch = a.micro_batch, .chunk = a.chunk, .seconds = lap()});
       if (vs > 0) send({vs - 1, true});
       input.reset();
       live.erase(it);
     }
   }
   out.peak_bytes = tally.peak;
-  step_collectives(cfg, planned, micro_batches, out.traffic);
+  lap();
+  const double before = out.traffic.seconds();
+  out.overlappable = step_collectives(cfg, planned, micro_batches, out.traffic);
+  out.after_actions = out.traffic.seconds() - before - out.overlappable;
+  if (costs) {
+    // AdamW's pass over this rank's share: the fp32 parameters (or master copy), gradient and two
+    // moments read, three written back; the chunks' compute-precision copy written too.
+    const ModelDataBytes& md = planned.model_data;
+    const double owned = md.chunks ? double(md.optimizer_bytes) / (micro_batches > 1 ? 16.0 : 12.0) : double(md.parameters);
+    out.optimizer = owned * (28 + (md.chunks ? double(dtype_size(cfg.train.precision)) : 0.0)) /
+                    costs->hardware->optimizer_bandwidth;
+  }
   return out;
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "config/config.h"
+#include "sim/hardware.h"
 #include "sim/planned_world.h"
 #include "sim/traffic.h"
 
@@ -35,12 +36,37 @@ struct StageLayers {
 // The virtual stages of a planned rank (one per model chunk, in chunk order).
 std::vector<StageLayers> stage_layers(const config::Config& cfg, const PlannedRank& rank);
 
+// What the step's work costs on the machine planned for (sim/hardware.h): a GEMM at the rate of
+// its size for the precision, attention's products at attention's rate, every tensor made
+// written once and read once at the elementwise ops' rate, a collective at its link's latency
+// and bandwidth, AdamW at the optimizer's rate.
+struct Costs {
+  const Hardware* hardware = nullptr;
+  DType dtype = DType::f32;
+  LinkTime link;
+};
+
+// One action of the schedule on this rank and its seconds (its layers' collectives included).
+struct ActionTime {
+  bool forward = true;
+  int micro_batch = 0, chunk = 0;
+  double seconds = 0;
+};
+
 struct StepReplay {
   double peak_bytes = 0;            // the activation pool's peak over the step
   double kept_per_micro_batch = 0;  // what one micro-batch's forward leaves for its backward
   Traffic traffic;                  // the step's collectives on this rank
+  // With costs: the schedule's actions in order, what the step adds after them (the model data's
+  // collectives, the gradient norm, the optimizer's pass over its lists), and the split of the
+  // actions' time.
+  std::vector<ActionTime> actions;
+  double after_actions = 0, overlappable = 0;  // overlappable: the gradient buckets' all-reduce
+  double optimizer = 0;
+  double gemm_seconds = 0, attention_seconds = 0, memory_seconds = 0, layer_comm_seconds = 0;
 };
 
-StepReplay replay_step(const config::Config& cfg, const PlannedRank& rank, const DeviceOps& ops);
+StepReplay replay_step(const config::Config& cfg, const PlannedRank& rank, const DeviceOps& ops,
+                       const Costs* costs = nullptr);
 
 }  // namespace tidal::sim

@@ -14,6 +14,7 @@ void Traffic::add(std::string_view group, int size, std::string_view op, double 
   s.elements += std::int64_t(std::llround(calls * elements));
   s.bytes_sent += roots * root.bytes_sent + (calls - roots) * other.bytes_sent;
   s.link_bytes += calls * other.link_bytes;
+  if (link_ && size > 1) seconds_ += link_(group, size, op, calls, calls * other.link_bytes);
 }
 
 nlohmann::json Traffic::json() const {

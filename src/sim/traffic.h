@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -16,8 +17,15 @@
 
 namespace tidal::sim {
 
+// A collective's seconds on the machine planned for: `calls` operations on `group` (`size` ranks)
+// moving `link_bytes` in all through the busiest link (sim/cost_model.cpp's links).
+using LinkTime = std::function<double(std::string_view group, int size, std::string_view op, double calls,
+                                      double link_bytes)>;
+
 class Traffic {
  public:
+  explicit Traffic(LinkTime link = nullptr) : link_(std::move(link)) {}
+
   // `calls` operations on `group` (`size` ranks), each of `elements` elements of `element_bytes`;
   // `formula_elements`: the buffer comm::volume counts when it is not the elements handed in (an
   // all-gather's output); `roots`: of the calls, those where this rank is the root.
@@ -26,8 +34,12 @@ class Traffic {
   // {group: {op: {calls, elements, bytes_sent, link_bytes}}}
   nlohmann::json json() const;
   const std::map<std::pair<std::string, std::string>, comm::OperationStats>& operations() const { return ops_; }
+  // The seconds of what was added so far (0 without a LinkTime).
+  double seconds() const { return seconds_; }
 
  private:
+  LinkTime link_;
+  double seconds_ = 0;
   std::map<std::pair<std::string, std::string>, comm::OperationStats> ops_;
 };
 

@@ -46,6 +46,10 @@ TEST(Hardware, WrittenFiguresReadBack) {
                   .devices_per_node = 2, .device_memory = 12.5 * (1 << 30), .memory_bandwidth = 8.25e9,
                   .flops = {{DType::f32, 1.23e11}, {DType::bf16, 4.56e11}, {DType::f16, 7.5e10}},
                   .bf16_native = false,
+                  .gemm_sizes = {{DType::f32, {{128, 2.5e10}, {256, 6e10}}}},
+                  .attention_flops = {{DType::f32, 3e10}, {DType::bf16, 2e10}, {DType::f16, 1e10}},
+                  .elementwise_bandwidth = 4.5e9,
+                  .optimizer_bandwidth = 6.5e9,
                   .host_memory = 25.0 * (1 << 30), .host_device_bandwidth = 8.25e9,
                   .intra_node_pair = {.bandwidth = 3.5e9, .latency = 1.5e-6},
                   .intra_node_collective = {.bandwidth = 2.25e9, .latency = 4e-6}, .inter_node = std::nullopt};
@@ -58,6 +62,16 @@ TEST(Hardware, WrittenFiguresReadBack) {
   EXPECT_DOUBLE_EQ(back.memory_bandwidth, h.memory_bandwidth);
   for (const auto& [dtype, rate] : h.flops) EXPECT_NEAR(back.flops.at(dtype), rate, 1e-5 * rate);
   EXPECT_FALSE(back.bf16_native);
+  EXPECT_NEAR(back.attention_flops.at(DType::bf16), 2e10, 1e5);
+  EXPECT_NEAR(back.elementwise_bandwidth, 4.5e9, 1e3);
+  EXPECT_NEAR(back.optimizer_bandwidth, 6.5e9, 1e3);
+  ASSERT_EQ(back.gemm_sizes.at(DType::f32).size(), 2u);
+  EXPECT_NEAR(back.gemm_sizes.at(DType::f32)[1].second, 6e10, 1e4);
+  // Between measured sizes the rate follows log(n); beyond them it reaches the peak.
+  EXPECT_NEAR(back.gemm_rate(DType::f32, 128, 128, 128), 2.5e10, 1e4);
+  EXPECT_NEAR(back.gemm_rate(DType::f32, 181.02, 181.02, 181.02), 4.25e10, 1e8);
+  EXPECT_NEAR(back.gemm_rate(DType::f32, 8192, 8192, 8192), 1.23e11, 1e5);
+  EXPECT_NEAR(back.gemm_rate(DType::bf16, 64, 64, 64), 4.56e11, 1e6);  // no curve: the peak
   EXPECT_NEAR(back.intra_node_pair.bandwidth, 3.5e9, 1);
   EXPECT_NEAR(back.intra_node_collective.latency, 4e-6, 1e-12);
   EXPECT_FALSE(back.inter_node);
