@@ -125,9 +125,11 @@ std::int64_t agreed_chunk_size(const std::vector<const memory::ChunkParameters*>
       largest,
       [&](const std::vector<std::int64_t>& sizes) {
         std::vector<float> sum(sizes.size(), 0.0f);  // in fp32 as world_padding's all-reduce
+        std::map<const memory::ChunkParameters*, std::vector<double>> of;  // ranks often share lists
         for (const memory::ChunkParameters* r : ranks) {
-          const std::vector<double> waste = padding(*r, group_size, sizes);
-          for (std::size_t k = 0; k < sizes.size(); ++k) sum[k] += float(waste[k]);
+          auto [it, fresh] = of.try_emplace(r);
+          if (fresh) it->second = padding(*r, group_size, sizes);
+          for (std::size_t k = 0; k < sizes.size(); ++k) sum[k] += float(it->second[k]);
         }
         return std::vector<double>(sum.begin(), sum.end());
       },

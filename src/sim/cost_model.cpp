@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <map>
 #include <tuple>
 
@@ -48,9 +49,9 @@ bool spans_nodes(const std::vector<int>& members, int per_node) {
   return *lo / per_node != *hi / per_node;
 }
 
-// Latency-bandwidth time of `rank`'s collectives (sim/traffic.h's LinkTime): a send over the link
-// between two ranks, a collective over the ranks' collective link, inter-node where its group
-// spans nodes; latency once per step of the ring algorithm the bytes assume (2 (p - 1) for an
+// Latency-bandwidth time of `rank`'s collectives (sim/traffic.h's LinkTime): a send, or any
+// operation of a group of two, over the link between two ranks, a larger group's over the node's
+// collective link, inter-node where its group spans nodes; latency once per step of the ring algorithm the bytes assume (2 (p - 1) for an
 // all-reduce, p - 1 for an all-gather or reduce-scatter, a broadcast or reduce as a scatter and a
 // gather). A receive is the send's other end: its time is the send's.
 LinkTime link_time(const Hardware& hw, const parallel::Layout& layout, int rank) {
@@ -60,11 +61,14 @@ LinkTime link_time(const Hardware& hw, const parallel::Layout& layout, int rank)
     for (parallel::GroupKind k : parallel::kAllGroupKinds)
       if (parallel::group_name(k) == group) kind = k;
     const std::vector<int> members = layout.group(kind, rank);
-    const bool pair = op == "send";
+    // Two ranks of a node talk over their pair's link, whatever the operation (a 2D row of two, a
+    // pipeline's send), where the node has one between them; more share the node's collective link.
+    const bool adjacent = members.size() == 2 && members[0] / 2 == members[1] / 2;
+    const bool pair = (op == "send" || size == 2) && (!hw.adjacent_pairs || adjacent || op == "send");
     const Link& link = hw.inter_node && spans_nodes(members, hw.devices_per_node) ? *hw.inter_node
                        : pair                                                    ? hw.intra_node_pair
                                                                                  : hw.intra_node_collective;
-    const double steps = pair ? 1.0 : op == "all_gather" || op == "reduce_scatter" ? size - 1.0 : 2.0 * (size - 1);
+    const double steps = op == "send" ? 1.0 : op == "all_gather" || op == "reduce_scatter" ? size - 1.0 : 2.0 * (size - 1);
     return calls * steps * link.latency + bytes / link.bandwidth;
   };
 }
@@ -149,12 +153,27 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
                                  : DeviceOps{.cpu = cfg.train.device == Device::Kind::cpu,
                                              .bf16_native = cfg.train.device == Device::Kind::cuda ||
                                                             ops::cpu::onednn_bf16_native()};
+  // A step replayed once per kind of rank: ranks that differ only in their data-parallel index
+  // hold the same layers and lists and talk over groups of the same shape.
+  std::map<int, StepReplay> replays;
+  std::map<std::tuple<int, int, int>, int> first_of_kind;
+  const auto replay_of = [&](const PlannedRank& r) -> const StepReplay& {
+    const parallel::Coordinates& c = r.pc->coordinates();
+    const auto [kind, fresh] = first_of_kind.try_emplace({c.pipeline, c.tensor, c.sequence}, r.pc->rank());
+    if (fresh) {
+      std::optional<Costs> costs;
+      if (hardware)
+        costs = Costs{.hardware = hardware, .dtype = cfg.train.precision, .link = link_time(*hardware, layout, r.pc->rank())};
+      replays.emplace(r.pc->rank(), replay_step(cfg, r, ops, costs ? &*costs : nullptr));
+    }
+    return replays.at(kind->second);
+  };
   for (PlannedRank& r : world) {
     const int rank = r.pc->rank();
     RankMemory m;
     m.rank = rank;
     m.model_data = r.model_data;
-    const StepReplay replay = replay_step(cfg, r, ops);
+    const StepReplay& replay = replay_of(r);
     m.activations = replay.peak_bytes;
     m.traffic = replay.traffic.json();
     const ModelDataBytes& md = m.model_data;
@@ -219,18 +238,13 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
   const auto rate = hardware->flops.find(cfg.train.precision);
   TIDAL_CHECK(rate != hardware->flops.end(), "the hardware file {} gives no {} rate", hardware->name,
               dtype_name(cfg.train.precision));
-  std::map<int, StepReplay> timed;
-  for (PlannedRank& r : world) {
-    const Costs costs{.hardware = hardware, .dtype = cfg.train.precision,
-                      .link = link_time(*hardware, layout, r.pc->rank())};
-    timed.emplace(r.pc->rank(), replay_step(cfg, r, ops, &costs));
-  }
   const double e = double(dtype_size(cfg.train.precision));
-  for (const auto& [rank, replay] : timed) {
+  for (const PlannedRank& first : world) {
+    const int rank = first.pc->rank();
     const std::vector<int> stages = layout.group(parallel::GroupKind::pipeline, rank);
-    if (stages.front() != rank) continue;  // one simulation per pipeline
+    if (stages.front() != rank || first.pc->coordinates().data != 0) continue;  // one simulation per kind of pipeline
     std::vector<const StepReplay*> replays;
-    for (int s : stages) replays.push_back(&timed.at(s));
+    for (int s : stages) replays.push_back(&replay_of(world[std::size_t(s)]));
     // A message between stages: the hidden state (1D's scatter-gather sends 1/t of it).
     const double positions = double(cfg.model.type == "vit" ? (cfg.model.image_size / cfg.model.patch_size) *
                                                                       (cfg.model.image_size / cfg.model.patch_size) + 1
@@ -249,7 +263,7 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
                                                                     samples * positions * width * e)
                                : 0.0;
     const std::vector<double> finish = simulate_pipeline(replays, message, par.pipeline, par.virtual_stages);
-    for (std::size_t k = 0; k < stages.size(); ++k) {
+    for (std::size_t k = 0; k < replays.size(); ++k) {
       const StepReplay& r = *replays[k];
       double last_backward = 0;
       for (const ActionTime& a : r.actions)

@@ -107,6 +107,12 @@ Hardware load_hardware(const std::string& path) {
   h.intra_node_pair = r.link("links.intra_node_pair");
   h.intra_node_collective = r.link("links.intra_node_collective");
   if (r.has("links.inter_node")) h.inter_node = r.link("links.inter_node");
+  if (r.has("links.pairs")) {
+    const std::string pairs = r.text("links.pairs", "\"any\" or \"adjacent\": which two ranks have the pair link");
+    TIDAL_CHECK(pairs == "any" || pairs == "adjacent", "{}: 'links.pairs' is \"{}\"; it is \"any\" or \"adjacent\"", path,
+                pairs);
+    h.adjacent_pairs = pairs == "adjacent";
+  }
   return h;
 }
 
@@ -143,6 +149,7 @@ std::string hardware_toml(const Hardware& h) {
   out << "intra_node_pair = " << link_toml(h.intra_node_pair) << "\n";
   out << "intra_node_collective = " << link_toml(h.intra_node_collective) << "\n";
   if (h.inter_node) out << "inter_node = " << link_toml(*h.inter_node) << "\n";
+  if (h.adjacent_pairs) out << "pairs = \"adjacent\"\n";
   return out.str();
 }
 

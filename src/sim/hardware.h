@@ -18,7 +18,9 @@
 //             elementwise ops make, written and read, per second; default memory_gbps);
 //             optimizer_gbps (AdamW's 28 bytes a parameter per second; default memory_gbps)
 //   [host]    memory_gib (per node), device_gbps (host <-> device)
-//   [links]   intra_node_pair, intra_node_collective, inter_node (optional): { gbps, latency_us }
+//   [links]   intra_node_pair, intra_node_collective, inter_node (optional): { gbps, latency_us };
+//             pairs = "any" (default: every two ranks of a node have the pair link, NVSwitch) or
+//             "adjacent" (only ranks 2k and 2k + 1 do, colossal-ai.txt's System II)
 #pragma once
 
 #include "core/device.h"
@@ -57,6 +59,7 @@ struct Hardware {
   double host_memory = 0;         // bytes per node
   double host_device_bandwidth = 0;  // bytes/s between host and device
   Link intra_node_pair;        // two ranks of a node (a pipeline send, a 2D broadcast between neighbours)
+  bool adjacent_pairs = false;  // only ranks 2k and 2k + 1 of a node have the pair link
   Link intra_node_collective;  // a collective over the ranks of a node (ring all-reduce bus bandwidth)
   std::optional<Link> inter_node;  // between nodes; absent: a single node
 };

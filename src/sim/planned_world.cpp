@@ -8,6 +8,7 @@
 #include "pipeline/stage_costs.h"
 
 #include <algorithm>
+#include <map>
 
 namespace tidal::sim {
 
@@ -52,7 +53,7 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
     options.unit_costs = pipeline::unit_costs(*r.model, cfg.parallel.partition == pipeline::PartitionBy::time
                                                             ? pipeline::PartitionBy::parameters
                                                             : cfg.parallel.partition);
-  r.engine = std::make_unique<pipeline::PipelineEngine>(*r.model, *r.pc, options);
+  r.engine = std::make_shared<pipeline::PipelineEngine>(*r.model, *r.pc, options);
   for (const nn::Parameter* p : r.engine->parameters()) r.model_data.parameters += p->shape.numel();
   return r;
 }
@@ -66,21 +67,27 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
   struct Lists {
     memory::ChunkParameters device, host;
   };
-  std::vector<Lists> lists;
+  // One set of lists per model (ranks sharing a model lay their lists out alike).
+  std::map<const models::Model*, Lists> by_model;
+  std::vector<const Lists*> lists;
   for (PlannedRank& r : world) {
-    const std::vector<nn::Parameter*> embedding = nn::parameters_on_host(*r.model);
-    std::vector<nn::Parameter*> on_host, on_device;
-    for (nn::Parameter* p : r.engine->parameters())
-      (std::find(embedding.begin(), embedding.end(), p) == embedding.end() ? on_device : on_host).push_back(p);
-    lists.push_back({engine::chunk_parameters(on_device, *r.engine, *r.pc),
-                     engine::chunk_parameters(on_host, *r.engine, *r.pc)});
+    auto [it, fresh] = by_model.try_emplace(r.model.get());
+    if (fresh) {
+      const std::vector<nn::Parameter*> embedding = nn::parameters_on_host(*r.model);
+      std::vector<nn::Parameter*> on_host, on_device;
+      for (nn::Parameter* p : r.engine->parameters())
+        (std::find(embedding.begin(), embedding.end(), p) == embedding.end() ? on_device : on_host).push_back(p);
+      it->second = {engine::chunk_parameters(on_device, *r.engine, *r.pc),
+                    engine::chunk_parameters(on_host, *r.engine, *r.pc)};
+    }
+    lists.push_back(&it->second);
   }
   const int group_size = engine::chunk_group(*world.front().pc).size();
   memory::ChunkOptions options = engine::chunk_options(cfg, local / micro > 1);
   std::vector<const memory::ChunkParameters*> device_lists, host_lists;
-  for (const Lists& l : lists) {
-    device_lists.push_back(&l.device);
-    host_lists.push_back(&l.host);
+  for (const Lists* l : lists) {
+    device_lists.push_back(&l->device);
+    host_lists.push_back(&l->host);
   }
   memory::ChunkOptions host_options = options;
   host_options.offload.reset();
@@ -95,9 +102,9 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
       for (const nn::Parameter* p : params.params) numels.push_back(p->shape.numel());
       return memory::layout_chunks(numels, size, group_size, params.segment);
     };
-    const memory::ChunkLayout layout = layout_of(lists[k].device, options.chunk_elements);
+    const memory::ChunkLayout layout = layout_of(lists[k]->device, options.chunk_elements);
     world[k].chunk_layout = layout;
-    world[k].chunk_params = lists[k].device;
+    world[k].chunk_params = lists[k]->device;
     const memory::ChunkListBytes bytes = memory::chunk_list_bytes(layout, options);
     m.chunks = true;
     m.chunk_elements = layout.chunk_elements;
@@ -129,9 +136,9 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
         m.param_transient_bytes += group_bytes * std::min(groups, tied_here ? 2 : 1);
       }
     }
-    if (cfg.memory.embedding_on_host && !lists[k].host.params.empty())
+    if (cfg.memory.embedding_on_host && !lists[k]->host.params.empty())
       m.embedding_on_host_bytes =
-          memory::chunk_list_bytes(layout_of(lists[k].host, host_options.chunk_elements), host_options).total();
+          memory::chunk_list_bytes(layout_of(lists[k]->host, host_options.chunk_elements), host_options).total();
   }
 }
 
@@ -140,7 +147,25 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
 std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, int ranks_per_node,
                                     std::size_t device_capacity) {
   std::vector<PlannedRank> world;
-  for (int rank = 0; rank < world_size; ++rank) world.push_back(build_rank(cfg, world_size, rank, ranks_per_node));
+  std::map<std::pair<int, int>, std::size_t> first_of_kind;  // (stage, tensor index) -> rank
+  for (int rank = 0; rank < world_size; ++rank) {
+    const parallel::Layout layout(parallel::mesh_spec(cfg, world_size, ranks_per_node));
+    const parallel::Coordinates c = layout.coordinates(rank);
+    const auto [it, fresh] = first_of_kind.try_emplace({c.pipeline, c.tensor}, world.size());
+    if (fresh) {
+      world.push_back(build_rank(cfg, world_size, rank, ranks_per_node));
+      continue;
+    }
+    const PlannedRank& like = world[it->second];
+    PlannedRank r;
+    r.pc = std::make_unique<parallel::ParallelContext>(
+        parallel::ParallelContext::planned(cfg, world_size, rank, ranks_per_node));
+    r.layers = like.layers;
+    r.model = like.model;
+    r.engine = like.engine;
+    r.model_data.parameters = like.model_data.parameters;
+    world.push_back(std::move(r));
+  }
   if (chunk_keeper(cfg)) {
     plan_chunks(cfg, world, device_capacity);
   } else {

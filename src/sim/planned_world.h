@@ -51,12 +51,14 @@ struct ModelDataBytes {
 };
 
 // One rank of a planned world and what it was built from (kept alive together: the model's layers
-// hold the layer factory and the context, the chunk parameters the context's groups).
+// hold the layer factory and the context, the chunk parameters the context's groups). Ranks that
+// differ only in their data or sequence index hold the same parameters: they share one model
+// (built under the first such rank's context; the groups it names have the same members' shape).
 struct PlannedRank {
   std::unique_ptr<parallel::ParallelContext> pc;
-  std::unique_ptr<nn::LayerFactory> layers;
-  std::unique_ptr<models::Model> model;
-  std::unique_ptr<pipeline::PipelineEngine> engine;
+  std::shared_ptr<nn::LayerFactory> layers;
+  std::shared_ptr<models::Model> model;
+  std::shared_ptr<pipeline::PipelineEngine> engine;
   ModelDataBytes model_data;
   // The chunk keeper's device lists: their parameters in segments, and how they lie in chunks.
   memory::ChunkParameters chunk_params;

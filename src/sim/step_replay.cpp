@@ -102,10 +102,11 @@ struct Replay {
 
   Act act(double width) const { return t.make(s.rows * width * s.e); }
   // A product c = a b whose operands the op widens to fp32 first (elements of each).
-  void gemm(double a, double b, double c) {
+  // `times` such products, one after another (SUMMA's steps, a 3D product's row blocks).
+  void gemm(double a, double b, double c, double times = 1) {
     if (costs && a > 0 && b > 0 && c > 0) {  // a = m k, b = k n, c = m n
       const double m = std::sqrt(a * c / b), n = std::sqrt(b * c / a), k = std::sqrt(a * b / c);
-      gemm_seconds += 2 * m * n * k / costs->hardware->gemm_rate(costs->dtype, m, n, k);
+      gemm_seconds += times * 2 * m * n * k / costs->hardware->gemm_rate(costs->dtype, m, n, k);
     }
     if (!s.widen) return;
     Act a32 = t.make(a * 4), b32 = t.make(b * 4), c32 = t.make(c * 4);
@@ -180,14 +181,14 @@ struct Replay {
         traffic.add("tensor_row", q, "reduce", s.rows * out, s.e, q, -1, 1);
         if (!sliced) {
           Act w = t.make(weight * s.e);  // W_lj received down the column
-          gemm(s.rows * in, weight, s.rows * out);
+          gemm(s.rows * in, weight, s.rows * out, s.q);  // one product per step l
           return y;
         }
         traffic.add("tensor_depth", d, "broadcast", weight, s.e, q * d, -1, q);  // each slice over the depth
         Act panel = act(out / s.depth);
         Act mine = t.make(weight * s.e);    // slice k of W_lj down the column
         Act slice = t.make(weight * s.e);  // and over the depth group
-        gemm(s.rows * in, weight, s.rows * out / s.depth);
+        gemm(s.rows * in, weight, s.rows * out / s.depth, s.q * s.depth);
         return y;
       }
       case Split::cube: {
@@ -201,7 +202,7 @@ struct Replay {
         Act p = t.make(l * s.rows * out * s.e), panel = t.make(s.rows * out * s.e);
         {
           Act w = t.make(weight * s.e);  // row block r of W from its owner
-          gemm(l * s.rows * in, weight, s.rows * out);
+          gemm(l * s.rows * in, weight, s.rows * out, l);  // one per row block of W
         }
         return scatter(out);
       }
@@ -262,11 +263,11 @@ struct Replay {
         if (sliced) {
           Act panel = act(out / s.depth);
           Act slice = t.make(weight * s.e);
-          gemm(s.rows * out / s.depth, weight, s.rows * in);
-          gemm(s.rows * out / s.depth, s.rows * in, weight);
+          gemm(s.rows * out / s.depth, weight, s.rows * in, s.q * s.depth);
+          gemm(s.rows * out / s.depth, s.rows * in, weight, s.q * s.depth);
         } else {
-          gemm(s.rows * out, weight, s.rows * in);
-          gemm(s.rows * out, s.rows * in, weight);
+          gemm(s.rows * out, weight, s.rows * in, s.q);
+          gemm(s.rows * out, s.rows * in, weight, s.q);
         }
         break;
       }
@@ -283,8 +284,8 @@ struct Replay {
         Act dxg = t.make(l * s.rows * in * s.e), panel = t.make(s.rows * out * s.e);
         {
           Act w = t.make(weight * s.e), dw = t.make(weight * s.e);
-          gemm(s.rows * out, weight, l * s.rows * in);
-          gemm(s.rows * out, l * s.rows * in, weight);
+          gemm(s.rows * out, weight, l * s.rows * in, l);
+          gemm(s.rows * out, l * s.rows * in, weight, l);
         }
         k.clear();
         xg.reset();
