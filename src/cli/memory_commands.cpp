@@ -163,7 +163,7 @@ void run_cost_model(const PlanCommand& cmd) {
       fmt::print("{}\n", p.json().dump());
     } else {
       const double mfu = hardware && p.time.total() > 0
-                             ? p.flops_per_step / p.time.total() / (cmd.world * hardware->flops.at(cfg.train.precision))
+                             ? p.flops_per_step / p.time.total() / (cmd.world * hardware->peak_flops(cfg.train.precision))
                              : 0.0;
       fmt::print("{:>3}. {:<40} peak {:>10} (rank {}){}{}\n", k + 1, layout_words(p.layout),
                  engine::human_bytes(std::uint64_t(p.peak_bytes)), p.largest_rank,

@@ -2,6 +2,10 @@
 
 #include "core/error.h"
 #include "engine/trainer.h"
+#include "sim/auto_layout.h"
+#if TIDAL_MPI
+#include "comm/mpi_runtime.h"
+#endif
 
 #include <fmt/format.h>
 
@@ -35,10 +39,19 @@ void add_train_command(CLI::App& app, TrainCommand& cmd) {
 void run_train_command(TrainCommand& cmd, engine::Launch& launch, bool& shared) {
   TIDAL_CHECK(cmd.stop_after >= 0, "--stop-after must be a step number >= 1, got {}", cmd.stop_after);
   if (!cmd.tensorboard_dir.empty()) cmd.config.overrides.push_back("train.tensorboard_dir=" + cmd.tensorboard_dir);
-  const config::Config cfg = cmd.config.load();
+  config::Config cfg = cmd.config.load();
   if (cmd.print_config) {
     if (launch.is_main()) fmt::print("{}", config::to_toml(cfg));
     return;
+  }
+  if (cfg.parallel.auto_layout) {
+    std::shared_ptr<comm::Communicator> world;
+#if TIDAL_MPI
+    if (launch.mpi()) world = launch.mpi()->world(comm::Seconds(cfg.parallel.timeout_s));
+#endif
+    const sim::AutoLayout chosen = sim::choose_layout(cfg, launch.world_size(), world.get());
+    cfg = chosen.cfg;
+    if (launch.is_main()) fmt::print("{}\n", chosen.why);
   }
   parallel::ParallelContext& pc = launch.context(cfg);
   shared = false;

@@ -166,6 +166,13 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(parallel.bucket_mb, "data parallel: MiB of gradients per all-reduce bucket, overlapped with backward"),
       TIDAL_KEY(parallel.timeout_s, "seconds a collective may take before the watchdog ends the job"),
       TIDAL_KEY(parallel.ranks_per_node, "ranks per node (0 = as launched); keeps tensor groups inside a node"),
+      field("parallel.auto", [](Config& c) -> auto& { return c.parallel.auto_layout; },
+            "true: tidal train picks parallel.data, pipeline, tensor.size / mode / depth, sequence and zero.stage "
+            "for the launched ranks by the cost model (the fastest predicted layout that fits; tidal plan --world N "
+            "shows the ranking) and prints why"),
+      TIDAL_KEY(parallel.hardware,
+                "parallel.auto: the machine (a hardware file: configs/hardware/*.toml, or tidal calibrate's); \"\" = "
+                "measure this one at start-up (a quick tidal calibrate over the launched ranks)"),
       TIDAL_KEY(parallel.tensor.size, "tensor-parallel ranks"),
       TIDAL_KEY(parallel.tensor.mode, "1d | 2d | 2.5d | 3d"),
       TIDAL_KEY(parallel.tensor.depth, "2.5d: depth d (size = q * q * d)"),

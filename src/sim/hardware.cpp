@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 
 namespace tidal::sim {
@@ -56,6 +57,10 @@ std::string link_toml(const Link& l) {
 }  // namespace
 
 Hardware load_hardware(const std::string& path) {
+  TIDAL_CHECK(std::filesystem::is_regular_file(path),
+              "hardware file {} not found: configs/hardware/ has an 8 x H100 node and colossal-ai's Systems I, II "
+              "and IV; mpirun -np 2 tidal calibrate --out FILE measures this machine",
+              path);
   toml::table t;
   try {
     t = toml::parse_file(path);
@@ -151,6 +156,13 @@ std::string hardware_toml(const Hardware& h) {
   if (h.inter_node) out << "inter_node = " << link_toml(*h.inter_node) << "\n";
   if (h.adjacent_pairs) out << "pairs = \"adjacent\"\n";
   return out.str();
+}
+
+double Hardware::peak_flops(DType dtype) const {
+  double best = flops.at(dtype);
+  if (const auto it = gemm_sizes.find(dtype); it != gemm_sizes.end())
+    for (const auto& [n, rate] : it->second) best = std::max(best, rate);
+  return best;
 }
 
 double Hardware::gemm_rate(DType dtype, double m, double n, double k) const {

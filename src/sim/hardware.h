@@ -56,6 +56,8 @@ struct Hardware {
   double optimizer_bandwidth = 0;           // bytes/s of AdamW's traffic (0: memory_bandwidth)
   // The rate of an m x n x k GEMM: the sizes' curve at the cube of the same work, the peak beyond it.
   double gemm_rate(DType dtype, double m, double n, double k) const;
+  // The best GEMM rate the file gives for `dtype` (the peak, or a faster measured size): MFU's measure.
+  double peak_flops(DType dtype) const;
   double host_memory = 0;         // bytes per node
   double host_device_bandwidth = 0;  // bytes/s between host and device
   Link intra_node_pair;        // two ranks of a node (a pipeline send, a 2D broadcast between neighbours)

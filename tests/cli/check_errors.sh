@@ -79,6 +79,12 @@ expect no-loss-blocks "train.loss_chunks must be >= 1" -- train --set train.loss
 expect loss-blocks-of-images "a ViT has one row of logits per image: set train.loss_chunks = 1" -- train \
   --set model.type=vit --set data.kind=images --set train.loss_chunks=2
 expect calibrate-alone "launch it with two ranks or more" -- calibrate --quick --out "$dir/hw.toml"
+expect auto-alone "parallel.auto measures this machine over the launched ranks" -- train --set parallel.auto=true
+expect auto-no-hardware-file "nope-hw.toml not found" -- train --set parallel.auto=true --set parallel.hardware="$dir/nope-hw.toml"
+expect plan-hardware-alone "--hardware, --explain and --configured go with --world N" -- plan \
+  --hardware configs/hardware/h100-8x.toml
+expect plan-no-layout "no layout of 3 ranks splits this model" -- plan --world 3 --set model.n_head=2 \
+  --set model.n_embd=64 --set train.batch_size=4 --set model.n_layer=2
 "$tidal" train --set train.steps=4 --set checkpoint.dir="$dir/ck" --stop-after 2 > /dev/null
 expect stop-before-resume "--stop-after 1 is before step 2, where checkpoint" -- \
   train --set train.steps=4 --resume "$dir/ck" --stop-after 1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tidal calibrate` measures this machine over two ranks and writes a hardware file that
 # `sim::load_hardware` reads back (every figure above zero; the GEMM rates within sight of each
-# other's order, memory faster than nothing); one process is a user error (exit 2) naming the fix.
+# other's order, memory faster than nothing, the op rates); one process is a user error (exit 2)
+# naming the fix; parallel.auto picks a layout on that file, or on the machine measured at start-up.
 # usage: check_calibrate.sh path/to/tidal <mpirun command...>
 set -euo pipefail
 tidal=$1; shift
@@ -19,6 +20,10 @@ figures = [h["device"]["memory_gib"], h["device"]["memory_gbps"], h["host"]["mem
 assert len(figures) == 11 and all(f > 0 for f in figures), h
 assert "inter_node" not in h["links"], "one node measured: no inter-node link"
 assert "measured by tidal calibrate" in h["source"], h["source"]
+d = h["device"]
+op_rates = [d["elementwise_gbps"], d["optimizer_gbps"], *d["attention_tflops"].values(),
+            *[rate for rows in d["gemm_sizes"].values() for _, rate in rows]]
+assert all(f > 0 for f in op_rates) and len(d["gemm_sizes"]["fp32"]) >= 2, d
 print(f"PASS: calibrate wrote {len(figures)} figures above zero: {h['device']['tflops']} TFLOP/s")
 PY
 set +e
@@ -28,3 +33,14 @@ set -e
 [ $rc -eq 2 ] && grep -q "launch it with two ranks or more" "$dir/one.log" && [ ! -e "$dir/one.toml" ] ||
   { cat "$dir/one.log"; echo "FAIL: one process: exit $rc, expected 2 naming mpirun -np 2"; exit 1; }
 echo "PASS: one process is refused with exit 2"
+
+# parallel.auto: every rank picks the same layout by the cost model (on the file just written, and
+# on this machine measured at start-up) and trains under it.
+for hardware in "$dir/hw.toml" ""; do
+  "$@" -np 2 "$tidal" train --set parallel.auto=true --set parallel.hardware="$hardware" --set train.steps=2 \
+    --set model.n_layer=2 --set train.batch_size=4 > "$dir/auto.log" 2>&1 || { cat "$dir/auto.log"; echo "FAIL: parallel.auto"; exit 1; }
+  grep -q "^parallel.auto: the fastest of [0-9]* layouts on" "$dir/auto.log" && grep -q "^done: 2 steps" "$dir/auto.log" ||
+    { cat "$dir/auto.log"; echo "FAIL: parallel.auto printed no choice or did not train"; exit 1; }
+  grep "^parallel.auto" "$dir/auto.log"
+done
+echo "PASS: parallel.auto chose a layout and trained under it"
