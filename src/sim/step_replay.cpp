@@ -766,7 +766,7 @@ Sizes sizes_of(const config::Config& cfg, const parallel::Layout& layout, const 
   const double blocks = s.split == Split::cube ? parts * parts : parts;
   const double padded = s.split == Split::none || vit ? classes : std::ceil(classes / blocks) * blocks;
   s.vocab = padded / parts;
-  s.vocab_real = std::clamp(classes - double(layout.coordinates(0).tensor) * s.vocab, 0.0, s.vocab);
+  s.vocab_real = s.vocab;  // replay_step takes the rank's block
   s.e = double(dtype_size(cfg.train.precision));
   s.rms = llama;
   s.norm_stats = llama ? 1 : 2;
@@ -936,15 +936,12 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
     head = head || l.head;
   }
   s.tied = embedding && head && cfg.model.tie_embeddings && cfg.model.type != "vit";
-  if (s.split == Split::d1) {  // this rank's block of the padded vocabulary: real classes below V
-    const double classes = double(cfg.model.vocab_size);
-    s.vocab_real = std::clamp(classes - double(layout.coordinates(rank).tensor) * s.vocab, 0.0, s.vocab);
-  } else if (s.split == Split::grid) {  // the vocabulary's blocks follow the row index (its output block)
-    const double classes = double(cfg.model.vocab_size);
-    s.vocab_real = std::clamp(classes - double(layout.coordinates(rank).col) * s.vocab, 0.0, s.vocab);
-  } else if (s.split == Split::cube) {  // the loss's group is z
-    const double classes = double(cfg.model.vocab_size);
-    s.vocab_real = std::clamp(classes - double(layout.coordinates(rank).depth) * s.vocab, 0.0, s.vocab);
+  // This rank's block of the padded vocabulary (the loss group's index: 1D's tensor rank, the
+  // grid's column j, 3D's z) and the real classes in it.
+  if (s.split != Split::none && cfg.model.type != "vit") {
+    const parallel::Coordinates c = layout.coordinates(rank);
+    const double block = s.split == Split::d1 ? c.tensor : s.split == Split::grid ? c.col : c.depth;
+    s.vocab_real = std::clamp(double(cfg.model.vocab_size) - block * s.vocab, 0.0, s.vocab);
   }
   StepReplay out;
   if (costs) out.traffic = Traffic(costs->link);
