@@ -47,6 +47,7 @@ int run(int argc, char** argv, engine::Launch& launch) {
       "  tidal train --set model.init_from=gpt2   # start from a Hugging Face GPT-2, BERT, ViT or Llama directory\n"
       "  tidal tokenize / sample / export      # text to tokens, a model to text, a checkpoint to Hugging Face\n"
       "  tidal trace / chunk-search / plan     # size a run beyond the device's memory (docs/memory.md)\n"
+      "  tidal plan --world 8 --hardware configs/hardware/h100-8x.toml   # every layout of 8 ranks, ranked\n"
       "  mpirun -np 2 tidal calibrate          # measure this machine for the cost model (a hardware file)\n"
       "  tidal info                            # what this build supports");
   CLI::App* info = app.add_subcommand("info", "Print the build's switches, threads and BLAS kernels");

@@ -56,7 +56,8 @@ void add_trace_command(CLI::App& app, TraceCommand& cmd) {
 void add_plan_command(CLI::App& app, PlanCommand& cmd) {
   CLI::App* plan = app.add_subcommand(
       "plan", "The largest model of the configured width (layers added one at a time) that trains within "
-              "memory.device_limit and memory.host_limit");
+              "memory.device_limit and memory.host_limit; with --world N, every layout of N ranks ranked by the cost "
+              "model (memory per rank, step time)");
   cmd.app = plan;
   add_config_options(plan, cmd.config, "TOML config file (the model's width, the batch, [memory])",
                      "memory.host_limit=1GiB");
