@@ -377,6 +377,10 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
     record["skipped"] = !applied;
   }
   if (pc.world_size() > 1) record["communication"] = communication_since(communication_before, pc.communication_stats());
+  if (pc.layout().spec().pipeline > 1) {  // where this rank's schedule went: its actions, and waiting for inputs
+    const pipeline::StepProfile& p = engine.last_step();
+    record["pipeline"] = {{"seconds", p.seconds}, {"compute_s", p.compute_seconds}, {"wait_s", p.wait_seconds}};
+  }
   return record;
 }
 

@@ -19,7 +19,8 @@ namespace tidal::sim {
 
 nlohmann::json StepTime::json() const {
   return {{"compute_s", compute},         {"memory_s", memory}, {"layer_comm_s", layer_comm},
-          {"pipeline_wait_s", pipeline_wait}, {"after_s", after},   {"optimizer_s", optimizer}};
+          {"pipeline_wait_s", pipeline_wait}, {"after_s", after},   {"optimizer_s", optimizer},
+          {"rank", rank}};
 }
 
 nlohmann::json Prediction::json() const {
@@ -269,6 +270,7 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
       for (const ActionTime& a : r.actions)
         if (!a.forward) last_backward = a.seconds;
       StepTime st;
+      st.rank = stages[k];
       st.compute = r.gemm_seconds + r.attention_seconds;
       st.memory = r.memory_seconds;
       st.layer_comm = r.layer_comm_seconds;

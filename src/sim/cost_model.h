@@ -44,6 +44,7 @@ struct StepTime {
   double pipeline_wait = 0;  // the schedule's idle time (the bubble, waiting on transfers)
   double after = 0;          // the model data's collectives after backward (not hidden), the norm's
   double optimizer = 0;      // AdamW's pass over the rank's share of the lists
+  int rank = 0;              // the busiest rank
   double total() const { return compute + memory + layer_comm + pipeline_wait + after + optimizer; }
   nlohmann::json json() const;
 };

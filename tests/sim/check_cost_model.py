@@ -143,6 +143,11 @@ def main():
             plan = json.loads(launch(a.tidal, 1, ["plan", "--world", str(ranks), "--configured", "--json"]
                                      + sets(settings)).stdout.splitlines()[0])
         meas = measured(summary, ranks)
+        if any(x.startswith("parallel.pipeline=") for x in settings):
+            # Where stage 0's step went, as the engine measured it (a contract of the step record).
+            p = last_step.get("pipeline", {})
+            if not (p.get("compute_s", 0) > 0 and p.get("wait_s", -1) >= 0):
+                failed.append(f"{name}: no pipeline compute_s / wait_s in the step record")
         if last_step:
             differences = traffic_differences(plan["ranks"][0]["communication"], last_step["communication"])
             for d in differences:
