@@ -7,7 +7,6 @@
 #include "engine/tide.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -121,26 +120,6 @@ void run_trace_command(const TraceCommand& cmd, engine::Launch& launch) {
 
 namespace {
 
-// A layout in a few words: "data 2 x pipeline 2 x 1d 2, zero 1".
-std::string layout_words(const nlohmann::json& l) {
-  std::vector<std::string> parts;
-  for (const auto& [key, word] : {std::pair{"parallel.data", "data"}, {"parallel.pipeline", "pipeline"}}) {
-    if (l.at(key).get<int>() > 1) parts.push_back(fmt::format("{} {}", word, l.at(key).get<int>()));
-  }
-  if (l.at("parallel.tensor.size").get<int>() > 1)
-    parts.push_back(fmt::format("{} {}{}", l.at("parallel.tensor.mode").get<std::string>(),
-                                l.at("parallel.tensor.size").get<int>(),
-                                l.contains("parallel.tensor.depth")
-                                    ? fmt::format(" (depth {})", l.at("parallel.tensor.depth").get<int>())
-                                    : std::string()));
-  if (l.at("parallel.sequence").get<int>() > 1)
-    parts.push_back(fmt::format("{} {}", l.value("parallel.sequence_mode", std::string("ring")),
-                                l.at("parallel.sequence").get<int>()));
-  std::string out = parts.empty() ? "one rank" : fmt::format("{}", fmt::join(parts, " x "));
-  if (l.at("zero.stage").get<int>() > 0) out += fmt::format(", zero {}", l.at("zero.stage").get<int>());
-  return out;
-}
-
 void run_cost_model(const PlanCommand& cmd) {
   const config::Config cfg = cmd.config.load();
   std::optional<sim::Hardware> hw;
@@ -166,7 +145,7 @@ void run_cost_model(const PlanCommand& cmd) {
       const double mfu = hardware && p.time.total() > 0
                              ? p.flops_per_step / p.time.total() / (cmd.world * hardware->peak_flops(cfg.train.precision))
                              : 0.0;
-      fmt::print("{:>3}. {:<40} peak {:>10} (rank {}){}{}\n", k + 1, layout_words(p.layout),
+      fmt::print("{:>3}. {:<40} peak {:>10} (rank {}){}{}\n", k + 1, sim::layout_words(p.layout),
                  engine::human_bytes(std::uint64_t(p.peak_bytes)), p.largest_rank,
                  hardware ? fmt::format("  step {:.4g} s, MFU {:.0f}%", p.time.total(), 100 * mfu) : std::string(),
                  p.fits ? "" : "  does not fit: " + p.does_not_fit);

@@ -358,6 +358,12 @@ Config build_config(const std::string* text, const std::string& where, const std
 
 }  // namespace
 
+std::int64_t positions_per_sample(const ModelConfig& m) {
+  if (model_task(m.type) != ModelTask::image_classification) return m.seq_len;
+  const std::int64_t side = m.image_size / m.patch_size;
+  return side * side + 1;
+}
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   return build_config(nullptr, path, overrides);
 }

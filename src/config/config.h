@@ -43,6 +43,9 @@ struct ModelConfig {
   std::int64_t num_classes = 10;
 };
 
+// Positions per sample: tokens, or for ViT the patches and the class token.
+std::int64_t positions_per_sample(const ModelConfig& m);
+
 struct DataConfig {
   DataKind kind = DataKind::markov;  // markov | tokens | text | images
   std::string path;             // tokens / text / images files

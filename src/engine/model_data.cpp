@@ -23,6 +23,10 @@ Allocator& host_tier(const config::Config& cfg) {
   return cfg.train.device == Device::Kind::cuda ? pinned_host_allocator() : host_allocator();
 }
 
+bool keeps_chunks(const config::Config& cfg) {
+  return !(cfg.zero.stage == 0 && cfg.train.precision == DType::f32 && cfg.memory.offload == config::Offload::none);
+}
+
 memory::ChunkOptions chunk_options(const config::Config& cfg, bool accumulate) {
   memory::ChunkOptions o{.chunk_elements = cfg.memory.chunk_size,
                          .compute_dtype = cfg.train.precision,
@@ -528,7 +532,7 @@ std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Mo
                                            pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                                            nn::Runner& runner, const std::string& resume_path,
                                            bool enforce_device_limit) {
-  if (cfg.zero.stage == 0 && cfg.train.precision == DType::f32 && cfg.memory.offload == config::Offload::none) {
+  if (!keeps_chunks(cfg)) {
     if (cfg.train.device == Device::Kind::cuda) {
       for (nn::Parameter* p : engine.parameters()) {
         p->data = p->data.clone(gpu_allocator());

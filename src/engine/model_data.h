@@ -80,6 +80,10 @@ class ModelData {
 Allocator& device_tier(const config::Config& cfg);
 Allocator& host_tier(const config::Config& cfg);
 
+// Whether `cfg`'s model data lives in chunk lists (bf16 / fp16, ZeRO, offload) rather than fp32
+// tensors: the keeper make_model_data picks.
+bool keeps_chunks(const config::Config& cfg);
+
 // The chunk manager's options for `cfg` (without the communication group): memory.chunk_size,
 // the precision, zero.*, and memory.offload's.
 memory::ChunkOptions chunk_options(const config::Config& cfg, bool accumulate);

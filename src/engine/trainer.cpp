@@ -150,13 +150,6 @@ std::unique_ptr<Allocator> activation_pool(const config::Config& cfg) {
   return std::make_unique<HostAllocator>();
 }
 
-// Positions per sample: tokens, or for ViT the patches and the class token.
-std::int64_t positions_per_sample(const config::ModelConfig& m) {
-  if (config::model_task(m.type) != config::ModelTask::image_classification) return m.seq_len;
-  const std::int64_t side = m.image_size / m.patch_size;
-  return side * side + 1;
-}
-
 }  // namespace
 
 // One run's state: what the constructor builds, and what prepare() adds before the first use.
@@ -177,7 +170,7 @@ struct Trainer::Run {
         local(B / replicas),  // divisibility: ParallelContext
         micro(cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local),
         accum(local / micro),
-        T(positions_per_sample(cfg.model)),
+        T(config::positions_per_sample(cfg.model)),
         activations(activation_pool(cfg)),
         engine(*model, pc, pipeline_options(cfg, *model, *dataset, pc, replica * local, micro)),
         schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps},

@@ -47,11 +47,7 @@ void check_config_fits(const config::Config& cfg, const Layout& layout) {
               micro, B / replicas);
   // 2D, 2.5D and 3D split every micro-batch's samples over the tensor grid too.
   const MeshSpec& spec = layout.spec();
-  const int side = layout.tensor_side();
-  const std::int64_t sample_parts = spec.tensor == 1 || spec.mode == TensorMode::d1 ? 1
-                                    : spec.mode == TensorMode::d2                 ? side
-                                    : spec.mode == TensorMode::d2p5               ? side * spec.depth
-                                                                                  : side * side;
+  const std::int64_t sample_parts = layout.sample_parts();
   TIDAL_CHECK((micro ? micro : B / replicas) % sample_parts == 0,
               "the micro-batch ({} samples: train.micro_batch_size, or train.batch_size / parallel.data) must be "
               "divisible by {}: parallel.tensor.mode = \"{}\" splits each micro-batch's samples over {} rows of the "

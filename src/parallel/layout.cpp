@@ -185,6 +185,12 @@ int Layout::rank_from(int tensor, int sequence, int data, int pipeline) const {
   return tensor + spec_.tensor * (sequence + spec_.sequence * (data + spec_.data * pipeline));
 }
 
+int Layout::sample_parts() const {
+  if (spec_.tensor == 1 || spec_.mode == TensorMode::d1) return 1;
+  if (spec_.mode == TensorMode::d2) return side_;
+  return spec_.mode == TensorMode::d2p5 ? side_ * spec_.depth : side_ * side_;
+}
+
 Coordinates Layout::coordinates(int rank) const {
   check_rank(rank);
   Coordinates c;

@@ -96,6 +96,9 @@ class Layout {
   int world_size() const { return spec_.world_size; }
   // The side of the tensor grid: p (1d), q (2d, 2.5d), l (3d).
   int tensor_side() const { return side_; }
+  // The parts each micro-batch's samples are split into over the tensor group: 2D, 2.5D and 3D
+  // split them over q, q d and l^2 rows of the grid; 1D and no tensor parallelism keep them whole.
+  int sample_parts() const;
 
   Coordinates coordinates(int rank) const;
   // Inverse of coordinates(). In 2d / 2.5d / 3d the grid position (row, col, depth) names the

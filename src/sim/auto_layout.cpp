@@ -12,25 +12,6 @@
 #include <optional>
 
 namespace tidal::sim {
-namespace {
-
-std::string words(const nlohmann::json& l) {
-  std::vector<std::string> parts;
-  if (l.at("parallel.data").get<int>() > 1) parts.push_back(fmt::format("data {}", l.at("parallel.data").get<int>()));
-  if (l.at("parallel.pipeline").get<int>() > 1)
-    parts.push_back(fmt::format("pipeline {}", l.at("parallel.pipeline").get<int>()));
-  if (l.at("parallel.tensor.size").get<int>() > 1)
-    parts.push_back(fmt::format("tensor {} {}", l.at("parallel.tensor.mode").get<std::string>(),
-                                l.at("parallel.tensor.size").get<int>()));
-  if (l.at("parallel.sequence").get<int>() > 1)
-    parts.push_back(fmt::format("sequence {}", l.at("parallel.sequence").get<int>()));
-  std::string out = parts.empty() ? "one rank" : parts.front();
-  for (std::size_t k = 1; k < parts.size(); ++k) out += " x " + parts[k];
-  return out + fmt::format(", zero.stage {}", l.at("zero.stage").get<int>());
-}
-
-}  // namespace
-
 AutoLayout choose_layout(const config::Config& cfg, int world_size, comm::Communicator* world) {
   Hardware hardware;
   std::string measured;
@@ -55,7 +36,7 @@ AutoLayout choose_layout(const config::Config& cfg, int world_size, comm::Commun
   const Prediction& best = all.front();
   TIDAL_CHECK(best.fits, "parallel.auto: none of the {} layouts of {} ranks fits {}{}; the nearest, {}, does not: {}. "
               "Set memory.offload = \"chunk\", train.activation_checkpointing, or a smaller train.micro_batch_size",
-              all.size(), world_size, hardware.name, measured, words(best.layout), best.does_not_fit);
+              all.size(), world_size, hardware.name, measured, layout_words(best.layout), best.does_not_fit);
   AutoLayout out{.cfg = cfg, .why = ""};
   config::ParallelConfig& p = out.cfg.parallel;
   p.data = best.layout.at("parallel.data").get<int>();
@@ -72,10 +53,10 @@ AutoLayout choose_layout(const config::Config& cfg, int world_size, comm::Commun
   const double mfu = best.flops_per_step / best.time.total() / (world_size * hardware.peak_flops(cfg.train.precision));
   std::string runner_up;
   if (all.size() > 1 && all[1].fits)
-    runner_up = fmt::format("; next {} at {:.3g} s", words(all[1].layout), all[1].time.total());
+    runner_up = fmt::format("; next {} at {:.3g} s", layout_words(all[1].layout), all[1].time.total());
   out.why = fmt::format(
       "parallel.auto: {} of {} layouts on {}{}: {}, predicted step {:.3g} s (MFU {:.0f}%), peak {} of {} per rank{}",
-      "the fastest", all.size(), hardware.name, measured, words(best.layout), best.time.total(), 100 * mfu,
+      "the fastest", all.size(), hardware.name, measured, layout_words(best.layout), best.time.total(), 100 * mfu,
       engine::human_bytes(std::uint64_t(best.peak_bytes)), engine::human_bytes(std::uint64_t(hardware.device_memory)),
       runner_up);
   return out;

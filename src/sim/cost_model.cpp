@@ -1,5 +1,6 @@
 #include "sim/cost_model.h"
 
+#include "config/hf_model.h"
 #include "core/error.h"
 #include "engine/progress.h"
 #include "models/factory.h"
@@ -7,6 +8,7 @@
 #include "sim/step_replay.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -113,10 +115,9 @@ struct ModelFlops {
 
 ModelFlops model_flops(const config::ModelConfig& m) {
   const bool vit = m.type == "vit", llama = m.type == "llama";
-  const double T = vit ? double((m.image_size / m.patch_size) * (m.image_size / m.patch_size) + 1) : double(m.seq_len);
+  const double T = double(config::positions_per_sample(m));
   const double C = double(m.n_embd), H = m.n_head, Hkv = m.n_kv_head ? m.n_kv_head : m.n_head, hd = C / H;
-  const double F = llama ? double(m.intermediate_size ? m.intermediate_size : (8 * m.n_embd / 3 + 255) / 256 * 256)
-                         : 4 * C;
+  const double F = llama ? double(config::effective_intermediate_size(m)) : 4 * C;
   const double gemm = 2 * T * (C * (H + 2 * Hkv) * hd + H * hd * C + C * F * (llama ? 2 : 1) + F * C);
   const bool causal = m.type == "gpt" || llama;
   const double attention = 2 * 2 * T * T * H * hd * (causal ? 0.5 : 1.0);
@@ -247,17 +248,10 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
     std::vector<const StepReplay*> replays;
     for (int s : stages) replays.push_back(&replay_of(world[std::size_t(s)]));
     // A message between stages: the hidden state (1D's scatter-gather sends 1/t of it).
-    const double positions = double(cfg.model.type == "vit" ? (cfg.model.image_size / cfg.model.patch_size) *
-                                                                      (cfg.model.image_size / cfg.model.patch_size) + 1
-                                                                : cfg.model.seq_len) /
-                             par.sequence;
-    const int side = layout.tensor_side();
-    const bool grid = par.tensor.size > 1 && par.tensor.mode != parallel::TensorMode::d1;
-    const double samples = double(micro) / (!grid ? 1.0
-                                            : par.tensor.mode == parallel::TensorMode::d2   ? side
-                                            : par.tensor.mode == parallel::TensorMode::d2p5 ? side * par.tensor.depth
-                                                                                            : side * side);
-    const double width = double(cfg.model.n_embd) / (grid ? side : 1) /
+    const double positions = double(config::positions_per_sample(cfg.model)) / par.sequence;
+    const bool grid = layout.sample_parts() > 1;
+    const double samples = double(micro) / layout.sample_parts();
+    const double width = double(cfg.model.n_embd) / (grid ? layout.tensor_side() : 1) /
                          (par.scatter_gather && !grid && par.tensor.size > 1 ? par.tensor.size : 1);
     const double message = stages.size() > 1
                                ? link_time(*hardware, layout, rank)("pipeline", int(stages.size()), "send", 1,
@@ -329,6 +323,25 @@ std::vector<config::Config> layouts(const config::Config& cfg, int world_size) {
           out.push_back(std::move(c));
         }
     }
+  return out;
+}
+
+std::string layout_words(const nlohmann::json& l) {
+  std::vector<std::string> parts;
+  for (const auto& [key, word] : {std::pair{"parallel.data", "data"}, {"parallel.pipeline", "pipeline"}}) {
+    if (l.at(key).get<int>() > 1) parts.push_back(fmt::format("{} {}", word, l.at(key).get<int>()));
+  }
+  if (l.at("parallel.tensor.size").get<int>() > 1)
+    parts.push_back(fmt::format("{} {}{}", l.at("parallel.tensor.mode").get<std::string>(),
+                                l.at("parallel.tensor.size").get<int>(),
+                                l.contains("parallel.tensor.depth")
+                                    ? fmt::format(" (depth {})", l.at("parallel.tensor.depth").get<int>())
+                                    : std::string()));
+  if (l.at("parallel.sequence").get<int>() > 1)
+    parts.push_back(fmt::format("{} {}", l.value("parallel.sequence_mode", std::string("ring")),
+                                l.at("parallel.sequence").get<int>()));
+  std::string out = parts.empty() ? "one rank" : fmt::format("{}", fmt::join(parts, " x "));
+  if (l.at("zero.stage").get<int>() > 0) out += fmt::format(", zero {}", l.at("zero.stage").get<int>());
   return out;
 }
 

@@ -69,6 +69,9 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
 // and size x sequence, each ZeRO stage where data > 1), as configs; invalid ones skipped.
 std::vector<config::Config> layouts(const config::Config& cfg, int world_size);
 
+// A layout (Prediction::layout) in a few words: "data 2 x pipeline 2 x 1d 2, zero 1".
+std::string layout_words(const nlohmann::json& layout);
+
 // The terms of one prediction, as lines (tidal plan --explain).
 std::string explain(const Prediction& p, const Hardware* hardware);
 

@@ -33,11 +33,6 @@ nlohmann::json ModelDataBytes::json() const {
 
 namespace {
 
-// As engine/model_data.cpp chooses its keeper.
-bool chunk_keeper(const config::Config& cfg) {
-  return !(cfg.zero.stage == 0 && cfg.train.precision == DType::f32 && cfg.memory.offload == config::Offload::none);
-}
-
 PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int ranks_per_node) {
   PlannedRank r;
   r.pc = std::make_unique<parallel::ParallelContext>(
@@ -166,7 +161,7 @@ std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, i
     r.model_data.parameters = like.model_data.parameters;
     world.push_back(std::move(r));
   }
-  if (chunk_keeper(cfg)) {
+  if (engine::keeps_chunks(cfg)) {
     plan_chunks(cfg, world, device_capacity);
   } else {
     // fp32 tensors: each parameter and its gradient, AdamW's momentum and variance.

@@ -1,6 +1,8 @@
 #include "sim/step_replay.h"
 
+#include "config/hf_model.h"
 #include "core/dtype.h"
+#include "engine/model_data.h"
 #include "models/factory.h"
 #include "pipeline/schedule.h"
 
@@ -725,10 +727,6 @@ Sizes sizes_of(const config::Config& cfg, const parallel::Layout& layout, const 
   const parallel::MeshSpec& spec = layout.spec();
   const int side = layout.tensor_side();
   const bool grid = spec.tensor > 1 && spec.mode != parallel::TensorMode::d1;
-  const double sample_parts = !grid                                     ? 1
-                              : spec.mode == parallel::TensorMode::d2   ? side
-                              : spec.mode == parallel::TensorMode::d2p5 ? side * spec.depth
-                                                                        : side * side;
   const double parts = grid ? side : spec.tensor;  // heads, the MLP and the vocabulary split this many ways
   const std::int64_t local = cfg.train.batch_size / spec.data;
   const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
@@ -739,8 +737,8 @@ Sizes sizes_of(const config::Config& cfg, const parallel::Layout& layout, const 
                                                      : Split::d1;
   s.type = m.type;
   const bool vit = m.type == "vit";
-  const double T = vit ? double((m.image_size / m.patch_size) * (m.image_size / m.patch_size) + 1) : double(m.seq_len);
-  s.samples = double(micro) / sample_parts;
+  const double T = double(config::positions_per_sample(m));
+  s.samples = double(micro) / layout.sample_parts();
   s.positions = T / spec.sequence;
   s.rows = s.samples * s.positions;
   s.sequence = spec.sequence;
@@ -755,8 +753,7 @@ Sizes sizes_of(const config::Config& cfg, const parallel::Layout& layout, const 
   s.qkv = (H + 2 * Hkv) * hd / parts;
   s.kv = 2 * Hkv * hd / parts;
   s.attention = H * hd / parts;
-  const double intermediate =
-      llama ? double(m.intermediate_size ? m.intermediate_size : (8 * m.n_embd / 3 + 255) / 256 * 256) : 4 * C;
+  const double intermediate = llama ? double(config::effective_intermediate_size(m)) : 4 * C;
   s.glu = llama;
   s.hidden = intermediate / parts;
   s.fc = (llama ? 2 : 1) * s.hidden;
@@ -785,8 +782,7 @@ Sizes sizes_of(const config::Config& cfg, const parallel::Layout& layout, const 
   s.table = (s.split == Split::cube ? s.vocab / s.q : s.vocab) * s.width;
   s.positions_table = double(m.max_positions ? m.max_positions : m.seq_len) * s.width;
   // As engine/model_data.cpp picks its keeper: the chunks hand modules their gradients.
-  s.module_grads =
-      !(cfg.zero.stage == 0 && cfg.train.precision == DType::f32 && cfg.memory.offload == config::Offload::none);
+  s.module_grads = engine::keeps_chunks(cfg);
   s.cpu = ops.cpu;
   s.widen = ops.cpu && cfg.train.precision != DType::f32 && !(cfg.train.precision == DType::bf16 && ops.bf16_native);
   return s;
