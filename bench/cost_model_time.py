@@ -1,19 +1,25 @@
 #!/usr/bin/python3
 """The cost model's step time against measured steps, on this machine (issue: predict before you run).
 
-Calibrates this machine for each world size (`mpirun -np N tidal calibrate`: GEMM rates, memory
-bandwidth and the links as N ranks sharing its cores see them), then for each run below trains
-the model (`tidal train`, --steps steps) and takes the median of its steps' times after the first,
-and asks `tidal plan --world N --configured --hardware <file>` for the predicted step time. Prints
-one line per run: predicted, measured, their ratio and the prediction's largest terms; and at
-the end the worst error and how many runs are within --tolerance (20%).
+In each of --rounds rounds, calibrates this machine for each world size (`mpirun -np N tidal
+calibrate`: GEMM rates, memory bandwidth and the links as N ranks sharing its cores see them), then
+for each run below trains the model (`tidal train`, --steps steps) and asks `tidal plan --world N
+--configured --hardware <that round's file>` for the predicted step time. A run's measure is the
+median of its steps after each first over the rounds, its prediction the median of the rounds'.
+Prints one line per run: predicted, measured, their ratio and the prediction's largest terms; and
+at the end the worst error and how many runs are within --tolerance (20%).
 
 The runs share this machine's cores: time figures are medians. A world larger than the cores
-(mpirun --oversubscribe) is calibrated under the same sharing, but its ranks take turns on the
-cores and wait on each other's turns, which no rate captures: those runs print, marked, and do not
-count toward the within-tolerance figure.
+(mpirun --oversubscribe) is calibrated under the same sharing: its ranks take turns on the cores,
+and a rank waiting on another yields its core (comm/mpi_progress.h), so those runs count too; they
+print marked.
 
-usage: bench/cost_model_time.py [--build build] [--steps 8] [--only NAME] [--tolerance 0.2]
+With --terms, a second line per run sets the prediction's terms beside rank 0's profile of the
+same work (train.profile: GEMMs, attention, the other ops and what no op holds, communication,
+the optimizer), medians over the steps.
+
+usage: bench/cost_model_time.py [--build build] [--steps 8] [--only NAME] [--tolerance 0.2] [--terms]
+           [--rounds 3]
 """
 import argparse
 import json
@@ -23,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = ["model.n_layer=4", "model.n_embd=256", "model.n_head=4", "model.seq_len=128", "model.vocab_size=512",
@@ -50,7 +57,26 @@ RUNS = [  # name, ranks, settings
     ("ring4", 4, ["parallel.sequence=4"]),
     ("pipeline4_interleaved", 4, ["parallel.pipeline=4", "parallel.schedule=interleaved",
                                   "parallel.virtual_stages=1", "train.micro_batch_size=2"]),
+    ("offload_chunk_zero2", 2, ["memory.offload=chunk", "memory.device_limit=56MiB", "parallel.data=2",
+                                "zero.stage=2"]),
+    ("offload_static_bf16", 2, ["memory.offload=static", "memory.device_limit=40MiB", "parallel.data=2",
+                                "zero.stage=2", "train.precision=bf16"]),
+    ("tensor8_2p5d", 8, ["parallel.tensor.size=8", "parallel.tensor.mode=2.5d", "parallel.tensor.depth=2"]),
+    ("tensor8_3d", 8, ["parallel.tensor.size=8", "parallel.tensor.mode=3d"]),
+    ("data8_zero3", 8, ["parallel.data=8", "zero.stage=3"]),
 ]
+
+
+# The prediction's terms (tidal plan --json's "time") and the profile's op families (train.profile)
+# that time the same work, for --terms.
+TERM_KEYS = {"gemm": ["gemm_s"], "attention": ["attention_s"], "memory": ["memory_s"],
+             "comm": ["layer_comm_s", "pipeline_wait_s", "after_s"], "optimizer": ["optimizer_s"]}
+TERM_FAMILIES = {"gemm": ["gemm"], "attention": ["attention"],
+                 "memory": ["layernorm", "gelu", "cross_entropy", "copy_cast", "elementwise", "outside_ops"],
+                 "comm": ["communication"], "optimizer": ["optimizer"]}
+# The terms that add up to step_time_s (compute holds gemm and attention; hidden is not in it).
+TOTAL_TERMS = ["compute_s", "memory_s", "layer_comm_s", "pipeline_wait_s", "after_s", "optimizer_s"]
+PROFILE_TERMS = sorted({f for fs in TERM_FAMILIES.values() for f in fs})
 
 
 def sets(settings):
@@ -58,6 +84,13 @@ def sets(settings):
     for s in BASE + settings:
         out += ["--set", s]
     return out
+
+
+def gemm_rates(path):
+    """A hardware file's fp32 GEMM rates: its sizes' curve, then the peak (TFLOP/s)."""
+    with open(path, "rb") as f:
+        device = tomllib.load(f)["device"]
+    return [rate for _, rate in device.get("gemm_sizes", {}).get("fp32", [])] + [device["tflops"]["fp32"]]
 
 
 def mpirun(ranks):
@@ -71,44 +104,63 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--only", action="append")
     ap.add_argument("--tolerance", type=float, default=0.2)
+    ap.add_argument("--terms", action="store_true", help="each run's predicted terms beside rank 0's profile")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of calibrating and running every layout")
     a = ap.parse_args()
     tidal = os.path.join(a.build, "src", "tidal")
     runs = [r for r in RUNS if not a.only or r[0] in a.only]
+    # The machine's rates drift by 10-20% from minute to minute on a shared VM. So in each round
+    # the machine is calibrated, then every layout runs and is predicted on that calibration; a
+    # layout's measure is the median of its steps over the rounds, its prediction the median of
+    # the rounds' predictions.
+    timed = {name: [] for name, _, _ in runs}
+    plans = {name: [] for name, _, _ in runs}
     with tempfile.TemporaryDirectory() as tmp:
-        hardware = {}
-        for ranks in sorted({r[1] for r in runs}):
-            hardware[ranks] = os.path.join(tmp, f"here-{ranks}.toml")
-            subprocess.run(mpirun(ranks) + [tidal, "calibrate", "--out", hardware[ranks]], check=True,
-                           stdout=subprocess.DEVNULL, cwd=ROOT)
-            print(f"calibrated {ranks} ranks: " + " ".join(
-                line.strip() for line in open(hardware[ranks]) if line.startswith(("tflops", "memory_gbps"))))
-        print(f"model: {' '.join(BASE)}; {a.steps} steps, median after the first")
-        print(f"{'run':<24} {'ranks':>5} {'predicted':>10} {'measured':>10} {'ratio':>6}  largest terms")
-        errors = []
-        for name, ranks, settings in runs:
-            metrics = os.path.join(tmp, f"{name}.jsonl")
-            subprocess.run(mpirun(ranks) + [tidal, "train", "--metrics", metrics, "--set", f"train.steps={a.steps}"]
-                           + sets(settings), check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
-            steps = [json.loads(l) for l in open(metrics)]
-            times = [r["step_time_s"] for r in steps if "step_time_s" in r and not r.get("summary")][1:]
-            measured = statistics.median(times)
-            plan = json.loads(subprocess.run(
-                [tidal, "plan", "--world", str(ranks), "--configured", "--json", "--hardware", hardware[ranks]]
-                + sets(settings), check=True, capture_output=True, text=True, cwd=ROOT).stdout.splitlines()[0])
-            predicted = plan["step_time_s"]
-            terms = sorted(plan["time"].items(), key=lambda kv: -kv[1])[:3]
-            oversubscribed = ranks > (os.cpu_count() or 1)
-            if not oversubscribed:
-                errors.append((name, predicted / measured - 1))
-            print(f"{name:<24} {ranks:>5} {predicted:>9.4f}s {measured:>9.4f}s {predicted / measured:>6.2f}  "
-                  + ", ".join(f"{k[:-2]} {v:.4f}s" for k, v in terms)
-                  + (f"  (oversubscribed: {ranks} ranks on {os.cpu_count()} cores)" if oversubscribed else ""))
-        if not errors:
-            return
-        within = [n for n, e in errors if abs(e) <= a.tolerance]
-        worst = max(errors, key=lambda ne: abs(ne[1]))
-        print(f"within {100 * a.tolerance:.0f}%: {len(within)} of {len(errors)}; worst {worst[0]} "
-              f"{100 * worst[1]:+.1f}%")
+        for round_ in range(a.rounds):
+            hardware = {}
+            for ranks in sorted({r[1] for r in runs}):
+                hardware[ranks] = os.path.join(tmp, f"here-{ranks}-{round_}.toml")
+                subprocess.run(mpirun(ranks) + [tidal, "calibrate", "--out", hardware[ranks]], check=True,
+                               stdout=subprocess.DEVNULL, cwd=ROOT)
+                print(f"round {round_ + 1}: {ranks} ranks calibrated, fp32 GEMM TFLOP/s by size: "
+                      + " ".join(f"{r:.3f}" for r in gemm_rates(hardware[ranks])), flush=True)
+            for name, ranks, settings in runs:
+                metrics = os.path.join(tmp, f"{name}-{round_}.jsonl")
+                subprocess.run(mpirun(ranks) + [tidal, "train", "--metrics", metrics, "--set", f"train.steps={a.steps}",
+                                                "--set", "train.profile=true"]
+                               + sets(settings), check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+                steps = [json.loads(l) for l in open(metrics)]
+                timed[name] += [r for r in steps if "step_time_s" in r and not r.get("summary")][1:]
+                plans[name].append(json.loads(subprocess.run(
+                    [tidal, "plan", "--world", str(ranks), "--configured", "--json", "--hardware", hardware[ranks]]
+                    + sets(settings), check=True, capture_output=True, text=True, cwd=ROOT).stdout.splitlines()[0]))
+    print(f"model: {' '.join(BASE)}; {a.steps} steps a run, {a.rounds} rounds; medians")
+    print(f"{'run':<24} {'ranks':>5} {'predicted':>10} {'measured':>10} {'ratio':>6}  largest terms")
+    errors = []
+    for name, ranks, settings in runs:
+        measured = statistics.median(r["step_time_s"] for r in timed[name])
+        # Rank 0's profile (median per family) beside the prediction's terms of the same work.
+        families = {f: statistics.median(r["profile"]["ops_s"].get(f, 0) for r in timed[name] if "profile" in r)
+                    for f in PROFILE_TERMS}
+        predicted = statistics.median(p["step_time_s"] for p in plans[name])
+        time = {k: statistics.median(p["time"][k] for p in plans[name]) for k in plans[name][0]["time"]}
+        terms = sorted(((k, v) for k, v in time.items() if k in TOTAL_TERMS), key=lambda kv: -kv[1])[:3]
+        oversubscribed = ranks > (os.cpu_count() or 1)
+        errors.append((name, predicted / measured - 1))
+        print(f"{name:<24} {ranks:>5} {predicted:>9.4f}s {measured:>9.4f}s {predicted / measured:>6.2f}  "
+              + ", ".join(f"{k[:-2]} {v:.4f}s" for k, v in terms)
+              + (f"  (oversubscribed: {ranks} ranks on {os.cpu_count()} cores)" if oversubscribed else ""))
+        if a.terms:
+            measured_terms = {term: sum(families[f] for f in fs) for term, fs in TERM_FAMILIES.items()}
+            predicted_terms = {term: sum(time.get(k, 0) for k in ks) for term, ks in TERM_KEYS.items()}
+            print(f"{'':<30} predicted / profiled: " + ", ".join(
+                f"{t} {predicted_terms[t]:.4f}/{measured_terms[t]:.4f}" for t in TERM_KEYS))
+    if not errors:
+        return
+    within = [n for n, e in errors if abs(e) <= a.tolerance]
+    worst = max(errors, key=lambda ne: abs(ne[1]))
+    print(f"within {100 * a.tolerance:.0f}%: {len(within)} of {len(errors)}; worst {worst[0]} "
+          f"{100 * worst[1]:+.1f}%")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,10 @@ def mode_settings(mode, world):
     out = [f"parallel.tensor.size={world}", f"parallel.tensor.mode={name}"]
     if depth:
         out.append(f"parallel.tensor.depth={depth}")
+    if depth and int(depth) > 1:
+        # The paper's 2.5D moves 3(k - 1)(S_x / d + S_w) elements (Table I): each depth layer holds
+        # its weight blocks whole (S_w not divided by d), tidal's keep_gathered.
+        out.append("parallel.tensor.keep_gathered=true")
     return out
 
 

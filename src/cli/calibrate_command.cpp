@@ -19,8 +19,10 @@ void add_calibrate_command(CLI::App& app, CalibrateCommand& cmd) {
   cmd.app->add_flag("--quick", cmd.quick, "Small problems and few repeats: seconds, rough figures (tests)");
   cmd.app->footer(
       "Every rank measures at once, as ranks compute side by side in training, and the slowest rank's figure is "
-      "kept: GEMM FLOP/s in fp32, bf16 and fp16 on a 2048^3 product and on smaller ones (128^3 up); attention's "
-      "forward and backward; elementwise ops' and AdamW's bytes per second; memory bandwidth from a 256 MiB copy; between "
+      "kept. Each figure is the median of several runs, an op's each on cold caches (as in a step, where other ops "
+      "ran since its operands were made): GEMM FLOP/s in fp32, bf16 and fp16 on a 2048^3 product and on smaller ones "
+      "(128^3 up); attention's forward and backward over 1024 positions and fewer (64 up); elementwise ops' and "
+      "AdamW's bytes per second; memory bandwidth from a 256 MiB copy; between "
       "ranks 0 and 1 the latency (4 bytes) and bandwidth (64 MiB) of half a round trip; over all ranks the ring "
       "all-reduce's bus bandwidth (as nccl-tests reports it). Launch it with the ranks of one node that training "
       "will use; the file says where and when it was measured. configs/hardware/ holds others to compare with.\n\n"

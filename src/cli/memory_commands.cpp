@@ -64,8 +64,8 @@ void add_plan_command(CLI::App& app, PlanCommand& cmd) {
   plan->add_flag("--json", cmd.json, "Print the plan as one JSON object (with --world: one JSON line per layout)");
   plan->add_option("--world", cmd.world,
                    "Predict instead: every layout of this many ranks (data x pipeline x tensor mode and size x "
-                   "sequence x zero.stage) for the configured model, with each rank's peak memory and the step time, "
-                   "ranked");
+                   "sequence x zero.stage, 2.5D and 3D with and without parallel.tensor.keep_gathered) for the "
+                   "configured model, with each rank's peak memory and the step time, ranked");
   plan->add_option("--hardware", cmd.hardware,
                    "With --world: the machine (configs/hardware/*.toml, or `tidal calibrate`'s file); without it "
                    "only memory is predicted");
@@ -83,8 +83,9 @@ void add_plan_command(CLI::App& app, PlanCommand& cmd) {
       "With --world N it is the cost model instead (nothing runs): for every way to split the configured model over "
       "N ranks, each rank's model data as the run lays it out (exact: the same chunk layout code, the same chunk "
       "size search), its activations replayed layer by layer as they allocate, and the step's time from the GEMMs' "
-      "FLOPs at the hardware file's rates and each collective's bytes over its links; ranked by step time, those "
-      "that do not fit the device's memory last.\n"
+      "FLOPs at the hardware file's rates (by the products' sizes, attention's by its keys) and each collective's "
+      "bytes over its links (on a GPU the gradients' all-reduce hides behind backward; on a CPU, whose cores run "
+      "both, it does not); ranked by step time, those that do not fit the device's memory last.\n"
       "  tidal plan -c configs/gpt2-small.toml --world 8 --hardware configs/hardware/h100-8x.toml\n"
       "  tidal plan -c configs/gpt2-small.toml --world 8 --hardware configs/hardware/h100-8x.toml --configured "
       "--set parallel.tensor.size=8 --explain");

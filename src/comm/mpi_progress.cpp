@@ -59,8 +59,28 @@ void MpiProgress::register_group(std::shared_ptr<GroupInfo> group) {
   groups_[std::size_t(group->id)] = std::move(group);
 }
 
+// A Work whose waiter tells the progress thread it waits (MpiProgress::waiters_).
+class MpiWork final : public Work {
+ public:
+  explicit MpiWork(MpiProgress& progress) : progress_(progress) {}
+  void wait() override {
+    ++progress_.waiters_;
+    progress_.queued_cv_.notify_one();
+    try {
+      Work::wait();
+    } catch (...) {
+      --progress_.waiters_;
+      throw;
+    }
+    --progress_.waiters_;
+  }
+
+ private:
+  MpiProgress& progress_;
+};
+
 WorkPtr MpiProgress::submit(MpiOperation op) {
-  op.work = std::make_shared<Work>();
+  op.work = std::make_shared<MpiWork>(*this);
   WorkPtr work = op.work;
   {
     std::lock_guard lock(mutex_);
@@ -117,7 +137,13 @@ void MpiProgress::loop() {
       if (now > f.deadline) diagnose_and_abort(f);
     }
     unproductive = progressed ? 0 : unproductive + 1;
-    if (!in_flight_.empty() && unproductive > kSpinPolls) std::this_thread::sleep_for(kPollSleep);
+    if (!in_flight_.empty() && unproductive > kSpinPolls) {
+      // While this rank's caller waits, its core is free: poll on (a large collective advances
+      // only as it is tested), yielding to any other rank's thread sharing the core. While it
+      // computes, poll sparingly.
+      if (waiters_.load(std::memory_order_relaxed) > 0) std::this_thread::yield();
+      else std::this_thread::sleep_for(kPollSleep);
+    }
   }
 }
 

@@ -76,6 +76,11 @@ class MpiProgress {
   std::string describe_state(int group_id) const;
   [[noreturn]] void diagnose_and_abort(const InFlight& late);
 
+  friend class MpiWork;
+  // Threads blocked in a Work::wait of this rank: their cores are idle, so the progress thread
+  // polls without sleeping (and only yields) while there are any.
+  std::atomic<int> waiters_{0};
+
   MPI_Comm watch_ = MPI_COMM_NULL;  // private duplicate of the world for watchdog questions
   int world_rank_ = 0;
   std::mutex mutex_;

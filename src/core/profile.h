@@ -24,7 +24,7 @@ namespace tidal {
 
 enum class OpFamily : int {
   gemm,
-  attention,
+  attention,      // attention's kernels, a ring's blocks included
   layernorm,      // LayerNorm and RMSNorm
   gelu,           // GELU and SwiGLU (the MLPs' activations)
   cross_entropy,  // softmax cross-entropy (and the plain softmax op)
@@ -40,7 +40,7 @@ const char* op_family_name(OpFamily f);
 constexpr OpFamily op_family_of(std::string_view op) {
   auto starts = [&](std::string_view p) { return op.substr(0, p.size()) == p; };
   if (starts("gemm")) return OpFamily::gemm;
-  if (starts("attention")) return OpFamily::attention;
+  if (starts("attention") || starts("ring_attention")) return OpFamily::attention;
   if (starts("layernorm") || starts("rms_norm")) return OpFamily::layernorm;
   if (starts("gelu") || starts("swiglu")) return OpFamily::gelu;
   if (starts("cross_entropy") || starts("softmax")) return OpFamily::cross_entropy;

@@ -73,7 +73,6 @@ class TensorModelData final : public ModelData {
         replicas_(pc.layout().spec().data), bucket_mb_(cfg.parallel.bucket_mb) {
     if (!resume_path.empty()) resumed_ = load_checkpoint(resume_path, adam_);
     if (reducer_) runner.add_hooks(&*reducer_);
-    for (nn::Parameter* p : params_) grads_.push_back(p->grad);
   }
 
   void zero_grad() override { engine_.zero_grad(); }
@@ -109,7 +108,9 @@ class TensorModelData final : public ModelData {
   void step(float lr, float gradient_scale, double norm, double max_norm) override {
     TIDAL_ASSERT(gradient_scale == 1.0f, "fp32 tensors carry no loss scale");
     adam_.set_lr(lr);
-    if (max_norm > 0) ops::clip_to_norm(grads_, norm, max_norm);
+    // Clipping folds into the scale the update divides out, as the chunk keeper's does: no pass
+    // over the gradients of its own.
+    adam_.set_grad_scale(float(1.0 / ops::clip_factor(norm, max_norm)));
     adam_.step();
   }
 
@@ -154,7 +155,6 @@ class TensorModelData final : public ModelData {
   optim::AdamW adam_;
   int stages_, replicas_;
   double bucket_mb_;
-  std::vector<Tensor> grads_;
   PipelineShare share_ = pipeline_share(engine_, pc_);
 };
 
@@ -311,10 +311,9 @@ class ChunkModelData final : public ModelData {
   void step(float lr, float gradient_scale, double norm, double max_norm) override {
     // Clipping folds into the scale the update divides out (torch.nn.utils.clip_grad_norm_'s
     // factor max_norm / (norm + 1e-6)).
-    const double clip = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
     ops::AdamWOptions o = options_;
     o.lr = lr;
-    o.grad_scale = float(double(gradient_scale) / clip);
+    o.grad_scale = float(double(gradient_scale) / ops::clip_factor(norm, max_norm));
     ++steps_;
     for (memory::ChunkManager* c : keepers()) c->adamw_step(o, steps_);
     check_device_limit();

@@ -4,6 +4,7 @@
 
 #include "ops/residual.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tidal::ops {
@@ -20,8 +21,12 @@ double clip_grad_norm(std::span<Tensor> grads, double max_norm) {
   return norm;
 }
 
+double clip_factor(double norm, double max_norm) {
+  return max_norm > 0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
+}
+
 void clip_to_norm(std::span<Tensor> grads, double norm, double max_norm) {
-  const double coef = max_norm / (norm + 1e-6);
+  const double coef = clip_factor(norm, max_norm);
   if (coef < 1.0)
     for (Tensor& g : grads) scale(g, float(coef));
 }

@@ -38,6 +38,9 @@ double global_norm(std::span<const Tensor> tensors);
 // Scales all tensors by max_norm / (norm + 1e-6) when the norm exceeds max_norm (PyTorch's
 // clip_grad_norm_); returns the norm before clipping.
 double clip_grad_norm(std::span<Tensor> grads, double max_norm);
+// The factor clipping multiplies gradients of global norm `norm` by (torch.nn.utils.clip_grad_norm_'s
+// max_norm / (norm + 1e-6), at most 1); 1 where max_norm <= 0 (clipping off).
+double clip_factor(double norm, double max_norm);
 // The scaling step of clipping, for a norm computed elsewhere (over shards on many ranks).
 void clip_to_norm(std::span<Tensor> grads, double norm, double max_norm);
 

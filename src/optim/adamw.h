@@ -15,6 +15,8 @@ class AdamW {
 
   void step();  // one update from each parameter's grad
   void set_lr(float lr) { options_.lr = lr; }
+  // The next steps' gradients are `scale` times the ones to apply (ops::AdamWOptions::grad_scale).
+  void set_grad_scale(float scale) { options_.grad_scale = scale; }
   const ops::AdamWOptions& options() const { return options_; }
   std::int64_t steps_taken() const { return step_; }
   void set_steps_taken(std::int64_t steps) { step_ = steps; }  // when resuming from a checkpoint

@@ -48,6 +48,7 @@ AutoLayout choose_layout(const config::Config& cfg, int world_size, comm::Commun
                   : best.layout.at("parallel.tensor.mode").get<std::string>() == "3d" ? parallel::TensorMode::d3
                                                                                       : parallel::TensorMode::d2p5;
   p.tensor.depth = best.layout.value("parallel.tensor.depth", 1);
+  p.tensor.keep_gathered = best.layout.value("parallel.tensor.keep_gathered", false);
   if (p.pipeline == 1) p.virtual_stages = 1;
   out.cfg.zero.stage = best.layout.at("zero.stage").get<int>();
   const double mfu = best.flops_per_step / best.time.total() / (world_size * hardware.peak_flops(cfg.train.precision));

@@ -17,23 +17,53 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <vector>
 
 namespace tidal::sim {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The shortest of `repeats` runs of f, in seconds (after one untimed run).
-template <class F>
-double fastest(int repeats, F&& f) {
+// Evicts this core's caches: a pass over 64 MiB, far more than a core's own caches hold. In a
+// step an op's operands were written or last read several ops ago, so they come from memory or
+// a far cache; an op timed over and over on operands left in cache runs faster than any op in a
+// step does (measured here: the products of a width-256 layer at 165 GFLOP/s in a loop, 135 after
+// such a pass, 129 in training, 2 ranks on 2 cores).
+void evict_caches() {
+  static std::vector<float> junk(std::size_t(16) << 20, 0.0f);
+  for (float& x : junk) x += 1.0f;
+}
+
+// The median of `repeats` runs of f, in seconds (after one untimed run), `before` run ahead of
+// each. The median, not the fastest: training steps on shared cores are timed by their median
+// (bench/cost_model_time.py), and the rates that predict them should be the ones a typical op
+// sees, not the luckiest.
+template <class Before, class F>
+double median_time(int repeats, Before&& before, F&& f) {
   f();
-  double best = 1e30;
+  std::vector<double> times;
   for (int i = 0; i < repeats; ++i) {
+    before();
     const auto t0 = Clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  return best;
+  std::nth_element(times.begin(), times.begin() + repeats / 2, times.end());
+  return times[std::size_t(repeats / 2)];
+}
+
+// An op's time: each run on cold caches. The ranks are not in lockstep: one rank's op runs beside
+// the others' evictions and ops, as in a step a rank's GEMM runs beside the other ranks'
+// memory-bound ops.
+template <class F>
+double op_time(int repeats, F&& f) {
+  return median_time(repeats, evict_caches, f);
+}
+
+// A transfer's time: each run on what the last left (ranks 0 and 1 time each other's sends).
+template <class F>
+double transfer_time(int repeats, F&& f) {
+  return median_time(repeats, [] {}, f);
 }
 
 // The smallest of every rank's `mine` (the slowest rank's rate), the same on every rank.
@@ -53,7 +83,7 @@ double gemm_rate(DType dtype, std::int64_t n, int repeats) {
     b = b2;
   }
   Tensor c = Tensor::empty({n, n}, dtype);
-  return 2.0 * double(n) * double(n) * double(n) / fastest(repeats, [&] { ops::gemm(c, a, b); });
+  return 2.0 * double(n) * double(n) * double(n) / op_time(repeats, [&] { ops::gemm(c, a, b); });
 }
 
 // Attention's forward and backward (tidal's kernels) on qkv [b, t, 3 c], causal, `heads` heads:
@@ -69,7 +99,7 @@ double attention_rate(DType dtype, std::int64_t b, std::int64_t t, std::int64_t 
   }
   Tensor y = Tensor::empty({b, t, c}, dtype), lse = Tensor::empty({b, heads, t}), dqkv = Tensor::empty(qkv.shape(), dtype);
   const ops::AttentionOptions opt{.n_head = heads, .n_kv_head = heads, .causal = true, .key_mask = nullptr};
-  const double seconds = fastest(repeats, [&] {
+  const double seconds = op_time(repeats, [&] {
     ops::attention_forward(y, lse, qkv, opt);
     ops::attention_backward(dqkv, dy, qkv, y, lse, opt);
   });
@@ -83,7 +113,7 @@ double elementwise_rate(std::int64_t rows, std::int64_t c, int repeats) {
   Tensor x = Tensor::full({rows, c}, 0.5f), dy = Tensor::full({rows, c}, 0.1f), y = Tensor::empty({rows, c});
   Tensor dx = Tensor::empty({rows, c}), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
   Tensor w = Tensor::full({c}, 1.0f), bias = Tensor::zeros({c}), dw = Tensor::zeros({c}), db = Tensor::zeros({c});
-  const double seconds = fastest(repeats, [&] {
+  const double seconds = op_time(repeats, [&] {
     ops::layernorm_forward(y, mean, rstd, x, w, bias, 1e-5f);
     ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
     ops::gelu_forward(y, x, ops::GeluForm::tanh);
@@ -97,13 +127,13 @@ double elementwise_rate(std::int64_t rows, std::int64_t c, int repeats) {
 double optimizer_rate(std::int64_t n, int repeats) {
   Tensor p = Tensor::full({n}, 0.5f), g = Tensor::full({n}, 0.01f), m = Tensor::zeros({n}), v = Tensor::zeros({n});
   std::int64_t step = 0;
-  const double seconds = fastest(repeats, [&] { ops::adamw_step(p, g, m, v, {}, ++step); });
+  const double seconds = op_time(repeats, [&] { ops::adamw_step(p, g, m, v, {}, ++step); });
   return 28.0 * double(n) / seconds;
 }
 
 double copy_rate(std::int64_t bytes, int repeats) {
   Tensor from = Tensor::full({bytes / 4}, 1.0f), to = Tensor::empty({bytes / 4});
-  return 2.0 * double(bytes) / fastest(repeats, [&] { to.copy_from(from); });
+  return 2.0 * double(bytes) / op_time(repeats, [&] { to.copy_from(from); });
 }
 
 // Ranks 0 and 1: half the round trip of a message of `bytes`; the other ranks wait.
@@ -112,7 +142,7 @@ double half_round_trip(comm::Communicator& world, std::int64_t bytes, int repeat
   const int rank = world.rank();
   double t = 0;
   if (rank <= 1) {
-    t = fastest(repeats, [&] {
+    t = transfer_time(repeats, [&] {
       if (rank == 0) {
         world.send(msg, 1)->wait();
         world.recv(msg, 1)->wait();
@@ -130,7 +160,7 @@ double half_round_trip(comm::Communicator& world, std::int64_t bytes, int repeat
 double all_reduce_time(comm::Communicator& world, std::int64_t bytes, int repeats) {
   Tensor buffer = Tensor::zeros({std::max<std::int64_t>(1, bytes / 4)});
   world.barrier()->wait();
-  const double t = fastest(repeats, [&] { world.all_reduce(buffer)->wait(); });
+  const double t = transfer_time(repeats, [&] { world.all_reduce(buffer)->wait(); });
   Tensor v = Tensor::full({1}, float(t));
   world.all_reduce(v, {.op = comm::ReduceOp::max})->wait();
   return v.item();
@@ -158,16 +188,20 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   for (DType dtype : {DType::f32, DType::bf16, DType::f16})
     h.flops[dtype] = slowest_rank(world, gemm_rate(dtype, n, repeats));
   // Smaller products run below the peak: the cost model interpolates between these.
-  // Each small size repeated as often as the large one's work (the fastest of more runs: a small
+  // Each small size repeated as often as the large one's work (the median of more runs: a small
   // product's time is noisier beside the other ranks).
   for (DType dtype : {DType::f32, DType::bf16, DType::f16})
     for (std::int64_t size = options.quick ? 64 : 128; size < n; size *= 2) {
-      const int more = int(std::min<std::int64_t>(200, repeats * (n / size)));
+      const int more = int(std::min<std::int64_t>(50, repeats * (n / size)));
       h.gemm_sizes[dtype].push_back({double(size), slowest_rank(world, gemm_rate(dtype, size, more))});
     }
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-    h.attention_flops[dtype] =
-        slowest_rank(world, attention_rate(dtype, 4, options.quick ? 64 : 256, options.quick ? 64 : 256, 4, repeats));
+  // Attention of width 256 (4 heads of 64), 4 samples, over 1024 positions, and fewer below.
+  const std::int64_t keys = options.quick ? 64 : 1024;
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    h.attention_flops[dtype] = slowest_rank(world, attention_rate(dtype, 4, keys, 256, 4, repeats));
+    for (std::int64_t t = options.quick ? 32 : 64; t < keys; t *= 2)
+      h.attention_sizes[dtype].push_back({double(t), slowest_rank(world, attention_rate(dtype, 4, t, 256, 4, repeats))});
+  }
   h.elementwise_bandwidth = slowest_rank(world, elementwise_rate(options.quick ? 256 : 2048, 1024, repeats));
   h.optimizer_bandwidth = slowest_rank(world, optimizer_rate(options.quick ? (1 << 16) : (1 << 22), repeats));
   world.barrier()->wait();

@@ -20,9 +20,10 @@
 namespace tidal::sim {
 
 nlohmann::json StepTime::json() const {
-  return {{"compute_s", compute},         {"memory_s", memory}, {"layer_comm_s", layer_comm},
+  return {{"compute_s", compute},         {"gemm_s", gemm},   {"attention_s", attention},
+          {"memory_s", memory},           {"layer_comm_s", layer_comm},
           {"pipeline_wait_s", pipeline_wait}, {"after_s", after},   {"optimizer_s", optimizer},
-          {"rank", rank}};
+          {"hidden_s", hidden},           {"rank", rank}};
 }
 
 nlohmann::json Prediction::json() const {
@@ -64,10 +65,12 @@ LinkTime link_time(const Hardware& hw, const parallel::Layout& layout, int rank)
     for (parallel::GroupKind k : parallel::kAllGroupKinds)
       if (parallel::group_name(k) == group) kind = k;
     const std::vector<int> members = layout.group(kind, rank);
-    // Two ranks of a node talk over their pair's link, whatever the operation (a 2D row of two, a
-    // pipeline's send), where the node has one between them; more share the node's collective link.
+    // A send goes over the pair's link. A collective goes over the node's collective link (what
+    // calibrate's all-reduce measures: on a CPU it runs the reduction and MPI's non-blocking
+    // algorithm as well, several times slower than a send), except between two ranks that the
+    // node joins by a link of their own (links.pairs = "adjacent": a 2D row of two on NVLink).
     const bool adjacent = members.size() == 2 && members[0] / 2 == members[1] / 2;
-    const bool pair = (op == "send" || size == 2) && (!hw.adjacent_pairs || adjacent || op == "send");
+    const bool pair = op == "send" || (size == 2 && hw.adjacent_pairs && adjacent);
     const Link& link = hw.inter_node && spans_nodes(members, hw.devices_per_node) ? *hw.inter_node
                        : pair                                                    ? hw.intra_node_pair
                                                                                  : hw.intra_node_collective;
@@ -129,6 +132,15 @@ ModelFlops model_flops(const config::ModelConfig& m) {
 
 }  // namespace
 
+namespace {
+
+// Whether a tensor split has the keep_gathered choice (a 2.5D grid with depth, a 3D cube).
+bool keeps_gathered_choice(const config::TensorParallelConfig& t) {
+  return t.size > 1 && (t.mode == parallel::TensorMode::d3 || (t.mode == parallel::TensorMode::d2p5 && t.depth > 1));
+}
+
+}  // namespace
+
 Prediction predict(const config::Config& cfg, int world_size, const Hardware* hardware) {
   Prediction p;
   const config::ParallelConfig& par = cfg.parallel;
@@ -139,6 +151,7 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
               {"parallel.sequence", par.sequence},
               {"zero.stage", cfg.zero.stage}};
   if (par.tensor.mode == parallel::TensorMode::d2p5) p.layout["parallel.tensor.depth"] = par.tensor.depth;
+  if (keeps_gathered_choice(par.tensor)) p.layout["parallel.tensor.keep_gathered"] = par.tensor.keep_gathered;
   if (par.sequence > 1) p.layout["parallel.sequence_mode"] = std::string(config::name_of(par.sequence_mode));
   const std::size_t device_capacity =
       !cfg.memory.device_limit.empty() ? std::size_t(config::parse_bytes(cfg.memory.device_limit, "memory.device_limit"))
@@ -265,13 +278,19 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
         if (!a.forward) last_backward = a.seconds;
       StepTime st;
       st.rank = stages[k];
-      st.compute = r.gemm_seconds + r.attention_seconds;
+      st.gemm = r.gemm_seconds;
+      st.attention = r.attention_seconds;
+      st.compute = st.gemm + st.attention;
       st.memory = r.memory_seconds;
       st.layer_comm = r.layer_comm_seconds;
       double busy = 0;
       for (const ActionTime& a : r.actions) busy += a.seconds;
       st.pipeline_wait = std::max(0.0, finish[k] - busy);
-      st.after = r.after_actions + std::max(0.0, r.overlappable - last_backward);
+      // On a GPU the buckets' all-reduce runs beside the last backward (its own stream and
+      // NCCL's); on a CPU the ranks' cores run both the ops and MPI's transfers and reductions,
+      // so nothing hides (the trainer's summary measures about 1% hidden there).
+      st.hidden = hardware->device == Device::Kind::cpu ? 0.0 : std::min(r.overlappable, last_backward);
+      st.after = r.after_actions + r.overlappable - st.hidden;
       st.optimizer = r.optimizer;
       if (st.total() > p.time.total()) p.time = st;
     }
@@ -305,23 +324,28 @@ std::vector<config::Config> layouts(const config::Config& cfg, int world_size) {
       for (const Tensor& t : tensors) splits.push_back({t, 1});
       if (rest > 1) splits.push_back({{1, parallel::TensorMode::d1, 1}, rest});
       for (const auto& [t, seq] : splits)
-        for (int zero = 0; zero <= (data * seq > 1 ? 3 : 0); ++zero) {
-          config::Config c = cfg;
-          c.parallel.data = data;
-          c.parallel.pipeline = pp;
-          c.parallel.tensor.size = t.size;
-          c.parallel.tensor.mode = t.mode;
-          c.parallel.tensor.depth = t.depth;
-          c.parallel.sequence = seq;
-          c.zero.stage = zero;
-          if (pp == 1) c.parallel.virtual_stages = 1;
-          try {
-            (void)parallel::ParallelContext::planned(c, world_size, 0);
-          } catch (const Error&) {
-            continue;
+        for (int zero = 0; zero <= (data * seq > 1 ? 3 : 0); ++zero)
+          for (bool keep : {false, true}) {
+            config::Config c = cfg;
+            c.parallel.data = data;
+            c.parallel.pipeline = pp;
+            c.parallel.tensor.size = t.size;
+            c.parallel.tensor.mode = t.mode;
+            c.parallel.tensor.depth = t.depth;
+            // 2.5D and 3D each way: less traffic for more memory (a 2.5D depth layer's whole
+            // weight blocks, colossal-ai.txt Table I's S_w; a 3D linear's gathered input kept).
+            c.parallel.tensor.keep_gathered = keep;
+            if (keep && !keeps_gathered_choice(c.parallel.tensor)) continue;
+            c.parallel.sequence = seq;
+            c.zero.stage = zero;
+            if (pp == 1) c.parallel.virtual_stages = 1;
+            try {
+              (void)parallel::ParallelContext::planned(c, world_size, 0);
+            } catch (const Error&) {
+              continue;
+            }
+            out.push_back(std::move(c));
           }
-          out.push_back(std::move(c));
-        }
     }
   return out;
 }
@@ -337,6 +361,9 @@ std::string layout_words(const nlohmann::json& l) {
                                 l.contains("parallel.tensor.depth")
                                     ? fmt::format(" (depth {})", l.at("parallel.tensor.depth").get<int>())
                                     : std::string()));
+  if (l.value("parallel.tensor.keep_gathered", false))
+    parts.back() += l.at("parallel.tensor.mode").get<std::string>() == "3d" ? " keeping gathered inputs"
+                                                                             : " holding whole weight blocks";
   if (l.at("parallel.sequence").get<int>() > 1)
     parts.push_back(fmt::format("{} {}", l.value("parallel.sequence_mode", std::string("ring")),
                                 l.at("parallel.sequence").get<int>()));
@@ -363,10 +390,11 @@ std::string explain(const Prediction& p, const Hardware* hardware) {
                      engine::human_bytes(std::uint64_t(r.host)), p.fits ? "" : "; does not fit: " + p.does_not_fit);
   if (hardware) {
     const StepTime& t = p.time;
-    out += fmt::format("step time {:.4g} s on {}: GEMMs {:.4g} s, memory {:.4g} s, the layers' collectives {:.4g} "
-                       "s, pipeline waits {:.4g} s, after backward {:.4g} s, optimizer {:.4g} s\n",
-                       t.total(), hardware->name, t.compute, t.memory, t.layer_comm, t.pipeline_wait, t.after,
-                       t.optimizer);
+    out += fmt::format("step time {:.4g} s on {}: GEMMs {:.4g} s, attention {:.4g} s, memory {:.4g} s, the layers' "
+                       "collectives {:.4g} s, pipeline waits {:.4g} s, after backward {:.4g} s, optimizer {:.4g} s "
+                       "(gradient all-reduce hidden behind backward: {:.4g} s)\n",
+                       t.total(), hardware->name, t.gemm, t.attention, t.memory, t.layer_comm, t.pipeline_wait,
+                       t.after, t.optimizer, t.hidden);
   }
   return out;
 }

@@ -39,11 +39,13 @@ struct RankMemory {
 // The busiest rank's step, by term (seconds).
 struct StepTime {
   double compute = 0;        // GEMMs and attention's products at the device's rate
+  double gemm = 0, attention = 0;  // compute's two parts
   double memory = 0;         // every tensor made, written and read once at the memory bandwidth
   double layer_comm = 0;     // the layers' collectives (tensor and sequence parallelism)
   double pipeline_wait = 0;  // the schedule's idle time (the bubble, waiting on transfers)
   double after = 0;          // the model data's collectives after backward (not hidden), the norm's
   double optimizer = 0;      // AdamW's pass over the rank's share of the lists
+  double hidden = 0;         // the gradient buckets' all-reduce hidden behind backward (not in total)
   int rank = 0;              // the busiest rank
   double total() const { return compute + memory + layer_comm + pipeline_wait + after + optimizer; }
   nlohmann::json json() const;

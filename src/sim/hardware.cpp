@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <sstream>
+#include <tuple>
 
 namespace tidal::sim {
 namespace {
@@ -85,18 +86,20 @@ Hardware load_hardware(const std::string& path) {
     const std::string at = fmt::format("device.attention_tflops.{}", key);
     h.attention_flops[dtype] = r.has(at) ? r.positive(at, "TFLOP/s of attention's forward and backward") * kTera
                                          : h.flops[dtype] / 2;
-    const std::string sizes = fmt::format("device.gemm_sizes.{}", key);
-    if (!r.has(sizes)) continue;
-    const toml::array* rows = t.at_path(sizes).as_array();
-    TIDAL_CHECK(rows, "{}: '{}' must be a list of [n, TFLOP/s] pairs", path, sizes);
-    for (const toml::node& row : *rows) {
-      const toml::array* pair = row.as_array();
-      TIDAL_CHECK(pair && pair->size() == 2 && (*pair)[0].value<double>() && (*pair)[1].value<double>() &&
-                      *(*pair)[0].value<double>() > 0 && *(*pair)[1].value<double>() > 0,
-                  "{}: '{}' must be a list of [n, TFLOP/s] pairs of positive numbers", path, sizes);
-      h.gemm_sizes[dtype].push_back({*(*pair)[0].value<double>(), *(*pair)[1].value<double>() * kTera});
+    for (auto [table, curve] : {std::pair{"gemm_sizes", &h.gemm_sizes}, {"attention_sizes", &h.attention_sizes}}) {
+      const std::string sizes = fmt::format("device.{}.{}", table, key);
+      if (!r.has(sizes)) continue;
+      const toml::array* rows = t.at_path(sizes).as_array();
+      TIDAL_CHECK(rows, "{}: '{}' must be a list of [size, TFLOP/s] pairs", path, sizes);
+      for (const toml::node& row : *rows) {
+        const toml::array* pair = row.as_array();
+        TIDAL_CHECK(pair && pair->size() == 2 && (*pair)[0].value<double>() && (*pair)[1].value<double>() &&
+                        *(*pair)[0].value<double>() > 0 && *(*pair)[1].value<double>() > 0,
+                    "{}: '{}' must be a list of [size, TFLOP/s] pairs of positive numbers", path, sizes);
+        (*curve)[dtype].push_back({*(*pair)[0].value<double>(), *(*pair)[1].value<double>() * kTera});
+      }
+      std::sort((*curve)[dtype].begin(), (*curve)[dtype].end());
     }
-    std::sort(h.gemm_sizes[dtype].begin(), h.gemm_sizes[dtype].end());
   }
   h.elementwise_bandwidth = r.has("device.elementwise_gbps")
                                 ? r.positive("device.elementwise_gbps", "GB/s of elementwise ops") * kGB
@@ -138,12 +141,15 @@ std::string hardware_toml(const Hardware& h) {
     out << fmt::format("attention_tflops = {{ fp32 = {:.6g}, bf16 = {:.6g}, fp16 = {:.6g} }}\n",
                        h.attention_flops.at(DType::f32) / kTera, h.attention_flops.at(DType::bf16) / kTera,
                        h.attention_flops.at(DType::f16) / kTera);
-  if (!h.gemm_sizes.empty()) {
-    out << "[device.gemm_sizes]  # TFLOP/s of n x n x n products below the peak's size\n";
+  for (const auto& [table, curve, what] :
+       {std::tuple{"gemm_sizes", &h.gemm_sizes, "TFLOP/s of n x n x n products below the peak's size"},
+        {"attention_sizes", &h.attention_sizes, "TFLOP/s of attention over fewer keys (causal, forward and backward)"}}) {
+    if (curve->empty()) continue;
+    out << fmt::format("[device.{}]  # {}\n", table, what);
     for (const auto& [dtype, key] : {std::pair{DType::f32, "fp32"}, {DType::bf16, "bf16"}, {DType::f16, "fp16"}}) {
-      if (!h.gemm_sizes.count(dtype)) continue;
+      if (!curve->count(dtype)) continue;
       std::vector<std::string> rows;
-      for (const auto& [n, rate] : h.gemm_sizes.at(dtype)) rows.push_back(fmt::format("[{:.6g}, {:.6g}]", n, rate / kTera));
+      for (const auto& [n, rate] : curve->at(dtype)) rows.push_back(fmt::format("[{:.6g}, {:.6g}]", n, rate / kTera));
       out << fmt::format("{} = [{}]\n", key, fmt::join(rows, ", "));
     }
   }
@@ -165,21 +171,34 @@ double Hardware::peak_flops(DType dtype) const {
   return best;
 }
 
-double Hardware::gemm_rate(DType dtype, double m, double n, double k) const {
-  const double peak = flops.at(dtype);
-  const auto it = gemm_sizes.find(dtype);
-  if (it == gemm_sizes.end() || it->second.empty()) return peak;
-  // Interpolated in log(n) between the measured sizes, with the peak at its own size beyond them.
+namespace {
+
+// A rate at `size` from a curve measured below the size of `peak`: interpolated in log(size)
+// between the measured sizes, the peak at its own size (`peak_size`, or twice the largest
+// measured) and beyond, the smallest size's rate below it.
+double rate_at(const std::map<DType, std::vector<std::pair<double, double>>>& curves, DType dtype, double peak,
+               double peak_size, double size) {
+  const auto it = curves.find(dtype);
+  if (it == curves.end() || it->second.empty()) return peak;
   std::vector<std::pair<double, double>> curve = it->second;
-  const double cube = std::cbrt(m * n * k);
-  if (cube <= curve.front().first) return curve.front().second;
-  curve.push_back({std::max(curve.back().first * 2, 2048.0), peak});
+  if (size <= curve.front().first) return curve.front().second;
+  curve.push_back({std::max(curve.back().first * 2, peak_size), peak});
   for (std::size_t i = 1; i < curve.size(); ++i)
-    if (cube <= curve[i].first) {
-      const double f = std::log(cube / curve[i - 1].first) / std::log(curve[i].first / curve[i - 1].first);
+    if (size <= curve[i].first) {
+      const double f = std::log(size / curve[i - 1].first) / std::log(curve[i].first / curve[i - 1].first);
       return curve[i - 1].second + f * (curve[i].second - curve[i - 1].second);
     }
   return peak;
+}
+
+}  // namespace
+
+double Hardware::gemm_rate(DType dtype, double m, double n, double k) const {
+  return rate_at(gemm_sizes, dtype, flops.at(dtype), 2048, std::cbrt(m * n * k));
+}
+
+double Hardware::attention_rate(DType dtype, double keys) const {
+  return rate_at(attention_sizes, dtype, attention_flops.at(dtype), 1024, keys);
 }
 
 }  // namespace tidal::sim

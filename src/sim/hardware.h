@@ -14,13 +14,16 @@
 //             optional op rates (tidal calibrate measures them; a data sheet has none):
 //             [device.gemm_sizes] fp32 / bf16 / fp16 = [[n, TFLOP/s], ...] of n x n x n products
 //             below the peak's size; [device.attention_tflops] fp32, bf16, fp16 (attention's
-//             forward and backward; default half the GEMM peak); elementwise_gbps (the bytes
+//             forward and backward; default half the GEMM peak); [device.attention_sizes] fp32 /
+//             bf16 / fp16 = [[keys, TFLOP/s], ...] below it; elementwise_gbps (the bytes
 //             elementwise ops make, written and read, per second; default memory_gbps);
 //             optimizer_gbps (AdamW's 28 bytes a parameter per second; default memory_gbps)
 //   [host]    memory_gib (per node), device_gbps (host <-> device)
 //   [links]   intra_node_pair, intra_node_collective, inter_node (optional): { gbps, latency_us };
+//             a send takes the pair link, a collective (two ranks too) the collective link;
 //             pairs = "any" (default: every two ranks of a node have the pair link, NVSwitch) or
-//             "adjacent" (only ranks 2k and 2k + 1 do, colossal-ai.txt's System II)
+//             "adjacent" (only ranks 2k and 2k + 1 do, colossal-ai.txt's System II: there a
+//             collective of such a pair takes their own link)
 #pragma once
 
 #include "core/device.h"
@@ -52,17 +55,23 @@ struct Hardware {
   // Square GEMMs below the peak's size: (n, FLOP/s) by dtype, ascending n; empty: the peak always.
   std::map<DType, std::vector<std::pair<double, double>>> gemm_sizes;
   std::map<DType, double> attention_flops;  // attention's forward and backward, FLOP/s
+  // Attention over fewer keys than the rate above was measured on: (keys, FLOP/s) by dtype,
+  // ascending; empty: that rate always.
+  std::map<DType, std::vector<std::pair<double, double>>> attention_sizes;
   double elementwise_bandwidth = 0;         // bytes/s (0: memory_bandwidth)
   double optimizer_bandwidth = 0;           // bytes/s of AdamW's traffic (0: memory_bandwidth)
   // The rate of an m x n x k GEMM: the sizes' curve at the cube of the same work, the peak beyond it.
   double gemm_rate(DType dtype, double m, double n, double k) const;
+  // The rate of attention whose queries each see up to `keys` keys: the sizes' curve, the
+  // attention rate beyond it.
+  double attention_rate(DType dtype, double keys) const;
   // The best GEMM rate the file gives for `dtype` (the peak, or a faster measured size): MFU's measure.
   double peak_flops(DType dtype) const;
   double host_memory = 0;         // bytes per node
   double host_device_bandwidth = 0;  // bytes/s between host and device
-  Link intra_node_pair;        // two ranks of a node (a pipeline send, a 2D broadcast between neighbours)
+  Link intra_node_pair;        // a send between two ranks of a node (a pipeline's activations)
   bool adjacent_pairs = false;  // only ranks 2k and 2k + 1 of a node have the pair link
-  Link intra_node_collective;  // a collective over the ranks of a node (ring all-reduce bus bandwidth)
+  Link intra_node_collective;  // a collective over ranks of a node, two or more (ring all-reduce bus bandwidth)
   std::optional<Link> inter_node;  // between nodes; absent: a single node
 };
 

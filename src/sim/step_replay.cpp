@@ -31,9 +31,14 @@ class Tally {
  public:
   using Act = std::shared_ptr<Held>;
   Act make(double bytes) {
+    made += std::max(0.0, bytes);
+    return scratch(bytes);
+  }
+  // An op's own copy of its operands: held, but its time is in the op's rate (calibrate times
+  // the op on such operands, copies and all), not in the bytes made.
+  Act scratch(double bytes) {
     if (bytes <= 0) return nullptr;
     current += bytes;
-    made += bytes;
     peak = std::max(peak, current);
     return std::shared_ptr<Held>(new Held(this, bytes));
   }
@@ -111,11 +116,12 @@ struct Replay {
       gemm_seconds += times * 2 * m * n * k / costs->hardware->gemm_rate(costs->dtype, m, n, k);
     }
     if (!s.widen) return;
-    Act a32 = t.make(a * 4), b32 = t.make(b * 4), c32 = t.make(c * 4);
+    Act a32 = t.scratch(a * 4), b32 = t.scratch(b * 4), c32 = t.scratch(c * 4);
   }
   // The gradients a module's backward gets (chunk keeper): a weight of `weight` and a bias of `bias` elements.
   Act grads(double weight, double bias = 0) { return s.module_grads ? t.make((weight + bias) * s.e) : nullptr; }
   Act f32(double width) const { return t.make(s.rows * width * 4); }
+  Act scratch32(double width) const { return t.scratch(s.rows * width * 4); }  // an op's widened operand
   // ctx.as(x, fp32): a widened copy unless activations are fp32 already.
   Act widened(const Act& x, double width) const { return s.e == 4 ? x : f32(width); }
 
@@ -315,7 +321,9 @@ struct Replay {
   // backward makes the scores again and takes four more.
   double attention_flops() const { return 4 * s.rows * s.positions * s.sequence * s.attention * (s.causal ? 0.5 : 1.0); }
   void attention_time(double flops) {
-    if (costs) attention_seconds += flops / costs->hardware->attention_flops.at(costs->dtype);
+    // The keys one kernel call runs over: a ring's block of this rank's positions, else all.
+    const double keys = s.sequence > 1 && !s.ulysses ? s.positions : s.positions * s.sequence;
+    if (costs) attention_seconds += flops / costs->hardware->attention_rate(costs->dtype, keys);
   }
   Act self_attention_forward(const Act& qkv, Keep& k) {
     attention_time(attention_flops());
@@ -344,7 +352,7 @@ struct Replay {
     }
     Act y = act(s.attention);
     k = {qkv, y, t.make(lse)};
-    if (s.widen) Act y32 = f32(s.attention), qkv32 = f32(s.qkv);  // ops/cpu/attention.cpp
+    if (s.widen) Act y32 = scratch32(s.attention), qkv32 = scratch32(s.qkv);  // ops/cpu/attention.cpp
     return y;
   }
   Act self_attention_backward(Keep& k) {
@@ -376,7 +384,7 @@ struct Replay {
       return dqkv;
     }
     Act dqkv = act(s.qkv);
-    if (s.widen) Act d32 = f32(s.qkv), dy = f32(s.attention), qkv = f32(s.qkv), y = f32(s.attention);
+    if (s.widen) Act d32 = scratch32(s.qkv), dy = scratch32(s.attention), qkv = scratch32(s.qkv), y = scratch32(s.attention);
     k.clear();
     return dqkv;
   }
@@ -1071,11 +1079,13 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
   out.overlappable = step_collectives(cfg, planned, micro_batches, out.traffic);
   out.after_actions = out.traffic.seconds() - before - out.overlappable;
   if (costs) {
-    // AdamW's pass over this rank's share: the fp32 parameters (or master copy), gradient and two
-    // moments read, three written back; the chunks' compute-precision copy written too.
+    // The gradient norm's read of this rank's share of the gradients (4 bytes a parameter), then
+    // AdamW's pass over it: the fp32 parameters (or master copy), gradient and two moments read,
+    // three written back; the chunks' compute-precision copy written too. Clipping folds into
+    // the update (no pass of its own).
     const ModelDataBytes& md = planned.model_data;
     const double owned = md.chunks ? double(md.optimizer_bytes) / (micro_batches > 1 ? 16.0 : 12.0) : double(md.parameters);
-    out.optimizer = owned * (28 + (md.chunks ? double(dtype_size(cfg.train.precision)) : 0.0)) /
+    out.optimizer = owned * (4 + 28 + (md.chunks ? double(dtype_size(cfg.train.precision)) : 0.0)) /
                     costs->hardware->optimizer_bandwidth;
   }
   return out;

@@ -48,6 +48,7 @@ TEST(Hardware, WrittenFiguresReadBack) {
                   .bf16_native = false,
                   .gemm_sizes = {{DType::f32, {{128, 2.5e10}, {256, 6e10}}}},
                   .attention_flops = {{DType::f32, 3e10}, {DType::bf16, 2e10}, {DType::f16, 1e10}},
+                  .attention_sizes = {{DType::f32, {{64, 1e10}, {256, 2e10}}}},
                   .elementwise_bandwidth = 4.5e9,
                   .optimizer_bandwidth = 6.5e9,
                   .host_memory = 25.0 * (1 << 30), .host_device_bandwidth = 8.25e9,
@@ -72,6 +73,13 @@ TEST(Hardware, WrittenFiguresReadBack) {
   EXPECT_NEAR(back.gemm_rate(DType::f32, 181.02, 181.02, 181.02), 4.25e10, 1e8);
   EXPECT_NEAR(back.gemm_rate(DType::f32, 8192, 8192, 8192), 1.23e11, 1e5);
   EXPECT_NEAR(back.gemm_rate(DType::bf16, 64, 64, 64), 4.56e11, 1e6);  // no curve: the peak
+  // Attention's curve the same way, in keys, up to the rate measured at 1024 keys.
+  ASSERT_EQ(back.attention_sizes.at(DType::f32).size(), 2u);
+  EXPECT_NEAR(back.attention_rate(DType::f32, 32), 1e10, 1e4);
+  EXPECT_NEAR(back.attention_rate(DType::f32, 128), 1.5e10, 1e4);
+  EXPECT_NEAR(back.attention_rate(DType::f32, 512), 2.5e10, 1e4);
+  EXPECT_NEAR(back.attention_rate(DType::f32, 4096), 3e10, 1e4);
+  EXPECT_NEAR(back.attention_rate(DType::bf16, 64), 2e10, 1e4);  // no curve: the rate
   EXPECT_NEAR(back.intra_node_pair.bandwidth, 3.5e9, 1);
   EXPECT_NEAR(back.intra_node_collective.latency, 4e-6, 1e-12);
   EXPECT_FALSE(back.inter_node);

@@ -25,6 +25,7 @@ struct Inner {};
 
 static_assert(op_family_of("gemm") == OpFamily::gemm);
 static_assert(op_family_of("attention_backward") == OpFamily::attention);
+static_assert(op_family_of("ring_attention_forward") == OpFamily::attention);
 static_assert(op_family_of("layernorm_forward") == OpFamily::layernorm);
 static_assert(op_family_of("gelu_backward") == OpFamily::gelu);
 static_assert(op_family_of("rms_norm_backward") == OpFamily::layernorm);

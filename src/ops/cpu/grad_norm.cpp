@@ -22,7 +22,11 @@ double sum_of_squares(const Tensor& x) {
 #pragma omp parallel for schedule(static)
     for (std::int64_t b = 0; b < blocks; ++b) {
       double s = 0.0;
-      for (std::int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) {
+      // Vector lanes summed in an order fixed at compile time (a serial sum of doubles waits on
+      // each add: it was half the optimizer's time in a step).
+      const std::int64_t end = std::min(n, (b + 1) * kBlock);
+#pragma omp simd reduction(+ : s)
+      for (std::int64_t i = b * kBlock; i < end; ++i) {
         const double v = to_float(p[i]);
         s += v * v;
       }
