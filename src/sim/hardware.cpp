@@ -180,14 +180,21 @@ double rate_at(const std::map<DType, std::vector<std::pair<double, double>>>& cu
                double peak_size, double size) {
   const auto it = curves.find(dtype);
   if (it == curves.end() || it->second.empty()) return peak;
-  std::vector<std::pair<double, double>> curve = it->second;
+  const std::vector<std::pair<double, double>>& curve = it->second;
   if (size <= curve.front().first) return curve.front().second;
-  curve.push_back({std::max(curve.back().first * 2, peak_size), peak});
-  for (std::size_t i = 1; i < curve.size(); ++i)
-    if (size <= curve[i].first) {
-      const double f = std::log(size / curve[i - 1].first) / std::log(curve[i].first / curve[i - 1].first);
-      return curve[i - 1].second + f * (curve[i].second - curve[i - 1].second);
+  // The measured points, then the peak's own (the planner asks this for every product it replays:
+  // no copy of the curve).
+  const std::size_t n = curve.size() + 1;
+  const auto point = [&](std::size_t i) {
+    return i < curve.size() ? curve[i] : std::pair{std::max(curve.back().first * 2, peak_size), peak};
+  };
+  for (std::size_t i = 1; i < n; ++i) {
+    const auto [x1, r1] = point(i);
+    if (size <= x1) {
+      const auto [x0, r0] = point(i - 1);
+      return r0 + std::log(size / x0) / std::log(x1 / x0) * (r1 - r0);
     }
+  }
   return peak;
 }
 
