@@ -1,5 +1,5 @@
 // GPU micro-benchmarks of the CUDA backend (issue 4's figures): achieved TFLOP/s of GEMM (bf16,
-// and fp32 through TF32) and of attention forward + backward (causal: GPT-2 small's shape, then
+// and fp32 through TF32; a Linear layer's three GEMMs at GPT-2 124M's shapes) and of attention forward + backward (causal: GPT-2 small's shape, then
 // head dims 64 and 128 at sequence 1024 to 8192), and GB/s of layernorm and AdamW, each beside
 // the device's peak.
 // bench/gpu_ops.py runs it beside PyTorch on the same GPU and prints the ratios; alone it prints
@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace tidal;
@@ -94,6 +95,29 @@ void bench_gemm(const Peak& peak, bool quick) {
   }
 }
 
+// The three GEMMs of a Linear layer in training, GPT-2 124M's four shapes (in -> out features)
+// over M tokens, bf16: forward y = x W^T + b (the bias in cuBLASLt's epilogue), the input's
+// gradient dx = dy W, and the weight's dW += dy^T x (beta 1: gradients accumulate in place).
+void bench_linear(const Peak& peak, bool quick) {
+  const std::int64_t M = quick ? 4096 : 32768;
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+  for (const auto& [in, out] : shapes) {
+    Tensor x = random_gpu({M, in}, DType::bf16, 5), w = random_gpu({out, in}, DType::bf16, 6);
+    Tensor b = random_gpu({out}, DType::bf16, 7), dy = random_gpu({M, out}, DType::bf16, 8);
+    Tensor y = Tensor::empty({M, out}, DType::bf16, gpu_allocator());
+    Tensor dx = Tensor::empty({M, in}, DType::bf16, gpu_allocator());
+    Tensor dw = random_gpu({out, in}, DType::bf16, 9);
+    const double flops = 2.0 * double(M) * double(in) * double(out);
+    const std::string shape = fmt::format("{}x{}x{}", M, in, out);
+    const double fwd = time_gpu([&] { ops::gemm(y, x, w, {.trans_b = true, .bias = &b}); });
+    report("linear_forward_bf16", shape, fwd, flops / fwd / 1e12, "TFLOP/s", peak.bf16_tflops);
+    const double dgrad = time_gpu([&] { ops::gemm(dx, dy, w); });
+    report("linear_dgrad_bf16", shape, dgrad, flops / dgrad / 1e12, "TFLOP/s", peak.bf16_tflops);
+    const double wgrad = time_gpu([&] { ops::gemm(dw, dy, x, {.trans_a = true, .beta = 1.0f}); });
+    report("linear_wgrad_bf16", shape, wgrad, flops / wgrad / 1e12, "TFLOP/s", peak.bf16_tflops);
+  }
+}
+
 // One causal attention forward + backward in bf16 (the tensor-core kernels at head widths 64 and
 // 128), backward from forward's y and lse as in training.
 void time_attention(const Peak& peak, std::int64_t B, int H, std::int64_t T, int head_dim) {
@@ -157,6 +181,7 @@ int main(int argc, char** argv) {
              peak.bf16_tflops, peak.hbm_gbs);
   try {
     bench_gemm(peak, quick);
+    bench_linear(peak, quick);
     bench_attention(peak, quick);
     bench_memory_bound(peak, quick);
   } catch (const std::exception& e) {

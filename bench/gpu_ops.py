@@ -1,4 +1,5 @@
-"""tidal's CUDA ops beside PyTorch's on the same GPU, in one run: GEMM (bf16, fp32 via TF32),
+"""tidal's CUDA ops beside PyTorch's on the same GPU, in one run: GEMM (bf16, fp32 via TF32; a
+Linear layer's forward, input-gradient and weight-gradient GEMMs at GPT-2 124M's shapes),
 causal attention forward + backward (PyTorch: scaled_dot_product_attention, flash backend),
 layernorm forward, AdamW (PyTorch: fused). Prints each pair and the ratio tidal / PyTorch.
 
@@ -36,6 +37,19 @@ def torch_seconds(name, shape):
         torch.backends.cuda.matmul.allow_tf32 = name == "gemm_tf32"
         a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
         return time_cuda(lambda: a @ b)
+    if name.startswith("linear"):
+        # PyTorch's autograd: F.linear forward (bias in the epilogue), dy @ W, and dy^T @ x into a
+        # fresh gradient (AccumulateGrad then takes it as the .grad).
+        M, k_in, n_out = (int(x) for x in shape.split("x"))
+        x = torch.randn(M, k_in, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(n_out, k_in, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(n_out, device=dev, dtype=torch.bfloat16)
+        dy = torch.randn(M, n_out, device=dev, dtype=torch.bfloat16)
+        if name.startswith("linear_forward"):
+            return time_cuda(lambda: F.linear(x, w, b))
+        if name.startswith("linear_dgrad"):
+            return time_cuda(lambda: dy @ w)
+        return time_cuda(lambda: dy.t() @ x)
     if name.startswith("attention"):
         d = int(name.split("_d")[1])
         B, H, T = (int(x[1:]) for x in shape.split())

@@ -7,10 +7,11 @@
 # there (a GPU machine without tidal's build dependencies); otherwise builds with CUDA here and
 # runs `ctest -L gpu`.
 #
-#   scripts/gpu-check.sh [tests] [training] [sanitize] [ops] [train]    (no argument: all, in that order)
+#   scripts/gpu-check.sh [tests] [training] [sanitize] [ops] [train] [profile]    (no argument: all, in that order)
 #
 # tests: the GPU unit tests; training: training on the GPU against the CPU (tests/gpu/check_*);
-# sanitize: compute-sanitizer; ops: the micro-benchmarks; train: the end-to-end benchmarks.
+# sanitize: compute-sanitizer; ops: the micro-benchmarks; train: the end-to-end benchmarks;
+# profile: the GPT-2 124M step's time by op family, tidal beside PyTorch eager (bench/gpu_step_profile.py).
 #
 # The parts run in the order named. Naming parts lets a caller with a time limit per command split
 # the run, or put first what matters most. Every program runs
@@ -26,10 +27,10 @@
 # 1.5B model in tidal alone (its MFU; torch.compile of 48 layers takes minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-parts=(${*:-tests training sanitize ops train})
+parts=(${*:-tests training sanitize ops train profile})
 for part in "${parts[@]}"; do
-  [[ " tests training sanitize ops train " == *" $part "* ]] ||
-    { echo "gpu-check: no part '$part' (tests, training, sanitize, ops, train)"; exit 2; }
+  [[ " tests training sanitize ops train profile " == *" $part "* ]] ||
+    { echo "gpu-check: no part '$part' (tests, training, sanitize, ops, train, profile)"; exit 2; }
 done
 logs=gpu-check-logs
 rm -rf "$logs" && mkdir -p "$logs"
@@ -160,6 +161,10 @@ part_train() {
     ${GPU_BENCH_ARGS:-}
   bench bench_activation_checkpointing python3 bench/activation_checkpointing.py --tidal "$tidal" --device cuda \
     ${GPU_BENCH_ARGS:-}
+}
+
+part_profile() {
+  bench gpu_step_profile python3 bench/gpu_step_profile.py --tidal "$tidal" --model 124m
 }
 
 for part in "${parts[@]}"; do "part_$part"; done

@@ -1,6 +1,5 @@
 #include "engine/gpt_decoder.h"
 
-#include "ops/bias.h"
 #include "ops/gelu.h"
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
@@ -13,8 +12,7 @@ namespace {
 
 // y [1, out] = x [1, in] w^T + b, w [out, in].
 void linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
-  ops::gemm(y, x, w, {.trans_b = true});
-  ops::bias_add(y, b);
+  ops::gemm(y, x, w, {.trans_b = true, .bias = &b});
 }
 
 }  // namespace

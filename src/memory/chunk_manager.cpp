@@ -634,14 +634,18 @@ void ChunkManager::finish_step(const std::function<void(nn::Parameter&)>& update
 }
 
 double ChunkManager::local_squared_gradient_norm(double before, const ParameterWeight& weight) const {
-  double sum = before;
+  std::vector<Tensor> grads;
+  std::vector<double> weights;
   for (const Tracked& t : tracked_) {
     if (!owns(layout_.places[index_.at(t.param)].chunk)) continue;
     const double w = weight ? weight(*t.param) : 1.0;
     if (w == 0.0) continue;
-    const double squares = ops::sum_of_squares(gradient(*t.param));
-    sum += w == 1.0 ? squares : squares * w;
+    grads.push_back(gradient(*t.param));
+    weights.push_back(w);
   }
+  const std::vector<double> squares = ops::sums_of_squares(grads);  // one wait on a GPU
+  double sum = before;
+  for (std::size_t i = 0; i < squares.size(); ++i) sum += weights[i] == 1.0 ? squares[i] : squares[i] * weights[i];
   return sum;
 }
 

@@ -5,8 +5,7 @@
 
 namespace tidal::nn {
 void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const Parameter* bias) {
-  ops::gemm(y2, x2, weight.data, {.trans_b = true});
-  if (bias) ops::bias_add(y2, bias->data);
+  ops::gemm(y2, x2, weight.data, {.trans_b = true, .bias = bias ? &bias->data : nullptr});
 }
 
 void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter& weight, Parameter* bias) {

@@ -13,6 +13,9 @@ GemmDims gemm_dims(const Tensor& c, const Tensor& a, const Tensor& b, const Gemm
   const std::int64_t n = opt.trans_b ? b.dim(-2) : b.dim(-1);
   TIDAL_ASSERT(k == kb && c.dim(-2) == m && c.dim(-1) == n && (nd == 2 || (a.dim(0) == batch && b.dim(0) == batch)),
                "gemm shapes a {} b {} c {} (trans {} {})", a.str(), b.str(), c.str(), opt.trans_a, opt.trans_b);
+  TIDAL_ASSERT(opt.bias == nullptr || (opt.bias->numel() == n && opt.bias->dtype() == c.dtype() &&
+                                       opt.bias->device() == c.device() && opt.bias->is_contiguous()),
+               "gemm bias {} for c {}", opt.bias ? opt.bias->str() : "", c.str());
   return {batch, m, n, k};
 }
 

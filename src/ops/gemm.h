@@ -1,4 +1,4 @@
-// GEMM: c = alpha * op(a) @ op(b) + beta * c, op = transpose when asked. 2-d operands, or 3-d
+// GEMM: c = alpha * op(a) @ op(b) + beta * c [+ bias on every row], op = transpose when asked. 2-d operands, or 3-d
 // with a shared leading batch dimension (batched / strided). Each of a, b, c may be f32, bf16 or
 // f16; products accumulate in fp32 and c is rounded once. CPU: OpenBLAS sgemm on operands widened
 // to fp32. CUDA: cuBLASLt (ops/cuda/cublaslt.h), deterministic run to run.
@@ -17,6 +17,10 @@ struct GemmOptions {
   // fp32 operands through TF32 tensor cores when asked: faster, ~1e-3 relative error. A GPU-only
   // speed knob: the CPU backend ignores it and computes in full fp32.
   bool tf32 = false;
+  // When set, c += bias [n] on every row (a Linear's bias), bias of c's dtype. The CPU adds it
+  // after the product (c rounded, then the sum rounded: ops::bias_add); cuBLASLt adds it to the
+  // fp32 product in the GEMM's epilogue, so a 16-bit c is rounded once there.
+  const Tensor* bias = nullptr;
 };
 
 // The product's dimensions, checked for every backend: c [batch,] m x n = op(a) m x k @ op(b) k x n.

@@ -9,9 +9,31 @@
 
 namespace tidal::ops {
 
+std::vector<double> sums_of_squares(std::span<const Tensor> xs) {
+  const OpTimer timer(OpFamily::optimizer);
+  std::vector<double> sums(xs.size(), 0.0);
+#if TIDAL_CUDA
+  // The GPU's tensors in one batch (offload may leave some of a list on the host).
+  std::vector<Tensor> on_gpu;
+  std::vector<std::size_t> at;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (xs[i].device().is_cuda()) {
+      on_gpu.push_back(xs[i]);
+      at.push_back(i);
+    }
+  const std::vector<double> gpu_sums = cuda::sums_of_squares(on_gpu);
+  for (std::size_t k = 0; k < at.size(); ++k) sums[at[k]] = gpu_sums[k];
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (!xs[i].device().is_cuda()) sums[i] = sum_of_squares(xs[i]);
+#else
+  for (std::size_t i = 0; i < xs.size(); ++i) sums[i] = sum_of_squares(xs[i]);
+#endif
+  return sums;
+}
+
 double global_norm(std::span<const Tensor> tensors) {
   double total = 0.0;
-  for (const Tensor& t : tensors) total += sum_of_squares(t);
+  for (double s : sums_of_squares(tensors)) total += s;
   return std::sqrt(total);
 }
 

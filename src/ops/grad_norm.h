@@ -5,6 +5,7 @@
 #include "ops/dispatch.h"
 
 #include <span>
+#include <vector>
 
 namespace tidal::ops {
 
@@ -14,6 +15,7 @@ double sum_of_squares(const Tensor& x);
 #if TIDAL_CUDA
 namespace cuda {
 double sum_of_squares(const Tensor& x);
+std::vector<double> sums_of_squares(std::span<const Tensor> xs);
 }
 #endif
 
@@ -32,6 +34,10 @@ inline double sum_of_squares(const Tensor& x) {
 #endif
   return cpu::sum_of_squares(x);
 }
+
+// sum_of_squares of each tensor, bitwise the same, in one batch: where the tensors are on the
+// GPU, the host waits once for all of them, not once a tensor.
+std::vector<double> sums_of_squares(std::span<const Tensor> xs);
 
 // The L2 norm over all tensors, as one vector.
 double global_norm(std::span<const Tensor> tensors);

@@ -42,21 +42,38 @@ testing::Tolerance tolerance_for(DType dtype) {
 
 class CudaElementwise : public ::testing::TestWithParam<DType> {};
 
+// Elements [1, n + 1) of a fresh GPU copy of t's n: a contiguous view whose data is not 16-byte
+// aligned, so a kernel must take its one-element-an-access path.
+Tensor misaligned_gpu_copy(const Tensor& t) {
+  Tensor flat = gpu_empty({t.numel() + 1}, t.dtype());
+  Tensor view = flat.slice(0, 1, t.numel() + 1).reshape(t.shape());
+  view.copy_from(to_gpu(t));
+  return view;
+}
+
 TEST_P(CudaElementwise, GeluForwardAndBackward) {
   TIDAL_REQUIRE_GPU();
   const DType dtype = GetParam();
-  const Shape shape{37, 101};
-  Tensor x = randn_as(shape, 1, dtype, 2.0f), dy = randn_as(shape, 2, dtype);
-  Tensor y = Tensor::empty(shape, dtype), dx = Tensor::empty(shape, dtype);
-  for (ops::GeluForm form : {ops::GeluForm::tanh, ops::GeluForm::erf}) {
-    ops::gelu_forward(y, x, form);
-    ops::gelu_backward(dx, dy, x, form);
-    Tensor gx = to_gpu(x), gdy = to_gpu(dy);
-    Tensor gy = gpu_empty(shape, dtype), gdx = gpu_empty(shape, dtype);
-    ops::gelu_forward(gy, gx, form);
-    ops::gelu_backward(gdx, gdy, gx, form);
-    EXPECT_TRUE(all_close(gy, y, tolerance_for(dtype))) << "form " << int(form);
-    EXPECT_TRUE(all_close(gdx, dx, tolerance_for(dtype))) << "form " << int(form);
+  // 37 x 101: packs of 16 bytes and a tail of single elements; 64 x 256: packs only.
+  for (const Shape& shape : {Shape{37, 101}, Shape{64, 256}}) {
+    SCOPED_TRACE(shape.str());
+    Tensor x = randn_as(shape, 1, dtype, 2.0f), dy = randn_as(shape, 2, dtype);
+    Tensor y = Tensor::empty(shape, dtype), dx = Tensor::empty(shape, dtype);
+    for (ops::GeluForm form : {ops::GeluForm::tanh, ops::GeluForm::erf}) {
+      ops::gelu_forward(y, x, form);
+      ops::gelu_backward(dx, dy, x, form);
+      Tensor gx = to_gpu(x), gdy = to_gpu(dy);
+      Tensor gy = gpu_empty(shape, dtype), gdx = gpu_empty(shape, dtype);
+      ops::gelu_forward(gy, gx, form);
+      ops::gelu_backward(gdx, gdy, gx, form);
+      EXPECT_TRUE(all_close(gy, y, tolerance_for(dtype))) << "form " << int(form);
+      EXPECT_TRUE(all_close(gdx, dx, tolerance_for(dtype))) << "form " << int(form);
+      Tensor my = misaligned_gpu_copy(y), mdx = misaligned_gpu_copy(dx);
+      ops::gelu_forward(my, misaligned_gpu_copy(x), form);
+      ops::gelu_backward(mdx, misaligned_gpu_copy(dy), misaligned_gpu_copy(x), form);
+      EXPECT_TRUE(all_close(my, gy, kExact)) << "misaligned, form " << int(form);
+      EXPECT_TRUE(all_close(mdx, gdx, kExact)) << "misaligned, form " << int(form);
+    }
   }
 }
 
@@ -75,11 +92,16 @@ Tensor quantized_randn(const Shape& shape, std::uint64_t key, DType dtype) {
 TEST_P(CudaElementwise, BiasAddMatchesBitwise) {
   TIDAL_REQUIRE_GPU();
   const DType dtype = GetParam();
-  Tensor y = randn_as({3, 37, 101}, 3, dtype), b = randn_as({101}, 4, dtype);
-  Tensor gy = to_gpu(y), gb = to_gpu(b);
-  ops::bias_add(y, b);
-  ops::bias_add(gy, gb);
-  EXPECT_TRUE(all_close(gy, y, kExact));
+  // Width 101: one element an access; 256: 16-byte packs; a misaligned copy of the second.
+  for (const std::int64_t C : {101, 256}) {
+    Tensor y = randn_as({3, 37, C}, 3, dtype), b = randn_as({C}, 4, dtype);
+    Tensor gy = to_gpu(y), gb = to_gpu(b), my = misaligned_gpu_copy(y);
+    ops::bias_add(y, b);
+    ops::bias_add(gy, gb);
+    ops::bias_add(my, gb);
+    EXPECT_TRUE(all_close(gy, y, kExact)) << "C " << C;
+    EXPECT_TRUE(all_close(my, y, kExact)) << "C " << C << ", misaligned";
+  }
 }
 
 // Column sums of exactly representable values: the GPU's chunked order must give the CPU's bits.
@@ -88,7 +110,8 @@ TEST_P(CudaElementwise, BiasAddMatchesBitwise) {
 TEST_P(CudaElementwise, BiasGradOfExactValuesMatchesBitwise) {
   TIDAL_REQUIRE_GPU();
   const DType dtype = GetParam();
-  for (const Shape& shape : {Shape{5, 61, 101}, Shape{70001, 3}, Shape{1, 7}}) {
+  // Widths 256 and 264 (multiples of 8): 16-byte accesses, the second with a partial column tile.
+  for (const Shape& shape : {Shape{5, 61, 101}, Shape{70001, 3}, Shape{1, 7}, Shape{5, 61, 256}, Shape{130, 264}}) {
     const std::int64_t C = shape.dim(-1);
     Tensor dy = quantized_randn(shape, 5, dtype), db = quantized_randn({C}, 6, dtype);
     Tensor gdy = to_gpu(dy), gdb = to_gpu(db);
@@ -140,6 +163,12 @@ TEST_P(CudaElementwise, ResidualAccumulateAndScaleMatchBitwise) {
   ops::scale(a, 0.37f);
   ops::scale(ga, 0.37f);
   EXPECT_TRUE(all_close(ga, a, kExact)) << "scale";
+
+  // Misaligned views: one element an access.
+  Tensor ma = misaligned_gpu_copy(a), mb = misaligned_gpu_copy(b);
+  ops::residual_add(ma, ma, mb);
+  ops::residual_add(a, a, b);
+  EXPECT_TRUE(all_close(ma, a, kExact)) << "residual_add, misaligned";
 }
 
 // The GPU draws the CPU's mask: the same Philox blocks, including a tensor whose element 0 sits

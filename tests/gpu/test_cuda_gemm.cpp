@@ -2,6 +2,7 @@
 // pair, 2-d and batched, odd shapes, alpha != 1, beta 0 (c filled with NaN to prove it is not
 // read) and 1 (accumulation), f32 / bf16 / f16 / mixed operands, TF32, unaligned views, k = 0,
 // run-to-run bitwise determinism; casts between every pair of float types, bit for bit.
+#include "ops/bias.h"
 #include "ops/cast.h"
 #include "ops/gemm.h"
 #include "support/gpu.h"
@@ -144,6 +145,55 @@ TEST_P(CudaGemm, EveryTransposeAndBeta2d) {
 TEST_P(CudaGemm, EveryTransposeAndBetaBatched) {
   TIDAL_REQUIRE_GPU();
   expect_all_transposes_match(3, GetParam(), false);
+}
+
+// A Linear's forward, c = a b^T + bias, against the fp32 product plus the bias, rounded once to
+// c's type. Where the sum cancels (|c| << |a b^T|), a 16-bit c can carry one rounding of the
+// product itself: measured on an H100, cuBLASLt's bf16 epilogue gave -0.0625 where the one-rounding
+// answer is -0.0669, a product of about 1.1 rounded to bf16 (ulp 2^-7) before the bias was added,
+// as the CPU's unfused path does. So each element may differ by the GEMM tolerance plus one
+// rounding of the product (u |p|, u = 2^-8 bf16, 2^-11 fp16; 0 for fp32 c). A bias view that is
+// not 16-byte aligned takes the other path, the product and then ops::bias_add: the same bits as
+// those two ops on the GPU.
+TEST_P(CudaGemm, BiasInTheEpilogue) {
+  TIDAL_REQUIRE_GPU();
+  const DType dtype = GetParam();
+  const std::int64_t m = 37, k = 129;
+  const ops::GemmOptions linear{.trans_b = true};
+  const testing::Tolerance tol = gemm_tolerance(dtype, k, false);
+  const double product_rounding = dtype == DType::bf16 ? 1.0 / 256 : dtype == DType::f16 ? 1.0 / 2048 : 0.0;
+  for (const std::int64_t n : {64, 61}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const Tensor a = randn_as({m, k}, 31, dtype), b = randn_as({n, k}, 32, dtype);
+    const Tensor bias_all = randn_as({n + 1}, 33, dtype);
+    const Tensor ga = to_gpu(a), gb = to_gpu(b), gbias_all = to_gpu(bias_all);
+
+    Tensor p32 = Tensor::empty({m, n}, DType::f32), bias32 = Tensor::empty({n}, DType::f32);
+    ops::gemm(p32, a, b, linear);
+    ops::cast(bias32, bias_all.slice(0, 0, n));
+    Tensor c32 = p32.clone();
+    ops::bias_add(c32, bias32);
+    const Tensor gbias = gbias_all.slice(0, 0, n);
+    Tensor gc = nan_on_gpu({m, n}, dtype);
+    ops::gemm(gc, ga, gb, {.trans_b = true, .bias = &gbias});
+    Tensor got = Tensor::empty({m, n}, DType::f32);
+    ops::cast(got, to_host(gc));
+    int bad = 0;
+    for (std::int64_t i = 0; i < m * n; ++i) {
+      const double want = c32.data<float>()[i], have = got.data<float>()[i], p = p32.data<float>()[i];
+      const double bound = tol.atol + tol.rtol * std::abs(want) + product_rounding * std::abs(p);
+      if (!(std::abs(have - want) <= bound) && bad++ < 5)
+        ADD_FAILURE() << "element " << i << ": got " << have << ", want " << want << " (product " << p << ")";
+    }
+    EXPECT_EQ(bad, 0) << "bias in the epilogue";
+
+    const Tensor shifted = gbias_all.slice(0, 1, n + 1);
+    Tensor unfused = nan_on_gpu({m, n}, dtype), two_ops = nan_on_gpu({m, n}, dtype);
+    ops::gemm(unfused, ga, gb, {.trans_b = true, .bias = &shifted});
+    ops::gemm(two_ops, ga, gb, linear);
+    ops::bias_add(two_ops, shifted);
+    EXPECT_TRUE(all_close(unfused, two_ops, {0.0, 0.0})) << "a bias not 16-byte aligned";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaGemm, ::testing::Values(DType::f32, DType::bf16, DType::f16),

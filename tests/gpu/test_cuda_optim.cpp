@@ -110,6 +110,21 @@ TEST_P(CudaOptim, SumOfSquaresIsDeterministicAndMatchesCpu) {
   }
 }
 
+// A batch (GPU tensors of every size, an empty one, a host one among them) gives each tensor's
+// own sum, bitwise, in the list's order.
+TEST_P(CudaOptim, SumsOfSquaresOfABatchAreEachTensorsOwn) {
+  TIDAL_REQUIRE_GPU();
+  const DType dtype = GetParam();
+  std::vector<Tensor> batch;
+  for (const std::int64_t n : kNormSizes) batch.push_back(to_gpu(testing::randn_as({n}, 50 + n, dtype, 3.0f)));
+  batch.push_back(Tensor::empty({0}, dtype, gpu_allocator()));
+  batch.push_back(testing::randn_as({1000}, 49, dtype));  // on the host
+  const std::vector<double> sums = ops::sums_of_squares(batch);
+  ASSERT_EQ(sums.size(), batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    EXPECT_EQ(sums[i], ops::sum_of_squares(batch[i])) << "tensor " << i << " " << batch[i].str();
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOptim, ::testing::Values(DType::f32, DType::bf16, DType::f16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

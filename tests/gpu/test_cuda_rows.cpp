@@ -72,8 +72,9 @@ class CudaRows : public ::testing::TestWithParam<DType> {};
 TEST_P(CudaRows, LayerNormForwardAndBackward) {
   TIDAL_REQUIRE_GPU();
   const DType dtype = GetParam();
-  // 1000 rows: several chunks of the dw/db partial sums, the last one short.
-  for (const Shape& shape : {Shape{37, 771}, Shape{1000, 129}, Shape{3, 13, 129}}) {
+  // 1000 rows: several chunks of the dw/db partial sums, the last one short. Widths 768 and 1032
+  // (multiples of 8) take the kernels' 16-byte accesses; 771 and 129 one element an access.
+  for (const Shape& shape : {Shape{37, 771}, Shape{1000, 129}, Shape{3, 13, 129}, Shape{64, 768}, Shape{5, 1032}}) {
     SCOPED_TRACE(shape.str());
     const std::int64_t C = shape.dim(-1), N = shape.numel() / C;
     Tensor x = randn_as(shape, 1, dtype, 2.0f), w = randn_as({C}, 2, dtype), b = randn_as({C}, 3, dtype);
@@ -131,7 +132,8 @@ TEST_P(CudaRows, CrossEntropyForwardAndBackward) {
   TIDAL_REQUIRE_GPU();
   const DType dtype = GetParam();
   const std::int64_t N = 37;
-  for (const std::int64_t V : {std::int64_t(1001), std::int64_t(50257)}) {
+  // 50304 (GPT-2's vocabulary padded to a multiple of 128): the kernels' 16-byte accesses.
+  for (const std::int64_t V : {std::int64_t(1001), std::int64_t(50257), std::int64_t(50304)}) {
     SCOPED_TRACE("V = " + std::to_string(V));
     Tensor logits = randn_as({N, V}, 20, dtype, 2.0f);
     Tensor targets = randint({N}, 21, 0, std::int32_t(V));

@@ -66,6 +66,29 @@ TEST(OpsOracle, GemmBf16AndF16OperandsWidenToFp32) {
   }
 }
 
+// GemmOptions::bias on the CPU: the product, then ops::bias_add - the same bits as the two ops
+// (fp32 and bf16 c); in fp32 within tolerance of PyTorch's product a b^T plus the bias.
+TEST(OpsOracle, GemmWithBiasIsTheProductThenTheBias) {
+  const Tensor a = randn({19, 40}, 9), b = randn({23, 40}, 10), bias = randn({23}, 11);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor a_t = Tensor::empty(a.shape(), dt), b_t = Tensor::empty(b.shape(), dt), bias_t = Tensor::empty({23}, dt);
+    ops::cast(a_t, a);
+    ops::cast(b_t, b);
+    ops::cast(bias_t, bias);
+    Tensor fused = Tensor::empty({19, 23}, dt), two_ops = Tensor::empty({19, 23}, dt);
+    ops::gemm(fused, a_t, b_t, {.trans_b = true, .bias = &bias_t});
+    ops::gemm(two_ops, a_t, b_t, {.trans_b = true});
+    ops::bias_add(two_ops, bias_t);
+    EXPECT_TRUE(all_close(fused, two_ops, {0.0, 0.0})) << dtype_name(dt);
+  }
+  Tensor c = Tensor::empty({19, 23});
+  ops::gemm(c, a, b, {.trans_b = true, .bias = &bias});
+  auto ref = run_oracle("gemm", {{"A", a}, {"B", b}}, {{"transa", "0"}, {"transb", "1"}, {"alpha", "1"}, {"beta", "0"}});
+  Tensor expected = ref.at("C").clone();
+  ops::bias_add(expected, bias);
+  EXPECT_TRUE(all_close(c, expected, kFp32));
+}
+
 TEST(OpsOracle, BiasAddAndGrad) {
   Tensor x = randn({37, 72}, 6), b = randn({72}, 7), dy = randn({37, 72}, 8);
   Tensor y = x.clone(), db = Tensor::zeros({72});

@@ -148,8 +148,12 @@ void reduce_replicated_gradients(std::span<Parameter* const> params) {
 }
 
 double squared_gradient_norm(std::span<Parameter* const> params, comm::Communicator& tensor_group) {
+  std::vector<Tensor> grads;
+  grads.reserve(params.size());
+  for (const Parameter* p : params) grads.push_back(p->grad);
+  const std::vector<double> squares = ops::sums_of_squares(grads);
   double local = 0;
-  for (const Parameter* p : params) local += ops::sum_of_squares(p->grad) / double(p->copies);
+  for (std::size_t i = 0; i < params.size(); ++i) local += squares[i] / double(params[i]->copies);
   Tensor v = Tensor::empty({1}, DType::f32, host_allocator());
   // Summed in fp32 over a handful of ranks: the relative error (1e-7) is far below clipping's needs.
   v.data<float>()[0] = float(local);

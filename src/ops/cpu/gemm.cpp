@@ -6,6 +6,7 @@
 
 #include "ops/cpu/onednn_matmul.h"
 #include "ops/cpu/typed.h"
+#include "ops/bias.h"
 #include "ops/cast.h"
 
 #include <cblas.h>
@@ -37,13 +38,8 @@ bool onednn_gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions&
   return true;
 }
 
-}  // namespace
-
-void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
-  expect_cpu_contiguous(a, "gemm a");
-  expect_cpu_contiguous(b, "gemm b");
-  expect_cpu_contiguous(c, "gemm c");
-  const GemmDims d = gemm_dims(c, a, b, opt);
+// c = alpha op(a) op(b) + beta c.
+void product(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt, const GemmDims& d) {
   if (d.batch > 0 && onednn_gemm(c, a, b, opt, d)) return;
 
   const auto [batch, m, n, k] = d;
@@ -58,6 +54,17 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
                 opt.beta, pc + i * m * n, int(n));
   }
   if (c.dtype() != DType::f32) cast(c, c32);
+}
+
+}  // namespace
+
+void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
+  expect_cpu_contiguous(a, "gemm a");
+  expect_cpu_contiguous(b, "gemm b");
+  expect_cpu_contiguous(c, "gemm c");
+  const GemmDims d = gemm_dims(c, a, b, opt);
+  product(c, a, b, opt, d);
+  if (opt.bias != nullptr && c.numel() > 0) bias_add(c, *opt.bias);
 }
 
 }  // namespace tidal::ops::cpu

@@ -22,8 +22,9 @@ constexpr unsigned long long kNoBadRow = ~0ull;
 // ---- kernels ----
 
 // logits [N, V]; targets, losses, lse [N]. first_bad: the smallest row whose target is neither a
-// class nor one of the two markers (integer atomicMin: the same answer whatever the timing).
-template <class T>
+// class nor one of the two markers (integer atomicMin: the same answer whatever the timing). P
+// logits an access (V a multiple of P, rows aligned for it; or P = 1).
+template <int P, class T>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_forward_kernel(float* __restrict__ losses, float* __restrict__ lse,
                                  unsigned long long* __restrict__ first_bad, const T* __restrict__ logits,
@@ -32,10 +33,18 @@ __global__ void __launch_bounds__(kThreads)
   for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* row = logits + n * V;
     float mx = -INFINITY;
-    for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, load(row[j]));
+    for (std::int64_t j = threadIdx.x * P; j < V; j += blockDim.x * P) {
+      const Pack<P, T> x = load_pack<P>(row + j);
+#pragma unroll
+      for (int e = 0; e < P; ++e) mx = fmaxf(mx, load(x.v[e]));
+    }
     mx = block_max(mx, scratch);
     float sum = 0.0f;
-    for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) sum += expf(load(row[j]) - mx);
+    for (std::int64_t j = threadIdx.x * P; j < V; j += blockDim.x * P) {
+      const Pack<P, T> x = load_pack<P>(row + j);
+#pragma unroll
+      for (int e = 0; e < P; ++e) sum += expf(load(x.v[e]) - mx);
+    }
     const float l = mx + logf(block_sum(sum, scratch));
     if (threadIdx.x == 0) {
       const std::int32_t t = targets[n];
@@ -52,7 +61,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // dlogits = scale * (exp(logits - lse) - onehot(target)), zeros on ignored rows. dlogits may
 // alias logits (each element is read before its own thread writes it).
-template <class T>
+template <int P, class T>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_backward_kernel(T* dlogits, const T* logits, const float* __restrict__ lse,
                                   const std::int32_t* __restrict__ targets, float scale, std::int64_t N,
@@ -61,16 +70,25 @@ __global__ void __launch_bounds__(kThreads)
     const std::int32_t t = targets[n];
     const T* row = logits + n * V;
     T* out = dlogits + n * V;
-    if (t == kIgnoreIndex) {
-      for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) out[j] = store<T>(0.0f);
-      continue;
-    }
-    const float l = lse[n];
-    for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-      const float p = expf(load(row[j]) - l);
-      out[j] = store<T>(scale * (p - (j == t ? 1.0f : 0.0f)));
+    const bool ignored = t == kIgnoreIndex;
+    const float l = ignored ? 0.0f : lse[n];
+    for (std::int64_t j = threadIdx.x * P; j < V; j += blockDim.x * P) {
+      const Pack<P, T> x = load_pack<P>(row + j);
+      Pack<P, T> d;
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        const float p = expf(load(x.v[e]) - l);
+        d.v[e] = store<T>(ignored ? 0.0f : scale * (p - (j + e == t ? 1.0f : 0.0f)));
+      }
+      store_pack<P>(out + j, d);
     }
   }
+}
+
+// Whether rows of V logits at `p` can be read P at a time.
+template <int P, class T>
+bool rows_in_packs(const T* p, std::int64_t V) {
+  return V % P == 0 && pack_aligned<P>(p);
 }
 
 void check(const Tensor& logits, const Tensor& targets) {
@@ -95,9 +113,14 @@ void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, co
   Tensor first_bad = Tensor::empty({2}, DType::i32, gpu_allocator());  // one unsigned 64-bit word
   TIDAL_CUDA_CALL(cudaMemsetAsync(first_bad.raw(), 0xff, sizeof(unsigned long long), stream));
   with_float_type(logits.dtype(), [&]<class T>() {
-    cross_entropy_forward_kernel<T><<<blocks_for(N, 1), kThreads, 0, stream>>>(
-        ptr<float>(losses), ptr<float>(lse), ptr<unsigned long long>(first_bad), ptr<T>(logits),
-        ptr<std::int32_t>(targets), N, V);
+    constexpr int P = kPackOf<T>;
+    auto* bad = ptr<unsigned long long>(first_bad);
+    if (rows_in_packs<P>(ptr<T>(logits), V))
+      cross_entropy_forward_kernel<P, T><<<blocks_for(N, 1), kThreads, 0, stream>>>(
+          ptr<float>(losses), ptr<float>(lse), bad, ptr<T>(logits), ptr<std::int32_t>(targets), N, V);
+    else
+      cross_entropy_forward_kernel<1, T><<<blocks_for(N, 1), kThreads, 0, stream>>>(
+          ptr<float>(losses), ptr<float>(lse), bad, ptr<T>(logits), ptr<std::int32_t>(targets), N, V);
   });
   TIDAL_CUDA_CHECK_LAUNCH("cross_entropy_forward_kernel");
   unsigned long long bad = kNoBadRow;
@@ -119,8 +142,13 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
   const std::int64_t V = logits.dim(-1), N = rows_of(logits);
   TIDAL_ASSERT(lse.numel() == N && lse.dtype() == DType::f32, "cross_entropy lse {} for {}", lse.str(), logits.str());
   with_float_type(logits.dtype(), [&]<class T>() {
-    cross_entropy_backward_kernel<T><<<blocks_for(N, 1), kThreads, 0, compute_stream()>>>(
-        ptr<T>(dlogits), ptr<T>(logits), ptr<float>(lse), ptr<std::int32_t>(targets), scale, N, V);
+    constexpr int P = kPackOf<T>;
+    if (rows_in_packs<P>(ptr<T>(logits), V) && pack_aligned<P>(ptr<T>(dlogits)))
+      cross_entropy_backward_kernel<P, T><<<blocks_for(N, 1), kThreads, 0, compute_stream()>>>(
+          ptr<T>(dlogits), ptr<T>(logits), ptr<float>(lse), ptr<std::int32_t>(targets), scale, N, V);
+    else
+      cross_entropy_backward_kernel<1, T><<<blocks_for(N, 1), kThreads, 0, compute_stream()>>>(
+          ptr<T>(dlogits), ptr<T>(logits), ptr<float>(lse), ptr<std::int32_t>(targets), scale, N, V);
   });
   TIDAL_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
 }

@@ -70,6 +70,7 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool runs = true;  // false: a bias epilogue no algorithm offers (the caller adds the bias itself)
 };
 
 // A contiguous row-major [rows, cols] matrix (times `batch`, packed) as column-major cols x rows.
@@ -101,6 +102,14 @@ Plan make_plan(const PlanKey& key) {
   const cublasOperation_t op_lt_b = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   TIDAL_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof(op_lt_a)));
   TIDAL_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b)));
+  if (p.bias) {
+    // The bias runs along cuBLASLt's rows (D is our c transposed): one value per column of our c.
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    TIDAL_CUBLAS_CALL(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    TIDAL_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &p.c_type,
+                                                     sizeof(p.c_type)));
+  }
   plan.layout_a = row_major_layout(p.ab_type, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.batch);
   plan.layout_b = row_major_layout(p.ab_type, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.batch);
   plan.layout_c = row_major_layout(p.c_type, p.m, p.n, p.batch);
@@ -134,6 +143,10 @@ Plan make_plan(const PlanKey& key) {
     if (picked != nullptr) break;
   }
   TIDAL_CUBLAS_CALL(cublasLtMatmulPreferenceDestroy(pref));
+  if (picked == nullptr && p.bias) {
+    plan.runs = false;
+    return plan;
+  }
   TIDAL_CHECK(picked != nullptr,
               "cuBLASLt has no algorithm for gemm batch {} m {} n {} k {} (trans {} {}, types {} {}, compute {}, "
               "alignments {} {} {}): {}",
@@ -157,15 +170,28 @@ const Plan& plan_for(const PlanKey& key) {
 
 }  // namespace
 
-void lt_matmul(const MatmulProblem& p, const void* a, const void* b, void* c, float alpha, float beta) {
+bool lt_matmul(const MatmulProblem& p, const void* a, const void* b, void* c, float alpha, float beta,
+               const void* bias) {
   TIDAL_ASSERT(p.batch >= 1 && p.m >= 1 && p.n >= 1 && p.k >= 1, "lt_matmul batch {} m {} n {} k {}", p.batch, p.m,
                p.n, p.k);
+  TIDAL_ASSERT(p.bias == (bias != nullptr), "lt_matmul: a bias pointer exactly when the problem has a bias");
   TIDAL_CHECK(p.batch <= INT_MAX, "gemm batch {} is over cuBLASLt's limit of {}", p.batch, INT_MAX);
   const Plan& plan = plan_for(PlanKey{p, alignment_of(a), alignment_of(b), alignment_of(c)});
+  if (!plan.runs) return false;
+  // The bias pointer is an attribute of the shared descriptor: set and used under one lock (the
+  // call only queues the work, so the lock is held briefly).
+  static std::mutex bias_mutex;
+  std::unique_lock<std::mutex> lock(bias_mutex, std::defer_lock);
+  if (p.bias) {
+    lock.lock();
+    TIDAL_CUBLAS_CALL(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
   // C and D are one buffer with one layout (cuBLASLt's in-place form); with beta == 0 C is not read.
   TIDAL_CUBLAS_CALL(cublasLtMatmul(handle(), plan.desc, &alpha, b, plan.layout_b, a, plan.layout_a, &beta, c,
                                    plan.layout_c, c, plan.layout_c, &plan.algo, workspace(), kWorkspaceBytes,
                                    tidal::cuda::compute_stream()));
+  return true;
 }
 
 }  // namespace tidal::ops::cuda

@@ -40,11 +40,15 @@ struct MatmulProblem {
   cudaDataType_t ab_type = CUDA_R_32F;
   cudaDataType_t c_type = CUDA_R_32F;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // alpha and beta are fp32 in every case
+  bool bias = false;  // c += bias [n] on every row, in the epilogue (bias of c's type)
 
   auto operator<=>(const MatmulProblem&) const = default;
 };
 
-// Queues the GEMM on the compute stream; c is read only when beta != 0. m, n, k >= 1.
-void lt_matmul(const MatmulProblem& p, const void* a, const void* b, void* c, float alpha, float beta);
+// Queues the GEMM on the compute stream; c is read only when beta != 0. m, n, k >= 1. With
+// p.bias, `bias` is added in the epilogue where cuBLASLt has an algorithm for that; returns false
+// where it has none (then nothing ran: the caller runs the GEMM without the bias and adds it).
+bool lt_matmul(const MatmulProblem& p, const void* a, const void* b, void* c, float alpha, float beta,
+               const void* bias = nullptr);
 
 }  // namespace tidal::ops::cuda

@@ -9,7 +9,6 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
-constexpr int kThreads = 256;
 
 // ---- kernels ----
 
@@ -18,26 +17,24 @@ constexpr int kThreads = 256;
 struct TanhFormParts {
   float s, one_minus_s;
 };
-__device__ TanhFormParts tanh_form_parts(float v) {
+__device__ __forceinline__ TanhFormParts tanh_form_parts(float v) {
   const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
   const float e = expf(-2.0f * fabsf(u));
   const float r = 1.0f / (1.0f + e);
   return u >= 0.0f ? TanhFormParts{r, e * r} : TanhFormParts{e * r, r};
 }
 
-template <class T>
-__global__ void gelu_forward_kernel(T* __restrict__ y, const T* __restrict__ x, std::int64_t n, GeluForm form) {
-  TIDAL_CUDA_FOR(i, n) {
-    const float v = load(x[i]);
-    y[i] = store<T>(form == GeluForm::tanh ? v * tanh_form_parts(v).s : 0.5f * v * (1.0f + erff(v * kInvSqrt2)));
+struct GeluForward {
+  GeluForm form;
+  __device__ float operator()(float v) const {
+    return form == GeluForm::tanh ? v * tanh_form_parts(v).s : 0.5f * v * (1.0f + erff(v * kInvSqrt2));
   }
-}
+};
 
-template <class T>
-__global__ void gelu_backward_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ x,
-                                     std::int64_t n, GeluForm form) {
-  TIDAL_CUDA_FOR(i, n) {
-    const float v = load(x[i]);
+// dx = dy * gelu'(x).
+struct GeluBackward {
+  GeluForm form;
+  __device__ float operator()(float dy, float v) const {
     float g;
     if (form == GeluForm::tanh) {
       const TanhFormParts p = tanh_form_parts(v);
@@ -45,9 +42,9 @@ __global__ void gelu_backward_kernel(T* __restrict__ dx, const T* __restrict__ d
     } else {
       g = 0.5f * (1.0f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
     }
-    dx[i] = store<T>(load(dy[i]) * g);
+    return dy * g;
   }
-}
+};
 
 }  // namespace
 
@@ -58,10 +55,8 @@ void gelu_forward(Tensor& y, const Tensor& x, GeluForm form) {
   expect_same(y, x, "gelu y/x");
   const std::int64_t n = x.numel();
   if (n == 0) return;
-  with_float_type(x.dtype(), [&]<class T>() {
-    gelu_forward_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, compute_stream()>>>(ptr<T>(y), ptr<T>(x), n, form);
-  });
-  TIDAL_CUDA_CHECK_LAUNCH("gelu_forward_kernel");
+  with_float_type(x.dtype(), [&]<class T>() { map_elements(ptr<T>(y), n, GeluForward{form}, ptr<T>(x)); });
+  TIDAL_CUDA_CHECK_LAUNCH("gelu_forward map_kernel");
 }
 
 void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x, GeluForm form) {
@@ -71,10 +66,9 @@ void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x, GeluForm form)
   const std::int64_t n = x.numel();
   if (n == 0) return;
   with_float_type(x.dtype(), [&]<class T>() {
-    gelu_backward_kernel<T>
-        <<<blocks_for(n, kThreads), kThreads, 0, compute_stream()>>>(ptr<T>(dx), ptr<T>(dy), ptr<T>(x), n, form);
+    map_elements(ptr<T>(dx), n, GeluBackward{form}, ptr<T>(dy), ptr<T>(x));
   });
-  TIDAL_CUDA_CHECK_LAUNCH("gelu_backward_kernel");
+  TIDAL_CUDA_CHECK_LAUNCH("gelu_backward map_kernel");
 }
 
 }  // namespace tidal::ops::cuda

@@ -8,6 +8,7 @@
 #include "ops/gemm.h"
 
 #include "core/gpu.h"
+#include "ops/bias.h"
 #include "ops/cast.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cublaslt.h"
@@ -53,6 +54,20 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
   expect_cuda_contiguous(c, "gemm c");
   const auto [batch, m, n, k] = gemm_dims(c, a, b, opt);
   if (c.numel() == 0) return;
+  // The bias in cuBLASLt's epilogue where it can take it (the fast path: a Linear's forward); else
+  // the product first and ops::bias_add after, as the CPU backend does.
+  // One matrix, and a bias 16-byte aligned (a chunk's views may start anywhere; cuBLASLt is told
+  // the other operands' alignment, not the bias's).
+  const bool epilogue_bias = opt.bias != nullptr && k > 0 && batch == 1 &&
+                             reinterpret_cast<std::uintptr_t>(opt.bias->raw()) % 16 == 0 &&
+                             a.dtype() == b.dtype() && (c.dtype() == a.dtype() || c.dtype() == DType::f32);
+  if (opt.bias != nullptr && !epilogue_bias) {
+    GemmOptions product = opt;
+    product.bias = nullptr;
+    cuda::gemm(c, a, b, product);
+    cuda::bias_add(c, *opt.bias);
+    return;
+  }
   if (k == 0) {
     const std::int64_t total = c.numel();
     with_float_type(c.dtype(), [&]<class T>() {
@@ -84,7 +99,13 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
   problem.ab_type = cuda_data_type(a.dtype());
   problem.c_type = cuda_data_type(c.dtype());
   problem.compute = opt.tf32 && a.dtype() == DType::f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  lt_matmul(problem, a.raw(), b.raw(), c.raw(), opt.alpha, opt.beta);
+  problem.bias = epilogue_bias;
+  if (!lt_matmul(problem, a.raw(), b.raw(), c.raw(), opt.alpha, opt.beta, epilogue_bias ? opt.bias->raw() : nullptr)) {
+    // No algorithm adds this bias in its epilogue: the product, then the bias.
+    problem.bias = false;
+    lt_matmul(problem, a.raw(), b.raw(), c.raw(), opt.alpha, opt.beta);
+    cuda::bias_add(c, *opt.bias);
+  }
 }
 
 }  // namespace tidal::ops::cuda

@@ -1,6 +1,6 @@
-// LayerNorm on the GPU (ops/layernorm.h). Forward: a block per row, the mean and then the centred
+// LayerNorm on the GPU (ops/layernorm.h). Forward: a warp per row, the mean and then the centred
 // variance in two passes, the same formula as the CPU backend, so mean and rstd agree with it up
-// to summation order. Backward: dx a block per row; dw and db are column sums over the rows,
+// to summation order. Backward: dx a warp per row; dw and db are column sums over the rows,
 // taken without atomics in two fixed-order steps (each chunk of rows sums into its own partial
 // row, then one thread per column adds the partials in chunk order), so they are bitwise
 // reproducible from run to run.
@@ -26,27 +26,45 @@ constexpr std::int64_t kMaxPartialFloats = std::int64_t(1) << 21;
 
 // ---- kernels ----
 
+// A warp per row, V elements an access (C a multiple of V, or V = 1). Each pass reads the row
+// again; its 2C bytes (bf16) stay in L1 between passes.
+constexpr int kRowWarps = kRowThreads / 32;
+
 // x, y: [N, C]; w, b: [C]; mean, rstd: [N].
-template <class T>
+template <int V, class T>
 __global__ void layernorm_forward_kernel(T* y, float* __restrict__ mean, float* __restrict__ rstd, const T* x,
                                          const T* __restrict__ w, const T* __restrict__ b, float eps, std::int64_t N,
                                          std::int64_t C) {
-  __shared__ float scratch[32];
-  for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+  const int lane = threadIdx.x % 32;
+  for (std::int64_t n = blockIdx.x * std::int64_t(kRowWarps) + threadIdx.x / 32; n < N;
+       n += std::int64_t(gridDim.x) * kRowWarps) {
     const T* xr = x + n * C;
     float sum = 0.0f;
-    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += load(xr[c]);
-    const float mu = block_sum(sum, scratch) / float(C);
-    float var = 0.0f;
-    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      const float d = load(xr[c]) - mu;
-      var += d * d;
+    for (std::int64_t c = lane * V; c < C; c += 32 * V) {
+      const Pack<V, T> xp = load_pack<V>(xr + c);
+#pragma unroll
+      for (int e = 0; e < V; ++e) sum += load(xp.v[e]);
     }
-    const float rs = 1.0f / sqrtf(block_sum(var, scratch) / float(C) + eps);
+    const float mu = warp_sum(sum) / float(C);
+    float var = 0.0f;
+    for (std::int64_t c = lane * V; c < C; c += 32 * V) {
+      const Pack<V, T> xp = load_pack<V>(xr + c);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float d = load(xp.v[e]) - mu;
+        var += d * d;
+      }
+    }
+    const float rs = 1.0f / sqrtf(warp_sum(var) / float(C) + eps);
     T* yr = y + n * C;
-    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x)
-      yr[c] = store<T>((load(xr[c]) - mu) * rs * load(w[c]) + load(b[c]));
-    if (threadIdx.x == 0) {
+    for (std::int64_t c = lane * V; c < C; c += 32 * V) {
+      const Pack<V, T> xp = load_pack<V>(xr + c), wp = load_pack<V>(w + c), bp = load_pack<V>(b + c);
+      Pack<V, T> yp;
+#pragma unroll
+      for (int e = 0; e < V; ++e) yp.v[e] = store<T>((load(xp.v[e]) - mu) * rs * load(wp.v[e]) + load(bp.v[e]));
+      store_pack<V>(yr + c, yp);
+    }
+    if (lane == 0) {
       mean[n] = mu;
       rstd[n] = rs;
     }
@@ -54,30 +72,50 @@ __global__ void layernorm_forward_kernel(T* y, float* __restrict__ mean, float* 
 }
 
 // dx may alias dy or x (each element is read before its own thread writes it): no __restrict__.
-template <class T>
+template <int V, class T>
 __global__ void layernorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const T* __restrict__ w,
                                              const float* __restrict__ mean, const float* __restrict__ rstd,
                                              std::int64_t N, std::int64_t C) {
-  __shared__ float scratch[32];
-  for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+  const int lane = threadIdx.x % 32;
+  for (std::int64_t n = blockIdx.x * std::int64_t(kRowWarps) + threadIdx.x / 32; n < N;
+       n += std::int64_t(gridDim.x) * kRowWarps) {
     const T* xr = x + n * C;
     const T* dyr = dy + n * C;
     const float mu = mean[n], rs = rstd[n];
     float sum_g = 0.0f, sum_gx = 0.0f;  // sums of g = dy*w and g * xhat
-    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      const float xhat = (load(xr[c]) - mu) * rs;
-      const float g = load(dyr[c]) * load(w[c]);
-      sum_g += g;
-      sum_gx += g * xhat;
+    for (std::int64_t c = lane * V; c < C; c += 32 * V) {
+      const Pack<V, T> xp = load_pack<V>(xr + c), gp = load_pack<V>(dyr + c), wp = load_pack<V>(w + c);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float xhat = (load(xp.v[e]) - mu) * rs;
+        const float g = load(gp.v[e]) * load(wp.v[e]);
+        sum_g += g;
+        sum_gx += g * xhat;
+      }
     }
-    const float mg = block_sum(sum_g, scratch) / float(C);
-    const float mgx = block_sum(sum_gx, scratch) / float(C);
+    const float mg = warp_sum(sum_g) / float(C);
+    const float mgx = warp_sum(sum_gx) / float(C);
     T* dxr = dx + n * C;
-    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      const float xhat = (load(xr[c]) - mu) * rs;
-      dxr[c] = store<T>((load(dyr[c]) * load(w[c]) - mg - xhat * mgx) * rs);
+    for (std::int64_t c = lane * V; c < C; c += 32 * V) {
+      const Pack<V, T> xp = load_pack<V>(xr + c), gp = load_pack<V>(dyr + c), wp = load_pack<V>(w + c);
+      Pack<V, T> dp;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float xhat = (load(xp.v[e]) - mu) * rs;
+        dp.v[e] = store<T>((load(gp.v[e]) * load(wp.v[e]) - mg - xhat * mgx) * rs);
+      }
+      store_pack<V>(dxr + c, dp);
     }
   }
+}
+
+// Whether the rows of every tensor can be read in packs of V: C a multiple of V, pointers aligned.
+template <int V, class T>
+bool rows_in_packs(std::int64_t C, std::initializer_list<const T*> ps) {
+  if (C % V != 0) return false;
+  for (const T* p : ps)
+    if (!pack_aligned<V>(p)) return false;
+  return true;
 }
 
 // partial [chunks, 2, C]: chunk p (blockIdx.y) sums dy * xhat (for dw) and dy (for db) over its
@@ -135,8 +173,14 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
                "layernorm_forward dtypes x {} w {} b {} mean {} rstd {}", x.str(), w.str(), b.str(), mean.str(),
                rstd.str());
   with_float_type(x.dtype(), [&]<class T>() {
-    layernorm_forward_kernel<T><<<blocks_for(N, 1), kRowThreads, 0, compute_stream()>>>(
-        ptr<T>(y), ptr<float>(mean), ptr<float>(rstd), ptr<T>(x), ptr<T>(w), ptr<T>(b), eps, N, C);
+    constexpr int V = kPackOf<T>;
+    const unsigned blocks = blocks_for(N, kRowWarps);
+    if (rows_in_packs<V, T>(C, {ptr<T>(y), ptr<T>(x), ptr<T>(w), ptr<T>(b)}))
+      layernorm_forward_kernel<V, T><<<blocks, kRowThreads, 0, compute_stream()>>>(
+          ptr<T>(y), ptr<float>(mean), ptr<float>(rstd), ptr<T>(x), ptr<T>(w), ptr<T>(b), eps, N, C);
+    else
+      layernorm_forward_kernel<1, T><<<blocks, kRowThreads, 0, compute_stream()>>>(
+          ptr<T>(y), ptr<float>(mean), ptr<float>(rstd), ptr<T>(x), ptr<T>(w), ptr<T>(b), eps, N, C);
   });
   TIDAL_CUDA_CHECK_LAUNCH("layernorm_forward_kernel");
 }
@@ -170,8 +214,14 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     layernorm_backward_reduce_kernel<T><<<blocks_for(C, kColumnThreads), kColumnThreads, 0, stream>>>(
         ptr<T>(dw), ptr<T>(db), ptr<float>(partial), chunks, C);
     TIDAL_CUDA_CHECK_LAUNCH("layernorm_backward_reduce_kernel");
-    layernorm_backward_dx_kernel<T><<<blocks_for(N, 1), kRowThreads, 0, stream>>>(
-        ptr<T>(dx), ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<float>(mean), ptr<float>(rstd), N, C);
+    constexpr int V = kPackOf<T>;
+    const unsigned blocks = blocks_for(N, kRowWarps);
+    if (rows_in_packs<V, T>(C, {ptr<T>(dx), ptr<T>(dy), ptr<T>(x), ptr<T>(w)}))
+      layernorm_backward_dx_kernel<V, T><<<blocks, kRowThreads, 0, stream>>>(
+          ptr<T>(dx), ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<float>(mean), ptr<float>(rstd), N, C);
+    else
+      layernorm_backward_dx_kernel<1, T><<<blocks, kRowThreads, 0, stream>>>(
+          ptr<T>(dx), ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<float>(mean), ptr<float>(rstd), N, C);
     TIDAL_CUDA_CHECK_LAUNCH("layernorm_backward_dx_kernel");
   });
 }

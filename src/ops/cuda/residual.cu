@@ -7,21 +7,14 @@
 namespace tidal::ops::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
 
-// ---- kernels ----
-
-// No __restrict__: y may alias a or b (accumulate is y = y + x). Each element is read and then
-// written by the same thread, so aliasing is safe.
-template <class T>
-__global__ void residual_add_kernel(T* y, const T* a, const T* b, std::int64_t n) {
-  TIDAL_CUDA_FOR(i, n) { y[i] = store<T>(load(a[i]) + load(b[i])); }
-}
-
-template <class T>
-__global__ void scale_kernel(T* y, float s, std::int64_t n) {
-  TIDAL_CUDA_FOR(i, n) { y[i] = store<T>(load(y[i]) * s); }
-}
+struct Scale {
+  float s;
+  __device__ float operator()(float x) const { return x * s; }
+};
 
 }  // namespace
 
@@ -33,11 +26,9 @@ void residual_add(Tensor& y, const Tensor& a, const Tensor& b) {
   expect_same(y, b, "residual_add y/b");
   const std::int64_t n = y.numel();
   if (n == 0) return;
-  with_float_type(y.dtype(), [&]<class T>() {
-    residual_add_kernel<T>
-        <<<blocks_for(n, kThreads), kThreads, 0, compute_stream()>>>(ptr<T>(y), ptr<T>(a), ptr<T>(b), n);
-  });
-  TIDAL_CUDA_CHECK_LAUNCH("residual_add_kernel");
+  // y may alias a or b (accumulate is y = y + x): map_elements allows it.
+  with_float_type(y.dtype(), [&]<class T>() { map_elements(ptr<T>(y), n, Add{}, ptr<T>(a), ptr<T>(b)); });
+  TIDAL_CUDA_CHECK_LAUNCH("residual_add map_kernel");
 }
 
 void accumulate(Tensor& y, const Tensor& x) { residual_add(y, y, x); }
@@ -46,10 +37,8 @@ void scale(Tensor& y, float s) {
   expect_cuda_contiguous(y, "scale y");
   const std::int64_t n = y.numel();
   if (n == 0) return;
-  with_float_type(y.dtype(), [&]<class T>() {
-    scale_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, compute_stream()>>>(ptr<T>(y), s, n);
-  });
-  TIDAL_CUDA_CHECK_LAUNCH("scale_kernel");
+  with_float_type(y.dtype(), [&]<class T>() { map_elements(ptr<T>(y), n, Scale{s}, ptr<T>(y)); });
+  TIDAL_CUDA_CHECK_LAUNCH("scale map_kernel");
 }
 
 }  // namespace tidal::ops::cuda
