@@ -148,7 +148,8 @@ std::vector<Key> make_schema() {
                 "tokenizer: a newline for data.kind = \"text\", else id 0)"),
       TIDAL_KEY(train.profile,
                 "true: where the step's time goes, per op family (gemm, attention, layernorm, ...) and module kind, "
-                "in each step's metrics record, the summary record and the last progress lines"),
+                "in each step's metrics record, the summary record and the last progress lines (on a GPU: with "
+                "CUDA_LAUNCH_BLOCKING=1, or the figures are kernel launches)"),
       TIDAL_KEY(parallel.data, "data-parallel replicas"),
       TIDAL_KEY(parallel.pipeline, "pipeline stages"),
       TIDAL_KEY(parallel.sequence, "sequence-parallel ranks (ring self-attention)"),

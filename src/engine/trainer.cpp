@@ -25,7 +25,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
+#include <string_view>
 
 namespace tidal::engine {
 namespace {
@@ -549,8 +551,15 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, std::int64_t timed_steps,
                               replicas * pc.layout().spec().sequence, 1e3 * comm_seconds / double(timed_steps),
                               100 * *summary.allreduce_hidden_fraction));
   }
-  if (record.contains("profile"))
+  if (record.contains("profile")) {
     for (const std::string& line : profile_lines(record["profile"])) progress.line(line);
+    // A GPU op returns once its kernels are queued: its time is the launch's, and the kernels'
+    // time lands in whichever op waits next. Blocking launches make each op wait for its own.
+    const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
+    if (cfg.train.device == Device::Kind::cuda && !(blocking && std::string_view(blocking) == "1"))
+      progress.line("profile: on a GPU an op's time above is its launch; run with CUDA_LAUNCH_BLOCKING=1 for its "
+                    "kernels' (bench/gpu_step_profile.py does, beside PyTorch)");
+  }
   if (!cfg.checkpoint.dir.empty()) progress.line(fmt::format("checkpoint: {}", cfg.checkpoint.dir));
   summary.record = std::move(record);
   return summary;
