@@ -105,7 +105,7 @@ void bias_add(Tensor& y, const Tensor& b) {
   if (n == 0) return;
   with_float_type(y.dtype(), [&]<class T>() {
     constexpr int V = kPackOf<T>;
-    if (C % V == 0 && pack_aligned<V>(ptr<T>(y)) && pack_aligned<V>(ptr<T>(b)))
+    if (rows_in_packs<V>(C, ptr<T>(y), ptr<T>(b)))
       launch_bias_add<V>(ptr<T>(y), ptr<T>(b), n / C, C);
     else
       launch_bias_add<1>(ptr<T>(y), ptr<T>(b), n / C, C);
@@ -126,7 +126,7 @@ void bias_grad(Tensor& db, const Tensor& dy) {
   Tensor partial = Tensor::empty(Shape{chunks, C}, DType::f32, gpu_allocator());  // [chunks, C]
   with_float_type(dy.dtype(), [&]<class T>() {
     constexpr int P = kPackOf<T>;
-    const bool packed = C % P == 0 && pack_aligned<P>(ptr<T>(dy));
+    const bool packed = rows_in_packs<P>(C, ptr<T>(dy));
     const std::int64_t tile_cols = kTileCols * (packed ? P : 1), tiles = (C + tile_cols - 1) / tile_cols;
     TIDAL_ASSERT(tiles <= 0x7fffffff, "bias_grad: {} columns", C);
     const dim3 grid{unsigned(tiles), unsigned(chunks)}, block{unsigned(kTileCols), unsigned(kRowLanes)};

@@ -99,6 +99,13 @@ bool pack_aligned(const T* p) {
   return reinterpret_cast<std::uintptr_t>(p) % (V * sizeof(T)) == 0;
 }
 
+// Whether rows `width` elements wide, starting at each of the pointers, can be read V elements an
+// access: the width a multiple of V and every pointer aligned for it.
+template <int V, class... T>
+bool rows_in_packs(std::int64_t width, const T*... rows) {
+  return width % V == 0 && (pack_aligned<V>(rows) && ...);
+}
+
 // y[i] = f(in[i]...) for i in [0, n): f takes and returns fp32 (the operands loaded by load(), the
 // result rounded once by store<T>()), V elements a thread per access and the last n % V one by
 // one. y may alias an input: each element is read, then written, by one thread.

@@ -85,12 +85,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Whether rows of V logits at `p` can be read P at a time.
-template <int P, class T>
-bool rows_in_packs(const T* p, std::int64_t V) {
-  return V % P == 0 && pack_aligned<P>(p);
-}
-
 void check(const Tensor& logits, const Tensor& targets) {
   expect_cuda_contiguous(logits, "cross_entropy logits");
   expect_cuda_contiguous(targets, "cross_entropy targets");
@@ -115,7 +109,7 @@ void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, co
   with_float_type(logits.dtype(), [&]<class T>() {
     constexpr int P = kPackOf<T>;
     auto* bad = ptr<unsigned long long>(first_bad);
-    if (rows_in_packs<P>(ptr<T>(logits), V))
+    if (rows_in_packs<P>(V, ptr<T>(logits)))
       cross_entropy_forward_kernel<P, T><<<blocks_for(N, 1), kThreads, 0, stream>>>(
           ptr<float>(losses), ptr<float>(lse), bad, ptr<T>(logits), ptr<std::int32_t>(targets), N, V);
     else
@@ -143,7 +137,7 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
   TIDAL_ASSERT(lse.numel() == N && lse.dtype() == DType::f32, "cross_entropy lse {} for {}", lse.str(), logits.str());
   with_float_type(logits.dtype(), [&]<class T>() {
     constexpr int P = kPackOf<T>;
-    if (rows_in_packs<P>(ptr<T>(logits), V) && pack_aligned<P>(ptr<T>(dlogits)))
+    if (rows_in_packs<P>(V, ptr<T>(logits), ptr<T>(dlogits)))
       cross_entropy_backward_kernel<P, T><<<blocks_for(N, 1), kThreads, 0, compute_stream()>>>(
           ptr<T>(dlogits), ptr<T>(logits), ptr<float>(lse), ptr<std::int32_t>(targets), scale, N, V);
     else

@@ -109,15 +109,6 @@ __global__ void layernorm_backward_dx_kernel(T* dx, const T* dy, const T* x, con
   }
 }
 
-// Whether the rows of every tensor can be read in packs of V: C a multiple of V, pointers aligned.
-template <int V, class T>
-bool rows_in_packs(std::int64_t C, std::initializer_list<const T*> ps) {
-  if (C % V != 0) return false;
-  for (const T* p : ps)
-    if (!pack_aligned<V>(p)) return false;
-  return true;
-}
-
 // partial [chunks, 2, C]: chunk p (blockIdx.y) sums dy * xhat (for dw) and dy (for db) over its
 // rows [p * rows_per_chunk, ...) in row order, one thread per column.
 template <class T>
@@ -175,7 +166,7 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
   with_float_type(x.dtype(), [&]<class T>() {
     constexpr int V = kPackOf<T>;
     const unsigned blocks = blocks_for(N, kRowWarps);
-    if (rows_in_packs<V, T>(C, {ptr<T>(y), ptr<T>(x), ptr<T>(w), ptr<T>(b)}))
+    if (rows_in_packs<V>(C, ptr<T>(y), ptr<T>(x), ptr<T>(w), ptr<T>(b)))
       layernorm_forward_kernel<V, T><<<blocks, kRowThreads, 0, compute_stream()>>>(
           ptr<T>(y), ptr<float>(mean), ptr<float>(rstd), ptr<T>(x), ptr<T>(w), ptr<T>(b), eps, N, C);
     else
@@ -216,7 +207,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     TIDAL_CUDA_CHECK_LAUNCH("layernorm_backward_reduce_kernel");
     constexpr int V = kPackOf<T>;
     const unsigned blocks = blocks_for(N, kRowWarps);
-    if (rows_in_packs<V, T>(C, {ptr<T>(dx), ptr<T>(dy), ptr<T>(x), ptr<T>(w)}))
+    if (rows_in_packs<V>(C, ptr<T>(dx), ptr<T>(dy), ptr<T>(x), ptr<T>(w)))
       layernorm_backward_dx_kernel<V, T><<<blocks, kRowThreads, 0, stream>>>(
           ptr<T>(dx), ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<float>(mean), ptr<float>(rstd), N, C);
     else
