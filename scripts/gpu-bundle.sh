@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds, on this machine, what scripts/gpu-check.sh runs on a GPU machine that has the CUDA
 # toolkit but none of tidal's other dependencies and no network (the device machines lent to
-# some sessions): tidal and the GPU tests and benchmarks for sm_90 (H100 / H200) only, without MPI
-# (one process) and for a generic x86-64 CPU, stripped, with every shared library they need other
-# than CUDA's and the C runtime's, packed with xz into .gpu/tidal-gpu.tar.xz (ignored by git; pass `.gpu` to
+# some sessions): tidal and the GPU tests and benchmarks for sm_90 (H100 / H200) only, for a generic
+# x86-64 CPU, stripped, with every shared library they need other than CUDA's, MPI's (Open MPI 4.1:
+# the machine's own, which its mpirun launches; libmpi.so.40 on Debian and Ubuntu) and the C
+# runtime's, packed with xz into .gpu/tidal-gpu.tar.xz (ignored by git; pass `.gpu` to
 # the device run as carried: what travels there, working tree included, is limited to 64 MiB).
 # usage: scripts/gpu-bundle.sh        then on the GPU machine: scripts/gpu-check.sh
 set -euo pipefail
@@ -14,7 +15,7 @@ scripts/setup.sh
 command -v nvcc > /dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || { echo "gpu-bundle: needs nvcc (the CUDA toolkit)"; exit 2; }
 # Its own build folder: the CPU build's options (native code, MPI, every CUDA architecture) stay
 # out of the bundle, and so does any CPU library that only the CPU build links.
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDAL_CUDA=ON -DTIDAL_MPI=OFF -DTIDAL_NATIVE=OFF \
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDAL_CUDA=ON -DTIDAL_MPI=ON -DTIDAL_NATIVE=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
 targets=(tidal $(cd tests/gpu && ls test_cuda_*.cpp | sed 's/\.cpp$//') bench_gpu_ops)
 cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}"
@@ -25,10 +26,12 @@ for t in "${targets[@]}"; do
   [[ -n $f ]] || { echo "gpu-bundle: $t was not built"; exit 1; }
   cp "$f" "$stage/bin/"
 done
-# Shared libraries, but not CUDA's (the GPU machine has its own, matching its driver) nor glibc's.
+# Shared libraries, but not CUDA's (the GPU machine has its own, matching its driver), nor Open
+# MPI's (they must match the machine's mpirun), nor the C and C++ runtimes (glibc, libstdc++,
+# libgcc_s: the machine's are as new or newer, and its MPI libraries need its own libstdc++).
 for f in "$stage"/bin/*; do ldd "$f"; done | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
-    libcuda*|libcublas*|libcudart*|libnccl*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*) ;;
+    libcuda*|libcublas*|libcudart*|libnccl*|libmpi*|libopen-pal*|libopen-rte*|libhwloc*|libevent*|libpmix*|libstdc++*|libgcc_s*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*) ;;
     *) cp -L "$lib" "$stage/lib/" ;;
   esac
 done

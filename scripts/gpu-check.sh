@@ -7,9 +7,11 @@
 # there (a GPU machine without tidal's build dependencies); otherwise builds with CUDA here and
 # runs `ctest -L gpu`.
 #
-#   scripts/gpu-check.sh [tests] [training] [sanitize] [ops] [train] [profile]    (no argument: all, in that order)
+#   scripts/gpu-check.sh [tests] [training] [layouts] [sanitize] [ops] [train] [profile]
+#                                                          (no argument: all, in that order)
 #
 # tests: the GPU unit tests; training: training on the GPU against the CPU (tests/gpu/check_*);
+# layouts: the parallel layouts with 2 to 8 ranks sharing the GPU against one GPU (mpirun);
 # sanitize: compute-sanitizer; ops: the micro-benchmarks; train: the end-to-end benchmarks;
 # profile: the GPT-2 124M step's time by op family, tidal beside PyTorch eager (bench/gpu_step_profile.py).
 #
@@ -27,10 +29,10 @@
 # 1.5B model in tidal alone (its MFU; torch.compile of 48 layers takes minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-parts=(${*:-tests training sanitize ops train profile})
+parts=(${*:-tests training layouts sanitize ops train profile})
 for part in "${parts[@]}"; do
-  [[ " tests training sanitize ops train profile " == *" $part "* ]] ||
-    { echo "gpu-check: no part '$part' (tests, training, sanitize, ops, train, profile)"; exit 2; }
+  [[ " tests training layouts sanitize ops train profile " == *" $part "* ]] ||
+    { echo "gpu-check: no part '$part' (tests, training, layouts, sanitize, ops, train, profile)"; exit 2; }
 done
 logs=gpu-check-logs
 rm -rf "$logs" && mkdir -p "$logs"
@@ -130,6 +132,12 @@ part_training() {
   check check_gpu_training bash tests/gpu/check_gpu_training.sh "$tidal"
   check check_gpu_loss_curve python3 tests/gpu/check_gpu_loss_curve.py "$tidal"
   unset CUDA_LAUNCH_BLOCKING
+}
+
+part_layouts() {
+  command -v mpirun > /dev/null || { echo "FAIL layouts: mpirun is not on the PATH (Open MPI 4.1)"; failed=1; return; }
+  check check_gpu_layouts bash tests/gpu/check_gpu_layouts.sh "$tidal" mpirun --allow-run-as-root --oversubscribe \
+    --bind-to none
 }
 
 part_sanitize() {

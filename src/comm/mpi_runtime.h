@@ -25,6 +25,7 @@ class MpiRuntime {
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
   int local_size() const { return local_size_; }  // ranks sharing this node
+  int local_rank() const { return local_rank_; }  // this rank's place among them
   std::string processor_name() const { return processor_; }
 
   // The group of all ranks. `timeout` is its operations' default.
@@ -38,7 +39,7 @@ class MpiRuntime {
   [[noreturn]] void abort(int code);
 
  private:
-  int world_rank_ = 0, world_size_ = 1, local_size_ = 1;
+  int world_rank_ = 0, world_size_ = 1, local_size_ = 1, local_rank_ = 0;
   int next_group_id_ = 0;
   std::string processor_;
   std::unique_ptr<MpiProgress> progress_;

@@ -273,4 +273,10 @@ WorkPtr NcclCommunicator::barrier(const BarrierOptions& o) {
   });
 }
 
+std::shared_ptr<Communicator> nccl_on_current_gpu(Communicator& bootstrap, Seconds timeout) {
+  int device = 0;
+  TIDAL_CUDA_CALL(cudaGetDevice(&device));
+  return std::make_shared<NcclCommunicator>(bootstrap, device, cuda::compute_stream(), timeout);
+}
+
 }  // namespace tidal::comm

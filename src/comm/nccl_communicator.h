@@ -62,4 +62,8 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
 };
 
+// The group's NCCL communicator on this process's current GPU, ordered after the compute stream
+// (core/cuda/runtime.h); bootstrapped over `bootstrap`, the same group on the host (MPI).
+std::shared_ptr<Communicator> nccl_on_current_gpu(Communicator& bootstrap, Seconds timeout);
+
 }  // namespace tidal::comm

@@ -29,6 +29,8 @@ enum class ActivationOffload { none, host };           // train.activation_offlo
 enum class OnNonfinite { stop, skip };
 // memory.offload: none, PatrickStar's chunks moving by tensor state, or ZeRO-Offload's static split.
 enum class Offload { none, chunk, static_split };
+// parallel.gpu_collectives: how a group's GPU tensors travel (comm/device_communicator.h).
+enum class GpuCollectives { automatic, nccl, staged };
 
 // Names<E>::table: every value of E with its config name.
 template <class E>
@@ -112,6 +114,11 @@ template <>
 struct Names<Offload> {
   static constexpr std::pair<Offload, std::string_view> table[] = {
       {Offload::none, "none"}, {Offload::chunk, "chunk"}, {Offload::static_split, "static"}};
+};
+template <>
+struct Names<GpuCollectives> {
+  static constexpr std::pair<GpuCollectives, std::string_view> table[] = {
+      {GpuCollectives::automatic, "auto"}, {GpuCollectives::nccl, "nccl"}, {GpuCollectives::staged, "staged"}};
 };
 template <>
 struct Names<memory::Eviction> {

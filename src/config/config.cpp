@@ -278,11 +278,6 @@ void validate(const Config& c, bool local_files) {
                 "host memory with a cap), e.g. --set memory.device_limit=64MiB",
                 c.memory.offload);
   }
-  // The GPU path runs one process (no GPU collectives in the layers and the chunks yet).
-  TIDAL_CHECK(t.device == Device::Kind::cpu || (p.data == 1 && p.pipeline == 1 && p.tensor.size == 1 && p.sequence == 1),
-              "train.device = \"cuda\" trains in one process for now: set parallel.data, parallel.pipeline, "
-              "parallel.tensor.size and parallel.sequence to 1 (they are {}, {}, {} and {}), or train.device = \"cpu\"",
-              p.data, p.pipeline, p.tensor.size, p.sequence);
   TIDAL_CHECK(offload || c.memory.host_limit.empty(),
               "memory.host_limit caps the chunks the host holds beside a device tier: set memory.offload to \"chunk\" "
               "or \"static\" (it is \"none\"), or leave memory.host_limit unset");

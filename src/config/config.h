@@ -109,6 +109,7 @@ struct ParallelConfig {
   bool scatter_gather = true;         // pipeline x 1D tensor: send 1/t of each activation
   double bucket_mb = 25.0;   // data parallel: gradient bucket size (MiB) for the overlapped all-reduce
   double timeout_s = 300.0;  // a collective slower than this ends the job (the watchdog)
+  GpuCollectives gpu_collectives = GpuCollectives::automatic;  // auto | nccl | staged
   int ranks_per_node = 0;    // 0 = as the launcher reports; keeps the busiest groups on one node
   // parallel.auto: tidal train picks data x pipeline x tensor x sequence and zero.stage by the cost
   // model (sim/auto_layout.h) for the launched ranks, on parallel.hardware ("" = measure this

@@ -110,7 +110,8 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(train.grad_clip, "global gradient-norm clip (0 = off)"),
       TIDAL_KEY(train.seed, "seed of initialisation and dropout"),
       TIDAL_KEY(train.device,
-                "cpu | cuda: where the step computes (cuda: the process's current GPU; one process for now)"),
+                "cpu | cuda: where the step computes (cuda: a node's ranks take its GPUs in turn, and ranks beyond their "
+                "count share them; collectives over MPI, GPU tensors staged through pinned host memory)"),
       TIDAL_KEY(train.precision,
                 "fp32 | bf16 | fp16: parameters and activations in that type, fp32 master weights and AdamW (chunks); "
                 "unset with train.device = cuda: bf16"),
@@ -166,6 +167,10 @@ std::vector<Key> make_schema() {
                 "pipeline x 1D tensor: each tensor rank sends 1/t of the activation, the next stage all-gathers"),
       TIDAL_KEY(parallel.bucket_mb, "data parallel: MiB of gradients per all-reduce bucket, overlapped with backward"),
       TIDAL_KEY(parallel.timeout_s, "seconds a collective may take before the watchdog ends the job"),
+      TIDAL_KEY(parallel.gpu_collectives,
+                "train.device = cuda: auto (nccl where every rank has a GPU of its own, else staged) | nccl "
+                "(collectives on GPU tensors GPU to GPU; host tensors and send / recv over MPI) | staged (everything "
+                "over MPI, GPU tensors through pinned host memory: what lets ranks share a GPU)"),
       TIDAL_KEY(parallel.ranks_per_node, "ranks per node (0 = as launched); keeps tensor groups inside a node"),
       field("parallel.auto", [](Config& c) -> auto& { return c.parallel.auto_layout; },
             "true: tidal train picks parallel.data, pipeline, tensor.size / mode / depth, sequence and zero.stage "

@@ -43,6 +43,16 @@ std::string gpu_description() {
                      cuda::device_has_memory_pools(device) ? "the stream-ordered pool" : "cudaMalloc (no memory pools)");
 }
 
+int gpu_count() {
+  int n = 0;
+  if (gpu_available()) TIDAL_CUDA_CALL(cudaGetDeviceCount(&n));
+  return n;
+}
+
+void use_gpu_of_local_rank(int local_rank) {
+  if (gpu_available()) TIDAL_CUDA_CALL(cudaSetDevice(local_rank % gpu_count()));
+}
+
 Allocator& gpu_allocator() {
   TIDAL_CHECK(gpu_available(), "GPU memory was asked for, but this process sees {}", gpu_description());
   static auto* a = new cuda::DeviceAllocator();  // never destroyed: blocks may outlive static destructors
@@ -144,6 +154,8 @@ namespace {
 }  // namespace
 
 bool gpu_available() { return false; }
+int gpu_count() { return 0; }
+void use_gpu_of_local_rank(int) {}
 std::string gpu_description() { return "no GPU (this build has no CUDA backend)"; }
 Allocator& gpu_allocator() { no_cuda("GPU memory"); }
 Allocator& pinned_host_allocator() { no_cuda("pinned host memory"); }

@@ -21,6 +21,11 @@ namespace tidal {
 bool gpu_available();
 // "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)", or why there is none.
 std::string gpu_description();
+// GPUs visible to this process (0 without CUDA).
+int gpu_count();
+// The GPU of the `local_rank`-th process on a node: the node's GPUs in turn (so ranks beyond their
+// count share them). Before any GPU work; nothing without a GPU.
+void use_gpu_of_local_rank(int local_rank);
 
 // The GPU's memory (a stream-ordered pool that keeps freed blocks for reuse), counted like every
 // tier; and page-locked host memory, which the GPU can copy to and from asynchronously.

@@ -179,6 +179,19 @@ float Tensor::item() const {
   return v;
 }
 
+Tensor on_host(const Tensor& t, bool copy) {
+  if (!t.defined() || !t.device().is_cuda()) return t;
+  return copy ? t.clone(host_allocator()) : Tensor::empty(t.shape(), t.dtype(), host_allocator());
+}
+
+void from_host(Tensor& t, const Tensor& host) {
+  if (host.raw() != t.raw()) t.copy_from(host);
+}
+
+Allocator& host_side(const Tensor& like, Allocator& otherwise) {
+  return like.device().is_cuda() ? host_allocator() : otherwise;
+}
+
 std::string Tensor::str() const { return std::string(dtype_name(dtype_)) + shape_.str(); }
 
 }  // namespace tidal

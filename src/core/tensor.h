@@ -93,4 +93,13 @@ class Tensor {
 
 Shape contiguous_strides(const Shape& shape);
 
+// For host loops over tensors that may live on a GPU: t itself when the CPU can reach it, else a
+// host tensor of its shape and dtype, holding t's values when `copy` (complete on return).
+Tensor on_host(const Tensor& t, bool copy = true);
+// A host tensor's values into t (nothing when `host` is t itself, as on_host gives on the CPU).
+void from_host(Tensor& t, const Tensor& host);
+// Where such a loop keeps tensors of its own beside `like`: `otherwise` (the default: the step's
+// pool) when like is in host memory, else the host's allocator.
+Allocator& host_side(const Tensor& like, Allocator& otherwise = default_allocator());
+
 }  // namespace tidal

@@ -36,7 +36,7 @@ Tensor host_weight(models::Model& model, const std::string& name, const Shape& s
               "(tidal sample) instead",
               name, held);
   TIDAL_ASSERT(p.data.shape() == shape, "{}: {}, expected {}", name, p.data.str(), shape.str());
-  return p.data.device().is_cuda() ? p.data.clone(host_allocator()) : p.data;
+  return on_host(p.data);
 }
 
 void attend_cached(const float* q, const float* k, const float* v, std::int64_t t, int n_head, int n_kv_head,

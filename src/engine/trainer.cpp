@@ -260,6 +260,10 @@ void Trainer::Run::prepare() {
 }
 
 void Trainer::Run::describe_layout() {
+  if (pc.gpu_collectives() == "staged")
+    progress.line("collectives: MPI, with the GPU's tensors staged through pinned host memory");
+  if (pc.gpu_collectives() == "nccl")
+    progress.line("collectives: NCCL between the GPUs (host tensors and send / recv over MPI)");
   if (replicas > 1) {
     progress.line(fmt::format("data parallel: {} replicas of {} sequences{}", replicas, local,
                               accum > 1 ? fmt::format(" ({} micro-batches)", accum) : ""));

@@ -14,13 +14,15 @@
 namespace tidal::memory {
 namespace {
 
-// sum += x, with sum fp32 and x of any float type.
+// sum += x, with sum fp32 and x of any float type, on either tier: x is widened where it is and
+// then copied to sum's (under offload, the fp32 grad list is in host memory and x on the GPU).
 void add_into(Tensor sum, const Tensor& x) {
   Tensor wide = x;
   if (x.dtype() != DType::f32) {
     wide = Tensor::empty(x.shape(), DType::f32, allocator_on(x.device()));
     ops::cast(wide, x);
   }
+  if (wide.device() != sum.device()) wide = sum.device().is_cuda() ? wide.clone(gpu_allocator()) : on_host(wide);
   ops::accumulate(sum, wide);
 }
 

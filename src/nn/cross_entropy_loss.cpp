@@ -4,11 +4,6 @@
 
 namespace tidal::nn {
 
-namespace {
-// The tensor itself on the host, or a host copy of a GPU tensor.
-Tensor on_host(const Tensor& t) { return t.device().is_cuda() ? t.clone(host_allocator()) : t; }
-}  // namespace
-
 void CrossEntropyLoss::add_rows(LossSum& total, const Tensor& logits, const Tensor& targets, Context& ctx) {
   const Tensor logits2 = logits.reshape({-1, logits.dim(-1)});
   const std::int64_t N = logits2.dim(0);

@@ -8,7 +8,7 @@
 namespace tidal::nn {
 
 std::int64_t valid_targets(const Batch& batch) {
-  const Tensor targets = batch.targets.device().is_cuda() ? batch.targets.clone(host_allocator()) : batch.targets;
+  const Tensor targets = on_host(batch.targets);
   const std::int32_t* t = targets.data<std::int32_t>();
   return std::count_if(t, t + targets.numel(), [](std::int32_t v) { return v != ops::kIgnoreIndex; });
 }

@@ -3,13 +3,6 @@
 #include "nn/runner.h"
 
 namespace tidal::nn {
-namespace {
-
-// `t` in host memory: itself when the CPU can read it already.
-Tensor on_host(const Tensor& t) { return t.defined() && t.device().is_cuda() ? t.clone(host_allocator()) : t; }
-
-}  // namespace
-
 OnHost::OnHost(std::unique_ptr<Module> layer) : layer_(&add_module("", std::move(layer))) {}
 
 Tensor OnHost::forward(const Tensor& x, Context& ctx) {

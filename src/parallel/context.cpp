@@ -1,10 +1,16 @@
 #include "parallel/context.h"
 
 #include "comm/planning_communicator.h"
+#include "comm/device_communicator.h"
 #include "comm/self_communicator.h"
+#include "comm/staged_communicator.h"
 #include "core/error.h"
+#include "core/gpu.h"
 #if TIDAL_MPI
 #include "comm/mpi_runtime.h"
+#endif
+#if TIDAL_NCCL
+#include "comm/nccl_communicator.h"
 #endif
 
 namespace tidal::parallel {
@@ -55,6 +61,27 @@ void check_config_fits(const config::Config& cfg, const Layout& layout) {
               micro ? micro : B / replicas, sample_parts, spec.mode, sample_parts);
 }
 
+#if TIDAL_MPI
+// parallel.gpu_collectives settled alike on every rank: NCCL where asked, or (auto) where every
+// node's ranks have GPUs of their own and this build has NCCL; staged otherwise.
+bool nccl_between_gpus(const config::Config& cfg, comm::MpiRuntime& runtime, comm::Seconds timeout) {
+  const config::GpuCollectives asked = cfg.parallel.gpu_collectives;
+  if (asked == config::GpuCollectives::staged) return false;
+  Tensor own = Tensor::full({1}, runtime.local_size() <= gpu_count() ? 1.0f : 0.0f, host_allocator());
+  runtime.world(timeout)->all_reduce(own, {.op = comm::ReduceOp::min})->wait();
+  const bool everyone_owns = own.data<float>()[0] > 0.0f;
+  if (asked == config::GpuCollectives::automatic) return everyone_owns && TIDAL_NCCL;
+  TIDAL_CHECK(TIDAL_NCCL, "parallel.gpu_collectives = \"nccl\", but this build has no NCCL: rebuild where NCCL is "
+              "installed (libnccl-dev), or set parallel.gpu_collectives = \"staged\"");
+  TIDAL_CHECK(everyone_owns,
+              "parallel.gpu_collectives = \"nccl\" needs a GPU for every rank, and on rank {}'s node {} ranks share {} "
+              "GPU(s) (NCCL rejects two ranks on one GPU): set parallel.gpu_collectives = \"staged\" (or \"auto\"), or "
+              "launch at most one rank per GPU",
+              runtime.world_rank(), runtime.local_size(), gpu_count());
+  return true;
+}
+#endif
+
 }  // namespace
 
 ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] comm::MpiRuntime* runtime)
@@ -67,12 +94,38 @@ ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] com
       coords_(layout_.coordinates(rank_)) {
   check_config_fits(cfg, layout_);
   const comm::Seconds timeout(cfg.parallel.timeout_s);
+#if TIDAL_MPI
+  const bool on_gpus = runtime && runtime->world_size() > 1 && cfg.train.device == Device::Kind::cuda;
+  if (on_gpus) {
+    TIDAL_CHECK(gpu_available(),
+                "train.device = \"cuda\", but rank {} sees {}: run it where a GPU is visible (check "
+                "CUDA_VISIBLE_DEVICES and nvidia-smi), or set train.device = \"cpu\"",
+                runtime->world_rank(), gpu_description());
+    use_gpu_of_local_rank(runtime->local_rank());
+    gpu_collectives_ = nccl_between_gpus(cfg, *runtime, timeout) ? "nccl" : "staged";
+  }
+#endif
   // Every rank creates the same groups in the same order (creation is collective).
   for (GroupKind kind : kAllGroupKinds) {
     const auto all = layout_.groups(kind);
     std::shared_ptr<comm::Communicator> c;
 #if TIDAL_MPI
-    if (runtime && all.front().size() > 1) c = runtime->split(std::string(group_name(kind)), all, timeout);
+    if (runtime && all.front().size() > 1) {
+      c = runtime->split(std::string(group_name(kind)), all, timeout);
+      if (on_gpus) {
+        // GPU tensors through pinned host buffers over MPI (what lets ranks share a GPU); with
+        // NCCL, the collectives whose operands are all on the GPU go GPU to GPU instead.
+        std::shared_ptr<comm::Staging> staging = comm::gpu_staging();
+        std::shared_ptr<comm::Communicator> on_gpu = std::make_shared<comm::StagedCommunicator>(c, staging);
+#if TIDAL_NCCL
+        if (gpu_collectives_ == "nccl")
+          on_gpu = std::make_shared<comm::DeviceCommunicator>(
+              comm::nccl_on_current_gpu(*c, timeout), std::move(on_gpu),
+              [staging](const Tensor& t) { return staging->needs_staging(t); });
+#endif
+        c = std::move(on_gpu);
+      }
+    }
 #endif
     if (!c) c = std::make_shared<comm::SelfCommunicator>(std::string(group_name(kind)));
     groups_[kind] = std::make_shared<comm::CountingCommunicator>(std::move(c));
@@ -142,10 +195,12 @@ nlohmann::json ParallelContext::per_rank(const nlohmann::json& mine) {
 
 nlohmann::json ParallelContext::describe() const {
   const MeshSpec& s = layout_.spec();
-  return {{"world_size", s.world_size},         {"data", s.data},
-          {"pipeline", s.pipeline},             {"tensor", s.tensor},
-          {"tensor_mode", std::string(config::name_of(s.mode))}, {"sequence", s.sequence},
-          {"ranks_per_node", s.ranks_per_node}};
+  nlohmann::json out = {{"world_size", s.world_size},         {"data", s.data},
+                        {"pipeline", s.pipeline},             {"tensor", s.tensor},
+                        {"tensor_mode", std::string(config::name_of(s.mode))}, {"sequence", s.sequence},
+                        {"ranks_per_node", s.ranks_per_node}};
+  if (!gpu_collectives_.empty()) out["gpu_collectives"] = gpu_collectives_;
+  return out;
 }
 
 }  // namespace tidal::parallel

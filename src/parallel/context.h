@@ -49,8 +49,12 @@ class ParallelContext {
   // Every rank's integer figures `mine` ({key: value}, the same keys on every rank) as
   // {key_per_rank: [value of rank 0, 1, ...]}: one all-gather (a collective every rank calls alike).
   nlohmann::json per_rank(const nlohmann::json& mine);
-  // {"world_size", "data", "pipeline", "tensor", "tensor_mode", "sequence", "ranks_per_node"}
+  // {"world_size", "data", "pipeline", "tensor", "tensor_mode", "sequence", "ranks_per_node"}, and
+  // "gpu_collectives" when GPU ranks communicate
   nlohmann::json describe() const;
+  // How the groups move GPU tensors (parallel.gpu_collectives settled): "nccl", "staged", or ""
+  // (host tensors only: a CPU run, or one process).
+  const std::string& gpu_collectives() const { return gpu_collectives_; }
 
  private:
   ParallelContext(const config::Config& cfg, const MeshSpec& spec, int rank);
@@ -59,6 +63,7 @@ class ParallelContext {
   int rank_ = 0;
   Coordinates coords_;
   std::map<GroupKind, std::shared_ptr<comm::CountingCommunicator>> groups_;
+  std::string gpu_collectives_;
 };
 
 // The mesh a config asks for on `world_size` ranks with `ranks_per_node` (0 = unknown).

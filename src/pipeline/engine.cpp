@@ -115,7 +115,7 @@ void PipelineEngine::send(const Tensor& t, Stream to) {
   const int dst = rank_of(to.virtual_stage), tag = tag_of(to);
   auto [it, first] = sent_shapes_.try_emplace(to, Message{t.shape(), t.dtype()});
   if (first) {
-    Tensor header = Tensor::zeros({kHeader}, DType::i32);
+    Tensor header = Tensor::zeros({kHeader}, DType::i32, host_allocator());  // read by the host
     header.data<std::int32_t>()[0] = std::int32_t(t.ndim());
     for (int d = 0; d < t.ndim(); ++d) header.data<std::int32_t>()[d + 1] = std::int32_t(t.dim(d));
     header.data<std::int32_t>()[kHeader - 1] = std::int32_t(t.dtype());
@@ -141,7 +141,7 @@ void PipelineEngine::post_receive(Stream s, Allocator& alloc) {
 Tensor PipelineEngine::receive(Stream s, Allocator& alloc) {
   const auto t0 = Clock::now();
   if (!received_shapes_.count(s)) {
-    Tensor header = Tensor::empty({kHeader}, DType::i32);
+    Tensor header = Tensor::empty({kHeader}, DType::i32, host_allocator());
     pipeline_.recv(header, source_of(s), {.tag = tag_of(s)})->wait();
     Shape shape;
     for (int d = 0; d < header.data<std::int32_t>()[0]; ++d) shape.push_back(header.data<std::int32_t>()[d + 1]);

@@ -49,8 +49,6 @@ expect offload-without-cap "needs memory.device_limit on a machine without a GPU
 expect offload-too-small "is too small for this run: the warm-up iteration traced" -- \
   train --set memory.offload=chunk --set memory.device_limit=200KiB --set train.steps=2
 expect device-unknown 'train.device = "gpu" is not one of cpu | cuda' -- train --set train.device=gpu
-expect device-cuda-parallel 'train.device = "cuda" trains in one process for now: set parallel.data' -- \
-  train --set train.device=cuda --set parallel.data=2
 # Where a GPU is visible this trains instead: only a machine without one checks the message.
 if ! "$tidal" info | grep -q "train.device=cuda"; then
   expect device-cuda-without-gpu 'train.device = "cuda", but this process sees no GPU' -- \

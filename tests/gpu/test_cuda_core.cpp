@@ -65,6 +65,25 @@ TEST(CudaCore, RoundTripsContiguousTensorsBitwise) {
   }
 }
 
+TEST(CudaCore, HostLoopsGetCopiesOfGpuTensors) {
+  // on_host copies a GPU tensor to host memory (or only shapes one), from_host copies it back,
+  // and a host loop's temporaries beside a GPU tensor come from the host's allocator.
+  TIDAL_REQUIRE_GPU();
+  Tensor host = Tensor::empty({3, 5});
+  for (int i = 0; i < 15; ++i) host.data<float>()[i] = float(i);
+  Tensor gpu = to_gpu(host);
+  Tensor here = on_host(gpu);
+  ASSERT_TRUE(here.device().is_cpu());
+  EXPECT_EQ(std::memcmp(here.raw(), host.raw(), host.nbytes()), 0);
+  Tensor shaped = on_host(gpu, false);
+  EXPECT_TRUE(shaped.device().is_cpu());
+  EXPECT_EQ(shaped.shape(), gpu.shape());
+  here.data<float>()[4] = -1.0f;
+  from_host(gpu, here);
+  EXPECT_EQ(to_host(gpu).data<float>()[4], -1.0f);
+  EXPECT_EQ(&host_side(gpu), &host_allocator());
+}
+
 TEST(CudaCore, CopiesStridedSlicesBothWays) {
   TIDAL_REQUIRE_GPU();
   Tensor host = testing::randn({5, 6, 11}, 1);

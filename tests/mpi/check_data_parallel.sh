@@ -51,4 +51,8 @@ PY
 # A layout error under mpirun: exit code 2 and one message (every rank meets it; rank 0 says it).
 expect_error "train.batch_size (7) must be divisible by parallel.data (2)" 2 --set parallel.data=2 \
   --set train.batch_size=7
+# Where no GPU is visible, GPU ranks are refused the same way, before any collective on the GPU.
+if ! "$tidal" info | grep -q "train.device=cuda"; then
+  expect_error 'train.device = "cuda", but rank 0 sees no GPU' 2 --set parallel.data=2 --set train.device=cuda
+fi
 echo "PASS: a bad layout under mpirun exits 2 with one message"

@@ -20,6 +20,21 @@ TEST(Tensor, ViewsShareStorage) {
   EXPECT_EQ(r.raw(), t.raw());
 }
 
+TEST(Tensor, HostLoopsUseHostTensorsInPlace) {
+  // on_host / from_host / host_side give a host loop the tensor itself on the CPU (no copies, and
+  // its temporaries from the step's pool); test_cuda_core checks the copies of GPU tensors.
+  Tensor t = Tensor::full({5}, 2.0f);
+  Tensor here = on_host(t);
+  EXPECT_EQ(here.raw(), t.raw());
+  EXPECT_EQ(on_host(t, false).raw(), t.raw());
+  here.data<float>()[1] = 7.0f;
+  from_host(t, here);
+  EXPECT_EQ(t.data<float>()[1], 7.0f);
+  HostAllocator pool;
+  EXPECT_EQ(&host_side(t, pool), &pool);
+  EXPECT_EQ(&host_side(t), &default_allocator());
+}
+
 TEST(Tensor, ForeignMemoryIsNotOwned) {
   float buffer[6] = {1, 2, 3, 4, 5, 6};
   Tensor v = Tensor::view_of(buffer, {2, 3}, DType::f32);

@@ -23,10 +23,14 @@ void VocabParallelCrossEntropy::add_rows(LossSum& total, const Tensor& logits, c
   TIDAL_ASSERT(logits.dim(-1) == local_, "{}: logits {} for {} classes per rank", path(), logits.str(), local_);
   Tensor logits2 = logits.reshape({-1, local_});
   const std::int64_t N = logits2.dim(0);
-  const std::int32_t* global = mine.data<std::int32_t>();
+  // The targets and the per-row figures (N values each) are combined on the host: copied from and
+  // back to a GPU's memory.
+  const Tensor global_here = on_host(mine);
+  const std::int32_t* global = global_here.data<std::int32_t>();
   // Targets in this rank's classes, re-based; the others marked as elsewhere (or ignored).
-  Tensor targets = Tensor::empty({N}, DType::i32);
-  std::int32_t* local = targets.data<std::int32_t>();
+  Tensor targets = ctx.empty({N}, DType::i32);
+  Tensor targets_here = on_host(targets, false);
+  std::int32_t* local = targets_here.data<std::int32_t>();
   for (std::int64_t i = 0; i < N; ++i) {
     const std::int64_t t = global[i];
     TIDAL_CHECK(t == ops::kIgnoreIndex || (t >= 0 && t < classes_), "target {} at position {} is outside the {} "
@@ -36,6 +40,7 @@ void VocabParallelCrossEntropy::add_rows(LossSum& total, const Tensor& logits, c
                : (t >= first_ && t < first_ + local_) ? std::int32_t(t - first_)
                                                         : ops::kTargetElsewhere;
   }
+  from_host(targets, targets_here);
   Tensor losses = ctx.empty({N}), lse = ctx.empty({N});
   if (real_ == 0) {  // every class here is padding: nothing to add to the sum
     losses.zero_();
@@ -45,13 +50,16 @@ void VocabParallelCrossEntropy::add_rows(LossSum& total, const Tensor& logits, c
   }
 
   // Global log-sum-exp per row: m = max over ranks, then log of the summed exp(lse_r - m).
-  Tensor m = lse.clone();
+  Tensor lse_here = on_host(lse);
+  const Tensor losses_here = on_host(losses);
+  Allocator& here = host_side(lse);
+  Tensor m = lse_here.clone(here);
   group_.all_reduce(m, {.op = comm::ReduceOp::max})->wait();
-  Tensor sum = Tensor::empty({N});
+  Tensor sum = Tensor::empty({N}, DType::f32, here);
   // This rank's target logit (lse_r - loss_r where it holds the target), summed over ranks.
-  Tensor target_logit = Tensor::zeros({N});
-  float *pl = lse.data<float>(), *pm = m.data<float>(), *ps = sum.data<float>(), *pz = target_logit.data<float>();
-  const float* ploss = losses.data<float>();
+  Tensor target_logit = Tensor::zeros({N}, DType::f32, here);
+  float *pl = lse_here.data<float>(), *pm = m.data<float>(), *ps = sum.data<float>(), *pz = target_logit.data<float>();
+  const float* ploss = losses_here.data<float>();
   for (std::int64_t i = 0; i < N; ++i) {
     ps[i] = std::exp(pl[i] - pm[i]);
     if (local[i] >= 0) pz[i] = pl[i] - ploss[i];
@@ -65,6 +73,7 @@ void VocabParallelCrossEntropy::add_rows(LossSum& total, const Tensor& logits, c
       total.count += 1;
     }
   }
+  from_host(lse, lse_here);
   ctx.saved = {logits, lse, targets};
 }
 

@@ -83,15 +83,16 @@ SplitLayerNorm::SplitLayerNorm(const FeatureSplit& split, std::int64_t features,
   split.place_last(*bias_);
 }
 
-// The loops below are fp32 (CPU only for now): bf16 / fp16 activations and parameters are
-// widened on the way in, and y, dx and the gradients rounded once on the way out.
+// The loops below are fp32, on the host (a GPU's tensors are copied there and back): bf16 / fp16
+// activations and parameters are widened on the way in, and y, dx and the gradients rounded once
+// on the way out.
 Tensor SplitLayerNorm::forward(const Tensor& x_given, Context& ctx) {
-  const Tensor x = ctx.as(x_given, DType::f32);
-  const Tensor weight = ctx.as(weight_->data, DType::f32), bias = ctx.as(bias_->data, DType::f32);
+  const Tensor x = on_host(ctx.as(x_given, DType::f32));
+  const Tensor weight = on_host(ctx.as(weight_->data, DType::f32)), bias = on_host(ctx.as(bias_->data, DType::f32));
   const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
   const float* px = x.data<float>();
   // Per-row sum and sum of squares over this rank's features, then over the feature group.
-  Tensor stats = Tensor::zeros({rows, 2});
+  Tensor stats = Tensor::zeros({rows, 2}, DType::f32, host_side(x_given));
   float* ps = stats.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -105,9 +106,11 @@ Tensor SplitLayerNorm::forward(const Tensor& x_given, Context& ctx) {
     ps[2 * r + 1] = float(s2);
   }
   split_.group->all_reduce(stats)->wait();
+  Allocator& saved = host_side(x_given, *ctx.state().activations);
   Tensor y = ctx.empty(x.shape());
-  Tensor xhat = ctx.empty(x.shape()), rstd = ctx.empty({rows});
-  float *py = y.data<float>(), *ph = xhat.data<float>(), *pr = rstd.data<float>();
+  Tensor y_here = on_host(y, false);
+  Tensor xhat = Tensor::empty(x.shape(), DType::f32, saved), rstd = Tensor::empty({rows}, DType::f32, saved);
+  float *py = y_here.data<float>(), *ph = xhat.data<float>(), *pr = rstd.data<float>();
   const float *w = weight.data<float>(), *b = bias.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -121,29 +124,33 @@ Tensor SplitLayerNorm::forward(const Tensor& x_given, Context& ctx) {
       py[r * C + c] = h * w[c] + b[c];
     }
   }
+  from_host(y, y_here);
   ctx.saved = {xhat, rstd};
   return ctx.as(y, x_given.dtype());
 }
 
 Tensor SplitLayerNorm::backward(const Tensor& dy_given, Context& ctx) {
-  const Tensor dy = ctx.as(dy_given, DType::f32);
-  const Tensor weight = ctx.as(weight_->data, DType::f32);
+  const Tensor dy = on_host(ctx.as(dy_given, DType::f32));
+  const Tensor weight = on_host(ctx.as(weight_->data, DType::f32));
   // The gradients accumulate in fp32 and are rounded into the parameters' once.
   Tensor dweight = ctx.as(weight_->grad, DType::f32), dbias = ctx.as(bias_->grad, DType::f32);
+  Tensor dweight_here = on_host(dweight), dbias_here = on_host(dbias);
   const Tensor &xhat = ctx.saved.at(0), &rstd = ctx.saved.at(1);
   const std::int64_t C = weight_->shape[0], rows = xhat.numel() / C;
   const float *pd = dy.data<float>(), *ph = xhat.data<float>(), *pr = rstd.data<float>();
   const float* w = weight.data<float>();
-  float *dw = dweight.data<float>(), *db = dbias.data<float>();
+  float *dw = dweight_here.data<float>(), *db = dbias_here.data<float>();
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < C; ++c) {
       dw[c] += pd[r * C + c] * ph[r * C + c];
       db[c] += pd[r * C + c];
     }
+  from_host(dweight, dweight_here);
+  from_host(dbias, dbias_here);
   if (dweight.raw() != weight_->grad.raw()) ops::cast(weight_->grad, dweight);
   if (dbias.raw() != bias_->grad.raw()) ops::cast(bias_->grad, dbias);
   // dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, means over all C features.
-  Tensor sums = Tensor::zeros({rows, 2});
+  Tensor sums = Tensor::zeros({rows, 2}, DType::f32, host_side(dy_given));
   float* ps = sums.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -158,13 +165,15 @@ Tensor SplitLayerNorm::backward(const Tensor& dy_given, Context& ctx) {
   }
   split_.group->all_reduce(sums)->wait();
   Tensor dx = ctx.empty(dy.shape());
-  float* px = dx.data<float>();
+  Tensor dx_here = on_host(dx, false);
+  float* px = dx_here.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
     const float mg = ps[2 * r] / float(full_), mgh = ps[2 * r + 1] / float(full_);
     for (std::int64_t c = 0; c < C; ++c)
       px[r * C + c] = pr[r] * (pd[r * C + c] * w[c] - mg - ph[r * C + c] * mgh);
   }
+  from_host(dx, dx_here);
   ctx.saved.clear();
   return ctx.as(dx, dy_given.dtype());
 }

@@ -38,9 +38,9 @@ Tensor gather_parameter(const Parameter& p, const Tensor& local, comm::Communica
   // Every rank's block (all the same shape: splits are equal) and where it starts; copies of a
   // block are equal, so whichever lands last is exact.
   const int n = tensor_group.size(), nd = p.shape.size();
-  Tensor offset = Tensor::empty({nd}, DType::i32);
+  Tensor offset = Tensor::empty({nd}, DType::i32, host_allocator());  // read by the host
   for (int d = 0; d < nd; ++d) offset.data<std::int32_t>()[d] = std::int32_t(p.offset[d]);
-  Tensor offsets = Tensor::empty({n * nd}, DType::i32);
+  Tensor offsets = Tensor::empty({n * nd}, DType::i32, host_allocator());
   tensor_group.all_gather(offsets, offset)->wait();
   Tensor blocks = Tensor::empty({n * local.numel()});
   tensor_group.all_gather(blocks, local.is_contiguous() ? local : local.clone())->wait();

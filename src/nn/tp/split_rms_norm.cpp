@@ -13,14 +13,14 @@ SplitRmsNorm::SplitRmsNorm(const FeatureSplit& split, std::int64_t features, flo
   split.place_last(*weight_);
 }
 
-// fp32 loops (CPU only for now, as SplitLayerNorm): bf16 / fp16 activations and parameters are
-// widened on the way in, and y, dx and the gradient rounded once on the way out.
+// fp32 loops on the host, as SplitLayerNorm's: bf16 / fp16 activations and parameters are widened
+// on the way in, and y, dx and the gradient rounded once on the way out.
 Tensor SplitRmsNorm::forward(const Tensor& x_given, Context& ctx) {
-  const Tensor x = ctx.as(x_given, DType::f32);
-  const Tensor weight = ctx.as(weight_->data, DType::f32);
+  const Tensor x = on_host(ctx.as(x_given, DType::f32));
+  const Tensor weight = on_host(ctx.as(weight_->data, DType::f32));
   const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
   const float* px = x.data<float>();
-  Tensor squares = Tensor::zeros({rows});  // per row, this rank's features, then the group's
+  Tensor squares = Tensor::zeros({rows}, DType::f32, host_side(x_given));  // this rank's features, then the group's
   float* ps = squares.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -29,31 +29,35 @@ Tensor SplitRmsNorm::forward(const Tensor& x_given, Context& ctx) {
     ps[r] = float(s2);
   }
   split_.group->all_reduce(squares)->wait();
-  Tensor y = ctx.empty(x.shape()), rstd = ctx.empty({rows});
-  float *py = y.data<float>(), *pr = rstd.data<float>();
+  Tensor y = ctx.empty(x.shape()), rstd = Tensor::empty({rows}, DType::f32, host_side(x_given, *ctx.state().activations));
+  Tensor y_here = on_host(y, false);
+  float *py = y_here.data<float>(), *pr = rstd.data<float>();
   const float* w = weight.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
     pr[r] = float(1.0 / std::sqrt(double(ps[r]) / double(full_) + eps_));
     for (std::int64_t c = 0; c < C; ++c) py[r * C + c] = px[r * C + c] * pr[r] * w[c];
   }
+  from_host(y, y_here);
   ctx.saved = {x, rstd};
   return ctx.as(y, x_given.dtype());
 }
 
 Tensor SplitRmsNorm::backward(const Tensor& dy_given, Context& ctx) {
-  const Tensor dy = ctx.as(dy_given, DType::f32);
-  const Tensor weight = ctx.as(weight_->data, DType::f32);
+  const Tensor dy = on_host(ctx.as(dy_given, DType::f32));
+  const Tensor weight = on_host(ctx.as(weight_->data, DType::f32));
   Tensor dweight = ctx.as(weight_->grad, DType::f32);  // accumulates in fp32, rounded once
+  Tensor dweight_here = on_host(dweight);
   const Tensor &x = ctx.saved.at(0), &rstd = ctx.saved.at(1);
   const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
   const float *pd = dy.data<float>(), *px = x.data<float>(), *pr = rstd.data<float>(), *w = weight.data<float>();
-  float* dw = dweight.data<float>();
+  float* dw = dweight_here.data<float>();
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < C; ++c) dw[c] += pd[r * C + c] * px[r * C + c] * pr[r];
+  from_host(dweight, dweight_here);
   if (dweight.raw() != weight_->grad.raw()) ops::cast(weight_->grad, dweight);
   // dx = rstd (g - xhat mean(g xhat)), g = dy w, xhat = x rstd, the mean over all C features.
-  Tensor dots = Tensor::zeros({rows});
+  Tensor dots = Tensor::zeros({rows}, DType::f32, host_side(dy_given));
   float* pg = dots.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -63,13 +67,15 @@ Tensor SplitRmsNorm::backward(const Tensor& dy_given, Context& ctx) {
   }
   split_.group->all_reduce(dots)->wait();
   Tensor dx = ctx.empty(dy.shape());
-  float* pdx = dx.data<float>();
+  Tensor dx_here = on_host(dx, false);
+  float* pdx = dx_here.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
     const float mean = pg[r] / float(full_);
     for (std::int64_t c = 0; c < C; ++c)
       pdx[r * C + c] = pr[r] * (pd[r * C + c] * w[c] - px[r * C + c] * pr[r] * mean);
   }
+  from_host(dx, dx_here);
   ctx.saved.clear();
   return ctx.as(dx, dy_given.dtype());
 }
