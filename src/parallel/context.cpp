@@ -102,6 +102,12 @@ ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] com
                 "CUDA_VISIBLE_DEVICES and nvidia-smi), or set train.device = \"cpu\"",
                 runtime->world_rank(), gpu_description());
     use_gpu_of_local_rank(runtime->local_rank());
+    // Each rank's device tier would claim the GPU's free memory as its own.
+    TIDAL_CHECK(cfg.memory.offload == config::Offload::none || !cfg.memory.device_limit.empty() ||
+                    runtime->local_size() <= gpu_count(),
+                "memory.offload = \"{}\" with {} ranks sharing {} GPU(s) on rank {}'s node: set memory.device_limit "
+                "(each rank's share of a GPU, e.g. --set memory.device_limit=8GiB), or launch at most one rank per GPU",
+                cfg.memory.offload, runtime->local_size(), gpu_count(), runtime->world_rank());
     gpu_collectives_ = nccl_between_gpus(cfg, *runtime, timeout) ? "nccl" : "staged";
   }
 #endif

@@ -19,6 +19,8 @@ if ! "$tidal" info | grep -q "train.device=cuda"; then
   exit 77
 fi
 MPIRUN=("$@")
+# One GPU, shared by every rank, on machines with more too: what the staged path is for.
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 support=$(cd "$(dirname "$0")/../support" && pwd)
@@ -79,6 +81,13 @@ rc=0
   > "$dir/nccl_shared.log" 2>&1 || rc=$?
 if [ "$rc" != 2 ] || ! grep -q 'parallel.gpu_collectives = "nccl" needs a GPU for every rank' "$dir/nccl_shared.log"; then
   cat "$dir/nccl_shared.log"; echo "FAIL: NCCL on a shared GPU: exit $rc, not 2 with the key named"; exit 1
+fi
+# Offload on a shared GPU without a cap per rank is refused: each rank would claim the GPU's free memory.
+rc=0
+"${MPIRUN[@]}" -np 2 "$tidal" train "${common[@]}" --set parallel.data=2 --set memory.offload=chunk \
+  > "$dir/offload_shared.log" 2>&1 || rc=$?
+if [ "$rc" != 2 ] || ! grep -q 'ranks sharing 1 GPU(s) on rank 0.s node: set memory.device_limit' "$dir/offload_shared.log"; then
+  cat "$dir/offload_shared.log"; echo "FAIL: offload on a shared GPU without memory.device_limit: exit $rc, not 2"; exit 1
 fi
 /usr/bin/env python3 - "$dir" "$support" "${cases[@]}" <<'PY'
 import sys
