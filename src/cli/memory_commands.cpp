@@ -3,6 +3,7 @@
 #include "engine/chunk_search.h"
 #include "engine/memory_plan.h"
 #include "sim/cost_model.h"
+#include "sim/planner.h"
 #include "engine/progress.h"
 #include "engine/tide.h"
 
@@ -65,7 +66,10 @@ void add_plan_command(CLI::App& app, PlanCommand& cmd) {
   plan->add_option("--world", cmd.world,
                    "Predict instead: every layout of this many ranks (data x pipeline x tensor mode and size x "
                    "sequence x zero.stage, 2.5D and 3D with and without parallel.tensor.keep_gathered) for the "
-                   "configured model, with each rank's peak memory and the step time, ranked");
+                   "configured model, with each rank's peak memory and the step time, ranked. Each layout gets the "
+                   "choices that run it fastest within 95% of the device's memory: a pipeline's micro-batches "
+                   "where train.micro_batch_size is unset; where it does not fit as configured, activation "
+                   "checkpointing and more micro-batches");
   plan->add_option("--hardware", cmd.hardware,
                    "With --world: the machine (configs/hardware/*.toml, or `tidal calibrate`'s file); without it "
                    "only memory is predicted");
@@ -130,14 +134,11 @@ void run_cost_model(const PlanCommand& cmd) {
   if (cmd.configured) {
     predictions.push_back(sim::predict(cfg, cmd.world, hardware));
   } else {
-    for (const config::Config& c : sim::layouts(cfg, cmd.world)) predictions.push_back(sim::predict(c, cmd.world, hardware));
+    for (sim::PlannedLayout& planned : sim::plan_layouts(cfg, cmd.world, hardware))
+      predictions.push_back(std::move(planned.prediction));
     TIDAL_CHECK(!predictions.empty(), "no layout of {} ranks splits this model (model.n_head, model.n_embd, "
                 "train.batch_size must divide as the modes need)", cmd.world);
   }
-  std::stable_sort(predictions.begin(), predictions.end(), [&](const sim::Prediction& a, const sim::Prediction& b) {
-    if (a.fits != b.fits) return a.fits;
-    return hardware ? a.time.total() < b.time.total() : a.peak_bytes < b.peak_bytes;
-  });
   for (std::size_t k = 0; k < predictions.size(); ++k) {
     const sim::Prediction& p = predictions[k];
     if (cmd.json) {
@@ -146,7 +147,7 @@ void run_cost_model(const PlanCommand& cmd) {
       const double mfu = hardware && p.time.total() > 0
                              ? p.flops_per_step / p.time.total() / (cmd.world * hardware->peak_flops(cfg.train.precision))
                              : 0.0;
-      fmt::print("{:>3}. {:<40} peak {:>10} (rank {}){}{}\n", k + 1, sim::layout_words(p.layout),
+      fmt::print("{:>3}. {:<56} peak {:>10} (rank {}){}{}\n", k + 1, sim::layout_words(p.layout),
                  engine::human_bytes(std::uint64_t(p.peak_bytes)), p.largest_rank,
                  hardware ? fmt::format("  step {:.4g} s, MFU {:.0f}%", p.time.total(), 100 * mfu) : std::string(),
                  p.fits ? "" : "  does not fit: " + p.does_not_fit);

@@ -59,21 +59,32 @@ bool spans_nodes(const std::vector<int>& members, int per_node) {
 // all-reduce, p - 1 for an all-gather or reduce-scatter, a broadcast or reduce as a scatter and a
 // gather). A receive is the send's other end: its time is the send's.
 LinkTime link_time(const Hardware& hw, const parallel::Layout& layout, int rank) {
-  return [&hw, &layout, rank](std::string_view group, int size, std::string_view op, double calls, double bytes) {
-    if (op == "recv" || op == "barrier") return 0.0;
-    parallel::GroupKind kind = parallel::GroupKind::world;
-    for (parallel::GroupKind k : parallel::kAllGroupKinds)
-      if (parallel::group_name(k) == group) kind = k;
+  // Each group kind's link, found once (the replay asks for every collective it counts).
+  struct GroupLinks {
+    std::string_view name;
+    const Link* pair;        // a send, or a collective of two ranks joined by a link of their own
+    const Link* collective;  // any other collective
+  };
+  std::vector<GroupLinks> links;
+  for (parallel::GroupKind kind : parallel::kAllGroupKinds) {
     const std::vector<int> members = layout.group(kind, rank);
     // A send goes over the pair's link. A collective goes over the node's collective link (what
     // calibrate's all-reduce measures: on a CPU it runs the reduction and MPI's non-blocking
     // algorithm as well, several times slower than a send), except between two ranks that the
     // node joins by a link of their own (links.pairs = "adjacent": a 2D row of two on NVLink).
-    const bool adjacent = members.size() == 2 && members[0] / 2 == members[1] / 2;
-    const bool pair = op == "send" || (size == 2 && hw.adjacent_pairs && adjacent);
-    const Link& link = hw.inter_node && spans_nodes(members, hw.devices_per_node) ? *hw.inter_node
-                       : pair                                                    ? hw.intra_node_pair
-                                                                                 : hw.intra_node_collective;
+    const bool across = hw.inter_node && spans_nodes(members, hw.devices_per_node);
+    const bool adjacent = members.size() == 2 && members[0] / 2 == members[1] / 2 && hw.adjacent_pairs;
+    links.push_back({parallel::group_name(kind), across ? &*hw.inter_node : &hw.intra_node_pair,
+                     across     ? &*hw.inter_node
+                     : adjacent ? &hw.intra_node_pair
+                                : &hw.intra_node_collective});
+  }
+  return [links = std::move(links)](std::string_view group, int size, std::string_view op, double calls, double bytes) {
+    if (op == "recv" || op == "barrier") return 0.0;
+    const GroupLinks* g = &links.front();  // the world, for a group not named
+    for (const GroupLinks& l : links)
+      if (l.name == group) g = &l;
+    const Link& link = op == "send" ? *g->pair : *g->collective;
     const double steps = op == "send" ? 1.0 : op == "all_gather" || op == "reduce_scatter" ? size - 1.0 : 2.0 * (size - 1);
     return calls * steps * link.latency + bytes / link.bandwidth;
   };
@@ -141,6 +152,12 @@ bool keeps_gathered_choice(const config::TensorParallelConfig& t) {
 
 }  // namespace
 
+double capacity_of_device(const config::Config& cfg, const Hardware* hardware) {
+  return !cfg.memory.device_limit.empty() ? double(config::parse_bytes(cfg.memory.device_limit, "memory.device_limit"))
+         : hardware                      ? hardware->device_memory
+                                         : 0.0;
+}
+
 Prediction predict(const config::Config& cfg, int world_size, const Hardware* hardware) {
   Prediction p;
   const config::ParallelConfig& par = cfg.parallel;
@@ -153,10 +170,9 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
   if (par.tensor.mode == parallel::TensorMode::d2p5) p.layout["parallel.tensor.depth"] = par.tensor.depth;
   if (keeps_gathered_choice(par.tensor)) p.layout["parallel.tensor.keep_gathered"] = par.tensor.keep_gathered;
   if (par.sequence > 1) p.layout["parallel.sequence_mode"] = std::string(config::name_of(par.sequence_mode));
-  const std::size_t device_capacity =
-      !cfg.memory.device_limit.empty() ? std::size_t(config::parse_bytes(cfg.memory.device_limit, "memory.device_limit"))
-      : hardware                      ? std::size_t(hardware->device_memory)
-                                      : std::numeric_limits<std::size_t>::max();
+  const std::size_t device_capacity = capacity_of_device(cfg, hardware) > 0
+                                          ? std::size_t(capacity_of_device(cfg, hardware))
+                                          : std::numeric_limits<std::size_t>::max();
   const int per_node = hardware ? hardware->devices_per_node : 0;
   std::vector<PlannedRank> world = plan_world(cfg, world_size, cfg.parallel.ranks_per_node ? cfg.parallel.ranks_per_node : per_node, device_capacity);
   const parallel::Layout& layout = world.front().pc->layout();
@@ -369,6 +385,11 @@ std::string layout_words(const nlohmann::json& l) {
                                 l.at("parallel.sequence").get<int>()));
   std::string out = parts.empty() ? "one rank" : fmt::format("{}", fmt::join(parts, " x "));
   if (l.at("zero.stage").get<int>() > 0) out += fmt::format(", zero {}", l.at("zero.stage").get<int>());
+  // The planner's choices (sim/planner.h).
+  if (l.contains("train.micro_batch_size"))
+    out += fmt::format(", micro-batch {}", l.at("train.micro_batch_size").get<std::int64_t>());
+  if (l.contains("train.activation_checkpointing"))
+    out += fmt::format(", recompute {}", l.at("train.activation_checkpointing").get<std::string>());
   return out;
 }
 

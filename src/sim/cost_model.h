@@ -63,6 +63,10 @@ struct Prediction {
   nlohmann::json json() const;
 };
 
+// The device memory one rank may use: memory.device_limit, else the hardware file's device; 0 =
+// no bound (neither is given).
+double capacity_of_device(const config::Config& cfg, const Hardware* hardware);
+
 // `cfg`'s own layout on `world_size` ranks. `hardware` gives rates, links and the device's
 // memory (without it: no time, and memory fits while within memory.device_limit if set).
 Prediction predict(const config::Config& cfg, int world_size, const Hardware* hardware);

@@ -1,0 +1,112 @@
+#include "sim/planner.h"
+
+#include "core/error.h"
+#include "engine/progress.h"
+#include "parallel/context.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+namespace tidal::sim {
+
+bool ranks_before(const Prediction& a, const Prediction& b, bool timed) {
+  if (a.fits != b.fits) return a.fits;
+  return a.fits && timed ? a.time.total() < b.time.total() : a.peak_bytes < b.peak_bytes;
+}
+
+namespace {
+
+// The layout's config with `micro_batches` micro-batches per step and `recompute`, if the ranks
+// can run it (the micro-batch divides as the layout needs).
+std::optional<config::Config> variant(const config::Config& c, int world_size, std::int64_t micro_batches,
+                                      config::Recompute recompute) {
+  const std::int64_t local = c.train.batch_size / c.parallel.data;
+  if (micro_batches < 1 || local % micro_batches != 0) return std::nullopt;
+  config::Config v = c;
+  v.train.micro_batch_size = micro_batches == 1 ? c.train.micro_batch_size : local / micro_batches;
+  v.train.activation_checkpointing = recompute;
+  try {
+    (void)parallel::ParallelContext::planned(v, world_size, 0);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+// The cost model predicts each rank's peak within 5% of the allocators' (tests/sim/
+// check_cost_model.py; on an H100 a GiB under nvidia-smi's, which adds the CUDA context): the
+// planner leaves that much of the device free, so that what it picks fits the run.
+constexpr double kMargin = 0.05;
+
+void keep_margin(Prediction& p, const config::Config& c, const Hardware* hardware) {
+  const double capacity = capacity_of_device(c, hardware);
+  if (!p.fits || capacity <= 0 || p.peak_bytes <= (1 - kMargin) * capacity) return;
+  p.fits = false;
+  p.does_not_fit = fmt::format("device: rank {} needs {}, within {:.0f}% of its {} (the margin the planner keeps: "
+                               "the cost model's peaks are within 5%)",
+                               p.largest_rank, engine::human_bytes(std::uint64_t(p.peak_bytes)), 100 * kMargin,
+                               engine::human_bytes(std::uint64_t(capacity)));
+}
+
+// Notes in the prediction's layout what the planner set beyond the parallel keys.
+void note_choices(Prediction& p, const config::Config& planned, const config::Config& asked) {
+  if (planned.train.micro_batch_size != asked.train.micro_batch_size)
+    p.layout["train.micro_batch_size"] = planned.train.micro_batch_size;
+  if (planned.train.activation_checkpointing != asked.train.activation_checkpointing)
+    p.layout["train.activation_checkpointing"] = std::string(config::name_of(planned.train.activation_checkpointing));
+}
+
+}  // namespace
+
+std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_size, const Hardware* hardware) {
+  const bool timed = hardware != nullptr;
+  std::vector<PlannedLayout> out;
+  for (const config::Config& layout : layouts(cfg, world_size)) {
+    const std::int64_t local = layout.train.batch_size / layout.parallel.data;
+    const std::int64_t configured = layout.train.micro_batch_size ? local / layout.train.micro_batch_size : 1;
+    std::optional<PlannedLayout> best;
+    const auto consider = [&](std::int64_t micro_batches, config::Recompute recompute) {
+      std::optional<config::Config> v = variant(layout, world_size, micro_batches, recompute);
+      if (!v) return;
+      Prediction p = predict(*v, world_size, hardware);
+      keep_margin(p, *v, hardware);
+      note_choices(p, *v, layout);
+      if (!best || ranks_before(p, best->prediction, timed)) best = PlannedLayout{std::move(*v), std::move(p)};
+    };
+    // The pipeline's micro-batches, where the config leaves them to the planner.
+    std::vector<std::int64_t> counts = {configured};
+    const int p = layout.parallel.pipeline;
+    if (p > 1 && layout.train.micro_batch_size == 0)
+      for (std::int64_t m : {std::int64_t(p), 2 * std::int64_t(p), 4 * std::int64_t(p)}) counts.push_back(m);
+    for (std::int64_t m : counts) consider(m, layout.train.activation_checkpointing);
+    if (!best) continue;
+    // Memory savers where it does not fit: each recomputation (none, selective, blocks) with the
+    // fewest micro-batches that fit it (more only shrink the products further); the fastest.
+    if (!best->prediction.fits) {
+      const std::int64_t m = best->cfg.train.micro_batch_size ? local / best->cfg.train.micro_batch_size : 1;
+      using config::Recompute;
+      const Recompute asked = layout.train.activation_checkpointing;
+      std::vector<Recompute> recomputes = {asked};
+      if (asked == Recompute::none) recomputes.push_back(Recompute::selective);
+      if (asked != Recompute::blocks && asked != Recompute::every_k) recomputes.push_back(Recompute::blocks);
+      for (Recompute r : recomputes)
+        for (std::int64_t more : {m, 2 * m, 4 * m, 8 * m}) {
+          if (r == asked && more == m) continue;  // tried above
+          consider(more, r);
+          if (best->prediction.fits && best->cfg.train.activation_checkpointing == r &&
+              (best->cfg.train.micro_batch_size ? local / best->cfg.train.micro_batch_size : 1) == more)
+            break;
+        }
+    }
+    out.push_back(std::move(*best));
+  }
+  std::stable_sort(out.begin(), out.end(), [timed](const PlannedLayout& a, const PlannedLayout& b) {
+    return ranks_before(a.prediction, b.prediction, timed);
+  });
+  return out;
+}
+
+}  // namespace tidal::sim

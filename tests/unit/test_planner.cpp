@@ -1,0 +1,112 @@
+// The planner (sim/planner.h): a pipeline's micro-batches chosen where the config leaves them,
+// activation checkpointing or more micro-batches where a layout does not fit as configured, and
+// the ranking (those that fit first, fastest first). Checked against the cost model's own
+// predictions of the same configs.
+#include "config/config.h"
+#include "sim/cost_model.h"
+#include "sim/hardware.h"
+#include "sim/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+namespace tidal {
+namespace {
+
+config::Config small_gpt(std::vector<std::string> more = {}) {
+  std::vector<std::string> sets = {"model.n_layer=4", "model.n_embd=256", "model.n_head=4", "model.seq_len=128",
+                                   "model.vocab_size=512", "train.batch_size=32", "train.precision=bf16",
+                                   "train.device=cpu"};
+  sets.insert(sets.end(), more.begin(), more.end());
+  return config::load_config("", sets);
+}
+
+sim::Hardware h100() { return sim::load_hardware(std::string(TIDAL_HARDWARE_DIR) + "/h100-8x.toml"); }
+
+const sim::PlannedLayout* find(const std::vector<sim::PlannedLayout>& planned, int data, int pipeline, int zero) {
+  for (const sim::PlannedLayout& p : planned)
+    if (p.cfg.parallel.data == data && p.cfg.parallel.pipeline == pipeline && p.cfg.parallel.tensor.size == 1 &&
+        p.cfg.parallel.sequence == 1 && p.cfg.zero.stage == zero)
+      return &p;
+  return nullptr;
+}
+
+TEST(Planner, PipelineGetsTheFastestMicroBatches) {
+  const sim::Hardware hw = h100();
+  const config::Config cfg = small_gpt();
+  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(cfg, 2, &hw);
+  const sim::PlannedLayout* pipe = find(planned, 1, 2, 0);
+  ASSERT_NE(pipe, nullptr);
+  // More than one micro-batch, noted in the layout and its words.
+  ASSERT_GT(pipe->cfg.train.micro_batch_size, 0);
+  EXPECT_LT(pipe->cfg.train.micro_batch_size, 32);
+  EXPECT_EQ(pipe->prediction.layout.at("train.micro_batch_size").get<std::int64_t>(), pipe->cfg.train.micro_batch_size);
+  EXPECT_NE(sim::layout_words(pipe->prediction.layout).find("micro-batch"), std::string::npos);
+  // Faster than the whole batch as one micro-batch (the bubble is half the step there), and
+  // as fast as any of the counts it tried.
+  config::Config one = pipe->cfg;
+  one.train.micro_batch_size = 0;
+  const double whole = sim::predict(one, 2, &hw).time.total();
+  EXPECT_LT(pipe->prediction.time.total(), whole);
+  for (std::int64_t micro : {16, 8, 4}) {
+    config::Config c = pipe->cfg;
+    c.train.micro_batch_size = micro;
+    EXPECT_LE(pipe->prediction.time.total(), sim::predict(c, 2, &hw).time.total() * (1 + 1e-12)) << micro;
+  }
+  // A configured micro-batch is the user's: kept as set.
+  const std::vector<sim::PlannedLayout> asked = sim::plan_layouts(small_gpt({"train.micro_batch_size=8"}), 2, &hw);
+  const sim::PlannedLayout* kept = find(asked, 1, 2, 0);
+  ASSERT_NE(kept, nullptr);
+  EXPECT_EQ(kept->cfg.train.micro_batch_size, 8);
+  EXPECT_FALSE(kept->prediction.layout.contains("train.micro_batch_size"));
+}
+
+TEST(Planner, LayoutThatDoesNotFitGetsRecomputationOrMoreMicroBatches) {
+  const sim::Hardware hw = h100();
+  // Data 2 as configured, and with every block recomputed: a device cap between their peaks.
+  config::Config plain = small_gpt({"parallel.data=2"});
+  const double needs = sim::predict(plain, 2, &hw).peak_bytes;
+  config::Config blocks = plain;
+  blocks.train.activation_checkpointing = config::Recompute::blocks;
+  const double saved = sim::predict(blocks, 2, &hw).peak_bytes;
+  ASSERT_LT(saved, needs);
+  const std::uint64_t cap = std::uint64_t((saved + needs) / 2);
+  const config::Config capped = small_gpt({fmt::format("memory.device_limit={}", cap)});
+  config::Config check = capped;
+  check.parallel.data = 2;
+  ASSERT_FALSE(sim::predict(check, 2, &hw).fits);
+
+  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(capped, 2, &hw);
+  const sim::PlannedLayout* data2 = find(planned, 2, 1, 0);
+  ASSERT_NE(data2, nullptr);
+  EXPECT_TRUE(data2->prediction.fits) << data2->prediction.does_not_fit;
+  EXPECT_LE(data2->prediction.peak_bytes, double(cap));
+  const bool recomputes = data2->cfg.train.activation_checkpointing != config::Recompute::none;
+  const bool accumulates = data2->cfg.train.micro_batch_size > 0;
+  EXPECT_TRUE(recomputes || accumulates);
+  EXPECT_EQ(data2->prediction.layout.contains("train.activation_checkpointing"), recomputes);
+  EXPECT_EQ(data2->prediction.layout.contains("train.micro_batch_size"), accumulates);
+  // Its prediction is the cost model's for the config it hands back.
+  EXPECT_DOUBLE_EQ(data2->prediction.time.total(), sim::predict(data2->cfg, 2, &hw).time.total());
+}
+
+TEST(Planner, RanksThoseThatFitFirstFastestFirst) {
+  const sim::Hardware hw = h100();
+  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(small_gpt({"memory.device_limit=40MiB"}), 4, &hw);
+  ASSERT_GT(planned.size(), 4u);
+  for (std::size_t k = 1; k < planned.size(); ++k) {
+    const sim::Prediction &a = planned[k - 1].prediction, &b = planned[k].prediction;
+    EXPECT_FALSE(!a.fits && b.fits) << k;
+    if (a.fits && b.fits) {
+      EXPECT_LE(a.time.total(), b.time.total()) << k;
+    }
+    if (!a.fits && !b.fits) {
+      EXPECT_LE(a.peak_bytes, b.peak_bytes) << k;
+    }
+  }
+  EXPECT_TRUE(planned.front().prediction.fits);
+}
+
+}  // namespace
+}  // namespace tidal
