@@ -175,7 +175,8 @@ std::vector<Key> make_schema() {
       field("parallel.auto", [](Config& c) -> auto& { return c.parallel.auto_layout; },
             "true: tidal train picks parallel.data, pipeline, tensor.size / mode / depth, sequence and zero.stage "
             "for the launched ranks by the cost model (the fastest predicted layout that fits; tidal plan --world N "
-            "shows the ranking) and prints why"),
+            "shows the ranking) and prints why; with them a pipeline's train.micro_batch_size where unset, and "
+            "activation checkpointing or more micro-batches where a layout needs them to fit"),
       TIDAL_KEY(parallel.hardware,
                 "parallel.auto: the machine (a hardware file: configs/hardware/*.toml, or tidal calibrate's); \"\" = "
                 "measure this one at start-up (a quick tidal calibrate over the launched ranks)"),
