@@ -68,13 +68,16 @@ std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_siz
     const std::int64_t local = layout.train.batch_size / layout.parallel.data;
     const std::int64_t configured = layout.train.micro_batch_size ? local / layout.train.micro_batch_size : 1;
     std::optional<PlannedLayout> best;
+    // Predicts a variant, kept if it ranks first so far; whether it fits.
     const auto consider = [&](std::int64_t micro_batches, config::Recompute recompute) {
       std::optional<config::Config> v = variant(layout, world_size, micro_batches, recompute);
-      if (!v) return;
+      if (!v) return false;
       Prediction p = predict(*v, world_size, hardware);
       keep_margin(p, *v, hardware);
       note_choices(p, *v, layout);
+      const bool fits = p.fits;
       if (!best || ranks_before(p, best->prediction, timed)) best = PlannedLayout{std::move(*v), std::move(p)};
+      return fits;
     };
     // The pipeline's micro-batches, where the config leaves them to the planner.
     std::vector<std::int64_t> counts = {configured};
@@ -95,10 +98,7 @@ std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_siz
       for (Recompute r : recomputes)
         for (std::int64_t more : {m, 2 * m, 4 * m, 8 * m}) {
           if (r == asked && more == m) continue;  // tried above
-          consider(more, r);
-          if (best->prediction.fits && best->cfg.train.activation_checkpointing == r &&
-              (best->cfg.train.micro_batch_size ? local / best->cfg.train.micro_batch_size : 1) == more)
-            break;
+          if (consider(more, r)) break;
         }
     }
     out.push_back(std::move(*best));
