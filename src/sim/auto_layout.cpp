@@ -9,7 +9,6 @@
 
 #include <fmt/format.h>
 
-
 namespace tidal::sim {
 AutoLayout choose_layout(const config::Config& cfg, int world_size, comm::Communicator* world) {
   Hardware hardware;

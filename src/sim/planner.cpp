@@ -19,6 +19,12 @@ bool ranks_before(const Prediction& a, const Prediction& b, bool timed) {
 
 namespace {
 
+// Micro-batches per step of a config (train.micro_batch_size unset: one, the whole local batch).
+std::int64_t micro_batches_of(const config::Config& c) {
+  const std::int64_t local = c.train.batch_size / c.parallel.data;
+  return c.train.micro_batch_size ? local / c.train.micro_batch_size : 1;
+}
+
 // The layout's config with `micro_batches` micro-batches per step and `recompute`, if the ranks
 // can run it (the micro-batch divides as the layout needs).
 std::optional<config::Config> variant(const config::Config& c, int world_size, std::int64_t micro_batches,
@@ -65,8 +71,7 @@ std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_siz
   const bool timed = hardware != nullptr;
   std::vector<PlannedLayout> out;
   for (const config::Config& layout : layouts(cfg, world_size)) {
-    const std::int64_t local = layout.train.batch_size / layout.parallel.data;
-    const std::int64_t configured = layout.train.micro_batch_size ? local / layout.train.micro_batch_size : 1;
+    const std::int64_t configured = micro_batches_of(layout);
     std::optional<PlannedLayout> best;
     // Predicts a variant, kept if it ranks first so far; whether it fits.
     const auto consider = [&](std::int64_t micro_batches, config::Recompute recompute) {
@@ -89,7 +94,7 @@ std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_siz
     // Memory savers where it does not fit: each recomputation (none, selective, blocks) with the
     // fewest micro-batches that fit it (more only shrink the products further); the fastest.
     if (!best->prediction.fits) {
-      const std::int64_t m = best->cfg.train.micro_batch_size ? local / best->cfg.train.micro_batch_size : 1;
+      const std::int64_t m = micro_batches_of(best->cfg);
       using config::Recompute;
       const Recompute asked = layout.train.activation_checkpointing;
       std::vector<Recompute> recomputes = {asked};
