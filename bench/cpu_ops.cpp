@@ -8,7 +8,7 @@
 #include "core/init.h"
 #include "ops/attention.h"
 #include "ops/cast.h"
-#include "ops/cpu/onednn_matmul.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/gemm.h"
 
 #include <cblas.h>

@@ -16,9 +16,11 @@ installed beside PyTorch 2.x).
 Prints per shape and system tokens/s, model FLOP/s (6N + 6LCT per token) against this machine's
 GEMM peak for the precision (measured in the same run by bench_cpu_ops --peak-only), and the
 ratio tidal / system of the same precision; then tidal's profiles; one JSON line per run last.
+With --rounds N each system runs N times, round-robin (a shared machine's slow spells then fall on
+every system alike), and reports its median run beside the range of its runs.
 
 usage: bench/cpu_train_vs_torch.py [--build build] [--threads 2] [--shapes reference,gpt2-small,llama-tiny]
-           [--systems tidal,eager,compile,torch1] [--precisions fp32,bf16] [--steps N]
+           [--systems tidal,eager,compile,torch1] [--precisions fp32,bf16] [--steps N] [--rounds N]
            [--venv DIR] [--quick]
 """
 import argparse
@@ -109,6 +111,15 @@ def run_torch(python, shape, batch, steps, precision, mode, threads, env):
     return json.loads(lines[-1])
 
 
+def median_run(runs):
+    """The run of median tokens/s among a system's rounds (a failed round: the first failure), with
+    every round's tokens/s beside it."""
+    done = sorted((r for r in runs if "tokens_per_s" in r), key=lambda r: r["tokens_per_s"])
+    if len(done) < len(runs):
+        return dict(next(r for r in runs if "tokens_per_s" not in r), rounds_tokens_per_s=[])
+    return dict(done[(len(done) - 1) // 2], rounds_tokens_per_s=[r["tokens_per_s"] for r in runs])
+
+
 def label(record):
     if record["system"] == "tidal":
         return "tidal"
@@ -135,6 +146,8 @@ def main():
     ap.add_argument("--systems", default="tidal,eager,compile,torch1")
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--steps", type=int, default=0, help="steps per run, the first 3 untimed (default: per shape)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of each system, round-robin; each reports its median run (default 1)")
     ap.add_argument("--venv", default=DEFAULT_VENV, help="where PyTorch 2.x is installed on first use")
     ap.add_argument("--quick", action="store_true", help="reference shape only, 5 steps")
     args = ap.parse_args()
@@ -159,15 +172,22 @@ def main():
         print(f"  {'system':<52} {'prec':<5} {'tokens/s':>9} {'GFLOP/s':>8} {'% peak':>7} {'tidal/it':>9}")
         profiles = {}
         for precision in precisions:
-            runs = []
+            # Each system `rounds` times, round-robin, so a slow spell of a shared machine falls on
+            # all of them alike; a system's figure is its median run.
+            rounds = {}
+            for _ in range(args.rounds):
+                if "tidal" in systems:
+                    rounds.setdefault("tidal", []).append(run_tidal_cpu(args.build, shape, batch, steps, precision, env))
+                for mode in ("eager", "compile"):
+                    if mode in systems:
+                        rounds.setdefault(mode, []).append(
+                            run_torch(torch2, shape, batch, steps, precision, mode, args.threads, env))
+                if "torch1" in systems:
+                    rounds.setdefault("torch1", []).append(
+                        run_torch(torch1_python(shape), shape, batch, steps, precision, "eager", args.threads, env))
+            runs = [median_run(r) for r in rounds.values()]
             if "tidal" in systems:
-                runs.append(run_tidal_cpu(args.build, shape, batch, steps, precision, env))
-                profiles[precision] = runs[-1]["profile"]
-            for mode in ("eager", "compile"):
-                if mode in systems:
-                    runs.append(run_torch(torch2, shape, batch, steps, precision, mode, args.threads, env))
-            if "torch1" in systems:
-                runs.append(run_torch(torch1_python(shape), shape, batch, steps, precision, "eager", args.threads, env))
+                profiles[precision] = runs[0]["profile"]
             tidal_tps = runs[0]["tokens_per_s"] if "tidal" in systems else None
             for r in runs:
                 r.update(shape=name, precision=precision)
@@ -177,8 +197,10 @@ def main():
                     continue
                 gflops = r["tokens_per_s"] * flops / 1e9
                 ratio = f"{tidal_tps / r['tokens_per_s']:.2f}x" if tidal_tps else ""
+                spread = (f"  (runs {min(r['rounds_tokens_per_s']):.0f}-{max(r['rounds_tokens_per_s']):.0f})"
+                          if len(r["rounds_tokens_per_s"]) > 1 else "")
                 print(f"  {label(r):<52} {precision:<5} {r['tokens_per_s']:9.0f} {gflops:8.1f} "
-                      f"{100 * gflops / peaks[precision]:6.1f}% {ratio:>9}", flush=True)
+                      f"{100 * gflops / peaks[precision]:6.1f}% {ratio:>9}{spread}", flush=True)
         for precision, profile in profiles.items():
             print_profile(precision, profile)
     print()

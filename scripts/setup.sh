@@ -24,3 +24,5 @@ if ((${#missing[@]})); then
 else
   echo "setup: all packages present"
 fi
+# Intel oneMKL from PyPI (fp32 CPU GEMMs; optional: TIDAL_MKL=off skips it).
+"$(dirname "$0")/mkl.sh"

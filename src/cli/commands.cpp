@@ -13,7 +13,7 @@
 #include "core/blas_kernels.h"
 #include "core/error.h"
 #include "core/gpu.h"
-#include "ops/cpu/onednn_matmul.h"
+#include "ops/cpu/sgemm.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -77,6 +77,7 @@ int run(int argc, char** argv, engine::Launch& launch) {
   bool shared = true;  // an error now is every rank's (arguments, config, layout)
   return launch.run(
       [&] {
+        ops::cpu::cpu_gemm_library();  // settles TIDAL_CPU_GEMM here, where a bad value is a clear error
         if (info->parsed()) print_info();
         if (sample.app->parsed() && launch.is_main()) run_sample_command(sample);
         if (tokenize.app->parsed()) run_tokenize_command(tokenize);

@@ -83,6 +83,10 @@ expect plan-hardware-alone "--hardware, --explain and --configured go with --wor
   --hardware configs/hardware/h100-8x.toml
 expect plan-no-layout "no layout of 3 ranks splits this model" -- plan --world 3 --set model.n_head=2 \
   --set model.n_embd=64 --set train.batch_size=4 --set model.n_layer=2
+TIDAL_CPU_GEMM=fastest expect cpu-gemm-unknown "TIDAL_CPU_GEMM=fastest is not a CPU GEMM choice: use auto" -- \
+  train --set train.steps=1
+TIDAL_CPU_GEMM=mkl TIDAL_MKL_DIR="$dir/no-mkl" expect cpu-gemm-mkl-missing \
+  "no $dir/no-mkl/libmkl_rt.so.3 (scripts/mkl.sh installs it" -- train --set train.steps=1
 "$tidal" train --set train.steps=4 --set checkpoint.dir="$dir/ck" --stop-after 2 > /dev/null
 expect stop-before-resume "--stop-after 1 is before step 2, where checkpoint" -- \
   train --set train.steps=4 --resume "$dir/ck" --stop-after 1

@@ -1,8 +1,8 @@
 // CPU attention, flash-style (FlashAttention-2's schedule on the CPU): a task takes a block of
 // queries of one (batch, head) pair against every key it may attend, so the scores of only
 // kQueryBlock rows are ever held (per thread), never the [T, T] matrix. Each block's products
-// run on the calling thread (block_product: oneDNN, else OpenBLAS, which both run serially
-// inside a parallel region), reading Q, K and V in place from qkv with leading dimension
+// run on the calling thread (block_product: ops/cpu/sgemm.h's libraries and oneDNN's bf16 all
+// run serially inside a parallel region), reading Q, K and V in place from qkv with leading dimension
 // (H + 2 Hkv) hd. Under the causal mask a block stops at its last query's key, which halves the
 // work.
 //
@@ -21,11 +21,10 @@
 #include "ops/cast.h"
 
 #include "ops/cpu/onednn_matmul.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/cpu/softmax_row.h"
 #include "ops/cpu/typed.h"
 #include "ops/cpu/vec_math.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -66,19 +65,19 @@ MatmulOperand operand(const T* p, std::int64_t ld, bool trans = false) {
   return {p, dtype_of<T>(), ld, trans};
 }
 
-// c [m, n] = alpha * op(a) op(b) + beta * c on this thread; oneDNN where it runs, else OpenBLAS
-// (fp32 only: bf16 reaches the kernels only where oneDNN multiplies it).
+// c [m, n] = alpha * op(a) op(b) + beta * c on this thread: fp32 on sgemm's library, bf16 on
+// oneDNN (bf16 reaches the kernels only where oneDNN multiplies it).
 template <class C>
 void block_product(C* c, std::int64_t ldc, const MatmulOperand& a, const MatmulOperand& b, std::int64_t m,
                    std::int64_t n, std::int64_t k, float alpha, float beta) {
-  if (onednn_matmul(c, dtype_of<C>(), ldc, a, b, m, n, k, alpha, beta)) return;
-  TIDAL_ASSERT((std::is_same_v<C, float> && a.dtype == DType::f32 && b.dtype == DType::f32),
-               "attention product in {} without oneDNN", dtype_name(a.dtype));
-  if constexpr (std::is_same_v<C, float>) {
-    cblas_sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans, int(m), int(n),
-                int(k), alpha, static_cast<const float*>(a.data), int(a.ld), static_cast<const float*>(b.data),
-                int(b.ld), beta, c, int(ldc));
+  if (std::is_same_v<C, float> && a.dtype == DType::f32 && b.dtype == DType::f32) {
+    if constexpr (std::is_same_v<C, float>)
+      sgemm(a.trans, b.trans, m, n, k, alpha, static_cast<const float*>(a.data), a.ld, static_cast<const float*>(b.data),
+            b.ld, beta, c, ldc);
+    return;
   }
+  TIDAL_ASSERT(onednn_matmul(c, dtype_of<C>(), ldc, a, b, m, n, k, alpha, beta), "attention product in {} without oneDNN",
+               dtype_name(a.dtype));
 }
 
 // fp32 rows into storage type T (a copy only for bf16; fp32 kernels read the fp32 rows).

@@ -1,15 +1,14 @@
 // CPU GEMM. Row-major throughout; 3-d operands loop over the batch, each product using all
-// threads (the batch is usually small next to m, n, k here). oneDNN first (ops/cpu/onednn_matmul.h:
-// bf16 operands as they are, on the CPU's bf16 instructions); where it does not run, OpenBLAS
-// sgemm on operands widened to fp32.
+// threads (the batch is usually small next to m, n, k here). bf16 operands run as they are on
+// oneDNN where the CPU has bf16 instructions; everything else multiplies in fp32 (operands
+// widened) on the fastest fp32 library here (ops/cpu/sgemm.h: MKL, oneDNN or OpenBLAS).
 #include "ops/gemm.h"
 
 #include "ops/cpu/onednn_matmul.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/cpu/typed.h"
 #include "ops/bias.h"
 #include "ops/cast.h"
-
-#include <cblas.h>
 
 namespace tidal::ops::cpu {
 namespace {
@@ -26,7 +25,9 @@ const void* matrix(const Tensor& t, std::int64_t i, std::int64_t elements) {
   return static_cast<const char*>(t.raw()) + std::size_t(i * elements) * dtype_size(t.dtype());
 }
 
+// bf16 (or mixed) operands on the CPU's bf16 instructions; false where oneDNN does not run them.
 bool onednn_gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt, const GemmDims& d) {
+  if (a.dtype() == DType::f32 && b.dtype() == DType::f32) return false;  // sgemm's libraries take fp32
   for (std::int64_t i = 0; i < d.batch; ++i) {
     const MatmulOperand ma{matrix(a, i, d.m * d.k), a.dtype(), a.dim(-1), opt.trans_a};
     const MatmulOperand mb{matrix(b, i, d.k * d.n), b.dtype(), b.dim(-1), opt.trans_b};
@@ -49,9 +50,8 @@ void product(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt
   const float* pb = b32.data<float>();
   float* pc = c32.data<float>();
   for (std::int64_t i = 0; i < batch; ++i) {
-    cblas_sgemm(CblasRowMajor, opt.trans_a ? CblasTrans : CblasNoTrans, opt.trans_b ? CblasTrans : CblasNoTrans,
-                int(m), int(n), int(k), opt.alpha, pa + i * m * k, int(a.dim(-1)), pb + i * k * n, int(b.dim(-1)),
-                opt.beta, pc + i * m * n, int(n));
+    sgemm(opt.trans_a, opt.trans_b, m, n, k, opt.alpha, pa + i * m * k, a.dim(-1), pb + i * k * n, b.dim(-1), opt.beta,
+          pc + i * m * n, n);
   }
   if (c.dtype() != DType::f32) cast(c, c32);
 }

@@ -7,13 +7,12 @@
 #if TIDAL_ONEDNN
 
 #include "core/error.h"
+#include "ops/cpu/sgemm.h"
 
 #include <dnnl.hpp>
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -112,16 +111,7 @@ MatmulCache& cache() {
   return c;
 }
 
-bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("TIDAL_CPU_GEMM");
-    if (!v || !*v || std::strcmp(v, "onednn") == 0) return true;
-    TIDAL_CHECK(std::strcmp(v, "openblas") == 0, "TIDAL_CPU_GEMM={} is not a CPU GEMM library: use onednn or openblas",
-                v);
-    return false;
-  }();
-  return on;
-}
+bool enabled() { return gemm_choice() != GemmChoice::openblas; }
 
 // A primitive as one thread runs it: its memory objects (data handles set per call), scratchpad
 // and stream, so a call costs no allocation and takes no lock after the first on its thread.
@@ -179,15 +169,10 @@ bool onednn_bf16_native() {
   return native;
 }
 
-const char* cpu_gemm_library() {
-  static const std::string name = [] {
-    if (!enabled()) return std::string("OpenBLAS (TIDAL_CPU_GEMM=openblas)");
-    const dnnl_version_t* v = dnnl_version();
-    return fmt::format("oneDNN {}.{}.{} (bf16 {})", v->major, v->minor, v->patch,
-                       onednn_bf16_native() ? "on the CPU's bf16 instructions"
-                                            : "not native here: OpenBLAS on widened operands");
-  }();
-  return name.c_str();
+std::string onednn_description() {
+  if (!enabled()) return {};
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
 }
 
 }  // namespace tidal::ops::cpu
@@ -203,7 +188,7 @@ bool onednn_matmul(void*, DType, std::int64_t, const MatmulOperand&, const Matmu
 
 bool onednn_bf16_native() { return false; }
 
-const char* cpu_gemm_library() { return "OpenBLAS (built without oneDNN: TIDAL_ONEDNN=OFF)"; }
+std::string onednn_description() { return {}; }
 
 }  // namespace tidal::ops::cpu
 

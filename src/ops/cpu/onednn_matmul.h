@@ -2,15 +2,17 @@
 // operands run on the CPU's bf16 instructions (AVX512-BF16 dot products, AMX tiles where the
 // CPU has them) with fp32 accumulation, fp32 operands on its AVX-512 / AVX2 kernels. oneDNN
 // picks its kernels by the CPU's features at run time; where it has none for the operand types
-// (bf16 on a CPU without bf16 instructions would be emulated), the caller's OpenBLAS path runs.
+// (bf16 on a CPU without bf16 instructions would be emulated), the caller's fp32 path runs.
 //
 // TIDAL_CPU_GEMM=openblas in the environment turns this path off (the build then behaves as one
-// without oneDNN: cmake -DTIDAL_ONEDNN=OFF), for A/B runs and CPUs where oneDNN is slower.
+// without oneDNN: cmake -DTIDAL_ONEDNN=OFF); fp32 products come here only where MKL does not run
+// them (ops/cpu/sgemm.h).
 #pragma once
 
 #include "core/dtype.h"
 
 #include <cstdint>
+#include <string>
 
 namespace tidal::ops::cpu {
 
@@ -31,7 +33,7 @@ bool onednn_matmul(void* c, DType c_type, std::int64_t ldc, const MatmulOperand&
 // Whether bf16 products run natively here (oneDNN on and the CPU has bf16 instructions).
 bool onednn_bf16_native();
 
-// "oneDNN <version> (bf16: <isa>)" or "OpenBLAS" (why oneDNN is off), for benchmark headers.
-const char* cpu_gemm_library();
+// "oneDNN <version>", or empty where oneDNN is off (TIDAL_CPU_GEMM=openblas) or not built in.
+std::string onednn_description();
 
 }  // namespace tidal::ops::cpu

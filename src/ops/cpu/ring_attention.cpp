@@ -1,15 +1,14 @@
 // CPU ring-attention blocks, flash-style: a task takes one (sample, head) pair in forward and one
 // (sample, kv head) pair in backward, and walks this rank's queries kRows at a time against the
 // block's keys, so only a kRows x Tk tile of scores (and of dP in backward) is ever held, per
-// thread. Each tile's products are single-threaded OpenBLAS GEMMs reading q, y, dy and the block's
-// keys and values in place, their row strides the leading dimensions. Backward's
+// thread. Each tile's products are single-threaded GEMMs (ops/cpu/sgemm.h) reading q, y, dy and
+// the block's keys and values in place, their row strides the leading dimensions. Backward's
 // task visits the kv head's query heads in query_head_of order and is the only writer of their
 // dq rows and of the kv head's dkv columns: the same sums in the same order on every run.
 #include "ops/ring_attention.h"
 
+#include "ops/cpu/sgemm.h"
 #include "ops/cpu/vec_math.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -63,8 +62,7 @@ void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q
       const std::int64_t nk = visible_keys(opt.causal, opt.first_query, first_key, Tk, i0 + rows - 1);
       if (nk == 0) continue;
       float* s = scores.data();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(nk), int(d.hd), d.scale,
-                  vq.at(b, i0) + d.query_offset(h), int(vq.row), k, int(vkv.row), 0.0f, s, int(nk));
+      sgemm(false, true, rows, nk, d.hd, d.scale, vq.at(b, i0) + d.query_offset(h), vq.row, k, vkv.row, 0.0f, s, nk);
       for (std::int64_t r = 0; r < rows; ++r) {
         float* row = s + r * nk;
         const std::int64_t i = i0 + r, n = visible_keys(opt.causal, opt.first_query, first_key, Tk, i);
@@ -83,8 +81,7 @@ void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q
         float* out = vy.at(b, i) + d.output_offset(h);
         for (std::int64_t c = 0; c < d.hd; ++c) out[c] *= alpha;
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d.hd), int(nk), 1.0f, s, int(nk), v,
-                  int(vkv.row), 1.0f, vy.at(b, i0) + d.output_offset(h), int(vy.row));
+      sgemm(false, false, rows, d.hd, nk, 1.0f, s, nk, v, vkv.row, 1.0f, vy.at(b, i0) + d.output_offset(h), vy.row);
     }
   }
 }
@@ -135,10 +132,8 @@ void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Ten
         const float* qt = vq.at(b, i0) + d.query_offset(h);
         const float* gt = vdy.at(b, i0) + d.output_offset(h);
         float *p = probs.data(), *dp = dprobs.data();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(nk), int(d.hd), d.scale, qt, int(vq.row), k,
-                    int(vkv.row), 0.0f, p, int(nk));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(nk), int(d.hd), 1.0f, gt, int(vdy.row), v,
-                    int(vkv.row), 0.0f, dp, int(nk));
+        sgemm(false, true, rows, nk, d.hd, d.scale, qt, vq.row, k, vkv.row, 0.0f, p, nk);
+        sgemm(false, true, rows, nk, d.hd, 1.0f, gt, vdy.row, v, vkv.row, 0.0f, dp, nk);
         for (std::int64_t r = 0; r < rows; ++r) {
           const std::int64_t row = i0 + r, n = visible_keys(opt.causal, opt.first_query, first_key, Tk, row);
           const float* o = vy.at(b, row) + d.output_offset(h);
@@ -152,12 +147,10 @@ void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Ten
             dpr[j] = pj * (dpr[j] - delta);  // dS
           }
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d.hd), int(nk), d.scale, dp, int(nk), k,
-                    int(vkv.row), 1.0f, vdq.at(b, i0) + d.query_offset(h), int(vdq.row));
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(nk), int(d.hd), int(rows), d.scale, dp, int(nk), qt,
-                    int(vq.row), 1.0f, dk, int(vdkv.row));
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(nk), int(d.hd), int(rows), 1.0f, p, int(nk), gt,
-                    int(vdy.row), 1.0f, dv, int(vdkv.row));
+        sgemm(false, false, rows, d.hd, nk, d.scale, dp, nk, k, vkv.row, 1.0f, vdq.at(b, i0) + d.query_offset(h),
+              vdq.row);
+        sgemm(true, false, nk, d.hd, rows, d.scale, dp, nk, qt, vq.row, 1.0f, dk, vdkv.row);
+        sgemm(true, false, nk, d.hd, rows, 1.0f, p, nk, gt, vdy.row, 1.0f, dv, vdkv.row);
       }
     }
   }

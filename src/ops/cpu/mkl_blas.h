@@ -1,0 +1,25 @@
+// Intel oneMKL's sgemm, loaded at run time from the libraries scripts/mkl.sh installs from PyPI
+// (libmkl_rt.so.3 in $TIDAL_MKL_DIR, else the directory the build was configured with). On this
+// project's AVX-512 shapes it runs 20-30% faster than oneDNN 2.6's and OpenBLAS 0.3.21's fp32
+// kernels (bench_cpu_ops). Loaded with its own symbols kept apart (RTLD_LOCAL), so OpenBLAS's
+// cblas_sgemm stays OpenBLAS's, and on its GNU OpenMP threading layer, so it shares tidal's
+// OpenMP threads and runs serially inside a parallel region. Absent, it is simply not used.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tidal::ops::cpu {
+
+// Whether MKL is loaded (the first call tries). `why_not` says where it was looked for.
+bool mkl_available(std::string* why_not = nullptr);
+
+// c [m, n] (leading dimension ldc) = alpha * op(a) [m, k] @ op(b) [k, n] + beta * c, row-major,
+// op(x) = x^T when trans; false, computing nothing, when MKL is not loaded.
+bool mkl_sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+               std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
+
+// "oneMKL 2026.0.2 (<directory>)" when loaded.
+std::string mkl_description();
+
+}  // namespace tidal::ops::cpu
