@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
 
 namespace tidal {
@@ -53,7 +55,28 @@ void Allocator::deallocate(void* ptr, std::size_t bytes) {
   current_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
+namespace {
+
+// glibc gives blocks of 32 MiB and more back to the system when they are freed (they are mmap'd)
+// and trims the free top of its heap. A training step frees and asks again for the same
+// activation, logit and gradient blocks every step, so each step would fault in fresh zeroed
+// pages for all of them. Kept instead (no mmap'd blocks, no trimming), the process's footprint
+// stays at its high-water mark, as a caching allocator's does. Measured on the reference GPT of
+// bench/cpu_train_vs_torch.py (fp32, 2 threads, 5 paired runs): 6% less wall time per run, 7%
+// more peak resident memory. The setting is the process's: it holds for every malloc.
+void keep_freed_host_memory() {
+  static const bool kept = [] {
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, -1);  // -1: never trim
+    return true;
+  }();
+  (void)kept;
+}
+
+}  // namespace
+
 void* HostAllocator::raw_allocate(std::size_t bytes) {
+  keep_freed_host_memory();
   constexpr std::size_t kAlign = 64;
   return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
 }
