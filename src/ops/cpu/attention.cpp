@@ -2,8 +2,8 @@
 // queries of one (batch, head) pair against every key it may attend, so the scores of only
 // kQueryBlock rows are ever held (per thread), never the [T, T] matrix. Each block's products
 // run on the calling thread (block_product: ops/cpu/sgemm.h's libraries and oneDNN's bf16 all
-// run serially inside a parallel region), reading Q, K and V in place from qkv with leading dimension
-// (H + 2 Hkv) hd. Under the causal mask a block stops at its last query's key, which halves the
+// run serially inside a parallel region), reading Q, K and V in place from qkv with leading
+// dimension (H + 2 Hkv) hd. Under the causal mask a block stops at its last query's key, which halves the
 // work.
 //
 // Grouped-query heads (GQA, Ainslie et al. 2023): forward reads each query head's kv head in
@@ -70,14 +70,15 @@ MatmulOperand operand(const T* p, std::int64_t ld, bool trans = false) {
 template <class C>
 void block_product(C* c, std::int64_t ldc, const MatmulOperand& a, const MatmulOperand& b, std::int64_t m,
                    std::int64_t n, std::int64_t k, float alpha, float beta) {
-  if (std::is_same_v<C, float> && a.dtype == DType::f32 && b.dtype == DType::f32) {
-    if constexpr (std::is_same_v<C, float>)
+  if constexpr (std::is_same_v<C, float>) {
+    if (a.dtype == DType::f32 && b.dtype == DType::f32) {
       sgemm(a.trans, b.trans, m, n, k, alpha, static_cast<const float*>(a.data), a.ld, static_cast<const float*>(b.data),
             b.ld, beta, c, ldc);
-    return;
+      return;
+    }
   }
-  TIDAL_ASSERT(onednn_matmul(c, dtype_of<C>(), ldc, a, b, m, n, k, alpha, beta), "attention product in {} without oneDNN",
-               dtype_name(a.dtype));
+  const bool ran = onednn_matmul(c, dtype_of<C>(), ldc, a, b, m, n, k, alpha, beta);
+  TIDAL_ASSERT(ran, "attention product in {} without oneDNN", dtype_name(a.dtype));
 }
 
 // fp32 rows into storage type T (a copy only for bf16; fp32 kernels read the fp32 rows).
