@@ -10,9 +10,10 @@ Prints one line per run: predicted, measured, their ratio and the prediction's l
 at the end the worst error and how many runs are within --tolerance (20%).
 
 The runs share this machine's cores: time figures are medians. A world larger than the cores
-(mpirun --oversubscribe) is calibrated under the same sharing: its ranks take turns on the cores,
-and a rank waiting on another yields its core (comm/mpi_progress.h), so those runs count too; they
-print marked.
+(mpirun --oversubscribe) counts too, marked: its ranks take turns on the cores, and a rank waiting
+on another yields its core (comm/mpi_progress.h). Its calibration times the ops with as many ranks
+as the cores hold and gives each rank's share with all computing; the cost model lets a rank run
+faster while fewer compute (sim/hardware.h's oversubscription).
 
 With --terms, a second line per run sets the prediction's terms beside rank 0's profile of the
 same work (train.profile: GEMMs, attention, the other ops and what no op holds, communication,

@@ -19,7 +19,10 @@ void add_calibrate_command(CLI::App& app, CalibrateCommand& cmd) {
   cmd.app->add_flag("--quick", cmd.quick, "Small problems and few repeats: seconds, rough figures (tests)");
   cmd.app->footer(
       "Every rank measures at once, as ranks compute side by side in training, and the slowest rank's figure is "
-      "kept. Each figure is the median of several runs, an op's each on cold caches (as in a step, where other ops "
+      "kept; where the ranks' threads outnumber the cores (mpirun --oversubscribe), as many ranks as the cores hold "
+      "time the ops while the others wait, and the file gives each rank's share with all computing and the "
+      "oversubscription (the cost model lets a rank run faster while fewer compute). Each figure is the median "
+      "of several runs, an op's each on cold caches (as in a step, where other ops "
       "ran since its operands were made): GEMM FLOP/s in fp32, bf16 and fp16 on a 2048^3 product and on smaller ones "
       "(128^3 up); attention's forward and backward over 1024 positions and fewer (64 up); elementwise ops' and "
       "AdamW's bytes per second; memory bandwidth from a 256 MiB copy; between "
@@ -45,6 +48,10 @@ void run_calibrate_command(const CalibrateCommand& cmd, engine::Launch& launch) 
   const sim::Hardware h = sim::calibrate(*mpi->world(comm::Seconds(600)), {.quick = cmd.quick});
   if (!launch.is_main()) return;
   write_text(cmd.out, fmt::format("# {}\n", h.source) + sim::hardware_toml(h));
+  if (h.oversubscription > 1)
+    fmt::print("the {} ranks' threads oversubscribe the cores {:.3g}x: the rates below are each rank's with all "
+               "computing\n",
+               h.devices_per_node, h.oversubscription);
   fmt::print("{}\n  GEMM: fp32 {:.1f}, bf16 {:.1f}, fp16 {:.1f} GFLOP/s per rank\n  attention: fp32 {:.1f}, bf16 {:.1f} "
              "GFLOP/s\n  memory: {:.1f} GB/s per rank (copy), elementwise ops {:.1f} GB/s, AdamW {:.1f} GB/s\n"
              "  ranks 0-1: latency {:.1f} us, bandwidth {:.2f} GB/s\n  all-reduce over {}: latency {:.1f} us per step, "

@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <limits>
+#include <thread>
 #include <vector>
 
 namespace tidal::sim {
@@ -71,6 +73,32 @@ double slowest_rank(comm::Communicator& world, double mine) {
   Tensor v = Tensor::full({1}, float(mine));
   world.all_reduce(v, {.op = comm::ReduceOp::min})->wait();
   return v.item();
+}
+
+// Who times the ops. Where the ranks' threads outnumber the cores (mpirun --oversubscribe), a rank
+// timing an op beside all the others sees it shared or not, by whether it ends inside a scheduler
+// slice (8 ranks on 2 cores, measured: a 256^3 GEMM at 0.10 TFLOP/s, a 512^3 one at 0.024), while
+// in a step every op shares the cores. So only as many ranks as the cores hold time the ops, the
+// others waiting (their cores given up, as in a collective), and the rate a rank sees with every
+// rank computing is theirs over the oversubscription: the cores shared by all. The cost model
+// speeds a rank up where fewer compute (processor sharing, sim/hardware.h).
+struct Sharing {
+  int computing = 1;            // ranks 0 .. computing - 1 time the ops
+  double oversubscription = 1;  // the ranks' threads per core (1: a core per thread or more)
+};
+
+Sharing sharing_of(int ranks) {
+  const int cores = std::max(1, int(std::thread::hardware_concurrency()));
+  const int threads = std::max(1, omp_get_max_threads());
+  return {.computing = std::clamp(cores / threads, 1, ranks),
+          .oversubscription = std::max(1.0, double(ranks) * threads / cores)};
+}
+
+// An op's rate as each rank sees it with every rank computing: the slowest timing rank's.
+template <class F>
+double op_rate(comm::Communicator& world, const Sharing& sharing, F&& rate) {
+  const double mine = world.rank() < sharing.computing ? rate() : double(std::numeric_limits<float>::max());
+  return slowest_rank(world, mine) / sharing.oversubscription;
 }
 
 double gemm_rate(DType dtype, std::int64_t n, int repeats) {
@@ -184,28 +212,34 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   h.devices_per_node = p;
   h.host_memory = host_memory_bytes();
   h.device_memory = h.host_memory / p;  // the ranks of a node share its memory
+  const Sharing sharing = sharing_of(p);
+  h.oversubscription = sharing.oversubscription;
   world.barrier()->wait();
   for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-    h.flops[dtype] = slowest_rank(world, gemm_rate(dtype, n, repeats));
+    h.flops[dtype] = op_rate(world, sharing, [&] { return gemm_rate(dtype, n, repeats); });
   // Smaller products run below the peak: the cost model interpolates between these.
   // Each small size repeated as often as the large one's work (the median of more runs: a small
   // product's time is noisier beside the other ranks).
   for (DType dtype : {DType::f32, DType::bf16, DType::f16})
     for (std::int64_t size = options.quick ? 64 : 128; size < n; size *= 2) {
       const int more = int(std::min<std::int64_t>(50, repeats * (n / size)));
-      h.gemm_sizes[dtype].push_back({double(size), slowest_rank(world, gemm_rate(dtype, size, more))});
+      const double rate = op_rate(world, sharing, [&] { return gemm_rate(dtype, size, more); });
+      h.gemm_sizes[dtype].push_back({double(size), rate});
     }
   // Attention of width 256 (4 heads of 64), 4 samples, over 1024 positions, and fewer below.
   const std::int64_t keys = options.quick ? 64 : 1024;
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    h.attention_flops[dtype] = slowest_rank(world, attention_rate(dtype, 4, keys, 256, 4, repeats));
+    h.attention_flops[dtype] = op_rate(world, sharing, [&] { return attention_rate(dtype, 4, keys, 256, 4, repeats); });
     for (std::int64_t t = options.quick ? 32 : 64; t < keys; t *= 2)
-      h.attention_sizes[dtype].push_back({double(t), slowest_rank(world, attention_rate(dtype, 4, t, 256, 4, repeats))});
+      h.attention_sizes[dtype].push_back(
+          {double(t), op_rate(world, sharing, [&] { return attention_rate(dtype, 4, t, 256, 4, repeats); })});
   }
-  h.elementwise_bandwidth = slowest_rank(world, elementwise_rate(options.quick ? 256 : 2048, 1024, repeats));
-  h.optimizer_bandwidth = slowest_rank(world, optimizer_rate(options.quick ? (1 << 16) : (1 << 22), repeats));
+  h.elementwise_bandwidth =
+      op_rate(world, sharing, [&] { return elementwise_rate(options.quick ? 256 : 2048, 1024, repeats); });
+  h.optimizer_bandwidth =
+      op_rate(world, sharing, [&] { return optimizer_rate(options.quick ? (1 << 16) : (1 << 22), repeats); });
   world.barrier()->wait();
-  h.memory_bandwidth = slowest_rank(world, copy_rate(big, repeats));
+  h.memory_bandwidth = op_rate(world, sharing, [&] { return copy_rate(big, repeats); });
   h.bf16_native = ops::cpu::onednn_bf16_native();
   h.host_device_bandwidth = h.memory_bandwidth;  // host and "device" are the same memory
   const double pair_latency = half_round_trip(world, 4, repeats * 20);

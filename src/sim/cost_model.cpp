@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <map>
@@ -90,36 +91,70 @@ LinkTime link_time(const Hardware& hw, const parallel::Layout& layout, int rank)
   };
 }
 
-// When each stage of one pipeline finishes its step's actions: a stage runs them in its
-// schedule's order, a forward once the previous virtual stage's output has arrived (`message`
-// seconds after it), a backward once the next one's gradient has.
-std::vector<double> simulate_pipeline(const std::vector<const StepReplay*>& stages, double message, int p, int v) {
+// One pipeline's step: when each stage finishes its step's actions, and how long it spent
+// running them.
+struct PipelineRun {
+  std::vector<double> finish, running;
+};
+
+// One pipeline simulated: a stage runs its actions in its schedule's order, a forward once the
+// previous virtual stage's output has arrived (`message` seconds after it), a backward once the
+// next one's gradient has. An action's seconds are at the rates of every rank computing; while
+// `computing` of the pipeline's stages run an action, each runs `speedup(computing)` times as
+// fast (processor sharing where the ranks share too few cores, sim/hardware.h; 1 elsewhere).
+PipelineRun simulate_pipeline(const std::vector<const StepReplay*>& stages, double message, int p, int v,
+                              const std::function<double(int)>& speedup) {
   const int n = int(stages.size()), last = p * v - 1;
   std::map<std::tuple<bool, int, int>, double> done;  // (forward, micro-batch, virtual stage) -> finish
   std::vector<std::size_t> next(std::size_t(n), 0);
-  std::vector<double> clock(std::size_t(n), 0.0);
-  for (bool progress = true; progress;) {
-    progress = false;
+  std::vector<double> left(std::size_t(n), -1.0);  // the next action's seconds still to run (-1: not started)
+  PipelineRun run{std::vector<double>(std::size_t(n), 0.0), std::vector<double>(std::size_t(n), 0.0)};
+  std::vector<double>& free_at = run.finish;  // when a stage finished its last action
+  // When stage s may start its next action: its input's arrival (infinity: not made yet).
+  const auto start_of = [&](int s) {
+    const ActionTime& a = stages[std::size_t(s)]->actions[next[std::size_t(s)]];
+    const int vs = a.chunk * p + s;
+    if (a.forward ? vs == 0 : vs == last) return free_at[std::size_t(s)];
+    const auto it = done.find({a.forward, a.micro_batch, a.forward ? vs - 1 : vs + 1});
+    return it == done.end() ? std::numeric_limits<double>::infinity()
+                             : std::max(free_at[std::size_t(s)], it->second + message);
+  };
+  for (double now = 0;;) {
+    // The stages running at `now`, and the next moment another may start.
+    std::vector<int> running;
+    double next_start = std::numeric_limits<double>::infinity();
     for (int s = 0; s < n; ++s) {
-      const std::vector<ActionTime>& actions = stages[std::size_t(s)]->actions;
-      while (next[std::size_t(s)] < actions.size()) {
-        const ActionTime& a = actions[next[std::size_t(s)]];
-        const int vs = a.chunk * p + s;
-        double ready = clock[std::size_t(s)];
-        const bool needs = a.forward ? vs > 0 : vs < last;
-        if (needs) {
-          const auto it = done.find({a.forward, a.micro_batch, a.forward ? vs - 1 : vs + 1});
-          if (it == done.end()) break;  // its input has not been made yet
-          ready = std::max(ready, it->second + message);
-        }
-        clock[std::size_t(s)] = ready + a.seconds;
-        done[{a.forward, a.micro_batch, vs}] = clock[std::size_t(s)];
-        ++next[std::size_t(s)];
-        progress = true;
-      }
+      if (next[std::size_t(s)] == stages[std::size_t(s)]->actions.size()) continue;
+      const double start = left[std::size_t(s)] >= 0 ? now : start_of(s);
+      if (start <= now) running.push_back(s);
+      else next_start = std::min(next_start, start);
+    }
+    if (running.empty()) {
+      if (next_start == std::numeric_limits<double>::infinity()) break;  // every action run
+      now = next_start;
+      continue;
+    }
+    const double speed = speedup(int(running.size()));
+    double step = next_start - now;
+    for (int s : running) {
+      double& l = left[std::size_t(s)];
+      if (l < 0) l = stages[std::size_t(s)]->actions[next[std::size_t(s)]].seconds;
+      step = std::min(step, l / speed);
+    }
+    now += step;
+    for (int s : running) {
+      double& l = left[std::size_t(s)];
+      run.running[std::size_t(s)] += step;
+      l -= step * speed;
+      if (l > 1e-12 * now) continue;
+      const ActionTime& a = stages[std::size_t(s)]->actions[next[std::size_t(s)]];
+      done[{a.forward, a.micro_batch, a.chunk * p + s}] = now;
+      free_at[std::size_t(s)] = now;
+      l = -1.0;
+      ++next[std::size_t(s)];
     }
   }
-  return clock;
+  return run;
 }
 
 // Forward FLOPs of one sample through the whole model (every rank's share together).
@@ -286,22 +321,30 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
                                ? link_time(*hardware, layout, rank)("pipeline", int(stages.size()), "send", 1,
                                                                     samples * positions * width * e)
                                : 0.0;
-    const std::vector<double> finish = simulate_pipeline(replays, message, par.pipeline, par.virtual_stages);
+    // Ranks of other pipelines run the same schedule at the same moments: of the node's ranks, a
+    // pipeline's computing stages stand for that share computing.
+    const double ranks_on_node = std::min(world_size, hardware->devices_per_node);
+    const auto speedup = [&](int computing) {
+      return hardware->sharing_speedup(computing * ranks_on_node / double(stages.size()), hardware->devices_per_node);
+    };
+    const PipelineRun run = simulate_pipeline(replays, message, par.pipeline, par.virtual_stages, speedup);
     for (std::size_t k = 0; k < replays.size(); ++k) {
       const StepReplay& r = *replays[k];
       double last_backward = 0;
       for (const ActionTime& a : r.actions)
         if (!a.forward) last_backward = a.seconds;
-      StepTime st;
-      st.rank = stages[k];
-      st.gemm = r.gemm_seconds;
-      st.attention = r.attention_seconds;
-      st.compute = st.gemm + st.attention;
-      st.memory = r.memory_seconds;
-      st.layer_comm = r.layer_comm_seconds;
       double busy = 0;
       for (const ActionTime& a : r.actions) busy += a.seconds;
-      st.pipeline_wait = std::max(0.0, finish[k] - busy);
+      // The actions' terms as they ran: shorter where the stage ran beside fewer computing ranks.
+      const double ran = busy > 0 ? run.running[k] / busy : 1.0;
+      StepTime st;
+      st.rank = stages[k];
+      st.gemm = r.gemm_seconds * ran;
+      st.attention = r.attention_seconds * ran;
+      st.compute = st.gemm + st.attention;
+      st.memory = r.memory_seconds * ran;
+      st.layer_comm = r.layer_comm_seconds * ran;
+      st.pipeline_wait = std::max(0.0, run.finish[k] - run.running[k]);
       // On a GPU the buckets' all-reduce runs beside the last backward (its own stream and
       // NCCL's); on a CPU the ranks' cores run both the ops and MPI's transfers and reductions,
       // so nothing hides (the trainer's summary measures about 1% hidden there).

@@ -7,9 +7,10 @@
 // rate for the precision, the bytes its new tensors write and read at the memory bandwidth, and
 // its collectives' link bytes (comm/counting_communicator.h's formulas) over the link its group
 // spans, with a latency per ring step; the pipeline's schedule simulated stage by stage with
-// those action times (its bubble and waits); then the model data's collectives after backward,
-// AdamW's pass over the lists, and the tensor keeper's bucketed all-reduce where it outlasts the
-// last backward it overlaps (engine/gradient_reducer.h).
+// those action times (its bubble and waits; where the ranks oversubscribe a CPU's cores, a stage
+// runs faster while fewer compute, sim/hardware.h); then the model data's collectives after
+// backward, AdamW's pass over the lists, and the tensor keeper's bucketed all-reduce where it
+// outlasts the last backward it overlaps (engine/gradient_reducer.h).
 #pragma once
 
 #include "config/config.h"

@@ -107,6 +107,11 @@ Hardware load_hardware(const std::string& path) {
   h.optimizer_bandwidth = r.has("device.optimizer_gbps")
                               ? r.positive("device.optimizer_gbps", "GB/s of AdamW's traffic") * kGB
                               : h.memory_bandwidth;
+  if (r.has("device.oversubscription")) {
+    h.oversubscription = r.positive("device.oversubscription", "threads per core of the node's ranks");
+    TIDAL_CHECK(h.oversubscription >= 1, "{}: 'device.oversubscription' is {}; it is 1 or more (threads per core)",
+                path, h.oversubscription);
+  }
   if (h.device == Device::Kind::cpu)
     h.bf16_native = r.flag("device.bf16_native",
                            "whether the CPU's GEMMs take bf16 as it is; tidal calibrate writes it for its machine");
@@ -137,6 +142,9 @@ std::string hardware_toml(const Hardware& h) {
     out << fmt::format("bf16_native = {}  # false: bf16 operands widened to fp32 copies\n", h.bf16_native);
   out << fmt::format("elementwise_gbps = {:.6g}\noptimizer_gbps = {:.6g}\n", h.elementwise_bandwidth / kGB,
                      h.optimizer_bandwidth / kGB);
+  if (h.oversubscription > 1)
+    out << fmt::format("oversubscription = {:.6g}  # threads per core: the rates are each rank's with all computing\n",
+                       h.oversubscription);
   if (!h.attention_flops.empty())
     out << fmt::format("attention_tflops = {{ fp32 = {:.6g}, bf16 = {:.6g}, fp16 = {:.6g} }}\n",
                        h.attention_flops.at(DType::f32) / kTera, h.attention_flops.at(DType::bf16) / kTera,
@@ -162,6 +170,10 @@ std::string hardware_toml(const Hardware& h) {
   if (h.inter_node) out << "inter_node = " << link_toml(*h.inter_node) << "\n";
   if (h.adjacent_pairs) out << "pairs = \"adjacent\"\n";
   return out.str();
+}
+
+double Hardware::sharing_speedup(double computing, double ranks) const {
+  return computing > 0 ? std::clamp(ranks / computing, 1.0, oversubscription) : oversubscription;
 }
 
 double Hardware::peak_flops(DType dtype) const {

@@ -17,7 +17,11 @@
 //             forward and backward; default half the GEMM peak); [device.attention_sizes] fp32 /
 //             bf16 / fp16 = [[keys, TFLOP/s], ...] below it; elementwise_gbps (the bytes
 //             elementwise ops make, written and read, per second; default memory_gbps);
-//             optimizer_gbps (AdamW's 28 bytes a parameter per second; default memory_gbps)
+//             optimizer_gbps (AdamW's 28 bytes a parameter per second; default memory_gbps),
+//             oversubscription (cpu: the node's ranks' threads per core where they share too few
+//             cores, mpirun --oversubscribe; default 1: the rates above are each rank's with every
+//             rank computing at once, and a rank computing while others wait runs faster, up to
+//             this many times)
 //   [host]    memory_gib (per node), device_gbps (host <-> device)
 //   [links]   intra_node_pair, intra_node_collective, inter_node (optional): { gbps, latency_us };
 //             a send takes the pair link, a collective (two ranks too) the collective link;
@@ -60,6 +64,13 @@ struct Hardware {
   std::map<DType, std::vector<std::pair<double, double>>> attention_sizes;
   double elementwise_bandwidth = 0;         // bytes/s (0: memory_bandwidth)
   double optimizer_bandwidth = 0;           // bytes/s of AdamW's traffic (0: memory_bandwidth)
+  // The node's ranks' threads per core, where they share too few cores (1: a core per thread).
+  // The rates above are what each rank sees while every rank of the node computes; with fewer
+  // computing (the others waiting, their cores given up), each runs faster.
+  double oversubscription = 1;
+  // How much faster than those rates a rank computes while `computing` of the node's `ranks`
+  // ranks do (processor sharing: the busy ranks share the cores, up to a thread per core).
+  double sharing_speedup(double computing, double ranks) const;
   // The rate of an m x n x k GEMM: the sizes' curve at the cube of the same work, the peak beyond it.
   double gemm_rate(DType dtype, double m, double n, double k) const;
   // The rate of attention whose queries each see up to `keys` keys: the sizes' curve, the

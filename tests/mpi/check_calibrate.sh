@@ -26,6 +26,19 @@ op_rates = [d["elementwise_gbps"], d["optimizer_gbps"], *d["attention_tflops"].v
 assert all(f > 0 for f in op_rates) and len(d["gemm_sizes"]["fp32"]) >= 2, d
 print(f"PASS: calibrate wrote {len(figures)} figures above zero: {h['device']['tflops']} TFLOP/s")
 PY
+# Four ranks: on fewer than 4 cores their threads oversubscribe the cores, and the file says by how
+# much (the rates are then each rank's with all four computing, sim/hardware.h).
+"$@" -np 4 "$tidal" calibrate --quick --out "$dir/hw4.toml" > "$dir/log4" 2>&1 || { cat "$dir/log4"; echo "FAIL: calibrate on 4 ranks"; exit 1; }
+/usr/bin/python3 - "$dir/hw4.toml" "$(nproc)" <<'PY'
+import sys, tomllib
+h, cores = tomllib.load(open(sys.argv[1], "rb")), int(sys.argv[2])
+threads = max(1, cores // 4)  # each rank's share of the cores (engine/launch.cpp)
+expected = max(1.0, 4 * threads / cores)
+got = h["device"].get("oversubscription", 1.0)
+assert h["devices_per_node"] == 4 and abs(got - expected) < 1e-9, (got, expected, h["device"])
+assert all(r > 0 for r in h["device"]["tflops"].values()), h["device"]
+print(f"PASS: 4 ranks on {cores} cores: oversubscription {got}")
+PY
 set +e
 "$tidal" calibrate --quick --out "$dir/one.toml" > "$dir/one.log" 2>&1
 rc=$?

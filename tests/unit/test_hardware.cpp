@@ -39,6 +39,9 @@ TEST(Hardware, ShippedFilesRead) {
   ASSERT_TRUE(h100.inter_node.has_value());
   EXPECT_DOUBLE_EQ(h100.inter_node->seconds(45e9), 1 + 12e-6);
   EXPECT_FALSE(sim::load_hardware(std::string(TIDAL_HARDWARE_DIR) + "/colossal-system-2.toml").inter_node);
+  // A core per thread: the rates are each rank's whoever else computes.
+  EXPECT_DOUBLE_EQ(h100.oversubscription, 1);
+  EXPECT_DOUBLE_EQ(h100.sharing_speedup(1, 8), 1);
 }
 
 TEST(Hardware, WrittenFiguresReadBack) {
@@ -51,6 +54,7 @@ TEST(Hardware, WrittenFiguresReadBack) {
                   .attention_sizes = {{DType::f32, {{64, 1e10}, {256, 2e10}}}},
                   .elementwise_bandwidth = 4.5e9,
                   .optimizer_bandwidth = 6.5e9,
+                  .oversubscription = 4,
                   .host_memory = 25.0 * (1 << 30), .host_device_bandwidth = 8.25e9,
                   .intra_node_pair = {.bandwidth = 3.5e9, .latency = 1.5e-6},
                   .intra_node_collective = {.bandwidth = 2.25e9, .latency = 4e-6}, .inter_node = std::nullopt};
@@ -66,6 +70,13 @@ TEST(Hardware, WrittenFiguresReadBack) {
   EXPECT_NEAR(back.attention_flops.at(DType::bf16), 2e10, 1e5);
   EXPECT_NEAR(back.elementwise_bandwidth, 4.5e9, 1e3);
   EXPECT_NEAR(back.optimizer_bandwidth, 6.5e9, 1e3);
+  // 8 ranks' threads on a quarter as many cores: a rank runs up to 4 times its all-busy rate
+  // while fewer compute (processor sharing), never faster than its own threads.
+  EXPECT_DOUBLE_EQ(back.oversubscription, 4);
+  EXPECT_DOUBLE_EQ(back.sharing_speedup(8, 8), 1);
+  EXPECT_DOUBLE_EQ(back.sharing_speedup(4, 8), 2);
+  EXPECT_DOUBLE_EQ(back.sharing_speedup(1, 8), 4);
+  EXPECT_DOUBLE_EQ(back.sharing_speedup(0.5, 8), 4);
   ASSERT_EQ(back.gemm_sizes.at(DType::f32).size(), 2u);
   EXPECT_NEAR(back.gemm_sizes.at(DType::f32)[1].second, 6e10, 1e4);
   // Between measured sizes the rate follows log(n); beyond them it reaches the peak.
@@ -106,6 +117,9 @@ TEST(Hardware, BadFilesNameTheKey) {
   tpu.replace(tpu.find("\"cuda\""), 6, "\"tpu\"");
   expect_error(write("tpu", tpu), "'device.kind' is \"tpu\"");
   expect_error(write("not_toml", "name = [unclosed"), "not a hardware file");
+  std::string shared = good;
+  shared.replace(shared.find("[device]\n") + 9, 0, "oversubscription = 0.5\n");
+  expect_error(write("undersubscribed", shared), "'device.oversubscription' is 0.5; it is 1 or more");
 }
 
 }  // namespace

@@ -1,0 +1,88 @@
+// The cost model's step time where the ranks share too few cores (sim/hardware.h's
+// oversubscription): a rank computing while others wait runs faster, by processor sharing, and
+// the pipeline's schedule is simulated so. Checked against the closed forms of a pipeline that
+// computes one stage at a time, and of data parallelism, where every rank computes at once.
+#include "config/config.h"
+#include "sim/cost_model.h"
+#include "sim/hardware.h"
+
+#include <gtest/gtest.h>
+
+namespace tidal {
+namespace {
+
+config::Config small_gpt(std::vector<std::string> more) {
+  std::vector<std::string> sets = {"model.n_layer=4", "model.n_embd=256", "model.n_head=4", "model.seq_len=128",
+                                   "model.vocab_size=512", "train.batch_size=8", "train.device=cpu"};
+  sets.insert(sets.end(), more.begin(), more.end());
+  return config::load_config("", sets);
+}
+
+// Two ranks on one node, their threads `oversubscription` to a core.
+sim::Hardware two_ranks(double oversubscription) {
+  sim::Hardware h;
+  h.name = "two ranks";
+  h.device = Device::Kind::cpu;
+  h.devices_per_node = 2;
+  h.device_memory = 8.0 * (1 << 30);
+  h.host_memory = 16.0 * (1 << 30);
+  h.memory_bandwidth = h.host_device_bandwidth = 5e9;
+  h.elementwise_bandwidth = h.optimizer_bandwidth = 4e9;
+  h.bf16_native = false;
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    h.flops[dtype] = 5e10;
+    h.attention_flops[dtype] = 2e10;
+  }
+  h.intra_node_pair = {.bandwidth = 2e9, .latency = 2e-5};
+  h.intra_node_collective = {.bandwidth = 1e9, .latency = 5e-6};
+  h.oversubscription = oversubscription;
+  return h;
+}
+
+double actions(const sim::StepTime& t) { return t.compute + t.memory + t.layer_comm; }
+
+TEST(CostModelTime, PipelineStageAloneRunsOnTheSharedCores) {
+  // GPipe over 2 stages with one micro-batch: one stage computes at a time, so on cores that both
+  // ranks' threads oversubscribe twice over, each action runs at twice its all-busy rate.
+  const config::Config cfg = small_gpt({"parallel.pipeline=2", "parallel.schedule=gpipe"});
+  const sim::Hardware own = two_ranks(1), shared = two_ranks(2);
+  const sim::StepTime a = sim::predict(cfg, 2, &own).time, b = sim::predict(cfg, 2, &shared).time;
+  ASSERT_EQ(a.rank, b.rank);
+  ASSERT_GT(actions(a), 0);
+  EXPECT_NEAR(actions(b), actions(a) / 2, 1e-9 * actions(a));
+  EXPECT_NEAR(b.gemm, a.gemm / 2, 1e-9 * a.gemm);
+  // The busiest rank (the first stage) waits for the other stage's actions, now half as long,
+  // and for the two messages between them, as long as before.
+  EXPECT_LT(b.pipeline_wait, a.pipeline_wait);
+  EXPECT_GT(b.pipeline_wait, a.pipeline_wait / 2);
+  EXPECT_DOUBLE_EQ(a.after, b.after);
+  EXPECT_DOUBLE_EQ(a.optimizer, b.optimizer);
+}
+
+TEST(CostModelTime, SteadyPipelineGainsOnlyInItsBubble) {
+  // 1F1B over 4 micro-batches: in the steady phase both stages compute (the all-busy rates), in
+  // the fill and drain one does (faster): the step is shorter, by less than half its actions.
+  const config::Config cfg = small_gpt({"parallel.pipeline=2", "train.micro_batch_size=2"});
+  const sim::Hardware own = two_ranks(1), shared = two_ranks(2);
+  const sim::StepTime a = sim::predict(cfg, 2, &own).time, b = sim::predict(cfg, 2, &shared).time;
+  EXPECT_LT(b.total(), a.total());
+  EXPECT_LT(b.pipeline_wait, a.pipeline_wait);
+  EXPECT_LT(actions(b), actions(a));
+  EXPECT_GT(actions(b), actions(a) / 2 * (1 + 1e-6));
+}
+
+TEST(CostModelTime, EveryRankComputingRunsAtTheFilesRates) {
+  // Data parallelism: both ranks compute at once, which is what the file's rates are measured as.
+  const config::Config cfg = small_gpt({"parallel.data=2"});
+  const sim::Hardware own = two_ranks(1), shared = two_ranks(2);
+  const sim::StepTime a = sim::predict(cfg, 2, &own).time, b = sim::predict(cfg, 2, &shared).time;
+  EXPECT_DOUBLE_EQ(a.total(), b.total());
+  EXPECT_DOUBLE_EQ(a.compute, b.compute);
+  // One rank alone of the two the file was measured for has the node's cores to itself.
+  const sim::StepTime alone = sim::predict(small_gpt({}), 1, &shared).time;
+  const sim::StepTime alone_own = sim::predict(small_gpt({}), 1, &own).time;
+  EXPECT_NEAR(actions(alone), actions(alone_own) / 2, 1e-9 * actions(alone_own));
+}
+
+}  // namespace
+}  // namespace tidal
