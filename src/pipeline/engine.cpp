@@ -44,6 +44,15 @@ PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& 
       stage_costs_.push_back(std::accumulate(costs.begin() + split[vs], costs.begin() + split[vs + 1], 0.0));
   }
   params_ = parameters_of(stage_);
+  for (int c = 0; c < chunks_; ++c) {
+    const int vs = c * stages_ + stage_;
+    std::set<nn::Parameter*> used;
+    for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i) model_.layers()[std::size_t(i)]->collect_used_parameters(used);
+    for (const nn::Parameter* p : used) {
+      const auto [at, fresh] = chunk_of_.emplace(p, c);
+      TIDAL_ASSERT(fresh, "{} is used by model chunks {} and {} of one rank", p->name, at->second, c);
+    }
+  }
   for (int s = 0; s < stages_; ++s) {
     if (s == stage_) continue;
     for (nn::Parameter* p : parameters_of(s))
@@ -66,17 +75,9 @@ std::vector<nn::Parameter*> PipelineEngine::parameters_of(int stage) const {
 }
 
 int PipelineEngine::chunk_of(const nn::Parameter& p) const {
-  int found = -1;
-  for (int c = 0; c < chunks_; ++c) {
-    const int vs = c * stages_ + stage_;
-    std::set<nn::Parameter*> used;
-    for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i) model_.layers()[std::size_t(i)]->collect_used_parameters(used);
-    if (!used.count(const_cast<nn::Parameter*>(&p))) continue;
-    TIDAL_ASSERT(found < 0, "{} is used by model chunks {} and {} of one rank", p.name, found, c);
-    found = c;
-  }
-  TIDAL_ASSERT(found >= 0, "{} is not used by this rank's model chunks", p.name);
-  return found;
+  const auto it = chunk_of_.find(&p);
+  TIDAL_ASSERT(it != chunk_of_.end(), "{} is not used by this rank's model chunks", p.name);
+  return it->second;
 }
 
 std::vector<nn::Module*> PipelineEngine::layers() const {

@@ -138,6 +138,7 @@ class PipelineEngine {
   std::vector<double> stage_costs_;
   std::vector<nn::Parameter*> params_;
   std::set<nn::Parameter*> tied_;  // held by another stage too
+  std::map<const nn::Parameter*, int> chunk_of_;  // this rank's parameters' model chunks
   std::vector<comm::WorkPtr> sends_;
   // Per call: the shape of each stream this rank sends on and receives from (the first message
   // carries it), and receives posted ahead of the action that needs them.
