@@ -147,6 +147,7 @@ PYBIND11_MODULE(_tidal, m) {
     const char* k = better_blas_kernels();
     return k ? std::string(k) : std::string();
   });
+  m.def("blas_kernel_name", [] { return std::string(blas_kernel_name()); });
   // MPI finishes before the interpreter does, after what the script printed has gone out (a
   // launcher stops forwarding a rank's output when MPI ends).
   py::module_::import("atexit").attr("register")(py::cpp_function([] {

@@ -9,21 +9,48 @@ Under mpirun / srun every rank runs the same script; training runs on the layout
 key, a missing file, a layout that does not fit the ranks) raises tidal.TidalError carrying
 tidal's message, which names the key or file and the fix.
 """
+import importlib.util
 import json
 import os
+import subprocess
+import sys
 import warnings
 
-from . import _tidal
-from ._tidal import TidalError
-from .checkpoint import load_checkpoint
+
+def _choose_blas_kernels():
+    """Debian's OpenBLAS picks its kernels by CPU model when it loads, and falls back to slow generic
+    ones on a model newer than itself; only OPENBLAS_CORETYPE, set before it loads, overrides that.
+    The tidal command re-executes itself with it (core/blas_kernels.h); a Python process cannot, so
+    a child process loads the extension first and says whether the library falls back and which
+    kernels the CPU runs instead. This process sets OPENBLAS_CORETYPE to those before it loads the
+    library, and trains as the command does. Returns the kernels set, or None."""
+    if "OPENBLAS_CORETYPE" in os.environ or "TIDAL_KEEP_BLAS_KERNELS" in os.environ:
+        return None
+    extension = importlib.util.find_spec(f"{__name__}._tidal")
+    if extension is None or not extension.origin:
+        return None
+    probe = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('_tidal', sys.argv[1]); "
+             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); print(m.better_blas_kernels() or '')")
+    r = subprocess.run([sys.executable, "-c", probe, extension.origin], capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        return None
+    os.environ["OPENBLAS_CORETYPE"] = r.stdout.strip()
+    return os.environ["OPENBLAS_CORETYPE"]
+
+
+_kernels = _choose_blas_kernels()
+
+from . import _tidal  # noqa: E402 (after OPENBLAS_CORETYPE is settled)
+from ._tidal import TidalError  # noqa: E402
+from .checkpoint import load_checkpoint  # noqa: E402
+
+if _kernels and _tidal.blas_kernel_name() != _kernels:
+    warnings.warn(
+        f"OpenBLAS was loaded before tidal (by numpy, say) and fell back to its generic kernels on this CPU; "
+        f"import tidal first, or start Python with OPENBLAS_CORETYPE={_kernels}, for the fast ones (the tidal "
+        f"command does this itself)", RuntimeWarning, stacklevel=2)
 
 __all__ = ["Config", "Trainer", "TidalError", "train", "load_checkpoint", "rank", "world_size", "main"]
-
-if _tidal.better_blas_kernels():
-    warnings.warn(
-        f"OpenBLAS fell back to its generic kernels on this CPU; start Python with "
-        f"OPENBLAS_CORETYPE={_tidal.better_blas_kernels()} for the fast ones (the tidal command does this itself)",
-        RuntimeWarning, stacklevel=2)
 
 
 def _toml_value(value):

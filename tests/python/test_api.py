@@ -13,11 +13,14 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
-import pytest
-import safetensors.numpy
-
+# tidal before numpy: Debian's numpy loads OpenBLAS, and tidal sets the kernels it loads with
+# (OPENBLAS_CORETYPE, as the command does; python/tidal/__init__.py), so the runs below match
+# the command's bit for bit where the library would fall back to generic kernels.
 import tidal
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import safetensors.numpy  # noqa: E402
 
 TIDAL_BIN = os.environ["TIDAL_BIN"]
 MPIRUN = shlex.split(os.environ.get("TIDAL_MPIRUN", "mpirun"))
