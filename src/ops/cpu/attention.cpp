@@ -169,14 +169,21 @@ void query_head_backward(T* dq, BackwardScratch<T>& w, const T* q, const T* k, c
       float* row = w.p.data() + r * keys;
       // A row with no kept key (lse +inf) is all zeros; without a key mask the kept keys are a prefix.
       const std::int64_t limit = std::isfinite(l) ? (opt.causal ? i + 1 : keys) : 0;
-      const std::int64_t span = mrow ? keys : limit;
+      const std::int64_t span = kept_span(keys, limit, mrow);
+      if (mrow) {
 #pragma omp simd
-      for (std::int64_t j = 0; j < span; ++j) row[j] = kept(j, limit, mrow) ? exp_fast(row[j] - l) : 0.0f;
+        for (std::int64_t j = 0; j < span; ++j) row[j] = kept(j, limit, mrow) ? exp_fast(row[j] - l) : 0.0f;
+      } else {
+#pragma omp simd
+        for (std::int64_t j = 0; j < span; ++j) row[j] = j < limit ? exp_fast(row[j] - l) : 0.0f;
+      }
       std::fill(row + span, row + keys, 0.0f);
       // D_i = dO_i . O_i, the row's sum(dP * P) (FlashAttention-2's backward)
+      const T* grow = g + i * d.C;
+      const T* orow = o + i * d.C;
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-      for (std::int64_t c = 0; c < d.hd; ++c) dot += to_float(g[i * d.C + c]) * to_float(o[i * d.C + c]);
+      for (std::int64_t c = 0; c < d.hd; ++c) dot += to_float(grow[c]) * to_float(orow[c]);
       w.rowdot[std::size_t(r)] = dot;
     }
     const T* ps = in_storage(w.p.data(), w.p_store, rows * keys);
