@@ -10,6 +10,8 @@
 #   fragmentation, the size training picks; a range that holds no parameter is exit 2.
 # - `tidal trace` writes the warm-up's tide: JSON whose moments add up to the device tier's
 #   bytes, within the cap, and an SVG document.
+# - `tidal plan --world N` on a model that no layout fits (Llama 2 7B's shape on one H100) ends by
+#   naming memory.offload and how to see its memory, and that command predicts it fitting.
 # usage: check_memory_tools.sh path/to/tidal
 set -euo pipefail
 tidal=$1
@@ -93,4 +95,17 @@ assert root.tag.endswith("svg") and len(root.findall("{http://www.w3.org/2000/sv
 print(f"trace: {len(moments)} moments, device peak {max(m['device_bytes'] for m in moments)} <= "
       f"{tide['device_limit_bytes']}, chunks within the warm-up's share {tide['warmup_chunk_bytes']}")
 PY
+# Nothing fits: the planner names what is left, and the command it names predicts a fit.
+llama=(-c "$root/configs/llama2-7b.toml" --set train.batch_size=8 --hardware "$root/configs/hardware/h100-8x.toml")
+"$tidal" plan --world 1 "${llama[@]}" > "$dir/nofit.txt"
+tail -1 "$dir/nofit.txt" | grep -q '^the only layout does not fit: memory.offload = "chunk" .* add to this command --configured --set memory.offload=chunk --set train.device=cuda' ||
+  { cat "$dir/nofit.txt"; echo "FAIL: a plan where nothing fits should end naming memory.offload"; exit 1; }
+"$tidal" plan --world 1 "${llama[@]}" --configured --set memory.offload=chunk --set train.device=cuda \
+  --set train.activation_checkpointing=blocks --json > "$dir/offload.json"
+/usr/bin/python3 -c "
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p['fits'] and p['peak_bytes']['host'] > 64 * 2**30, p['peak_bytes']
+print(f\"plan: nothing fits one H100; with memory.offload the device peak is {p['peak_bytes']['device'] / 2**30:.1f} GiB, \"
+      f\"the host holds {p['peak_bytes']['host'] / 2**30:.1f} GiB\")" "$dir/offload.json"
 echo "memory tools: ok"
