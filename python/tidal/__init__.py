@@ -31,7 +31,11 @@ def _choose_blas_kernels():
         return None
     probe = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('_tidal', sys.argv[1]); "
              "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); print(m.better_blas_kernels() or '')")
-    r = subprocess.run([sys.executable, "-c", probe, extension.origin], capture_output=True, text=True)
+    try:
+        r = subprocess.run([sys.executable, "-c", probe, extension.origin], capture_output=True, text=True,
+                           timeout=120)
+    except (OSError, subprocess.SubprocessError):  # no interpreter to run (embedded), or it hung
+        return None
     if r.returncode != 0 or not r.stdout.strip():
         return None
     os.environ["OPENBLAS_CORETYPE"] = r.stdout.strip()
