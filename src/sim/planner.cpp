@@ -6,9 +6,15 @@
 
 #include <fmt/format.h>
 
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace tidal::sim {
 
@@ -65,49 +71,79 @@ void note_choices(Prediction& p, const config::Config& planned, const config::Co
     p.layout["train.activation_checkpointing"] = std::string(config::name_of(planned.train.activation_checkpointing));
 }
 
+// One layout planned: its micro-batches where the config leaves them, and memory savers where it
+// does not fit; the best variant (ranks_before), none where the ranks can run none.
+std::optional<PlannedLayout> plan_layout(const config::Config& layout, int world_size, const Hardware* hardware) {
+  const bool timed = hardware != nullptr;
+  const std::int64_t configured = micro_batches_of(layout);
+  std::optional<PlannedLayout> best;
+  // Predicts a variant, kept if it ranks first so far; whether it fits.
+  const auto consider = [&](std::int64_t micro_batches, config::Recompute recompute) {
+    std::optional<config::Config> v = variant(layout, world_size, micro_batches, recompute);
+    if (!v) return false;
+    Prediction p = predict(*v, world_size, hardware);
+    keep_margin(p, *v, hardware);
+    note_choices(p, *v, layout);
+    const bool fits = p.fits;
+    if (!best || ranks_before(p, best->prediction, timed)) best = PlannedLayout{std::move(*v), std::move(p)};
+    return fits;
+  };
+  // The pipeline's micro-batches, where the config leaves them to the planner.
+  std::vector<std::int64_t> counts = {configured};
+  const int p = layout.parallel.pipeline;
+  if (p > 1 && layout.train.micro_batch_size == 0)
+    for (std::int64_t m : {std::int64_t(p), 2 * std::int64_t(p), 4 * std::int64_t(p)}) counts.push_back(m);
+  for (std::int64_t m : counts) consider(m, layout.train.activation_checkpointing);
+  if (!best) return std::nullopt;
+  // Memory savers where it does not fit: each recomputation (none, selective, blocks) with the
+  // fewest micro-batches that fit it (more only shrink the products further); the fastest.
+  if (!best->prediction.fits) {
+    const std::int64_t m = micro_batches_of(best->cfg);
+    using config::Recompute;
+    const Recompute asked = layout.train.activation_checkpointing;
+    std::vector<Recompute> recomputes = {asked};
+    if (asked == Recompute::none) recomputes.push_back(Recompute::selective);
+    if (asked != Recompute::blocks && asked != Recompute::every_k) recomputes.push_back(Recompute::blocks);
+    for (Recompute r : recomputes)
+      for (std::int64_t more : {m, 2 * m, 4 * m, 8 * m}) {
+        if (r == asked && more == m) continue;  // tried above
+        if (consider(more, r)) break;
+      }
+  }
+  return best;
+}
+
 }  // namespace
 
 std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_size, const Hardware* hardware) {
   const bool timed = hardware != nullptr;
-  std::vector<PlannedLayout> out;
-  for (const config::Config& layout : layouts(cfg, world_size)) {
-    const std::int64_t configured = micro_batches_of(layout);
-    std::optional<PlannedLayout> best;
-    // Predicts a variant, kept if it ranks first so far; whether it fits.
-    const auto consider = [&](std::int64_t micro_batches, config::Recompute recompute) {
-      std::optional<config::Config> v = variant(layout, world_size, micro_batches, recompute);
-      if (!v) return false;
-      Prediction p = predict(*v, world_size, hardware);
-      keep_margin(p, *v, hardware);
-      note_choices(p, *v, layout);
-      const bool fits = p.fits;
-      if (!best || ranks_before(p, best->prediction, timed)) best = PlannedLayout{std::move(*v), std::move(p)};
-      return fits;
-    };
-    // The pipeline's micro-batches, where the config leaves them to the planner.
-    std::vector<std::int64_t> counts = {configured};
-    const int p = layout.parallel.pipeline;
-    if (p > 1 && layout.train.micro_batch_size == 0)
-      for (std::int64_t m : {std::int64_t(p), 2 * std::int64_t(p), 4 * std::int64_t(p)}) counts.push_back(m);
-    for (std::int64_t m : counts) consider(m, layout.train.activation_checkpointing);
-    if (!best) continue;
-    // Memory savers where it does not fit: each recomputation (none, selective, blocks) with the
-    // fewest micro-batches that fit it (more only shrink the products further); the fastest.
-    if (!best->prediction.fits) {
-      const std::int64_t m = micro_batches_of(best->cfg);
-      using config::Recompute;
-      const Recompute asked = layout.train.activation_checkpointing;
-      std::vector<Recompute> recomputes = {asked};
-      if (asked == Recompute::none) recomputes.push_back(Recompute::selective);
-      if (asked != Recompute::blocks && asked != Recompute::every_k) recomputes.push_back(Recompute::blocks);
-      for (Recompute r : recomputes)
-        for (std::int64_t more : {m, 2 * m, 4 * m, 8 * m}) {
-          if (r == asked && more == m) continue;  // tried above
-          if (consider(more, r)) break;
-        }
+  const std::vector<config::Config> all = layouts(cfg, world_size);
+  // The layouts share nothing (each builds and replays a world of its own), so they are planned on
+  // this process's threads (OpenMP's count: under mpirun, the rank's share of the node's cores),
+  // each taking the next layout not yet taken; the results go in layout order, as one thread's would.
+  std::vector<std::optional<PlannedLayout>> planned(all.size());
+  std::atomic<std::size_t> next{0};
+  std::mutex failed;
+  std::exception_ptr failure;
+  const auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < all.size();) {
+      try {
+        planned[i] = plan_layout(all[i], world_size, hardware);
+      } catch (...) {
+        const std::lock_guard lock(failed);
+        if (!failure) failure = std::current_exception();
+      }
     }
-    out.push_back(std::move(*best));
-  }
+  };
+  const std::size_t threads = std::min<std::size_t>(all.size(), std::size_t(std::max(1, omp_get_max_threads())));
+  std::vector<std::thread> helpers;
+  for (std::size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& h : helpers) h.join();
+  if (failure) std::rethrow_exception(failure);
+  std::vector<PlannedLayout> out;
+  for (std::optional<PlannedLayout>& p : planned)
+    if (p) out.push_back(std::move(*p));
   std::stable_sort(out.begin(), out.end(), [timed](const PlannedLayout& a, const PlannedLayout& b) {
     return ranks_before(a.prediction, b.prediction, timed);
   });

@@ -26,7 +26,8 @@ struct PlannedLayout {
 };
 
 // Every layout of `world_size` ranks with its choices, ranked: those that fit first, by predicted
-// step time (by peak without a hardware file), then those that do not, by peak.
+// step time (by peak without a hardware file), then those that do not, by peak. The layouts are
+// planned on OpenMP's count of threads, with the same result as on one.
 std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_size, const Hardware* hardware);
 
 // Whether `a` ranks before `b` (the order above).

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <omp.h>
 
 namespace tidal {
 namespace {
@@ -106,6 +107,33 @@ TEST(Planner, RanksThoseThatFitFirstFastestFirst) {
     }
   }
   EXPECT_TRUE(planned.front().prediction.fits);
+}
+
+TEST(Planner, EveryLayoutOfEachModelKind) {
+  // Each model kind plans (a ViT is not split by position: no sequence layouts), on several
+  // threads; the same plan as on one, in the same order.
+  const sim::Hardware hw = h100();
+  for (const std::vector<std::string>& kind :
+       {std::vector<std::string>{"model.type=vit", "data.kind=images", "model.image_size=64", "model.patch_size=16",
+                                 "model.num_classes=16"},
+        {"model.type=bert"}, {"model.type=llama", "model.n_kv_head=2"}}) {
+    SCOPED_TRACE(kind.front());
+    const config::Config cfg = small_gpt(kind);
+    const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(cfg, 4, &hw);
+    ASSERT_GT(planned.size(), 4u);
+    bool sequence = false;
+    for (const sim::PlannedLayout& p : planned) sequence = sequence || p.cfg.parallel.sequence > 1;
+    EXPECT_EQ(sequence, cfg.model.type != "vit");
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const std::vector<sim::PlannedLayout> alone = sim::plan_layouts(cfg, 4, &hw);
+    omp_set_num_threads(threads);
+    ASSERT_EQ(alone.size(), planned.size());
+    for (std::size_t k = 0; k < planned.size(); ++k) {
+      EXPECT_EQ(alone[k].prediction.layout, planned[k].prediction.layout) << k;
+      EXPECT_EQ(alone[k].prediction.time.total(), planned[k].prediction.time.total()) << k;
+    }
+  }
 }
 
 }  // namespace
