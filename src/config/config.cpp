@@ -223,44 +223,8 @@ void validate(const Config& c, bool local_files) {
               "train.loss_chunks = {} cuts the logits of a sequence's positions into blocks, and a ViT has one row of "
               "logits per image: set train.loss_chunks = 1", t.loss_chunks);
 
+  check_layout(c);
   const ParallelConfig& p = c.parallel;
-  TIDAL_CHECK(p.data >= 1 && p.pipeline >= 1 && p.sequence >= 1 && p.tensor.size >= 1 && p.tensor.depth >= 1 &&
-                  p.virtual_stages >= 1,
-              "parallel sizes must be >= 1");
-  TIDAL_CHECK(p.sequence == 1 || c.model.type != "vit",
-              "parallel.sequence = {} splits token sequences (GPT, BERT); model.type = \"vit\" is not split by "
-              "position: set parallel.sequence = 1 and use parallel.data or parallel.tensor.size",
-              p.sequence);
-  // Pipeline schedules that cannot run (pipeline/schedule.h, pipeline/partition.h say the same).
-  TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == pipeline::ScheduleKind::interleaved,
-              "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (it is \"{}\")", p.virtual_stages,
-              p.schedule);
-  TIDAL_CHECK(p.virtual_stages == 1 || p.pipeline > 1,
-              "parallel.virtual_stages = {} interleaves the model chunks of several pipeline stages, and "
-              "parallel.pipeline is 1: set parallel.pipeline > 1, or parallel.virtual_stages = 1",
-              p.virtual_stages);
-  // (One chunk per rank and a block per layer: check_model_fits says it for the layout.)
-  // A checkpointed run of blocks (every_k) is one layer and never split between stages.
-  const bool runs = t.activation_checkpointing == Recompute::every_k && t.activation_checkpointing_k > 1;
-  const std::int64_t block_layers = runs ? (c.model.n_layer + t.activation_checkpointing_k - 1) / t.activation_checkpointing_k
-                                         : c.model.n_layer;
-  TIDAL_CHECK((p.virtual_stages == 1 && !runs) || p.pipeline * p.virtual_stages == 1 ||
-                  block_layers >= p.pipeline * p.virtual_stages,
-              "{} pipeline stages (parallel.pipeline x parallel.virtual_stages = {} x {}) for {} block layers ({} "
-              "transformer blocks{}): every stage needs at least one; use more layers (model.n_layer) or fewer "
-              "stages{}",
-              p.pipeline * p.virtual_stages, p.pipeline, p.virtual_stages, block_layers, c.model.n_layer,
-              runs ? fmt::format(" in checkpointed runs of train.activation_checkpointing_k = {}", t.activation_checkpointing_k) : "",
-              runs ? ", or a smaller train.activation_checkpointing_k" : "");
-  const std::int64_t local = p.data >= 1 ? t.batch_size / p.data : 0;  // divisibility: ParallelContext
-  if (p.schedule == pipeline::ScheduleKind::interleaved && local > 0 && (t.micro_batch_size == 0 || local % t.micro_batch_size == 0)) {
-    const std::int64_t micro_batches = t.micro_batch_size ? local / t.micro_batch_size : 1;
-    TIDAL_CHECK(micro_batches % p.pipeline == 0,
-                "parallel.schedule = \"interleaved\" runs micro-batches in groups of parallel.pipeline = {}: the {} "
-                "micro-batches per step (train.batch_size / parallel.data / train.micro_batch_size) must be a "
-                "multiple of {}",
-                p.pipeline, micro_batches, p.pipeline);
-  }
   TIDAL_CHECK(p.bucket_mb > 0, "parallel.bucket_mb must be > 0, got {}", p.bucket_mb);
   TIDAL_CHECK(p.timeout_s > 0, "parallel.timeout_s must be > 0 seconds, got {}", p.timeout_s);
   TIDAL_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3, "zero.stage must be 0, 1, 2 or 3, got {}", c.zero.stage);
@@ -302,6 +266,48 @@ void validate(const Config& c, bool local_files) {
 }
 
 }  // namespace
+
+void check_layout(const Config& c) {
+  const TrainConfig& t = c.train;
+  const ParallelConfig& p = c.parallel;
+  TIDAL_CHECK(p.data >= 1 && p.pipeline >= 1 && p.sequence >= 1 && p.tensor.size >= 1 && p.tensor.depth >= 1 &&
+                  p.virtual_stages >= 1,
+              "parallel sizes must be >= 1");
+  TIDAL_CHECK(p.sequence == 1 || c.model.type != "vit",
+              "parallel.sequence = {} splits token sequences (GPT, BERT); model.type = \"vit\" is not split by "
+              "position: set parallel.sequence = 1 and use parallel.data or parallel.tensor.size",
+              p.sequence);
+  // Pipeline schedules that cannot run (pipeline/schedule.h, pipeline/partition.h say the same).
+  TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == pipeline::ScheduleKind::interleaved,
+              "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (it is \"{}\")", p.virtual_stages,
+              p.schedule);
+  TIDAL_CHECK(p.virtual_stages == 1 || p.pipeline > 1,
+              "parallel.virtual_stages = {} interleaves the model chunks of several pipeline stages, and "
+              "parallel.pipeline is 1: set parallel.pipeline > 1, or parallel.virtual_stages = 1",
+              p.virtual_stages);
+  // (One chunk per rank and a block per layer: check_model_fits says it for the layout.)
+  // A checkpointed run of blocks (every_k) is one layer and never split between stages.
+  const bool runs = t.activation_checkpointing == Recompute::every_k && t.activation_checkpointing_k > 1;
+  const std::int64_t block_layers = runs ? (c.model.n_layer + t.activation_checkpointing_k - 1) / t.activation_checkpointing_k
+                                         : c.model.n_layer;
+  TIDAL_CHECK((p.virtual_stages == 1 && !runs) || p.pipeline * p.virtual_stages == 1 ||
+                  block_layers >= p.pipeline * p.virtual_stages,
+              "{} pipeline stages (parallel.pipeline x parallel.virtual_stages = {} x {}) for {} block layers ({} "
+              "transformer blocks{}): every stage needs at least one; use more layers (model.n_layer) or fewer "
+              "stages{}",
+              p.pipeline * p.virtual_stages, p.pipeline, p.virtual_stages, block_layers, c.model.n_layer,
+              runs ? fmt::format(" in checkpointed runs of train.activation_checkpointing_k = {}", t.activation_checkpointing_k) : "",
+              runs ? ", or a smaller train.activation_checkpointing_k" : "");
+  const std::int64_t local = p.data >= 1 ? t.batch_size / p.data : 0;  // divisibility: ParallelContext
+  if (p.schedule == pipeline::ScheduleKind::interleaved && local > 0 && (t.micro_batch_size == 0 || local % t.micro_batch_size == 0)) {
+    const std::int64_t micro_batches = t.micro_batch_size ? local / t.micro_batch_size : 1;
+    TIDAL_CHECK(micro_batches % p.pipeline == 0,
+                "parallel.schedule = \"interleaved\" runs micro-batches in groups of parallel.pipeline = {}: the {} "
+                "micro-batches per step (train.batch_size / parallel.data / train.micro_batch_size) must be a "
+                "multiple of {}",
+                p.pipeline, micro_batches, p.pipeline);
+  }
+}
 
 std::uint64_t parse_bytes(const std::string& text, const std::string& key) {
   std::size_t pos = 0;

@@ -160,6 +160,12 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // model.init_from gave: the directory is not read again); `where` names it in errors.
 Config load_config_text(const std::string& toml_text, const std::string& where);
 
+// The [parallel] section's rules that hold on any machine (load_config checks them): the sizes,
+// a ViT not split by position, pipeline schedules that can run over the model's block layers and
+// micro-batches. The cost model's layouts and the planner's variants keep to them too. How the
+// sizes fit the launched ranks is parallel::Layout's to check.
+void check_layout(const Config& c);
+
 // The whole configuration as TOML (what a run used; stored in checkpoints).
 std::string to_toml(const Config& cfg);
 

@@ -381,8 +381,7 @@ std::vector<config::Config> layouts(const config::Config& cfg, int world_size) {
       }
       std::vector<std::pair<Tensor, int>> splits;  // (tensor, sequence)
       for (const Tensor& t : tensors) splits.push_back({t, 1});
-      // A sequence split, except of a ViT, which is not split by position (its patches and class token).
-      if (rest > 1 && cfg.model.type != "vit") splits.push_back({{1, parallel::TensorMode::d1, 1}, rest});
+      if (rest > 1) splits.push_back({{1, parallel::TensorMode::d1, 1}, rest});
       for (const auto& [t, seq] : splits)
         for (int zero = 0; zero <= (data * seq > 1 ? 3 : 0); ++zero)
           for (bool keep : {false, true}) {
@@ -400,6 +399,7 @@ std::vector<config::Config> layouts(const config::Config& cfg, int world_size) {
             c.zero.stage = zero;
             if (pp == 1) c.parallel.virtual_stages = 1;
             try {
+              config::check_layout(c);  // a ViT split by position, a schedule that cannot run
               (void)parallel::ParallelContext::planned(c, world_size, 0);
             } catch (const Error&) {
               continue;

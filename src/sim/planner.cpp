@@ -32,7 +32,7 @@ std::int64_t micro_batches_of(const config::Config& c) {
 }
 
 // The layout's config with `micro_batches` micro-batches per step and `recompute`, if the ranks
-// can run it (the micro-batch divides as the layout needs).
+// can run it (the micro-batch divides as the layout needs, the schedule takes that many).
 std::optional<config::Config> variant(const config::Config& c, int world_size, std::int64_t micro_batches,
                                       config::Recompute recompute) {
   const std::int64_t local = c.train.batch_size / c.parallel.data;
@@ -41,6 +41,7 @@ std::optional<config::Config> variant(const config::Config& c, int world_size, s
   v.train.micro_batch_size = micro_batches == 1 ? c.train.micro_batch_size : local / micro_batches;
   v.train.activation_checkpointing = recompute;
   try {
+    config::check_layout(v);
     (void)parallel::ParallelContext::planned(v, world_size, 0);
   } catch (const Error&) {
     return std::nullopt;

@@ -136,5 +136,21 @@ TEST(Planner, EveryLayoutOfEachModelKind) {
   }
 }
 
+TEST(Planner, OnlyLayoutsTheScheduleCanRun) {
+  // Interleaved over 2 virtual stages: 4 and 8 pipeline stages would need 8 and 16 block layers
+  // of the 4 there are, which the config refuses; the planner leaves those layouts out.
+  const sim::Hardware hw = h100();
+  const config::Config cfg = small_gpt({"parallel.schedule=interleaved", "parallel.pipeline=2",
+                                        "parallel.virtual_stages=2", "train.micro_batch_size=4"});
+  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(cfg, 8, &hw);
+  ASSERT_GT(planned.size(), 4u);
+  bool pipelined = false;
+  for (const sim::PlannedLayout& p : planned) {
+    EXPECT_LE(p.cfg.parallel.pipeline * p.cfg.parallel.virtual_stages, cfg.model.n_layer);
+    pipelined = pipelined || p.cfg.parallel.pipeline == 2;
+  }
+  EXPECT_TRUE(pipelined);
+}
+
 }  // namespace
 }  // namespace tidal
