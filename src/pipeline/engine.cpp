@@ -43,7 +43,7 @@ PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& 
     if (vs + 1 < split.size())
       stage_costs_.push_back(std::accumulate(costs.begin() + split[vs], costs.begin() + split[vs + 1], 0.0));
   }
-  params_ = parameters_of(stage_);
+  // This rank's parameters, each with the model chunk whose layers use it, in the model's order.
   for (int c = 0; c < chunks_; ++c) {
     const int vs = c * stages_ + stage_;
     std::set<nn::Parameter*> used;
@@ -53,6 +53,8 @@ PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& 
       TIDAL_ASSERT(fresh, "{} is used by model chunks {} and {} of one rank", p->name, at->second, c);
     }
   }
+  for (nn::Parameter* p : model_.parameters())
+    if (chunk_of_.count(p)) params_.push_back(p);
   for (int s = 0; s < stages_; ++s) {
     if (s == stage_) continue;
     for (nn::Parameter* p : parameters_of(s))
