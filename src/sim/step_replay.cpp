@@ -226,16 +226,10 @@ struct Replay {
   static Cube3d orientation(Role role) {
     return role == Role::input ? Cube3d{"tensor_y", "tensor_z"} : Cube3d{"tensor_z", "tensor_y"};
   }
-  // nn/tp/mappings.cpp: all_gather_along / reduce_scatter_along over l ranks, dimension 0 (a copy
-  // to the front, then the gathered or reduced buffer).
-  Act gather(double width) {
-    Act front = act(width);
-    return t.make(s.q * s.rows * width * s.e);
-  }
-  Act scatter(double width) {
-    Act front = t.make(s.q * s.rows * width * s.e);
-    return act(width);
-  }
+  // nn/tp/mappings.cpp: all_gather_along / reduce_scatter_along over l ranks, dimension 0 (the
+  // collective reads its input in place and makes the gathered or reduced buffer).
+  Act gather(double width) { return t.make(s.q * s.rows * width * s.e); }
+  Act scatter(double width) { return act(width); }
   // `own_grads`: the weight's gradient is this module's alone (not a table the head shares).
   Act linear_backward(double in, double out, double weight, Role role, Keep& k, bool own_grads = true,
                       bool table = false) {
@@ -531,19 +525,13 @@ struct Replay {
       } else if (s.split == Split::grid) {  // every sample of the depth layer, reduce-scattered down the column
         k.push_back(t.make(s.rows * s.q * 4));
         Act partial = t.make(s.rows * s.q * s.width * s.e);
-        Act front = t.make(s.rows * s.q * s.width * s.e);
         lookup = act(s.width);
         traffic.add("tensor_col", int(s.q), "reduce_scatter", s.rows * s.q * s.width, s.e);
       } else if (s.split == Split::cube) {  // every sample's ids, reduce-scattered over x, then z
         const double l = s.q;
         k.push_back(t.make(s.rows * l * l * 4));
         Act partial = t.make(s.rows * l * l * s.width * s.e);
-        Act over_x;
-        {
-          Act front = t.make(s.rows * l * l * s.width * s.e);
-          over_x = t.make(s.rows * l * s.width * s.e);
-        }
-        Act front = t.make(s.rows * l * s.width * s.e);
+        Act over_x = t.make(s.rows * l * s.width * s.e);
         lookup = act(s.width);
         traffic.add("tensor_x", int(l), "reduce_scatter", s.rows * l * l * s.width, s.e);
         traffic.add("tensor_z", int(l), "reduce_scatter", s.rows * l * s.width, s.e);
@@ -575,15 +563,13 @@ struct Replay {
     if (!table_grad) table_grad = grads(s.table);
     if (s.split == Split::grid) {  // the gradient all-gathered down the column
       traffic.add("tensor_col", int(s.q), "all_gather", s.rows * s.width, s.e, 1, s.rows * s.q * s.width);
-      Act front = act(s.width);
       Act gathered = t.make(s.rows * s.q * s.width * s.e);
       if (s.cpu && s.e != 4) Act acc = t.make(s.table * 4);
     } else if (s.split == Split::cube) {  // over z, then x: every sample's rows
       const double l = s.q;
       traffic.add("tensor_z", int(l), "all_gather", s.rows * s.width, s.e, 1, l * s.rows * s.width);
       traffic.add("tensor_x", int(l), "all_gather", l * s.rows * s.width, s.e, 1, l * l * s.rows * s.width);
-      Act front = act(s.width), over_z = t.make(s.rows * l * s.width * s.e);
-      Act front2 = t.make(s.rows * l * s.width * s.e), over_x = t.make(s.rows * l * l * s.width * s.e);
+      Act over_z = t.make(s.rows * l * s.width * s.e), over_x = t.make(s.rows * l * l * s.width * s.e);
       if (s.cpu && s.e != 4) Act acc = t.make(s.table * 4);
     } else if (s.cpu && s.e != 4) {
       Act acc = t.make(s.table * 4);  // the lookup's gradient summed in fp32

@@ -11,10 +11,11 @@ int normalize(const Tensor& x, int dim) {
   return d;
 }
 
-// Moves `dim` to the front: [..., n, ...] -> [n, ...rest] (a copy), so that rank slices of `dim`
-// are contiguous blocks for the collectives.
+// Moves `dim` to the front: [..., n, ...] -> [n, ...rest], so that rank slices of `dim` are
+// contiguous blocks for the collectives: a copy, except of the first dimension of a contiguous
+// tensor, which is there already (the collectives only read it).
 Tensor dim_to_front(const Tensor& x, int d) {
-  if (d == 0) return x.clone();
+  if (d == 0) return x.is_contiguous() ? x : x.clone();
   std::vector<std::int64_t> dims{x.dim(d)};
   for (int i = 0; i < x.ndim(); ++i)
     if (i != d) dims.push_back(x.dim(i));
