@@ -177,8 +177,8 @@ struct Replay {
         Act y = act(out);
         gemm(s.rows * in, weight, s.rows * out);
         if (role == Role::input) return y;
-        tensor_all_reduce(s.rows * out, s.e);
-        return act(out);  // ReduceFromGroup: the summed copy; the partial goes
+        tensor_all_reduce(s.rows * out, s.e);  // ReduceFromGroup: the partial summed in place
+        return y;
       }
       case Split::grid: {
         Act y = act(out);
@@ -242,10 +242,9 @@ struct Replay {
         gemm(s.rows * out, weight, s.rows * in);  // dx = dy W
         gemm(s.rows * out, s.rows * in, weight);  // dW += dy^T x
         if (s.split == Split::d1 && role == Role::input) {
-          tensor_all_reduce(s.rows * in, s.e);
-          Act summed = act(in);  // CopyToGroup's all-reduced copy
+          tensor_all_reduce(s.rows * in, s.e);  // CopyToGroup: this rank's part summed in place
           k.clear();
-          return summed;
+          return dx;
         }
         break;
       case Split::grid: {
@@ -517,9 +516,8 @@ struct Replay {
     Act y;
     {
       Act lookup;
-      if (s.split == Split::d1) {  // localized ids (kept), the partial lookup and its sum
+      if (s.split == Split::d1) {  // localized ids (kept), the partial lookup summed in place
         k.push_back(t.make(s.rows * 4));
-        Act partial = act(s.width);
         lookup = act(s.width);
         tensor_all_reduce(s.rows * s.width, s.e);
       } else if (s.split == Split::grid) {  // every sample of the depth layer, reduce-scattered down the column

@@ -38,7 +38,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids, Context& ctx) {
   Tensor partial = ctx.empty(s, table_->data.dtype());
   ops::embedding_forward(partial, local, table_->data);
   ctx.saved = {local};
-  return ReduceFromGroup::forward(partial, group_);
+  return ReduceFromGroup::forward(std::move(partial), group_);
 }
 
 Tensor VocabParallelEmbedding::backward(const Tensor& dy, Context& ctx) {

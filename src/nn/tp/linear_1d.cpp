@@ -55,7 +55,7 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy, Context& ctx) {
   Tensor dx2 = dx.reshape({-1, in_});
   linear_backward(dx2, dy2, x2, *weight_, bias_);  // this rank's part of dx; dW_r += dy_r^T x
   ctx.saved.clear();
-  return CopyToGroup::backward(dx, group_);  // sum of the ranks' parts
+  return CopyToGroup::backward(std::move(dx), group_);  // sum of the ranks' parts
 }
 
 RowParallelLinear::RowParallelLinear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
@@ -74,7 +74,7 @@ Tensor RowParallelLinear::forward(const Tensor& x, Context& ctx) {
   Tensor partial = ctx.empty(xr.shape().with_last(out_), xr.dtype());
   Tensor partial2 = partial.reshape({-1, out_});
   linear_forward(partial2, xr.reshape({-1, in_local_}), *weight_, nullptr);  // the bias is added once, after the sum
-  Tensor y = ReduceFromGroup::forward(partial, group_);
+  Tensor y = ReduceFromGroup::forward(std::move(partial), group_);
   if (bias_) {
     Tensor y2 = y.reshape({-1, out_});
     ops::bias_add(y2, bias_->data);

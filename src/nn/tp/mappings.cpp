@@ -78,13 +78,17 @@ Tensor reduce_scatter_along(const Tensor& x, comm::Communicator& g, int dim) {
 }
 
 Tensor CopyToGroup::forward(const Tensor& x, comm::Communicator&) { return x; }
-Tensor CopyToGroup::backward(const Tensor& dy, comm::Communicator& g) {
-  Tensor dx = dy.clone();
-  g.all_reduce(dx)->wait();
-  return dx;
+Tensor CopyToGroup::backward(const Tensor& dy, comm::Communicator& g) { return backward(dy.clone(), g); }
+Tensor CopyToGroup::backward(Tensor&& partial, comm::Communicator& g) {
+  TIDAL_ASSERT(partial.is_contiguous(), "an all-reduce in place of {}: not contiguous", partial.str());
+  g.all_reduce(partial)->wait();
+  return std::move(partial);
 }
 
 Tensor ReduceFromGroup::forward(const Tensor& x, comm::Communicator& g) { return CopyToGroup::backward(x, g); }
+Tensor ReduceFromGroup::forward(Tensor&& partial, comm::Communicator& g) {
+  return CopyToGroup::backward(std::move(partial), g);
+}
 Tensor ReduceFromGroup::backward(const Tensor& dy, comm::Communicator&) { return dy; }
 
 Tensor ScatterToGroup::forward(const Tensor& x, comm::Communicator& g, int dim) {

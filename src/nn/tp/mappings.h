@@ -13,7 +13,9 @@
 //   broadcast_from        broadcast from `root` (SUMMA)            reduce (sum) to `root`
 //
 // Slices are equal: the group size must divide the extent of `dim`. Inputs are host tensors of
-// any float dtype; outputs are new tensors (inputs are never modified).
+// any float dtype; outputs are new tensors (inputs are never modified), except where a layer
+// hands over its own partial sum (an rvalue: the product it just made and needs no more), which
+// the all-reduce sums in place.
 #pragma once
 
 #include "comm/communicator.h"
@@ -23,10 +25,12 @@ namespace tidal::nn::tp {
 struct CopyToGroup {
   static Tensor forward(const Tensor& x, comm::Communicator& g);
   static Tensor backward(const Tensor& dy, comm::Communicator& g);
+  static Tensor backward(Tensor&& partial, comm::Communicator& g);  // summed in place
 };
 
 struct ReduceFromGroup {
   static Tensor forward(const Tensor& x, comm::Communicator& g);
+  static Tensor forward(Tensor&& partial, comm::Communicator& g);  // summed in place
   static Tensor backward(const Tensor& dy, comm::Communicator& g);
 };
 
