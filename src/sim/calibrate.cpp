@@ -241,7 +241,10 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   world.barrier()->wait();
   h.memory_bandwidth = op_rate(world, sharing, [&] { return copy_rate(big, repeats); });
   h.bf16_native = ops::cpu::onednn_bf16_native();
-  h.host_device_bandwidth = h.memory_bandwidth;  // host and "device" are the same memory
+  // Host and "device" are the same memory: a move between them is a copy, each byte read and
+  // written (the memory bandwidth counts both).
+  h.host_device_bandwidth = h.memory_bandwidth / 2;
+  h.host_optimizer_bandwidth = h.optimizer_bandwidth;  // and the same cores
   const double pair_latency = half_round_trip(world, 4, repeats * 20);
   const double pair_time = half_round_trip(world, message, repeats);
   h.intra_node_pair = {.bandwidth = double(message) / std::max(1e-9, pair_time - pair_latency),

@@ -24,7 +24,7 @@ nlohmann::json StepTime::json() const {
   return {{"compute_s", compute},         {"gemm_s", gemm},   {"attention_s", attention},
           {"memory_s", memory},           {"layer_comm_s", layer_comm},
           {"pipeline_wait_s", pipeline_wait}, {"after_s", after},   {"optimizer_s", optimizer},
-          {"hidden_s", hidden},           {"rank", rank}};
+          {"offload_s", offload},         {"hidden_s", hidden},     {"rank", rank}};
 }
 
 nlohmann::json Prediction::json() const {
@@ -32,16 +32,24 @@ nlohmann::json Prediction::json() const {
   for (const RankMemory& r : this->ranks) host = std::max(host, r.host);
   nlohmann::json tiers = {{"device", peak_bytes}, {"host", host}};
   nlohmann::json ranks_json = nlohmann::json::array();
-  for (const RankMemory& r : this->ranks)
+  for (const RankMemory& r : this->ranks) {
     ranks_json.push_back({{"rank", r.rank},
                           {"model_data", r.model_data.json()},
                           {"activations", r.activations},
                           {"communication", r.traffic},
                           {"peak_bytes", {{"device", r.device}, {"host", r.host}}}});
+    if (r.model_data.offload)
+      ranks_json.back()["offload"] = {{"device_state_chunks", r.offload.device_state_chunks},
+                                      {"host_state_chunks", r.offload.host_state_chunks},
+                                      {"evictions", r.offload.evictions},
+                                      {"bytes_host_to_device", r.offload.bytes_each_way},
+                                      {"bytes_device_to_host", r.offload.bytes_each_way}};
+  }
   nlohmann::json out = {{"layout", layout},          {"step_time_s", time.total()}, {"time", time.json()},
                         {"peak_bytes", tiers},       {"largest_rank", largest_rank}, {"fits", fits},
                         {"flops_per_step", flops_per_step}, {"ranks", ranks_json}};
   if (!fits) out["does_not_fit"] = does_not_fit;
+  if (!untimed.empty()) out["untimed"] = untimed;
   return out;
 }
 
@@ -251,11 +259,25 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
       // dynamic partition) optimizer states in the margin left, chunk by chunk in list order.
       m.host += double(md.offload_host_bytes);
       m.device = m.activations + double(md.param_bytes);
+      RankMemory::Offload& o = m.offload;
       if (!md.static_partition && md.state_bytes > 0) {
         const double margin = double(device_capacity) - m.device;
         const double fit = margin > 0 ? std::floor(margin / double(md.state_bytes)) : 0.0;
-        m.device += std::min(fit, double(md.state_chunks)) * double(md.state_bytes);
+        o.device_state_chunks = int(std::min(fit, double(md.state_chunks)));
+        m.device += o.device_state_chunks * double(md.state_bytes);
       }
+      // The moves (RankMemory::Offload): a rank's own chunks with their states on the host, each
+      // way; evicted chunks beyond them, as many as bring the param list and the activations'
+      // peak within the device (none where states fit beside them). Not counted: ZeRO-3's
+      // gathered chunks of other ranks (fetched into the device, not moved).
+      const double chunk = double(md.chunk_elements) * double(dtype_size(cfg.train.precision));
+      o.host_state_chunks = md.state_chunks - o.device_state_chunks;
+      const double overflow = m.device - double(device_capacity);
+      if (!md.static_partition && overflow > 0 && chunk > 0) {
+        o.evictions = int(std::ceil(overflow / chunk));
+        m.device = double(device_capacity);  // the evictions keep the tier within it
+      }
+      o.bytes_each_way = (o.host_state_chunks + o.evictions) * chunk;
     }
     if (m.total() > p.peak_bytes) {
       p.peak_bytes = m.total();
@@ -351,6 +373,22 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
       st.hidden = hardware->device == Device::Kind::cpu ? 0.0 : std::min(r.overlappable, last_backward);
       st.after = r.after_actions + r.overlappable - st.hidden;
       st.optimizer = r.optimizer;
+      const RankMemory& rm = p.ranks[std::size_t(stages[k])];
+      if (rm.model_data.offload) {
+        // Each way over the host link, one after the other (down after backward, up at the next
+        // use); on a CPU a copy between allocators at the copy's rate.
+        st.offload = 2 * rm.offload.bytes_each_way / hardware->host_device_bandwidth;
+        // AdamW on each chunk where its states are: the host's share at the host's rate.
+        const int chunks = rm.offload.device_state_chunks + rm.offload.host_state_chunks;
+        const double on_host = chunks > 0 ? double(rm.offload.host_state_chunks) / chunks : 0.0;
+        if (hardware->host_optimizer_bandwidth > 0)
+          st.optimizer = r.optimizer * ((1 - on_host) + on_host * hardware->optimizer_bandwidth /
+                                                            hardware->host_optimizer_bandwidth);
+        else if (on_host > 0)
+          p.untimed = fmt::format("AdamW on the host (rank {}'s states of {} of its {} chunks there), at the "
+                                  "device's rate here: {} gives no host.optimizer_gbps",
+                                  rm.rank, rm.offload.host_state_chunks, chunks, hardware->name);
+      }
       if (st.total() > p.time.total()) p.time = st;
     }
   }
@@ -456,10 +494,17 @@ std::string explain(const Prediction& p, const Hardware* hardware) {
   if (hardware) {
     const StepTime& t = p.time;
     out += fmt::format("step time {:.4g} s on {}: GEMMs {:.4g} s, attention {:.4g} s, memory {:.4g} s, the layers' "
-                       "collectives {:.4g} s, pipeline waits {:.4g} s, after backward {:.4g} s, optimizer {:.4g} s "
-                       "(gradient all-reduce hidden behind backward: {:.4g} s)\n",
+                       "collectives {:.4g} s, pipeline waits {:.4g} s, after backward {:.4g} s, optimizer {:.4g} s{} "
+                       "(gradient all-reduce hidden behind backward: {:.4g} s){}\n",
                        t.total(), hardware->name, t.gemm, t.attention, t.memory, t.layer_comm, t.pipeline_wait,
-                       t.after, t.optimizer, t.hidden);
+                       t.after, t.optimizer,
+                       r.model_data.offload
+                           ? fmt::format(", offload's moves {:.4g} s ({} each way: states of {} chunks on the host, "
+                                         "{} evicted)",
+                                         t.offload, engine::human_bytes(std::uint64_t(r.offload.bytes_each_way)),
+                                         r.offload.host_state_chunks, r.offload.evictions)
+                           : std::string(),
+                       t.hidden, p.untimed.empty() ? std::string() : "; not timed: " + p.untimed);
   }
   return out;
 }

@@ -35,6 +35,16 @@ struct RankMemory {
   double device = 0, host = 0;
   double total() const { return device; }
   nlohmann::json traffic;  // the step's collectives (sim/traffic.h's json)
+  // Under memory.offload, a step's chunk moves once the warm-up has placed the optimizer states
+  // (memory/dynamic_memory.h): each param chunk whose states stay on the host goes there for
+  // AdamW (its gradient) and comes back (the updated parameters); the static partition so moves
+  // the whole param list. The dynamic partition also evicts param chunks where the param list and
+  // the activations' peak overflow the device, each brought back at its next use.
+  struct Offload {
+    int device_state_chunks = 0, host_state_chunks = 0;
+    int evictions = 0;         // predicted from the peak: exact where they all fall at it
+    double bytes_each_way = 0;  // host to device, and as many device to host
+  } offload;
 };
 
 // The busiest rank's step, by term (seconds).
@@ -45,10 +55,11 @@ struct StepTime {
   double layer_comm = 0;     // the layers' collectives (tensor and sequence parallelism)
   double pipeline_wait = 0;  // the schedule's idle time (the bubble, waiting on transfers)
   double after = 0;          // the model data's collectives after backward (not hidden), the norm's
-  double optimizer = 0;      // AdamW's pass over the rank's share of the lists
+  double optimizer = 0;      // AdamW's pass over the rank's share of the lists (under offload, on the host where its states are)
+  double offload = 0;        // memory.offload's chunk moves over the host link, not hidden
   double hidden = 0;         // the gradient buckets' all-reduce hidden behind backward (not in total)
   int rank = 0;              // the busiest rank
-  double total() const { return compute + memory + layer_comm + pipeline_wait + after + optimizer; }
+  double total() const { return compute + memory + layer_comm + pipeline_wait + after + optimizer + offload; }
   nlohmann::json json() const;
 };
 
@@ -61,6 +72,7 @@ struct Prediction {
   double flops_per_step = 0;    // the model's training FLOPs (for MFU)
   bool fits = true;
   std::string does_not_fit;     // which tier, by how much
+  std::string untimed;          // what the step time leaves out, and why ("": nothing)
   nlohmann::json json() const;
 };
 

@@ -117,6 +117,11 @@ Hardware load_hardware(const std::string& path) {
                            "whether the CPU's GEMMs take bf16 as it is; tidal calibrate writes it for its machine");
   h.host_memory = r.positive("host.memory_gib", "GiB of host memory per node") * kGiB;
   h.host_device_bandwidth = r.positive("host.device_gbps", "GB/s between host and device memory") * kGB;
+  // A CPU's host is its device: AdamW there runs at the device's rate unless the file says otherwise.
+  if (r.has("host.optimizer_gbps"))
+    h.host_optimizer_bandwidth = r.positive("host.optimizer_gbps", "GB/s of AdamW's traffic on the host's cores") * kGB;
+  else if (h.device == Device::Kind::cpu)
+    h.host_optimizer_bandwidth = h.optimizer_bandwidth;
   h.intra_node_pair = r.link("links.intra_node_pair");
   h.intra_node_collective = r.link("links.intra_node_collective");
   if (r.has("links.inter_node")) h.inter_node = r.link("links.inter_node");
@@ -162,8 +167,10 @@ std::string hardware_toml(const Hardware& h) {
     }
   }
   out << "\n";
-  out << fmt::format("[host]\nmemory_gib = {:.6g}\ndevice_gbps = {:.6g}\n\n", h.host_memory / kGiB,
+  out << fmt::format("[host]\nmemory_gib = {:.6g}\ndevice_gbps = {:.6g}\n", h.host_memory / kGiB,
                      h.host_device_bandwidth / kGB);
+  if (h.host_optimizer_bandwidth > 0) out << fmt::format("optimizer_gbps = {:.6g}\n", h.host_optimizer_bandwidth / kGB);
+  out << "\n";
   out << "[links]  # GB/s per direction as one rank sees it; microseconds for a message of no bytes\n";
   out << "intra_node_pair = " << link_toml(h.intra_node_pair) << "\n";
   out << "intra_node_collective = " << link_toml(h.intra_node_collective) << "\n";

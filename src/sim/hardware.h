@@ -22,7 +22,10 @@
 //             cores, mpirun --oversubscribe; default 1: the rates above are each rank's with every
 //             rank computing at once, and a rank computing while others wait runs faster, up to
 //             this many times)
-//   [host]    memory_gib (per node), device_gbps (host <-> device)
+//   [host]    memory_gib (per node), device_gbps (host <-> device), optimizer_gbps (AdamW's 28
+//             bytes a parameter per second on the host's cores, one rank's share: memory.offload's
+//             optimizer states there; a cpu device's default is its own optimizer_gbps, a cuda
+//             device has none, and a layout with offload then has no time)
 //   [links]   intra_node_pair, intra_node_collective, inter_node (optional): { gbps, latency_us };
 //             a send takes the pair link, a collective (two ranks too) the collective link;
 //             pairs = "any" (default: every two ranks of a node have the pair link, NVSwitch) or
@@ -80,6 +83,7 @@ struct Hardware {
   double peak_flops(DType dtype) const;
   double host_memory = 0;         // bytes per node
   double host_device_bandwidth = 0;  // bytes/s between host and device
+  double host_optimizer_bandwidth = 0;  // bytes/s of AdamW's traffic on the host (0: not known)
   Link intra_node_pair;        // a send between two ranks of a node (a pipeline's activations)
   bool adjacent_pairs = false;  // only ranks 2k and 2k + 1 of a node have the pair link
   Link intra_node_collective;  // a collective over ranks of a node, two or more (ring all-reduce bus bandwidth)

@@ -113,7 +113,9 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
       // chunks move to the device (measured: the host's peak holds it, not only the optimizer's).
       m.offload_host_bytes = bytes.total();
       m.state_chunks = memory::list_share(layout, options).optimizer;
-      m.state_bytes = layout.chunk_elements * std::int64_t(sizeof(float)) * 3;
+      // AdamW's fp32 master copy, momentum and variance, and with micro-batches the gradient
+      // sum: they move together (memory/dynamic_memory.cpp's optimizer kinds).
+      m.state_bytes = layout.chunk_elements * std::int64_t(sizeof(float)) * (options.accumulate ? 4 : 3);
     }
     if (group_size > 1 && !options.offload) {
       // A group's chunks, packed for its all-reduce or reduce-scatter (with micro-batches: the

@@ -38,7 +38,8 @@ struct ModelDataBytes {
   std::int64_t param_transient_bytes = 0;
   // Under memory.offload: the host tier holds every list at the start, and
   // after the warm-up the optimizer states of `state_chunks` chunks (`state_bytes` each: master
-  // copy, momentum, variance) move to the device in list order while they fit its margin.
+  // copy, momentum, variance, and with micro-batches the gradient sum) move to the device in list
+  // order while they fit its margin.
   bool offload = false, static_partition = false;
   std::int64_t offload_host_bytes = 0, state_bytes = 0;
   int state_chunks = 0;

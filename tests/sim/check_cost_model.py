@@ -9,7 +9,9 @@ the device tier's peak and the host's lists, every rank's; and rank 0's last ste
 `communication` record. Prints one line per run and rank; fails when a rank's predicted peak is
 more than --tolerance (5%) from the measured one, the chunk lists' bytes (model_data_bytes, what
 the lists hold between steps) differ at all, or any group's calls, elements, bytes sent or link
-bytes differ from the counting communicator's.
+bytes differ from the counting communicator's. Under memory.offload (3 steps: the third is the
+first after the warm-up's placements), every rank's chunk moves of the last step, host to device
+and back, and its evictions, must equal the prediction's.
 
   tests/sim/check_cost_model.py build/src/tidal [--only NAME] [--tolerance 0.05] [--mpirun mpirun ARGS...]
 """
@@ -40,10 +42,16 @@ RUNS = [  # name, ranks, settings
     ("tensor2_1d", 2, ["parallel.tensor.size=2"]),
     ("ring2", 2, ["parallel.sequence=2"]),
     ("ulysses2", 2, ["parallel.sequence=2", "parallel.sequence_mode=ulysses"]),
-    ("offload_chunk", 1, ["memory.offload=chunk", "memory.device_limit=24MiB"]),
-    ("offload_static", 1, ["memory.offload=static", "memory.device_limit=24MiB", "train.precision=bf16"]),
+    ("offload_chunk", 1, ["memory.offload=chunk", "memory.device_limit=24MiB", "train.steps=3"]),
+    ("offload_static", 1, ["memory.offload=static", "memory.device_limit=24MiB", "train.precision=bf16",
+                           "train.steps=3"]),
     ("offload_chunk_zero2", 2, ["memory.offload=chunk", "memory.device_limit=16MiB", "parallel.data=2",
-                                "zero.stage=2"]),
+                                "zero.stage=2", "train.steps=3"]),
+    # Param chunks evicted for the activations' peak; with micro-batches, the gradient sums moving
+    # with the optimizer states.
+    ("offload_evicting", 1, ["memory.offload=chunk", "memory.device_limit=20MiB", "train.steps=3"]),
+    ("offload_micro_batches", 1, ["memory.offload=chunk", "memory.device_limit=20MiB", "train.micro_batch_size=2",
+                                  "train.steps=3"]),
     ("tensor4_2d", 4, ["parallel.tensor.size=4", "parallel.tensor.mode=2d"]),
     ("d2_p2_zero1", 4, ["parallel.data=2", "parallel.pipeline=2", "zero.stage=1", "train.micro_batch_size=2"]),
     ("interleaved", 2, ["parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2",
@@ -156,9 +164,15 @@ def main():
                 print(f"{'':<20} known gap: {TRAFFIC_GAPS[name]}")
             elif differences:
                 failed.append(f"{name} traffic")
+        moves = [r for r in records if "bytes_host_to_device" in r and not r.get("summary")]
         for r in range(ranks):
             pr, m = plan["ranks"][r], meas[r]
             md = pr["model_data"]
+            if "offload" in pr:
+                for key in ("bytes_host_to_device", "bytes_device_to_host", "evictions"):
+                    got = moves[-1][key + "_per_rank"][r] if ranks > 1 else moves[-1][key]
+                    if pr["offload"][key] != got:
+                        failed.append(f"{name} rank {r}: {key} {pr['offload'][key]:.0f} predicted, {got} moved")
             if md["keeper"] == "chunks":
                 lists = summary["model_data"]["model_data_bytes_per_rank"][r] if ranks > 1 \
                     else summary["model_data"]["model_data_bytes"]

@@ -2,6 +2,7 @@
 // oversubscription): a rank computing while others wait runs faster, by processor sharing, and
 // the pipeline's schedule is simulated so. Checked against the closed forms of a pipeline that
 // computes one stage at a time, and of data parallelism, where every rank computes at once.
+// And under memory.offload: the chunk moves over the host link, AdamW where the states are.
 #include "config/config.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
@@ -82,6 +83,41 @@ TEST(CostModelTime, EveryRankComputingRunsAtTheFilesRates) {
   const sim::StepTime alone = sim::predict(small_gpt({}), 1, &shared).time;
   const sim::StepTime alone_own = sim::predict(small_gpt({}), 1, &own).time;
   EXPECT_NEAR(actions(alone), actions(alone_own) / 2, 1e-9 * actions(alone_own));
+}
+
+TEST(CostModelTime, OffloadMovesOverTheHostLinkAndAdamWRunsWhereTheStatesAre) {
+  // The static partition: every state on the host, so each step the whole param list goes down
+  // (the gradients) and up (the updated parameters), and AdamW runs at the host's rate.
+  sim::Hardware h = two_ranks(1);
+  h.host_device_bandwidth = 2e9;
+  h.host_optimizer_bandwidth = h.optimizer_bandwidth;
+  const config::Config fixed = small_gpt({"memory.offload=static", "memory.device_limit=256MiB"});
+  const sim::Prediction a = sim::predict(fixed, 1, &h);
+  const sim::RankMemory& r = a.ranks[0];
+  ASSERT_TRUE(r.model_data.offload);
+  EXPECT_EQ(r.offload.host_state_chunks, r.model_data.state_chunks);
+  EXPECT_EQ(r.offload.evictions, 0);
+  EXPECT_DOUBLE_EQ(r.offload.bytes_each_way, double(r.model_data.param_bytes));
+  EXPECT_DOUBLE_EQ(a.time.offload, 2 * double(r.model_data.param_bytes) / 2e9);
+  h.host_optimizer_bandwidth = h.optimizer_bandwidth / 4;
+  const sim::Prediction slow_host = sim::predict(fixed, 1, &h);
+  EXPECT_NEAR(slow_host.time.optimizer, 4 * a.time.optimizer, 1e-9 * a.time.optimizer);
+  EXPECT_TRUE(a.untimed.empty());
+
+  // The dynamic partition with room for every state beside the params and activations: nothing
+  // moves, and AdamW runs on the device whatever the host's rate.
+  const config::Config dynamic = small_gpt({"memory.offload=chunk", "memory.device_limit=256MiB"});
+  const sim::Prediction roomy = sim::predict(dynamic, 1, &h);
+  EXPECT_EQ(roomy.ranks[0].offload.host_state_chunks, 0);
+  EXPECT_DOUBLE_EQ(roomy.time.offload, 0);
+  h.host_optimizer_bandwidth = h.optimizer_bandwidth;
+  EXPECT_DOUBLE_EQ(roomy.time.optimizer, sim::predict(dynamic, 1, &h).time.optimizer);
+
+  // A file that cannot time the host's AdamW says so rather than guess.
+  h.host_optimizer_bandwidth = 0;
+  const sim::Prediction untimed = sim::predict(fixed, 1, &h);
+  EXPECT_NE(untimed.untimed.find("host.optimizer_gbps"), std::string::npos) << untimed.untimed;
+  EXPECT_NE(untimed.json().value("untimed", std::string()), "");
 }
 
 }  // namespace

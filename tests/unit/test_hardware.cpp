@@ -39,6 +39,13 @@ TEST(Hardware, ShippedFilesRead) {
   ASSERT_TRUE(h100.inter_node.has_value());
   EXPECT_DOUBLE_EQ(h100.inter_node->seconds(45e9), 1 + 12e-6);
   EXPECT_FALSE(sim::load_hardware(std::string(TIDAL_HARDWARE_DIR) + "/colossal-system-2.toml").inter_node);
+  // The host's AdamW (memory.offload's states there) is not in a data sheet; a CPU's host is its device.
+  EXPECT_DOUBLE_EQ(h100.host_optimizer_bandwidth, 0);
+  std::string cpu = sim::hardware_toml(h100);
+  cpu.replace(cpu.find("\"cuda\""), 6, "\"cpu\"");
+  cpu.replace(cpu.find("elementwise_gbps"), 0, "bf16_native = false\n");
+  const sim::Hardware host_is_device = sim::load_hardware(write("host_is_device", cpu));
+  EXPECT_DOUBLE_EQ(host_is_device.host_optimizer_bandwidth, host_is_device.optimizer_bandwidth);
   // A core per thread: the rates are each rank's whoever else computes.
   EXPECT_DOUBLE_EQ(h100.oversubscription, 1);
   EXPECT_DOUBLE_EQ(h100.sharing_speedup(1, 8), 1);
@@ -55,7 +62,7 @@ TEST(Hardware, WrittenFiguresReadBack) {
                   .elementwise_bandwidth = 4.5e9,
                   .optimizer_bandwidth = 6.5e9,
                   .oversubscription = 4,
-                  .host_memory = 25.0 * (1 << 30), .host_device_bandwidth = 8.25e9,
+                  .host_memory = 25.0 * (1 << 30), .host_device_bandwidth = 8.25e9, .host_optimizer_bandwidth = 3e9,
                   .intra_node_pair = {.bandwidth = 3.5e9, .latency = 1.5e-6},
                   .intra_node_collective = {.bandwidth = 2.25e9, .latency = 4e-6}, .inter_node = std::nullopt};
   const sim::Hardware back = sim::load_hardware(write("round_trip", sim::hardware_toml(h)));
@@ -70,6 +77,7 @@ TEST(Hardware, WrittenFiguresReadBack) {
   EXPECT_NEAR(back.attention_flops.at(DType::bf16), 2e10, 1e5);
   EXPECT_NEAR(back.elementwise_bandwidth, 4.5e9, 1e3);
   EXPECT_NEAR(back.optimizer_bandwidth, 6.5e9, 1e3);
+  EXPECT_NEAR(back.host_optimizer_bandwidth, 3e9, 1e3);
   // 8 ranks' threads on a quarter as many cores: a rank runs up to 4 times its all-busy rate
   // while fewer compute (processor sharing), never faster than its own threads.
   EXPECT_DOUBLE_EQ(back.oversubscription, 4);
