@@ -17,7 +17,7 @@ command -v nvcc > /dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || { echo "gpu-
 # out of the bundle, and so does any CPU library that only the CPU build links.
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDAL_CUDA=ON -DTIDAL_MPI=ON -DTIDAL_NATIVE=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
-targets=(tidal $(cd tests/gpu && ls test_cuda_*.cpp | sed 's/\.cpp$//') bench_gpu_ops)
+targets=(tidal $(cd tests/gpu && ls test_cuda_*.cpp | sed 's/\.cpp$//') bench_gpu_ops bench_cpu_adam)
 cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}"
 stage=build-gpu/bundle
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"

@@ -12,7 +12,8 @@
 #
 # tests: the GPU unit tests; training: training on the GPU against the CPU (tests/gpu/check_*);
 # layouts: the parallel layouts with 2 to 8 ranks sharing the GPU against one GPU (mpirun);
-# sanitize: compute-sanitizer; ops: the micro-benchmarks; train: the end-to-end benchmarks;
+# sanitize: compute-sanitizer; ops: the micro-benchmarks (and AdamW on the host's cores);
+# train: the end-to-end benchmarks;
 # profile: the GPT-2 124M step's time by op family, tidal beside PyTorch eager (bench/gpu_step_profile.py).
 #
 # The parts run in the order named. Naming parts lets a caller with a time limit per command split
@@ -100,11 +101,13 @@ if [[ -f .gpu/tidal-gpu.tar.xz ]]; then
   fi
   tidal=$bundle/run/tidal
   bench_ops=$bundle/run/bench_gpu_ops
+  cpu_adam=$bundle/run/bench_cpu_adam
   tests=("$bundle"/run/test_cuda_*)
 else
   scripts/build.sh -DTIDAL_CUDA=ON > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; save_logs; exit 1; }
   tidal=$PWD/build/src/tidal
   bench_ops=$PWD/build/bench/bench_gpu_ops
+  cpu_adam=$PWD/build/bench/bench_cpu_adam
   tests=()
 fi
 "$tidal" info 2>&1 | tee "$logs/info.txt"
@@ -157,6 +160,11 @@ part_sanitize() {
 
 part_ops() {
   bench bench_gpu_ops python3 bench/gpu_ops.py "$bench_ops" ${GPU_BENCH_ARGS:-}
+  # AdamW on the host's cores (memory.offload's states there): 2 threads, one rank's share of 16
+  # cores among 8 ranks, and every core; the hardware file's host.optimizer_gbps is 28 bytes a
+  # parameter times params_per_s.
+  bench bench_cpu_adam_host bash -c 'for t in 2 $(nproc); do OMP_NUM_THREADS=$t "$0" --numel 67108864 --steps 5; done' \
+    "$cpu_adam"
 }
 
 part_train() {

@@ -139,11 +139,6 @@ void run_cost_model(const PlanCommand& cmd) {
     TIDAL_CHECK(!predictions.empty(), "no layout of {} ranks splits this model (model.n_head, model.n_embd, "
                 "train.batch_size must divide as the modes need)", cmd.world);
   }
-  // Off a CPU, offload moves chunks between the host and the device, which the cost model does not time.
-  const std::string untimed_moves =
-      hardware && hardware->device != Device::Kind::cpu && cfg.memory.offload != config::Offload::none
-          ? " (without offload's moves)"
-          : "";
   for (std::size_t k = 0; k < predictions.size(); ++k) {
     const sim::Prediction& p = predictions[k];
     if (cmd.json) {
@@ -154,20 +149,28 @@ void run_cost_model(const PlanCommand& cmd) {
                              : 0.0;
       fmt::print("{:>3}. {:<56} peak {:>10} (rank {}){}{}\n", k + 1, sim::layout_words(p.layout),
                  engine::human_bytes(std::uint64_t(p.peak_bytes)), p.largest_rank,
-                 hardware ? fmt::format("  step {:.4g} s{}, MFU {:.0f}%", p.time.total(), untimed_moves, 100 * mfu)
+                 hardware ? fmt::format("  step {:.4g} s{}, MFU {:.0f}%", p.time.total(),
+                                        p.untimed.empty() ? "" : " (host AdamW not timed)", 100 * mfu)
                           : std::string(),
                  p.fits ? "" : "  does not fit: " + p.does_not_fit);
     }
     if (cmd.explain) fmt::print("{}", sim::explain(p, hardware));
   }
-  // Nothing fits, not with recomputation or more micro-batches: what is left is the host's memory.
-  if (!cmd.json && !cmd.configured && !predictions.front().fits)
-    fmt::print("{}: memory.offload = \"chunk\" keeps the model data that does not fit on the host (the "
-               "planner does not choose it: it does not time the chunks' moves); for its memory, add to this "
-               "command --configured --set memory.offload=chunk{} and the layout's keys\n",
-               predictions.size() == 1 ? std::string("the only layout does not fit")
-                                         : fmt::format("none of the {} layouts fits", predictions.size()),
-               hardware && hardware->device == Device::Kind::cuda ? " --set train.device=cuda" : "");
+  // Nothing fits, not with recomputation or more micro-batches (and, where the planner may offer it,
+  // not with offload): what is left.
+  if (!cmd.json && !cmd.configured && !predictions.front().fits && cfg.memory.offload == config::Offload::none) {
+    const std::string none = predictions.size() == 1 ? std::string("the only layout does not fit")
+                                                     : fmt::format("none of the {} layouts fits", predictions.size());
+    if (sim::offload_plannable(hardware))
+      fmt::print("{}, not even with memory.offload = \"chunk\" (the activations beside an operator's chunks fill "
+                 "the device): more ranks, or a smaller train.micro_batch_size\n",
+                 none);
+    else
+      fmt::print("{}: memory.offload = \"chunk\" keeps the model data that does not fit on the host (the planner "
+                 "offers it only on a GPU whose hardware file gives the host's AdamW rate, host.optimizer_gbps); for "
+                 "its memory, add to this command --configured --set memory.offload=chunk{} and the layout's keys\n",
+                 none, hardware && hardware->device == Device::Kind::cuda ? " --set train.device=cuda" : "");
+  }
 }
 
 }  // namespace

@@ -292,12 +292,16 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
                                    ? double(config::parse_bytes(cfg.memory.host_limit, "memory.host_limit"))
                                : hardware ? hardware->host_memory / hardware->devices_per_node
                                           : std::numeric_limits<double>::infinity();
-  for (const RankMemory& m : p.ranks) {
+  const auto needs_of = [&](const RankMemory& m) {
     const ModelDataBytes& md = m.model_data;
     const double chunk_param = double(md.chunk_elements) * double(dtype_size(cfg.train.precision));
-    const double device_needs = !md.offload          ? m.device
-                                : md.static_partition ? m.activations + double(md.param_bytes)
-                                                      : m.activations + 2 * chunk_param;
+    return !md.offload          ? m.device
+           : md.static_partition ? m.activations + double(md.param_bytes)
+                                 : m.activations + 2 * chunk_param;
+  };
+  for (const RankMemory& m : p.ranks) p.needs_bytes = std::max(p.needs_bytes, needs_of(m));
+  for (const RankMemory& m : p.ranks) {
+    const double device_needs = needs_of(m);
     if (device_capacity != std::numeric_limits<std::size_t>::max() && device_needs > double(device_capacity)) {
       p.fits = false;
       p.does_not_fit = fmt::format("device: rank {} needs {}, {} more than its {}", m.rank,
@@ -472,6 +476,7 @@ std::string layout_words(const nlohmann::json& l) {
     out += fmt::format(", micro-batch {}", l.at("train.micro_batch_size").get<std::int64_t>());
   if (l.contains("train.activation_checkpointing"))
     out += fmt::format(", recompute {}", l.at("train.activation_checkpointing").get<std::string>());
+  if (l.contains("memory.offload")) out += fmt::format(", offload {}", l.at("memory.offload").get<std::string>());
   return out;
 }
 

@@ -10,7 +10,8 @@
 // those action times (its bubble and waits; where the ranks oversubscribe a CPU's cores, a stage
 // runs faster while fewer compute, sim/hardware.h); then the model data's collectives after
 // backward, AdamW's pass over the lists, and the tensor keeper's bucketed all-reduce where it
-// outlasts the last backward it overlaps (engine/gradient_reducer.h).
+// outlasts the last backward it overlaps (engine/gradient_reducer.h); under memory.offload, the
+// chunks' moves over the host link and AdamW on the host for the states there (RankMemory::Offload).
 #pragma once
 
 #include "config/config.h"
@@ -68,6 +69,10 @@ struct Prediction {
   std::vector<RankMemory> ranks;
   int largest_rank = 0;         // the rank of the largest predicted peak
   double peak_bytes = 0;        // that peak
+  // What the device must hold at the least, the neediest rank's: its peak, or under memory.offload
+  // what the chunks' moves cannot shrink (the activations beside an operator's two param chunks,
+  // or the static partition's whole param list).
+  double needs_bytes = 0;
   StepTime time;
   double flops_per_step = 0;    // the model's training FLOPs (for MFU)
   bool fits = true;

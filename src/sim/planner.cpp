@@ -18,9 +18,13 @@
 
 namespace tidal::sim {
 
+bool offload_plannable(const Hardware* hardware) {
+  return hardware && hardware->device == Device::Kind::cuda && hardware->host_optimizer_bandwidth > 0;
+}
+
 bool ranks_before(const Prediction& a, const Prediction& b, bool timed) {
   if (a.fits != b.fits) return a.fits;
-  return a.fits && timed ? a.time.total() < b.time.total() : a.peak_bytes < b.peak_bytes;
+  return a.fits && timed ? a.time.total() < b.time.total() : a.needs_bytes < b.needs_bytes;
 }
 
 namespace {
@@ -31,15 +35,16 @@ std::int64_t micro_batches_of(const config::Config& c) {
   return c.train.micro_batch_size ? local / c.train.micro_batch_size : 1;
 }
 
-// The layout's config with `micro_batches` micro-batches per step and `recompute`, if the ranks
-// can run it (the micro-batch divides as the layout needs, the schedule takes that many).
+// The layout's config with `micro_batches` micro-batches per step, `recompute` and `offload`, if
+// the ranks can run it (the micro-batch divides as the layout needs, the schedule takes that many).
 std::optional<config::Config> variant(const config::Config& c, int world_size, std::int64_t micro_batches,
-                                      config::Recompute recompute) {
+                                      config::Recompute recompute, config::Offload offload) {
   const std::int64_t local = c.train.batch_size / c.parallel.data;
   if (micro_batches < 1 || local % micro_batches != 0) return std::nullopt;
   config::Config v = c;
   v.train.micro_batch_size = micro_batches == 1 ? c.train.micro_batch_size : local / micro_batches;
   v.train.activation_checkpointing = recompute;
+  v.memory.offload = offload;
   try {
     config::check_layout(v);
     (void)parallel::ParallelContext::planned(v, world_size, 0);
@@ -56,13 +61,14 @@ constexpr double kMargin = 0.05;
 
 void keep_margin(Prediction& p, const config::Config& c, const Hardware* hardware) {
   const double capacity = capacity_of_device(c, hardware);
-  if (!p.fits || capacity <= 0 || p.peak_bytes <= (1 - kMargin) * capacity) return;
+  if (!p.fits || capacity <= 0 || p.needs_bytes <= (1 - kMargin) * capacity) return;
   p.fits = false;
-  p.does_not_fit = fmt::format("device: rank {} needs {}, within {:.0f}% of its {} (the margin the planner keeps: "
+  p.does_not_fit = fmt::format("device: a rank needs {}, within {:.0f}% of its {} (the margin the planner keeps: "
                                "the cost model's peaks are within 5%)",
-                               p.largest_rank, engine::human_bytes(std::uint64_t(p.peak_bytes)), 100 * kMargin,
+                               engine::human_bytes(std::uint64_t(p.needs_bytes)), 100 * kMargin,
                                engine::human_bytes(std::uint64_t(capacity)));
 }
+
 
 // Notes in the prediction's layout what the planner set beyond the parallel keys.
 void note_choices(Prediction& p, const config::Config& planned, const config::Config& asked) {
@@ -70,6 +76,8 @@ void note_choices(Prediction& p, const config::Config& planned, const config::Co
     p.layout["train.micro_batch_size"] = planned.train.micro_batch_size;
   if (planned.train.activation_checkpointing != asked.train.activation_checkpointing)
     p.layout["train.activation_checkpointing"] = std::string(config::name_of(planned.train.activation_checkpointing));
+  if (planned.memory.offload != asked.memory.offload)
+    p.layout["memory.offload"] = std::string(config::name_of(planned.memory.offload));
 }
 
 // One layout planned: its micro-batches where the config leaves them, and memory savers where it
@@ -79,8 +87,9 @@ std::optional<PlannedLayout> plan_layout(const config::Config& layout, int world
   const std::int64_t configured = micro_batches_of(layout);
   std::optional<PlannedLayout> best;
   // Predicts a variant, kept if it ranks first so far; whether it fits.
-  const auto consider = [&](std::int64_t micro_batches, config::Recompute recompute) {
-    std::optional<config::Config> v = variant(layout, world_size, micro_batches, recompute);
+  const auto consider = [&](std::int64_t micro_batches, config::Recompute recompute,
+                            config::Offload offload) {
+    std::optional<config::Config> v = variant(layout, world_size, micro_batches, recompute, offload);
     if (!v) return false;
     Prediction p = predict(*v, world_size, hardware);
     keep_margin(p, *v, hardware);
@@ -94,10 +103,13 @@ std::optional<PlannedLayout> plan_layout(const config::Config& layout, int world
   const int p = layout.parallel.pipeline;
   if (p > 1 && layout.train.micro_batch_size == 0)
     for (std::int64_t m : {std::int64_t(p), 2 * std::int64_t(p), 4 * std::int64_t(p)}) counts.push_back(m);
-  for (std::int64_t m : counts) consider(m, layout.train.activation_checkpointing);
+  const config::Offload offload = layout.memory.offload;
+  for (std::int64_t m : counts) consider(m, layout.train.activation_checkpointing, offload);
   if (!best) return std::nullopt;
   // Memory savers where it does not fit: each recomputation (none, selective, blocks) with the
-  // fewest micro-batches that fit it (more only shrink the products further); the fastest.
+  // fewest micro-batches that fit it (more only shrink the products further); the fastest. Where
+  // none fits, the same with the model data in chunks that move to the host (memory.offload =
+  // "chunk", PatrickStar's dynamic partition), its moves and host AdamW in the time.
   if (!best->prediction.fits) {
     const std::int64_t m = micro_batches_of(best->cfg);
     using config::Recompute;
@@ -105,11 +117,16 @@ std::optional<PlannedLayout> plan_layout(const config::Config& layout, int world
     std::vector<Recompute> recomputes = {asked};
     if (asked == Recompute::none) recomputes.push_back(Recompute::selective);
     if (asked != Recompute::blocks && asked != Recompute::every_k) recomputes.push_back(Recompute::blocks);
-    for (Recompute r : recomputes)
-      for (std::int64_t more : {m, 2 * m, 4 * m, 8 * m}) {
-        if (r == asked && more == m) continue;  // tried above
-        if (consider(more, r)) break;
-      }
+    const auto savers = [&](config::Offload o) {
+      for (Recompute r : recomputes)
+        for (std::int64_t more : {m, 2 * m, 4 * m, 8 * m}) {
+          if (r == asked && more == m && o == offload) continue;  // tried above
+          if (consider(more, r, o)) break;
+        }
+    };
+    savers(offload);
+    if (!best->prediction.fits && offload == config::Offload::none && offload_plannable(hardware))
+      savers(config::Offload::chunk);
   }
   return best;
 }

@@ -5,11 +5,13 @@
 //     p stages (a smaller bubble against smaller products and more messages), the fastest;
 //   - where a layout does not fit as configured: activation checkpointing (selective, then
 //     blocks) and more micro-batches (gradient accumulation: activations of fewer samples at a
-//     time), the fastest variant that fits, else the one nearest to fitting.
-// A layout fits with 5% of the device left free (the cost model's accuracy on peaks).
-// The choices it made are in the prediction's layout (train.micro_batch_size,
-// train.activation_checkpointing) and its words. Offload is not among them: the cost model does
-// not time the chunks' moves between host and device yet, so it could not rank it.
+//     time), the fastest variant that fits, else the one nearest to fitting;
+//   - where none of those fits either: the same with memory.offload = "chunk" (PatrickStar's
+//     dynamic partition: the model data that does not fit on the host, its moves and the host's
+//     AdamW timed), on a GPU whose hardware file gives the host's AdamW rate.
+// A layout fits with 5% of the device left free (the cost model's accuracy on peaks; under
+// offload, of what the device needs at the least). The choices it made are in the prediction's
+// layout (train.micro_batch_size, train.activation_checkpointing, memory.offload) and its words.
 #pragma once
 
 #include "config/config.h"
@@ -26,9 +28,14 @@ struct PlannedLayout {
 };
 
 // Every layout of `world_size` ranks with its choices, ranked: those that fit first, by predicted
-// step time (by peak without a hardware file), then those that do not, by peak. The layouts are
+// step time (by what the device needs without a hardware file: Prediction::needs_bytes), then
+// those that do not, by what the device needs. The layouts are
 // planned on OpenMP's count of threads, with the same result as on one.
 std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_size, const Hardware* hardware);
+
+// Whether the planner offers memory.offload on `hardware`: a GPU (a CPU's host memory is its
+// device's) with the host's AdamW rate to time it (sim/hardware.h's host.optimizer_gbps).
+bool offload_plannable(const Hardware* hardware);
 
 // Whether `a` ranks before `b` (the order above).
 bool ranks_before(const Prediction& a, const Prediction& b, bool timed);

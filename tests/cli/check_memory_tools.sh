@@ -10,8 +10,10 @@
 #   fragmentation, the size training picks; a range that holds no parameter is exit 2.
 # - `tidal trace` writes the warm-up's tide: JSON whose moments add up to the device tier's
 #   bytes, within the cap, and an SVG document.
-# - `tidal plan --world N` on a model that no layout fits (Llama 2 7B's shape on one H100) ends by
-#   naming memory.offload and how to see its memory, and that command predicts it fitting.
+# - `tidal plan --world N` on a model that no layout fits in the device alone (Llama 2 7B's shape
+#   on one H100) picks memory.offload where the hardware file times the host's AdamW (the H100
+#   file), and where it does not (System II's A100 file), ends by naming memory.offload and how to
+#   see its memory, and that command predicts it fitting.
 # usage: check_memory_tools.sh path/to/tidal
 set -euo pipefail
 tidal=$1
@@ -95,8 +97,16 @@ assert root.tag.endswith("svg") and len(root.findall("{http://www.w3.org/2000/sv
 print(f"trace: {len(moments)} moments, device peak {max(m['device_bytes'] for m in moments)} <= "
       f"{tide['device_limit_bytes']}, chunks within the warm-up's share {tide['warmup_chunk_bytes']}")
 PY
-# Nothing fits: the planner names what is left, and the command it names predicts a fit.
-llama=(-c "$root/configs/llama2-7b.toml" --set train.batch_size=8 --hardware "$root/configs/hardware/h100-8x.toml")
+# Only offload fits: the planner picks it where it can time it, with its moves.
+llama=(-c "$root/configs/llama2-7b.toml" --set train.batch_size=8)
+h100=(--hardware "$root/configs/hardware/h100-8x.toml")
+"$tidal" plan --world 1 "${llama[@]}" "${h100[@]}" --explain > "$dir/offload.txt"
+grep -q '^  1\. one rank, .*offload chunk .* step [0-9.]* s, MFU' "$dir/offload.txt" &&
+  grep -q "offload's moves [0-9.]* s (.* each way: states of [0-9]* chunks on the host" "$dir/offload.txt" ||
+  { cat "$dir/offload.txt"; echo "FAIL: the planner should pick memory.offload for Llama 2 7B on one H100"; exit 1; }
+# Nothing fits where the planner cannot time offload: it names what is left, and the command it
+# names predicts a fit.
+llama+=(--hardware "$root/configs/hardware/colossal-system-2.toml")
 "$tidal" plan --world 1 "${llama[@]}" > "$dir/nofit.txt"
 tail -1 "$dir/nofit.txt" | grep -q '^the only layout does not fit: memory.offload = "chunk" .* add to this command --configured --set memory.offload=chunk --set train.device=cuda' ||
   { cat "$dir/nofit.txt"; echo "FAIL: a plan where nothing fits should end naming memory.offload"; exit 1; }

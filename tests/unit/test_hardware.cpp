@@ -39,9 +39,12 @@ TEST(Hardware, ShippedFilesRead) {
   ASSERT_TRUE(h100.inter_node.has_value());
   EXPECT_DOUBLE_EQ(h100.inter_node->seconds(45e9), 1 + 12e-6);
   EXPECT_FALSE(sim::load_hardware(std::string(TIDAL_HARDWARE_DIR) + "/colossal-system-2.toml").inter_node);
-  // The host's AdamW (memory.offload's states there) is not in a data sheet; a CPU's host is its device.
-  EXPECT_DOUBLE_EQ(h100.host_optimizer_bandwidth, 0);
-  std::string cpu = sim::hardware_toml(h100);
+  // The host's AdamW (memory.offload's states there): the H100 file's, assumed; none in the seeds'
+  // systems' (the planner does not offer offload there); a CPU's host is its device.
+  EXPECT_DOUBLE_EQ(h100.host_optimizer_bandwidth, 50e9);
+  const sim::Hardware system2 = sim::load_hardware(std::string(TIDAL_HARDWARE_DIR) + "/colossal-system-2.toml");
+  EXPECT_DOUBLE_EQ(system2.host_optimizer_bandwidth, 0);
+  std::string cpu = sim::hardware_toml(system2);
   cpu.replace(cpu.find("\"cuda\""), 6, "\"cpu\"");
   cpu.replace(cpu.find("elementwise_gbps"), 0, "bf16_native = false\n");
   const sim::Hardware host_is_device = sim::load_hardware(write("host_is_device", cpu));

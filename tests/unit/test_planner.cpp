@@ -1,5 +1,6 @@
 // The planner (sim/planner.h): a pipeline's micro-batches chosen where the config leaves them,
-// activation checkpointing or more micro-batches where a layout does not fit as configured, and
+// activation checkpointing or more micro-batches where a layout does not fit as configured, the
+// chunks' offload where nothing else fits, and
 // the ranking (those that fit first, fastest first). Checked against the cost model's own
 // predictions of the same configs.
 #include "config/config.h"
@@ -92,6 +93,27 @@ TEST(Planner, LayoutThatDoesNotFitGetsRecomputationOrMoreMicroBatches) {
   EXPECT_DOUBLE_EQ(data2->prediction.time.total(), sim::predict(data2->cfg, 2, &hw).time.total());
 }
 
+TEST(Planner, OffloadWhereNothingElseFitsAndTheFileTimesIt) {
+  // 24 MiB of device: less than the model data alone (47 MiB), so only the chunks' moves fit it.
+  sim::Hardware hw = h100();
+  const config::Config capped = small_gpt({"memory.device_limit=24MiB"});
+  std::vector<sim::PlannedLayout> planned = sim::plan_layouts(capped, 1, &hw);
+  const sim::PlannedLayout* one = &planned.front();
+  EXPECT_TRUE(one->prediction.fits) << one->prediction.does_not_fit;
+  EXPECT_EQ(one->cfg.memory.offload, config::Offload::chunk);
+  EXPECT_EQ(one->prediction.layout.at("memory.offload").get<std::string>(), "chunk");
+  EXPECT_NE(sim::layout_words(one->prediction.layout).find("offload chunk"), std::string::npos);
+  EXPECT_GT(one->prediction.time.offload, 0);
+  EXPECT_TRUE(one->prediction.untimed.empty());
+  EXPECT_DOUBLE_EQ(one->prediction.time.total(), sim::predict(one->cfg, 1, &hw).time.total());
+  // Room for everything: no offload. A file without the host's AdamW rate: none offered.
+  EXPECT_EQ(sim::plan_layouts(small_gpt(), 1, &hw).front().cfg.memory.offload, config::Offload::none);
+  hw.host_optimizer_bandwidth = 0;
+  planned = sim::plan_layouts(capped, 1, &hw);
+  EXPECT_FALSE(planned.front().prediction.fits);
+  EXPECT_EQ(planned.front().cfg.memory.offload, config::Offload::none);
+}
+
 TEST(Planner, RanksThoseThatFitFirstFastestFirst) {
   const sim::Hardware hw = h100();
   const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(small_gpt({"memory.device_limit=40MiB"}), 4, &hw);
@@ -103,7 +125,7 @@ TEST(Planner, RanksThoseThatFitFirstFastestFirst) {
       EXPECT_LE(a.time.total(), b.time.total()) << k;
     }
     if (!a.fits && !b.fits) {
-      EXPECT_LE(a.peak_bytes, b.peak_bytes) << k;
+      EXPECT_LE(a.needs_bytes, b.needs_bytes) << k;
     }
   }
   EXPECT_TRUE(planned.front().prediction.fits);
