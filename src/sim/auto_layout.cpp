@@ -28,9 +28,13 @@ AutoLayout choose_layout(const config::Config& cfg, int world_size, comm::Commun
               "train.batch_size must divide as the modes need)", world_size);
   const Prediction& best = all.front().prediction;
   TIDAL_CHECK(best.fits, "parallel.auto: none of the {} layouts of {} ranks fits {}{}, not with activation "
-              "checkpointing or more micro-batches either; the nearest, {}, does not: {}. Set memory.offload = "
-              "\"chunk\" (and memory.device_limit), or use more ranks",
-              all.size(), world_size, hardware.name, measured, layout_words(best.layout), best.does_not_fit);
+              "checkpointing or more micro-batches either{}; the nearest, {}, does not: {}. {}",
+              all.size(), world_size, hardware.name, measured,
+              offload_plannable(&hardware) ? ", nor with memory.offload = \"chunk\"" : "", layout_words(best.layout),
+              best.does_not_fit,
+              offload_plannable(&hardware) || cfg.memory.offload != config::Offload::none
+                  ? "Use more ranks, or a smaller train.micro_batch_size"
+                  : "Set memory.offload = \"chunk\" (and memory.device_limit), or use more ranks");
   AutoLayout out{.cfg = all.front().cfg, .why = ""};
   const double mfu = best.flops_per_step / best.time.total() / (world_size * hardware.peak_flops(cfg.train.precision));
   std::string runner_up;
