@@ -261,15 +261,17 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
       m.device = m.activations + double(md.param_bytes);
       RankMemory::Offload& o = m.offload;
       if (!md.static_partition && md.state_bytes > 0) {
+        // The margin the warm-up leaves the states: beside the peak and the rank's own chunks
+        // (ZeRO-3's fetched chunks are gone by the warm-up's end).
         const double margin = double(device_capacity) - m.device;
         const double fit = margin > 0 ? std::floor(margin / double(md.state_bytes)) : 0.0;
         o.device_state_chunks = int(std::min(fit, double(md.state_chunks)));
         m.device += o.device_state_chunks * double(md.state_bytes);
       }
+      m.device += double(md.param_transient_bytes);
       // The moves (RankMemory::Offload): a rank's own chunks with their states on the host, each
-      // way; evicted chunks beyond them, as many as bring the param list and the activations'
-      // peak within the device (none where states fit beside them). Not counted: ZeRO-3's
-      // gathered chunks of other ranks (fetched into the device, not moved).
+      // way; evicted chunks beyond them, as many as bring the device's peak within its limit.
+      // ZeRO-3's chunks of other ranks are fetched into the device, not moved.
       const double chunk = double(md.chunk_elements) * double(dtype_size(cfg.train.precision));
       o.host_state_chunks = md.state_chunks - o.device_state_chunks;
       const double overflow = m.device - double(device_capacity);

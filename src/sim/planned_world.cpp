@@ -117,6 +117,15 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
       // sum: they move together (memory/dynamic_memory.cpp's optimizer kinds).
       m.state_bytes = layout.chunk_elements * std::int64_t(sizeof(float)) * (options.accumulate ? 4 : 3);
     }
+    const bool tied_here = cfg.model.tie_embeddings && cfg.model.type != "vit" && cfg.parallel.pipeline == 1;
+    if (group_size > 1 && options.offload && cfg.zero.stage == 3) {
+      // Under offload, ZeRO-3 fetches the other ranks' chunks of the group in use into the device
+      // tier's chunk share (no group buffer: memory/chunk_manager.cpp's ring), a tied head's
+      // table's group held from its backward to the embedding's.
+      m.param_transient_bytes = std::int64_t(group_size - 1) * layout.chunk_elements *
+                                std::int64_t(dtype_size(options.compute_dtype)) *
+                                std::min(layout.chunks / group_size, tied_here ? 2 : 1);
+    }
     if (group_size > 1 && !options.offload) {
       // A group's chunks, packed for its all-reduce or reduce-scatter (with micro-batches: the
       // pending sums, and the owned chunk's); under ZeRO-3 the group being used gathered beside
@@ -128,7 +137,6 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
       if (options.accumulate && cfg.zero.stage > 0)
         m.param_transient_bytes += layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype));
       if (cfg.zero.stage == 3) {
-        const bool tied_here = cfg.model.tie_embeddings && cfg.model.type != "vit" && cfg.parallel.pipeline == 1;
         const int groups = layout.chunks / group_size;
         m.param_transient_bytes += group_bytes * std::min(groups, tied_here ? 2 : 1);
       }

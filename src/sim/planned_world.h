@@ -34,7 +34,8 @@ struct ModelDataBytes {
   // the fp32 parameters and their gradients, and AdamW's two moments.
   std::int64_t param_bytes = 0, optimizer_bytes = 0;
   // The chunk keeper's param tier beyond its share during a step (memory/chunk_manager.cpp): a
-  // chunk group packed for its reduction, and under ZeRO-3 the groups gathered around it.
+  // chunk group packed for its reduction, and under ZeRO-3 the groups gathered around it (under
+  // offload, only the other ranks' chunks of those groups, fetched into the device tier).
   std::int64_t param_transient_bytes = 0;
   // Under memory.offload: the host tier holds every list at the start, and
   // after the warm-up the optimizer states of `state_chunks` chunks (`state_bytes` each: master

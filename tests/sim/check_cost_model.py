@@ -52,6 +52,10 @@ RUNS = [  # name, ranks, settings
     ("offload_evicting", 1, ["memory.offload=chunk", "memory.device_limit=20MiB", "train.steps=3"]),
     ("offload_micro_batches", 1, ["memory.offload=chunk", "memory.device_limit=20MiB", "train.micro_batch_size=2",
                                   "train.steps=3"]),
+    # ZeRO-3 fetches the other rank's chunks into the device beside its own: a state chunk on the
+    # host and two evictions a step.
+    ("offload_chunk_zero3", 2, ["memory.offload=chunk", "memory.device_limit=14MiB", "parallel.data=2",
+                                "zero.stage=3", "train.steps=3"]),
     ("tensor4_2d", 4, ["parallel.tensor.size=4", "parallel.tensor.mode=2d"]),
     ("d2_p2_zero1", 4, ["parallel.data=2", "parallel.pipeline=2", "zero.stage=1", "train.micro_batch_size=2"]),
     ("interleaved", 2, ["parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2",
