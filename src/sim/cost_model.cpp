@@ -272,7 +272,7 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
       // The moves (RankMemory::Offload): a rank's own chunks with their states on the host, each
       // way; evicted chunks beyond them, as many as bring the device's peak within its limit.
       // ZeRO-3's chunks of other ranks are fetched into the device, not moved.
-      const double chunk = double(md.chunk_elements) * double(dtype_size(cfg.train.precision));
+      const double chunk = double(md.param_chunk_bytes);
       o.host_state_chunks = md.state_chunks - o.device_state_chunks;
       const double overflow = m.device - double(device_capacity);
       if (!md.static_partition && overflow > 0 && chunk > 0) {
@@ -296,10 +296,9 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
                                           : std::numeric_limits<double>::infinity();
   const auto needs_of = [&](const RankMemory& m) {
     const ModelDataBytes& md = m.model_data;
-    const double chunk_param = double(md.chunk_elements) * double(dtype_size(cfg.train.precision));
     return !md.offload          ? m.device
            : md.static_partition ? m.activations + double(md.param_bytes)
-                                 : m.activations + 2 * chunk_param;
+                                 : m.activations + 2 * double(md.param_chunk_bytes);
   };
   for (const RankMemory& m : p.ranks) p.needs_bytes = std::max(p.needs_bytes, needs_of(m));
   for (const RankMemory& m : p.ranks) {

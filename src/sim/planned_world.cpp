@@ -103,6 +103,7 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
     const memory::ChunkListBytes bytes = memory::chunk_list_bytes(layout, options);
     m.chunks = true;
     m.chunk_elements = layout.chunk_elements;
+    m.param_chunk_bytes = layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype));
     m.chunks_in_lists = layout.chunks;
     m.param_bytes = bytes.param;
     m.optimizer_bytes = bytes.optimizer;
@@ -122,20 +123,18 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
       // Under offload, ZeRO-3 fetches the other ranks' chunks of the group in use into the device
       // tier's chunk share (no group buffer: memory/chunk_manager.cpp's ring), a tied head's
       // table's group held from its backward to the embedding's.
-      m.param_transient_bytes = std::int64_t(group_size - 1) * layout.chunk_elements *
-                                std::int64_t(dtype_size(options.compute_dtype)) *
-                                std::min(layout.chunks / group_size, tied_here ? 2 : 1);
+      m.param_transient_bytes =
+          std::int64_t(group_size - 1) * m.param_chunk_bytes * std::min(layout.chunks / group_size, tied_here ? 2 : 1);
     }
     if (group_size > 1 && !options.offload) {
       // A group's chunks, packed for its all-reduce or reduce-scatter (with micro-batches: the
       // pending sums, and the owned chunk's); under ZeRO-3 the group being used gathered beside
       // it, and a table used at both ends of the model (a tied head) held from its backward to
       // the embedding's.
-      const std::int64_t group_bytes = std::int64_t(group_size) * layout.chunk_elements *
-                                       std::int64_t(dtype_size(options.compute_dtype));
+      const std::int64_t group_bytes = std::int64_t(group_size) * m.param_chunk_bytes;
       m.param_transient_bytes = group_bytes;
       if (options.accumulate && cfg.zero.stage > 0)
-        m.param_transient_bytes += layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype));
+        m.param_transient_bytes += m.param_chunk_bytes;
       if (cfg.zero.stage == 3) {
         const int groups = layout.chunks / group_size;
         m.param_transient_bytes += group_bytes * std::min(groups, tied_here ? 2 : 1);

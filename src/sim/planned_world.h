@@ -28,6 +28,7 @@ struct ModelDataBytes {
   bool chunks = false;            // the chunk keeper; otherwise fp32 tensors (engine/model_data.h)
   std::int64_t parameters = 0;    // elements of the parameters this rank materializes
   std::int64_t chunk_elements = 0;
+  std::int64_t param_chunk_bytes = 0;  // one chunk of the param list, in the compute precision
   std::int64_t chunks_in_lists = 0;  // chunks per list (every rank's, padding included)
   // The chunk keeper: this rank's share of the param list (in the compute precision) and of the
   // optimizer's lists (fp32 master copy, momentum, variance, the gradient sum). The tensor keeper:
