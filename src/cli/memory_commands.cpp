@@ -176,6 +176,8 @@ void run_cost_model(const PlanCommand& cmd) {
 }  // namespace
 
 void run_plan_command(const PlanCommand& cmd, engine::Launch& launch) {
+  TIDAL_CHECK(cmd.world > 0 || cmd.app->count("--world") == 0,
+              "--world takes the number of ranks to plan for, 1 or more; got {}", cmd.world);
   if (cmd.world > 0) {
     if (launch.is_main()) run_cost_model(cmd);
     return;
