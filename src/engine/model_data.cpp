@@ -1,6 +1,7 @@
 #include "engine/model_data.h"
 
 #include "core/gpu.h"
+#include "engine/gradient_reducer.h"
 #include "engine/progress.h"
 #include "engine/rank_chunks.h"
 #include "memory/chunk_manager.h"
@@ -133,7 +134,10 @@ class TensorModelData final : public ModelData {
     return fmt::format("gradients all-reduced over the {} data replicas in {} buckets of {} MiB during backward",
                        replicas_, reducer_->bucket_count(), bucket_mb_);
   }
-  const GradientReducer* reducer() const override { return reducer_.get(); }
+  std::optional<GradientReductionTime> gradient_reduction() const override {
+    if (!reducer_) return std::nullopt;
+    return GradientReductionTime{reducer_->comm_seconds(), reducer_->exposed_seconds(), "all-reduce"};
+  }
 
  private:
   pipeline::PipelineEngine& engine_;
@@ -347,6 +351,18 @@ class ChunkModelData final : public ModelData {
                     {.tensor = &pc_.group(parallel::GroupKind::tensor),
                      .pipeline = pc_.layout().spec().pipeline > 1 ? &share_ : nullptr,
                      .writer = pc_.is_main()});
+  }
+
+  // The chunk groups' reductions (memory/chunk_manager.h), under offload's ring not timed.
+  std::optional<GradientReductionTime> gradient_reduction() const override {
+    if (group_.size() == 1 || (stage_ > 0 && chunks_->dynamic_memory())) return std::nullopt;
+    GradientReductionTime t{.collective = stage_ > 0 ? "reduce-scatter" : "all-reduce"};
+    for (const memory::ChunkManager* c : {host_chunks_ ? &*host_chunks_ : nullptr, &*chunks_})
+      if (c) {
+        t.in_flight += c->reduction_time().in_flight;
+        t.exposed += c->reduction_time().waited;
+      }
+    return t;
   }
 
   std::string describe() const override {

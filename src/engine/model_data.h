@@ -15,7 +15,6 @@
 #pragma once
 
 #include "engine/checkpoint.h"
-#include "engine/gradient_reducer.h"
 #include "memory/chunk_manager.h"
 #include "nn/runner.h"
 #include "parallel/context.h"
@@ -58,8 +57,14 @@ class ModelData {
 
   // A progress line on how the model data is kept and its gradients summed ("" = nothing to say).
   virtual std::string describe() const = 0;
-  // The bucketed all-reduce of the tensor keeper (its timings go to the metrics), if any.
-  virtual const GradientReducer* reducer() const { return nullptr; }
+  // The last step's gradient reductions over the data ranks (the metrics' allreduce_s and
+  // allreduce_exposed_s): seconds in flight, the part of them the step stood waiting for, and
+  // the collective's name; none where nothing is reduced (one data rank) or it is not timed.
+  struct GradientReductionTime {
+    double in_flight = 0, exposed = 0;
+    std::string collective;
+  };
+  virtual std::optional<GradientReductionTime> gradient_reduction() const { return std::nullopt; }
   // Bytes of model data (params, gradients, optimizer states) at their peak, by list; empty for
   // the tensor keeper (its tensors live in the host allocator). Every rank calls it (the
   // per-rank figures are gathered).

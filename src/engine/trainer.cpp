@@ -367,9 +367,9 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
                            {"tokens_per_s", double(B * T) / dt},
                            {"grad_norm", norm},
                            {"step_time_s", dt}};
-  if (const GradientReducer* reducer = model_data->reducer()) {
-    record["allreduce_s"] = reducer->comm_seconds();
-    record["allreduce_exposed_s"] = reducer->exposed_seconds();
+  if (const auto reduction = model_data->gradient_reduction()) {
+    record["allreduce_s"] = reduction->in_flight;
+    record["allreduce_exposed_s"] = reduction->exposed;
   }
   if (scaler) {
     record["loss_scale"] = loss_scale;
@@ -426,7 +426,6 @@ TrainSummary Trainer::Run::fit() {
   const std::int64_t start = step;
   const std::int64_t end = options.stop_after > 0 ? std::min(options.stop_after, tc.steps) : tc.steps;
   const std::int64_t warm = std::min<std::int64_t>(3, std::max<std::int64_t>(0, end - start - 1));
-  const GradientReducer* reducer = model_data->reducer();
   double timed_seconds = 0;
   std::int64_t timed_steps = 0;
   bool stopped_early = false;
@@ -444,9 +443,9 @@ TrainSummary Trainer::Run::fit() {
       if (step - start >= warm) {
         timed_seconds += dt;
         ++timed_steps;
-        if (reducer) {
-          comm_seconds += reducer->comm_seconds();
-          exposed_seconds += reducer->exposed_seconds();
+        if (const auto reduction = model_data->gradient_reduction()) {
+          comm_seconds += reduction->in_flight;
+          exposed_seconds += reduction->exposed;
         }
       }
       if (tc.profile) {
@@ -537,7 +536,8 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, std::int64_t timed_steps,
     record["skipped_steps"] = skipped;
     record["loss_scale"] = scaler->scale();
   }
-  if (model_data->reducer() && comm_seconds > 0) {
+  const auto reduction = model_data->gradient_reduction();
+  if (reduction && comm_seconds > 0) {
     summary.allreduce_hidden_fraction = 1.0 - exposed_seconds / comm_seconds;
     record["allreduce_hidden_fraction"] = *summary.allreduce_hidden_fraction;
     record["allreduce_s_per_step"] = comm_seconds / double(timed_steps);
@@ -550,9 +550,10 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, std::int64_t timed_steps,
                             summary.tokens_per_s, human_bytes(host_allocator().peak_bytes()),
                             human_bytes(activations->peak_bytes())));
   if (summary.allreduce_hidden_fraction) {
-    progress.line(fmt::format("gradients: all-reduce over {} ranks {:.1f} ms per step, {:.0f}% of it hidden behind "
+    progress.line(fmt::format("gradients: {} over {} ranks {:.1f} ms per step, {:.0f}% of it hidden behind "
                               "backward",
-                              replicas * pc.layout().spec().sequence, 1e3 * comm_seconds / double(timed_steps),
+                              reduction->collective, replicas * pc.layout().spec().sequence,
+                              1e3 * comm_seconds / double(timed_steps),
                               100 * *summary.allreduce_hidden_fraction));
   }
   if (record.contains("profile")) {

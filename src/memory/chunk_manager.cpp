@@ -6,6 +6,7 @@
 #include "ops/residual.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -200,6 +201,14 @@ void ChunkManager::place_tiers(Allocator& device, Allocator& host) {
 // chunks whose payloads come from allocators that may go first (the dynamic memory's share of the
 // device tier): a step cut short by an error leaves such views behind. Drop them here.
 ChunkManager::~ChunkManager() {
+  // A step cut short may leave a reduction in flight: its buffers must not outlive their
+  // allocators. Its error, if any, is the failed step's consequence, not news.
+  if (in_flight_) {
+    try {
+      in_flight_->work->wait();
+    } catch (const std::exception&) {
+    }
+  }
   for (Tracked& t : tracked_) t.param->data = t.param->grad = Tensor();
 }
 
@@ -360,31 +369,51 @@ Tensor& ChunkManager::pending(int group) {
   return packed;
 }
 
+void ChunkManager::settle(bool at_once) {
+  if (!in_flight_) return;
+  InFlight done = std::move(*in_flight_);
+  in_flight_.reset();
+  const auto waiting = comm::Work::Clock::now();
+  done.work->wait();
+  const double in_flight =
+      std::chrono::duration<double>(done.work->completed_at() - done.work->issued_at()).count();
+  reduction_time_.in_flight += in_flight;
+  reduction_time_.waited +=
+      at_once ? in_flight : std::chrono::duration<double>(comm::Work::Clock::now() - waiting).count();
+  if (done.store) done.store();
+}
+
 void ChunkManager::reduce_group(int group) {
   reduced_[std::size_t(group)] = true;
   const int first = group * layout_.group_size;
+  // One reduction in flight: the previous group's is stored before this group is packed, so a
+  // rank holds one group buffer at a time, as a blocking sum would.
+  settle();
   if (options_.accumulate) {
     // This micro-batch's gradients of the group, summed over the ranks and added to the fp32
     // grad list: every chunk at stage 0, the owned one (reduce-scatter) when sharded.
+    // Waited for at once: the next group's gradients need a buffer of their own meanwhile.
     const std::int64_t C = layout_.chunk_elements;
     Tensor packed = pending(group);
     if (!sharded()) {
-      options_.group->all_reduce(packed)->wait();
-      for (int r = 0; r < layout_.group_size; ++r)
-        add_into(list(ChunkKind::grad)[std::size_t(first + r)], packed.slice(0, r * C, (r + 1) * C));
+      in_flight_ = InFlight{options_.group->all_reduce(packed), [this, first, packed, C] {
+                              for (int r = 0; r < layout_.group_size; ++r)
+                                add_into(list(ChunkKind::grad)[std::size_t(first + r)], packed.slice(0, r * C, (r + 1) * C));
+                            }};
     } else {
       Tensor mine = Tensor::empty({C}, options_.compute_dtype, *device_);
-      options_.group->reduce_scatter(mine, packed)->wait();
-      add_into(list(ChunkKind::grad)[std::size_t(first + rank_)], mine);
+      in_flight_ = InFlight{options_.group->reduce_scatter(mine, packed),
+                            [this, first, mine] { add_into(list(ChunkKind::grad)[std::size_t(first + rank_)], mine); }};
     }
+    settle(true);
     pending_[std::size_t(group)] = Tensor();
     if (options_.zero_stage == 3) free_remote(group);
     return;
   }
   if (!sharded()) {
     Tensor packed = pack(group);
-    options_.group->all_reduce(packed)->wait();
-    unpack(group, packed);
+    in_flight_ = InFlight{options_.group->all_reduce(packed), [this, group, packed] { unpack(group, packed); }};
+    if (dmm_) settle(true);  // under offload the chunks may move: the sum goes in at once
     return;
   }
   // Sharded (stages 1-3): each rank updates only the chunk it owns, so it needs only that chunk's
@@ -393,9 +422,11 @@ void ChunkManager::reduce_group(int group) {
   if (dmm_) {
     ring_reduce_scatter(group);
   } else {
+    // The sum lands in the owned chunk, which nothing reads before the optimizer; the remote
+    // chunks are free to go once packed.
     Tensor packed = pack(group);
     Tensor& owned = list(ChunkKind::param)[std::size_t(first + rank_)];
-    options_.group->reduce_scatter(owned, packed)->wait();
+    in_flight_ = InFlight{options_.group->reduce_scatter(owned, packed), nullptr};
   }
   if (options_.zero_stage == 3) free_remote(group);
 }
@@ -536,6 +567,7 @@ void ChunkManager::end_backward(int phase) {
       }
     if (distributed() && !reduced_[g]) reduce_group(int(g));  // a group of padding chunks
   }
+  settle();
   if (dmm_) dmm_->end_moment();
   for (std::size_t p = 0; p < in_backward_.size(); ++p)
     if (in_phase(phase, int(p))) in_backward_[p] = false;
@@ -594,6 +626,7 @@ void ChunkManager::reduce_replicas() {
 }
 
 void ChunkManager::zero_grad() {
+  reduction_time_ = {};
   if (dmm_) dmm_->begin_iteration();
   if (options_.accumulate)
     for (Tensor& chunk : list(ChunkKind::grad))

@@ -35,7 +35,12 @@
 // are all-gathered back (stages 1 and 2). Stage 3 keeps only owned param chunks: the first access in a group
 // all-gathers it (Alg. 1, FetchRemoteChunks), and when all its tensors are HOLD_AFTER_FWD (in
 // forward) or reduced (in backward) the remote chunks are freed (Alg. 2, ReleaseRemoteChunks).
-// Gradients are summed (the trainer's losses are weighted by the global batch). With
+// Gradients are summed (the trainer's losses are weighted by the global batch). Without
+// accumulation or offload (whose chunks move, and whose sharded sum is a ring of sends on them)
+// a group's reduction runs while backward goes on (DeepSpeed's
+// overlap_comm, PyTorch DDP's buckets): one group in flight at a time, its packed copy the one
+// group buffer the sum needs anyway; the next group's reduction, and end_backward, first wait for
+// it and store its sum. With
 // accumulation a group's gradients of one micro-batch wait in a packed buffer of the group's size
 // until the group is complete, and are then reduced (all-reduce at stage 0, reduce-scatter at
 // 1-3) and added to the fp32 grad list; the param chunks stay intact for the next micro-batch.
@@ -183,6 +188,12 @@ class ChunkManager final : public nn::ModuleHooks {
   // Before a step's micro-batches: zeroes the accumulated gradients (ChunkOptions::accumulate)
   // and starts a training iteration (the first is the memory tracer's warm-up).
   void zero_grad();
+  // The step's group reductions over the data ranks since zero_grad (not under offload's ring):
+  // seconds in flight, and of them the seconds this rank stood waiting for one to finish.
+  struct ReductionTime {
+    double in_flight = 0, waited = 0;
+  };
+  const ReductionTime& reduction_time() const { return reduction_time_; }
 
   // Alg. 1 and 2 for one parameter. `backward`: a gradient buffer is attached on access. Under
   // offload its chunk must be on the device already (the module hooks place an operator's chunks).
@@ -274,8 +285,11 @@ class ChunkManager final : public nn::ModuleHooks {
   // the remote chunks (stage 3).
   void fetch_group(int group);
   void free_remote(int group);
-  // A group's gradients are complete: sum them over the ranks.
+  // A group's gradients are complete: sum them over the ranks (started here; see settle).
   void reduce_group(int group);
+  // Waits for the reduction in flight, if any, and stores its sum where the step reads it.
+  // `at_once`: it was started to be waited for (the step did nothing beside it).
+  void settle(bool at_once = false);
   // The reduce-scatter of a group's param chunks under offload: a ring of sends and receives on
   // the chunks' own payloads (the same bytes, one chunk of buffer instead of the group's).
   void ring_reduce_scatter(int group);
@@ -311,6 +325,13 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<bool> reduced_;     // per communication group, in this backward pass
   std::vector<bool> in_backward_;  // per phase: between end_forward and end_backward
   std::vector<Tensor> pending_;  // per communication group (accumulate and distributed)
+  // The group reduction in flight (reduce_group) and what stores its sum once it is done.
+  struct InFlight {
+    comm::WorkPtr work;
+    std::function<void()> store;
+  };
+  std::optional<InFlight> in_flight_;
+  ReductionTime reduction_time_;
   int rank_ = 0;
   Allocator* device_;
 };

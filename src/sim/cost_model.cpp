@@ -372,10 +372,14 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
       st.memory = r.memory_seconds * ran;
       st.layer_comm = r.layer_comm_seconds * ran;
       st.pipeline_wait = std::max(0.0, run.finish[k] - run.running[k]);
-      // On a GPU the buckets' all-reduce runs beside the last backward (its own stream and
-      // NCCL's); on a CPU the ranks' cores run both the ops and MPI's transfers and reductions,
-      // so nothing hides (the trainer's summary measures about 1% hidden there).
-      st.hidden = hardware->device == Device::Kind::cpu ? 0.0 : std::min(r.overlappable, last_backward);
+      // On a GPU the gradient reductions run beside the last backward (their own stream and
+      // NCCL's), all but the share that starts after it (the chunk keeper's last group: of G
+      // groups one after the other, each beside the backward of 1/G of the layers, G - 1 hide);
+      // on a CPU the ranks' cores run both the ops and MPI's transfers and reductions, so nothing
+      // hides (the trainer's summary measures about 1% hidden there).
+      st.hidden = hardware->device == Device::Kind::cpu
+                      ? 0.0
+                      : (1 - r.overlap_tail) * std::min(r.overlappable, last_backward);
       st.after = r.after_actions + r.overlappable - st.hidden;
       st.optimizer = r.optimizer;
       const RankMemory& rm = p.ranks[std::size_t(stages[k])];

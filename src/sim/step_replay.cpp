@@ -805,8 +805,13 @@ namespace {
 
 // What the trainer and the model data keeper communicate once a step, beside the layers
 // (engine/trainer.cpp, engine/model_data.cpp, memory/chunk_manager.cpp, pipeline/engine.cpp).
-// Returns the seconds of the part that overlaps backward (the tensor keeper's gradient buckets).
-double step_collectives(const config::Config& cfg, const PlannedRank& rank, int micro_batches, Traffic& traffic) {
+// The part that runs beside backward: its seconds, and the share of them that starts only after
+// backward's last op (StepReplay::overlappable, overlap_tail).
+struct Overlap {
+  double seconds = 0, tail = 0;
+};
+
+Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int micro_batches, Traffic& traffic) {
   const parallel::ParallelContext& pc = *rank.pc;
   const parallel::Layout& layout = pc.layout();
   const auto size = [&](parallel::GroupKind kind) { return int(layout.group(kind, pc.rank()).size()); };
@@ -856,24 +861,30 @@ double step_collectives(const config::Config& cfg, const PlannedRank& rank, int 
         traffic.add("pipeline_ends", size(parallel::GroupKind::pipeline_ends), "all_reduce", double(p->shape.numel()), 4);
     traffic.add("tensor", tensor, "all_reduce", 1, 4);      // the gradient norm's sum
     traffic.add("pipeline", pipeline, "all_reduce", 1, 4);
-    return buckets;
+    return {.seconds = buckets, .tail = 0.0};
   }
   const memory::ChunkLayout& chunks = *rank.chunk_layout;
   const double C = double(chunks.chunk_elements), e = double(dtype_size(cfg.train.precision));
   const int groups = chunks.chunks / chunks.group_size, stage = cfg.zero.stage;
   const bool accumulate = micro_batches > 1;
+  Overlap overlap;
   if (group > 1) {
     // Each chunk group's gradients summed once it is complete (every micro-batch's when they
     // accumulate): all of them at stage 0, each rank's own chunk when sharded - under offload by
     // a ring of sends straight between the chunks' payloads.
     const double reductions = double(groups) * (accumulate ? micro_batches : 1);
     const bool ring = cfg.memory.offload != config::Offload::none && stage > 0;
+    const double start = traffic.seconds();
     if (ring) {
       traffic.add(chunk_group, group, "send", C, e, reductions * (group - 1));
       traffic.add(chunk_group, group, "recv", C, e, reductions * (group - 1));
     } else {
       traffic.add(chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, e, reductions);
     }
+    // Without accumulation or offload each group's sum runs beside the backward of the groups
+    // after it (memory/chunk_manager.h: one in flight); the last group's, after backward.
+    if (!accumulate && cfg.memory.offload == config::Offload::none && groups > 0)
+      overlap = {.seconds = traffic.seconds() - start, .tail = 1.0 / groups};
     // The chunks other ranks updated, gathered: after the step (stages 1, 2), or for each forward
     // and backward (stage 3).
     const double gathers = stage == 1 || stage == 2 ? groups
@@ -904,7 +915,7 @@ double step_collectives(const config::Config& cfg, const PlannedRank& rank, int 
   if (stage > 0 && group > 1) traffic.add(chunk_group, group, "all_reduce", 1, 4);  // the gradient norm
   if (tensor > 1) traffic.add("tensor", tensor, "all_reduce", 1, 4);
   if (pipeline > 1) traffic.add("pipeline", pipeline, "all_reduce", 1, 4);
-  return 0.0;
+  return overlap;
 }
 
 }  // namespace
@@ -1060,7 +1071,9 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
   out.peak_bytes = tally.peak;
   lap();
   const double before = out.traffic.seconds();
-  out.overlappable = step_collectives(cfg, planned, micro_batches, out.traffic);
+  const Overlap overlap = step_collectives(cfg, planned, micro_batches, out.traffic);
+  out.overlappable = overlap.seconds;
+  out.overlap_tail = overlap.tail;
   out.after_actions = out.traffic.seconds() - before - out.overlappable;
   if (costs) {
     // The gradient norm's read of this rank's share of the gradients (4 bytes a parameter), then

@@ -2,7 +2,8 @@
 // oversubscription): a rank computing while others wait runs faster, by processor sharing, and
 // the pipeline's schedule is simulated so. Checked against the closed forms of a pipeline that
 // computes one stage at a time, and of data parallelism, where every rank computes at once.
-// And under memory.offload: the chunk moves over the host link, AdamW where the states are.
+// And under memory.offload: the chunk moves over the host link, AdamW where the states are; and
+// the chunk keeper's gradient reductions beside backward on a GPU.
 #include "config/config.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
@@ -118,6 +119,35 @@ TEST(CostModelTime, OffloadMovesOverTheHostLinkAndAdamWRunsWhereTheStatesAre) {
   const sim::Prediction untimed = sim::predict(fixed, 1, &h);
   EXPECT_NE(untimed.untimed.find("host.optimizer_gbps"), std::string::npos) << untimed.untimed;
   EXPECT_NE(untimed.json().value("untimed", std::string()), "");
+}
+
+TEST(CostModelTime, ChunkGroupsReduceBesideBackwardOnAGpuAllButTheLast) {
+  // ZeRO-2 over 2 ranks in chunks of half a million elements: several communication groups, each
+  // reduce-scattered while the backward of the groups before it runs (memory/chunk_manager.h:
+  // one in flight), the last after backward. On a GPU with a link fast enough to keep up, all
+  // but the last group's share of the reduction hides; on a CPU nothing does.
+  sim::Hardware gpu = two_ranks(1);
+  gpu.device = Device::Kind::cuda;
+  gpu.intra_node_collective = {.bandwidth = 1e12, .latency = 1e-7};
+  const config::Config cfg = small_gpt({"parallel.data=2", "zero.stage=2", "memory.chunk_size=500000"});
+  const sim::Prediction p = sim::predict(cfg, 2, &gpu);
+  const int groups = p.ranks[0].model_data.chunks_in_lists / 2;
+  ASSERT_GE(groups, 3);
+  const nlohmann::json& rs = p.ranks[0].traffic.at("data").at("reduce_scatter");
+  const double reduction = rs.at("calls").get<double>() * gpu.intra_node_collective.latency +
+                           rs.at("link_bytes").get<double>() / gpu.intra_node_collective.bandwidth;
+  EXPECT_NEAR(p.time.hidden, (1 - 1.0 / groups) * reduction, 1e-9 * reduction);
+
+  // Micro-batches sum each one's gradients into a group buffer that waits for its group: their
+  // reductions stay after it (one buffer, not two), and nothing hides.
+  EXPECT_DOUBLE_EQ(sim::predict(small_gpt({"parallel.data=2", "zero.stage=2", "memory.chunk_size=500000",
+                                           "train.micro_batch_size=2"}),
+                                2, &gpu)
+                       .time.hidden,
+                   0.0);
+  sim::Hardware cpu = gpu;
+  cpu.device = Device::Kind::cpu;
+  EXPECT_DOUBLE_EQ(sim::predict(cfg, 2, &cpu).time.hidden, 0.0);
 }
 
 }  // namespace
