@@ -505,7 +505,7 @@ std::string explain(const Prediction& p, const Hardware* hardware) {
     const StepTime& t = p.time;
     out += fmt::format("step time {:.4g} s on {}: GEMMs {:.4g} s, attention {:.4g} s, memory {:.4g} s, the layers' "
                        "collectives {:.4g} s, pipeline waits {:.4g} s, after backward {:.4g} s, optimizer {:.4g} s{} "
-                       "(gradient all-reduce hidden behind backward: {:.4g} s){}\n",
+                       "(gradient reductions hidden behind backward: {:.4g} s){}\n",
                        t.total(), hardware->name, t.gemm, t.attention, t.memory, t.layer_comm, t.pipeline_wait,
                        t.after, t.optimizer,
                        r.model_data.offload

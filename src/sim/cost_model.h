@@ -58,7 +58,7 @@ struct StepTime {
   double after = 0;          // the model data's collectives after backward (not hidden), the norm's
   double optimizer = 0;      // AdamW's pass over the rank's share of the lists (under offload, on the host where its states are)
   double offload = 0;        // memory.offload's chunk moves over the host link, not hidden
-  double hidden = 0;         // the gradient buckets' all-reduce hidden behind backward (not in total)
+  double hidden = 0;         // the gradient reductions hidden behind backward (not in total)
   int rank = 0;              // the busiest rank
   double total() const { return compute + memory + layer_comm + pipeline_wait + after + optimizer + offload; }
   nlohmann::json json() const;
