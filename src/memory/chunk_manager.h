@@ -37,11 +37,10 @@
 // forward) or reduced (in backward) the remote chunks are freed (Alg. 2, ReleaseRemoteChunks).
 // Gradients are summed (the trainer's losses are weighted by the global batch). Without
 // accumulation or offload (whose chunks move, and whose sharded sum is a ring of sends on them)
-// a group's reduction runs while backward goes on (DeepSpeed's
-// overlap_comm, PyTorch DDP's buckets): one group in flight at a time, its packed copy the one
-// group buffer the sum needs anyway; the next group's reduction, and end_backward, first wait for
-// it and store its sum. With
-// accumulation a group's gradients of one micro-batch wait in a packed buffer of the group's size
+// a group's reduction runs while backward goes on (DeepSpeed's overlap_comm, PyTorch DDP's
+// buckets): one group in flight at a time, its packed copy the one group buffer the sum needs
+// anyway; the next group's reduction, and end_backward, first wait for it and store its sum.
+// With accumulation a group's gradients of one micro-batch wait in a packed buffer of the group's size
 // until the group is complete, and are then reduced (all-reduce at stage 0, reduce-scatter at
 // 1-3) and added to the fp32 grad list; the param chunks stay intact for the next micro-batch.
 //
