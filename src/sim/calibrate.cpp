@@ -206,6 +206,7 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   const std::int64_t n = options.quick ? 256 : 2048;
   const std::int64_t big = options.quick ? (std::int64_t(1) << 22) : (std::int64_t(1) << 28);  // copy bytes
   const std::int64_t message = options.quick ? (std::int64_t(1) << 20) : (std::int64_t(1) << 26);
+  const std::int64_t keys = options.quick ? 64 : 1024;  // attention's positions
 
   Hardware h;
   h.device = Device::Kind::cpu;
@@ -215,25 +216,50 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   const Sharing sharing = sharing_of(p);
   h.oversubscription = sharing.oversubscription;
   world.barrier()->wait();
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-    h.flops[dtype] = op_rate(world, sharing, [&] { return gemm_rate(dtype, n, repeats); });
-  // Smaller products run below the peak: the cost model interpolates between these.
-  // Each small size repeated as often as the large one's work (the median of more runs: a small
-  // product's time is noisier beside the other ranks).
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-    for (std::int64_t size = options.quick ? 64 : 128; size < n; size *= 2) {
-      const int more = int(std::min<std::int64_t>(50, repeats * (n / size)));
-      const double rate = op_rate(world, sharing, [&] { return gemm_rate(dtype, size, more); });
-      h.gemm_sizes[dtype].push_back({double(size), rate});
+  // The compute rates are measured in `passes` passes over every product and attention size, and
+  // each figure is the median of its passes'. A shared VM slows down for seconds at a time: a
+  // figure timed in one stretch (its repeats back to back) takes such a spell whole (measured:
+  // 4 ranks on 2 cores, the fp32 1024^3 product at 0.033 TFLOP/s in one calibration, 0.066-0.069
+  // in three others minutes apart), while passes spread over the calibration see it once.
+  const int passes = options.quick ? 1 : 3;
+  std::vector<std::vector<double>> measured;  // [pass][figure], the figures in the order below
+  for (int pass = 0; pass < passes; ++pass) {
+    std::vector<double>& rates = measured.emplace_back();
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+      rates.push_back(op_rate(world, sharing, [&] { return gemm_rate(dtype, n, repeats); }));
+    // Smaller products run below the peak: the cost model interpolates between these.
+    // Each small size repeated as often as the large one's work (the median of more runs: a small
+    // product's time is noisier beside the other ranks).
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+      for (std::int64_t size = options.quick ? 64 : 128; size < n; size *= 2) {
+        const int more = int(std::min<std::int64_t>(50, repeats * (n / size)));
+        rates.push_back(op_rate(world, sharing, [&] { return gemm_rate(dtype, size, more); }));
+      }
+    // Attention of width 256 (4 heads of 64), 4 samples, over `keys` positions, and fewer below.
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      rates.push_back(op_rate(world, sharing, [&] { return attention_rate(dtype, 4, keys, 256, 4, repeats); }));
+      for (std::int64_t t = options.quick ? 32 : 64; t < keys; t *= 2)
+        rates.push_back(op_rate(world, sharing, [&] { return attention_rate(dtype, 4, t, 256, 4, repeats); }));
     }
-  // Attention of width 256 (4 heads of 64), 4 samples, over 1024 positions, and fewer below.
-  const std::int64_t keys = options.quick ? 64 : 1024;
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    h.attention_flops[dtype] = op_rate(world, sharing, [&] { return attention_rate(dtype, 4, keys, 256, 4, repeats); });
-    for (std::int64_t t = options.quick ? 32 : 64; t < keys; t *= 2)
-      h.attention_sizes[dtype].push_back(
-          {double(t), op_rate(world, sharing, [&] { return attention_rate(dtype, 4, t, 256, 4, repeats); })});
   }
+  std::size_t next = 0;
+  const auto median_of_passes = [&] {
+    std::vector<double> figure;
+    for (const std::vector<double>& rates : measured) figure.push_back(rates[next]);
+    ++next;
+    std::nth_element(figure.begin(), figure.begin() + std::ptrdiff_t(figure.size() / 2), figure.end());
+    return figure[figure.size() / 2];
+  };
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) h.flops[dtype] = median_of_passes();
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    for (std::int64_t size = options.quick ? 64 : 128; size < n; size *= 2)
+      h.gemm_sizes[dtype].push_back({double(size), median_of_passes()});
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    h.attention_flops[dtype] = median_of_passes();
+    for (std::int64_t t = options.quick ? 32 : 64; t < keys; t *= 2)
+      h.attention_sizes[dtype].push_back({double(t), median_of_passes()});
+  }
+  TIDAL_ASSERT(next == measured.front().size(), "calibrate read {} of its {} figures", next, measured.front().size());
   h.elementwise_bandwidth =
       op_rate(world, sharing, [&] { return elementwise_rate(options.quick ? 256 : 2048, 1024, repeats); });
   h.optimizer_bandwidth =
