@@ -7,7 +7,9 @@ for each run below trains the model (`tidal train`, --steps steps) and asks `tid
 --configured --hardware <that round's file>` for the predicted step time. A run's measure is the
 median of its steps after each first over the rounds, its prediction the median of the rounds'.
 Prints one line per run: predicted, measured, their ratio and the prediction's largest terms; and
-at the end the worst error and how many runs are within --tolerance (20%).
+at the end the worst error and how many runs are within --tolerance (20%). Beside each ratio, the
+range of the rounds' own (a round's prediction over that round's median step): how far the
+machine's drift alone moves it.
 
 The runs share this machine's cores: time figures are medians. A world larger than the cores
 (mpirun --oversubscribe) counts too, marked: its ranks take turns on the cores, and a rank waiting
@@ -116,6 +118,7 @@ def main():
     # the rounds' predictions.
     timed = {name: [] for name, _, _ in runs}
     plans = {name: [] for name, _, _ in runs}
+    round_ratios = {name: [] for name, _, _ in runs}  # each round's prediction over its own median step
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(a.rounds):
             hardware = {}
@@ -131,12 +134,14 @@ def main():
                                                 "--set", "train.profile=true"]
                                + sets(settings), check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
                 steps = [json.loads(l) for l in open(metrics)]
-                timed[name] += [r for r in steps if "step_time_s" in r and not r.get("summary")][1:]
+                mine = [r for r in steps if "step_time_s" in r and not r.get("summary")][1:]
+                timed[name] += mine
                 plans[name].append(json.loads(subprocess.run(
                     [tidal, "plan", "--world", str(ranks), "--configured", "--json", "--hardware", hardware[ranks]]
                     + sets(settings), check=True, capture_output=True, text=True, cwd=ROOT).stdout.splitlines()[0]))
+                round_ratios[name].append(plans[name][-1]["step_time_s"] / statistics.median(r["step_time_s"] for r in mine))
     print(f"model: {' '.join(BASE)}; {a.steps} steps a run, {a.rounds} rounds; medians")
-    print(f"{'run':<24} {'ranks':>5} {'predicted':>10} {'measured':>10} {'ratio':>6}  largest terms")
+    print(f"{'run':<24} {'ranks':>5} {'predicted':>10} {'measured':>10} {'ratio':>6} {'rounds':>11}  largest terms")
     errors = []
     for name, ranks, settings in runs:
         measured = statistics.median(r["step_time_s"] for r in timed[name])
@@ -148,7 +153,8 @@ def main():
         terms = sorted(((k, v) for k, v in time.items() if k in TOTAL_TERMS), key=lambda kv: -kv[1])[:3]
         oversubscribed = ranks > (os.cpu_count() or 1)
         errors.append((name, predicted / measured - 1))
-        print(f"{name:<24} {ranks:>5} {predicted:>9.4f}s {measured:>9.4f}s {predicted / measured:>6.2f}  "
+        spread = f"{min(round_ratios[name]):.2f}-{max(round_ratios[name]):.2f}"
+        print(f"{name:<24} {ranks:>5} {predicted:>9.4f}s {measured:>9.4f}s {predicted / measured:>6.2f} {spread:>11}  "
               + ", ".join(f"{k[:-2]} {v:.4f}s" for k, v in terms)
               + (f"  (oversubscribed: {ranks} ranks on {os.cpu_count()} cores)" if oversubscribed else ""))
         if a.terms:
