@@ -261,14 +261,17 @@ class ChunkModelData final : public ModelData {
   }
 
   // An action runs through its model chunk (a phase of the lists).
-  pipeline::ActionHooks hooks(std::int64_t) override {
+  pipeline::ActionHooks hooks(std::int64_t micro_batches) override {
     return {.before_forward =
                 [this](const pipeline::Action& a) {
                   for (memory::ChunkManager* c : keepers()) c->begin_forward(a.chunk);
                 },
             .before_backward =
-                [this](const pipeline::Action& a) {
-                  for (memory::ChunkManager* c : keepers()) c->end_forward(a.chunk);
+                [this, micro_batches](const pipeline::Action& a) {
+                  for (memory::ChunkManager* c : keepers()) {
+                    c->end_forward(a.chunk);
+                    c->set_sync(a.micro_batch + 1 == micro_batches);
+                  }
                 },
             .after_backward =
                 [this](const pipeline::Action& a) {

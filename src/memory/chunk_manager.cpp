@@ -122,6 +122,7 @@ ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, A
   make(ChunkKind::variance, DType::f32, host, true);
   if (options_.accumulate) make(ChunkKind::grad, DType::f32, host, true);
   reduced_.assign(std::size_t(layout_.chunks / layout_.group_size), false);
+  summed_.assign(reduced_.size(), false);
   pending_.resize(reduced_.size());
   int phases = 1;
   for (std::size_t s = 0; s < segments_.size(); ++s) {
@@ -204,9 +205,11 @@ ChunkManager::~ChunkManager() {
   // A step cut short may leave a reduction in flight: its buffers must not outlive their
   // allocators. Its error, if any, is the failed step's consequence, not news.
   if (in_flight_) {
-    try {
-      in_flight_->work->wait();
-    } catch (const std::exception&) {
+    for (const comm::WorkPtr& work : in_flight_->works) {
+      try {
+        work->wait();
+      } catch (const std::exception&) {
+      }
     }
   }
   for (Tracked& t : tracked_) t.param->data = t.param->grad = Tensor();
@@ -374,9 +377,10 @@ void ChunkManager::settle(bool at_once) {
   InFlight done = std::move(*in_flight_);
   in_flight_.reset();
   const auto waiting = comm::Work::Clock::now();
-  done.work->wait();
+  for (const comm::WorkPtr& work : done.works) work->wait();
+  // From the first's start to the last's end (a group's works run one after another).
   const double in_flight =
-      std::chrono::duration<double>(done.work->completed_at() - done.work->issued_at()).count();
+      std::chrono::duration<double>(done.works.back()->completed_at() - done.works.front()->issued_at()).count();
   reduction_time_.in_flight += in_flight;
   reduction_time_.waited +=
       at_once ? in_flight : std::chrono::duration<double>(comm::Work::Clock::now() - waiting).count();
@@ -389,6 +393,22 @@ void ChunkManager::reduce_group(int group) {
   // One reduction in flight: the previous group's is stored before this group is packed, so a
   // rank holds one group buffer at a time, as a blocking sum would.
   settle();
+  if (sums_locally()) {
+    // Each rank's micro-batches are in its grad list already. After the last one's backward,
+    // the group's grad chunks summed over the ranks where they lie: nothing reads them before
+    // the optimizer, so the sum runs beside the rest of backward, without a group buffer.
+    if (!sync_) return;
+    TIDAL_ASSERT(!summed_[std::size_t(group)],
+                 "chunk group {} summed over the data ranks twice in a step: with micro-batches, set_sync(false) "
+                 "before every backward but the last",
+                 group);
+    summed_[std::size_t(group)] = true;
+    std::vector<comm::WorkPtr> works;
+    for (int r = 0; r < layout_.group_size; ++r)
+      works.push_back(options_.group->all_reduce(list(ChunkKind::grad)[std::size_t(first + r)]));
+    in_flight_ = InFlight{std::move(works), nullptr};
+    return;
+  }
   if (options_.accumulate) {
     // This micro-batch's gradients of the group, summed over the ranks and added to the fp32
     // grad list: every chunk at stage 0, the owned one (reduce-scatter) when sharded.
@@ -396,13 +416,13 @@ void ChunkManager::reduce_group(int group) {
     const std::int64_t C = layout_.chunk_elements;
     Tensor packed = pending(group);
     if (!sharded()) {
-      in_flight_ = InFlight{options_.group->all_reduce(packed), [this, first, packed, C] {
+      in_flight_ = InFlight{{options_.group->all_reduce(packed)}, [this, first, packed, C] {
                               for (int r = 0; r < layout_.group_size; ++r)
                                 add_into(list(ChunkKind::grad)[std::size_t(first + r)], packed.slice(0, r * C, (r + 1) * C));
                             }};
     } else {
       Tensor mine = Tensor::empty({C}, options_.compute_dtype, *device_);
-      in_flight_ = InFlight{options_.group->reduce_scatter(mine, packed),
+      in_flight_ = InFlight{{options_.group->reduce_scatter(mine, packed)},
                             [this, first, mine] { add_into(list(ChunkKind::grad)[std::size_t(first + rank_)], mine); }};
     }
     settle(true);
@@ -412,7 +432,7 @@ void ChunkManager::reduce_group(int group) {
   }
   if (!sharded()) {
     Tensor packed = pack(group);
-    in_flight_ = InFlight{options_.group->all_reduce(packed), [this, group, packed] { unpack(group, packed); }};
+    in_flight_ = InFlight{{options_.group->all_reduce(packed)}, [this, group, packed] { unpack(group, packed); }};
     if (dmm_) settle(true);  // under offload the chunks may move: the sum goes in at once
     return;
   }
@@ -426,7 +446,7 @@ void ChunkManager::reduce_group(int group) {
     // chunks are free to go once packed.
     Tensor packed = pack(group);
     Tensor& owned = list(ChunkKind::param)[std::size_t(first + rank_)];
-    in_flight_ = InFlight{options_.group->reduce_scatter(owned, packed), nullptr};
+    in_flight_ = InFlight{{options_.group->reduce_scatter(owned, packed)}, nullptr};
   }
   if (options_.zero_stage == 3) free_remote(group);
 }
@@ -453,7 +473,7 @@ void ChunkManager::ring_reduce_scatter(int group) {
 
 void ChunkManager::store_gradient(Tracked& t) {
   nn::Parameter& p = *t.param;
-  if (options_.accumulate && distributed()) {
+  if (options_.accumulate && distributed() && !sums_locally()) {
     // Waits in the group's buffer until the group is reduced.
     const ChunkLayout::Place& place = layout_.places[index_.at(&p)];
     const std::int64_t at = std::int64_t(place.chunk % layout_.group_size) * layout_.chunk_elements + place.offset;
@@ -627,6 +647,7 @@ void ChunkManager::reduce_replicas() {
 
 void ChunkManager::zero_grad() {
   reduction_time_ = {};
+  summed_.assign(summed_.size(), false);
   if (dmm_) dmm_->begin_iteration();
   if (options_.accumulate)
     for (Tensor& chunk : list(ChunkKind::grad))

@@ -40,9 +40,14 @@
 // a group's reduction runs while backward goes on (DeepSpeed's overlap_comm, PyTorch DDP's
 // buckets): one group in flight at a time, its packed copy the one group buffer the sum needs
 // anyway; the next group's reduction, and end_backward, first wait for it and store its sum.
-// With accumulation a group's gradients of one micro-batch wait in a packed buffer of the group's size
-// until the group is complete, and are then reduced (all-reduce at stage 0, reduce-scatter at
-// 1-3) and added to the fp32 grad list; the param chunks stay intact for the next micro-batch.
+// With accumulation the param chunks stay intact for the next micro-batch and the sums go to an
+// fp32 grad list. At stage 0 (lists that stay put) each rank adds its micro-batches' gradients
+// into its own grad list, and only the last micro-batch's completed groups are all-reduced, in
+// place, one in flight beside the rest of that backward (DDP's no_sync: one fp32 sum a step
+// instead of one per micro-batch). Sharded or under offload, a group's gradients of one
+// micro-batch wait in a packed buffer of the group's size until the group is complete, and are
+// then reduced (reduce-scatter at 1-3, all-reduce at stage 0 under offload) and added to the
+// grad list at once.
 //
 // Under any layout the lists hold the parameters a rank materializes (its tensor-parallel
 // blocks, its pipeline stage's); the ranks sharing them (ChunkOptions::group) are its data
@@ -179,6 +184,11 @@ class ChunkManager final : public nn::ModuleHooks {
   void begin_forward(int phase = kAllPhases);
   void end_forward(int phase = kAllPhases);
   void end_backward(int phase = kAllPhases);
+  // With accumulation: whether the backward about to run is its phase's last micro-batch of the
+  // step. Over replicated lists (stage 0) only that one's completed groups are summed over the
+  // data ranks, earlier ones adding into each rank's own grad list (DDP's no_sync); sharded lists
+  // reduce every micro-batch's, as the owner alone keeps the sum. Default: true.
+  void set_sync(bool sync) { sync_ = sync; }
   // After a forward pass without backward (evaluation).
   void end_forward_only();
   // After the last micro-batch's backward: each segment's owned gradient chunks summed over its
@@ -267,6 +277,9 @@ class ChunkManager final : public nn::ModuleHooks {
   bool distributed() const { return options_.group && options_.group->size() > 1; }
   // ... and ZeRO splits the optimizer's lists (and more) between them.
   bool sharded() const { return distributed() && options_.zero_stage > 0; }
+  // Micro-batches over replicated lists (stage 0, chunks that stay put): each rank sums its own
+  // micro-batches' gradients into its fp32 grad list, and the ranks sum those lists once a step.
+  bool sums_locally() const { return options_.accumulate && distributed() && !sharded() && !dmm_; }
   // The parameters (tracked_ indices) in each chunk.
   const std::vector<std::size_t>& tensors_of(int chunk) const { return in_chunk_[std::size_t(chunk)]; }
   // The phase of a communication group (its segment's), and whether `phase` is `of`'s.
@@ -322,14 +335,16 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<ChunkSegment> segments_;
   std::vector<int> group_phase_;  // per communication group
   std::vector<bool> reduced_;     // per communication group, in this backward pass
+  std::vector<bool> summed_;      // per communication group, in this step (sums_locally)
   std::vector<bool> in_backward_;  // per phase: between end_forward and end_backward
   std::vector<Tensor> pending_;  // per communication group (accumulate and distributed)
   // The group reduction in flight (reduce_group) and what stores its sum once it is done.
   struct InFlight {
-    comm::WorkPtr work;
+    std::vector<comm::WorkPtr> works;
     std::function<void()> store;
   };
   std::optional<InFlight> in_flight_;
+  bool sync_ = true;  // set_sync
   ReductionTime reduction_time_;
   int rank_ = 0;
   Allocator* device_;

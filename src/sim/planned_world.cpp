@@ -128,17 +128,36 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
     }
     if (group_size > 1 && !options.offload) {
       // A group's chunks, packed for its all-reduce or reduce-scatter (with micro-batches: the
-      // pending sums, and the owned chunk's); under ZeRO-3 the group being used gathered beside
-      // it, and a table used at both ends of the model (a tied head) held from its backward to
-      // the embedding's.
+      // pending sums, and the owned chunk's; none at stage 0, whose grad list is summed where it
+      // lies); under ZeRO-3 the group being used gathered beside it, and a table used at both
+      // ends of the model (a tied head) held from its backward to the embedding's.
       const std::int64_t group_bytes = std::int64_t(group_size) * m.param_chunk_bytes;
-      m.param_transient_bytes = group_bytes;
+      m.param_transient_bytes = options.accumulate && cfg.zero.stage == 0 ? 0 : group_bytes;
       if (options.accumulate && cfg.zero.stage > 0)
         m.param_transient_bytes += m.param_chunk_bytes;
       if (cfg.zero.stage == 3) {
         const int groups = layout.chunks / group_size;
         m.param_transient_bytes += group_bytes * std::min(groups, tied_here ? 2 : 1);
       }
+    }
+    if (!options.offload) {
+      // After backward, the owned gradient chunks of the segments other ranks hold too, packed
+      // for one all-reduce per replica group (ChunkManager::reduce_replicas), in the grad list's
+      // precision; nothing else is packed then.
+      const memory::ChunkParameters& params = lists[k]->device;
+      const bool sharded = group_size > 1 && cfg.zero.stage > 0;
+      const int mine = options.group->rank();
+      std::map<std::pair<std::size_t, std::string>, std::int64_t> owned;  // (level, group) -> chunks
+      for (std::size_t s = 0; s < params.segments.size(); ++s)
+        for (std::size_t level = 0; level < params.segments[s].replicas.size(); ++level) {
+          if (params.segments[s].replicas[level]->size() == 1) continue;
+          std::int64_t& chunks = owned[{level, params.segments[s].replicas[level]->name()}];
+          for (int c = layout.segment_chunks[s]; c < layout.segment_chunks[s + 1]; ++c)
+            if (!sharded || layout.owner_of(c) == mine) ++chunks;
+        }
+      const std::int64_t element = options.accumulate ? 4 : dtype_size(options.compute_dtype);
+      for (const auto& [step, chunks] : owned)
+        m.param_transient_bytes = std::max(m.param_transient_bytes, chunks * layout.chunk_elements * element);
     }
     if (cfg.memory.embedding_on_host && !lists[k]->host.params.empty())
       m.embedding_on_host_bytes =

@@ -869,21 +869,28 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
   const bool accumulate = micro_batches > 1;
   Overlap overlap;
   if (group > 1) {
-    // Each chunk group's gradients summed once it is complete (every micro-batch's when they
-    // accumulate): all of them at stage 0, each rank's own chunk when sharded - under offload by
-    // a ring of sends straight between the chunks' payloads.
-    const double reductions = double(groups) * (accumulate ? micro_batches : 1);
-    const bool ring = cfg.memory.offload != config::Offload::none && stage > 0;
+    // Each chunk group's gradients summed once it is complete (every micro-batch's when sharded
+    // lists accumulate): all of them at stage 0, each rank's own chunk when sharded - under
+    // offload by a ring of sends straight between the chunks' payloads. Replicated lists that
+    // stay put sum their micro-batches locally, then the grad list's fp32 chunks are all-reduced
+    // where they lie, once, beside the last micro-batch's backward.
+    const bool offload = cfg.memory.offload != config::Offload::none;
+    const bool local_sums = accumulate && stage == 0 && !offload;
+    const double reductions = double(groups) * (accumulate && !local_sums ? micro_batches : 1);
+    const bool ring = offload && stage > 0;
     const double start = traffic.seconds();
     if (ring) {
       traffic.add(chunk_group, group, "send", C, e, reductions * (group - 1));
       traffic.add(chunk_group, group, "recv", C, e, reductions * (group - 1));
+    } else if (local_sums) {
+      traffic.add(chunk_group, group, "all_reduce", C, 4, reductions * group);
     } else {
       traffic.add(chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, e, reductions);
     }
-    // Without accumulation or offload each group's sum runs beside the backward of the groups
-    // after it (memory/chunk_manager.h: one in flight); the last group's, after backward.
-    if (!accumulate && cfg.memory.offload == config::Offload::none && groups > 0)
+    // Without offload each group's sum runs beside the backward of the groups after it
+    // (memory/chunk_manager.h: one in flight); the last group's, after backward. With
+    // micro-batches only the local sums' do (the others are waited for at once).
+    if ((!accumulate || local_sums) && !offload && groups > 0)
       overlap = {.seconds = traffic.seconds() - start, .tail = 1.0 / groups};
     // The chunks other ranks updated, gathered: after the step (stages 1, 2), or for each forward
     // and backward (stage 3).

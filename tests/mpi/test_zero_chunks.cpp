@@ -81,6 +81,7 @@ TEST_P(ZeroChunks, MatchOneProcess) {
       const float weight = 1.0f / float(N * k.micro_batches);
       local_loss += model->run_forward(ctx).loss * weight;
       chunks.end_forward();
+      chunks.set_sync(m + 1 == k.micro_batches);  // stage 0 sums over the ranks once, after the last
       model->run_backward(ctx, weight);  // summed over ranks: the gradient of the mean
       chunks.end_backward();
     }
@@ -96,6 +97,11 @@ TEST_P(ZeroChunks, MatchOneProcess) {
     EXPECT_NEAR(chunks.squared_gradient_norm(), ref_norm, 1e-4 * ref_norm) << "step " << step;
     chunks.adamw_step(opt, step);
     adam.step();
+    if (k.stage == 0 && accumulate) {
+      // Each rank's micro-batches summed in its fp32 grad list, which is all-reduced once: every
+      // chunk's elements, and the loss's one.
+      EXPECT_EQ(world->stats().at("all_reduce").elements, std::int64_t(S) + 1) << "step " << step;
+    }
     if (k.stage == 3 && k.micro_batches == 1) {
       double link = 0;
       for (const auto& [op, stats] : world->stats())
