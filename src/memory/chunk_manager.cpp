@@ -49,17 +49,23 @@ std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_s
   return search_chunk_size(numels, group_size, chunk_size_range_for(numels, options, device_capacity), segment);
 }
 
+bool sums_micro_batches_locally(const ChunkOptions& options) {
+  return options.accumulate && options.zero_stage <= 1 && !options.offload;
+}
+
 ListShare list_share(const ChunkLayout& layout, const ChunkOptions& options) {
   const int ranks = options.group && options.zero_stage > 0 ? options.group->size() : 1;
   const int owned = layout.chunks / ranks;  // chunks is a multiple of the group's size
-  return {.param = options.zero_stage == 3 ? owned : layout.chunks, .optimizer = owned};
+  return {.param = options.zero_stage == 3 ? owned : layout.chunks,
+          .optimizer = owned,
+          .grad = !options.accumulate ? 0 : sums_micro_batches_locally(options) ? layout.chunks : owned};
 }
 
 ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& options) {
   const ListShare share = list_share(layout, options);
   return {.param = std::int64_t(share.param) * layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype)),
-          .optimizer = std::int64_t(share.optimizer) * layout.chunk_elements * std::int64_t(sizeof(float)) *
-                       (options.accumulate ? 4 : 3)};
+          .optimizer = std::int64_t(3 * share.optimizer + share.grad) * layout.chunk_elements *
+                       std::int64_t(sizeof(float))};
 }
 
 std::int64_t host_bytes_needed(const ChunkLayout& layout, const ChunkOptions& options, int disk_chunks) {
@@ -120,7 +126,17 @@ ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, A
   make(ChunkKind::master, DType::f32, host, true);
   make(ChunkKind::momentum, DType::f32, host, true);
   make(ChunkKind::variance, DType::f32, host, true);
-  if (options_.accumulate) make(ChunkKind::grad, DType::f32, host, true);
+  if (sums_locally()) {
+    // Every chunk's sum, each group's chunks contiguous: reduced in place once a step.
+    const std::int64_t C = layout_.chunk_elements;
+    std::vector<Tensor>& grads = lists_[ChunkKind::grad];
+    for (int g = 0; g < layout_.chunks / layout_.group_size; ++g) {
+      grad_groups_.push_back(Tensor::zeros({C * layout_.group_size}, DType::f32, host));
+      for (int r = 0; r < layout_.group_size; ++r) grads.push_back(grad_groups_.back().slice(0, r * C, (r + 1) * C));
+    }
+  } else if (options_.accumulate) {
+    make(ChunkKind::grad, DType::f32, host, true);
+  }
   reduced_.assign(std::size_t(layout_.chunks / layout_.group_size), false);
   summed_.assign(reduced_.size(), false);
   pending_.resize(reduced_.size());
@@ -394,19 +410,25 @@ void ChunkManager::reduce_group(int group) {
   // rank holds one group buffer at a time, as a blocking sum would.
   settle();
   if (sums_locally()) {
-    // Each rank's micro-batches are in its grad list already. After the last one's backward,
-    // the group's grad chunks summed over the ranks where they lie: nothing reads them before
-    // the optimizer, so the sum runs beside the rest of backward, without a group buffer.
+    // Each rank's micro-batches are in its grad list already. After the last one's backward the
+    // group's sums are reduced over the ranks (stage 0: all-reduced where they lie; stage 1:
+    // reduce-scattered, the owned chunk's sum stored once done): nothing reads them before the
+    // optimizer, so the reduction runs beside the rest of backward.
     if (!sync_) return;
     TIDAL_ASSERT(!summed_[std::size_t(group)],
                  "chunk group {} summed over the data ranks twice in a step: with micro-batches, set_sync(false) "
                  "before every backward but the last",
                  group);
     summed_[std::size_t(group)] = true;
-    std::vector<comm::WorkPtr> works;
-    for (int r = 0; r < layout_.group_size; ++r)
-      works.push_back(options_.group->all_reduce(list(ChunkKind::grad)[std::size_t(first + r)]));
-    in_flight_ = InFlight{std::move(works), nullptr};
+    Tensor& sums = grad_groups_[std::size_t(group)];
+    if (!sharded()) {
+      in_flight_ = InFlight{{options_.group->all_reduce(sums)}, nullptr};
+    } else {
+      Tensor mine = Tensor::empty({layout_.chunk_elements}, DType::f32, *device_);
+      in_flight_ = InFlight{{options_.group->reduce_scatter(mine, sums)}, [this, first, mine] {
+                              list(ChunkKind::grad)[std::size_t(first + rank_)].copy_from(mine);
+                            }};
+    }
     return;
   }
   if (options_.accumulate) {

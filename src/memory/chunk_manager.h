@@ -30,8 +30,8 @@
 // chunk of each; the optimizer's lists hold owned chunks only, so AdamW runs on them locally.
 // When every tensor of a group is HOLD_AFTER_BWD its gradients are complete on every rank and
 // the group is reduced into the owner's chunk (reduce-scatter: a rank updates only what it owns,
-// so stage 1 needs no more, as Megatron's distributed optimizer; stage 1 and 2 differ only in
-// name, since the gradients reuse the param chunks). After the step the owners' updated chunks
+// so stage 1 needs no more, as Megatron's distributed optimizer; stages 1 and 2 differ only with
+// micro-batches, whose sums stage 1 keeps for every chunk, as below). After the step the owners' updated chunks
 // are all-gathered back (stages 1 and 2). Stage 3 keeps only owned param chunks: the first access in a group
 // all-gathers it (Alg. 1, FetchRemoteChunks), and when all its tensors are HOLD_AFTER_FWD (in
 // forward) or reduced (in backward) the remote chunks are freed (Alg. 2, ReleaseRemoteChunks).
@@ -41,13 +41,14 @@
 // buckets): one group in flight at a time, its packed copy the one group buffer the sum needs
 // anyway; the next group's reduction, and end_backward, first wait for it and store its sum.
 // With accumulation the param chunks stay intact for the next micro-batch and the sums go to an
-// fp32 grad list. At stage 0 (lists that stay put) each rank adds its micro-batches' gradients
-// into its own grad list, and only the last micro-batch's completed groups are all-reduced, in
-// place, one in flight beside the rest of that backward (DDP's no_sync: one fp32 sum a step
-// instead of one per micro-batch). Sharded or under offload, a group's gradients of one
-// micro-batch wait in a packed buffer of the group's size until the group is complete, and are
-// then reduced (reduce-scatter at 1-3, all-reduce at stage 0 under offload) and added to the
-// grad list at once.
+// fp32 grad list. At stages 0 and 1 (chunks that stay put) each rank adds its micro-batches'
+// gradients into a grad list of every chunk, laid out group by group, and only the last
+// micro-batch's completed groups are reduced, one in flight beside the rest of that backward
+// (DDP's no_sync, ZeRO-1's unpartitioned gradients: one fp32 sum a step instead of one per
+// micro-batch): all-reduced in place at stage 0, reduce-scattered into the owned chunk at stage 1.
+// At stages 2 and 3, or under offload, a group's gradients of one micro-batch wait in a packed
+// buffer of the group's size until the group is complete, and are then reduced (reduce-scatter,
+// or all-reduce at stage 0) and added to a grad list sharded as the optimizer's, at once.
 //
 // Under any layout the lists hold the parameters a rank materializes (its tensor-parallel
 // blocks, its pipeline stage's); the ranks sharing them (ChunkOptions::group) are its data
@@ -127,17 +128,23 @@ ChunkSizeRange chunk_size_range_for(const std::vector<std::int64_t>& numels, con
 std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_size, const ChunkOptions& options,
                             std::size_t device_capacity, const std::vector<int>& segment = {});
 
+// Whether micro-batches' gradients are summed by each rank in an fp32 grad list of every chunk,
+// which the ranks then reduce once a step (stages 0 and 1, chunks that stay put); otherwise each
+// micro-batch's are reduced and the grad list is sharded as the optimizer's.
+bool sums_micro_batches_locally(const ChunkOptions& options);
+
 // The chunks of each list one rank keeps between steps: with ZeRO over options.group's N ranks,
 // its own 1/N of the optimizer's lists (stages 1-3) and of the param list (stage 3); otherwise
-// every chunk.
+// every chunk. With accumulation, the fp32 grad list's: every chunk where micro-batches are
+// summed locally (sums_micro_batches_locally), else the optimizer's.
 struct ListShare {
-  int param = 0, optimizer = 0;
+  int param = 0, optimizer = 0, grad = 0;
 };
 ListShare list_share(const ChunkLayout& layout, const ChunkOptions& options);
 
 // The bytes of one rank's chunk lists of `layout` (its list_share, every chunk whole, padding
 // included): the param list in the compute precision, then the fp32 master copy, momentum,
-// variance (and gradient sum).
+// variance and gradient sum.
 struct ChunkListBytes {
   std::int64_t param = 0, optimizer = 0;
   std::int64_t total() const { return param + optimizer; }
@@ -185,9 +192,9 @@ class ChunkManager final : public nn::ModuleHooks {
   void end_forward(int phase = kAllPhases);
   void end_backward(int phase = kAllPhases);
   // With accumulation: whether the backward about to run is its phase's last micro-batch of the
-  // step. Over replicated lists (stage 0) only that one's completed groups are summed over the
-  // data ranks, earlier ones adding into each rank's own grad list (DDP's no_sync); sharded lists
-  // reduce every micro-batch's, as the owner alone keeps the sum. Default: true.
+  // step. Where micro-batches are summed locally (sums_micro_batches_locally) only that one's
+  // completed groups are reduced over the data ranks, earlier ones adding into each rank's own
+  // grad list (DDP's no_sync); elsewhere every micro-batch's are. Default: true.
   void set_sync(bool sync) { sync_ = sync; }
   // After a forward pass without backward (evaluation).
   void end_forward_only();
@@ -277,9 +284,8 @@ class ChunkManager final : public nn::ModuleHooks {
   bool distributed() const { return options_.group && options_.group->size() > 1; }
   // ... and ZeRO splits the optimizer's lists (and more) between them.
   bool sharded() const { return distributed() && options_.zero_stage > 0; }
-  // Micro-batches over replicated lists (stage 0, chunks that stay put): each rank sums its own
-  // micro-batches' gradients into its fp32 grad list, and the ranks sum those lists once a step.
-  bool sums_locally() const { return options_.accumulate && distributed() && !sharded() && !dmm_; }
+  // Micro-batches summed in each rank's own grad list of every chunk, reduced once a step.
+  bool sums_locally() const { return distributed() && sums_micro_batches_locally(options_); }
   // The parameters (tracked_ indices) in each chunk.
   const std::vector<std::size_t>& tensors_of(int chunk) const { return in_chunk_[std::size_t(chunk)]; }
   // The phase of a communication group (its segment's), and whether `phase` is `of`'s.
@@ -336,6 +342,7 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<int> group_phase_;  // per communication group
   std::vector<bool> reduced_;     // per communication group, in this backward pass
   std::vector<bool> summed_;      // per communication group, in this step (sums_locally)
+  std::vector<Tensor> grad_groups_;  // sums_locally: each group's grad chunks, contiguous
   std::vector<bool> in_backward_;  // per phase: between end_forward and end_backward
   std::vector<Tensor> pending_;  // per communication group (accumulate and distributed)
   // The group reduction in flight (reduce_group) and what stores its sum once it is done.

@@ -107,6 +107,7 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
     m.chunks_in_lists = layout.chunks;
     m.param_bytes = bytes.param;
     m.optimizer_bytes = bytes.optimizer;
+    m.owned_chunks = memory::list_share(layout, options).optimizer;
     if (options.offload) {
       m.offload = true;
       m.static_partition = options.offload->partition == memory::Partition::fixed;
@@ -127,13 +128,14 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
           std::int64_t(group_size - 1) * m.param_chunk_bytes * std::min(layout.chunks / group_size, tied_here ? 2 : 1);
     }
     if (group_size > 1 && !options.offload) {
-      // A group's chunks, packed for its all-reduce or reduce-scatter (with micro-batches: the
-      // pending sums, and the owned chunk's; none at stage 0, whose grad list is summed where it
-      // lies); under ZeRO-3 the group being used gathered beside it, and a table used at both
+      // A group's chunks, packed for its all-reduce or reduce-scatter (with micro-batches at
+      // stages 2 and 3: the pending sums, and the owned chunk's); under ZeRO-3 the group being used gathered beside it, and a table used at both
       // ends of the model (a tied head) held from its backward to the embedding's.
       const std::int64_t group_bytes = std::int64_t(group_size) * m.param_chunk_bytes;
+      // Micro-batches summed locally: no buffer at stage 0, whose grad list is all-reduced where it
+      // lies; at stage 1 the gather after the step's (the owned chunk's fp32 sum is no larger).
       m.param_transient_bytes = options.accumulate && cfg.zero.stage == 0 ? 0 : group_bytes;
-      if (options.accumulate && cfg.zero.stage > 0)
+      if (options.accumulate && !memory::sums_micro_batches_locally(options))
         m.param_transient_bytes += m.param_chunk_bytes;
       if (cfg.zero.stage == 3) {
         const int groups = layout.chunks / group_size;

@@ -30,6 +30,7 @@ struct ModelDataBytes {
   std::int64_t chunk_elements = 0;
   std::int64_t param_chunk_bytes = 0;  // one chunk of the param list, in the compute precision
   std::int64_t chunks_in_lists = 0;  // chunks per list (every rank's, padding included)
+  std::int64_t owned_chunks = 0;     // of them, the optimizer's chunks this rank keeps and updates
   // The chunk keeper: this rank's share of the param list (in the compute precision) and of the
   // optimizer's lists (fp32 master copy, momentum, variance, the gradient sum). The tensor keeper:
   // the fp32 parameters and their gradients, and AdamW's two moments.

@@ -869,21 +869,21 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
   const bool accumulate = micro_batches > 1;
   Overlap overlap;
   if (group > 1) {
-    // Each chunk group's gradients summed once it is complete (every micro-batch's when sharded
-    // lists accumulate): all of them at stage 0, each rank's own chunk when sharded - under
-    // offload by a ring of sends straight between the chunks' payloads. Replicated lists that
-    // stay put sum their micro-batches locally, then the grad list's fp32 chunks are all-reduced
-    // where they lie, once, beside the last micro-batch's backward.
+    // Each chunk group's gradients summed once it is complete (every micro-batch's at stages 2
+    // and 3 or under offload): all of them at stage 0, each rank's own chunk when sharded - under
+    // offload by a ring of sends straight between the chunks' payloads. At stages 0 and 1 with
+    // chunks that stay put, each rank sums its micro-batches in a grad list of every chunk, whose
+    // groups are reduced in fp32 once, beside the last micro-batch's backward.
     const bool offload = cfg.memory.offload != config::Offload::none;
-    const bool local_sums = accumulate && stage == 0 && !offload;
+    const bool local_sums = accumulate && stage <= 1 && !offload;
     const double reductions = double(groups) * (accumulate && !local_sums ? micro_batches : 1);
     const bool ring = offload && stage > 0;
     const double start = traffic.seconds();
     if (ring) {
       traffic.add(chunk_group, group, "send", C, e, reductions * (group - 1));
       traffic.add(chunk_group, group, "recv", C, e, reductions * (group - 1));
-    } else if (local_sums) {
-      traffic.add(chunk_group, group, "all_reduce", C, 4, reductions * group);
+    } else if (local_sums) {  // fp32, once a step
+      traffic.add(chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, 4, reductions);
     } else {
       traffic.add(chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, e, reductions);
     }
@@ -1088,7 +1088,7 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
     // three written back; the chunks' compute-precision copy written too. Clipping folds into
     // the update (no pass of its own).
     const ModelDataBytes& md = planned.model_data;
-    const double owned = md.chunks ? double(md.optimizer_bytes) / (micro_batches > 1 ? 16.0 : 12.0) : double(md.parameters);
+    const double owned = md.chunks ? double(md.owned_chunks) * double(md.chunk_elements) : double(md.parameters);
     out.optimizer = owned * (4 + 28 + (md.chunks ? double(dtype_size(cfg.train.precision)) : 0.0)) /
                     costs->hardware->optimizer_bandwidth;
   }

@@ -102,6 +102,11 @@ TEST_P(ZeroChunks, MatchOneProcess) {
       // chunk's elements, and the loss's one.
       EXPECT_EQ(world->stats().at("all_reduce").elements, std::int64_t(S) + 1) << "step " << step;
     }
+    if (k.stage == 1 && accumulate) {
+      // ... and at stage 1 reduce-scattered once, a call per communication group.
+      EXPECT_EQ(world->stats().at("reduce_scatter").calls, chunks.layout().chunks / N) << "step " << step;
+      EXPECT_EQ(world->stats().at("reduce_scatter").elements, std::int64_t(S)) << "step " << step;
+    }
     if (k.stage == 3 && k.micro_batches == 1) {
       double link = 0;
       for (const auto& [op, stats] : world->stats())
@@ -130,8 +135,8 @@ TEST_P(ZeroChunks, MatchOneProcess) {
   // Model data per rank (fp32 param list): the optimizer's 12 bytes per element whole (stage 0:
   // 16M) or sharded, the param list whole (stages 1, 2: 4M + 12M/N) or sharded (stage 3: 16M/N),
   // up to the chunks' padding and fragmentation; accumulation adds a fp32 grad list, sharded as
-  // the optimizer's.
-  const double optimizer = (accumulate ? 16 : 12) * S / (k.stage == 0 ? 1 : N);
+  // the optimizer's at stages 2 and 3, whole at 0 and 1 (each rank sums its micro-batches).
+  const double optimizer = 12 * S / (k.stage == 0 ? 1 : N) + (!accumulate ? 0 : k.stage <= 1 ? 4 * S : 4 * S / N);
   const double expected = (k.stage == 3 ? 4 * S / N : 4 * S) + optimizer;
   EXPECT_EQ(double(chunks.model_data_bytes()), expected);
   EXPECT_LT(S, 1.5 * M);

@@ -58,8 +58,11 @@ RUNS = [  # name, ranks, settings
                                 "zero.stage=3", "train.steps=3"]),
     ("tensor4_2d", 4, ["parallel.tensor.size=4", "parallel.tensor.mode=2d"]),
     ("d2_p2_zero1", 4, ["parallel.data=2", "parallel.pipeline=2", "zero.stage=1", "train.micro_batch_size=2"]),
-    # Stage 0 with micro-batches: each rank's sums in its grad list, all-reduced once a step.
+    # Stages 0 and 1 with micro-batches: each rank's sums in a grad list of every chunk, reduced
+    # once a step.
     ("data2_bf16_micro_batches", 2, ["parallel.data=2", "train.precision=bf16", "train.micro_batch_size=2"]),
+    ("data2_zero1_bf16_micro_batches", 2, ["parallel.data=2", "zero.stage=1", "train.precision=bf16",
+                                           "train.micro_batch_size=2"]),
     ("d2_p2_bf16", 4, ["parallel.data=2", "parallel.pipeline=2", "train.precision=bf16", "train.micro_batch_size=1"]),
     ("interleaved", 2, ["parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2",
                         "train.micro_batch_size=1"]),

@@ -150,10 +150,11 @@ TEST(CostModelTime, ChunkGroupsReduceBesideBackwardOnAGpuAllButTheLast) {
   EXPECT_DOUBLE_EQ(sim::predict(cfg, 2, &cpu).time.hidden, 0.0);
 }
 
-TEST(CostModelTime, StageZeroSumsMicroBatchesLocallyAndReducesOnce) {
-  // Replicated chunk lists with micro-batches: each rank adds its micro-batches' gradients into
-  // its fp32 grad list and all-reduces that once, a call per chunk, beside the last
-  // micro-batch's backward (DDP's no_sync); sharded lists reduce every micro-batch's.
+TEST(CostModelTime, StagesZeroAndOneSumMicroBatchesLocallyAndReduceOnce) {
+  // Chunk lists with micro-batches at stage 0: each rank adds its micro-batches' gradients into
+  // its fp32 grad list and all-reduces that once, a call per communication group, beside the
+  // last micro-batch's backward (DDP's no_sync); stage 1 reduce-scatters it once; stage 2 reduces
+  // every micro-batch's.
   sim::Hardware gpu = two_ranks(1);
   gpu.device = Device::Kind::cuda;
   gpu.intra_node_collective = {.bandwidth = 1e12, .latency = 1e-7};
@@ -165,19 +166,25 @@ TEST(CostModelTime, StageZeroSumsMicroBatchesLocallyAndReducesOnce) {
   ASSERT_GE(groups, 3);
   const nlohmann::json& ar = p.ranks[0].traffic.at("data").at("all_reduce");
   // The step's targets and loss (2 calls of 4 elements' worth) beside the chunks' sums.
-  EXPECT_EQ(ar.at("calls").get<double>(), md.chunks_in_lists + 2);
+  EXPECT_EQ(ar.at("calls").get<double>(), groups + 2);
   EXPECT_EQ(ar.at("elements").get<double>(), double(md.chunks_in_lists) * double(md.chunk_elements) + 2);
   EXPECT_EQ(md.param_transient_bytes, 0);  // no group buffer: the grad list is summed where it lies
-  const double chunk_sums = double(md.chunks_in_lists) * gpu.intra_node_collective.latency * 2 +
+  const double chunk_sums = double(groups) * gpu.intra_node_collective.latency * 2 +
                             double(md.chunks_in_lists) * double(md.chunk_elements) * 4 / gpu.intra_node_collective.bandwidth;
   EXPECT_NEAR(p.time.hidden, (1 - 1.0 / groups) * chunk_sums, 1e-6 * chunk_sums);
 
-  std::vector<std::string> sharded = base;
-  sharded.push_back("zero.stage=1");
-  const sim::Prediction z = sim::predict(small_gpt(sharded), 2, &gpu);
+  std::vector<std::string> stage1 = base, stage2 = base;
+  stage1.push_back("zero.stage=1");
+  stage2.push_back("zero.stage=2");
+  const sim::Prediction one = sim::predict(small_gpt(stage1), 2, &gpu);
+  EXPECT_EQ(one.ranks[0].traffic.at("data").at("reduce_scatter").at("calls").get<double>(), groups);
+  EXPECT_GT(one.time.hidden, 0.0);
+  // Its grad list is whole, the optimizer's states halved: 3 x 1/2 + 1 chunks' fp32 a chunk.
+  EXPECT_EQ(one.ranks[0].model_data.optimizer_bytes, md.optimizer_bytes * 5 / 8);
+  const sim::Prediction two = sim::predict(small_gpt(stage2), 2, &gpu);
   const double micro_batches = 8.0 / 2;  // small_gpt's batch over 2 ranks, one sample each
-  EXPECT_EQ(z.ranks[0].traffic.at("data").at("reduce_scatter").at("calls").get<double>(), groups * micro_batches);
-  EXPECT_DOUBLE_EQ(z.time.hidden, 0.0);
+  EXPECT_EQ(two.ranks[0].traffic.at("data").at("reduce_scatter").at("calls").get<double>(), groups * micro_batches);
+  EXPECT_DOUBLE_EQ(two.time.hidden, 0.0);
 }
 
 }  // namespace
