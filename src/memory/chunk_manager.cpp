@@ -221,11 +221,9 @@ ChunkManager::~ChunkManager() {
   // A step cut short may leave a reduction in flight: its buffers must not outlive their
   // allocators. Its error, if any, is the failed step's consequence, not news.
   if (in_flight_) {
-    for (const comm::WorkPtr& work : in_flight_->works) {
-      try {
-        work->wait();
-      } catch (const std::exception&) {
-      }
+    try {
+      in_flight_->work->wait();
+    } catch (const std::exception&) {
     }
   }
   for (Tracked& t : tracked_) t.param->data = t.param->grad = Tensor();
@@ -393,10 +391,9 @@ void ChunkManager::settle(bool at_once) {
   InFlight done = std::move(*in_flight_);
   in_flight_.reset();
   const auto waiting = comm::Work::Clock::now();
-  for (const comm::WorkPtr& work : done.works) work->wait();
-  // From the first's start to the last's end (a group's works run one after another).
+  done.work->wait();
   const double in_flight =
-      std::chrono::duration<double>(done.works.back()->completed_at() - done.works.front()->issued_at()).count();
+      std::chrono::duration<double>(done.work->completed_at() - done.work->issued_at()).count();
   reduction_time_.in_flight += in_flight;
   reduction_time_.waited +=
       at_once ? in_flight : std::chrono::duration<double>(comm::Work::Clock::now() - waiting).count();
@@ -422,10 +419,10 @@ void ChunkManager::reduce_group(int group) {
     summed_[std::size_t(group)] = true;
     Tensor& sums = grad_groups_[std::size_t(group)];
     if (!sharded()) {
-      in_flight_ = InFlight{{options_.group->all_reduce(sums)}, nullptr};
+      in_flight_ = InFlight{options_.group->all_reduce(sums), nullptr};
     } else {
       Tensor mine = Tensor::empty({layout_.chunk_elements}, DType::f32, *device_);
-      in_flight_ = InFlight{{options_.group->reduce_scatter(mine, sums)}, [this, first, mine] {
+      in_flight_ = InFlight{options_.group->reduce_scatter(mine, sums), [this, first, mine] {
                               list(ChunkKind::grad)[std::size_t(first + rank_)].copy_from(mine);
                             }};
     }
@@ -438,13 +435,13 @@ void ChunkManager::reduce_group(int group) {
     const std::int64_t C = layout_.chunk_elements;
     Tensor packed = pending(group);
     if (!sharded()) {
-      in_flight_ = InFlight{{options_.group->all_reduce(packed)}, [this, first, packed, C] {
+      in_flight_ = InFlight{options_.group->all_reduce(packed), [this, first, packed, C] {
                               for (int r = 0; r < layout_.group_size; ++r)
                                 add_into(list(ChunkKind::grad)[std::size_t(first + r)], packed.slice(0, r * C, (r + 1) * C));
                             }};
     } else {
       Tensor mine = Tensor::empty({C}, options_.compute_dtype, *device_);
-      in_flight_ = InFlight{{options_.group->reduce_scatter(mine, packed)},
+      in_flight_ = InFlight{options_.group->reduce_scatter(mine, packed),
                             [this, first, mine] { add_into(list(ChunkKind::grad)[std::size_t(first + rank_)], mine); }};
     }
     settle(true);
@@ -454,7 +451,7 @@ void ChunkManager::reduce_group(int group) {
   }
   if (!sharded()) {
     Tensor packed = pack(group);
-    in_flight_ = InFlight{{options_.group->all_reduce(packed)}, [this, group, packed] { unpack(group, packed); }};
+    in_flight_ = InFlight{options_.group->all_reduce(packed), [this, group, packed] { unpack(group, packed); }};
     if (dmm_) settle(true);  // under offload the chunks may move: the sum goes in at once
     return;
   }
@@ -468,7 +465,7 @@ void ChunkManager::reduce_group(int group) {
     // chunks are free to go once packed.
     Tensor packed = pack(group);
     Tensor& owned = list(ChunkKind::param)[std::size_t(first + rank_)];
-    in_flight_ = InFlight{{options_.group->reduce_scatter(owned, packed)}, nullptr};
+    in_flight_ = InFlight{options_.group->reduce_scatter(owned, packed), nullptr};
   }
   if (options_.zero_stage == 3) free_remote(group);
 }

@@ -347,7 +347,7 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<Tensor> pending_;  // per communication group (accumulate and distributed)
   // The group reduction in flight (reduce_group) and what stores its sum once it is done.
   struct InFlight {
-    std::vector<comm::WorkPtr> works;
+    comm::WorkPtr work;
     std::function<void()> store;
   };
   std::optional<InFlight> in_flight_;

@@ -129,8 +129,9 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
     }
     if (group_size > 1 && !options.offload) {
       // A group's chunks, packed for its all-reduce or reduce-scatter (with micro-batches at
-      // stages 2 and 3: the pending sums, and the owned chunk's); under ZeRO-3 the group being used gathered beside it, and a table used at both
-      // ends of the model (a tied head) held from its backward to the embedding's.
+      // stages 2 and 3: the pending sums, and the owned chunk's); under ZeRO-3 the group being
+      // used gathered beside it, and a table used at both ends of the model (a tied head) held
+      // from its backward to the embedding's.
       const std::int64_t group_bytes = std::int64_t(group_size) * m.param_chunk_bytes;
       // Micro-batches summed locally: no buffer at stage 0, whose grad list is all-reduced where it
       // lies; at stage 1 the gather after the step's (the owned chunk's fp32 sum is no larger).

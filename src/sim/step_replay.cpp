@@ -875,7 +875,7 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
     // chunks that stay put, each rank sums its micro-batches in a grad list of every chunk, whose
     // groups are reduced in fp32 once, beside the last micro-batch's backward.
     const bool offload = cfg.memory.offload != config::Offload::none;
-    const bool local_sums = accumulate && stage <= 1 && !offload;
+    const bool local_sums = memory::sums_micro_batches_locally(engine::chunk_options(cfg, accumulate));
     const double reductions = double(groups) * (accumulate && !local_sums ? micro_batches : 1);
     const bool ring = offload && stage > 0;
     const double start = traffic.seconds();
