@@ -139,12 +139,15 @@ ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, A
   }
   reduced_.assign(std::size_t(layout_.chunks / layout_.group_size), false);
   summed_.assign(reduced_.size(), false);
+  replicas_started_.assign(reduced_.size(), false);
   pending_.resize(reduced_.size());
   int phases = 1;
   for (std::size_t s = 0; s < segments_.size(); ++s) {
     phases = std::max(phases, segments_[s].phase + 1);
-    for (int c = layout_.segment_chunks[s]; c < layout_.segment_chunks[s + 1]; c += layout_.group_size)
+    for (int c = layout_.segment_chunks[s]; c < layout_.segment_chunks[s + 1]; c += layout_.group_size) {
       group_phase_.push_back(segments_[s].phase);
+      group_segment_.push_back(int(s));
+    }
   }
   in_backward_.assign(std::size_t(phases), false);
 
@@ -218,14 +221,16 @@ void ChunkManager::place_tiers(Allocator& device, Allocator& host) {
 // chunks whose payloads come from allocators that may go first (the dynamic memory's share of the
 // device tier): a step cut short by an error leaves such views behind. Drop them here.
 ChunkManager::~ChunkManager() {
-  // A step cut short may leave a reduction in flight: its buffers must not outlive their
-  // allocators. Its error, if any, is the failed step's consequence, not news.
-  if (in_flight_) {
+  // A step cut short may leave reductions in flight: their buffers must not outlive their
+  // allocators. Their errors, if any, are the failed step's consequence, not news.
+  const auto wait_quietly = [](const comm::WorkPtr& w) {
     try {
-      in_flight_->work->wait();
+      w->wait();
     } catch (const std::exception&) {
     }
-  }
+  };
+  if (in_flight_) wait_quietly(in_flight_->work);
+  for (const comm::WorkPtr& w : replica_sums_) wait_quietly(w);
   for (Tracked& t : tracked_) t.param->data = t.param->grad = Tensor();
 }
 
@@ -284,8 +289,13 @@ void ChunkManager::access(nn::Parameter& p, bool backward) {  // patrickstar-v2 
 void ChunkManager::release(nn::Parameter& p, TensorState target) {  // patrickstar-v2 Alg. 2
   set_state(tracked(p), target);
   p.data = Tensor();
-  if (!distributed()) return;
   const int group = layout_.group_of(layout_.places[index_.at(&p)].chunk);
+  if (!distributed()) {
+    // The group's gradients are the step's once its last micro-batch's backward completes them.
+    if (target == TensorState::hold_after_bwd && sync_ && group_all(group, TensorState::hold_after_bwd))
+      start_replica_sums(group);
+    return;
+  }
   if (target == TensorState::hold_after_bwd && group_all(group, TensorState::hold_after_bwd)) reduce_group(group);
   // Alg. 2's training_stage: in forward a group is done when its tensors are all HOLD_AFTER_FWD;
   // in backward (a recomputed forward releases to HOLD_AFTER_FWD too) only once it is reduced,
@@ -398,6 +408,7 @@ void ChunkManager::settle(bool at_once) {
   reduction_time_.waited +=
       at_once ? in_flight : std::chrono::duration<double>(comm::Work::Clock::now() - waiting).count();
   if (done.store) done.store();
+  if (done.last) start_replica_sums(done.group);
 }
 
 void ChunkManager::reduce_group(int group) {
@@ -419,10 +430,10 @@ void ChunkManager::reduce_group(int group) {
     summed_[std::size_t(group)] = true;
     Tensor& sums = grad_groups_[std::size_t(group)];
     if (!sharded()) {
-      in_flight_ = InFlight{options_.group->all_reduce(sums), nullptr};
+      in_flight_ = InFlight{group, sync_, options_.group->all_reduce(sums), nullptr};
     } else {
       Tensor mine = Tensor::empty({layout_.chunk_elements}, DType::f32, *device_);
-      in_flight_ = InFlight{options_.group->reduce_scatter(mine, sums), [this, first, mine] {
+      in_flight_ = InFlight{group, sync_, options_.group->reduce_scatter(mine, sums), [this, first, mine] {
                               list(ChunkKind::grad)[std::size_t(first + rank_)].copy_from(mine);
                             }};
     }
@@ -435,13 +446,13 @@ void ChunkManager::reduce_group(int group) {
     const std::int64_t C = layout_.chunk_elements;
     Tensor packed = pending(group);
     if (!sharded()) {
-      in_flight_ = InFlight{options_.group->all_reduce(packed), [this, first, packed, C] {
+      in_flight_ = InFlight{group, sync_, options_.group->all_reduce(packed), [this, first, packed, C] {
                               for (int r = 0; r < layout_.group_size; ++r)
                                 add_into(list(ChunkKind::grad)[std::size_t(first + r)], packed.slice(0, r * C, (r + 1) * C));
                             }};
     } else {
       Tensor mine = Tensor::empty({C}, options_.compute_dtype, *device_);
-      in_flight_ = InFlight{options_.group->reduce_scatter(mine, packed),
+      in_flight_ = InFlight{group, sync_, options_.group->reduce_scatter(mine, packed),
                             [this, first, mine] { add_into(list(ChunkKind::grad)[std::size_t(first + rank_)], mine); }};
     }
     settle(true);
@@ -451,7 +462,7 @@ void ChunkManager::reduce_group(int group) {
   }
   if (!sharded()) {
     Tensor packed = pack(group);
-    in_flight_ = InFlight{options_.group->all_reduce(packed), [this, group, packed] { unpack(group, packed); }};
+    in_flight_ = InFlight{group, sync_, options_.group->all_reduce(packed), [this, group, packed] { unpack(group, packed); }};
     if (dmm_) settle(true);  // under offload the chunks may move: the sum goes in at once
     return;
   }
@@ -465,7 +476,7 @@ void ChunkManager::reduce_group(int group) {
     // chunks are free to go once packed.
     Tensor packed = pack(group);
     Tensor& owned = list(ChunkKind::param)[std::size_t(first + rank_)];
-    in_flight_ = InFlight{options_.group->reduce_scatter(owned, packed), nullptr};
+    in_flight_ = InFlight{group, sync_, options_.group->reduce_scatter(owned, packed), nullptr};
   }
   if (options_.zero_stage == 3) free_remote(group);
 }
@@ -618,12 +629,29 @@ Tensor& ChunkManager::gradient_chunk(int chunk) {
   return list(options_.accumulate ? ChunkKind::grad : ChunkKind::param)[std::size_t(chunk)];
 }
 
+void ChunkManager::start_replica_sums(int group) {
+  const ChunkSegment& segment = segments_[std::size_t(group_segment_[std::size_t(group)])];
+  if (dmm_ || segment.replicas.empty() || segment.replicas[0]->size() == 1) return;
+  TIDAL_ASSERT(!replicas_started_[std::size_t(group)],
+               "chunk group {}: its replica sums started twice in a step (set_sync(false) before every backward but "
+               "the last micro-batch's)",
+               group);
+  replicas_started_[std::size_t(group)] = true;
+  for (int c = group * layout_.group_size; c < (group + 1) * layout_.group_size; ++c)
+    if (owns(c)) replica_sums_.push_back(segment.replicas[0]->all_reduce(gradient_chunk(c)));
+}
+
 void ChunkManager::reduce_replicas() {
-  // One flat all-reduce per (level, group): level by level (a sum over a grid's columns is
-  // complete before the sum over its depth), and within a level by the group's name, then by the
-  // segments' replica names and phase - an order every rank shares, so collectives over
-  // different groups never wait on each other in a cycle (nn::tp::reduce_replicated_gradients
-  // is the same for parameters held as tensors).
+  // Level by level (a sum over a grid's columns is complete before the sum over its depth), each
+  // owned gradient chunk all-reduced where it lies: no buffer beside the lists. A level's calls
+  // are all issued before any is waited for, ordered by group name, then by the segments' replica
+  // names and phase - an order every rank shares, so that each group sees its calls in the same
+  // order on every rank (nn::tp::reduce_replicated_gradients is the same for parameters held as
+  // tensors). The first level's sums of groups completed in backward are running already
+  // (start_replica_sums: a group completes at the same point of backward on each of its
+  // replicas, which hold the same layers). Under offload a chunk may lie on the host on one rank
+  // and on the device on another, and a GPU's communicator picks its transport by where the
+  // operand lies: there each chunk goes through one chunk of the device tier, a call at a time.
   struct Step {
     std::size_t level;
     std::string group;
@@ -642,24 +670,29 @@ void ChunkManager::reduce_replicas() {
   }
   std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.key() < b.key(); });
   for (std::size_t first = 0; first < steps.size();) {
+    std::vector<comm::WorkPtr> level;
     std::size_t last = first;
-    std::vector<int> chunks;  // the owned gradient chunks of the step's segments, in order
-    for (; last < steps.size() && steps[last].level == steps[first].level && steps[last].group == steps[first].group;
-         ++last) {
+    for (; last < steps.size() && steps[last].level == steps[first].level; ++last) {
       const std::size_t s = steps[last].segment;
-      for (int c = layout_.segment_chunks[s]; c < layout_.segment_chunks[s + 1]; ++c)
-        if (owns(c)) chunks.push_back(c);
+      comm::Communicator& group = *segments_[s].replicas[steps[last].level];
+      for (int c = layout_.segment_chunks[s]; c < layout_.segment_chunks[s + 1]; ++c) {
+        if (!owns(c) || (steps[last].level == 0 && replicas_started_[std::size_t(layout_.group_of(c))])) continue;
+        Tensor& sums = gradient_chunk(c);
+        if (!dmm_) {
+          level.push_back(group.all_reduce(sums));
+          continue;
+        }
+        Tensor staged = Tensor::empty({layout_.chunk_elements}, sums.dtype(), *device_);
+        staged.copy_from(sums);
+        group.all_reduce(staged)->wait();
+        sums.copy_from(staged);
+      }
     }
-    comm::Communicator& group = *segments_[steps[first].segment].replicas[steps[first].level];
-    if (!chunks.empty()) {
-      const std::int64_t C = layout_.chunk_elements;
-      Tensor flat = Tensor::empty({C * std::int64_t(chunks.size())}, gradient_chunk(chunks[0]).dtype(), *device_);
-      for (std::size_t k = 0; k < chunks.size(); ++k)
-        flat.slice(0, std::int64_t(k) * C, std::int64_t(k + 1) * C).copy_from(gradient_chunk(chunks[k]));
-      group.all_reduce(flat)->wait();
-      for (std::size_t k = 0; k < chunks.size(); ++k)
-        gradient_chunk(chunks[k]).copy_from(flat.slice(0, std::int64_t(k) * C, std::int64_t(k + 1) * C));
+    if (steps[first].level == 0) {
+      for (const comm::WorkPtr& w : replica_sums_) w->wait();
+      replica_sums_.clear();
     }
+    for (const comm::WorkPtr& w : level) w->wait();
     first = last;
   }
 }
@@ -667,6 +700,7 @@ void ChunkManager::reduce_replicas() {
 void ChunkManager::zero_grad() {
   reduction_time_ = {};
   summed_.assign(summed_.size(), false);
+  replicas_started_.assign(replicas_started_.size(), false);
   if (dmm_) dmm_->begin_iteration();
   if (options_.accumulate)
     for (Tensor& chunk : list(ChunkKind::grad))

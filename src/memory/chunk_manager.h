@@ -53,9 +53,11 @@
 // Under any layout the lists hold the parameters a rank materializes (its tensor-parallel
 // blocks, its pipeline stage's); the ranks sharing them (ChunkOptions::group) are its data
 // replicas. Parameters that ranks beyond the group hold too come in segments (ChunkSegment)
-// whose owned gradient chunks are summed over those ranks after backward (reduce_replicas), and
-// an interleaved pipeline's model chunks are phases, each completing its gradients after its own
-// backward.
+// whose owned gradient chunks are summed over those ranks, each where it lies: the first level's
+// as soon as the step's last backward completes its group (and the data ranks' sum of it is
+// stored), beside the rest of backward; reduce_replicas waits for those and runs the further
+// levels. An interleaved pipeline's model chunks are phases, each completing its gradients after
+// its own backward.
 #pragma once
 
 #include "comm/communicator.h"
@@ -91,7 +93,7 @@ struct ChunkSegment {
   // Groups of ranks beyond the data group that hold these same parameters and saw other samples
   // (a tensor grid's rows, columns or depth; the pipeline's end stages for a tied embedding):
   // once the data group's sum is done, the owned gradient chunks are summed over each of them in
-  // turn (ChunkManager::reduce_replicas).
+  // turn (ChunkManager::start_replica_sums, reduce_replicas).
   std::vector<comm::Communicator*> replicas;
   // The model chunk of this rank (an interleaved pipeline's virtual stage) whose layers use these
   // parameters: end_forward and end_backward of a phase complete its segments alone.
@@ -199,7 +201,8 @@ class ChunkManager final : public nn::ModuleHooks {
   // After a forward pass without backward (evaluation).
   void end_forward_only();
   // After the last micro-batch's backward: each segment's owned gradient chunks summed over its
-  // replicas (ChunkSegment::replicas), level by level.
+  // replicas (ChunkSegment::replicas), level by level; the first level's, started in backward,
+  // waited for.
   void reduce_replicas();
   // Before a step's micro-batches: zeroes the accumulated gradients (ChunkOptions::accumulate)
   // and starts a training iteration (the first is the memory tracer's warm-up).
@@ -308,6 +311,10 @@ class ChunkManager final : public nn::ModuleHooks {
   // Waits for the reduction in flight, if any, and stores its sum where the step reads it.
   // `at_once`: it was started to be waited for (the step did nothing beside it).
   void settle(bool at_once = false);
+  // A group's gradients are the step's (summed over the data ranks): its owned chunks' sums over
+  // the first level of their segment's replicas start, to run beside the rest of backward (not
+  // under offload, whose chunks may move: reduce_replicas sums them all).
+  void start_replica_sums(int group);
   // The reduce-scatter of a group's param chunks under offload: a ring of sends and receives on
   // the chunks' own payloads (the same bytes, one chunk of buffer instead of the group's).
   void ring_reduce_scatter(int group);
@@ -340,13 +347,21 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<std::vector<std::size_t>> in_chunk_;
   std::vector<ChunkSegment> segments_;
   std::vector<int> group_phase_;  // per communication group
+  std::vector<int> group_segment_;  // per communication group, its segment
+  // The first level of the replica sums, started as groups complete (start_replica_sums), and
+  // whether each group's has started in this step.
+  std::vector<comm::WorkPtr> replica_sums_;
+  std::vector<bool> replicas_started_;
   std::vector<bool> reduced_;     // per communication group, in this backward pass
   std::vector<bool> summed_;      // per communication group, in this step (sums_locally)
   std::vector<Tensor> grad_groups_;  // sums_locally: each group's grad chunks, contiguous
   std::vector<bool> in_backward_;  // per phase: between end_forward and end_backward
   std::vector<Tensor> pending_;  // per communication group (accumulate and distributed)
-  // The group reduction in flight (reduce_group) and what stores its sum once it is done.
+  // The group reduction in flight (reduce_group) and what stores its sum once it is done; `last`:
+  // the sum is the step's (its last micro-batch's), so the replica sums may start once it is stored.
   struct InFlight {
+    int group = 0;
+    bool last = false;
     comm::WorkPtr work;
     std::function<void()> store;
   };

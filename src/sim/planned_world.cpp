@@ -143,24 +143,17 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
         m.param_transient_bytes += group_bytes * std::min(groups, tied_here ? 2 : 1);
       }
     }
-    if (!options.offload) {
-      // After backward, the owned gradient chunks of the segments other ranks hold too, packed
-      // for one all-reduce per replica group (ChunkManager::reduce_replicas), in the grad list's
-      // precision; nothing else is packed then.
-      const memory::ChunkParameters& params = lists[k]->device;
-      const bool sharded = group_size > 1 && cfg.zero.stage > 0;
-      const int mine = options.group->rank();
-      std::map<std::pair<std::size_t, std::string>, std::int64_t> owned;  // (level, group) -> chunks
-      for (std::size_t s = 0; s < params.segments.size(); ++s)
-        for (std::size_t level = 0; level < params.segments[s].replicas.size(); ++level) {
-          if (params.segments[s].replicas[level]->size() == 1) continue;
-          std::int64_t& chunks = owned[{level, params.segments[s].replicas[level]->name()}];
-          for (int c = layout.segment_chunks[s]; c < layout.segment_chunks[s + 1]; ++c)
-            if (!sharded || layout.owner_of(c) == mine) ++chunks;
-        }
-      const std::int64_t element = options.accumulate ? 4 : dtype_size(options.compute_dtype);
-      for (const auto& [step, chunks] : owned)
-        m.param_transient_bytes = std::max(m.param_transient_bytes, chunks * layout.chunk_elements * element);
+    if (options.offload) {
+      // After backward, under offload, each owned gradient chunk of the segments other ranks hold
+      // too goes through one chunk of the device tier for its all-reduce
+      // (ChunkManager::reduce_replicas); without offload they are summed where they lie.
+      bool replicated = false;
+      for (const memory::ChunkSegment& s : lists[k]->device.segments)
+        for (const comm::Communicator* g : s.replicas) replicated = replicated || g->size() > 1;
+      if (replicated)
+        m.param_transient_bytes = std::max(
+            m.param_transient_bytes,
+            layout.chunk_elements * std::int64_t(options.accumulate ? 4 : dtype_size(options.compute_dtype)));
     }
     if (cfg.memory.embedding_on_host && !lists[k]->host.params.empty())
       m.embedding_on_host_bytes =

@@ -905,20 +905,30 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
     }
   }
   // Segments other ranks hold too (a tied table at the pipeline's ends, a grid's replicas): their
-  // owned gradient chunks, one all-reduce per group.
-  std::map<std::string, std::pair<int, double>> replicas;  // group -> (size, owned chunks)
-  for (std::size_t seg = 0; seg < rank.chunk_params.segments.size(); ++seg)
-    for (const comm::Communicator* g : rank.chunk_params.segments[seg].replicas) {
-      if (g->size() == 1) continue;
+  // owned gradient chunks, one all-reduce per chunk, level by level. The first level's start as
+  // each group's sum is the step's, beside the rest of backward (not under offload): they join the
+  // overlap, whose tail is still the last group's share.
+  std::map<std::pair<std::size_t, std::string>, std::pair<int, double>> replicas;  // (level, group) -> (size, chunks)
+  for (std::size_t seg = 0; seg < rank.chunk_params.segments.size(); ++seg) {
+    const std::vector<comm::Communicator*>& levels = rank.chunk_params.segments[seg].replicas;
+    for (std::size_t level = 0; level < levels.size(); ++level) {
+      if (levels[level]->size() == 1) continue;
       double owned = 0;
       for (int c = chunks.segment_chunks[seg]; c < chunks.segment_chunks[seg + 1]; ++c)
         if (stage == 0 || group == 1 || c % chunks.group_size == layout.group_index(chunk_kind, pc.rank())) ++owned;
-      auto& [n, count] = replicas[g->name()];
-      n = g->size();
+      auto& [n, count] = replicas[{level, levels[level]->name()}];
+      n = levels[level]->size();
       count += owned;
     }
-  for (const auto& [name, figures] : replicas)
-    if (figures.second > 0) traffic.add(name, figures.first, "all_reduce", figures.second * C, accumulate ? 4 : e);
+  }
+  const bool offload = cfg.memory.offload != config::Offload::none;
+  for (const auto& [key, figures] : replicas) {
+    if (figures.second == 0) continue;
+    const double start = traffic.seconds();
+    traffic.add(key.second, figures.first, "all_reduce", C, accumulate ? 4 : e, figures.second);
+    if (key.first == 0 && !offload && groups > 0)
+      overlap = {.seconds = overlap.seconds + traffic.seconds() - start, .tail = 1.0 / groups};
+  }
   if (stage > 0 && group > 1) traffic.add(chunk_group, group, "all_reduce", 1, 4);  // the gradient norm
   if (tensor > 1) traffic.add("tensor", tensor, "all_reduce", 1, 4);
   if (pipeline > 1) traffic.add("pipeline", pipeline, "all_reduce", 1, 4);

@@ -142,6 +142,59 @@ TEST_P(ZeroChunks, MatchOneProcess) {
   EXPECT_LT(S, 1.5 * M);
 }
 
+// Parameters every rank holds, summed over a replica group beyond the (absent) data group, as a
+// tensor grid's replicated blocks are: each chunk's all-reduce starts in backward once its
+// gradients are the step's (the last micro-batch's, with two), so that it runs beside the rest of
+// backward; reduce_replicas only waits. The sums are the single process's gradient.
+TEST(ZeroChunks, ReplicaSumsStartInTheLastBackward) {
+  auto world = std::make_shared<comm::CountingCommunicator>(testing::mpi().world(comm::Seconds(60)));
+  const int N = world->size(), rank = world->rank();
+  for (const int micro_batches : {1, 2}) {
+    auto model = models::make_model(testing::tiny_gpt(3)), ref = models::make_model(testing::tiny_gpt(3));
+    model->materialize(9);
+    ref->materialize(9);
+    ChunkManager chunks(ChunkParameters{.params = model->parameters(),
+                                        .segment = {},
+                                        .segments = {ChunkSegment{.replicas = {world.get()}}},
+                                        .users = {model.get()}},
+                        {.chunk_elements = 1200, .accumulate = micro_batches > 1});
+    nn::Runner runner, ref_runner;
+    runner.add_hooks(&chunks);
+    const std::int64_t per_rank = 2, B = per_rank * N, rows = per_rank / micro_batches;
+    nn::Batch batch;
+    batch.tokens = testing::randint({B, 8}, 101, 0, 40);
+    batch.targets = testing::randint({B, 8}, 201, 0, 40);
+    world->reset();
+    chunks.zero_grad();
+    for (int m = 0; m < micro_batches; ++m) {
+      const nn::Batch mine = testing::batch_rows(batch, rank * per_rank + m * rows, rows);
+      nn::StepState state{.runner = &runner, .seed = 9, .step = 1, .batch = &mine};
+      nn::Context ctx(state);
+      const float weight = 1.0f / float(N * micro_batches);
+      model->run_forward(ctx);
+      chunks.end_forward();
+      chunks.set_sync(m + 1 == micro_batches);
+      model->run_backward(ctx, weight);
+      chunks.end_backward();
+      // Started with the last micro-batch's backward, a call per chunk; none before it.
+      const auto started = world->stats().find("all_reduce");
+      EXPECT_EQ(started == world->stats().end() ? 0 : started->second.calls,
+                m + 1 == micro_batches ? chunks.layout().chunks : 0)
+          << micro_batches << " micro-batches";
+    }
+    chunks.reduce_replicas();
+    EXPECT_EQ(world->stats().at("all_reduce").calls, chunks.layout().chunks);
+    nn::StepState ref_state{.runner = &ref_runner, .seed = 9, .step = 1, .batch = &batch};
+    nn::Context ref_ctx(ref_state);
+    ref->run_forward(ref_ctx);
+    ref->zero_grad();
+    ref->run_backward(ref_ctx);
+    for (nn::Parameter* p : chunks.parameters())
+      EXPECT_TRUE(testing::all_close(chunks.gradient(*p), ref->parameter(p->name).grad, testing::kFp32))
+          << p->name << ", " << micro_batches << " micro-batches";
+  }
+}
+
 // fp16's overflow check: an infinity in one rank's owned gradient (stage 2: no other rank holds
 // it) makes the gradient norm, summed over the group, infinite on every rank; every rank skips
 // that step (the param list is restored from the unchanged master copy), and the next step trains

@@ -187,5 +187,30 @@ TEST(CostModelTime, StagesZeroAndOneSumMicroBatchesLocallyAndReduceOnce) {
   EXPECT_DOUBLE_EQ(two.time.hidden, 0.0);
 }
 
+TEST(CostModelTime, GridReplicaSumsRunBesideBackwardOnAGpuWithoutABuffer) {
+  // A 2D grid of 4 ranks in bf16 chunks, no data parallelism: the blocks a row or column holds
+  // whole (biases, norms) are summed over it a chunk at a time where they lie (no packed copy),
+  // the first level's as each chunk's gradients complete in backward - hidden on a GPU but for
+  // the last group's share, not on a CPU.
+  sim::Hardware gpu = two_ranks(1);
+  gpu.devices_per_node = 4;
+  gpu.device = Device::Kind::cuda;
+  gpu.intra_node_pair = gpu.intra_node_collective = {.bandwidth = 1e12, .latency = 1e-7};
+  const config::Config cfg = small_gpt({"parallel.tensor.size=4", "parallel.tensor.mode=2d", "train.precision=bf16",
+                                        "memory.chunk_size=70000"});
+  const sim::Prediction p = sim::predict(cfg, 4, &gpu);
+  const sim::ModelDataBytes& md = p.ranks[0].model_data;
+  ASSERT_TRUE(md.chunks);
+  EXPECT_EQ(md.param_transient_bytes, 0);
+  double replica_calls = 0;
+  for (const auto& [group, ops] : p.ranks[0].traffic.items())
+    if (group != "tensor" && ops.contains("all_reduce")) replica_calls += ops.at("all_reduce").at("calls").get<double>();
+  EXPECT_GT(replica_calls, 0);
+  EXPECT_GT(p.time.hidden, 0.0);
+  sim::Hardware cpu = gpu;
+  cpu.device = Device::Kind::cpu;
+  EXPECT_DOUBLE_EQ(sim::predict(cfg, 4, &cpu).time.hidden, 0.0);
+}
+
 }  // namespace
 }  // namespace tidal
