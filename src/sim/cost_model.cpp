@@ -357,9 +357,11 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
     const PipelineRun run = simulate_pipeline(replays, message, par.pipeline, par.virtual_stages, speedup);
     for (std::size_t k = 0; k < replays.size(); ++k) {
       const StepReplay& r = *replays[k];
+      // The last backward's time with the links free: the gradient reductions share them with
+      // its layers' collectives, so they hide only behind the rest (its ops).
       double last_backward = 0;
       for (const ActionTime& a : r.actions)
-        if (!a.forward) last_backward = a.seconds;
+        if (!a.forward) last_backward = a.seconds - a.comm;
       double busy = 0;
       for (const ActionTime& a : r.actions) busy += a.seconds;
       // The actions' terms as they ran: shorter where the stage ran beside fewer computing ranks.

@@ -963,12 +963,15 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
   if (costs) out.traffic = Traffic(costs->link);
   Tally tally;
   Replay r{tally, s, out.traffic, costs};
-  // The seconds since the last mark: GEMMs, attention, the bytes made, the layers' collectives.
+  // The seconds since the last mark: GEMMs, attention, the bytes made, the layers' collectives
+  // (those alone: lap_comm).
   struct Mark {
     double gemm = 0, attention = 0, made = 0, comm = 0;
   } mark;
+  double lap_comm = 0;
   const auto now = [&] { return Mark{r.gemm_seconds, r.attention_seconds, tally.made, out.traffic.seconds()}; };
   const auto lap = [&] {
+    lap_comm = 0;
     if (!costs) return 0.0;
     const double gemm = r.gemm_seconds - mark.gemm, attention = r.attention_seconds - mark.attention;
     const double memory = 2 * (tally.made - mark.made) / costs->hardware->elementwise_bandwidth;
@@ -977,6 +980,7 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
     out.attention_seconds += attention;
     out.memory_seconds += memory;
     out.layer_comm_seconds += comm;
+    lap_comm = comm;
     mark = now();
     return gemm + attention + memory + comm;
   };
@@ -1071,7 +1075,9 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
       MicroBatchKeep& k = live[{a.micro_batch, a.chunk}];
       const double before = tally.current;
       Act y = forward(l, k, input);
-      out.actions.push_back({.forward = true, .micro_batch = a.micro_batch, .chunk = a.chunk, .seconds = lap()});
+      const double seconds = lap();
+      out.actions.push_back(
+          {.forward = true, .micro_batch = a.micro_batch, .chunk = a.chunk, .seconds = seconds, .comm = lap_comm});
       if (vs != last) send({vs + 1, false});
       input.reset();
       y.reset();
@@ -1079,7 +1085,9 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
     } else {
       auto it = live.find({a.micro_batch, a.chunk});
       Act dx = backward(l, it->second, input);
-      out.actions.push_back({.forward = false, .micro_batch = a.micro_batch, .chunk = a.chunk, .seconds = lap()});
+      const double seconds = lap();
+      out.actions.push_back(
+          {.forward = false, .micro_batch = a.micro_batch, .chunk = a.chunk, .seconds = seconds, .comm = lap_comm});
       if (vs > 0) send({vs - 1, true});
       input.reset();
       live.erase(it);

@@ -46,11 +46,12 @@ struct Costs {
   LinkTime link;
 };
 
-// One action of the schedule on this rank and its seconds (its layers' collectives included).
+// One action of the schedule on this rank and its seconds (its layers' collectives included:
+// `comm` of them).
 struct ActionTime {
   bool forward = true;
   int micro_batch = 0, chunk = 0;
-  double seconds = 0;
+  double seconds = 0, comm = 0;
 };
 
 struct StepReplay {

@@ -210,6 +210,24 @@ TEST(CostModelTime, GridReplicaSumsRunBesideBackwardOnAGpuWithoutABuffer) {
   sim::Hardware cpu = gpu;
   cpu.device = Device::Kind::cpu;
   EXPECT_DOUBLE_EQ(sim::predict(cfg, 4, &cpu).time.hidden, 0.0);
+
+  // Over a slow link the sums share it with the layers' own collectives: they hide behind the
+  // backward's ops only, never behind more than the step's compute and memory traffic. 2.5D of
+  // depth 2 holding whole weight blocks: every block is summed over the depth.
+  sim::Hardware slow = gpu;
+  slow.devices_per_node = 8;
+  slow.intra_node_pair = slow.intra_node_collective = {.bandwidth = 1e8, .latency = 1e-5};
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {  // ops far faster than the link
+    slow.flops[dtype] = 5e12;
+    slow.attention_flops[dtype] = 2e12;
+  }
+  slow.elementwise_bandwidth = slow.memory_bandwidth = 4e11;
+  const sim::Prediction q =
+      sim::predict(small_gpt({"parallel.tensor.size=8", "parallel.tensor.mode=2.5d", "parallel.tensor.depth=2",
+                              "parallel.tensor.keep_gathered=true", "train.precision=bf16", "memory.chunk_size=70000"}),
+                   8, &slow);
+  EXPECT_GT(q.time.hidden, 0.0);
+  EXPECT_LE(q.time.hidden, q.time.compute + q.time.memory);
 }
 
 }  // namespace
