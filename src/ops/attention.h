@@ -52,6 +52,10 @@ namespace cpu {
 void attention_forward(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOptions& opt);
 void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Tensor& y, const Tensor& lse,
                         const AttentionOptions& opt);
+// Under a causal mask over `keys` positions, the share of the [keys, keys] scores these kernels
+// compute: each block of queries runs to its last query's key, so 1/2 plus half a block's
+// diagonal (0.75 at 128 keys, 0.53 at 1024; 1 up to a block).
+double causal_work_share(std::int64_t keys);
 }  // namespace cpu
 #if TIDAL_CUDA
 namespace cuda {

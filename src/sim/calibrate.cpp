@@ -115,7 +115,9 @@ double gemm_rate(DType dtype, std::int64_t n, int repeats) {
 }
 
 // Attention's forward and backward (tidal's kernels) on qkv [b, t, 3 c], causal, `heads` heads:
-// FLOP/s, counting the forward's two products over half the keys and the backward's five.
+// FLOP/s, counting the forward's two products and the backward's five over the scores the
+// kernels compute (ops::cpu::causal_work_share: half the keys and half a block's diagonal), so
+// that the rate holds without the mask too.
 double attention_rate(DType dtype, std::int64_t b, std::int64_t t, std::int64_t c, int heads, int repeats) {
   Tensor qkv = Tensor::full({b, t, 3 * c}, 0.01f), dy = Tensor::full({b, t, c}, 0.01f);
   if (dtype != DType::f32) {
@@ -131,7 +133,7 @@ double attention_rate(DType dtype, std::int64_t b, std::int64_t t, std::int64_t 
     ops::attention_forward(y, lse, qkv, opt);
     ops::attention_backward(dqkv, dy, qkv, y, lse, opt);
   });
-  return 3.5 * 4.0 * double(b) * double(t) * double(t) * double(c) * 0.5 / seconds;
+  return 3.5 * 4.0 * double(b) * double(t) * double(t) * double(c) * ops::cpu::causal_work_share(t) / seconds;
 }
 
 // Elementwise ops as a layer runs them on [rows, c] (LayerNorm, GELU and a residual add, each

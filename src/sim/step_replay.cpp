@@ -4,6 +4,7 @@
 #include "core/dtype.h"
 #include "engine/model_data.h"
 #include "models/factory.h"
+#include "ops/attention.h"
 #include "pipeline/schedule.h"
 
 #include <algorithm>
@@ -310,9 +311,15 @@ struct Replay {
 
   // --- attention: nn/attention.cpp; the ring (nn/sp/ring_attention.cpp) and Ulysses
   // (nn/sp/ulysses_attention.cpp) in its place under sequence parallelism.
-  // Attention's two products over every key (half of them under a causal mask), forward; its
-  // backward makes the scores again and takes four more.
-  double attention_flops() const { return 4 * s.rows * s.positions * s.sequence * s.attention * (s.causal ? 0.5 : 1.0); }
+  // Attention's two products over every key, forward; its backward makes the scores again and
+  // takes four more. Under a causal mask half the keys, as FlashAttention-2 counts (a ring's
+  // blocks in aggregate); the CPU's kernels, at the rate calibrate measures them, compute whole
+  // blocks of queries to each block's last key (ops::cpu::causal_work_share).
+  double attention_flops() const {
+    const bool ring = s.sequence > 1 && !s.ulysses;
+    const double causal = s.cpu && !ring ? ops::cpu::causal_work_share(std::int64_t(s.positions * s.sequence)) : 0.5;
+    return 4 * s.rows * s.positions * s.sequence * s.attention * (s.causal ? causal : 1.0);
+  }
   void attention_time(double flops) {
     // The keys one kernel call runs over: a ring's block of this rank's positions, else all.
     const double keys = s.sequence > 1 && !s.ulysses ? s.positions : s.positions * s.sequence;

@@ -5,6 +5,7 @@
 // And under memory.offload: the chunk moves over the host link, AdamW where the states are; and
 // the chunk keeper's gradient reductions beside backward on a GPU.
 #include "config/config.h"
+#include "ops/attention.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
 
@@ -228,6 +229,26 @@ TEST(CostModelTime, GridReplicaSumsRunBesideBackwardOnAGpuWithoutABuffer) {
                    8, &slow);
   EXPECT_GT(q.time.hidden, 0.0);
   EXPECT_LE(q.time.hidden, q.time.compute + q.time.memory);
+}
+
+TEST(CostModelTime, CausalAttentionOnACpuCountsTheKernelsBlocks) {
+  // The CPU kernels run each block of 64 queries to its last query's key: at 128 keys the blocks
+  // compute 64 x 64 + 64 x 128 of the 128 x 128 scores, not half of them.
+  EXPECT_DOUBLE_EQ(ops::cpu::causal_work_share(64), 1.0);
+  EXPECT_DOUBLE_EQ(ops::cpu::causal_work_share(128), 0.75);
+  EXPECT_DOUBLE_EQ(ops::cpu::causal_work_share(100), (64.0 * 64 + 36.0 * 100) / (100.0 * 100));
+  EXPECT_DOUBLE_EQ(ops::cpu::causal_work_share(1024), 136.0 * 64 * 64 / (1024.0 * 1024));
+  // GPT (causal) and BERT (not) of the same shape: attention's time in that ratio on a CPU; on a
+  // GPU half, FlashAttention-2's count, at the rate its bench measures by it.
+  const sim::Hardware cpu = two_ranks(1);
+  const double gpt = sim::predict(small_gpt({}), 1, &cpu).time.attention;
+  const double bert = sim::predict(small_gpt({"model.type=bert"}), 1, &cpu).time.attention;
+  EXPECT_NEAR(gpt / bert, 0.75, 1e-12);
+  sim::Hardware gpu = cpu;
+  gpu.device = Device::Kind::cuda;
+  EXPECT_NEAR(sim::predict(small_gpt({}), 1, &gpu).time.attention /
+                  sim::predict(small_gpt({"model.type=bert"}), 1, &gpu).time.attention,
+              0.5, 1e-12);
 }
 
 }  // namespace

@@ -282,4 +282,13 @@ void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const
   else backward_kernel<float>(dqkv, dy, qkv, y, lse, opt, d);
 }
 
+double causal_work_share(std::int64_t keys) {
+  double computed = 0;  // the scores of every block of queries [i0, i1) against keys [0, i1)
+  for (std::int64_t i0 = 0; i0 < keys; i0 += kQueryBlock) {
+    const std::int64_t i1 = std::min(keys, i0 + kQueryBlock);
+    computed += double(i1 - i0) * double(i1);
+  }
+  return keys > 0 ? computed / (double(keys) * double(keys)) : 1.0;
+}
+
 }  // namespace tidal::ops::cpu
