@@ -669,6 +669,7 @@ void ChunkManager::reduce_replicas() {
         steps.push_back({level, names[level], names, segments_[s].phase, s});
   }
   std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.key() < b.key(); });
+  Tensor staged;  // under offload: the one device chunk each sum goes through
   for (std::size_t first = 0; first < steps.size();) {
     std::vector<comm::WorkPtr> level;
     std::size_t last = first;
@@ -682,7 +683,7 @@ void ChunkManager::reduce_replicas() {
           level.push_back(group.all_reduce(sums));
           continue;
         }
-        Tensor staged = Tensor::empty({layout_.chunk_elements}, sums.dtype(), *device_);
+        if (!staged.defined()) staged = Tensor::empty({layout_.chunk_elements}, sums.dtype(), *device_);
         staged.copy_from(sums);
         group.all_reduce(staged)->wait();
         sums.copy_from(staged);

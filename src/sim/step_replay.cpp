@@ -875,13 +875,13 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
   const int groups = chunks.chunks / chunks.group_size, stage = cfg.zero.stage;
   const bool accumulate = micro_batches > 1;
   Overlap overlap;
+  const bool offload = cfg.memory.offload != config::Offload::none;
   if (group > 1) {
     // Each chunk group's gradients summed once it is complete (every micro-batch's at stages 2
     // and 3 or under offload): all of them at stage 0, each rank's own chunk when sharded - under
     // offload by a ring of sends straight between the chunks' payloads. At stages 0 and 1 with
     // chunks that stay put, each rank sums its micro-batches in a grad list of every chunk, whose
     // groups are reduced in fp32 once, beside the last micro-batch's backward.
-    const bool offload = cfg.memory.offload != config::Offload::none;
     const bool local_sums = memory::sums_micro_batches_locally(engine::chunk_options(cfg, accumulate));
     const double reductions = double(groups) * (accumulate && !local_sums ? micro_batches : 1);
     const bool ring = offload && stage > 0;
@@ -928,7 +928,6 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
       count += owned;
     }
   }
-  const bool offload = cfg.memory.offload != config::Offload::none;
   for (const auto& [key, figures] : replicas) {
     if (figures.second == 0) continue;
     const double start = traffic.seconds();
