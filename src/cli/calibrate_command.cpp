@@ -18,13 +18,14 @@ void add_calibrate_command(CLI::App& app, CalibrateCommand& cmd) {
   cmd.app->add_option("--out", cmd.out, "Where the hardware file goes (TOML)")->capture_default_str();
   cmd.app->add_flag("--quick", cmd.quick, "Small problems and few repeats: seconds, rough figures (tests)");
   cmd.app->footer(
-      "Every rank measures at once, as ranks compute side by side in training, and the slowest rank's figure is "
-      "kept; where the ranks' threads outnumber the cores (mpirun --oversubscribe), as many ranks as the cores hold "
-      "time the ops while the others wait, and the file gives each rank's share with all computing and the "
-      "oversubscription (the cost model lets a rank run faster while fewer compute). Each figure is the median "
-      "of several runs, an op's each on cold caches (as in a step, where other ops "
-      "ran since its operands were made), and the GEMM and attention figures the median of three passes over "
-      "every size, so that a slow spell of a shared machine counts once (about 30 s on 2 cores): GEMM FLOP/s in fp32, bf16 and fp16 on a 2048^3 product and on smaller ones "
+      "Every rank measures at once, as ranks compute side by side in training, and an op's figure is the timing "
+      "ranks' mean time (a step sums many ops, and each rank's slow ones average out); where the ranks' threads "
+      "outnumber the cores (mpirun --oversubscribe), as many ranks as the cores hold time the ops while the others "
+      "wait, and the file gives each rank's share with all computing and the oversubscription (the cost model lets "
+      "a rank run faster while fewer compute). Each timing is the median of several runs, an op's each on cold "
+      "caches (as in a step, where other ops ran since its operands were made), and each figure the median of "
+      "three passes over all of them, so that a slow spell of a shared machine counts once (about 45 s on 2 "
+      "cores): GEMM FLOP/s in fp32, bf16 and fp16 on a 2048^3 product and on smaller ones "
       "(128^3 up); attention's forward and backward over 1024 positions and fewer (64 up); elementwise ops' and "
       "AdamW's bytes per second; memory bandwidth from a 256 MiB copy; between "
       "ranks 0 and 1 the latency (4 bytes) and bandwidth (64 MiB) of half a round trip; over all ranks the ring "

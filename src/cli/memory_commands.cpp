@@ -88,8 +88,8 @@ void add_plan_command(CLI::App& app, PlanCommand& cmd) {
       "N ranks, each rank's model data as the run lays it out (exact: the same chunk layout code, the same chunk "
       "size search), its activations replayed layer by layer as they allocate, and the step's time from the GEMMs' "
       "FLOPs at the hardware file's rates (by the products' sizes, attention's by its keys) and each collective's "
-      "bytes over its links (on a GPU the gradients' reductions hide behind backward; on a CPU, whose cores run "
-      "both, they do not); ranked by step time, those that do not fit the device's memory last.\n"
+      "bytes over its links (the gradients' reductions hide behind backward, but the last bucket's or chunk "
+      "group's); ranked by step time, those that do not fit the device's memory last.\n"
       "  tidal plan -c configs/gpt2-small.toml --world 8 --hardware configs/hardware/h100-8x.toml\n"
       "  tidal plan -c configs/gpt2-small.toml --world 8 --hardware configs/hardware/h100-8x.toml --configured "
       "--set parallel.tensor.size=8 --explain");

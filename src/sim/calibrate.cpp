@@ -68,11 +68,15 @@ double transfer_time(int repeats, F&& f) {
   return median_time(repeats, [] {}, f);
 }
 
-// The smallest of every rank's `mine` (the slowest rank's rate), the same on every rank.
-double slowest_rank(comm::Communicator& world, double mine) {
-  Tensor v = Tensor::full({1}, float(mine));
-  world.all_reduce(v, {.op = comm::ReduceOp::min})->wait();
-  return v.item();
+// The timing ranks' mean time of an op, as a rate, the same on every rank (`mine`: this rank's
+// rate, 0 where it does not time). The mean, not the slowest rank's: a step sums many ops, and a
+// rank slow at one op is not slow at all of them (measured on 2 cores, one product per core at
+// once: each size 10-15% apart between the cores, neither core the slower throughout). The
+// slowest rank's figure made every op slow: 2-rank steps predicted about 10% long.
+double mean_of_ranks(comm::Communicator& world, double mine, int computing) {
+  Tensor v = Tensor::full({1}, mine > 0 ? float(1.0 / mine) : 0.0f);
+  world.all_reduce(v)->wait();
+  return double(computing) / double(v.item());
 }
 
 // Who times the ops. Where the ranks' threads outnumber the cores (mpirun --oversubscribe), a rank
@@ -94,11 +98,11 @@ Sharing sharing_of(int ranks) {
           .oversubscription = std::max(1.0, double(ranks) * threads / cores)};
 }
 
-// An op's rate as each rank sees it with every rank computing: the slowest timing rank's.
+// An op's rate as each rank sees it with every rank computing: the timing ranks' mean time.
 template <class F>
 double op_rate(comm::Communicator& world, const Sharing& sharing, F&& rate) {
-  const double mine = world.rank() < sharing.computing ? rate() : double(std::numeric_limits<float>::max());
-  return slowest_rank(world, mine) / sharing.oversubscription;
+  const double mine = world.rank() < sharing.computing ? rate() : 0.0;
+  return mean_of_ranks(world, mine, sharing.computing) / sharing.oversubscription;
 }
 
 double gemm_rate(DType dtype, std::int64_t n, int repeats) {
@@ -218,36 +222,49 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   const Sharing sharing = sharing_of(p);
   h.oversubscription = sharing.oversubscription;
   world.barrier()->wait();
-  // The compute rates are measured in `passes` passes over every product and attention size, and
-  // each figure is the median of its passes'. A shared VM slows down for seconds at a time: a
-  // figure timed in one stretch (its repeats back to back) takes such a spell whole (measured:
-  // 4 ranks on 2 cores, the fp32 1024^3 product at 0.033 TFLOP/s in one calibration, 0.066-0.069
-  // in three others minutes apart), while passes spread over the calibration see it once.
+  // Every figure is measured in `passes` passes over all of them, and each is the median of its
+  // passes'. A shared VM slows down for seconds at a time: a figure timed in one stretch (its
+  // repeats back to back) takes such a spell whole, while passes spread over the calibration see
+  // it once (measured, 4 ranks on 2 cores: the fp32 1024^3 product at 0.033 TFLOP/s in one
+  // calibration, 0.066-0.069 in three others minutes apart; timed in one stretch, the elementwise
+  // rate at 2.4 to 4.5 GB/s and the all-reduce's bus bandwidth at 0.75 to 1.05 GB/s over four
+  // calibrations within three minutes).
   const int passes = options.quick ? 1 : 3;
+  const double steps = 2.0 * (p - 1);  // a ring all-reduce: p - 1 reduce-scatter and p - 1 all-gather steps
   std::vector<std::vector<double>> measured;  // [pass][figure], the figures in the order below
   for (int pass = 0; pass < passes; ++pass) {
-    std::vector<double>& rates = measured.emplace_back();
+    std::vector<double>& figures = measured.emplace_back();
     for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-      rates.push_back(op_rate(world, sharing, [&] { return gemm_rate(dtype, n, repeats); }));
+      figures.push_back(op_rate(world, sharing, [&] { return gemm_rate(dtype, n, repeats); }));
     // Smaller products run below the peak: the cost model interpolates between these.
     // Each small size repeated as often as the large one's work (the median of more runs: a small
     // product's time is noisier beside the other ranks).
     for (DType dtype : {DType::f32, DType::bf16, DType::f16})
       for (std::int64_t size = options.quick ? 64 : 128; size < n; size *= 2) {
         const int more = int(std::min<std::int64_t>(50, repeats * (n / size)));
-        rates.push_back(op_rate(world, sharing, [&] { return gemm_rate(dtype, size, more); }));
+        figures.push_back(op_rate(world, sharing, [&] { return gemm_rate(dtype, size, more); }));
       }
     // Attention of width 256 (4 heads of 64), 4 samples, over `keys` positions, and fewer below.
     for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-      rates.push_back(op_rate(world, sharing, [&] { return attention_rate(dtype, 4, keys, 256, 4, repeats); }));
+      figures.push_back(op_rate(world, sharing, [&] { return attention_rate(dtype, 4, keys, 256, 4, repeats); }));
       for (std::int64_t t = options.quick ? 32 : 64; t < keys; t *= 2)
-        rates.push_back(op_rate(world, sharing, [&] { return attention_rate(dtype, 4, t, 256, 4, repeats); }));
+        figures.push_back(op_rate(world, sharing, [&] { return attention_rate(dtype, 4, t, 256, 4, repeats); }));
     }
+    figures.push_back(
+        op_rate(world, sharing, [&] { return elementwise_rate(options.quick ? 256 : 2048, 1024, repeats); }));
+    figures.push_back(
+        op_rate(world, sharing, [&] { return optimizer_rate(options.quick ? (1 << 16) : (1 << 22), repeats); }));
+    world.barrier()->wait();
+    figures.push_back(op_rate(world, sharing, [&] { return copy_rate(big, repeats); }));
+    figures.push_back(half_round_trip(world, 4, repeats * 20));
+    figures.push_back(half_round_trip(world, message, repeats));
+    figures.push_back(all_reduce_time(world, 4, repeats * 20));
+    figures.push_back(all_reduce_time(world, message, repeats));
   }
   std::size_t next = 0;
   const auto median_of_passes = [&] {
     std::vector<double> figure;
-    for (const std::vector<double>& rates : measured) figure.push_back(rates[next]);
+    for (const std::vector<double>& figures : measured) figure.push_back(figures[next]);
     ++next;
     std::nth_element(figure.begin(), figure.begin() + std::ptrdiff_t(figure.size() / 2), figure.end());
     return figure[figure.size() / 2];
@@ -261,27 +278,21 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
     for (std::int64_t t = options.quick ? 32 : 64; t < keys; t *= 2)
       h.attention_sizes[dtype].push_back({double(t), median_of_passes()});
   }
-  TIDAL_ASSERT(next == measured.front().size(), "calibrate read {} of its {} figures", next, measured.front().size());
-  h.elementwise_bandwidth =
-      op_rate(world, sharing, [&] { return elementwise_rate(options.quick ? 256 : 2048, 1024, repeats); });
-  h.optimizer_bandwidth =
-      op_rate(world, sharing, [&] { return optimizer_rate(options.quick ? (1 << 16) : (1 << 22), repeats); });
-  world.barrier()->wait();
-  h.memory_bandwidth = op_rate(world, sharing, [&] { return copy_rate(big, repeats); });
+  h.elementwise_bandwidth = median_of_passes();
+  h.optimizer_bandwidth = median_of_passes();
+  h.memory_bandwidth = median_of_passes();
   h.bf16_native = ops::cpu::onednn_bf16_native();
   // Host and "device" are the same memory: a move between them is a copy, each byte read and
   // written (the memory bandwidth counts both).
   h.host_device_bandwidth = h.memory_bandwidth / 2;
   h.host_optimizer_bandwidth = h.optimizer_bandwidth;  // and the same cores
-  const double pair_latency = half_round_trip(world, 4, repeats * 20);
-  const double pair_time = half_round_trip(world, message, repeats);
+  const double pair_latency = median_of_passes(), pair_time = median_of_passes();
   h.intra_node_pair = {.bandwidth = double(message) / std::max(1e-9, pair_time - pair_latency),
                        .latency = pair_latency};
-  const double steps = 2.0 * (p - 1);  // a ring all-reduce: p - 1 reduce-scatter and p - 1 all-gather steps
-  const double small = all_reduce_time(world, 4, repeats * 20);
-  const double large = all_reduce_time(world, message, repeats);
+  const double small = median_of_passes(), large = median_of_passes();
   h.intra_node_collective = {.bandwidth = steps / p * double(message) / std::max(1e-9, large - small),
                              .latency = small / steps};
+  TIDAL_ASSERT(next == measured.front().size(), "calibrate read {} of its {} figures", next, measured.front().size());
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   const std::time_t now = std::time(nullptr);

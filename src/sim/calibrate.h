@@ -1,7 +1,8 @@
 // `tidal calibrate`: measures the machine it runs on and describes it as a hardware file
 // (sim/hardware.h) for the cost model. Every rank measures at once, as they compute during
-// training, and the slowest rank's figure is kept:
-//   GEMM rates per dtype (ops::gemm on an n x n x n product, the best of a few runs);
+// training, and an op's figure is the timing ranks' mean time; each figure is the median of
+// three passes over all of them:
+//   GEMM rates per dtype (ops::gemm on n x n x n products, each the median of several runs);
 //   memory bandwidth (a copy of a large buffer: bytes read plus written per second);
 //   the links, over the launched ranks of one node: a ping-pong between ranks 0 and 1 (half a
 //   round trip: latency with a 4-byte message, bandwidth with a large one), and the ring

@@ -833,7 +833,7 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
   if (!rank.model_data.chunks) {
     // The bucketed all-reduce (engine/gradient_reducer.h): parameters in reverse order, a bucket
     // closed once it holds parallel.bucket_mb.
-    double buckets = 0;
+    double buckets = 0, last = 0;  // seconds: every bucket's, the last one's
     if (group > 1) {
       const double start = traffic.seconds();
       const double bucket_bytes = std::floor(cfg.parallel.bucket_mb * 1024 * 1024);
@@ -849,8 +849,10 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
         elements += double((*it)->shape.numel());
         bytes += 4 * double((*it)->shape.numel());
       }
+      const double before_last = traffic.seconds();
       if (open) traffic.add(chunk_group, group, "all_reduce", elements, 4);
       buckets = traffic.seconds() - start;
+      last = traffic.seconds() - before_last;
     }
     // A grid's replicated blocks (nn/tp/shard.h's reduce_replicated_gradients): one flat all-reduce
     // per level and group.
@@ -868,7 +870,8 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
         traffic.add("pipeline_ends", size(parallel::GroupKind::pipeline_ends), "all_reduce", double(p->shape.numel()), 4);
     traffic.add("tensor", tensor, "all_reduce", 1, 4);      // the gradient norm's sum
     traffic.add("pipeline", pipeline, "all_reduce", 1, 4);
-    return {.seconds = buckets, .tail = 0.0};
+    // The last bucket (the first parameters') is complete only when backward is: it starts after.
+    return {.seconds = buckets, .tail = buckets > 0 ? last / buckets : 0.0};
   }
   const memory::ChunkLayout& chunks = *rank.chunk_layout;
   const double C = double(chunks.chunk_elements), e = double(dtype_size(cfg.train.precision));
