@@ -177,8 +177,9 @@ TEST(ZeroChunks, ReplicaSumsStartInTheLastBackward) {
       model->run_backward(ctx, weight);
       chunks.end_backward();
       // Started with the last micro-batch's backward, a call per chunk; none before it.
-      const auto started = world->stats().find("all_reduce");
-      EXPECT_EQ(started == world->stats().end() ? 0 : started->second.calls,
+      const auto stats = world->stats();  // a copy: the search below looks into it
+      const auto started = stats.find("all_reduce");
+      EXPECT_EQ(started == stats.end() ? 0 : started->second.calls,
                 m + 1 == micro_batches ? chunks.layout().chunks : 0)
           << micro_batches << " micro-batches";
     }
