@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <limits>
 #include <thread>
 #include <vector>
 
@@ -230,7 +229,6 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   // rate at 2.4 to 4.5 GB/s and the all-reduce's bus bandwidth at 0.75 to 1.05 GB/s over four
   // calibrations within three minutes).
   const int passes = options.quick ? 1 : 3;
-  const double steps = 2.0 * (p - 1);  // a ring all-reduce: p - 1 reduce-scatter and p - 1 all-gather steps
   std::vector<std::vector<double>> measured;  // [pass][figure], the figures in the order below
   for (int pass = 0; pass < passes; ++pass) {
     std::vector<double>& figures = measured.emplace_back();
@@ -290,6 +288,7 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   h.intra_node_pair = {.bandwidth = double(message) / std::max(1e-9, pair_time - pair_latency),
                        .latency = pair_latency};
   const double small = median_of_passes(), large = median_of_passes();
+  const double steps = 2.0 * (p - 1);  // a ring all-reduce: p - 1 reduce-scatter and p - 1 all-gather steps
   h.intra_node_collective = {.bandwidth = steps / p * double(message) / std::max(1e-9, large - small),
                              .latency = small / steps};
   TIDAL_ASSERT(next == measured.front().size(), "calibrate read {} of its {} figures", next, measured.front().size());
