@@ -55,12 +55,13 @@ void run_calibrate_command(const CalibrateCommand& cmd, engine::Launch& launch) 
                "computing\n",
                h.devices_per_node, h.oversubscription);
   fmt::print("{}\n  GEMM: fp32 {:.1f}, bf16 {:.1f}, fp16 {:.1f} GFLOP/s per rank\n  attention: fp32 {:.1f}, bf16 {:.1f} "
-             "GFLOP/s\n  memory: {:.1f} GB/s per rank (copy), elementwise ops {:.1f} GB/s, AdamW {:.1f} GB/s\n"
+             "GFLOP/s\n  memory: {:.1f} GB/s per rank (copy), elementwise ops fp32 {:.1f}, bf16 {:.1f} GB/s, AdamW {:.1f} GB/s\n"
              "  ranks 0-1: latency {:.1f} us, bandwidth {:.2f} GB/s\n  all-reduce over {}: latency {:.1f} us per step, "
              "bus bandwidth {:.2f} GB/s\nwrote {}\n",
              h.name, h.flops.at(DType::f32) / 1e9, h.flops.at(DType::bf16) / 1e9, h.flops.at(DType::f16) / 1e9,
              h.attention_flops.at(DType::f32) / 1e9, h.attention_flops.at(DType::bf16) / 1e9, h.memory_bandwidth / 1e9,
-             h.elementwise_bandwidth / 1e9, h.optimizer_bandwidth / 1e9, h.intra_node_pair.latency * 1e6,
+             h.elementwise_bandwidth.at(DType::f32) / 1e9, h.elementwise_bandwidth.at(DType::bf16) / 1e9,
+             h.optimizer_bandwidth / 1e9, h.intra_node_pair.latency * 1e6,
              h.intra_node_pair.bandwidth / 1e9,
              h.devices_per_node, h.intra_node_collective.latency * 1e6, h.intra_node_collective.bandwidth / 1e9,
              cmd.out);

@@ -139,13 +139,21 @@ double attention_rate(DType dtype, std::int64_t b, std::int64_t t, std::int64_t 
   return 3.5 * 4.0 * double(b) * double(t) * double(t) * double(c) * ops::cpu::causal_work_share(t) / seconds;
 }
 
-// Elementwise ops as a layer runs them on [rows, c] (LayerNorm, GELU and a residual add, each
-// forward and backward): the bytes of the tensors they make, written once and read once, per
-// second (the cost model counts every tensor a step makes so).
-double elementwise_rate(std::int64_t rows, std::int64_t c, int repeats) {
-  Tensor x = Tensor::full({rows, c}, 0.5f), dy = Tensor::full({rows, c}, 0.1f), y = Tensor::empty({rows, c});
-  Tensor dx = Tensor::empty({rows, c}), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
-  Tensor w = Tensor::full({c}, 1.0f), bias = Tensor::zeros({c}), dw = Tensor::zeros({c}), db = Tensor::zeros({c});
+// Elementwise ops as a layer runs them on [rows, c] of `dtype` (LayerNorm, GELU and a residual
+// add, each forward and backward): the bytes of the tensors they make, written once and read once,
+// per second (the cost model counts every tensor a step makes so). Per byte, bf16 runs slower than
+// fp32 (measured here: 3.6 GB/s against 8-10; the kernels widen each element to fp32 and back).
+double elementwise_rate(DType dtype, std::int64_t rows, std::int64_t c, int repeats) {
+  const auto make = [&](Shape shape, float value) {
+    Tensor t = Tensor::full(shape, value);
+    if (dtype == DType::f32) return t;
+    Tensor narrow = Tensor::empty(shape, dtype);
+    ops::cast(narrow, t);
+    return narrow;
+  };
+  Tensor x = make({rows, c}, 0.5f), dy = make({rows, c}, 0.1f), y = Tensor::empty({rows, c}, dtype);
+  Tensor dx = Tensor::empty({rows, c}, dtype), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+  Tensor w = make({c}, 1.0f), bias = make({c}, 0.0f), dw = make({c}, 0.0f), db = make({c}, 0.0f);
   const double seconds = op_time(repeats, [&] {
     ops::layernorm_forward(y, mean, rstd, x, w, bias, 1e-5f);
     ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
@@ -153,7 +161,7 @@ double elementwise_rate(std::int64_t rows, std::int64_t c, int repeats) {
     ops::gelu_backward(dx, dy, x, ops::GeluForm::tanh);
     ops::residual_add(y, x, dy);
   });
-  return 2.0 * 5.0 * double(rows * c) * 4.0 / seconds;
+  return 2.0 * 5.0 * double(rows * c) * double(dtype_size(dtype)) / seconds;
 }
 
 // AdamW over n fp32 parameters: its 28 bytes a parameter (4 read and 3 written) per second.
@@ -229,6 +237,12 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   // rate at 2.4 to 4.5 GB/s and the all-reduce's bus bandwidth at 0.75 to 1.05 GB/s over four
   // calibrations within three minutes).
   const int passes = options.quick ? 1 : 3;
+  // Smaller messages than `message` (the links' bandwidth by message size: a step's are mostly these).
+  const std::vector<std::int64_t> messages = options.quick ? std::vector<std::int64_t>{message / 4}
+                                                           : std::vector<std::int64_t>{message / 64, message / 16, message / 4};
+  const std::vector<std::int64_t> elementwise_rows =
+      options.quick ? std::vector<std::int64_t>{256} : std::vector<std::int64_t>{64, 256, 1024};
+  TIDAL_ASSERT(2048 * 1024 == Hardware::kElementwiseElements, "calibrate's elementwise size is the hardware file's");
   std::vector<std::vector<double>> measured;  // [pass][figure], the figures in the order below
   for (int pass = 0; pass < passes; ++pass) {
     std::vector<double>& figures = measured.emplace_back();
@@ -248,16 +262,25 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
       for (std::int64_t t = options.quick ? 32 : 64; t < keys; t *= 2)
         figures.push_back(op_rate(world, sharing, [&] { return attention_rate(dtype, 4, t, 256, 4, repeats); }));
     }
-    figures.push_back(
-        op_rate(world, sharing, [&] { return elementwise_rate(options.quick ? 256 : 2048, 1024, repeats); }));
+    // Elementwise ops on tensors of Hardware::kElementwiseElements, and on smaller ones (a core's
+    // caches hold those: measured here, fp32 at 10 GB/s on 256k elements, 8.5 on 2M).
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      figures.push_back(op_rate(world, sharing, [&] { return elementwise_rate(dtype, 2048, 1024, repeats); }));
+      for (std::int64_t rows : elementwise_rows) {
+        const int more = int(std::min<std::int64_t>(50, repeats * (2048 / rows)));
+        figures.push_back(op_rate(world, sharing, [&] { return elementwise_rate(dtype, rows, 1024, more); }));
+      }
+    }
     figures.push_back(
         op_rate(world, sharing, [&] { return optimizer_rate(options.quick ? (1 << 16) : (1 << 22), repeats); }));
     world.barrier()->wait();
     figures.push_back(op_rate(world, sharing, [&] { return copy_rate(big, repeats); }));
     figures.push_back(half_round_trip(world, 4, repeats * 20));
     figures.push_back(half_round_trip(world, message, repeats));
+    for (std::int64_t bytes : messages) figures.push_back(half_round_trip(world, bytes, repeats));
     figures.push_back(all_reduce_time(world, 4, repeats * 20));
     figures.push_back(all_reduce_time(world, message, repeats));
+    for (std::int64_t bytes : messages) figures.push_back(all_reduce_time(world, bytes, repeats));
   }
   std::size_t next = 0;
   const auto median_of_passes = [&] {
@@ -276,7 +299,10 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
     for (std::int64_t t = options.quick ? 32 : 64; t < keys; t *= 2)
       h.attention_sizes[dtype].push_back({double(t), median_of_passes()});
   }
-  h.elementwise_bandwidth = median_of_passes();
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    h.elementwise_bandwidth[dtype] = median_of_passes();
+    for (std::int64_t rows : elementwise_rows) h.elementwise_sizes[dtype].push_back({double(rows * 1024), median_of_passes()});
+  }
   h.optimizer_bandwidth = median_of_passes();
   h.memory_bandwidth = median_of_passes();
   h.bf16_native = ops::cpu::onednn_bf16_native();
@@ -284,13 +310,22 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   // written (the memory bandwidth counts both).
   h.host_device_bandwidth = h.memory_bandwidth / 2;
   h.host_optimizer_bandwidth = h.optimizer_bandwidth;  // and the same cores
+  // Each link's bandwidth at a message's size, in bytes through the link per message (the cost
+  // model's measure): a send's bytes; an all-reduce's 2 (p - 1) / p of its buffer.
   const double pair_latency = median_of_passes(), pair_time = median_of_passes();
   h.intra_node_pair = {.bandwidth = double(message) / std::max(1e-9, pair_time - pair_latency),
-                       .latency = pair_latency};
+                       .latency = pair_latency,
+                       .measured_at = double(message)};
+  for (std::int64_t bytes : messages)
+    h.intra_node_pair.sizes.push_back({double(bytes), double(bytes) / std::max(1e-9, median_of_passes() - pair_latency)});
   const double small = median_of_passes(), large = median_of_passes();
   const double steps = 2.0 * (p - 1);  // a ring all-reduce: p - 1 reduce-scatter and p - 1 all-gather steps
   h.intra_node_collective = {.bandwidth = steps / p * double(message) / std::max(1e-9, large - small),
-                             .latency = small / steps};
+                             .latency = small / steps,
+                             .measured_at = steps / p * double(message)};
+  for (std::int64_t bytes : messages)
+    h.intra_node_collective.sizes.push_back(
+        {steps / p * double(bytes), steps / p * double(bytes) / std::max(1e-9, median_of_passes() - small)});
   TIDAL_ASSERT(next == measured.front().size(), "calibrate read {} of its {} figures", next, measured.front().size());
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);

@@ -66,7 +66,8 @@ bool spans_nodes(const std::vector<int>& members, int per_node) {
 // operation of a group of two, over the link between two ranks, a larger group's over the node's
 // collective link, inter-node where its group spans nodes; latency once per step of the ring algorithm the bytes assume (2 (p - 1) for an
 // all-reduce, p - 1 for an all-gather or reduce-scatter, a broadcast or reduce as a scatter and a
-// gather). A receive is the send's other end: its time is the send's.
+// gather), and its bytes at the link's bandwidth for messages of their size (sim/hardware.h). A
+// receive is the send's other end: its time is the send's.
 LinkTime link_time(const Hardware& hw, const parallel::Layout& layout, int rank) {
   // Each group kind's link, found once (the replay asks for every collective it counts).
   struct GroupLinks {
@@ -95,7 +96,7 @@ LinkTime link_time(const Hardware& hw, const parallel::Layout& layout, int rank)
       if (l.name == group) g = &l;
     const Link& link = op == "send" ? *g->pair : *g->collective;
     const double steps = op == "send" ? 1.0 : op == "all_gather" || op == "reduce_scatter" ? size - 1.0 : 2.0 * (size - 1);
-    return calls * steps * link.latency + bytes / link.bandwidth;
+    return calls * steps * link.latency + bytes / link.bandwidth_at(bytes / calls);
   };
 }
 

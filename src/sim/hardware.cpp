@@ -42,8 +42,28 @@ class Reader {
     return *n->value<bool>();
   }
   Link link(const std::string& key) const {
-    return {.bandwidth = positive(key + ".gbps", "GB/s per direction, as one rank sees it") * kGB,
-            .latency = positive(key + ".latency_us", "microseconds for a message of no bytes") * kMicro};
+    Link l{.bandwidth = positive(key + ".gbps", "GB/s per direction, as one rank sees it") * kGB,
+           .latency = positive(key + ".latency_us", "microseconds for a message of no bytes") * kMicro};
+    if (has(key + ".bytes")) l.measured_at = positive(key + ".bytes", "bytes of a message through the link at gbps");
+    l.sizes = curve(key + ".sizes", "bytes", "GB/s", kGB);
+    return l;
+  }
+  // [[size, rate], ...] at `key`, the rates times `scale`, ascending; none: empty.
+  std::vector<std::pair<double, double>> curve(const std::string& key, const char* size, const char* unit,
+                                               double scale) const {
+    std::vector<std::pair<double, double>> out;
+    if (!has(key)) return out;
+    const toml::array* rows = t_.at_path(key).as_array();
+    TIDAL_CHECK(rows, "{}: '{}' must be a list of [{}, {}] pairs", file_, key, size, unit);
+    for (const toml::node& row : *rows) {
+      const toml::array* pair = row.as_array();
+      TIDAL_CHECK(pair && pair->size() == 2 && (*pair)[0].value<double>() && (*pair)[1].value<double>() &&
+                      *(*pair)[0].value<double>() > 0 && *(*pair)[1].value<double>() > 0,
+                  "{}: '{}' must be a list of [{}, {}] pairs of positive numbers", file_, key, size, unit);
+      out.push_back({*(*pair)[0].value<double>(), *(*pair)[1].value<double>() * scale});
+    }
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
  private:
@@ -51,8 +71,17 @@ class Reader {
   std::string file_;
 };
 
+std::string curve_toml(const std::vector<std::pair<double, double>>& curve, double scale) {
+  std::vector<std::string> rows;
+  for (const auto& [n, rate] : curve) rows.push_back(fmt::format("[{:.6g}, {:.6g}]", n, rate / scale));
+  return fmt::format("[{}]", fmt::join(rows, ", "));
+}
+
 std::string link_toml(const Link& l) {
-  return fmt::format("{{ gbps = {:.6g}, latency_us = {:.6g} }}", l.bandwidth / kGB, l.latency / kMicro);
+  std::string out = fmt::format("{{ gbps = {:.6g}, latency_us = {:.6g}", l.bandwidth / kGB, l.latency / kMicro);
+  if (l.measured_at > 0) out += fmt::format(", bytes = {:.6g}", l.measured_at);
+  if (!l.sizes.empty()) out += ", sizes = " + curve_toml(l.sizes, kGB);
+  return out + " }";
 }
 
 }  // namespace
@@ -86,24 +115,18 @@ Hardware load_hardware(const std::string& path) {
     const std::string at = fmt::format("device.attention_tflops.{}", key);
     h.attention_flops[dtype] = r.has(at) ? r.positive(at, "TFLOP/s of attention's forward and backward") * kTera
                                          : h.flops[dtype] / 2;
-    for (auto [table, curve] : {std::pair{"gemm_sizes", &h.gemm_sizes}, {"attention_sizes", &h.attention_sizes}}) {
+    for (auto [table, curve, unit, scale] : {std::tuple{"gemm_sizes", &h.gemm_sizes, "TFLOP/s", kTera},
+                                             {"attention_sizes", &h.attention_sizes, "TFLOP/s", kTera},
+                                             {"elementwise_sizes", &h.elementwise_sizes, "GB/s", kGB}}) {
       const std::string sizes = fmt::format("device.{}.{}", table, key);
-      if (!r.has(sizes)) continue;
-      const toml::array* rows = t.at_path(sizes).as_array();
-      TIDAL_CHECK(rows, "{}: '{}' must be a list of [size, TFLOP/s] pairs", path, sizes);
-      for (const toml::node& row : *rows) {
-        const toml::array* pair = row.as_array();
-        TIDAL_CHECK(pair && pair->size() == 2 && (*pair)[0].value<double>() && (*pair)[1].value<double>() &&
-                        *(*pair)[0].value<double>() > 0 && *(*pair)[1].value<double>() > 0,
-                    "{}: '{}' must be a list of [size, TFLOP/s] pairs of positive numbers", path, sizes);
-        (*curve)[dtype].push_back({*(*pair)[0].value<double>(), *(*pair)[1].value<double>() * kTera});
-      }
-      std::sort((*curve)[dtype].begin(), (*curve)[dtype].end());
+      if (r.has(sizes)) (*curve)[dtype] = r.curve(sizes, "size", unit, scale);
     }
+    // One figure for every dtype (a data sheet's memory bandwidth), or one each (tidal calibrate's).
+    const bool by_dtype = r.has("device.elementwise_gbps") && t.at_path("device.elementwise_gbps").is_table();
+    const std::string elementwise = by_dtype ? fmt::format("device.elementwise_gbps.{}", key) : "device.elementwise_gbps";
+    h.elementwise_bandwidth[dtype] =
+        r.has(elementwise) || by_dtype ? r.positive(elementwise, "GB/s of elementwise ops") * kGB : h.memory_bandwidth;
   }
-  h.elementwise_bandwidth = r.has("device.elementwise_gbps")
-                                ? r.positive("device.elementwise_gbps", "GB/s of elementwise ops") * kGB
-                                : h.memory_bandwidth;
   h.optimizer_bandwidth = r.has("device.optimizer_gbps")
                               ? r.positive("device.optimizer_gbps", "GB/s of AdamW's traffic") * kGB
                               : h.memory_bandwidth;
@@ -145,8 +168,9 @@ std::string hardware_toml(const Hardware& h) {
                      h.flops.at(DType::bf16) / kTera, h.flops.at(DType::f16) / kTera);
   if (h.device == Device::Kind::cpu)
     out << fmt::format("bf16_native = {}  # false: bf16 operands widened to fp32 copies\n", h.bf16_native);
-  out << fmt::format("elementwise_gbps = {:.6g}\noptimizer_gbps = {:.6g}\n", h.elementwise_bandwidth / kGB,
-                     h.optimizer_bandwidth / kGB);
+  out << fmt::format("elementwise_gbps = {{ fp32 = {:.6g}, bf16 = {:.6g}, fp16 = {:.6g} }}\noptimizer_gbps = {:.6g}\n",
+                     h.elementwise_bandwidth.at(DType::f32) / kGB, h.elementwise_bandwidth.at(DType::bf16) / kGB,
+                     h.elementwise_bandwidth.at(DType::f16) / kGB, h.optimizer_bandwidth / kGB);
   if (h.oversubscription > 1)
     out << fmt::format("oversubscription = {:.6g}  # threads per core: the rates are each rank's with all computing\n",
                        h.oversubscription);
@@ -154,16 +178,15 @@ std::string hardware_toml(const Hardware& h) {
     out << fmt::format("attention_tflops = {{ fp32 = {:.6g}, bf16 = {:.6g}, fp16 = {:.6g} }}\n",
                        h.attention_flops.at(DType::f32) / kTera, h.attention_flops.at(DType::bf16) / kTera,
                        h.attention_flops.at(DType::f16) / kTera);
-  for (const auto& [table, curve, what] :
-       {std::tuple{"gemm_sizes", &h.gemm_sizes, "TFLOP/s of n x n x n products below the peak's size"},
-        {"attention_sizes", &h.attention_sizes, "TFLOP/s of attention over fewer keys (causal, forward and backward)"}}) {
+  for (const auto& [table, curve, what, scale] :
+       {std::tuple{"gemm_sizes", &h.gemm_sizes, "TFLOP/s of n x n x n products below the peak's size", kTera},
+        {"attention_sizes", &h.attention_sizes, "TFLOP/s of attention over fewer keys (causal, forward and backward)",
+         kTera},
+        {"elementwise_sizes", &h.elementwise_sizes, "GB/s of elementwise ops on tensors of fewer elements", kGB}}) {
     if (curve->empty()) continue;
     out << fmt::format("[device.{}]  # {}\n", table, what);
     for (const auto& [dtype, key] : {std::pair{DType::f32, "fp32"}, {DType::bf16, "bf16"}, {DType::f16, "fp16"}}) {
-      if (!curve->count(dtype)) continue;
-      std::vector<std::string> rows;
-      for (const auto& [n, rate] : curve->at(dtype)) rows.push_back(fmt::format("[{:.6g}, {:.6g}]", n, rate / kTera));
-      out << fmt::format("{} = [{}]\n", key, fmt::join(rows, ", "));
+      if (curve->count(dtype)) out << fmt::format("{} = {}\n", key, curve_toml(curve->at(dtype), scale));
     }
   }
   out << "\n";
@@ -195,11 +218,8 @@ namespace {
 // A rate at `size` from a curve measured below the size of `peak`: interpolated in log(size)
 // between the measured sizes, the peak at its own size (`peak_size`, or twice the largest
 // measured) and beyond, the smallest size's rate below it.
-double rate_at(const std::map<DType, std::vector<std::pair<double, double>>>& curves, DType dtype, double peak,
-               double peak_size, double size) {
-  const auto it = curves.find(dtype);
-  if (it == curves.end() || it->second.empty()) return peak;
-  const std::vector<std::pair<double, double>>& curve = it->second;
+double rate_at(const std::vector<std::pair<double, double>>& curve, double peak, double peak_size, double size) {
+  if (curve.empty()) return peak;
   if (size <= curve.front().first) return curve.front().second;
   // The measured points, then the peak's own (the planner asks this for every product it replays:
   // no copy of the curve).
@@ -217,7 +237,15 @@ double rate_at(const std::map<DType, std::vector<std::pair<double, double>>>& cu
   return peak;
 }
 
+double rate_at(const std::map<DType, std::vector<std::pair<double, double>>>& curves, DType dtype, double peak,
+               double peak_size, double size) {
+  const auto it = curves.find(dtype);
+  return it == curves.end() ? peak : rate_at(it->second, peak, peak_size, size);
+}
+
 }  // namespace
+
+double Link::bandwidth_at(double bytes) const { return rate_at(sizes, bandwidth, measured_at, bytes); }
 
 double Hardware::gemm_rate(DType dtype, double m, double n, double k) const {
   return rate_at(gemm_sizes, dtype, flops.at(dtype), 2048, std::cbrt(m * n * k));
@@ -225,6 +253,10 @@ double Hardware::gemm_rate(DType dtype, double m, double n, double k) const {
 
 double Hardware::attention_rate(DType dtype, double keys) const {
   return rate_at(attention_sizes, dtype, attention_flops.at(dtype), 1024, keys);
+}
+
+double Hardware::elementwise_rate(DType dtype, double elements) const {
+  return rate_at(elementwise_sizes, dtype, elementwise_bandwidth.at(dtype), kElementwiseElements, elements);
 }
 
 }  // namespace tidal::sim

@@ -16,7 +16,10 @@
 //             below the peak's size; [device.attention_tflops] fp32, bf16, fp16 (attention's
 //             forward and backward; default half the GEMM peak); [device.attention_sizes] fp32 /
 //             bf16 / fp16 = [[keys, TFLOP/s], ...] below it; elementwise_gbps (the bytes
-//             elementwise ops make, written and read, per second; default memory_gbps);
+//             elementwise ops make, written and read, per second, on tensors of 2^21 elements: a
+//             number for every dtype or { fp32, bf16, fp16 }; default memory_gbps);
+//             [device.elementwise_sizes] fp32 / bf16 / fp16 = [[elements, GB/s], ...] of smaller
+//             tensors (a cache holds them);
 //             optimizer_gbps (AdamW's 28 bytes a parameter per second; default memory_gbps),
 //             oversubscription (cpu: the node's ranks' threads per core where they share too few
 //             cores, mpirun --oversubscribe; default 1: the rates above are each rank's with every
@@ -26,7 +29,9 @@
 //             bytes a parameter per second on the host's cores, one rank's share: memory.offload's
 //             optimizer states there; a cpu device's default is its own optimizer_gbps, a cuda
 //             device has none, and a layout with offload then has no time)
-//   [links]   intra_node_pair, intra_node_collective, inter_node (optional): { gbps, latency_us };
+//   [links]   intra_node_pair, intra_node_collective, inter_node (optional): { gbps, latency_us },
+//             optionally with bytes (a message's bytes through the link that gbps was measured on)
+//             and sizes = [[bytes, gbps], ...] of smaller messages (tidal calibrate measures them);
 //             a send takes the pair link, a collective (two ranks too) the collective link;
 //             pairs = "any" (default: every two ranks of a node have the pair link, NVSwitch) or
 //             "adjacent" (only ranks 2k and 2k + 1 do, colossal-ai.txt's System II: there a
@@ -45,9 +50,16 @@
 namespace tidal::sim {
 
 struct Link {
-  double bandwidth = 0;  // bytes/s
+  double bandwidth = 0;  // bytes/s, on messages of `measured_at` bytes and more
   double latency = 0;    // s
-  double seconds(double bytes) const { return latency + bytes / bandwidth; }
+  // Smaller messages: (bytes a message moves through the link, bytes/s), ascending; empty: the
+  // bandwidth above for every size. On a CPU, MPI's copies of a small message stay in cache (measured
+  // here, an all-reduce over 4 ranks: 2.1-2.6 GB/s at 0.5-2 MiB, 0.74 at 64 MiB).
+  std::vector<std::pair<double, double>> sizes = {};
+  double measured_at = 0;  // bytes a message of `bandwidth` moves (0: the largest size's twice)
+  // The bandwidth of messages of `bytes` each: the sizes' curve, `bandwidth` beyond it.
+  double bandwidth_at(double bytes) const;
+  double seconds(double bytes) const { return latency + bytes / bandwidth_at(bytes); }
 };
 
 struct Hardware {
@@ -65,7 +77,11 @@ struct Hardware {
   // Attention over fewer keys than the rate above was measured on: (keys, FLOP/s) by dtype,
   // ascending; empty: that rate always.
   std::map<DType, std::vector<std::pair<double, double>>> attention_sizes;
-  double elementwise_bandwidth = 0;         // bytes/s (0: memory_bandwidth)
+  // Elementwise ops' bytes made, written and read, per second by dtype, on tensors of
+  // kElementwiseElements elements; and on fewer: (elements, bytes/s) by dtype, ascending.
+  static constexpr double kElementwiseElements = double(1 << 21);
+  std::map<DType, double> elementwise_bandwidth;
+  std::map<DType, std::vector<std::pair<double, double>>> elementwise_sizes;
   double optimizer_bandwidth = 0;           // bytes/s of AdamW's traffic (0: memory_bandwidth)
   // The node's ranks' threads per core, where they share too few cores (1: a core per thread).
   // The rates above are what each rank sees while every rank of the node computes; with fewer
@@ -79,6 +95,9 @@ struct Hardware {
   // The rate of attention whose queries each see up to `keys` keys: the sizes' curve, the
   // attention rate beyond it.
   double attention_rate(DType dtype, double keys) const;
+  // The bytes/s of elementwise ops making `dtype` tensors of `elements`: the sizes' curve, the
+  // rate of kElementwiseElements beyond it.
+  double elementwise_rate(DType dtype, double elements) const;
   // The best GEMM rate the file gives for `dtype` (the peak, or a faster measured size): MFU's measure.
   double peak_flops(DType dtype) const;
   double host_memory = 0;         // bytes per node

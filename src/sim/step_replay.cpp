@@ -31,8 +31,16 @@ class Tally {
 
  public:
   using Act = std::shared_ptr<Held>;
+  // What the elementwise ops that make the tensors cost: each written once and read once, at the
+  // rate of its dtype and size (sim/hardware.h); nothing without a hardware.
+  struct Rate {
+    const Hardware* hardware = nullptr;
+    DType dtype = DType::f32;
+    double element = 4;  // bytes of one element of `dtype`
+  } rate;
   Act make(double bytes) {
-    made += std::max(0.0, bytes);
+    if (rate.hardware && bytes > 0)
+      made_seconds += 2 * bytes / rate.hardware->elementwise_rate(rate.dtype, bytes / rate.element);
     return scratch(bytes);
   }
   // An op's own copy of its operands: held, but its time is in the op's rate (calibrate times
@@ -43,7 +51,7 @@ class Tally {
     peak = std::max(peak, current);
     return std::make_shared<Held>(this, bytes);  // one allocation: the planner makes millions
   }
-  double current = 0, peak = 0, made = 0;
+  double current = 0, peak = 0, made_seconds = 0;
 };
 using Act = Tally::Act;
 using Keep = std::vector<Act>;  // what one module call saves for its backward
@@ -971,19 +979,20 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
   StepReplay out;
   if (costs) out.traffic = Traffic(costs->link);
   Tally tally;
+  if (costs) tally.rate = {.hardware = costs->hardware, .dtype = costs->dtype, .element = s.e};
   Replay r{tally, s, out.traffic, costs};
-  // The seconds since the last mark: GEMMs, attention, the bytes made, the layers' collectives
+  // The seconds since the last mark: GEMMs, attention, the tensors made, the layers' collectives
   // (those alone: lap_comm).
   struct Mark {
     double gemm = 0, attention = 0, made = 0, comm = 0;
   } mark;
   double lap_comm = 0;
-  const auto now = [&] { return Mark{r.gemm_seconds, r.attention_seconds, tally.made, out.traffic.seconds()}; };
+  const auto now = [&] { return Mark{r.gemm_seconds, r.attention_seconds, tally.made_seconds, out.traffic.seconds()}; };
   const auto lap = [&] {
     lap_comm = 0;
     if (!costs) return 0.0;
     const double gemm = r.gemm_seconds - mark.gemm, attention = r.attention_seconds - mark.attention;
-    const double memory = 2 * (tally.made - mark.made) / costs->hardware->elementwise_bandwidth;
+    const double memory = tally.made_seconds - mark.made;
     const double comm = out.traffic.seconds() - mark.comm;
     out.gemm_seconds += gemm;
     out.attention_seconds += attention;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tidal calibrate` measures this machine over two ranks and writes a hardware file that
 # `sim::load_hardware` reads back (every figure above zero; the GEMM rates within sight of each
-# other's order, memory faster than nothing, the op rates); one process is a user error (exit 2)
+# other's order, memory faster than nothing, the op rates by dtype and size, the links by message
+# size); one process is a user error (exit 2)
 # naming the fix; parallel.auto picks a layout on that file, or on the machine measured at start-up.
 # usage: check_calibrate.sh path/to/tidal <mpirun command...>
 set -euo pipefail
@@ -14,16 +15,21 @@ cat "$dir/log"
 import sys, tomllib
 h = tomllib.load(open(sys.argv[1], "rb"))
 assert h["device"]["kind"] == "cpu" and h["devices_per_node"] == 2, h
+links = [h["links"]["intra_node_pair"], h["links"]["intra_node_collective"]]
 figures = [h["device"]["memory_gib"], h["device"]["memory_gbps"], h["host"]["memory_gib"], h["host"]["device_gbps"],
-           *h["device"]["tflops"].values(), *h["links"]["intra_node_pair"].values(),
-           *h["links"]["intra_node_collective"].values()]
-assert len(figures) == 11 and all(f > 0 for f in figures), h
+           *h["device"]["tflops"].values(), *[l[k] for l in links for k in ("gbps", "latency_us", "bytes")]]
+assert len(figures) == 13 and all(f > 0 for f in figures), h
+# Each link's bandwidth by message size, below the size its gbps was measured at.
+for l in links:
+    assert l["sizes"] and all(b > 0 and g > 0 and b < l["bytes"] for b, g in l["sizes"]), l
 assert "inter_node" not in h["links"], "one node measured: no inter-node link"
 assert "measured by tidal calibrate" in h["source"], h["source"]
 d = h["device"]
-op_rates = [d["elementwise_gbps"], d["optimizer_gbps"], *d["attention_tflops"].values(),
-            *[rate for rows in d["gemm_sizes"].values() for _, rate in rows]]
+op_rates = [*d["elementwise_gbps"].values(), d["optimizer_gbps"], *d["attention_tflops"].values(),
+            *[rate for rows in d["gemm_sizes"].values() for _, rate in rows],
+            *[rate for rows in d["elementwise_sizes"].values() for _, rate in rows]]
 assert all(f > 0 for f in op_rates) and len(d["gemm_sizes"]["fp32"]) >= 2, d
+assert sorted(d["elementwise_gbps"]) == sorted(d["elementwise_sizes"]) == ["bf16", "fp16", "fp32"], d
 print(f"PASS: calibrate wrote {len(figures)} figures above zero: {h['device']['tflops']} TFLOP/s")
 PY
 # Four ranks: on fewer than 4 cores their threads oversubscribe the cores, and the file says by how

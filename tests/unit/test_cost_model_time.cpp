@@ -30,11 +30,12 @@ sim::Hardware two_ranks(double oversubscription) {
   h.device_memory = 8.0 * (1 << 30);
   h.host_memory = 16.0 * (1 << 30);
   h.memory_bandwidth = h.host_device_bandwidth = 5e9;
-  h.elementwise_bandwidth = h.optimizer_bandwidth = 4e9;
+  h.optimizer_bandwidth = 4e9;
   h.bf16_native = false;
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     h.flops[dtype] = 5e10;
     h.attention_flops[dtype] = 2e10;
+    h.elementwise_bandwidth[dtype] = 4e9;
   }
   h.intra_node_pair = {.bandwidth = 2e9, .latency = 2e-5};
   h.intra_node_collective = {.bandwidth = 1e9, .latency = 5e-6};
@@ -85,6 +86,23 @@ TEST(CostModelTime, EveryRankComputingRunsAtTheFilesRates) {
   const sim::StepTime alone = sim::predict(small_gpt({}), 1, &shared).time;
   const sim::StepTime alone_own = sim::predict(small_gpt({}), 1, &own).time;
   EXPECT_NEAR(actions(alone), actions(alone_own) / 2, 1e-9 * actions(alone_own));
+}
+
+TEST(CostModelTime, ElementwiseOpsAtTheRateOfTheirDtypeAndSize) {
+  // The tensors a step makes cost the elementwise rate of the compute precision (bf16 ops widen
+  // each element and run slower per byte on a CPU), and of their size (a curve below 2^21 elements).
+  const config::Config fp32 = small_gpt({}), bf16 = small_gpt({"train.precision=bf16"});
+  const sim::Hardware h = two_ranks(1);
+  sim::Hardware slow_bf16 = h;
+  slow_bf16.elementwise_bandwidth[DType::bf16] /= 4;
+  const double f = sim::predict(fp32, 1, &h).time.memory, b = sim::predict(bf16, 1, &h).time.memory;
+  ASSERT_GT(b, 0.0);
+  EXPECT_DOUBLE_EQ(sim::predict(fp32, 1, &slow_bf16).time.memory, f);
+  EXPECT_NEAR(sim::predict(bf16, 1, &slow_bf16).time.memory, 4 * b, 1e-9 * b);
+  // Every tensor of this model below a curve's one point: all at that point's rate.
+  sim::Hardware cached = h;
+  cached.elementwise_sizes[DType::f32] = {{1e12, 2 * h.elementwise_bandwidth.at(DType::f32)}};
+  EXPECT_NEAR(sim::predict(fp32, 1, &cached).time.memory, f / 2, 1e-9 * f);
 }
 
 TEST(CostModelTime, OffloadMovesOverTheHostLinkAndAdamWRunsWhereTheStatesAre) {
@@ -138,6 +156,16 @@ TEST(CostModelTime, ChunkGroupsReduceBesideBackwardAllButTheLast) {
   const double reduction = rs.at("calls").get<double>() * gpu.intra_node_collective.latency +
                            rs.at("link_bytes").get<double>() / gpu.intra_node_collective.bandwidth;
   EXPECT_NEAR(p.time.hidden, (1 - 1.0 / groups) * reduction, 1e-9 * reduction);
+
+  // A link faster on smaller messages (sim/hardware.h's sizes): each reduce-scatter at the
+  // bandwidth of its own message, the largest of them here.
+  sim::Hardware by_size = gpu;
+  const double message = rs.at("link_bytes").get<double>() / rs.at("calls").get<double>();
+  by_size.intra_node_collective.sizes = {{message, 4e12}};
+  by_size.intra_node_collective.measured_at = 4 * message;
+  const double faster = rs.at("calls").get<double>() * gpu.intra_node_collective.latency +
+                        rs.at("link_bytes").get<double>() / 4e12;
+  EXPECT_NEAR(sim::predict(cfg, 2, &by_size).time.hidden, (1 - 1.0 / groups) * faster, 1e-9 * faster);
 
   // Micro-batches sum each one's gradients into a group buffer that waits for its group: their
   // reductions stay after it (one buffer, not two), and nothing hides.
@@ -246,8 +274,9 @@ TEST(CostModelTime, GridReplicaSumsRunBesideBackwardWithoutABuffer) {
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {  // ops far faster than the link
     slow.flops[dtype] = 5e12;
     slow.attention_flops[dtype] = 2e12;
+    slow.elementwise_bandwidth[dtype] = 4e11;
   }
-  slow.elementwise_bandwidth = slow.memory_bandwidth = 4e11;
+  slow.memory_bandwidth = 4e11;
   const sim::Prediction q =
       sim::predict(small_gpt({"parallel.tensor.size=8", "parallel.tensor.mode=2.5d", "parallel.tensor.depth=2",
                               "parallel.tensor.keep_gathered=true", "train.precision=bf16", "memory.chunk_size=70000"}),

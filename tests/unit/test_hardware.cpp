@@ -62,12 +62,15 @@ TEST(Hardware, WrittenFiguresReadBack) {
                   .gemm_sizes = {{DType::f32, {{128, 2.5e10}, {256, 6e10}}}},
                   .attention_flops = {{DType::f32, 3e10}, {DType::bf16, 2e10}, {DType::f16, 1e10}},
                   .attention_sizes = {{DType::f32, {{64, 1e10}, {256, 2e10}}}},
-                  .elementwise_bandwidth = 4.5e9,
+                  .elementwise_bandwidth = {{DType::f32, 4.5e9}, {DType::bf16, 2e9}, {DType::f16, 1.5e9}},
+                  .elementwise_sizes = {{DType::bf16, {{65536, 3e9}, {262144, 2.5e9}}}},
                   .optimizer_bandwidth = 6.5e9,
                   .oversubscription = 4,
                   .host_memory = 25.0 * (1 << 30), .host_device_bandwidth = 8.25e9, .host_optimizer_bandwidth = 3e9,
                   .intra_node_pair = {.bandwidth = 3.5e9, .latency = 1.5e-6},
-                  .intra_node_collective = {.bandwidth = 2.25e9, .latency = 4e-6}, .inter_node = std::nullopt};
+                  .intra_node_collective = {.bandwidth = 2.25e9, .latency = 4e-6,
+                                            .sizes = {{1 << 20, 6e9}, {1 << 22, 4e9}}, .measured_at = 1 << 26},
+                  .inter_node = std::nullopt};
   const sim::Hardware back = sim::load_hardware(write("round_trip", sim::hardware_toml(h)));
   EXPECT_EQ(back.name, h.name);
   EXPECT_EQ(back.source, h.source);
@@ -78,7 +81,15 @@ TEST(Hardware, WrittenFiguresReadBack) {
   for (const auto& [dtype, rate] : h.flops) EXPECT_NEAR(back.flops.at(dtype), rate, 1e-5 * rate);
   EXPECT_FALSE(back.bf16_native);
   EXPECT_NEAR(back.attention_flops.at(DType::bf16), 2e10, 1e5);
-  EXPECT_NEAR(back.elementwise_bandwidth, 4.5e9, 1e3);
+  EXPECT_NEAR(back.elementwise_bandwidth.at(DType::f32), 4.5e9, 1e3);
+  EXPECT_NEAR(back.elementwise_bandwidth.at(DType::f16), 1.5e9, 1e3);
+  // Elementwise ops by tensor size, as the GEMMs': the smallest's rate below it, log-interpolated
+  // between, the rate at Hardware::kElementwiseElements (2^21) at and beyond it; no curve: that rate.
+  EXPECT_NEAR(back.elementwise_rate(DType::bf16, 1000), 3e9, 1e3);
+  EXPECT_NEAR(back.elementwise_rate(DType::bf16, 131072), 2.75e9, 1e3);
+  EXPECT_NEAR(back.elementwise_rate(DType::bf16, 1 << 20), 2.5e9 - 0.5e9 * 2 / 3, 1e3);  // 2/3 of the way in log
+  EXPECT_NEAR(back.elementwise_rate(DType::bf16, 1 << 24), 2e9, 1e3);
+  EXPECT_NEAR(back.elementwise_rate(DType::f32, 1000), 4.5e9, 1e3);
   EXPECT_NEAR(back.optimizer_bandwidth, 6.5e9, 1e3);
   EXPECT_NEAR(back.host_optimizer_bandwidth, 3e9, 1e3);
   // 8 ranks' threads on a quarter as many cores: a rank runs up to 4 times its all-busy rate
@@ -104,6 +115,13 @@ TEST(Hardware, WrittenFiguresReadBack) {
   EXPECT_NEAR(back.attention_rate(DType::bf16, 64), 2e10, 1e4);  // no curve: the rate
   EXPECT_NEAR(back.intra_node_pair.bandwidth, 3.5e9, 1);
   EXPECT_NEAR(back.intra_node_collective.latency, 4e-6, 1e-12);
+  // A link's bandwidth by message size as the rates': the smallest's below it, log(bytes) between,
+  // the link's bandwidth from the size it was measured at; no sizes: that bandwidth for every message.
+  EXPECT_NEAR(back.intra_node_collective.bandwidth_at(1000), 6e9, 1);
+  EXPECT_NEAR(back.intra_node_collective.bandwidth_at(1 << 21), 5e9, 1e4);  // sizes written to 6 digits
+  EXPECT_NEAR(back.intra_node_collective.bandwidth_at(1 << 24), (4e9 + 2.25e9) / 2, 1e4);
+  EXPECT_NEAR(back.intra_node_collective.bandwidth_at(1 << 28), 2.25e9, 1);
+  EXPECT_NEAR(back.intra_node_pair.bandwidth_at(1000), 3.5e9, 1);
   EXPECT_FALSE(back.inter_node);
 }
 
