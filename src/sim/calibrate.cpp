@@ -104,15 +104,17 @@ double op_rate(comm::Communicator& world, const Sharing& sharing, F&& rate) {
   return mean_of_ranks(world, mine, sharing.computing) / sharing.oversubscription;
 }
 
+// A tensor of `dtype` holding `value` everywhere (an op's operand).
+Tensor filled(const Shape& shape, float value, DType dtype) {
+  Tensor t = Tensor::full(shape, value);
+  if (dtype == DType::f32) return t;
+  Tensor narrow = Tensor::empty(shape, dtype);
+  ops::cast(narrow, t);
+  return narrow;
+}
+
 double gemm_rate(DType dtype, std::int64_t n, int repeats) {
-  Tensor a = Tensor::full({n, n}, 0.5f), b = Tensor::full({n, n}, 0.25f);
-  if (dtype != DType::f32) {
-    Tensor a2 = Tensor::empty({n, n}, dtype), b2 = Tensor::empty({n, n}, dtype);
-    ops::cast(a2, a);
-    ops::cast(b2, b);
-    a = a2;
-    b = b2;
-  }
+  const Tensor a = filled({n, n}, 0.5f, dtype), b = filled({n, n}, 0.25f, dtype);
   Tensor c = Tensor::empty({n, n}, dtype);
   return 2.0 * double(n) * double(n) * double(n) / op_time(repeats, [&] { ops::gemm(c, a, b); });
 }
@@ -122,14 +124,7 @@ double gemm_rate(DType dtype, std::int64_t n, int repeats) {
 // kernels compute (ops::cpu::causal_work_share: half the keys and half a block's diagonal), so
 // that the rate holds without the mask too.
 double attention_rate(DType dtype, std::int64_t b, std::int64_t t, std::int64_t c, int heads, int repeats) {
-  Tensor qkv = Tensor::full({b, t, 3 * c}, 0.01f), dy = Tensor::full({b, t, c}, 0.01f);
-  if (dtype != DType::f32) {
-    Tensor q2 = Tensor::empty(qkv.shape(), dtype), d2 = Tensor::empty(dy.shape(), dtype);
-    ops::cast(q2, qkv);
-    ops::cast(d2, dy);
-    qkv = q2;
-    dy = d2;
-  }
+  const Tensor qkv = filled({b, t, 3 * c}, 0.01f, dtype), dy = filled({b, t, c}, 0.01f, dtype);
   Tensor y = Tensor::empty({b, t, c}, dtype), lse = Tensor::empty({b, heads, t}), dqkv = Tensor::empty(qkv.shape(), dtype);
   const ops::AttentionOptions opt{.n_head = heads, .n_kv_head = heads, .causal = true, .key_mask = nullptr};
   const double seconds = op_time(repeats, [&] {
@@ -144,16 +139,11 @@ double attention_rate(DType dtype, std::int64_t b, std::int64_t t, std::int64_t 
 // per second (the cost model counts every tensor a step makes so). Per byte, bf16 runs slower than
 // fp32 (measured here: 3.6 GB/s against 8-10; the kernels widen each element to fp32 and back).
 double elementwise_rate(DType dtype, std::int64_t rows, std::int64_t c, int repeats) {
-  const auto make = [&](Shape shape, float value) {
-    Tensor t = Tensor::full(shape, value);
-    if (dtype == DType::f32) return t;
-    Tensor narrow = Tensor::empty(shape, dtype);
-    ops::cast(narrow, t);
-    return narrow;
-  };
-  Tensor x = make({rows, c}, 0.5f), dy = make({rows, c}, 0.1f), y = Tensor::empty({rows, c}, dtype);
-  Tensor dx = Tensor::empty({rows, c}, dtype), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
-  Tensor w = make({c}, 1.0f), bias = make({c}, 0.0f), dw = make({c}, 0.0f), db = make({c}, 0.0f);
+  const Tensor x = filled({rows, c}, 0.5f, dtype), dy = filled({rows, c}, 0.1f, dtype);
+  const Tensor w = filled({c}, 1.0f, dtype), bias = filled({c}, 0.0f, dtype);
+  Tensor y = Tensor::empty({rows, c}, dtype), dx = Tensor::empty({rows, c}, dtype);
+  Tensor mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+  Tensor dw = filled({c}, 0.0f, dtype), db = filled({c}, 0.0f, dtype);
   const double seconds = op_time(repeats, [&] {
     ops::layernorm_forward(y, mean, rstd, x, w, bias, 1e-5f);
     ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
