@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace tidal {
@@ -36,6 +37,25 @@ TEST(DType, F16RoundTripsEveryFiniteValue) {
     if ((h & 0x7c00) == 0x7c00) continue;  // inf / NaN
     const float f = f16_to_float(std::uint16_t(h));
     ASSERT_EQ(float_to_f16_bits(f), h) << "bits " << h;
+  }
+}
+
+// The branch-free encoder against the compiler's own fp32 -> _Float16 conversion (round to
+// nearest even; F16C's instruction or libgcc), on every 251st fp32 bit pattern of both signs:
+// normals, subnormals, overflow, infinities. A NaN only has to stay a NaN (the payloads differ).
+TEST(DType, F16EncodesLikeTheCompilersFloat16) {
+  for (std::uint64_t i = 0; i <= 0xffffffffu; i += 251) {
+    const float f = bits_to_float(std::uint32_t(i));
+    const _Float16 expected = static_cast<_Float16>(f);
+    std::uint16_t want = 0;
+    std::memcpy(&want, &expected, 2);
+    const std::uint16_t got = float_to_f16_bits(f);
+    if (f != f) {
+      ASSERT_EQ(got & 0x7c00u, 0x7c00u) << "fp32 bits " << i;
+      ASSERT_NE(got & 0x3ffu, 0u) << "fp32 bits " << i;
+      continue;
+    }
+    ASSERT_EQ(got, want) << "fp32 bits " << i;
   }
 }
 
