@@ -441,10 +441,13 @@ void ChunkManager::reduce_group(int group) {
   }
   if (options_.accumulate) {
     // This micro-batch's gradients of the group, summed over the ranks and added to the fp32
-    // grad list: every chunk at stage 0, the owned one (reduce-scatter) when sharded.
-    // Waited for at once: the next group's gradients need a buffer of their own meanwhile.
+    // grad list: every chunk at stage 0, the owned one (reduce-scatter) when sharded. It runs
+    // beside the rest of this backward, its packed buffer held by the reduction until it is
+    // stored, while the next group's gradients fill a buffer of their own (two group buffers
+    // at a time, as DeepSpeed's overlap_comm holds). Under offload it is waited for at once.
     const std::int64_t C = layout_.chunk_elements;
     Tensor packed = pending(group);
+    pending_[std::size_t(group)] = Tensor();
     if (!sharded()) {
       in_flight_ = InFlight{group, sync_, options_.group->all_reduce(packed), [this, first, packed, C] {
                               for (int r = 0; r < layout_.group_size; ++r)
@@ -453,10 +456,10 @@ void ChunkManager::reduce_group(int group) {
     } else {
       Tensor mine = Tensor::empty({C}, options_.compute_dtype, *device_);
       in_flight_ = InFlight{group, sync_, options_.group->reduce_scatter(mine, packed),
-                            [this, first, mine] { add_into(list(ChunkKind::grad)[std::size_t(first + rank_)], mine); }};
+                            // packed: the reduce-scatter's input, kept until the sum is stored
+                            [this, first, mine, packed] { add_into(list(ChunkKind::grad)[std::size_t(first + rank_)], mine); }};
     }
-    settle(true);
-    pending_[std::size_t(group)] = Tensor();
+    if (dmm_) settle(true);
     if (options_.zero_stage == 3) free_remote(group);
     return;
   }

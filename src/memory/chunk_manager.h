@@ -48,7 +48,9 @@
 // micro-batch): all-reduced in place at stage 0, reduce-scattered into the owned chunk at stage 1.
 // At stages 2 and 3, or under offload, a group's gradients of one micro-batch wait in a packed
 // buffer of the group's size until the group is complete, and are then reduced (reduce-scatter,
-// or all-reduce at stage 0) and added to a grad list sharded as the optimizer's, at once.
+// or all-reduce at stage 0) and added to a grad list sharded as the optimizer's: beside the rest
+// of that micro-batch's backward, one in flight while the next group's buffer fills (two group
+// buffers, as DeepSpeed's overlap_comm), or at once under offload.
 //
 // Under any layout the lists hold the parameters a rank materializes (its tensor-parallel
 // blocks, its pipeline stage's); the ranks sharing them (ChunkOptions::group) are its data

@@ -382,7 +382,8 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
       // trainer's allreduce_s and allreduce_exposed_s): ZeRO-1 over 2 ranks in 7 groups 97%
       // hidden, data 2 x tensor 2 at ZeRO-2 in 7 groups 76%, ZeRO-3 over 8 ranks in one group 1%,
       // data 2 in one bucket none.
-      st.hidden = (1 - r.overlap_tail) * std::min(r.overlappable, last_backward);
+      // Spread over several backwards (a micro-batch's groups beside its own), each hides its part.
+      st.hidden = (1 - r.overlap_tail) * r.overlap_passes * std::min(r.overlappable / r.overlap_passes, last_backward);
       st.after = r.after_actions + r.overlappable - st.hidden;
       st.optimizer = r.optimizer;
       const RankMemory& rm = p.ranks[std::size_t(stages[k])];

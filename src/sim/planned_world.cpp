@@ -136,8 +136,12 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
       // Micro-batches summed locally: no buffer at stage 0, whose grad list is all-reduced where it
       // lies; at stage 1 the gather after the step's (the owned chunk's fp32 sum is no larger).
       m.param_transient_bytes = options.accumulate && cfg.zero.stage == 0 ? 0 : group_bytes;
+      // Micro-batches at stages 2 and 3: a group's pending sums in flight (and its owned chunk's)
+      // while the next group's fill a buffer of their own; at stage 3 in the place of the remote
+      // chunks the reduced group has let go (measured: the peak stays where it was).
       if (options.accumulate && !memory::sums_micro_batches_locally(options))
-        m.param_transient_bytes += m.param_chunk_bytes;
+        m.param_transient_bytes +=
+            m.param_chunk_bytes + (cfg.zero.stage != 3 && layout.chunks / group_size > 1 ? group_bytes : 0);
       if (cfg.zero.stage == 3) {
         const int groups = layout.chunks / group_size;
         m.param_transient_bytes += group_bytes * std::min(groups, tied_here ? 2 : 1);

@@ -820,10 +820,12 @@ namespace {
 
 // What the trainer and the model data keeper communicate once a step, beside the layers
 // (engine/trainer.cpp, engine/model_data.cpp, memory/chunk_manager.cpp, pipeline/engine.cpp).
-// The part that runs beside backward: its seconds, and the share of them that starts only after
-// backward's last op (StepReplay::overlappable, overlap_tail).
+// The part that runs beside backward: its seconds, the share of them that starts only after
+// backward's last op, and the backwards it is spread over (StepReplay::overlappable,
+// overlap_tail, overlap_passes).
 struct Overlap {
   double seconds = 0, tail = 0;
+  int passes = 1;
 };
 
 Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int micro_batches, Traffic& traffic) {
@@ -906,10 +908,12 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
       traffic.add(chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, e, reductions);
     }
     // Without offload each group's sum runs beside the backward of the groups after it
-    // (memory/chunk_manager.h: one in flight); the last group's, after backward. With
-    // micro-batches only the local sums' do (the others are waited for at once).
-    if ((!accumulate || local_sums) && !offload && groups > 0)
-      overlap = {.seconds = traffic.seconds() - start, .tail = 1.0 / groups};
+    // (memory/chunk_manager.h: one in flight); the last group's, after backward (with
+    // micro-batches at stages 2 and 3, after each micro-batch's).
+    if (!offload && groups > 0)
+      overlap = {.seconds = traffic.seconds() - start,
+                 .tail = 1.0 / groups,
+                 .passes = accumulate && !local_sums ? micro_batches : 1};
     // The chunks other ranks updated, gathered: after the step (stages 1, 2), or for each forward
     // and backward (stage 3).
     const double gathers = stage == 1 || stage == 2 ? groups
@@ -1117,6 +1121,7 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
   const Overlap overlap = step_collectives(cfg, planned, micro_batches, out.traffic);
   out.overlappable = overlap.seconds;
   out.overlap_tail = overlap.tail;
+  out.overlap_passes = overlap.passes;
   out.after_actions = out.traffic.seconds() - before - out.overlappable;
   if (costs) {
     // The gradient norm's read of this rank's share of the gradients (4 bytes a parameter), then

@@ -65,8 +65,10 @@ struct StepReplay {
   // overlappable: the gradient reductions that run beside backward (the tensor keeper's buckets,
   // the chunk keeper's groups), overlap_tail the share of them that starts only once backward's
   // last op is done (the last bucket, whose parameters backward completes last; the last of the
-  // chunk keeper's groups, one in flight at a time).
+  // chunk keeper's groups, one in flight at a time), overlap_passes the backwards they are spread
+  // over in equal parts (each micro-batch's at ZeRO-2 and 3; else the last).
   double after_actions = 0, overlappable = 0, overlap_tail = 0;
+  int overlap_passes = 1;
   double optimizer = 0;
   double gemm_seconds = 0, attention_seconds = 0, memory_seconds = 0, layer_comm_seconds = 0;
 };

@@ -63,6 +63,11 @@ RUNS = [  # name, ranks, settings
     ("data2_bf16_micro_batches", 2, ["parallel.data=2", "train.precision=bf16", "train.micro_batch_size=2"]),
     ("data2_zero1_bf16_micro_batches", 2, ["parallel.data=2", "zero.stage=1", "train.precision=bf16",
                                            "train.micro_batch_size=2"]),
+    # Stages 2 and 3 with micro-batches: each micro-batch's groups reduced as they complete, one in
+    # flight beside the next group's pending sums.
+    ("data2_zero2_micro_batches", 2, ["parallel.data=2", "zero.stage=2", "train.micro_batch_size=2"]),
+    ("data2_zero3_bf16_micro_batches", 2, ["parallel.data=2", "zero.stage=3", "train.precision=bf16",
+                                           "train.micro_batch_size=2"]),
     ("d2_p2_bf16", 4, ["parallel.data=2", "parallel.pipeline=2", "train.precision=bf16", "train.micro_batch_size=1"]),
     ("interleaved", 2, ["parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2",
                         "train.micro_batch_size=1"]),
