@@ -22,7 +22,7 @@ same work (train.profile: GEMMs, attention, the other ops and what no op holds, 
 the optimizer), medians over the steps.
 
 usage: bench/cost_model_time.py [--build build] [--steps 8] [--only NAME] [--tolerance 0.2] [--terms]
-           [--rounds 3]
+           [--rounds 3] [--keep DIR]
 """
 import argparse
 import json
@@ -109,6 +109,7 @@ def main():
     ap.add_argument("--tolerance", type=float, default=0.2)
     ap.add_argument("--terms", action="store_true", help="each run's predicted terms beside rank 0's profile")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of calibrating and running every layout")
+    ap.add_argument("--keep", help="a folder to keep each round's hardware files and metrics in")
     a = ap.parse_args()
     tidal = os.path.join(a.build, "src", "tidal")
     runs = [r for r in RUNS if not a.only or r[0] in a.only]
@@ -119,7 +120,9 @@ def main():
     timed = {name: [] for name, _, _ in runs}
     plans = {name: [] for name, _, _ in runs}
     round_ratios = {name: [] for name, _, _ in runs}  # each round's prediction over its own median step
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = a.keep or scratch
+        os.makedirs(tmp, exist_ok=True)
         for round_ in range(a.rounds):
             hardware = {}
             for ranks in sorted({r[1] for r in runs}):

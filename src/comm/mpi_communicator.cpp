@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <limits>
 
 namespace tidal::comm {
@@ -164,6 +165,25 @@ WorkPtr MpiCommunicator::reduce(Tensor& t, const ReduceOptions& o) {
   MPI_Comm comm = group_->comm;
   const int root = o.root;
   const bool is_root = root == rank_;
+  if (size() == 2) {
+    // Between two ranks, an all-reduce into scratch of the communicator's own (outside the
+    // allocators, as MPI's buffers are) and the root's copy from it: Open MPI's non-blocking
+    // reduce runs in more rounds than its all-reduce, each round waiting for both ranks' progress
+    // threads (measured, 8 ranks on 2 cores, a 192^3 GEMM then a 300 KB reduce over pairs: 1.9 ms a
+    // call above the GEMM through MPI_Ireduce, 0.1 through MPI_Iallreduce). Both ranks' tensors
+    // are only read, so the non-root keeps its own.
+    auto scratch = std::make_shared<std::vector<std::byte>>(t.nbytes());
+    std::function<void()> scale = is_root ? scale_after(o.op, t, size()) : nullptr;
+    return submit(fmt::format("reduce to {}", root), everyone(), o.timeout,
+                  [t, n, op, comm, scratch](MPI_Request* r) {
+                    MPI_Iallreduce(t.raw(), scratch->data(), n, mpi_type(t.dtype()), op, comm, r);
+                  },
+                  [t, is_root, scratch, scale]() {
+                    if (!is_root) return;
+                    std::memcpy(t.raw(), scratch->data(), scratch->size());
+                    if (scale) scale();
+                  });
+  }
   // Non-roots keep their tensor: MPI reads it as the send buffer only.
   return submit(fmt::format("reduce to {}", root), everyone(), o.timeout,
                 [t, n, op, root, is_root, comm](MPI_Request* r) {

@@ -127,6 +127,16 @@ TEST(Collectives, BroadcastAndReduce) {
         } else {
           expect_values(s, [&](std::int64_t i) { return r + double(i % 3); }, "reduce keeps non-root " + what);
         }
+        if (dt != DType::i32) {  // avg and max at rank 0 (a group of two reduces through an all-reduce)
+          Tensor avg = filled(n, dt, [&](std::int64_t i) { return r + 1 + double(i % 2); });
+          c->reduce(avg, {.op = ReduceOp::avg, .root = 0})->wait();
+          expect_values(avg, [&](std::int64_t i) { return r == 0 ? (p + 1) / 2.0 + double(i % 2) : r + 1 + double(i % 2); },
+                        "reduce avg " + what);
+          Tensor top = filled(n, dt, [&](std::int64_t i) { return r + double(i % 4); });
+          c->reduce(top, {.op = ReduceOp::max, .root = 0})->wait();
+          expect_values(top, [&](std::int64_t i) { return r == 0 ? p - 1 + double(i % 4) : r + double(i % 4); },
+                        "reduce max " + what);
+        }
       }
     }
   }
