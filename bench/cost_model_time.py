@@ -43,6 +43,7 @@ RUNS = [  # name, ranks, settings
     ("data2_zero1", 2, ["parallel.data=2", "zero.stage=1"]),
     ("data2_zero2_bf16", 2, ["parallel.data=2", "zero.stage=2", "train.precision=bf16"]),
     ("data2_zero3", 2, ["parallel.data=2", "zero.stage=3"]),
+    ("data2_zero2_micro", 2, ["parallel.data=2", "zero.stage=2", "train.micro_batch_size=2"]),
     ("tensor2_1d", 2, ["parallel.tensor.size=2"]),
     ("pipeline2_1f1b", 2, ["parallel.pipeline=2", "train.micro_batch_size=2"]),
     ("pipeline2_gpipe", 2, ["parallel.pipeline=2", "train.micro_batch_size=2", "parallel.schedule=gpipe"]),
