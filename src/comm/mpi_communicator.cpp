@@ -172,15 +172,15 @@ WorkPtr MpiCommunicator::reduce(Tensor& t, const ReduceOptions& o) {
     // threads (measured, 8 ranks on 2 cores, a 192^3 GEMM then a 300 KB reduce over pairs: 1.9 ms a
     // call above the GEMM through MPI_Ireduce, 0.1 through MPI_Iallreduce). Both ranks' tensors
     // are only read, so the non-root keeps its own.
-    auto scratch = std::make_shared<std::vector<std::byte>>(t.nbytes());
+    std::shared_ptr<std::byte[]> scratch = std::make_shared_for_overwrite<std::byte[]>(t.nbytes());  // no zero fill
     std::function<void()> scale = is_root ? scale_after(o.op, t, size()) : nullptr;
     return submit(fmt::format("reduce to {}", root), everyone(), o.timeout,
                   [t, n, op, comm, scratch](MPI_Request* r) {
-                    MPI_Iallreduce(t.raw(), scratch->data(), n, mpi_type(t.dtype()), op, comm, r);
+                    MPI_Iallreduce(t.raw(), scratch.get(), n, mpi_type(t.dtype()), op, comm, r);
                   },
                   [t, is_root, scratch, scale]() {
                     if (!is_root) return;
-                    std::memcpy(t.raw(), scratch->data(), scratch->size());
+                    std::memcpy(t.raw(), scratch.get(), t.nbytes());
                     if (scale) scale();
                   });
   }
