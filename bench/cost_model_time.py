@@ -27,6 +27,7 @@ usage: bench/cost_model_time.py [--build build] [--steps 8] [--only NAME] [--tol
            [--rounds 5] [--keep DIR]
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -140,10 +141,11 @@ def main():
                       + " ".join(f"{r:.3f}" for r in gemm_rates(out[ranks])), flush=True)
             return out
 
+        @functools.cache  # each calibration but the first and last predicts two rounds
         def plan(ranks, settings, hardware):
             return json.loads(subprocess.run(
                 [tidal, "plan", "--world", str(ranks), "--configured", "--json", "--hardware", hardware]
-                + sets(settings), check=True, capture_output=True, text=True, cwd=ROOT).stdout.splitlines()[0])
+                + sets(list(settings)), check=True, capture_output=True, text=True, cwd=ROOT).stdout.splitlines()[0])
 
         before = calibrate(0)
         for round_ in range(a.rounds):
@@ -159,7 +161,7 @@ def main():
                 medians[name] = statistics.median(r["step_time_s"] for r in mine)
             after = calibrate(round_ + 1)
             for name, ranks, settings in runs:
-                pair = [plan(ranks, settings, before[ranks]), plan(ranks, settings, after[ranks])]
+                pair = [plan(ranks, tuple(settings), before[ranks]), plan(ranks, tuple(settings), after[ranks])]
                 plans[name].append({"step_time_s": math.sqrt(pair[0]["step_time_s"] * pair[1]["step_time_s"]),
                                     "time": {k: (pair[0]["time"][k] + pair[1]["time"][k]) / 2
                                              for k in pair[0]["time"]}})  # the terms, for --terms
