@@ -94,3 +94,21 @@ put("fuzz_tokenizer", "tiny.json", json.dumps({
     "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
               "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
               "merges": [f"{l} {r}" for l, r in merges]}}))
+
+
+# fuzz_checkpoint: a step directory's metadata.json over the harness's rank file ("w.a", "w.b":
+# two blocks of rows of "w" [4, 3], as io::save_safetensors writes them); checksums left out
+# (the parser takes them as optional).
+rank_header = json.dumps({"__metadata__": {"format": "tidal-checkpoint-2"},
+                          "w.a": {"data_offsets": [0, 24], "dtype": "F32", "shape": [2, 3]},
+                          "w.b": {"data_offsets": [24, 48], "dtype": "F32", "shape": [2, 3]}}, separators=(",", ":"))
+rank_bytes = 8 + len(rank_header) + (8 - len(rank_header) % 8) % 8 + 48
+put("fuzz_checkpoint", "two_blocks.json", json.dumps({
+    "format": "tidal-checkpoint-2", "step": 3, "consumed_samples": 24, "seed": 1,
+    "optimizer": {"adamw_step": 3, "loss_scale": 0, "loss_scale_good_steps": 0},
+    "layout": {"world_size": 2, "tensor": 2}, "config": "",
+    "files": [{"file": "rank-00000.safetensors", "rank": 0, "bytes": rank_bytes}],
+    "tensors": {"w": {"shape": [4, 3], "dtype": "F32", "blocks": [
+        {"file": 0, "key": "w.a", "shape": [2, 3], "pieces": [{"row": 0, "start": [0, 0], "extent": [2, 3]}]},
+        {"file": 0, "key": "w.b", "shape": [2, 3], "pieces": [{"row": 0, "start": [2, 0], "extent": [2, 3]}]}]}}}))
+

@@ -7,7 +7,7 @@
 #include "config/config.h"
 #include "core/blas_kernels.h"
 #include "core/error.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/metadata.h"
 #include "engine/launch.h"
 #include "engine/trainer.h"
 

@@ -4,8 +4,9 @@
 #                              labels (default "unit|mpi"; build-asan/; CPU only, the tests' MPI
 #                              ranks included)
 #   scripts/sanitize.sh tsan   ThreadSanitizer over the tests whose threads tidal starts itself: the
-#                              MPI progress thread (test_collectives, test_zero_chunks, under mpirun)
-#                              and the disk tier's read-ahead thread (test_disk_tier) (build-tsan/)
+#                              MPI progress thread (test_collectives, test_zero_chunks, under mpirun),
+#                              the disk tier's read-ahead thread (test_disk_tier) and a checkpoint's
+#                              background writer (test_checkpoint) (build-tsan/)
 # A finding fails the run (exit 1). Open MPI and OpenMP's runtime are not instrumented: TSan's
 # reports inside them are suppressed (tests/support/tsan.supp), and the tests run one OpenMP thread.
 set -euo pipefail
@@ -23,10 +24,11 @@ case $what in
     ;;
   tsan)
     cmake -S . -B build-tsan "${common[@]}" -DTIDAL_TSAN=ON > /dev/null
-    cmake --build build-tsan -j "$(nproc)" --target test_collectives test_zero_chunks test_disk_tier
+    cmake --build build-tsan -j "$(nproc)" --target test_collectives test_zero_chunks test_disk_tier test_checkpoint
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/support/tsan.supp"
     export OMP_NUM_THREADS=1
     build-tsan/tests/test_disk_tier
+    build-tsan/tests/test_checkpoint --gtest_filter=-*Kill*  # fork() under TSan: the kill trials stay in the suite
     for np in 2 4; do
       "${mpirun[@]}" -np "$np" -x TSAN_OPTIONS -x OMP_NUM_THREADS build-tsan/tests/test_collectives
       "${mpirun[@]}" -np "$np" -x TSAN_OPTIONS -x OMP_NUM_THREADS build-tsan/tests/test_zero_chunks

@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev
-  libicu-dev
+  libicu-dev libxxhash-dev
   clang libclang-rt-14-dev libomp-dev
   python3 python3-dev python3-numpy python3-torch python3-venv pybind11-dev
 )

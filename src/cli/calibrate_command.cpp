@@ -17,6 +17,10 @@ void add_calibrate_command(CLI::App& app, CalibrateCommand& cmd) {
                    "hardware file for the cost model");
   cmd.app->add_option("--out", cmd.out, "Where the hardware file goes (TOML)")->capture_default_str();
   cmd.app->add_flag("--quick", cmd.quick, "Small problems and few repeats: seconds, rough figures (tests)");
+  cmd.app->add_option("--disk-dir", cmd.disk_dir,
+                      "Where to measure the disk's write bandwidth (checkpoints' disk: put it where checkpoint.dir "
+                      "will be)")
+      ->capture_default_str();
   cmd.app->footer(
       "Every rank measures at once, as ranks compute side by side in training, and an op's figure is the timing "
       "ranks' mean time (a step sums many ops, and each rank's slow ones average out); where the ranks' threads "
@@ -29,7 +33,8 @@ void add_calibrate_command(CLI::App& app, CalibrateCommand& cmd) {
       "(128^3 up); attention's forward and backward over 1024 positions and fewer (64 up); elementwise ops' and "
       "AdamW's bytes per second; memory bandwidth from a 256 MiB copy; between "
       "ranks 0 and 1 the latency (4 bytes) and bandwidth (64 MiB) of half a round trip; over all ranks the ring "
-      "all-reduce's bus bandwidth (as nccl-tests reports it). Launch it with the ranks of one node that training "
+      "all-reduce's bus bandwidth (as nccl-tests reports it); and the disk under --disk-dir, every rank writing "
+      "a 256 MiB file at once and then rank 0 alone, each fsynced (a checkpoint's save). Launch it with the ranks of one node that training "
       "will use; the file says where and when it was measured. configs/hardware/ holds others to compare with.\n\n"
       "Examples:\n"
       "  mpirun -np 2 tidal calibrate --out configs/hardware/this-machine.toml\n"
@@ -47,7 +52,7 @@ void run_calibrate_command(const CalibrateCommand& cmd, engine::Launch& launch) 
               "(mpirun -np 2 tidal calibrate{})",
               cmd.quick ? " --quick" : "");
 #if TIDAL_MPI
-  const sim::Hardware h = sim::calibrate(*mpi->world(comm::Seconds(600)), {.quick = cmd.quick});
+  const sim::Hardware h = sim::calibrate(*mpi->world(comm::Seconds(600)), {.quick = cmd.quick, .disk_dir = cmd.disk_dir});
   if (!launch.is_main()) return;
   write_text(cmd.out, fmt::format("# {}\n", h.source) + sim::hardware_toml(h));
   if (h.oversubscription > 1)
@@ -57,14 +62,14 @@ void run_calibrate_command(const CalibrateCommand& cmd, engine::Launch& launch) 
   fmt::print("{}\n  GEMM: fp32 {:.1f}, bf16 {:.1f}, fp16 {:.1f} GFLOP/s per rank\n  attention: fp32 {:.1f}, bf16 {:.1f} "
              "GFLOP/s\n  memory: {:.1f} GB/s per rank (copy), elementwise ops fp32 {:.1f}, bf16 {:.1f} GB/s, AdamW {:.1f} GB/s\n"
              "  ranks 0-1: latency {:.1f} us, bandwidth {:.2f} GB/s\n  all-reduce over {}: latency {:.1f} us per step, "
-             "bus bandwidth {:.2f} GB/s\nwrote {}\n",
+             "bus bandwidth {:.2f} GB/s\n  disk ({}): {:.3f} GB/s with every rank writing, {:.3f} GB/s one alone\nwrote {}\n",
              h.name, h.flops.at(DType::f32) / 1e9, h.flops.at(DType::bf16) / 1e9, h.flops.at(DType::f16) / 1e9,
              h.attention_flops.at(DType::f32) / 1e9, h.attention_flops.at(DType::bf16) / 1e9, h.memory_bandwidth / 1e9,
              h.elementwise_bandwidth.at(DType::f32) / 1e9, h.elementwise_bandwidth.at(DType::bf16) / 1e9,
              h.optimizer_bandwidth / 1e9, h.intra_node_pair.latency * 1e6,
              h.intra_node_pair.bandwidth / 1e9,
              h.devices_per_node, h.intra_node_collective.latency * 1e6, h.intra_node_collective.bandwidth / 1e9,
-             cmd.out);
+             cmd.disk_dir, h.disk_write_bandwidth / 1e9, h.disk_write_bandwidth_one / 1e9, cmd.out);
 #endif
 }
 

@@ -15,6 +15,7 @@ struct CalibrateCommand {
   CLI::App* app = nullptr;
   std::string out = "hardware.toml";
   bool quick = false;
+  std::string disk_dir = ".";
 };
 
 void add_calibrate_command(CLI::App& app, CalibrateCommand& cmd);

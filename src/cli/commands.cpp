@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 
 #include "cli/calibrate_command.h"
+#include "cli/checkpoint_command.h"
 #include "cli/export_command.h"
 #include "cli/memory_commands.h"
 #include "cli/sample_command.h"
@@ -46,6 +47,7 @@ int run(int argc, char** argv, engine::Launch& launch) {
       "  tidal train -c configs/llama-tiny.toml  # a small Llama (RMSNorm, rotary, grouped-query, SwiGLU)\n"
       "  tidal train --set model.init_from=gpt2   # start from a Hugging Face GPT-2, BERT, ViT or Llama directory\n"
       "  tidal tokenize / sample / export      # text to tokens, a model to text, a checkpoint to Hugging Face\n"
+      "  tidal checkpoint inspect ckpt          # a checkpoint's step, layout, files per rank, checksums\n"
       "  tidal trace / chunk-search / plan     # size a run beyond the device's memory (docs/memory.md)\n"
       "  tidal plan --world 8 --hardware configs/hardware/h100-8x.toml   # every layout of 8 ranks, ranked\n"
       "  mpirun -np 2 tidal calibrate          # measure this machine for the cost model (a hardware file)\n"
@@ -67,6 +69,8 @@ int run(int argc, char** argv, engine::Launch& launch) {
   add_export_command(app, export_cmd);
   CalibrateCommand calibrate;
   add_calibrate_command(app, calibrate);
+  CheckpointCommand checkpoint;
+  add_checkpoint_command(app, checkpoint);
 
   try {
     app.parse(argc, argv);
@@ -81,7 +85,8 @@ int run(int argc, char** argv, engine::Launch& launch) {
         if (info->parsed()) print_info();
         if (sample.app->parsed() && launch.is_main()) run_sample_command(sample);
         if (tokenize.app->parsed()) run_tokenize_command(tokenize);
-        if (export_cmd.app->parsed() && launch.is_main()) run_export_command(export_cmd);
+        if (export_cmd.app->parsed()) run_export_command(export_cmd, launch);
+        if (checkpoint.app->parsed() && launch.is_main()) run_checkpoint_command(checkpoint);
         if (trace.app->parsed()) run_trace_command(trace, launch);
         if (plan.app->parsed()) run_plan_command(plan, launch);
         if (search.app->parsed()) run_chunk_search_command(search, launch);

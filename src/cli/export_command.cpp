@@ -4,6 +4,10 @@
 #include "engine/hf_checkpoint.h"
 #include "engine/progress.h"
 
+#if TIDAL_MPI
+#include "comm/mpi_runtime.h"
+#endif
+
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -29,17 +33,30 @@ void add_export_command(CLI::App& app, ExportCommand& cmd) {
       "BertForMaskedLM, vit -> ViTForImageClassification, llama -> LlamaForCausalLM, with tidal's weights in "
       "Hugging Face's names and layouts (GPT-2's Conv1D weights transposed, BERT's, ViT's and Llama's q, k, v "
       "apart, Llama's gate and up apart). Weights are fp32.\n\n"
+      "The checkpoint may have been saved under any layout; its tensors are read one at a time, so the export "
+      "holds at most the largest of them. Under mpirun the ranks write the shards between them.\n\n"
       "Examples:\n"
       "  tidal export --format hf ckpt hf-out        # then: GPT2LMHeadModel.from_pretrained(\"hf-out\")\n"
-      "  tidal export ckpt/step-00001000 hf-1000");
+      "  tidal export ckpt/step-00001000 hf-1000\n"
+      "  mpirun -np 4 tidal export --max-shard-gb 5 ckpt hf-out");
 }
 
-void run_export_command(const ExportCommand& cmd) {
+void run_export_command(const ExportCommand& cmd, engine::Launch& launch) {
   TIDAL_CHECK(cmd.max_shard_gb > 0, "--max-shard-gb must be > 0, got {}", cmd.max_shard_gb);
-  const auto r =
-      engine::export_hf(cmd.checkpoint, cmd.out, std::uint64_t(cmd.max_shard_gb * double(std::uint64_t(1) << 30)));
+  // Under mpirun the ranks write the shards between them.
+  std::shared_ptr<comm::Communicator> world;
+#if TIDAL_MPI
+  if (launch.mpi() && launch.world_size() > 1) world = launch.mpi()->world(comm::Seconds(3600));
+#endif
+  const auto r = engine::export_hf(cmd.checkpoint, cmd.out,
+                                   std::uint64_t(cmd.max_shard_gb * double(std::uint64_t(1) << 30)), world.get());
+  if (!launch.is_main()) return;
   fmt::print("exported {} as {}: {} tensors, {} in {} file{} + config.json\n", cmd.checkpoint, r.architecture,
              r.tensors, engine::human_bytes(r.bytes), r.files, r.files > 1 ? "s (with an index)" : "");
+  fmt::print("memory{}: {} for tensors and the buffer at the peak (the largest tensor {}); the process's peak "
+             "resident memory {}\n",
+             world ? " on rank 0" : "", engine::human_bytes(r.peak_bytes), engine::human_bytes(r.largest_tensor_bytes),
+             engine::human_bytes(r.peak_rss_bytes));
 }
 
 }  // namespace tidal::cli

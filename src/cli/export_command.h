@@ -2,6 +2,8 @@
 // file owns the options, the help text and what the command prints.
 #pragma once
 
+#include "engine/launch.h"
+
 #include <CLI/CLI.hpp>
 
 #include <string>
@@ -15,6 +17,6 @@ struct ExportCommand {
 };
 
 void add_export_command(CLI::App& app, ExportCommand& cmd);
-void run_export_command(const ExportCommand& cmd);
+void run_export_command(const ExportCommand& cmd, engine::Launch& launch);
 
 }  // namespace tidal::cli

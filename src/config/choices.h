@@ -31,6 +31,9 @@ enum class OnNonfinite { stop, skip };
 enum class Offload { none, chunk, static_split };
 // parallel.gpu_collectives: how a group's GPU tensors travel (comm/device_communicator.h).
 enum class GpuCollectives { automatic, nccl, staged };
+// A switch whose default depends on the run (checkpoint.async: on with more than one rank): a
+// TOML boolean, or "auto".
+enum class Toggle { automatic, on, off };
 
 // Names<E>::table: every value of E with its config name.
 template <class E>
@@ -43,6 +46,11 @@ template <>
 struct Names<ops::GeluForm> {
   static constexpr std::pair<ops::GeluForm, std::string_view> table[] = {{ops::GeluForm::tanh, "gelu_tanh"},
                                                                          {ops::GeluForm::erf, "gelu_erf"}};
+};
+template <>
+struct Names<Toggle> {
+  static constexpr std::pair<Toggle, std::string_view> table[] = {
+      {Toggle::automatic, "auto"}, {Toggle::on, "true"}, {Toggle::off, "false"}};
 };
 template <>
 struct Names<DataKind> {

@@ -62,6 +62,7 @@ Value convert(const Key& key, const toml::node& n, const std::string& where) {
       break;
     case Key::Type::string:
       if (auto v = n.value_exact<std::string>()) return *v;
+      if (auto v = n.value_exact<bool>(); v && key.boolean_names) return *v;
       break;
     case Key::Type::boolean:
       if (auto v = n.value_exact<bool>()) return *v;
@@ -233,6 +234,8 @@ void validate(const Config& c, bool local_files) {
   if (!c.memory.device_limit.empty()) parse_bytes(c.memory.device_limit, "memory.device_limit");
   if (!c.memory.host_limit.empty()) parse_bytes(c.memory.host_limit, "memory.host_limit");
   TIDAL_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
+  TIDAL_CHECK(parse_bytes(c.checkpoint.buffer_size, "checkpoint.buffer_size") >= (1u << 20),
+              "checkpoint.buffer_size = \"{}\" is below 1 MiB: give e.g. \"256MiB\"", c.checkpoint.buffer_size);
 
   const bool offload = c.memory.offload != Offload::none;
   if (offload) {

@@ -139,6 +139,8 @@ struct CheckpointConfig {
   std::string dir;        // "" = no checkpoints
   std::int64_t every = 0;  // steps; 0 = only at the end (and at --stop-after)
   int keep = 2;
+  Toggle async = Toggle::automatic;  // written in the background; auto = with more than one rank
+  std::string buffer_size = "256MiB";  // each rank's staging buffer for writing device state
 };
 
 struct Config {

@@ -17,8 +17,10 @@ Key field(std::string name, Access access, std::string help) {
   k.help = std::move(help);
   if constexpr (Choice<F>) {  // a name on the way in and out, the enum inside
     k.type = Key::Type::string;
+    k.boolean_names = parse_choice<F>("true").has_value() && parse_choice<F>("false").has_value();
     k.set = [=, n = k.name](Config& c, const Value& v) {
-      const std::string& name = std::get<std::string>(v);
+      const std::string name = std::holds_alternative<bool>(v) ? (std::get<bool>(v) ? "true" : "false")
+                                                               : std::get<std::string>(v);
       const std::optional<F> value = parse_choice<F>(name);
       TIDAL_CHECK(value.has_value(), "{} = \"{}\" is not one of {}", n, name, choice_names<F>());
       access(c) = *value;
@@ -220,6 +222,13 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(checkpoint.dir, "checkpoint directory (\"\" = no checkpoints)"),
       TIDAL_KEY(checkpoint.every, "steps between checkpoints (0 = at the end and at --stop-after)"),
       TIDAL_KEY(checkpoint.keep, "checkpoints kept"),
+      TIDAL_KEY(checkpoint.async,
+                "true: each rank's state is staged and written by a thread of its own while training goes on (the "
+                "next optimizer update waits for what is read in place); false: the step waits for the write; auto = "
+                "true with more than one rank"),
+      TIDAL_KEY(checkpoint.buffer_size,
+                "each rank's staging buffer for the state it writes from device memory or the disk tier, e.g. "
+                "\"256MiB\""),
   };
 }
 

@@ -19,6 +19,9 @@ struct Key {
   std::function<void(Config&, const Value&)> set;
   std::function<Value(const Config&)> get;
   std::string help;
+  // A string key whose names include true and false (config::Toggle): a TOML boolean is taken
+  // as its name.
+  bool boolean_names = false;
 };
 
 const std::vector<Key>& schema();

@@ -3,7 +3,7 @@
 #include "config/config.h"
 #include "config/hf_model.h"
 #include "core/process.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/reader.h"
 #include "io/atomic_file.h"
 #include "io/hf_layout.h"
 #include "io/hf_weights.h"
@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 namespace tidal::engine {
@@ -67,17 +68,6 @@ std::vector<Tensor> query_heads_in_tidal_order(const std::vector<Tensor>& rows, 
   return out;
 }
 
-// The inverse for export: tidal's query rows `q` [H hd, ...] with HF's head order.
-Tensor query_heads_in_hf_order(const Tensor& q, const io::HfTensorSource& src) {
-  const std::int64_t hd = q.dim(0) / src.query_heads;
-  Tensor out = Tensor::empty(q.shape(), q.dtype(), host_allocator());
-  for (int h = 0; h < src.query_heads; ++h) {
-    const std::int64_t t = io::tidal_query_head(h, src.query_heads, src.kv_heads);
-    out.slice(0, h * hd, (h + 1) * hd).copy_from(q.slice(0, t * hd, (t + 1) * hd));
-  }
-  return out;
-}
-
 }  // namespace
 
 HfLoadReport load_hf_weights(const std::string& dir, const io::HfModelSpec& spec,
@@ -128,37 +118,124 @@ HfLoadReport load_hf_weights(const std::string& dir, const io::HfModelSpec& spec
   return report;
 }
 
-HfExportReport export_hf(const std::string& checkpoint, const std::string& out_dir, std::uint64_t max_shard_bytes) {
-  const StoredCheckpoint stored = open_checkpoint(checkpoint);
-  const std::string& step_dir = stored.step_dir;
-  const io::SafetensorsReader& weights = *stored.weights;
-  const config::Config& cfg = stored.config;
-  const io::HfModelSpec spec = config::hf_spec(cfg.model);
+namespace {
 
-  std::vector<std::pair<std::string, Tensor>> out;
+// One tensor of an export: its Hugging Face name and shape, and where it comes from - rows
+// [row, row + rows) of tidal's tensor `src` (transposed where HF stores [in, out]).
+struct HfPiece {
+  const io::HfTensorSource* src = nullptr;
+  std::size_t index = 0;  // in src->hf_names
+  std::int64_t row = 0, rows = 0;
+  std::uint64_t bytes() const { return std::uint64_t(src->hf_shapes[index].numel()) * sizeof(float); }
+};
+
+// `view` (host memory, any strides) into `file` in its row-major order: whole when contiguous,
+// else in slabs of rows through `buffer`.
+void append_rows(io::SafetensorsWriter& file, const Tensor& view, const Tensor& buffer) {
+  if (view.is_contiguous()) return file.append(view.raw(), view.nbytes());
+  const std::int64_t width = view.numel() / view.dim(0);
+  const std::int64_t per = std::max<std::int64_t>(1, buffer.numel() / width);
+  for (std::int64_t r = 0; r < view.dim(0); r += per) {
+    const std::int64_t k = std::min(per, view.dim(0) - r);
+    Shape shape = view.shape();
+    shape[0] = k;
+    Tensor slab = buffer.slice(0, 0, k * width).reshape(shape);
+    slab.copy_from(view.slice(0, r, r + k));
+    file.append(slab.raw(), slab.nbytes());
+  }
+}
+
+// Writes one HF tensor from tidal's whole tensor `whole` (rows as tidal holds them).
+void write_piece(io::SafetensorsWriter& file, const HfPiece& piece, const Tensor& whole, const Tensor& buffer) {
+  const io::HfTensorSource& src = *piece.src;
+  const Tensor rows = (src.transposed ? whole.transpose(0, 1) : whole).slice(0, piece.row, piece.row + piece.rows);
+  if (piece.index != 0 || !src.query_heads) return append_rows(file, rows, buffer);
+  // Grouped-query attention: the query heads in HF's order (io::tidal_query_head).
+  const std::int64_t hd = rows.dim(0) / src.query_heads;
+  for (int h = 0; h < src.query_heads; ++h) {
+    const std::int64_t t = io::tidal_query_head(h, src.query_heads, src.kv_heads);
+    append_rows(file, rows.slice(0, t * hd, (t + 1) * hd), buffer);
+  }
+}
+
+}  // namespace
+
+HfExportReport export_hf(const std::string& checkpoint, const std::string& out_dir, std::uint64_t max_shard_bytes,
+                         comm::Communicator* world) {
+  CheckpointReader reader(checkpoint);
+  const config::Config cfg = reader.stored_config();
+  const io::HfModelSpec spec = config::hf_spec(cfg.model);
+  const std::vector<io::HfTensorSource> sources = io::hf_tensor_sources(spec);
   HfExportReport report;
   report.architecture = io::hf_architecture(spec.family);
-  for (const io::HfTensorSource& src : io::hf_tensor_sources(spec)) {
-    TIDAL_CHECK(weights.entries().count(src.tidal_name), "'{}' has no tensor '{}' that its config's {} model has",
-                step_dir, src.tidal_name, cfg.model.type);
-    Tensor whole = weights.view(src.tidal_name);
-    if (src.transposed) whole = whole.transpose(0, 1);
+  // Every HF tensor in order, then the shards: each closed before it would pass max_shard_bytes
+  // (a larger tensor alone), as save_pretrained cuts them.
+  std::vector<std::vector<HfPiece>> shards(1);
+  std::uint64_t in_shard = 0;
+  for (const io::HfTensorSource& src : sources) {
+    TIDAL_CHECK(reader.has(src.tidal_name), "'{}' has no tensor '{}' that its config's {} model has",
+                reader.step_dir(), src.tidal_name, cfg.model.type);
+    const StoredTensor& t = reader.metadata().tensors.at(src.tidal_name);
+    report.largest_tensor_bytes = std::max(report.largest_tensor_bytes, std::uint64_t(t.shape.numel()) * sizeof(float));
     std::int64_t row = 0;  // tidal's rows are the HF tensors stacked
     for (std::size_t i = 0; i < src.hf_names.size(); ++i) {
       const Shape& shape = src.hf_shapes[i];
-      const std::int64_t n = src.transposed ? shape[0] : shape.numel() / (whole.numel() / whole.dim(0));
-      Tensor piece = whole.slice(0, row, row + n).clone(host_allocator());
-      if (i == 0 && src.query_heads) piece = query_heads_in_hf_order(piece, src);
-      out.emplace_back(src.hf_names[i], piece.reshape(shape));
-      row += n;
+      const std::int64_t n = src.transposed ? shape[0] : shape.numel() / (t.shape.numel() / t.shape[0]);
+      const HfPiece piece{.src = &src, .index = i, .row = row, .rows = n};
+      if (in_shard > 0 && in_shard + piece.bytes() > max_shard_bytes) {
+        shards.emplace_back();
+        in_shard = 0;
+      }
+      shards.back().push_back(piece);
+      in_shard += piece.bytes();
+      report.bytes += piece.bytes();
       ++report.tensors;
-      report.bytes += piece.nbytes();
+      row += n;
     }
   }
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   TIDAL_CHECK(!ec, "cannot create '{}': {}", out_dir, ec.message());
-  report.files = io::write_hf_weights(out_dir, out, max_shard_bytes);
+  const auto file_name = [&](std::size_t k) {
+    return shards.size() == 1 ? std::string("model.safetensors")
+                              : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
+  };
+  // Each rank its shards (k % ranks), tidal's tensors read whole one at a time.
+  HostAllocator memory;
+  const Tensor buffer = Tensor::empty({std::int64_t(kExportBufferBytes / sizeof(float))}, DType::f32, memory);
+  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+  std::string held_name;
+  Tensor held;
+  for (std::size_t k = std::size_t(rank); k < shards.size(); k += std::size_t(ranks)) {
+    std::vector<io::SafetensorsWriter::Entry> entries;
+    for (const HfPiece& p : shards[k]) entries.push_back({p.src->hf_names[p.index], DType::f32, p.src->hf_shapes[p.index]});
+    io::SafetensorsWriter file((fs::path(out_dir) / file_name(k)).string(), entries, {{"format", "pt"}});
+    for (const HfPiece& p : shards[k]) {
+      if (held_name != p.src->tidal_name) {
+        held = Tensor();  // the last one's memory back first
+        held = reader.read_whole(p.src->tidal_name, memory);
+        held_name = p.src->tidal_name;
+      }
+      write_piece(file, p, held, buffer);
+    }
+    file.commit();
+  }
+  held = Tensor();
+  if (world) world->barrier({.timeout = comm::Seconds(3600)})->wait();
+  report.files = int(shards.size());
+  report.peak_bytes = memory.peak_bytes();
+  report.peak_rss_bytes = peak_resident_bytes();
+  if (rank != 0) return report;
+  if (shards.size() > 1) {
+    nlohmann::json map = nlohmann::json::object();
+    for (std::size_t k = 0; k < shards.size(); ++k)
+      for (const HfPiece& p : shards[k]) map[p.src->hf_names[p.index]] = file_name(k);
+    const std::string index =
+        nlohmann::json{{"metadata", {{"total_size", report.bytes}}}, {"weight_map", map}}.dump(2) + "\n";
+    io::AtomicFile out((fs::path(out_dir) / "model.safetensors.index.json").string());
+    out.write(index.data(), index.size());
+    out.commit();
+  }
   const std::string json = io::hf_config_json(spec);
   io::AtomicFile config_file((fs::path(out_dir) / "config.json").string());
   config_file.write(json.data(), json.size());

@@ -5,6 +5,7 @@
 // tidal checkpoint's whole tensors in the names, shapes and layouts transformers expects.
 #pragma once
 
+#include "comm/communicator.h"
 #include "io/hf_config.h"
 #include "nn/parameter.h"
 
@@ -35,12 +36,21 @@ struct HfExportReport {
   std::int64_t tensors = 0;
   std::uint64_t bytes = 0;
   int files = 0;  // safetensors files written (more than one: sharded, with an index)
+  std::uint64_t largest_tensor_bytes = 0;  // of tidal's tensors
+  std::uint64_t peak_bytes = 0;      // this rank's memory for tensors and the buffer at its peak
+  std::uint64_t peak_rss_bytes = 0;  // the process's peak resident memory
 };
 
-// Writes `checkpoint` (a step directory, or a checkpoint directory and its `latest`) to `out_dir`
-// as config.json and model.safetensors (numbered shards and model.safetensors.index.json above
-// max_shard_bytes), loadable with from_pretrained.
+// The staging buffer of an export's transposed tensors.
+inline constexpr std::size_t kExportBufferBytes = std::size_t(64) << 20;
+
+// Writes `checkpoint` (a step directory, or a checkpoint directory and its `latest`, saved under
+// any layout) to `out_dir` as config.json and model.safetensors (numbered shards and
+// model.safetensors.index.json above max_shard_bytes), loadable with from_pretrained. Streaming:
+// tidal's tensors are read whole one at a time and written piece by piece, so a rank holds at
+// most the largest tensor and a 64 MiB buffer. With `world`, every rank of it calls this and
+// writes every world-size-th shard; rank 0 writes the index and config.json.
 HfExportReport export_hf(const std::string& checkpoint, const std::string& out_dir,
-                         std::uint64_t max_shard_bytes = std::uint64_t(2) << 30);
+                         std::uint64_t max_shard_bytes = std::uint64_t(2) << 30, comm::Communicator* world = nullptr);
 
 }  // namespace tidal::engine

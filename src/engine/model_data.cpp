@@ -1,6 +1,7 @@
 #include "engine/model_data.h"
 
 #include "core/gpu.h"
+#include "engine/checkpoint/reader.h"
 #include "engine/gradient_reducer.h"
 #include "engine/progress.h"
 #include "engine/rank_chunks.h"
@@ -51,17 +52,15 @@ ops::AdamWOptions adamw_options(const config::TrainConfig& tc) {
           .weight_decay = float(tc.weight_decay)};
 }
 
-// What each later pipeline stage sends the first when a checkpoint is saved: what the first lacks.
-PipelineShare pipeline_share(const pipeline::PipelineEngine& engine, parallel::ParallelContext& pc) {
-  const int stages = pc.layout().spec().pipeline;
-  PipelineShare share{.group = &pc.group(parallel::GroupKind::pipeline),
-                      .sent_by = std::vector<std::vector<const nn::Parameter*>>(std::size_t(stages))};
-  const std::vector<nn::Parameter*> first_stage = engine.parameters_of(0);
-  for (int s = 1; s < stages; ++s)
-    for (nn::Parameter* p : engine.parameters_of(s))
-      if (std::find(first_stage.begin(), first_stage.end(), p) == first_stage.end())
-        share.sent_by[std::size_t(s)].push_back(p);
-  return share;
+// The AdamW state of `params` (the fp32 weights read into p.data) from checkpoint `reader`.
+void load_tensors(CheckpointReader& reader, const std::vector<nn::Parameter*>& params, optim::AdamW& adam) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const nn::Parameter& p = *params[i];
+    reader.read_block(p.name, p, p.data);
+    reader.read_block("m." + p.name, p, adam.momentum(i));
+    reader.read_block("v." + p.name, p, adam.variance(i));
+  }
+  adam.set_steps_taken(reader.info().optimizer.adamw_step);
 }
 
 // Each parameter a tensor of its own, AdamW, gradients all-reduced in buckets during backward.
@@ -70,9 +69,13 @@ class TensorModelData final : public ModelData {
   TensorModelData(const config::Config& cfg, pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                   nn::Runner& runner, const std::string& resume_path)
       : engine_(engine), pc_(pc), params_(engine.parameters()), reducer_(make_reducer(cfg, engine, pc)),
-        adam_(params_, adamw_options(cfg.train)), stages_(pc.layout().spec().pipeline),
-        replicas_(pc.layout().spec().data), bucket_mb_(cfg.parallel.bucket_mb) {
-    if (!resume_path.empty()) resumed_ = load_checkpoint(resume_path, adam_);
+        adam_(params_, adamw_options(cfg.train)), replicas_(pc.layout().spec().data),
+        bucket_mb_(cfg.parallel.bucket_mb) {
+    if (!resume_path.empty()) {
+      CheckpointReader reader(resume_path);
+      load_tensors(reader, params_, adam_);
+      resumed_ = reader.info();
+    }
     if (reducer_) runner.add_hooks(&*reducer_);
   }
 
@@ -118,15 +121,13 @@ class TensorModelData final : public ModelData {
   void skip_step() override {}  // the next step zeroes the gradient
   std::int64_t optimizer_steps() const override { return adam_.steps_taken(); }
 
-  void save(const std::string& dir, std::int64_t step, const OptimizerMeta&, const std::string& config_toml,
-            int keep) override {
-    // Replicas and ring positions hold identical weights and optimizer state: each stage's tensor
-    // group gathers them, the stages send them to the first, and the main rank writes.
-    if (pc_.layout().group_index(parallel::GroupKind::data_sequence, pc_.rank()) != 0) return;
-    save_checkpoint(dir, step, adam_, config_toml, keep, pc_.describe().dump(),
-                    {.tensor = &pc_.group(parallel::GroupKind::tensor),
-                     .pipeline = stages_ > 1 ? &share_ : nullptr,
-                     .writer = pc_.is_main()});
+  std::vector<HeldBlock> held_state() override {
+    // Every rank holds its blocks' whole state: replicas and ring positions the same (the
+    // checkpointer has one of them write it).
+    std::vector<HeldBlock> out;
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      out.push_back({params_[i], {{{params_[i]->data}, {adam_.momentum(i)}, {adam_.variance(i)}}}});
+    return out;
   }
 
   std::string describe() const override {
@@ -157,9 +158,8 @@ class TensorModelData final : public ModelData {
   const std::vector<nn::Parameter*>& params_;
   std::unique_ptr<GradientReducer> reducer_;
   optim::AdamW adam_;
-  int stages_, replicas_;
+  int replicas_;
   double bucket_mb_;
-  PipelineShare share_ = pipeline_share(engine_, pc_);
 };
 
 // PatrickStar's chunks (ZeRO stages 0-3) in train.precision, under any layout: a rank's lists
@@ -203,13 +203,14 @@ class ChunkModelData final : public ModelData {
         optimizer_memory_->set_capacity(config::parse_bytes(cfg.memory.host_limit, "memory.host_limit"));
       eviction_ = cfg.memory.eviction;
     }
-    // A checkpoint's whole tensors: the weights into the parameters (the chunks copy them), the
-    // moments held until the chunks exist.
-    std::optional<optim::AdamW> loaded;
+    // A checkpoint: the weights into the parameters now (the chunks copy them), the moments once
+    // the chunks exist, each rank reading only its blocks.
+    std::optional<CheckpointReader> reader;
     if (!resume_path.empty()) {
-      loaded.emplace(params, options_);
-      resumed_ = load_checkpoint(resume_path, *loaded);
-      steps_ = loaded->steps_taken();
+      reader.emplace(resume_path);
+      for (nn::Parameter* p : params) reader->read_block(p->name, *p, p->data);
+      resumed_ = reader->info();
+      steps_ = resumed_->optimizer.adamw_step;
     }
     offload_ = cfg.memory.offload;
     enforce_device_limit_ = enforce_device_limit;
@@ -233,9 +234,7 @@ class ChunkModelData final : public ModelData {
     }
     const memory::ChunkLayout& layout = chunks_->layout();
     param_list_bytes_ = layout.chunks * layout.chunk_elements * std::int64_t(dtype_size(cfg.train.precision));
-    if (loaded)
-      for (std::size_t i = 0; i < params.size(); ++i)
-        keeper_of(*params[i]).load_moments(*params[i], loaded->momentum(i), loaded->variance(i));
+    if (reader) load_moments(*reader, params);
     // A step's record counts the step's moves, not the disk tier's first writes.
     if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) reported_ = dmm->stats();
     // From here on the step's tensors count in the device tier (the checkpoint's above stayed on
@@ -332,28 +331,13 @@ class ChunkModelData final : public ModelData {
   }
   std::int64_t optimizer_steps() const override { return steps_; }
 
-  void save(const std::string& dir, std::int64_t step, const OptimizerMeta& extra, const std::string& config_toml,
-            int keep) override {
-    // The chunk group gathers each rank's blocks whole (a collective); its first rank goes on
-    // as the tensor keeper does: the tensor group gathers the blocks, the stages send theirs to
-    // the first, and the main rank writes.
-    const bool keeps = group_.rank() == 0;
-    std::map<const nn::Parameter*, ParameterState> held;
+  std::vector<HeldBlock> held_state() override {
+    std::vector<HeldBlock> out;
     for (memory::ChunkManager* c : keepers())
-      c->gather_state([&](const nn::Parameter& p, const Tensor& master, const Tensor& m, const Tensor& v) {
-        if (!keeps) return;
-        // On the host: under offload the default allocator is the device tier, full of chunks.
-        held[&p] = {&p, master.clone(host_allocator()), m.clone(host_allocator()), v.clone(host_allocator())};
+      c->held_state([&](const nn::Parameter& p, const std::array<memory::StateView, 3>& state) {
+        out.push_back({&p, state});
       });
-    if (!keeps) return;
-    std::vector<ParameterState> local;
-    for (const nn::Parameter* p : engine_.parameters()) local.push_back(std::move(held.at(p)));
-    OptimizerMeta meta = extra;
-    meta.adamw_step = steps_;
-    save_checkpoint(dir, step, local, meta, config_toml, keep, pc_.describe().dump(),
-                    {.tensor = &pc_.group(parallel::GroupKind::tensor),
-                     .pipeline = pc_.layout().spec().pipeline > 1 ? &share_ : nullptr,
-                     .writer = pc_.is_main()});
+    return out;
   }
 
   // The chunk groups' reductions (memory/chunk_manager.h), under offload's ring not timed.
@@ -491,6 +475,18 @@ class ChunkModelData final : public ModelData {
   memory::ChunkManager& keeper_of(const nn::Parameter& p) {
     return host_chunks_ && host_chunks_->manages(p) ? *host_chunks_ : *chunks_;
   }
+  // The moments of the parameters whose optimizer states this rank keeps, one parameter's at a
+  // time through host memory.
+  void load_moments(CheckpointReader& reader, const std::vector<nn::Parameter*>& params) {
+    for (nn::Parameter* p : params) {
+      memory::ChunkManager& keeper = keeper_of(*p);
+      if (!keeper.keeps_state(*p)) continue;
+      Tensor m = Tensor::empty(p->shape, DType::f32, host_allocator()), v = Tensor::empty(p->shape, DType::f32, host_allocator());
+      reader.read_block("m." + p->name, *p, m);
+      reader.read_block("v." + p->name, *p, v);
+      keeper.load_moments(*p, m, v);
+    }
+  }
   // Once the warm-up is traced (the first step): the least device cap of every rank
   // (DynamicMemory::least_device_limit). A cap below the largest stops every rank, naming it: a
   // run that goes on would run out of the device tier in its next step.
@@ -539,7 +535,6 @@ class ChunkModelData final : public ModelData {
   int stage_ = 0;
   memory::ChunkFetch fetch_ = memory::ChunkFetch::all_gather;
   DType precision_ = DType::f32;
-  PipelineShare share_ = pipeline_share(engine_, pc_);
   bool enforce_device_limit_ = true;   // false: a probe reports the least device cap instead
   bool device_limit_checked_ = false;
 };

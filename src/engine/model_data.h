@@ -14,7 +14,7 @@
 // the gradient norm, then step or skip_step.
 #pragma once
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpointer.h"
 #include "memory/chunk_manager.h"
 #include "nn/runner.h"
 #include "parallel/context.h"
@@ -49,9 +49,10 @@ class ModelData {
   virtual void skip_step() = 0;
   virtual std::int64_t optimizer_steps() const = 0;
 
-  // Every rank calls it; the main rank writes dir/step-<step>.
-  virtual void save(const std::string& dir, std::int64_t step, const OptimizerMeta& extra, const std::string& config_toml,
-                    int keep) = 0;
+  // For a checkpoint (engine/checkpoint/checkpointer.h): each parameter block whose fp32 state this
+  // rank keeps, with where its weight, momentum and variance lie now. They stay there unchanged
+  // until the next step() or skip_step().
+  virtual std::vector<HeldBlock> held_state() = 0;
   // The checkpoint resumed from, if any.
   const std::optional<CheckpointInfo>& resumed() const { return resumed_; }
 

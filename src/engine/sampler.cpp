@@ -2,10 +2,9 @@
 
 #include "config/hf_model.h"
 #include "core/philox.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/reader.h"
 #include "engine/gpt_decoder.h"
 #include "engine/hf_checkpoint.h"
-#include "io/safetensors.h"
 #include "models/factory.h"
 
 #include <algorithm>
@@ -24,29 +23,15 @@ void require_generative(const config::Config& cfg, const std::string& path) {
               "tidal sample generates with GPT and Llama models; '{}' is a {} model", path, cfg.model.type);
 }
 
-// Every parameter of `model` from the tidal checkpoint file `weights`, by name.
-void copy_checkpoint_weights(const io::SafetensorsReader& weights, models::Model& model) {
-  for (nn::Parameter* p : model.parameters()) {
-    const auto it = weights.entries().find(p->name);
-    TIDAL_CHECK(it != weights.entries().end(), "'{}' has no tensor '{}' that its config's model has", weights.path(),
-                p->name);
-    TIDAL_CHECK(it->second.dtype == DType::f32 && it->second.shape == p->shape,
-                "'{}': tensor '{}' is {}{}, the model's parameter is f32{}", weights.path(), p->name,
-                dtype_name(it->second.dtype), it->second.shape.str(), p->shape.str());
-    p->data.copy_from(weights.view(p->name));
-    weights.release(p->name);
-  }
-}
-
 InferenceModel load_tidal_checkpoint(const std::string& path) {
-  const StoredCheckpoint stored = open_checkpoint(path);
+  CheckpointReader reader(path);
   InferenceModel m;
-  m.config = stored.config;
+  m.config = reader.stored_config();
   require_generative(m.config, path);
   m.model = models::make_model(m.config.model);
   m.model->materialize(m.config.train.seed);
-  copy_checkpoint_weights(*stored.weights, *m.model);
-  m.source = fmt::format("tidal checkpoint {}", stored.step_dir);
+  for (nn::Parameter* p : m.model->parameters()) reader.read_block(p->name, *p, p->data);
+  m.source = fmt::format("tidal checkpoint {}", reader.step_dir());
   return m;
 }
 

@@ -5,7 +5,7 @@
 #include "data/dataset.h"
 #include "config/hf_model.h"
 #include "config/model_types.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpointer.h"
 #include "engine/hf_checkpoint.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
@@ -186,6 +186,8 @@ struct Trainer::Run {
 
   void prepare();
   void describe_layout();
+  // A committed checkpoint: its metrics record, a progress line, the callbacks.
+  void checkpoint_written(const nlohmann::json& record);
   // One training step (0-based `step`): its metrics record.
   nlohmann::json train_step(std::int64_t step);
   // What was not finite in step `at`: the loss, or the first of this rank's parameters whose
@@ -222,6 +224,9 @@ struct Trainer::Run {
   LrSchedule schedule;
   std::optional<double> floor;
   std::unique_ptr<ModelData> model_data;  // made by prepare()
+  // Checkpoints (engine/checkpoint/checkpointer.h); made before the model data is and gone after
+  // it, so a write in flight never outlives the state it reads.
+  std::unique_ptr<Checkpointer> checkpointer;
   std::vector<Callback*> callbacks;
   std::int64_t step = 0;  // steps done
   std::int64_t skipped = 0, skipped_in_a_row = 0;
@@ -239,6 +244,13 @@ void Trainer::Run::prepare() {
                              pc);
   }
   model_data = make_model_data(cfg, *model, engine, pc, runner, options.resume_path, options.enforce_device_limit);
+  checkpointer = std::make_unique<Checkpointer>(
+      CheckpointOptions{.keep = cfg.checkpoint.keep,
+                        .async = cfg.checkpoint.async == config::Toggle::on ||
+                                 (cfg.checkpoint.async == config::Toggle::automatic && pc.world_size() > 1),
+                        .buffer_bytes = config::parse_bytes(cfg.checkpoint.buffer_size, "checkpoint.buffer_size")},
+      pc.group(parallel::GroupKind::world), host_tier(cfg),
+      [this](const nlohmann::json& record) { checkpoint_written(record); });
   if (const auto& info = model_data->resumed()) {
     step = info->step;
     TIDAL_CHECK(step < cfg.train.steps,
@@ -341,6 +353,7 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
   // A step that is not finite never updates the weights. Under fp16 an overflow is the loss
   // scaler's to handle (it backs off); in fp32 and bf16 it means the run diverged.
   const bool applied = scaler ? scaler->update(finite) : finite;
+  checkpointer->before_update();  // a checkpoint still reading the state where it lies
   if (applied) {
     model_data->step(float(lr), float(loss_scale), norm, cfg.train.grad_clip);
     skipped_in_a_row = 0;
@@ -414,9 +427,26 @@ double Trainer::Run::evaluate() {
 
 void Trainer::Run::save(const std::string& dir, std::int64_t at) {
   prepare();
-  const OptimizerMeta counters{.loss_scale = scaler ? scaler->scale() : 0.0,
-                               .loss_scale_good_steps = scaler ? scaler->good_steps() : 0};
-  model_data->save(dir, at, counters, config::to_toml(cfg), cfg.checkpoint.keep);
+  const CheckpointInfo info{.step = at,
+                            .consumed_samples = at * B,
+                            .seed = cfg.train.seed,
+                            .optimizer = {.adamw_step = model_data->optimizer_steps(),
+                                          .loss_scale = scaler ? scaler->scale() : 0.0,
+                                          .loss_scale_good_steps = scaler ? scaler->good_steps() : 0},
+                            .config_toml = config::to_toml(cfg),
+                            .layout = pc.describe().dump()};
+  checkpointer->save(dir, info, model_data->held_state());
+}
+
+void Trainer::Run::checkpoint_written(const nlohmann::json& record) {
+  metrics.write(record);
+  const std::int64_t at = record["checkpoint_step"].get<std::int64_t>();
+  const std::string dir = record["checkpoint_dir"].get<std::string>(), where = record.value("checkpoint_path", dir);
+  progress.line(fmt::format("step {}: checkpoint written to {} ({}{}; training waited {:.3f} s, the slowest rank wrote "
+                            "for {:.3f} s)",
+                            at, where, human_bytes(record["checkpoint_bytes"].get<std::uint64_t>()),
+                            record["checkpoint_async"].get<bool>() ? ", in the background" : "",
+                            record["checkpoint_stall_s"].get<double>(), record["checkpoint_write_s"].get<double>()));
   for (Callback* c : callbacks) c->on_checkpoint({.step = at, .dir = dir});
 }
 
@@ -483,17 +513,16 @@ TrainSummary Trainer::Run::fit() {
         const std::string line = sampler->line(*model, pc.world_size(), step + 1);
         if (!line.empty()) progress.line(line);
       }
+      checkpointer->poll();  // a checkpoint written in the background committed once every rank's is
       const bool last = step + 1 == end || stopped_early;
       const bool due = last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0);
-      if (!cfg.checkpoint.dir.empty() && due) {
-        save(cfg.checkpoint.dir, step + 1);
-        if (!last) progress.line(fmt::format("step {}: checkpoint written to {}", step + 1, cfg.checkpoint.dir));
-      }
+      if (!cfg.checkpoint.dir.empty() && due) save(cfg.checkpoint.dir, step + 1);
       if (stopped_early) progress.line(fmt::format("step {}: stopped by a callback", step + 1));
     }
     // Resumed with --stop-after at the checkpoint's own step: no step to run, and the checkpoint is
     // written again as this layout loaded it (a check that it loads under this layout).
     if (end == start && !cfg.checkpoint.dir.empty()) save(cfg.checkpoint.dir, start);
+    checkpointer->finish();  // the last checkpoint complete before the run ends
   } catch (const OutOfMemory& e) {
     throw OutOfMemory(e.what() + model_data->out_of_memory_hint(e), e.needed());
   }
@@ -589,7 +618,10 @@ void Trainer::load(const std::string& dir) {
 
 TrainSummary Trainer::fit() { return run_->fit(); }
 double Trainer::evaluate() { return run_->evaluate(); }
-void Trainer::save(const std::string& dir) { run_->save(dir, run_->step); }
+void Trainer::save(const std::string& dir) {
+  run_->save(dir, run_->step);
+  run_->checkpointer->finish();
+}
 std::int64_t Trainer::step() const { return run_->step; }
 models::Model& Trainer::model() { return *run_->model; }
 const config::Config& Trainer::config() const { return run_->cfg; }

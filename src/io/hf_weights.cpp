@@ -1,6 +1,5 @@
 #include "io/hf_weights.h"
 
-#include "io/atomic_file.h"
 
 #include <nlohmann/json.hpp>
 
@@ -65,39 +64,6 @@ std::uint64_t HfWeightFiles::total_bytes() const {
   std::uint64_t n = 0;
   for (const auto& [name, at] : tensors_) n += at.second.end - at.second.begin;
   return n;
-}
-
-int write_hf_weights(const std::string& dir, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                     std::uint64_t max_shard_bytes) {
-  const Metadata meta{{"format", "pt"}};
-  // Shards in order, each closed before it would pass max_shard_bytes (a larger tensor alone).
-  std::vector<std::vector<std::pair<std::string, Tensor>>> shards(1);
-  std::uint64_t in_shard = 0, total = 0;
-  for (const auto& t : tensors) {
-    if (in_shard > 0 && in_shard + t.second.nbytes() > max_shard_bytes) {
-      shards.emplace_back();
-      in_shard = 0;
-    }
-    shards.back().push_back(t);
-    in_shard += t.second.nbytes();
-    total += t.second.nbytes();
-  }
-  const fs::path root(dir);
-  if (shards.size() == 1) {
-    save_safetensors((root / "model.safetensors").string(), shards[0], meta);
-    return 1;
-  }
-  nlohmann::json map = nlohmann::json::object();
-  for (std::size_t i = 0; i < shards.size(); ++i) {
-    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
-    save_safetensors((root / file).string(), shards[i], meta);
-    for (const auto& t : shards[i]) map[t.first] = file;
-  }
-  const std::string index = nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", map}}.dump(2) + "\n";
-  AtomicFile out((root / "model.safetensors.index.json").string());
-  out.write(index.data(), index.size());
-  out.commit();
-  return int(shards.size());
 }
 
 }  // namespace tidal::io

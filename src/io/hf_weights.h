@@ -1,8 +1,7 @@
 // The weight files of a Hugging Face model directory: model.safetensors, or the shards that
 // model.safetensors.index.json lists (its weight_map: tensor name -> file). Reading maps every
-// file (io/safetensors.h), so a tensor's bytes are read only where a caller copies them. Writing
-// gives model.safetensors, or above `max_shard_bytes` numbered shards and their index, as
-// save_pretrained does; every file carries the metadata {"format": "pt"} transformers expects.
+// file (io/safetensors.h), so a tensor's bytes are read only where a caller copies them.
+// (Writing them: engine/hf_checkpoint.h's export.)
 #pragma once
 
 #include "io/safetensors.h"
@@ -32,9 +31,5 @@ class HfWeightFiles {
   std::vector<std::unique_ptr<SafetensorsReader>> files_;
   std::map<std::string, std::pair<const SafetensorsReader*, TensorEntry>> tensors_;
 };
-
-// Returns the number of safetensors files written.
-int write_hf_weights(const std::string& dir, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                     std::uint64_t max_shard_bytes);
 
 }  // namespace tidal::io

@@ -75,23 +75,50 @@ TensorEntry parse_entry(const nlohmann::json& v, std::uint64_t data_size, const 
 
 }  // namespace
 
-void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const Metadata& metadata) {
+SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<Entry>& entries,
+                                     const Metadata& metadata) {
   nlohmann::json header = nlohmann::json::object();
-  std::size_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    TIDAL_ASSERT(t.device().is_cpu() && t.is_contiguous(), "saving {} ({})", name, t.str());
-    header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape().vec()}, {"data_offsets", {offset, offset + t.nbytes()}}};
-    offset += t.nbytes();
+  for (const Entry& e : entries) {
+    const std::uint64_t bytes = std::uint64_t(e.shape.numel()) * dtype_size(e.dtype);
+    header[e.name] = {{"dtype", st_dtype(e.dtype)}, {"shape", e.shape.vec()}, {"data_offsets", {data_bytes_, data_bytes_ + bytes}}};
+    data_bytes_ += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  AtomicFile out(path);
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data section 8-byte aligned
   const std::uint64_t n = text.size();
-  out.write(&n, sizeof n);
-  out.write(text.data(), text.size());
-  for (const auto& entry : tensors) out.write(entry.second.raw(), entry.second.nbytes());
+  header_.assign(reinterpret_cast<const char*>(&n), sizeof n);
+  header_ += text;
+  file_ = std::make_unique<AtomicFile>(path);
+  file_->write(header_.data(), header_.size());
+}
+
+SafetensorsWriter::~SafetensorsWriter() = default;
+
+void SafetensorsWriter::append(const void* data, std::size_t bytes) {
+  TIDAL_ASSERT(written_ + bytes <= data_bytes_, "{} bytes past the {} the header holds", written_ + bytes, data_bytes_);
+  file_->write(data, bytes);
+  written_ += bytes;
+}
+
+void SafetensorsWriter::append(const Tensor& t) {
+  TIDAL_ASSERT(t.device().is_cpu(), "writing {}", t.str());
+  if (t.is_contiguous()) return append(t.raw(), t.nbytes());
+  const Tensor c = t.clone(host_allocator());
+  append(c.raw(), c.nbytes());
+}
+
+void SafetensorsWriter::commit() {
+  TIDAL_ASSERT(written_ == data_bytes_, "{} of the {} bytes the header holds written", written_, data_bytes_);
+  file_->commit();
+}
+
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const Metadata& metadata) {
+  std::vector<SafetensorsWriter::Entry> entries;
+  for (const auto& [name, t] : tensors) entries.push_back({name, t.dtype(), t.shape()});
+  SafetensorsWriter out(path, entries, metadata);
+  for (const auto& [name, t] : tensors) out.append(t);
   out.commit();
 }
 

@@ -9,14 +9,49 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace tidal::io {
 
+class AtomicFile;
+
 using TensorMap = std::map<std::string, Tensor>;
 using Metadata = std::map<std::string, std::string>;
+
+// A safetensors file written tensor by tensor: every tensor's name, dtype and shape are given up
+// front (the header comes first), then each tensor's bytes in that order, in pieces of any size,
+// so a writer never holds more than a piece. commit() checks every byte came and makes the file
+// appear (atomic_file.h); a writer dropped before it leaves nothing.
+class SafetensorsWriter {
+ public:
+  struct Entry {
+    std::string name;
+    DType dtype = DType::f32;
+    Shape shape;
+  };
+  SafetensorsWriter(const std::string& path, const std::vector<Entry>& entries, const Metadata& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  // The file's first bytes: the header's length and the header (written already).
+  const std::string& header() const { return header_; }
+  // The next bytes of the tensors, in entry order.
+  void append(const void* data, std::size_t bytes);
+  // A host tensor's values (any strides: a strided one goes through a copy).
+  void append(const Tensor& t);
+  void commit();
+  std::uint64_t file_bytes() const { return header_.size() + data_bytes_; }
+
+ private:
+  std::string header_;
+  std::uint64_t data_bytes_ = 0, written_ = 0;
+  std::unique_ptr<AtomicFile> file_;
+};
 
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const Metadata& metadata = {});
@@ -46,6 +81,11 @@ class SafetensorsReader {
   // Gives the pages holding `name` back to the kernel (read again from the file if touched).
   void release(const std::string& name) const;
   std::uint64_t data_bytes() const { return data_size_; }
+  std::uint64_t file_bytes() const { return map_.size; }
+  // The file's first bytes: the header's length and the header itself.
+  std::span<const std::byte> header_bytes() const {
+    return {static_cast<const std::byte*>(map_.address), std::size_t(data_ - static_cast<const std::byte*>(map_.address))};
+  }
 
  private:
   std::string path_;

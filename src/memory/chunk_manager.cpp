@@ -809,6 +809,33 @@ void ChunkManager::gather_state(const StateVisitor& visit) {
   if (dmm_) dmm_->unstage_states();
 }
 
+void ChunkManager::held_state(const HeldStateVisitor& visit) {
+  DiskTier* disk = dmm_ ? dmm_->disk() : nullptr;
+  if (dmm_) dmm_->unstage_states();
+  if (disk) disk->flush();
+  const ChunkKind kinds[] = {ChunkKind::master, ChunkKind::momentum, ChunkKind::variance};
+  const std::size_t C = std::size_t(layout_.chunk_elements);
+  for (int c = 0; c < layout_.chunks; ++c) {
+    if (!owns(c)) continue;
+    for (std::size_t i : tensors_of(c)) {
+      const nn::Parameter& p = *tracked_[i].param;
+      std::array<StateView, 3> views;
+      for (std::size_t k = 0; k < 3; ++k) {
+        if (dmm_ && dmm_->on_disk(kinds[k], c)) {
+          // A record is the chunk's master copy, momentum and variance back to back (disk_tier.h).
+          const std::size_t at = (k * C + std::size_t(layout_.places[i].offset)) * sizeof(float);
+          views[k].read = [disk, c, at](std::size_t offset, std::size_t bytes, void* into) {
+            disk->read_states(c, at + offset, bytes, into);
+          };
+        } else {
+          views[k].memory = slot(kinds[k], p);
+        }
+      }
+      visit(p, views);
+    }
+  }
+}
+
 void ChunkManager::load_moments(const nn::Parameter& p, const Tensor& momentum, const Tensor& variance) {
   const int chunk = layout_.places[index_.at(&p)].chunk;
   if (!owns(chunk)) return;

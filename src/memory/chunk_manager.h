@@ -72,6 +72,7 @@
 #include "nn/runner.h"
 #include "ops/optimizer_step.h"
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -100,6 +101,13 @@ struct ChunkSegment {
   // The model chunk of this rank (an interleaved pipeline's virtual stage) whose layers use these
   // parameters: end_forward and end_backward of a phase complete its segments alone.
   int phase = 0;
+};
+
+// One of a parameter's optimizer states where a checkpoint finds it: a view of its slot in memory
+// (host or device), or, for a state in the disk tier, a reader of its bytes there.
+struct StateView {
+  Tensor memory = Tensor();  // [p.shape] fp32, when in memory
+  std::function<void(std::size_t offset, std::size_t bytes, void* into)> read = nullptr;  // when on disk
 };
 
 // What a chunk manager takes over.
@@ -246,11 +254,19 @@ class ChunkManager final : public nn::ModuleHooks {
   using StateVisitor = std::function<void(const nn::Parameter&, const Tensor& master, const Tensor& momentum,
                                           const Tensor& variance)>;
   void gather_state(const StateVisitor& visit);
+  // For a checkpoint, which reads them beside training until the next adamw_step or skip_step:
+  // every parameter whose optimizer states this rank keeps (with ZeRO, those of its owned chunks;
+  // else all), with where its fp32 master copy, momentum and variance lie now - views of their
+  // slots, or for states in the disk tier readers of its file (brought up to date here).
+  using HeldStateVisitor = std::function<void(const nn::Parameter&, const std::array<StateView, 3>&)>;
+  void held_state(const HeldStateVisitor& visit);
   // From a checkpoint: p's moments, where this rank owns p (its master copy came from p.data).
   // Parameters in order keep a disk chunk staged from one to the next.
   void load_moments(const nn::Parameter& p, const Tensor& momentum, const Tensor& variance);
 
   bool manages(const nn::Parameter& p) const { return index_.count(&p) > 0; }
+  // Whether this rank keeps p's optimizer states (with ZeRO: it owns p's chunk).
+  bool keeps_state(const nn::Parameter& p) const { return owns(layout_.places[index_.at(&p)].chunk); }
   TensorState state(const nn::Parameter& p) const;
   Placement placement(int chunk) const;  // of param chunk `chunk`
   const ChunkLayout& layout() const { return layout_; }

@@ -75,22 +75,25 @@ void DiskStore::write(int record, const void* from) {
   bytes_written_.fetch_add(std::int64_t(record_bytes_), std::memory_order_relaxed);
 }
 
-void DiskStore::read(int record, void* into) {
-  const std::int64_t at = offset_of(record);
+void DiskStore::read(int record, void* into) { read(record, 0, record_bytes_, into); }
+
+void DiskStore::read(int record, std::size_t offset, std::size_t bytes, void* into) {
+  TIDAL_ASSERT(offset + bytes <= record_bytes_, "bytes [{}, +{}) of a record of {}", offset, bytes, record_bytes_);
+  const std::int64_t at = offset_of(record) + std::int64_t(offset);
   char* p = static_cast<char*>(into);
   std::size_t done = 0;
-  while (done < record_bytes_) {
-    const ssize_t n = ::pread(fd_, p + done, record_bytes_ - done, off_t(at + std::int64_t(done)));
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd_, p + done, bytes - done, off_t(at + std::int64_t(done)));
     if (n < 0 && errno == EINTR) continue;
     // 0: the file ends early (someone truncated it under the run).
     if (n <= 0)
       throw Error(fmt::format("the disk tier could not read {} bytes at offset {} of {} ({}); the file in "
                               "memory.disk_dir = \"{}\" must stay untouched while the run lasts",
-                              record_bytes_ - done, at + std::int64_t(done), path_,
+                              bytes - done, at + std::int64_t(done), path_,
                               n < 0 ? errno_text(errno) : "end of file", dir_));
     done += std::size_t(n);
   }
-  bytes_read_.fetch_add(std::int64_t(record_bytes_), std::memory_order_relaxed);
+  bytes_read_.fetch_add(std::int64_t(bytes), std::memory_order_relaxed);
 }
 
 }  // namespace tidal::memory

@@ -31,6 +31,8 @@ class DiskStore {
 
   void write(int record, const void* from);
   void read(int record, void* into);
+  // Bytes [offset, offset + bytes) of a record.
+  void read(int record, std::size_t offset, std::size_t bytes, void* into);
 
   const std::string& path() const { return path_; }
   std::size_t record_bytes() const { return record_bytes_; }

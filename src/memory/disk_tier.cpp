@@ -42,6 +42,20 @@ void DiskTier::join_read_ahead() {
   if (reader_error_) std::rethrow_exception(std::exchange(reader_error_, nullptr));
 }
 
+void DiskTier::flush() {
+  join_read_ahead();
+  for (Staging& s : staging_)
+    if (s.modified) {
+      store_.write(record_.at(s.chunk), s.states.raw());
+      bytes_to_disk_ += std::int64_t(store_.record_bytes());
+      s.modified = false;
+    }
+}
+
+void DiskTier::read_states(int chunk, std::size_t offset, std::size_t bytes, void* into) {
+  store_.read(record_.at(chunk), offset, bytes, into);
+}
+
 Tensor DiskTier::stage(int chunk, bool modify) {
   TIDAL_ASSERT(holds(chunk), "chunk {} is not in the disk tier", chunk);
   if (staging_[current_].chunk != chunk) {

@@ -43,6 +43,13 @@ class DiskTier {
   // of another chunk. `modify`: the caller writes them (they go back to the file later).
   Tensor stage(int chunk, bool modify);
 
+  // For a checkpoint: the file made to hold every chunk's latest states (the read-ahead joined,
+  // modified buffers written back and kept, now clean), so that read_states may read it on
+  // another thread until the next stage() to modify.
+  void flush();
+  // Bytes [offset, offset + bytes) of chunk c's record (kinds * chunk_elements fp32), from the file.
+  void read_states(int chunk, std::size_t offset, std::size_t bytes, void* into);
+
   const DiskStore& store() const { return store_; }
   // Bytes of the transfers stage() has started (those the read-ahead runs counted when it starts
   // them, so a step's count does not depend on how far the thread got).

@@ -130,6 +130,7 @@ class DynamicMemory {
 
   MoveStats stats() const;
   const DiskTier* disk() const { return disk_.get(); }
+  DiskTier* disk() { return disk_.get(); }
   const MemoryTracer& tracer() const { return tracer_; }
   std::int64_t device_chunk_bytes() const { return std::int64_t(device_chunks_.current_bytes()); }
   std::int64_t host_chunk_bytes() const { return std::int64_t(host_.current_bytes()); }

@@ -11,11 +11,14 @@
 #include "ops/residual.h"
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <thread>
 #include <vector>
@@ -197,6 +200,36 @@ double all_reduce_time(comm::Communicator& world, std::int64_t bytes, int repeat
   return v.item();
 }
 
+// Seconds to write `bytes` into a file of this rank's own in `dir` and fsync it (removed after).
+double write_seconds(const std::string& dir, std::int64_t bytes, int rank) {
+  const std::string path = fmt::format("{}/tidal-calibrate-rank{}-pid{}", dir, rank, ::getpid());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TIDAL_CHECK(fd >= 0, "tidal calibrate: cannot write into --disk-dir '{}': {}", dir, std::strerror(errno));
+  std::vector<char> block(std::size_t(8) << 20, 1);
+  const auto start = std::chrono::steady_clock::now();
+  bool ok = true;
+  for (std::int64_t done = 0; ok && done < bytes;) {
+    const ssize_t n = ::write(fd, block.data(), std::size_t(std::min<std::int64_t>(bytes - done, std::int64_t(block.size()))));
+    ok = n > 0;
+    done += n;
+  }
+  ok = ok && ::fsync(fd) == 0;
+  const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::close(fd);
+  ::unlink(path.c_str());
+  TIDAL_CHECK(ok, "tidal calibrate: writing {} bytes into --disk-dir '{}' failed: {}", bytes, dir, std::strerror(errno));
+  return t;
+}
+
+// The disk's bytes/s with the first `writers` ranks writing `bytes` each at once: their bytes
+// over the slowest one's time.
+double disk_rate(comm::Communicator& world, const std::string& dir, std::int64_t bytes, int writers) {
+  world.barrier()->wait();
+  Tensor v = Tensor::full({1}, world.rank() < writers ? float(write_seconds(dir, bytes, world.rank())) : 0.0f);
+  world.all_reduce(v, {.op = comm::ReduceOp::max})->wait();
+  return double(writers) * double(bytes) / double(v.item());
+}
+
 double host_memory_bytes() { return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)); }
 
 }  // namespace
@@ -210,6 +243,7 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   const std::int64_t big = options.quick ? (std::int64_t(1) << 22) : (std::int64_t(1) << 28);  // copy bytes
   const std::int64_t message = options.quick ? (std::int64_t(1) << 20) : (std::int64_t(1) << 26);
   const std::int64_t keys = options.quick ? 64 : 1024;  // attention's positions
+  const std::int64_t disk_bytes = options.quick ? (std::int64_t(4) << 20) : (std::int64_t(256) << 20);  // a rank's file
 
   Hardware h;
   h.device = Device::Kind::cpu;
@@ -271,6 +305,8 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
     figures.push_back(all_reduce_time(world, 4, repeats * 20));
     figures.push_back(all_reduce_time(world, message, repeats));
     for (std::int64_t bytes : messages) figures.push_back(all_reduce_time(world, bytes, repeats));
+    figures.push_back(disk_rate(world, options.disk_dir, disk_bytes, p));
+    figures.push_back(disk_rate(world, options.disk_dir, disk_bytes, 1));
   }
   std::size_t next = 0;
   const auto median_of_passes = [&] {
@@ -316,6 +352,8 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   for (std::int64_t bytes : messages)
     h.intra_node_collective.sizes.push_back(
         {steps / p * double(bytes), steps / p * double(bytes) / std::max(1e-9, median_of_passes() - small)});
+  h.disk_write_bandwidth = median_of_passes();
+  h.disk_write_bandwidth_one = median_of_passes();
   TIDAL_ASSERT(next == measured.front().size(), "calibrate read {} of its {} figures", next, measured.front().size());
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);

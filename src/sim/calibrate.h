@@ -7,16 +7,21 @@
 //   the links, over the launched ranks of one node: a ping-pong between ranks 0 and 1 (half a
 //   round trip: latency with a 4-byte message, bandwidth with a large one), and the ring
 //   all-reduce's bus bandwidth over all ranks (2 (p - 1) / p bytes per byte reduced, as
-//   nccl-tests reports it; latency from a 4-byte all-reduce over its 2 (p - 1) steps).
+//   nccl-tests reports it; latency from a 4-byte all-reduce over its 2 (p - 1) steps);
+//   the disk a checkpoint writes to: every rank writing a file of its own at once, then one rank
+//   alone, each file fsynced (the bytes over the slowest writer's time).
 #pragma once
 
 #include "comm/communicator.h"
 #include "sim/hardware.h"
 
+#include <string>
+
 namespace tidal::sim {
 
 struct CalibrateOptions {
   bool quick = false;  // smaller problems and fewer repeats: seconds, for tests
+  std::string disk_dir = ".";  // where the disk's writes go (where checkpoints will)
 };
 
 // Collective over `world` (two ranks or more, on one node).

@@ -50,6 +50,7 @@ nlohmann::json Prediction::json() const {
                         {"flops_per_step", flops_per_step}, {"ranks", ranks_json}};
   if (!fits) out["does_not_fit"] = does_not_fit;
   if (!untimed.empty()) out["untimed"] = untimed;
+  out["checkpoint"] = checkpoint.json();
   return out;
 }
 
@@ -328,7 +329,18 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
   // outlasts the last backward it overlaps.
   const ModelFlops f = model_flops(cfg.model);
   p.flops_per_step = 3 * double(cfg.train.batch_size) * (double(cfg.model.n_layer) * f.block + f.head);
-  if (!hardware) return p;
+  // A checkpoint's state in device memory, per rank (what an asynchronous save stages).
+  std::vector<double> on_device;
+  for (const RankMemory& m : p.ranks) {
+    const int chunks = m.offload.device_state_chunks + m.offload.host_state_chunks;
+    on_device.push_back(m.model_data.offload ? (chunks > 0 ? double(m.offload.device_state_chunks) / chunks : 0.0)
+                        : hardware ? double(hardware->device == Device::Kind::cuda)
+                                   : double(cfg.train.device == Device::Kind::cuda));
+  }
+  if (!hardware) {
+    p.checkpoint = checkpoint_cost(cfg, world, on_device, nullptr, 0, 0);
+    return p;
+  }
   const auto rate = hardware->flops.find(cfg.train.precision);
   TIDAL_CHECK(rate != hardware->flops.end(), "the hardware file {} gives no {} rate", hardware->name,
               dtype_name(cfg.train.precision));
@@ -405,6 +417,7 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
       if (st.total() > p.time.total()) p.time = st;
     }
   }
+  p.checkpoint = checkpoint_cost(cfg, world, on_device, hardware, p.time.total(), p.time.optimizer);
   return p;
 }
 
@@ -520,6 +533,22 @@ std::string explain(const Prediction& p, const Hardware* hardware) {
                            : std::string(),
                        t.hidden, p.untimed.empty() ? std::string() : "; not timed: " + p.untimed);
   }
+  const CheckpointCost& c = p.checkpoint;
+  double total = 0, largest = 0, staged = 0;
+  for (std::size_t i = 0; i < c.bytes.size(); ++i) {
+    total += c.bytes[i];
+    largest = std::max(largest, c.bytes[i]);
+    staged = std::max(staged, c.staging[i]);
+  }
+  out += fmt::format("a checkpoint: {} in all, at most {} from one rank{}", engine::human_bytes(std::uint64_t(total)),
+                     engine::human_bytes(std::uint64_t(largest)),
+                     c.async ? fmt::format(", written in the background ({} staged in host memory at most)",
+                                           engine::human_bytes(std::uint64_t(staged)))
+                             : std::string());
+  if (hardware && hardware->disk_write_bandwidth > 0)
+    out += fmt::format("; the write {:.4g} s, the step waits {:.4g} s\n", c.write, c.stall());
+  else
+    out += hardware ? fmt::format("; not timed: {} gives no [disk]\n", hardware->name) : std::string("\n");
   return out;
 }
 

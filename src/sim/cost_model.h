@@ -15,6 +15,7 @@
 #pragma once
 
 #include "config/config.h"
+#include "sim/checkpoint_cost.h"
 #include "sim/hardware.h"
 #include "sim/planned_world.h"
 
@@ -78,6 +79,7 @@ struct Prediction {
   bool fits = true;
   std::string does_not_fit;     // which tier, by how much
   std::string untimed;          // what the step time leaves out, and why ("": nothing)
+  CheckpointCost checkpoint;    // a save's bytes and time (sim/checkpoint_cost.h)
   nlohmann::json json() const;
 };
 

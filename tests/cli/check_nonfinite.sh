@@ -38,15 +38,19 @@ latest = open(os.path.join(ck, "latest")).read().strip()
 steps = sorted(d for d in os.listdir(ck) if d.startswith("step-"))
 assert latest == f"step-{step - 1:08d}", (latest, step)
 assert steps[-1] == latest, f"a checkpoint of the failing step was written: {steps}"
-blob = open(os.path.join(ck, latest, "model.safetensors"), "rb").read()
-n = struct.unpack("<Q", blob[:8])[0]
-header = json.loads(blob[8:8 + n])
-header.pop("__metadata__", None)
-for name, t in header.items():
-    begin, end = t["data_offsets"]
-    values = struct.unpack(f"<{(end - begin) // 4}f", blob[8 + n + begin:8 + n + end])
-    assert all(math.isfinite(v) for v in values), f"{latest}/{name} holds non-finite weights"
-print(f"{precision}: stopped at step {step} with exit 3; latest = {latest}, {len(header)} tensors all finite")
+tensors = 0
+for file in sorted(f for f in os.listdir(os.path.join(ck, latest)) if f.endswith(".safetensors")):
+    blob = open(os.path.join(ck, latest, file), "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    for name, t in header.items():
+        begin, end = t["data_offsets"]
+        values = struct.unpack(f"<{(end - begin) // 4}f", blob[8 + n + begin:8 + n + end])
+        assert all(math.isfinite(v) for v in values), f"{latest}/{file}: {name} holds non-finite values"
+        tensors += 1
+assert tensors > 0, f"{latest} holds no tensors"
+print(f"{precision}: stopped at step {step} with exit 3; latest = {latest}, {tensors} tensors all finite")
 PY
   # The last good checkpoint loads (resumed at its own step: no step runs, and it is written again).
   latest=$(cat "$ck/latest")

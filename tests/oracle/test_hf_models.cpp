@@ -7,7 +7,7 @@
 // from_pretrained gives tidal's logits.
 #include "config/config.h"
 #include "config/hf_model.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpointer.h"
 #include "engine/hf_checkpoint.h"
 #include "io/hf_weights.h"
 #include "models/factory.h"
@@ -94,10 +94,10 @@ void check_case(const Case& c) {
   EXPECT_EQ(report.tensors, std::int64_t(model->parameters().size()));
 
   // HF -> tidal -> HF is bitwise.
-  engine::NamedTensors weights;
+  std::vector<std::pair<std::string, Tensor>> weights;
   for (nn::Parameter* p : model->parameters()) weights.emplace_back(p->name, p->data.clone());
   const std::string toml = config::to_toml(cfg);
-  engine::write_checkpoint(ckpt.string(), 0, weights, {}, {}, toml, 1, "{}");
+  engine::write_checkpoint(ckpt.string(), {.step = 0, .config_toml = toml}, weights, 1);
   engine::export_hf(ckpt.string(), back.string(), c.export_shard_bytes);
   expect_bitwise_equal(hf.string(), back.string());
 
@@ -140,9 +140,9 @@ void check_case(const Case& c) {
       << "loss after the AdamW steps";
 
   // The trained weights exported and opened by from_pretrained give tidal's logits.
-  engine::NamedTensors stepped;
+  std::vector<std::pair<std::string, Tensor>> stepped;
   for (nn::Parameter* p : model->parameters()) stepped.emplace_back(p->name, p->data.clone());
-  engine::write_checkpoint(ckpt.string(), c.steps, stepped, {}, {}, toml, 1, "{}");
+  engine::write_checkpoint(ckpt.string(), {.step = c.steps, .config_toml = toml}, stepped, 1);
   const engine::HfExportReport exported = engine::export_hf(ckpt.string(), trained.string(), c.export_shard_bytes);
   if (c.export_shard_bytes < (std::uint64_t(1) << 20)) {
     EXPECT_GT(exported.files, 1) << "a small shard size writes shards and an index";

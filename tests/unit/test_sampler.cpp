@@ -3,7 +3,7 @@
 // forward's argmax, seeded draws reproduce, top_k = 1 is greedy, the positions' limit, prompt
 // errors, loading a tidal checkpoint, and sampling during training.
 #include "config/config.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpointer.h"
 #include "engine/sampler.h"
 #include "models/factory.h"
 #include "models/gpt.h"
@@ -181,10 +181,10 @@ TEST(Sampler, LoadsATidalCheckpoint) {
   const config::Config cfg = tiny_config();
   auto model = models::make_model(cfg.model);
   model->materialize(kSeed + 1);  // weights unlike those of the loader's own materialize
-  engine::NamedTensors weights;
+  std::vector<std::pair<std::string, Tensor>> weights;
   for (nn::Parameter* p : model->parameters()) weights.emplace_back(p->name, p->data);
   const auto dir = std::filesystem::temp_directory_path() / ("sampler-ckpt-" + std::to_string(::getpid()));
-  engine::write_checkpoint(dir.string(), 3, weights, {}, {}, config::to_toml(cfg), 1, "{}");
+  engine::write_checkpoint(dir.string(), {.step = 3, .config_toml = config::to_toml(cfg)}, weights, 1);
 
   engine::InferenceModel loaded = engine::load_for_inference(dir.string());
   EXPECT_FALSE(loaded.config.model.tie_embeddings);

@@ -4,6 +4,7 @@
 #include "ops/grad_norm.h"
 
 #include <algorithm>
+#include <fmt/ranges.h>
 #include <map>
 
 namespace tidal::nn::tp {
@@ -31,6 +32,29 @@ Tensor segment(const Tensor& local, const Parameter& p, int m) {
 }
 
 }  // namespace
+
+std::vector<Piece> pieces_of(const Parameter& p) {
+  const int nd = p.shape.size();
+  if (p.full_shape.size() == 0) return {Piece{.row = 0, .slice = {Shape(std::vector<std::int64_t>(std::size_t(nd), 0)), p.shape}}};
+  const std::int64_t s = p.segments == 1 ? rows_inside(p) : p.shape[0] / p.segments, S = p.full_shape[0] / p.segments;
+  std::vector<Piece> out;
+  if (s == 0) return out;
+  for (int m = 0; m < p.segments; ++m) {
+    Piece piece{.row = m * s, .slice = {p.offset, p.shape}};
+    piece.slice.start[0] = m * S + p.offset[0];
+    piece.slice.extent[0] = s;
+    out.push_back(piece);
+  }
+  return out;
+}
+
+io::HeldBlockKey save_block_key(const Parameter& p) {
+  const std::vector<Piece> pieces = pieces_of(p);
+  std::string key = p.name;
+  for (const Piece& piece : pieces)
+    key += fmt::format(" {}:{}+{}", piece.row, fmt::join(piece.slice.start, ","), fmt::join(piece.slice.extent, ","));
+  return {key, 3 * block_elements(pieces) * std::int64_t(sizeof(float))};
+}
 
 Tensor gather_parameter(const Parameter& p, const Tensor& local, comm::Communicator& tensor_group) {
   TIDAL_ASSERT(local.shape() == p.shape, "{}: gathering {} for a block {}", p.name, local.str(), p.shape.str());

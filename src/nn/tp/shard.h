@@ -4,6 +4,8 @@
 #pragma once
 
 #include "comm/communicator.h"
+#include "core/tensor_slices.h"
+#include "io/save_plan.h"
 #include "nn/parameter.h"
 
 #include <span>
@@ -21,6 +23,16 @@ Tensor shard_of(const Parameter& p, const Tensor& full);
 // query | key | value; each may be a strided view, e.g. of a memory-mapped file), copied into
 // `local` (p.shape, the pieces' dtype): only the elements of the block are read.
 void copy_shard(const Parameter& p, std::span<const Tensor> rows, Tensor local);
+
+// Where p's block lies in the full parameter: its rows inside it as one piece per segment (none
+// for a block wholly in the padding), in the block's row order (core/tensor_slices.h). The rows
+// after the last piece, if any, are padding.
+std::vector<Piece> pieces_of(const Parameter& p);
+
+// p's block as a sharded save names it alike on every rank holding it (io/save_plan.h): its name
+// and pieces, and the bytes of its fp32 state there - weight, momentum and variance (0: a block
+// wholly in the padding, not saved).
+io::HeldBlockKey save_block_key(const Parameter& p);
 
 // Features laid out [segments][parts][s] (segment-major, so that q, k and v of the same heads
 // stay together when a fused weight's rows are split into parts), and a panel [N, segments s]

@@ -1,0 +1,417 @@
+#include "engine/checkpoint/checkpointer.h"
+
+#include "comm/all_gather_text.h"
+#include "io/save_plan.h"
+#include "io/atomic_file.h"
+#include "nn/tp/shard.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace tidal::engine {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// A commit waits for the slowest rank's file: longer than a step's collectives may take.
+constexpr comm::Seconds kCommitTimeout{3600};
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The tensors of one parameter's state, in HeldBlock::state's order.
+std::string state_name(const nn::Parameter& p, std::size_t kind) {
+  static const char* prefix[] = {"", "m.", "v."};
+  return prefix[kind] + p.name;
+}
+
+nlohmann::json pieces_json(const std::vector<Piece>& pieces) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Piece& p : pieces) out.push_back({p.row, p.slice.start.vec(), p.slice.extent.vec()});
+  return out;
+}
+
+std::vector<Piece> pieces_from(const nlohmann::json& j) {
+  std::vector<Piece> out;
+  for (const nlohmann::json& p : j)
+    out.push_back({.row = p[0].get<std::int64_t>(),
+                   .slice = {Shape(p[1].get<std::vector<std::int64_t>>()), Shape(p[2].get<std::vector<std::int64_t>>())}});
+  return out;
+}
+
+// The rows of p's block its pieces cover (the rest is padding, never saved).
+std::int64_t stored_rows(const std::vector<Piece>& pieces) {
+  std::int64_t rows = 0;
+  for (const Piece& p : pieces) rows += p.slice.extent[0];
+  return rows;
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+std::string read_latest(const fs::path& dir) {
+  std::ifstream in(dir / "latest");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+// Step directories past `keep` (oldest first, never `latest`'s) and temporaries of saves that
+// never committed.
+void prune(const fs::path& dir, const std::string& latest, int keep) {
+  std::vector<std::string> steps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || !name.starts_with("step-")) continue;
+    if (name.find(".tmp-") != std::string::npos) {
+      std::error_code ignored;
+      fs::remove_all(e.path(), ignored);
+      continue;
+    }
+    steps.push_back(name);
+  }
+  std::sort(steps.begin(), steps.end());
+  const std::ptrdiff_t excess = std::ptrdiff_t(steps.size()) - keep;
+  for (std::ptrdiff_t i = 0; i < excess; ++i)
+    if (steps[std::size_t(i)] != latest) fs::remove_all(dir / steps[std::size_t(i)]);
+}
+
+// A save that failed: where, why, and what stays.
+Error not_written(std::int64_t step, const std::string& dir, const std::string& cause) {
+  const std::string last = read_latest(dir);
+  return Error(fmt::format("the checkpoint of step {} was not written ({}); {}: free space where checkpoint.dir '{}' "
+                           "lives, or write fewer (checkpoint.every, checkpoint.keep)",
+                           step, cause,
+                           last.empty() ? "no earlier checkpoint is in that directory"
+                                        : fmt::format("the last complete one, '{}', stays as 'latest'", last),
+                           dir));
+}
+
+// The metadata of a save from every rank's report (the files in rank order).
+CheckpointMetadata metadata_of(const CheckpointInfo& info, const std::vector<nlohmann::json>& reports) {
+  CheckpointMetadata meta;
+  meta.info = info;
+  for (std::size_t r = 0; r < reports.size(); ++r) {
+    const nlohmann::json& report = reports[r];
+    if (report["blocks"].empty()) continue;
+    const int file = int(meta.files.size());
+    meta.files.push_back({.name = rank_file_name(int(r)),
+                          .rank = int(r),
+                          .bytes = report["bytes"].get<std::uint64_t>(),
+                          .header_checksum = report["header"].get<std::uint64_t>()});
+    for (const nlohmann::json& b : report["blocks"]) {
+      StoredTensor& t = meta.tensors[b[0].get<std::string>()];
+      t.shape = Shape(b[1].get<std::vector<std::int64_t>>());
+      t.dtype = DType::f32;
+      t.blocks.push_back({.file = file,
+                          .key = b[0].get<std::string>(),
+                          .shape = Shape(b[2].get<std::vector<std::int64_t>>()),
+                          .pieces = pieces_from(b[3]),
+                          .checksum = b[4].get<std::uint64_t>()});
+    }
+  }
+  return meta;
+}
+
+// The last part of a commit, on one rank: the metadata into the temporary directory `tmp` (the
+// files it names complete there), the directory renamed to its step's name, `latest` moved, old
+// ones pruned. Returns the step directory.
+std::string publish(const std::string& dir, const std::string& tmp, const CheckpointMetadata& meta, int keep) {
+  const CheckpointInfo& info = meta.info;
+  const fs::path root(dir);
+  try {
+    const std::string text = meta.to_json().dump(1) + "\n";
+    io::AtomicFile file((fs::path(tmp) / kMetadataFileName).string());
+    file.write(text.data(), text.size());
+    file.commit();
+    // A step saved again (a second run into the same directory) gets a fresh name: the
+    // directory `latest` names is never touched before its replacement is complete.
+    const std::string base = fmt::format("step-{:08d}", info.step);
+    std::string name = base;
+    for (int n = 1; fs::exists(root / name); ++n) name = fmt::format("{}-{}", base, n);
+    fs::rename(tmp, root / name);
+    fsync_dir(root);
+    io::AtomicFile latest((root / "latest").string());
+    latest.write(name.data(), name.size());
+    latest.commit();
+    prune(root, name, keep);
+    return (root / name).string();
+  } catch (const std::exception& e) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw not_written(info.step, dir, e.what());
+  }
+}
+
+}  // namespace
+
+// Which of this rank's blocks it writes, and the name its saves' temporary directories share.
+struct Checkpointer::Plan {
+  std::string nonce;
+  std::vector<const nn::Parameter*> writes;  // in the order of `held`
+  std::vector<const nn::Parameter*> held;    // the plan was made for these
+};
+
+struct Checkpointer::Pending {
+  std::string dir, tmp;
+  CheckpointInfo info;
+  bool async = false;
+  bool in_place = false;  // the writer reads state where it lies
+  std::vector<BlockSource> sources;
+  std::thread writer;
+  std::atomic<bool> done{false};
+  std::optional<ShardWritten> written;
+  std::string error;
+  Clock::time_point started;
+  double stall = 0;
+  std::uint64_t state_bytes = 0;
+};
+
+Checkpointer::Checkpointer(CheckpointOptions options, comm::Communicator& world, Allocator& staging, OnCommit on_commit)
+    : options_(options), world_(world), staging_(staging), on_commit_(std::move(on_commit)) {}
+
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+const Checkpointer::Plan& Checkpointer::plan(const std::vector<HeldBlock>& held) {
+  std::vector<const nn::Parameter*> params;
+  for (const HeldBlock& h : held) params.push_back(h.param);
+  if (plan_) {
+    TIDAL_ASSERT(plan_->held == params, "a checkpoint's holdings changed within the run");
+    return *plan_;
+  }
+  // Every rank's blocks, by what names them alike on every rank holding them (a line each after
+  // rank 0's nonce), then each to one writer (io/save_plan.h).
+  std::ostringstream text;
+  if (world_.rank() == 0) text << std::random_device()() << "\n";
+  std::map<std::string, const nn::Parameter*> mine;
+  for (const nn::Parameter* p : params) {
+    const io::HeldBlockKey block = nn::tp::save_block_key(*p);
+    if (block.bytes == 0) continue;  // wholly in the padding
+    mine[block.key] = p;
+    text << block.key << "\t" << block.bytes << "\n";
+  }
+  auto plan = std::make_unique<Plan>();
+  plan->held = params;
+  std::vector<std::vector<io::HeldBlockKey>> blocks(std::size_t(world_.size()));
+  const std::vector<std::string> texts = comm::all_gather_text(world_, text.str());
+  for (std::size_t r = 0; r < texts.size(); ++r) {
+    std::istringstream in(texts[r]);
+    std::string line;
+    if (r == 0) std::getline(in, plan->nonce);
+    while (std::getline(in, line)) {
+      const std::size_t tab = line.rfind('\t');
+      blocks[r].push_back({line.substr(0, tab), std::stoll(line.substr(tab + 1))});
+    }
+  }
+  const std::vector<std::vector<std::string>> writers = io::assign_writers(blocks);
+  std::vector<const nn::Parameter*> writes;
+  for (const std::string& key : writers[std::size_t(world_.rank())]) writes.push_back(mine.at(key));
+  for (const nn::Parameter* p : params)
+    if (std::find(writes.begin(), writes.end(), p) != writes.end()) plan->writes.push_back(p);
+  plan_ = std::move(plan);
+  return *plan_;
+}
+
+void Checkpointer::save(const std::string& dir, const CheckpointInfo& info, const std::vector<HeldBlock>& held) {
+  finish();  // at most one save in flight
+  const Clock::time_point start = Clock::now();
+  const Plan& p = plan(held);
+  auto pending = std::make_unique<Pending>();
+  pending->dir = dir;
+  pending->info = info;
+  pending->async = options_.async;
+  pending->started = start;
+  pending->tmp = (fs::path(dir) / fmt::format("step-{:08d}.tmp-{}", info.step, p.nonce)).string();
+  std::error_code ec;  // every rank makes it (the run's nonce keeps it apart from any other save's)
+  fs::create_directories(pending->tmp, ec);
+  TIDAL_CHECK(!ec || fs::is_directory(pending->tmp), "cannot create the checkpoint directory '{}' (checkpoint.dir): {}",
+              pending->tmp, ec.message());
+  staging_.reset_peak();
+  for (const HeldBlock& h : held) {
+    if (std::find(p.writes.begin(), p.writes.end(), h.param) == p.writes.end()) continue;
+    const nn::Parameter& param = *h.param;
+    const std::vector<Piece> pieces = nn::tp::pieces_of(param);
+    Shape shape = param.shape;
+    shape[0] = stored_rows(pieces);
+    for (std::size_t k = 0; k < 3; ++k) {
+      BlockSource s{.key = state_name(param, k),
+                    .full_shape = param.full_shape.size() ? param.full_shape : param.shape,
+                    .shape = shape,
+                    .pieces = pieces};
+      const memory::StateView& v = h.state[k];
+      if (v.read) {
+        s.bytes.read = v.read;
+        pending->in_place = true;
+      } else {
+        Tensor rows = v.memory.slice(0, 0, shape[0]);
+        const Allocator* a = rows.allocator();
+        const bool device = !rows.device().is_cpu() || (a && a->tier() == MemoryTier::device);
+        if (device && options_.async) {  // a snapshot: the device's copy may change or move
+          Tensor copy = Tensor::empty(shape, DType::f32, staging_);
+          copy.copy_from(rows);
+          rows = copy;
+        } else if (!device) {
+          pending->in_place = true;
+        }
+        s.bytes.memory = rows;
+      }
+      pending->state_bytes += std::uint64_t(shape.numel()) * sizeof(float);
+      pending->sources.push_back(std::move(s));
+    }
+  }
+  Pending* job = pending.get();
+  const auto write = [this, job] {
+    try {
+      if (!job->sources.empty())
+        job->written = write_shard(job->tmp, world_.rank(), job->sources, options_.buffer_bytes, staging_);
+    } catch (const std::exception& e) {
+      job->error = e.what();
+    }
+    job->done = true;
+  };
+  pending_ = std::move(pending);
+  if (options_.async) {
+    job->writer = std::thread(write);
+    job->stall += seconds_since(start);
+    return;
+  }
+  write();
+  job->stall += seconds_since(start);
+  commit();
+}
+
+void Checkpointer::join_writer() {
+  if (!pending_ || !pending_->writer.joinable()) return;
+  const Clock::time_point start = Clock::now();
+  pending_->writer.join();
+  pending_->stall += seconds_since(start);
+}
+
+void Checkpointer::before_update() {
+  if (pending_ && pending_->in_place) join_writer();
+}
+
+void Checkpointer::poll() {
+  if (!pending_) return;
+  // Every rank's writer done? (A failed one counts as done: commit reports it.)
+  Tensor running = Tensor::full({1}, pending_->done ? 0.0f : 1.0f, host_allocator());
+  world_.all_reduce(running, {.op = comm::ReduceOp::max})->wait();
+  if (running.item() == 0.0f) commit();
+}
+
+void Checkpointer::finish() {
+  if (!pending_) return;
+  join_writer();
+  commit();
+}
+
+void Checkpointer::commit() {
+  join_writer();  // done already: the thread's end
+  std::unique_ptr<Pending> job = std::move(pending_);
+  const Clock::time_point start = Clock::now();
+  nlohmann::json mine;
+  if (!job->error.empty()) {
+    mine["error"] = job->error;
+  } else {
+    nlohmann::json blocks = nlohmann::json::array();
+    if (job->written)
+      for (std::size_t i = 0; i < job->written->blocks.size(); ++i) {
+        const StoredBlock& b = job->written->blocks[i];
+        blocks.push_back({b.key, job->sources[i].full_shape.vec(), b.shape.vec(), pieces_json(b.pieces), *b.checksum});
+      }
+    mine = {{"blocks", blocks},
+            {"bytes", job->written ? job->written->file.bytes : 0},
+            {"header", job->written ? *job->written->file.header_checksum : 0},
+            {"write_s", job->written ? job->written->seconds : 0.0},
+            {"stall_s", job->stall},
+            {"host_peak_bytes", staging_.peak_bytes()},
+            {"state_bytes", job->state_bytes}};
+  }
+  job->sources.clear();  // the staged copies go
+  std::vector<nlohmann::json> reports;
+  for (const std::string& t : comm::all_gather_text(world_, mine.dump(), kCommitTimeout)) reports.push_back(nlohmann::json::parse(t));
+  for (int r = 0; r < world_.size(); ++r) {
+    const nlohmann::json& report = reports[std::size_t(r)];
+    if (!report.contains("error")) continue;
+    if (world_.rank() == 0) {
+      std::error_code ignored;
+      fs::remove_all(job->tmp, ignored);
+    }
+    throw not_written(job->info.step, job->dir, fmt::format("{}{}", world_.size() > 1 ? fmt::format("rank {}: ", r) : "",
+                                        report["error"].get<std::string>()));
+  }
+  nlohmann::json record = {{"step", job->info.step}, {"checkpoint_step", job->info.step},
+                           {"checkpoint_dir", job->dir}, {"checkpoint_async", job->async}};
+  std::vector<double> stall, write;
+  std::vector<std::int64_t> bytes, peak, state;
+  for (const nlohmann::json& r : reports) {
+    stall.push_back(r["stall_s"].get<double>());
+    write.push_back(r["write_s"].get<double>());
+    bytes.push_back(r["bytes"].get<std::int64_t>());
+    peak.push_back(r["host_peak_bytes"].get<std::int64_t>());
+    state.push_back(r["state_bytes"].get<std::int64_t>());
+  }
+  if (world_.rank() == 0) {
+    record["checkpoint_path"] = publish(job->dir, job->tmp, metadata_of(job->info, reports), options_.keep);
+    stall[0] += seconds_since(start);  // the commit is rank 0's to wait for
+  }
+  record["checkpoint_stall_s"] = *std::max_element(stall.begin(), stall.end());
+  record["checkpoint_write_s"] = *std::max_element(write.begin(), write.end());
+  std::int64_t total = 0;
+  for (std::int64_t b : bytes) total += b;
+  record["checkpoint_bytes"] = total;
+  record["checkpoint_stall_s_per_rank"] = stall;
+  record["checkpoint_write_s_per_rank"] = write;
+  record["checkpoint_bytes_per_rank"] = bytes;
+  record["checkpoint_host_peak_bytes_per_rank"] = peak;
+  record["checkpoint_state_bytes_per_rank"] = state;
+  if (on_commit_) on_commit_(record);
+}
+
+void write_checkpoint(const std::string& dir, const CheckpointInfo& info,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors, int keep) {
+  std::vector<BlockSource> sources;
+  for (const auto& [name, t] : tensors) {
+    TIDAL_CHECK(t.dtype() == DType::f32 && t.ndim() >= 1, "write_checkpoint: '{}' is {}, not an fp32 tensor", name,
+                t.str());
+    const Shape zero(std::vector<std::int64_t>(std::size_t(t.ndim()), 0));
+    sources.push_back({.key = name,
+                       .full_shape = t.shape(),
+                       .shape = t.shape(),
+                       .pieces = {Piece{.row = 0, .slice = {zero, t.shape()}}},
+                       .bytes = {.memory = t.is_contiguous() ? t : t.clone(host_allocator())}});
+  }
+  const std::string tmp = (fs::path(dir) / fmt::format("step-{:08d}.tmp-{}", info.step, ::getpid())).string();
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  TIDAL_CHECK(!ec, "cannot create the checkpoint directory '{}': {}", tmp, ec.message());
+  HostAllocator staging;
+  const ShardWritten written = write_shard(tmp, 0, sources, std::size_t(64) << 20, staging);
+  CheckpointMetadata meta;
+  meta.info = info;
+  meta.files.push_back(written.file);
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    StoredTensor& t = meta.tensors[sources[i].key];
+    t.shape = sources[i].full_shape;
+    t.blocks.push_back(written.blocks[i]);
+  }
+  publish(dir, tmp, meta, keep);
+}
+
+}  // namespace tidal::engine

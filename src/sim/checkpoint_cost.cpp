@@ -1,0 +1,85 @@
+#include "sim/checkpoint_cost.h"
+
+#include "engine/rank_chunks.h"
+#include "io/save_plan.h"
+#include "nn/tp/shard.h"
+
+#include <algorithm>
+#include <map>
+
+namespace tidal::sim {
+namespace {
+
+// The blocks whose state rank `r` keeps (engine/model_data.h's held_state): every block of its
+// parameters, or with ZeRO over its chunk group those in the chunks it owns.
+std::vector<io::HeldBlockKey> held_blocks(const config::Config& cfg, const PlannedRank& r) {
+  std::vector<io::HeldBlockKey> out;
+  comm::Communicator& group = engine::chunk_group(*r.pc);
+  const bool sharded = r.model_data.chunks && cfg.zero.stage > 0 && group.size() > 1 && r.chunk_layout;
+  std::map<const nn::Parameter*, int> chunk_of;
+  if (sharded)
+    for (std::size_t i = 0; i < r.chunk_params.params.size(); ++i)
+      chunk_of[r.chunk_params.params[i]] = r.chunk_layout->places[i].chunk;
+  for (const nn::Parameter* p : r.engine->parameters()) {
+    // Parameters outside the device lists (memory.embedding_on_host's) count as held whole.
+    const auto c = chunk_of.find(p);
+    if (sharded && c != chunk_of.end() && r.chunk_layout->owner_of(c->second) != group.rank()) continue;
+    const io::HeldBlockKey key = nn::tp::save_block_key(*p);
+    if (key.bytes > 0) out.push_back(key);
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json CheckpointCost::json() const {
+  return {{"bytes_per_rank", bytes},     {"staging_bytes_per_rank", staging}, {"async", async},
+          {"write_s", write},            {"stall_s", stall()},                {"sync_stall_s", sync_stall},
+          {"async_stall_s", async_stall}};
+}
+
+CheckpointCost checkpoint_cost(const config::Config& cfg, const std::vector<PlannedRank>& world,
+                               const std::vector<double>& device_state_fraction, const Hardware* hardware, double step,
+                               double optimizer) {
+  CheckpointCost c;
+  const int n = int(world.size());
+  std::vector<std::vector<io::HeldBlockKey>> held;
+  std::map<std::string, std::int64_t> block_bytes;
+  for (const PlannedRank& r : world) {
+    held.push_back(held_blocks(cfg, r));
+    for (const io::HeldBlockKey& b : held.back()) block_bytes[b.key] = b.bytes;
+  }
+  const std::vector<std::vector<std::string>> writes = io::assign_writers(held);
+  c.async = cfg.checkpoint.async == config::Toggle::on || (cfg.checkpoint.async == config::Toggle::automatic && n > 1);
+  for (int r = 0; r < n; ++r) {
+    double bytes = 0;
+    for (const std::string& key : writes[std::size_t(r)]) bytes += double(block_bytes.at(key));
+    c.bytes.push_back(bytes);
+    const double on_device = device_state_fraction[std::size_t(r)];
+    c.staging.push_back(bytes * on_device);
+    if (bytes > 0 && on_device < 1) c.in_place = true;
+  }
+  if (!hardware || hardware->disk_write_bandwidth <= 0) return c;
+  // Ranks write at once: a node's disk takes its ranks' bytes together, and no rank writes faster
+  // than one writer alone.
+  const int per_node = std::max(1, hardware->devices_per_node);
+  double staged = 0;
+  for (int first = 0; first < n; first += per_node) {
+    double node = 0, largest = 0;
+    for (int r = first; r < std::min(n, first + per_node); ++r) {
+      node += c.bytes[std::size_t(r)];
+      largest = std::max(largest, c.bytes[std::size_t(r)]);
+      staged = std::max(staged, c.staging[std::size_t(r)]);
+    }
+    c.write = std::max({c.write, node / hardware->disk_write_bandwidth, largest / hardware->disk_write_bandwidth_one});
+  }
+  // A snapshot: a GPU's state over the host link; a CPU's a copy, each byte read and written.
+  const double snapshot = hardware->device == Device::Kind::cuda ? staged / hardware->host_device_bandwidth
+                                                                 : 2 * staged / hardware->memory_bandwidth;
+  const double overlap = c.in_place ? step - optimizer : step * double(std::max<std::int64_t>(1, cfg.checkpoint.every));
+  c.async_stall = snapshot + std::max(0.0, c.write - overlap);
+  c.sync_stall = c.write;
+  return c;
+}
+
+}  // namespace tidal::sim
