@@ -104,7 +104,7 @@ rank_header = json.dumps({"__metadata__": {"format": "tidal-checkpoint-2"},
                           "w.b": {"data_offsets": [24, 48], "dtype": "F32", "shape": [2, 3]}}, separators=(",", ":"))
 rank_bytes = 8 + len(rank_header) + (8 - len(rank_header) % 8) % 8 + 48
 put("fuzz_checkpoint", "two_blocks.json", json.dumps({
-    "format": "tidal-checkpoint-2", "step": 3, "consumed_samples": 24, "seed": 1,
+    "format": "tidal-checkpoint-2", "checksum_segment_bytes": 8388608, "step": 3, "consumed_samples": 24, "seed": 1,
     "optimizer": {"adamw_step": 3, "loss_scale": 0, "loss_scale_good_steps": 0},
     "layout": {"world_size": 2, "tensor": 2}, "config": "",
     "files": [{"file": "rank-00000.safetensors", "rank": 0, "bytes": rank_bytes}],

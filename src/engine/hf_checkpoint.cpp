@@ -130,10 +130,14 @@ struct HfPiece {
 };
 
 // `view` (host memory, any strides) into `file` in its row-major order: whole when contiguous,
-// else in slabs of rows through `buffer`.
-void append_rows(io::SafetensorsWriter& file, const Tensor& view, const Tensor& buffer) {
+// else in slabs of rows through `buffer` (made from `memory` when first needed: at most
+// kExportBufferBytes, and at least a row).
+void append_rows(io::SafetensorsWriter& file, const Tensor& view, Tensor& buffer, Allocator& memory) {
   if (view.is_contiguous()) return file.append(view.raw(), view.nbytes());
   const std::int64_t width = view.numel() / view.dim(0);
+  if (!buffer.defined())
+    buffer = Tensor::empty({std::max<std::int64_t>(width, std::int64_t(kExportBufferBytes / sizeof(float)))},
+                           DType::f32, memory);
   const std::int64_t per = std::max<std::int64_t>(1, buffer.numel() / width);
   for (std::int64_t r = 0; r < view.dim(0); r += per) {
     const std::int64_t k = std::min(per, view.dim(0) - r);
@@ -146,15 +150,16 @@ void append_rows(io::SafetensorsWriter& file, const Tensor& view, const Tensor& 
 }
 
 // Writes one HF tensor from tidal's whole tensor `whole` (rows as tidal holds them).
-void write_piece(io::SafetensorsWriter& file, const HfPiece& piece, const Tensor& whole, const Tensor& buffer) {
+void write_piece(io::SafetensorsWriter& file, const HfPiece& piece, const Tensor& whole, Tensor& buffer,
+                 Allocator& memory) {
   const io::HfTensorSource& src = *piece.src;
   const Tensor rows = (src.transposed ? whole.transpose(0, 1) : whole).slice(0, piece.row, piece.row + piece.rows);
-  if (piece.index != 0 || !src.query_heads) return append_rows(file, rows, buffer);
+  if (piece.index != 0 || !src.query_heads) return append_rows(file, rows, buffer, memory);
   // Grouped-query attention: the query heads in HF's order (io::tidal_query_head).
   const std::int64_t hd = rows.dim(0) / src.query_heads;
   for (int h = 0; h < src.query_heads; ++h) {
     const std::int64_t t = io::tidal_query_head(h, src.query_heads, src.kv_heads);
-    append_rows(file, rows.slice(0, t * hd, (t + 1) * hd), buffer);
+    append_rows(file, rows.slice(0, t * hd, (t + 1) * hd), buffer, memory);
   }
 }
 
@@ -202,7 +207,7 @@ HfExportReport export_hf(const std::string& checkpoint, const std::string& out_d
   };
   // Each rank its shards (k % ranks), tidal's tensors read whole one at a time.
   HostAllocator memory;
-  const Tensor buffer = Tensor::empty({std::int64_t(kExportBufferBytes / sizeof(float))}, DType::f32, memory);
+  Tensor buffer;  // for transposed tensors (write_piece)
   const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
   std::string held_name;
   Tensor held;
@@ -216,11 +221,12 @@ HfExportReport export_hf(const std::string& checkpoint, const std::string& out_d
         held = reader.read_whole(p.src->tidal_name, memory);
         held_name = p.src->tidal_name;
       }
-      write_piece(file, p, held, buffer);
+      write_piece(file, p, held, buffer, memory);
     }
     file.commit();
   }
   held = Tensor();
+  buffer = Tensor();
   if (world) world->barrier({.timeout = comm::Seconds(3600)})->wait();
   report.files = int(shards.size());
   report.peak_bytes = memory.peak_bytes();

@@ -41,7 +41,7 @@ struct HfExportReport {
   std::uint64_t peak_rss_bytes = 0;  // the process's peak resident memory
 };
 
-// The staging buffer of an export's transposed tensors.
+// The staging buffer of an export's transposed tensors (GPT-2's Conv1D weights), at most.
 inline constexpr std::size_t kExportBufferBytes = std::size_t(64) << 20;
 
 // Writes `checkpoint` (a step directory, or a checkpoint directory and its `latest`, saved under

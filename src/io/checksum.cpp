@@ -4,6 +4,8 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 
 namespace tidal::io {
@@ -21,6 +23,33 @@ Checksum::~Checksum() = default;
 
 void Checksum::update(const void* data, std::size_t bytes) { XXH3_64bits_update(state_->xxh, data, bytes); }
 std::uint64_t Checksum::digest() const { return XXH3_64bits_digest(state_->xxh); }
+
+void Checksum::reset() { XXH3_64bits_reset(state_->xxh); }
+
+void SegmentedChecksum::update(const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const std::byte*>(data);
+  while (bytes > 0) {
+    const std::size_t n = std::size_t(std::min<std::uint64_t>(bytes, segment_bytes_ - in_segment_));
+    current_.update(p, n);
+    p += n;
+    bytes -= n;
+    in_segment_ += n;
+    if (in_segment_ == segment_bytes_) {
+      done_.push_back(current_.digest());
+      current_.reset();
+      in_segment_ = 0;
+    }
+  }
+}
+
+std::vector<std::uint64_t> SegmentedChecksum::digests() {
+  if (in_segment_ > 0) {
+    done_.push_back(current_.digest());
+    current_.reset();
+    in_segment_ = 0;
+  }
+  return done_;
+}
 
 std::uint64_t checksum(const void* data, std::size_t bytes) { return XXH3_64bits(data, bytes); }
 

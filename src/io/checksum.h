@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tidal::io {
 
@@ -20,10 +21,26 @@ class Checksum {
 
   void update(const void* data, std::size_t bytes);
   std::uint64_t digest() const;
+  void reset();  // a fresh hash
 
  private:
   struct State;
   std::unique_ptr<State> state_;
+};
+
+// The hashes of consecutive segments of `segment_bytes` of bytes given in any number of pieces
+// (the last segment shorter): a reader of part of the bytes checks the segments it touches.
+class SegmentedChecksum {
+ public:
+  explicit SegmentedChecksum(std::uint64_t segment_bytes) : segment_bytes_(segment_bytes) {}
+  void update(const void* data, std::size_t bytes);
+  // Every segment's hash (none for no bytes).
+  std::vector<std::uint64_t> digests();
+
+ private:
+  std::uint64_t segment_bytes_, in_segment_ = 0;
+  Checksum current_;
+  std::vector<std::uint64_t> done_;
 };
 
 std::uint64_t checksum(const void* data, std::size_t bytes);

@@ -216,6 +216,44 @@ TEST(Checkpoint, DamagedFilesAreReportedByName) {
   fs::remove_all(dir);
 }
 
+// A rank reading part of a block checks the segments it reads (8 MiB each), not the whole block:
+// a byte flipped in the second segment of a 12 MB weight fails a read of rows there only.
+TEST(Checkpoint, APartialReadChecksTheSegmentsItReads) {
+  const fs::path dir = temp_dir("ckpt-partial");
+  HostAllocator memory;
+  nn::Parameter p;
+  p.name = "w";
+  p.shape = {3000, 1000};
+  p.data = Tensor::full(p.shape, 1.0f, memory);
+  const Tensor m = Tensor::full(p.shape, 2.0f, memory), v = Tensor::full(p.shape, 3.0f, memory);
+  Saver saver(false);
+  saver.checkpointer.save(dir.string(), info_at(2), {{&p, {{{p.data}, {m}, {v}}}}});
+  const fs::path file = dir / "step-00000002" / "rank-00000.safetensors";
+  std::uint64_t at = 0;
+  {
+    const io::SafetensorsReader r(file.string());
+    at = r.header_bytes().size() + r.entries().at("w").begin + std::uint64_t(2800) * 1000 * 4;  // row 2800
+  }
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(at));
+    const char c = 0x7f;
+    f.write(&c, 1);
+  }
+  // Blocks of rows [0, 1000) and [2500, 3000) of w, as two tensor-parallel ranks would hold them.
+  nn::Parameter head = p, tail = p;
+  head.shape = tail.shape = {500, 1000};
+  head.full_shape = tail.full_shape = p.shape;
+  head.offset = {0, 0};
+  tail.offset = {2500, 0};
+  engine::CheckpointReader reader(dir.string());
+  Tensor block = Tensor::empty({500, 1000});
+  EXPECT_NO_THROW(reader.read_block("w", head, block));
+  EXPECT_EQ(block.data<float>()[0], 1.0f);
+  EXPECT_THROW(reader.read_block("w", tail, block), Error);
+  fs::remove_all(dir);
+}
+
 // Format 1 (whole tensors in model.safetensors and optimizer.safetensors) still loads.
 TEST(Checkpoint, ReadsTheWholeTensorFormat) {
   const fs::path dir = temp_dir("ckpt-v1") / "step-00000003";

@@ -120,7 +120,7 @@ CheckpointMetadata metadata_of(const CheckpointInfo& info, const std::vector<nlo
                           .key = b[0].get<std::string>(),
                           .shape = Shape(b[2].get<std::vector<std::int64_t>>()),
                           .pieces = pieces_from(b[3]),
-                          .checksum = b[4].get<std::uint64_t>()});
+                          .checksums = b[4].get<std::vector<std::uint64_t>>()});
     }
   }
   return meta;
@@ -332,7 +332,7 @@ void Checkpointer::commit() {
     if (job->written)
       for (std::size_t i = 0; i < job->written->blocks.size(); ++i) {
         const StoredBlock& b = job->written->blocks[i];
-        blocks.push_back({b.key, job->sources[i].full_shape.vec(), b.shape.vec(), pieces_json(b.pieces), *b.checksum});
+        blocks.push_back({b.key, job->sources[i].full_shape.vec(), b.shape.vec(), pieces_json(b.pieces), b.checksums});
       }
     mine = {{"blocks", blocks},
             {"bytes", job->written ? job->written->file.bytes : 0},

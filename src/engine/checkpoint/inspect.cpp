@@ -76,7 +76,7 @@ nlohmann::json inspect_checkpoint(const std::string& path, bool verify) {
                         {"files", files},
                         {"total_bytes", total},
                         {"tensors", tensors}};
-  const bool has_checksums = !meta.files.empty() && meta.files[0].header_checksum.has_value();
+  const bool has_checksums = meta.format == kCheckpointFormat;
   if (verify && has_checksums) out["verified_bytes"] = reader.verify_all();
   out["checksums"] = !has_checksums ? "none (format 1)" : verify ? "verified" : "not verified";
   return out;

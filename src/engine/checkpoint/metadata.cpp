@@ -64,6 +64,18 @@ class Fields {
   std::string where_;
 };
 
+// A shape's elements, or tidal::Error when they pass 2^48 (a damaged or made-up metadata.json:
+// the product must not overflow).
+std::int64_t checked_numel(const Shape& shape, const std::string& what) {
+  constexpr std::int64_t kMost = std::int64_t(1) << 48;
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape) {
+    TIDAL_CHECK(d <= kMost && (d == 0 || n <= kMost / d), "{}: a shape of {} is too large", what, shape.str());
+    n *= d;
+  }
+  return n;
+}
+
 DType parse_dtype_tag(const std::string& s, const std::string& what) {
   for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32})
     if (s == dtype_tag(t)) return t;
@@ -156,7 +168,11 @@ nlohmann::json CheckpointMetadata::to_json() const {
       for (const Piece& p : b.pieces)
         pieces.push_back({{"row", p.row}, {"start", shape_json(p.slice.start)}, {"extent", shape_json(p.slice.extent)}});
       nlohmann::json e = {{"file", b.file}, {"key", b.key}, {"shape", shape_json(b.shape)}, {"pieces", pieces}};
-      if (b.checksum) e["xxh3"] = io::checksum_hex(*b.checksum);
+      if (!b.checksums.empty()) {
+        nlohmann::json sums = nlohmann::json::array();
+        for (std::uint64_t c : b.checksums) sums.push_back(io::checksum_hex(c));
+        e["xxh3"] = sums;
+      }
       blocks.push_back(e);
     }
     tensors_json[name] = {{"shape", shape_json(t.shape)}, {"dtype", dtype_tag(t.dtype)}, {"blocks", blocks}};
@@ -168,6 +184,7 @@ nlohmann::json CheckpointMetadata::to_json() const {
     layout_json = info.layout;
   }
   return {{"format", format},
+          {"checksum_segment_bytes", checksum_segment_bytes},
           {"step", info.step},
           {"consumed_samples", info.consumed_samples},
           {"seed", info.seed},
@@ -188,6 +205,9 @@ CheckpointMetadata CheckpointMetadata::from_json(const nlohmann::json& j, const 
   TIDAL_CHECK(out.format == kCheckpointFormat, "{}: format '{}'; this tidal reads \"{}\" (and \"{}\")", where,
               out.format, kCheckpointFormat, kWholeCheckpointFormat);
   CheckpointInfo& info = out.info;
+  const std::int64_t segment = f.integer(j, "checksum_segment_bytes", "the metadata");
+  TIDAL_CHECK(segment > 0, "{}: checksum_segment_bytes is {}", where, segment);
+  out.checksum_segment_bytes = std::uint64_t(segment);
   info.step = f.integer(j, "step", "the metadata");
   info.consumed_samples = f.integer(j, "consumed_samples", "the metadata");
   TIDAL_CHECK(f.at(j, "seed", "the metadata").is_number_unsigned(), "{}: seed is not a whole number", where);
@@ -219,6 +239,7 @@ CheckpointMetadata CheckpointMetadata::from_json(const nlohmann::json& j, const 
     StoredTensor t;
     t.shape = f.shape(it.value(), "shape", it.key());
     TIDAL_CHECK(t.shape.size() >= 1, "{}: a tensor of no dimensions", what);
+    checked_numel(t.shape, what);
     t.dtype = parse_dtype_tag(f.text(it.value(), "dtype", it.key()), what);
     const nlohmann::json& blocks = f.at(it.value(), "blocks", it.key());
     TIDAL_CHECK(blocks.is_array(), "{}: blocks is not an array", what);
@@ -230,7 +251,14 @@ CheckpointMetadata CheckpointMetadata::from_json(const nlohmann::json& j, const 
       s.file = int(file);
       s.key = f.text(b, "key", it.key());
       s.shape = f.shape(b, "shape", it.key());
-      s.checksum = f.digest(b, "xxh3", it.key());
+      if (b.contains("xxh3")) {
+        const nlohmann::json& sums = b.at("xxh3");
+        TIDAL_CHECK(sums.is_array(), "{}: a block's xxh3 is not an array of checksums", what);
+        for (const nlohmann::json& c : sums) {
+          TIDAL_CHECK(c.is_string(), "{}: a block's checksum is not a string", what);
+          s.checksums.push_back(io::parse_checksum(c.get<std::string>(), what));
+        }
+      }
       const nlohmann::json& pieces = f.at(b, "pieces", it.key());
       TIDAL_CHECK(pieces.is_array(), "{}: pieces is not an array", what);
       for (const nlohmann::json& p : pieces) {
@@ -238,6 +266,11 @@ CheckpointMetadata CheckpointMetadata::from_json(const nlohmann::json& j, const 
         s.pieces.push_back({.row = row, .slice = {f.shape(p, "start", it.key()), f.shape(p, "extent", it.key())}});
       }
       check_block(s, t, what);
+      const std::uint64_t bytes = std::uint64_t(checked_numel(s.shape, what)) * dtype_size(t.dtype);
+      TIDAL_CHECK(s.checksums.empty() ||
+                      s.checksums.size() == (bytes + out.checksum_segment_bytes - 1) / out.checksum_segment_bytes,
+                  "{}: a block of {} bytes with {} checksums of {}-byte segments", what, bytes, s.checksums.size(),
+                  out.checksum_segment_bytes);
       t.blocks.push_back(std::move(s));
     }
     out.tensors.emplace(it.key(), std::move(t));

@@ -8,8 +8,8 @@
 //                           safetensors reader;
 //   metadata.json           written last: for each file its rank, size and the XXH3 checksum of
 //                           its header; for each tensor its full shape and dtype and its blocks -
-//                           file, key, stored shape, checksum of its bytes, and the pieces of the
-//                           full tensor its rows hold (core/tensor_slices.h).
+//                           file, key, stored shape, checksums of its bytes (one per 8 MiB), and
+//                           the pieces of the full tensor its rows hold (core/tensor_slices.h).
 // A block is written by one rank even when several hold it (replicas, copies of a tensor-parallel
 // block, the tied embedding at both pipeline ends), so the blocks of a tensor never overlap.
 //
@@ -60,7 +60,9 @@ struct StoredBlock {
   std::string key;  // its tensor's name in that file
   Shape shape;      // as stored: the rows its pieces cover, at their width
   std::vector<Piece> pieces;
-  std::optional<std::uint64_t> checksum = std::nullopt;  // XXH3 of its bytes (format 2)
+  // XXH3 of each segment of its bytes (CheckpointMetadata::checksum_segment_bytes; format 2): a
+  // rank reading part of the block checks the segments it reads.
+  std::vector<std::uint64_t> checksums = {};
 };
 
 struct StoredTensor {
@@ -76,9 +78,13 @@ struct StoredFile {
   std::optional<std::uint64_t> header_checksum = std::nullopt;  // XXH3 of its first 8 + header-length bytes (format 2)
 };
 
+// The bytes of a block each checksum covers, as format 2 writes them.
+inline constexpr std::uint64_t kChecksumSegmentBytes = std::uint64_t(8) << 20;
+
 struct CheckpointMetadata {
   std::string format = kCheckpointFormat;
   CheckpointInfo info;
+  std::uint64_t checksum_segment_bytes = kChecksumSegmentBytes;
   std::vector<StoredFile> files;
   std::map<std::string, StoredTensor> tensors;
 

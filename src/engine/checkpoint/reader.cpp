@@ -3,6 +3,7 @@
 #include "io/checksum.h"
 #include "nn/tp/shard.h"
 
+#include <algorithm>
 #include <filesystem>
 
 namespace tidal::engine {
@@ -50,26 +51,44 @@ Tensor CheckpointReader::block(const StoredBlock& b) {
   TIDAL_CHECK(entry != f.entries().end() && entry->second.shape == b.shape,
               "checkpoint '{}': '{}' has no tensor '{}' of shape {} as the metadata says", step_dir(), f.path(), b.key,
               b.shape.str());
-  Tensor v = f.view(b.key);
-  if (b.checksum && verified_.insert({b.file, b.key}).second) {
-    TIDAL_CHECK(io::checksum(v.raw(), v.nbytes()) == *b.checksum,
-                "checkpoint '{}': tensor '{}' in '{}' does not match its checksum: the file is damaged (a flipped or "
-                "lost byte); resume from an earlier checkpoint",
-                step_dir(), b.key, f.path());
+  return f.view(b.key);
+}
+
+void CheckpointReader::verify(const StoredBlock& b, const Tensor& v, std::uint64_t begin, std::uint64_t end) {
+  if (b.checksums.empty() || begin >= end) return;
+  const std::uint64_t segment = meta_.checksum_segment_bytes;
+  for (std::uint64_t k = begin / segment; k <= (end - 1) / segment; ++k) {
+    if (!verified_.insert({b.file, b.key, k}).second) continue;
+    const std::uint64_t from = k * segment, to = std::min<std::uint64_t>(v.nbytes(), from + segment);
+    TIDAL_CHECK(io::checksum(static_cast<const std::byte*>(v.raw()) + from, to - from) == b.checksums[k],
+                "checkpoint '{}': tensor '{}' in '{}' does not match its checksum (bytes {} to {}): the file is "
+                "damaged (a flipped or lost byte); resume from an earlier checkpoint",
+                step_dir(), b.key, files_[std::size_t(b.file)]->path(), from, to);
   }
-  return v;
 }
 
 std::int64_t CheckpointReader::copy_into(const std::string& name, void* dst, const std::vector<Piece>& pieces) {
   const StoredTensor& t = tensor(name);
+  const std::uint64_t element = dtype_size(t.dtype);
   std::int64_t copied = 0;
   for (const StoredBlock& b : t.blocks) {
-    std::int64_t shared = 0;
+    // The rows of the block that hold elements these pieces need: only their bytes are read.
+    std::int64_t first = b.shape[0], last = 0;
     for (const Piece& from : b.pieces)
-      for (const Piece& to : pieces) shared += overlap_elements(from.slice, to.slice);
-    if (shared == 0) continue;
+      for (const Piece& to : pieces) {
+        if (overlap_elements(from.slice, to.slice) == 0) continue;
+        const std::int64_t lo = std::max(from.slice.start[0], to.slice.start[0]) - from.slice.start[0];
+        const std::int64_t hi =
+            std::min(from.slice.start[0] + from.slice.extent[0], to.slice.start[0] + to.slice.extent[0]) -
+            from.slice.start[0];
+        first = std::min(first, from.row + lo);
+        last = std::max(last, from.row + hi);
+      }
+    if (first >= last) continue;
     const Tensor v = block(b);
-    copied += copy_overlap(v.raw(), b.pieces, dst, pieces, dtype_size(t.dtype));
+    const std::uint64_t row_bytes = std::uint64_t(b.shape.numel() / b.shape[0]) * element;
+    verify(b, v, std::uint64_t(first) * row_bytes, std::uint64_t(last) * row_bytes);
+    copied += copy_overlap(v.raw(), b.pieces, dst, pieces, element);
     files_[std::size_t(b.file)]->release(b.key);  // its pages back to the kernel
   }
   return copied;
@@ -112,6 +131,7 @@ std::uint64_t CheckpointReader::verify_all() {
   for (const auto& [name, t] : meta_.tensors)
     for (const StoredBlock& b : t.blocks) {
       const Tensor v = block(b);
+      verify(b, v, 0, v.nbytes());
       bytes += v.nbytes();
       files_[std::size_t(b.file)]->release(b.key);
     }

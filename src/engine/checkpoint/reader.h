@@ -2,9 +2,10 @@
 // each tensor it holds and gets it assembled from whichever stored blocks overlap it. Files are
 // memory-mapped and opened only when a block in them is needed; a block's pages are read when
 // it is copied from and given back to the kernel after, so a rank reads the byte ranges of the
-// blocks it needs and never holds whole files. Every block read is checked against its checksum
-// first (once per reader), and every file against its size and header checksum when opened: a
-// truncated or damaged file is a tidal::Error naming it, never a silent wrong weight.
+// blocks it needs and never holds whole files. What it reads is checked first: the segments of a
+// block (8 MiB each) that hold the rows it copies, against their checksums (each once per
+// reader), and every file against its size and header checksum when opened: a truncated or
+// damaged file is a tidal::Error naming it, never a silent wrong weight.
 #pragma once
 
 #include "config/config.h"
@@ -17,6 +18,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace tidal::engine {
@@ -48,12 +50,15 @@ class CheckpointReader {
   // Into `dst` (contiguous host memory of `pieces`): every stored block's overlap with them.
   std::int64_t copy_into(const std::string& name, void* dst, const std::vector<Piece>& pieces);
   const io::SafetensorsReader& file(int index);
-  // The block's bytes, mapped, its checksum checked on first use.
+  // The block's bytes, mapped.
   Tensor block(const StoredBlock& b);
+  // Checks the segments of block `b` (mapped at `v`) that hold bytes [begin, end) against their
+  // checksums, each once per reader.
+  void verify(const StoredBlock& b, const Tensor& v, std::uint64_t begin, std::uint64_t end);
 
   CheckpointMetadata meta_;
   std::vector<std::unique_ptr<io::SafetensorsReader>> files_;  // by index, opened when needed
-  std::set<std::pair<int, std::string>> verified_;              // (file, key)
+  std::set<std::tuple<int, std::string, std::uint64_t>> verified_;  // (file, key, segment)
 };
 
 }  // namespace tidal::engine

@@ -38,7 +38,7 @@ ShardWritten write_shard(const std::string& dir, int rank, const std::vector<Blo
     if (staged > 0) buffer = Tensor::empty({std::int64_t(chunk / sizeof(float))}, DType::f32, staging);
     for (const BlockSource& s : sources) {
       const std::uint64_t bytes = std::uint64_t(s.shape.numel()) * sizeof(float);
-      io::Checksum sum;
+      io::SegmentedChecksum sum(kChecksumSegmentBytes);
       const Tensor& m = s.bytes.memory;
       if (!s.bytes.read && m.device().is_cpu()) {
         sum.update(m.raw(), bytes);
@@ -54,7 +54,7 @@ ShardWritten write_shard(const std::string& dir, int rank, const std::vector<Blo
           file.append(buffer.raw(), k);
         }
       }
-      out.blocks.push_back({.key = s.key, .shape = s.shape, .pieces = s.pieces, .checksum = sum.digest()});
+      out.blocks.push_back({.key = s.key, .shape = s.shape, .pieces = s.pieces, .checksums = sum.digests()});
       out.data_bytes += bytes;
     }
     out.file.bytes = file.file_bytes();
