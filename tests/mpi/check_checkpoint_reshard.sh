@@ -7,7 +7,8 @@
 # (--stop-after 4) each load writes what it loaded: its fp32 master weights and AdamW moments
 # must be the saved ones bitwise (both gathered whole by `tidal checkpoint consolidate`).
 # Resumed to step 8, each must continue the uninterrupted run's losses within its precision's
-# tolerance (check_composition.sh says why those are: bf16 2e-3, fp32 1e-5 relative).
+# tolerance (check_composition.sh says why those are: bf16 2e-3, fp32 1e-5 relative). And the
+# cost model (tidal plan) predicts the bytes each rank of each saving layout writes, exactly.
 # usage: check_checkpoint_reshard.sh path/to/tidal <mpirun command...>
 set -euo pipefail
 tidal=$1; shift
@@ -56,6 +57,7 @@ for saved in d2_p2_t2_zero3_bf16 p2_2d4_zero1_fp32 d2_p2_interleaved_zero1_bf16 
   launch "${ranks[$saved]}" "$dir/$saved.log" "${saved_args[@]}" --set checkpoint.dir="$dir/$saved.ck" \
     --set checkpoint.every=4 --metrics "$dir/$saved.jsonl"
   "$tidal" checkpoint consolidate "$dir/$saved.ck/step-00000004" "$dir/$saved.whole" > /dev/null
+  "$tidal" plan --world "${ranks[$saved]}" --configured --json "${common[@]}" "${saved_args[@]}" > "$dir/$saved.plan.json"
   # Split the load list on the entries' "name:ranks:" heads.
   mapfile -t entries < <(/usr/bin/python3 -c 'import re, sys
 for m in re.finditer(r"(\w+):(\d+):(.*?)(?=\s+\w+:\d+:|$)", sys.argv[1].strip()): print("|".join(m.groups()))' \
@@ -91,6 +93,14 @@ def tensors(path):
     return {k: (v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
             for k, v in header.items()}
 
+
+# The cost model's plan of each save: the bytes every rank writes, exactly.
+for saved in sorted({pair.split(":")[0] for pair in sys.argv[3:]}):
+    plan = json.loads(open(f"{d}/{saved}.plan.json").readline())["checkpoint"]["bytes_per_rank"]
+    saves = [json.loads(line) for line in open(f"{d}/{saved}.jsonl") if "checkpoint_step" in line]
+    written = saves[0]["checkpoint_state_bytes_per_rank"]
+    assert [int(b) for b in plan] == written, f"{saved}: predicted bytes per rank {plan}, written {written}"
+    print(f"{saved}: the cost model's bytes per rank equal the written ones: {written}")
 
 worst = {}
 for pair in sys.argv[3:]:

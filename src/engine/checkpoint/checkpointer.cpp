@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -70,13 +71,14 @@ std::string read_latest(const fs::path& dir) {
 }
 
 // Step directories past `keep` (oldest first, never `latest`'s) and temporaries of saves that
-// never committed.
-void prune(const fs::path& dir, const std::string& latest, int keep) {
+// never committed (those of other runs: this run's, `ours`, may be in use).
+void prune(const fs::path& dir, const std::string& latest, int keep, const std::string& ours) {
   std::vector<std::string> steps;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (!e.is_directory() || !name.starts_with("step-")) continue;
-    if (name.find(".tmp-") != std::string::npos) {
+    if (const std::size_t tmp = name.find(".tmp-"); tmp != std::string::npos) {
+      if (name.substr(tmp) == ".tmp-" + ours) continue;
       std::error_code ignored;
       fs::remove_all(e.path(), ignored);
       continue;
@@ -128,8 +130,9 @@ CheckpointMetadata metadata_of(const CheckpointInfo& info, const std::vector<nlo
 
 // The last part of a commit, on one rank: the metadata into the temporary directory `tmp` (the
 // files it names complete there), the directory renamed to its step's name, `latest` moved, old
-// ones pruned. Returns the step directory.
-std::string publish(const std::string& dir, const std::string& tmp, const CheckpointMetadata& meta, int keep) {
+// ones pruned (but the temporaries named with this run's `nonce`). Returns the step directory.
+std::string publish(const std::string& dir, const std::string& tmp, const CheckpointMetadata& meta, int keep,
+                    const std::string& nonce) {
   const CheckpointInfo& info = meta.info;
   const fs::path root(dir);
   try {
@@ -147,7 +150,7 @@ std::string publish(const std::string& dir, const std::string& tmp, const Checkp
     io::AtomicFile latest((root / "latest").string());
     latest.write(name.data(), name.size());
     latest.commit();
-    prune(root, name, keep);
+    prune(root, name, keep, nonce);
     return (root / name).string();
   } catch (const std::exception& e) {
     std::error_code ignored;
@@ -161,8 +164,8 @@ std::string publish(const std::string& dir, const std::string& tmp, const Checkp
 // Which of this rank's blocks it writes, and the name its saves' temporary directories share.
 struct Checkpointer::Plan {
   std::string nonce;
-  std::vector<const nn::Parameter*> writes;  // in the order of `held`
-  std::vector<const nn::Parameter*> held;    // the plan was made for these
+  std::set<const nn::Parameter*> writes;
+  std::vector<const nn::Parameter*> held;  // the plan was made for these
 };
 
 struct Checkpointer::Pending {
@@ -175,7 +178,6 @@ struct Checkpointer::Pending {
   std::atomic<bool> done{false};
   std::optional<ShardWritten> written;
   std::string error;
-  Clock::time_point started;
   double stall = 0;
   std::uint64_t state_bytes = 0;
 };
@@ -219,10 +221,7 @@ const Checkpointer::Plan& Checkpointer::plan(const std::vector<HeldBlock>& held)
     }
   }
   const std::vector<std::vector<std::string>> writers = io::assign_writers(blocks);
-  std::vector<const nn::Parameter*> writes;
-  for (const std::string& key : writers[std::size_t(world_.rank())]) writes.push_back(mine.at(key));
-  for (const nn::Parameter* p : params)
-    if (std::find(writes.begin(), writes.end(), p) != writes.end()) plan->writes.push_back(p);
+  for (const std::string& key : writers[std::size_t(world_.rank())]) plan->writes.insert(mine.at(key));
   plan_ = std::move(plan);
   return *plan_;
 }
@@ -235,7 +234,6 @@ void Checkpointer::save(const std::string& dir, const CheckpointInfo& info, cons
   pending->dir = dir;
   pending->info = info;
   pending->async = options_.async;
-  pending->started = start;
   pending->tmp = (fs::path(dir) / fmt::format("step-{:08d}.tmp-{}", info.step, p.nonce)).string();
   std::error_code ec;  // every rank makes it (the run's nonce keeps it apart from any other save's)
   fs::create_directories(pending->tmp, ec);
@@ -243,7 +241,7 @@ void Checkpointer::save(const std::string& dir, const CheckpointInfo& info, cons
               pending->tmp, ec.message());
   staging_.reset_peak();
   for (const HeldBlock& h : held) {
-    if (std::find(p.writes.begin(), p.writes.end(), h.param) == p.writes.end()) continue;
+    if (!p.writes.count(h.param)) continue;  // another rank writes it
     const nn::Parameter& param = *h.param;
     const std::vector<Piece> pieces = nn::tp::pieces_of(param);
     Shape shape = param.shape;
@@ -366,10 +364,21 @@ void Checkpointer::commit() {
     peak.push_back(r["host_peak_bytes"].get<std::int64_t>());
     state.push_back(r["state_bytes"].get<std::int64_t>());
   }
+  // Rank 0 publishes; every rank learns how that went (so all fail alike, or all go on knowing
+  // the checkpoint is in place).
+  std::string published;
   if (world_.rank() == 0) {
-    record["checkpoint_path"] = publish(job->dir, job->tmp, metadata_of(job->info, reports), options_.keep);
-    stall[0] += seconds_since(start);  // the commit is rank 0's to wait for
+    try {
+      published = "ok " + publish(job->dir, job->tmp, metadata_of(job->info, reports), options_.keep, plan_->nonce);
+    } catch (const Error& e) {
+      published = e.what();
+    }
   }
+  published = comm::all_gather_text(world_, published, kCommitTimeout).front();
+  if (!published.starts_with("ok ")) throw Error(published);
+  record["checkpoint_path"] = published.substr(3);
+  const double committing = seconds_since(start);  // every rank waits for rank 0's publishing
+  for (double& s : stall) s += committing;
   record["checkpoint_stall_s"] = *std::max_element(stall.begin(), stall.end());
   record["checkpoint_write_s"] = *std::max_element(write.begin(), write.end());
   std::int64_t total = 0;
@@ -411,7 +420,7 @@ void write_checkpoint(const std::string& dir, const CheckpointInfo& info,
     t.shape = sources[i].full_shape;
     t.blocks.push_back(written.blocks[i]);
   }
-  publish(dir, tmp, meta, keep);
+  publish(dir, tmp, meta, keep, std::to_string(::getpid()));
 }
 
 }  // namespace tidal::engine
