@@ -10,18 +10,20 @@
    asynchronous saves against the synchronous ones. With --old-tidal (a tidal built before
    sharded checkpoints), the same run saved by it once: rank 0's host peak beyond the same run
    without a save (it gathered every tensor whole there).
-2. The disk: `dd` writes 1 GiB with fsync (conv=fsync) beside the checkpoint directory, and for
-   each world size `mpirun -np N tidal calibrate` measures this machine (--hardware-dir keeps the
-   files; --reuse-hardware takes them from there instead). Then --layouts layouts of a GPT of
-   about 30M parameters save synchronously and in the background every --every steps; each save's
-   slowest write, its stall and every rank's write throughput, beside the cost model's prediction
-   (`tidal plan --configured --explain` on that calibration): the write and the stall, their ratio.
+2. The disk: `dd` writes 1 GiB with fsync (conv=fsync) beside the checkpoint directory, before
+   and after; for each world size `mpirun -np N tidal calibrate` measures this machine before and
+   after the runs (--hardware-dir keeps the files; --reuse-hardware takes them from there instead).
+   Between them four layouts of a GPT of 23M parameters save synchronously and in the background
+   every --every steps: the median save's slowest write, its stall and every rank's write
+   throughput, beside the cost model's prediction (`tidal plan --configured`, the geometric mean of
+   its predictions on the two calibrations): the write and the stall, their ratio.
 
-usage: bench/checkpoint_save.py [--build build] [--steps 11] [--every 5] [--old-tidal PATH]
+usage: bench/checkpoint_save.py [--build build] [--steps 21] [--every 5] [--old-tidal PATH]
            [--hardware-dir DIR] [--reuse-hardware] [--only 1|2] [--dir DIR]
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -129,49 +131,65 @@ def dd_rate(d):
     return line, float(line.split(",")[0].split()[0]) / float(line.split(",")[-2].split()[0])
 
 
+def calibrate(args, d, when):
+    """The hardware file of each world size: `mpirun -np N tidal calibrate` now (or reused)."""
+    files = {}
+    for ranks in sorted({max(2, r) for _, r, _ in LAYOUTS}):
+        path = os.path.join(args.hardware_dir, f"calibrated-{ranks}-{when}.toml")
+        if not (args.reuse_hardware and os.path.exists(path)):
+            subprocess.run(MPIRUN + ["-np", str(ranks), args.tidal, "calibrate", "--out", path, "--disk-dir", d],
+                           check=True, stdout=subprocess.DEVNULL)
+        files[ranks] = path
+        disk = [line.strip() for line in open(path) if line.startswith("write =")]
+        print(f"   tidal calibrate, {ranks} ranks, {when}: [disk] {' '.join(disk)}")
+    return files
+
+
+def predicted(args, ranks, run, hardware):
+    """The cost model's save on one calibration: (write s, sync stall s, async stall s)."""
+    plan = subprocess.run([args.tidal, "plan", "--world", str(ranks), "--configured", "--hardware",
+                           hardware[max(2, ranks)], "--json"] + sets(run), capture_output=True, text=True, check=True)
+    c = json.loads(plan.stdout.splitlines()[0])["checkpoint"]
+    return c["write_s"], c["sync_stall_s"], c["async_stall_s"]
+
+
 def part2(args, d):
-    tidal = args.tidal
     line, rate = dd_rate(d)
     print(f"\n2. the disk under {d}: dd of 1 GiB with fsync: {line} ({rate / 1e9:.3f} GB/s)")
-    hardware = {}
-    for ranks in sorted({max(2, r) for _, r, _ in LAYOUTS}):
-        path = os.path.join(args.hardware_dir, f"calibrated-{ranks}.toml")
-        if not (args.reuse_hardware and os.path.exists(path)):
-            subprocess.run(MPIRUN + ["-np", str(ranks), tidal, "calibrate", "--out", path, "--disk-dir", d],
-                           check=True, stdout=subprocess.DEVNULL)
-        hardware[ranks] = path
-        disk = [line for line in open(path) if line.startswith("write_gbps")]
-        print(f"   tidal calibrate, {ranks} ranks: {' '.join(x.strip() for x in disk)}")
-    print(f"   {'layout':<32} {'mode':<6} {'write s':>8} {'pred.':>7} {'ratio':>6} {'stall s':>8} {'pred.':>7} "
-          f"{'ratio':>6}  per-rank write MB/s")
-    results = []
+    # The machine's disk drifts (a VM's write cache): the layouts run between two calibrations, and
+    # each prediction is the geometric mean of the two (as bench/cost_model_time.py brackets).
+    before = calibrate(args, d, "before")
+    runs = []
     for name, ranks, settings in LAYOUTS:
         if args.layout and name not in args.layout:
             continue
         config = GPT + settings + [f"train.steps={args.steps}", f"checkpoint.every={args.every}", "checkpoint.keep=1"]
         for mode in ("sync", "async"):
             run = config + [f"checkpoint.dir={d}/{name}_{mode}", f"checkpoint.async={'true' if mode == 'async' else 'false'}"]
-            _, saves, _ = train(tidal, ranks, run, f"{d}/{name}_{mode}.jsonl", f"{d}/{name}_{mode}.log")
-            plan = subprocess.run([tidal, "plan", "--world", str(ranks), "--configured", "--hardware",
-                                   hardware[max(2, ranks)], "--json"] + sets(run), capture_output=True, text=True,
-                                  check=True)
-            cost = json.loads(plan.stdout.splitlines()[0])["checkpoint"]
-            during = [s for s in saves if s["checkpoint_step"] < args.steps]
-            write = statistics.median(s["checkpoint_write_s"] for s in during)
-            stall = statistics.median(s["checkpoint_stall_s"] for s in during)
-            rates = [b / w / 1e6 for s in during for b, w in zip(s["checkpoint_bytes_per_rank"],
-                                                                  s["checkpoint_write_s_per_rank"]) if b > 0]
-            pw, ps = cost["write_s"], cost["sync_stall_s" if mode == "sync" else "async_stall_s"]
-            print(f"   {name:<32} {mode:<6} {write:>8.3f} {pw:>7.3f} {pw / write:>6.2f} {stall:>8.3f} {ps:>7.3f} "
-                  f"{ps / stall if stall > 0 else float('nan'):>6.2f}  {min(rates):.0f}-{max(rates):.0f}")
-            results.append((name, mode, pw / write, ps / stall if stall > 0 else None))
-    return results
+            _, saves, _ = train(args.tidal, ranks, run, f"{d}/{name}_{mode}.jsonl", f"{d}/{name}_{mode}.log")
+            runs.append((name, ranks, mode, run, saves))
+    after = calibrate(args, d, "after")
+    line, rate = dd_rate(d)
+    print(f"   dd again: {line} ({rate / 1e9:.3f} GB/s)")
+    print(f"   {'layout':<32} {'mode':<6} {'write s':>8} {'pred.':>7} {'ratio':>6} {'stall s':>8} {'pred.':>7} "
+          f"{'ratio':>6}  per-rank write MB/s")
+    for name, ranks, mode, run, saves in runs:
+        a, b = predicted(args, ranks, run, before), predicted(args, ranks, run, after)
+        pw, ps_sync, ps_async = (math.sqrt(x * y) for x, y in zip(a, b))
+        ps = ps_sync if mode == "sync" else ps_async
+        during = [s for s in saves if s["checkpoint_step"] < args.steps]
+        write = statistics.median(s["checkpoint_write_s"] for s in during)
+        stall = statistics.median(s["checkpoint_stall_s"] for s in during)
+        rates = [b / w / 1e6 for s in during for b, w in zip(s["checkpoint_bytes_per_rank"],
+                                                              s["checkpoint_write_s_per_rank"]) if b > 0]
+        print(f"   {name:<32} {mode:<6} {write:>8.3f} {pw:>7.3f} {pw / write:>6.2f} {stall:>8.3f} {ps:>7.3f} "
+              f"{ps / stall if stall > 0 else float('nan'):>6.2f}  {min(rates):.0f}-{max(rates):.0f}")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
-    p.add_argument("--steps", type=int, default=11)
+    p.add_argument("--steps", type=int, default=21)
     p.add_argument("--every", type=int, default=5)
     p.add_argument("--old-tidal", default="")
     p.add_argument("--hardware-dir", default="")

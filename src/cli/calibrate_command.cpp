@@ -33,8 +33,9 @@ void add_calibrate_command(CLI::App& app, CalibrateCommand& cmd) {
       "(128^3 up); attention's forward and backward over 1024 positions and fewer (64 up); elementwise ops' and "
       "AdamW's bytes per second; memory bandwidth from a 256 MiB copy; between "
       "ranks 0 and 1 the latency (4 bytes) and bandwidth (64 MiB) of half a round trip; over all ranks the ring "
-      "all-reduce's bus bandwidth (as nccl-tests reports it); and the disk under --disk-dir, every rank writing "
-      "a 256 MiB file at once and then rank 0 alone, each fsynced (a checkpoint's save). Launch it with the ranks of one node that training "
+      "all-reduce's bus bandwidth (as nccl-tests reports it); and the disk under --disk-dir as a checkpoint uses "
+      "it: a commit's fixed cost, and saves of 64 MiB, 256 MiB and 1 GiB, the ranks writing their shares at once, "
+      "fsynced. Launch it with the ranks of one node that training "
       "will use; the file says where and when it was measured. configs/hardware/ holds others to compare with.\n\n"
       "Examples:\n"
       "  mpirun -np 2 tidal calibrate --out configs/hardware/this-machine.toml\n"
@@ -62,14 +63,15 @@ void run_calibrate_command(const CalibrateCommand& cmd, engine::Launch& launch) 
   fmt::print("{}\n  GEMM: fp32 {:.1f}, bf16 {:.1f}, fp16 {:.1f} GFLOP/s per rank\n  attention: fp32 {:.1f}, bf16 {:.1f} "
              "GFLOP/s\n  memory: {:.1f} GB/s per rank (copy), elementwise ops fp32 {:.1f}, bf16 {:.1f} GB/s, AdamW {:.1f} GB/s\n"
              "  ranks 0-1: latency {:.1f} us, bandwidth {:.2f} GB/s\n  all-reduce over {}: latency {:.1f} us per step, "
-             "bus bandwidth {:.2f} GB/s\n  disk ({}): {:.3f} GB/s with every rank writing, {:.3f} GB/s one alone\nwrote {}\n",
+             "bus bandwidth {:.2f} GB/s\n  disk ({}): a save's commit {:.1f} ms, then {:.3f} GB/s for {:.0f} MiB of the node's ranks\nwrote {}\n",
              h.name, h.flops.at(DType::f32) / 1e9, h.flops.at(DType::bf16) / 1e9, h.flops.at(DType::f16) / 1e9,
              h.attention_flops.at(DType::f32) / 1e9, h.attention_flops.at(DType::bf16) / 1e9, h.memory_bandwidth / 1e9,
              h.elementwise_bandwidth.at(DType::f32) / 1e9, h.elementwise_bandwidth.at(DType::bf16) / 1e9,
              h.optimizer_bandwidth / 1e9, h.intra_node_pair.latency * 1e6,
              h.intra_node_pair.bandwidth / 1e9,
              h.devices_per_node, h.intra_node_collective.latency * 1e6, h.intra_node_collective.bandwidth / 1e9,
-             cmd.disk_dir, h.disk_write_bandwidth / 1e9, h.disk_write_bandwidth_one / 1e9, cmd.out);
+             cmd.disk_dir, h.disk_write->latency * 1e3, h.disk_write->bandwidth / 1e9,
+             h.disk_write->measured_at / 1048576, cmd.out);
 #endif
 }
 

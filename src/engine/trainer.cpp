@@ -224,8 +224,8 @@ struct Trainer::Run {
   LrSchedule schedule;
   std::optional<double> floor;
   std::unique_ptr<ModelData> model_data;  // made by prepare()
-  // Checkpoints (engine/checkpoint/checkpointer.h); made before the model data is and gone after
-  // it, so a write in flight never outlives the state it reads.
+  // Checkpoints (engine/checkpoint/checkpointer.h); declared after the model data, so it goes
+  // first: a write in flight never outlives the state it reads.
   std::unique_ptr<Checkpointer> checkpointer;
   std::vector<Callback*> callbacks;
   std::int64_t step = 0;  // steps done

@@ -15,22 +15,10 @@
 namespace tidal::io {
 namespace {
 
-std::string st_dtype(DType t) {
-  switch (t) {
-    case DType::f32: return "F32";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::i32: return "I32";
-  }
-  TIDAL_ASSERT(false, "dtype {}", int(t));
-}
-
 DType parse_dtype(const std::string& s, const std::string& path, const std::string& name) {
-  if (s == "F32") return DType::f32;
-  if (s == "BF16") return DType::bf16;
-  if (s == "F16") return DType::f16;
-  if (s == "I32") return DType::i32;
-  throw Error(fmt::format("{}: tensor '{}' has dtype {}, which tidal does not read (F32, BF16, F16, I32)", path, name, s));
+  const std::optional<DType> t = parse_safetensors_dtype(s);
+  TIDAL_CHECK(t, "{}: tensor '{}' has dtype {}, which tidal does not read (F32, BF16, F16, I32)", path, name, s);
+  return *t;
 }
 
 // The header's entry for one tensor, checked against the data section's size.
@@ -75,12 +63,28 @@ TensorEntry parse_entry(const nlohmann::json& v, std::uint64_t data_size, const 
 
 }  // namespace
 
+const char* safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    case DType::i32: return "I32";
+  }
+  TIDAL_ASSERT(false, "dtype {}", int(t));
+}
+
+std::optional<DType> parse_safetensors_dtype(const std::string& name) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32})
+    if (name == safetensors_dtype(t)) return t;
+  return std::nullopt;
+}
+
 SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<Entry>& entries,
                                      const Metadata& metadata) {
   nlohmann::json header = nlohmann::json::object();
   for (const Entry& e : entries) {
     const std::uint64_t bytes = std::uint64_t(e.shape.numel()) * dtype_size(e.dtype);
-    header[e.name] = {{"dtype", st_dtype(e.dtype)}, {"shape", e.shape.vec()}, {"data_offsets", {data_bytes_, data_bytes_ + bytes}}};
+    header[e.name] = {{"dtype", safetensors_dtype(e.dtype)}, {"shape", e.shape.vec()}, {"data_offsets", {data_bytes_, data_bytes_ + bytes}}};
     data_bytes_ += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;

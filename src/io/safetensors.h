@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -18,6 +19,10 @@
 namespace tidal::io {
 
 class AtomicFile;
+
+// A dtype as safetensors names it ("F32", "BF16", "F16", "I32"), and back (none: not one of those).
+const char* safetensors_dtype(DType t);
+std::optional<DType> parse_safetensors_dtype(const std::string& name);
 
 using TensorMap = std::map<std::string, Tensor>;
 using Metadata = std::map<std::string, std::string>;

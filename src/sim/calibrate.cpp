@@ -1,6 +1,7 @@
 #include "sim/calibrate.h"
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "ops/cast.h"
 #include "ops/cpu/onednn_matmul.h"
 #include "ops/attention.h"
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -221,13 +223,47 @@ double write_seconds(const std::string& dir, std::int64_t bytes, int rank) {
   return t;
 }
 
-// The disk's bytes/s with the first `writers` ranks writing `bytes` each at once: their bytes
-// over the slowest one's time.
-double disk_rate(comm::Communicator& world, const std::string& dir, std::int64_t bytes, int writers) {
+// A save's time on the disk under `dir`: after a pause (a disk's or a VM's write cache drains, as
+// between checkpoints), every rank writes a file of its own of `node_bytes / ranks` at once and
+// fsyncs it; the slowest rank's time.
+double disk_save_time(comm::Communicator& world, const std::string& dir, std::int64_t node_bytes, bool pause) {
+  if (pause) std::this_thread::sleep_for(std::chrono::seconds(1));
   world.barrier()->wait();
-  Tensor v = Tensor::full({1}, world.rank() < writers ? float(write_seconds(dir, bytes, world.rank())) : 0.0f);
+  Tensor v = Tensor::full({1}, float(write_seconds(dir, node_bytes / world.size(), world.rank())));
   world.all_reduce(v, {.op = comm::ReduceOp::max})->wait();
-  return double(writers) * double(bytes) / double(v.item());
+  return double(v.item());
+}
+
+// A save's fixed cost: every rank writes a small file (written, fsynced, renamed into place), then
+// rank 0 commits as a checkpoint does - a metadata file the same way, a directory renamed, the
+// parent fsynced, `latest` replaced; the slowest rank's time.
+double disk_commit_time(comm::Communicator& world, const std::string& dir) {
+  const std::string own = fmt::format("{}/tidal-calibrate-commit-{}", dir, ::getpid());
+  std::filesystem::create_directories(own + ".tmp");
+  world.barrier()->wait();
+  const auto start = std::chrono::steady_clock::now();
+  const std::string small(4096, 'x');
+  io::AtomicFile mine(fmt::format("{}.tmp/rank-{}", own, world.rank()));
+  mine.write(small.data(), small.size());
+  mine.commit();
+  world.barrier()->wait();
+  if (world.rank() == 0) {
+    io::AtomicFile metadata(own + ".tmp/metadata.json");
+    metadata.write(small.data(), small.size());
+    metadata.commit();
+    std::filesystem::rename(own + ".tmp", own);
+    io::AtomicFile latest(own + "-latest");
+    latest.write(small.data(), 16);
+    latest.commit();
+  }
+  Tensor v = Tensor::full({1}, float(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  world.all_reduce(v, {.op = comm::ReduceOp::max})->wait();
+  if (world.rank() == 0) {
+    std::filesystem::remove_all(own);
+    std::filesystem::remove(own + "-latest");
+  }
+  world.barrier()->wait();
+  return double(v.item());
 }
 
 double host_memory_bytes() { return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)); }
@@ -243,7 +279,9 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   const std::int64_t big = options.quick ? (std::int64_t(1) << 22) : (std::int64_t(1) << 28);  // copy bytes
   const std::int64_t message = options.quick ? (std::int64_t(1) << 20) : (std::int64_t(1) << 26);
   const std::int64_t keys = options.quick ? 64 : 1024;  // attention's positions
-  const std::int64_t disk_bytes = options.quick ? (std::int64_t(4) << 20) : (std::int64_t(256) << 20);  // a rank's file
+  // A save's bytes on the node, smaller ones first (the largest is the bandwidth's).
+  const std::vector<std::int64_t> saves = options.quick ? std::vector<std::int64_t>{4 << 20, 16 << 20}
+                                                        : std::vector<std::int64_t>{64 << 20, 256 << 20, 1 << 30};
 
   Hardware h;
   h.device = Device::Kind::cpu;
@@ -305,8 +343,8 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
     figures.push_back(all_reduce_time(world, 4, repeats * 20));
     figures.push_back(all_reduce_time(world, message, repeats));
     for (std::int64_t bytes : messages) figures.push_back(all_reduce_time(world, bytes, repeats));
-    figures.push_back(disk_rate(world, options.disk_dir, disk_bytes, p));
-    figures.push_back(disk_rate(world, options.disk_dir, disk_bytes, 1));
+    figures.push_back(disk_commit_time(world, options.disk_dir));
+    for (std::int64_t bytes : saves) figures.push_back(disk_save_time(world, options.disk_dir, bytes, !options.quick));
   }
   std::size_t next = 0;
   const auto median_of_passes = [&] {
@@ -352,8 +390,14 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   for (std::int64_t bytes : messages)
     h.intra_node_collective.sizes.push_back(
         {steps / p * double(bytes), steps / p * double(bytes) / std::max(1e-9, median_of_passes() - small)});
-  h.disk_write_bandwidth = median_of_passes();
-  h.disk_write_bandwidth_one = median_of_passes();
+  // A save: the commit's time its latency, each size's bandwidth beyond it.
+  Link disk{.latency = median_of_passes()};
+  for (std::int64_t bytes : saves) {
+    const double rate = double(bytes) / std::max(1e-9, median_of_passes() - disk.latency);
+    if (bytes == saves.back()) disk.bandwidth = rate, disk.measured_at = double(bytes);
+    else disk.sizes.push_back({double(bytes), rate});
+  }
+  h.disk_write = disk;
   TIDAL_ASSERT(next == measured.front().size(), "calibrate read {} of its {} figures", next, measured.front().size());
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);

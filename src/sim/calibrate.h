@@ -8,8 +8,9 @@
 //   round trip: latency with a 4-byte message, bandwidth with a large one), and the ring
 //   all-reduce's bus bandwidth over all ranks (2 (p - 1) / p bytes per byte reduced, as
 //   nccl-tests reports it; latency from a 4-byte all-reduce over its 2 (p - 1) steps);
-//   the disk a checkpoint writes to: every rank writing a file of its own at once, then one rank
-//   alone, each file fsynced (the bytes over the slowest writer's time).
+//   the disk a checkpoint writes to: a commit's fixed cost (a small file per rank, then rank 0's
+//   metadata, renames and fsyncs), and saves of 64 MiB, 256 MiB and 1 GiB on the node, every rank
+//   writing its share at once, fsynced, each after a pause (write caches drain between saves).
 #pragma once
 
 #include "comm/communicator.h"

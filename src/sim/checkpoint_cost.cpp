@@ -59,25 +59,26 @@ CheckpointCost checkpoint_cost(const config::Config& cfg, const std::vector<Plan
     c.staging.push_back(bytes * on_device);
     if (bytes > 0 && on_device < 1) c.in_place = true;
   }
-  if (!hardware || hardware->disk_write_bandwidth <= 0) return c;
-  // Ranks write at once: a node's disk takes its ranks' bytes together, and no rank writes faster
-  // than one writer alone.
+  if (!hardware || !hardware->disk_write) return c;
+  // Ranks write at once: a node's disk takes its ranks' bytes together, then rank 0 commits.
+  const Link& disk = *hardware->disk_write;
   const int per_node = std::max(1, hardware->devices_per_node);
   double staged = 0;
   for (int first = 0; first < n; first += per_node) {
-    double node = 0, largest = 0;
+    double node = 0;
     for (int r = first; r < std::min(n, first + per_node); ++r) {
       node += c.bytes[std::size_t(r)];
-      largest = std::max(largest, c.bytes[std::size_t(r)]);
       staged = std::max(staged, c.staging[std::size_t(r)]);
     }
-    c.write = std::max({c.write, node / hardware->disk_write_bandwidth, largest / hardware->disk_write_bandwidth_one});
+    c.write = std::max(c.write, disk.seconds(node));
   }
   // A snapshot: a GPU's state over the host link; a CPU's a copy, each byte read and written.
   const double snapshot = hardware->device == Device::Kind::cuda ? staged / hardware->host_device_bandwidth
                                                                  : 2 * staged / hardware->memory_bandwidth;
+  // In the background the files are written beside the next forward and backward (state read in
+  // place) or the steps to the next save; the commit waits on every rank.
   const double overlap = c.in_place ? step - optimizer : step * double(std::max<std::int64_t>(1, cfg.checkpoint.every));
-  c.async_stall = snapshot + std::max(0.0, c.write - overlap);
+  c.async_stall = snapshot + disk.latency + std::max(0.0, c.write - disk.latency - overlap);
   c.sync_stall = c.write;
   return c;
 }

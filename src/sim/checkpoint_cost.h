@@ -2,13 +2,14 @@
 // rank writes - its share of the blocks of fp32 state (weight, momentum, variance) under the same
 // plan a save makes (io/save_plan.h) from the same holdings (a ZeRO owner's chunks, a replica's
 // whole blocks) - what it stages in host memory first, and the time: the slowest node's disk
-// taking every rank's file at once (hardware [disk]), and what of it the step stands waiting for.
+// taking every rank's file at once and the commit (hardware [disk]), and what of it the step
+// stands waiting for.
 //
 // A synchronous save stalls the step for its write. An asynchronous one stalls it for the
 // snapshot (state in device memory copied to host staging: over the host link on a GPU, a copy on
 // a CPU), and for the part of the write that outlasts the next forward and backward where state
 // is read in place (host memory, until the next optimizer update), or the steps until the next
-// save where everything was staged.
+// save where everything was staged; and for the commit, which every rank waits for.
 #pragma once
 
 #include "config/config.h"

@@ -545,7 +545,7 @@ std::string explain(const Prediction& p, const Hardware* hardware) {
                      c.async ? fmt::format(", written in the background ({} staged in host memory at most)",
                                            engine::human_bytes(std::uint64_t(staged)))
                              : std::string());
-  if (hardware && hardware->disk_write_bandwidth > 0)
+  if (hardware && hardware->disk_write)
     out += fmt::format("; the write {:.4g} s, the step waits {:.4g} s\n", c.write, c.stall());
   else
     out += hardware ? fmt::format("; not timed: {} gives no [disk]\n", hardware->name) : std::string("\n");

@@ -145,13 +145,7 @@ Hardware load_hardware(const std::string& path) {
     h.host_optimizer_bandwidth = r.positive("host.optimizer_gbps", "GB/s of AdamW's traffic on the host's cores") * kGB;
   else if (h.device == Device::Kind::cpu)
     h.host_optimizer_bandwidth = h.optimizer_bandwidth;
-  if (r.has("disk.write_gbps")) {
-    h.disk_write_bandwidth =
-        r.positive("disk.write_gbps", "GB/s the disk takes with every rank of the node writing at once") * kGB;
-    h.disk_write_bandwidth_one = r.has("disk.write_gbps_one")
-                                     ? r.positive("disk.write_gbps_one", "GB/s one rank writing alone") * kGB
-                                     : h.disk_write_bandwidth;
-  }
+  if (r.has("disk.write")) h.disk_write = r.link("disk.write");
   h.intra_node_pair = r.link("links.intra_node_pair");
   h.intra_node_collective = r.link("links.intra_node_collective");
   if (r.has("links.inter_node")) h.inter_node = r.link("links.inter_node");
@@ -201,9 +195,9 @@ std::string hardware_toml(const Hardware& h) {
                      h.host_device_bandwidth / kGB);
   if (h.host_optimizer_bandwidth > 0) out << fmt::format("optimizer_gbps = {:.6g}\n", h.host_optimizer_bandwidth / kGB);
   out << "\n";
-  if (h.disk_write_bandwidth > 0)
-    out << fmt::format("[disk]  # a checkpoint's writes, fsync included\nwrite_gbps = {:.6g}\nwrite_gbps_one = {:.6g}\n\n",
-                       h.disk_write_bandwidth / kGB, h.disk_write_bandwidth_one / kGB);
+  if (h.disk_write)
+    out << "[disk]  # a save: every rank writing its file at once, fsynced, then the commit; bytes: the node's\n"
+        << "write = " << link_toml(*h.disk_write) << "\n\n";
   out << "[links]  # GB/s per direction as one rank sees it; microseconds for a message of no bytes\n";
   out << "intra_node_pair = " << link_toml(h.intra_node_pair) << "\n";
   out << "intra_node_collective = " << link_toml(h.intra_node_collective) << "\n";

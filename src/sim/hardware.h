@@ -29,9 +29,11 @@
 //             bytes a parameter per second on the host's cores, one rank's share: memory.offload's
 //             optimizer states there; a cpu device's default is its own optimizer_gbps, a cuda
 //             device has none, and a layout with offload then has no time)
-//   [disk]    (optional) write_gbps: GB/s the node's disk takes while every rank of the node
-//             writes its own file at once (a checkpoint's save), fsync included; write_gbps_one:
-//             one rank writing alone (default write_gbps). Without it a save has no time.
+//   [disk]    (optional) write = { gbps, latency_us, bytes, sizes }: a checkpoint's save as the
+//             node's disk takes it, every rank of the node writing a file of its own at once,
+//             fsynced, and one rank then committing (metadata, renames, fsyncs): a "message" is the
+//             node's bytes, its latency the save's fixed cost, sizes the bandwidth of smaller saves
+//             (a disk's or a VM's write cache takes a burst faster). Without it a save has no time.
 //   [links]   intra_node_pair, intra_node_collective, inter_node (optional): { gbps, latency_us },
 //             optionally with bytes (a message's bytes through the link that gbps was measured on)
 //             and sizes = [[bytes, gbps], ...] of smaller messages (tidal calibrate measures them);
@@ -106,9 +108,8 @@ struct Hardware {
   double host_memory = 0;         // bytes per node
   double host_device_bandwidth = 0;  // bytes/s between host and device
   double host_optimizer_bandwidth = 0;  // bytes/s of AdamW's traffic on the host (0: not known)
-  // A checkpoint's writes to the node's disk, fsync included (bytes/s; 0: not known): every rank
-  // of the node writing at once (the node's total), and one rank writing alone.
-  double disk_write_bandwidth = 0, disk_write_bandwidth_one = 0;
+  // A checkpoint's save on a node (see [disk] above): the node's bytes through its disk.
+  std::optional<Link> disk_write;
   Link intra_node_pair;        // a send between two ranks of a node (a pipeline's activations)
   bool adjacent_pairs = false;  // only ranks 2k and 2k + 1 of a node have the pair link
   Link intra_node_collective;  // a collective over ranks of a node, two or more (ring all-reduce bus bandwidth)

@@ -77,22 +77,11 @@ for m in re.finditer(r"(\w+):(\d+):(.*?)(?=\s+\w+:\d+:|$)", sys.argv[1].strip())
 done
 
 /usr/bin/python3 - "$dir" "$support" "${pairs[@]}" <<'PY'
-import json, struct, sys
+import json, sys
 sys.path.insert(0, sys.argv[2])
-from runs import compare
+from runs import compare, tensors
 d = sys.argv[1]
 tolerance = {"bf16": 2e-3, "fp32": 1e-5}
-
-
-def tensors(path):
-    """name -> (dtype, shape, raw bytes) of a safetensors file."""
-    blob = open(path, "rb").read()
-    n = struct.unpack("<Q", blob[:8])[0]
-    header = json.loads(blob[8:8 + n])
-    header.pop("__metadata__", None)
-    return {k: (v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in header.items()}
-
 
 # The cost model's plan of each save: the bytes every rank writes, exactly.
 for saved in sorted({pair.split(":")[0] for pair in sys.argv[3:]}):

@@ -114,7 +114,7 @@ grep -q "zero.stage 3 over 8 data x sequence ranks" "$dir/d2_s4_zero3_bf16.log" 
 /usr/bin/python3 - "$dir" "$support" "${cases[@]}" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[2])
-from runs import compare
+from runs import compare, tensors
 d = sys.argv[1]
 tolerance = {"bf16": 2e-3, "fp16": 3e-4, "fp32": 1e-5}
 worst = {"bf16": 0.0, "fp16": 0.0, "fp32": 0.0}
@@ -125,19 +125,6 @@ for case in sys.argv[3:]:
     worst[precision] = max(worst[precision], w)
 compare(d, "ck_resumed_d4", "ck_whole", tolerance["bf16"])
 compare(d, "ck_resumed_one", "ck_whole", tolerance["bf16"])
-
-
-def tensors(path):
-    """name -> (dtype, shape, raw bytes) of a safetensors file."""
-    import json, struct
-    blob = open(path, "rb").read()
-    n = struct.unpack("<Q", blob[:8])[0]
-    header = json.loads(blob[8:8 + n])
-    header.pop("__metadata__", None)
-    return {k: (v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in header.items()}
-
-
 for f in ("model.safetensors", "optimizer.safetensors"):
     saved = tensors(f"{d}/ck_saved.whole/{f}")
     for again in ("ck_d4", "ck_one"):

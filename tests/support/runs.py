@@ -5,6 +5,7 @@ process's per-step losses, eval losses and final eval loss within a relative tol
 """
 import json
 import os
+import struct
 
 
 def read(directory, name):
@@ -39,3 +40,13 @@ def compare(directory, name, reference, tolerance, all_steps=False):
         f"{name} differs from {reference} by more than {tolerance}")
     assert summary["parameters"] == ref_summary["parameters"], f"{name}: parameter count"
     return worst, summary
+
+
+def tensors(path):
+    """name -> (dtype, shape, raw bytes) of a safetensors file: what a bitwise comparison needs."""
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}

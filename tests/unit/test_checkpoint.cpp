@@ -54,6 +54,17 @@ bool bitwise(const Tensor& a, const Tensor& b) {
 
 fs::path temp_dir(const char* what) { return fs::temp_directory_path() / fmt::format("{}-{}", what, ::getpid()); }
 
+// The byte at `at` of `file` with some of its bits flipped.
+void flip_byte(const fs::path& file, std::uint64_t at) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(at));
+  char c = 0;
+  f.read(&c, 1);
+  c = char(c ^ 0x50);
+  f.seekp(std::streamoff(at));
+  f.write(&c, 1);
+}
+
 struct Saver {
   comm::SelfCommunicator world{"world"};
   std::vector<nlohmann::json> records;
@@ -107,11 +118,13 @@ TEST(Checkpoint, RoundTripRestoresWeightsMomentsAndState) {
   // keep = 2: after two more saves only the two newest step directories remain.
   saver.checkpointer.save(dir.string(), info_at(8), held(adam));
   saver.checkpointer.save(dir.string(), info_at(9), held(adam));
+  saver.checkpointer.finish();  // old checkpoints go on a thread of their own
   EXPECT_FALSE(fs::exists(dir / "step-00000007"));
   EXPECT_TRUE(fs::exists(dir / "step-00000008"));
   EXPECT_TRUE(fs::exists(dir / "step-00000009"));
   // Saving step 9 again writes beside it and moves `latest`; the older copy is pruned after.
   saver.checkpointer.save(dir.string(), info_at(9), held(adam));
+  saver.checkpointer.finish();
   EXPECT_TRUE(fs::exists(dir / "step-00000009-1"));
   EXPECT_FALSE(fs::exists(dir / "step-00000008"));
   EXPECT_EQ(engine::CheckpointReader(dir.string()).step_dir(), (dir / "step-00000009-1").string());
@@ -190,15 +203,7 @@ TEST(Checkpoint, DamagedFilesAreReportedByName) {
   };
   // A byte flipped in the data of the last parameter's variance.
   const nn::Parameter& last = *model->parameters().back();
-  {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(std::streamoff(size - 5));
-    char c = 0;
-    f.read(&c, 1);
-    c = char(c ^ 0x10);
-    f.seekp(std::streamoff(size - 5));
-    f.write(&c, 1);
-  }
+  flip_byte(file, size - 5);
   const std::string flipped = error_of([&](engine::CheckpointReader& r) { r.verify_all(); });
   EXPECT_NE(flipped.find("rank-00000.safetensors"), std::string::npos) << flipped;
   EXPECT_NE(flipped.find("does not match its checksum"), std::string::npos) << flipped;
@@ -234,12 +239,7 @@ TEST(Checkpoint, APartialReadChecksTheSegmentsItReads) {
     const io::SafetensorsReader r(file.string());
     at = r.header_bytes().size() + r.entries().at("w").begin + std::uint64_t(2800) * 1000 * 4;  // row 2800
   }
-  {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(std::streamoff(at));
-    const char c = 0x7f;
-    f.write(&c, 1);
-  }
+  flip_byte(file, at);
   // Blocks of rows [0, 1000) and [2500, 3000) of w, as two tensor-parallel ranks would hold them.
   nn::Parameter head = p, tail = p;
   head.shape = tail.shape = {500, 1000};

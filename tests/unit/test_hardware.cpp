@@ -67,6 +67,8 @@ TEST(Hardware, WrittenFiguresReadBack) {
                   .optimizer_bandwidth = 6.5e9,
                   .oversubscription = 4,
                   .host_memory = 25.0 * (1 << 30), .host_device_bandwidth = 8.25e9, .host_optimizer_bandwidth = 3e9,
+                  .disk_write = sim::Link{.bandwidth = 3e8, .latency = 2e-3, .sizes = {{1 << 26, 1.2e9}},
+                                          .measured_at = 1 << 30},
                   .intra_node_pair = {.bandwidth = 3.5e9, .latency = 1.5e-6},
                   .intra_node_collective = {.bandwidth = 2.25e9, .latency = 4e-6,
                                             .sizes = {{1 << 20, 6e9}, {1 << 22, 4e9}}, .measured_at = 1 << 26},
@@ -123,6 +125,10 @@ TEST(Hardware, WrittenFiguresReadBack) {
   EXPECT_NEAR(back.intra_node_collective.bandwidth_at(1 << 28), 2.25e9, 1);
   EXPECT_NEAR(back.intra_node_pair.bandwidth_at(1000), 3.5e9, 1);
   EXPECT_FALSE(back.inter_node);
+  // A checkpoint's save (the disk): the commit's latency, then the node's bytes at their size's rate.
+  ASSERT_TRUE(back.disk_write);
+  EXPECT_NEAR(back.disk_write->seconds(1 << 26), 2e-3 + double(1 << 26) / 1.2e9, 1e-9);
+  EXPECT_NEAR(back.disk_write->seconds(1 << 30), 2e-3 + double(1 << 30) / 3e8, 1e-6);
 }
 
 TEST(Hardware, BadFilesNameTheKey) {

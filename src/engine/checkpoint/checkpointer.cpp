@@ -70,17 +70,17 @@ std::string read_latest(const fs::path& dir) {
   return name;
 }
 
-// Step directories past `keep` (oldest first, never `latest`'s) and temporaries of saves that
-// never committed (those of other runs: this run's, `ours`, may be in use).
-void prune(const fs::path& dir, const std::string& latest, int keep, const std::string& ours) {
+// What a commit leaves to remove: step directories past `keep` (oldest first, never `latest`'s)
+// and temporaries of saves that never committed (those of other runs: this run's, `ours`, may be
+// in use).
+std::vector<fs::path> stale(const fs::path& dir, const std::string& latest, int keep, const std::string& ours) {
+  std::vector<fs::path> out;
   std::vector<std::string> steps;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (!e.is_directory() || !name.starts_with("step-")) continue;
     if (const std::size_t tmp = name.find(".tmp-"); tmp != std::string::npos) {
-      if (name.substr(tmp) == ".tmp-" + ours) continue;
-      std::error_code ignored;
-      fs::remove_all(e.path(), ignored);
+      if (name.substr(tmp) != ".tmp-" + ours) out.push_back(e.path());
       continue;
     }
     steps.push_back(name);
@@ -88,7 +88,15 @@ void prune(const fs::path& dir, const std::string& latest, int keep, const std::
   std::sort(steps.begin(), steps.end());
   const std::ptrdiff_t excess = std::ptrdiff_t(steps.size()) - keep;
   for (std::ptrdiff_t i = 0; i < excess; ++i)
-    if (steps[std::size_t(i)] != latest) fs::remove_all(dir / steps[std::size_t(i)]);
+    if (steps[std::size_t(i)] != latest) out.push_back(dir / steps[std::size_t(i)]);
+  return out;
+}
+
+void remove_all(const std::vector<fs::path>& paths) {
+  for (const fs::path& p : paths) {
+    std::error_code ignored;  // gone already, or not ours to remove: the next commit tries again
+    fs::remove_all(p, ignored);
+  }
 }
 
 // A save that failed: where, why, and what stays.
@@ -129,10 +137,15 @@ CheckpointMetadata metadata_of(const CheckpointInfo& info, const std::vector<nlo
 }
 
 // The last part of a commit, on one rank: the metadata into the temporary directory `tmp` (the
-// files it names complete there), the directory renamed to its step's name, `latest` moved, old
-// ones pruned (but the temporaries named with this run's `nonce`). Returns the step directory.
-std::string publish(const std::string& dir, const std::string& tmp, const CheckpointMetadata& meta, int keep,
-                    const std::string& nonce) {
+// files it names complete there), the directory renamed to its step's name, `latest` moved. Returns
+// the step directory, and what is left to remove (stale(): old ones past `keep`, temporaries but
+// those named with this run's `nonce`).
+struct Published {
+  std::string step_dir;
+  std::vector<fs::path> stale;
+};
+Published publish(const std::string& dir, const std::string& tmp, const CheckpointMetadata& meta, int keep,
+                  const std::string& nonce) {
   const CheckpointInfo& info = meta.info;
   const fs::path root(dir);
   try {
@@ -150,8 +163,7 @@ std::string publish(const std::string& dir, const std::string& tmp, const Checkp
     io::AtomicFile latest((root / "latest").string());
     latest.write(name.data(), name.size());
     latest.commit();
-    prune(root, name, keep, nonce);
-    return (root / name).string();
+    return {(root / name).string(), stale(root, name, keep, nonce)};
   } catch (const std::exception& e) {
     std::error_code ignored;
     fs::remove_all(tmp, ignored);
@@ -187,6 +199,7 @@ Checkpointer::Checkpointer(CheckpointOptions options, comm::Communicator& world,
 
 Checkpointer::~Checkpointer() {
   if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+  if (pruner_.joinable()) pruner_.join();
 }
 
 const Checkpointer::Plan& Checkpointer::plan(const std::vector<HeldBlock>& held) {
@@ -313,9 +326,11 @@ void Checkpointer::poll() {
 }
 
 void Checkpointer::finish() {
-  if (!pending_) return;
-  join_writer();
-  commit();
+  if (pending_) {
+    join_writer();
+    commit();
+  }
+  if (pruner_.joinable()) pruner_.join();
 }
 
 void Checkpointer::commit() {
@@ -368,8 +383,12 @@ void Checkpointer::commit() {
   // the checkpoint is in place).
   std::string published;
   if (world_.rank() == 0) {
+    if (pruner_.joinable()) pruner_.join();  // the last commit's removals
     try {
-      published = "ok " + publish(job->dir, job->tmp, metadata_of(job->info, reports), options_.keep, plan_->nonce);
+      Published p = publish(job->dir, job->tmp, metadata_of(job->info, reports), options_.keep, plan_->nonce);
+      published = "ok " + p.step_dir;
+      // Removing old checkpoints is nobody's to wait for: it runs beside training.
+      pruner_ = std::thread([stale = std::move(p.stale)] { remove_all(stale); });
     } catch (const Error& e) {
       published = e.what();
     }
@@ -420,7 +439,7 @@ void write_checkpoint(const std::string& dir, const CheckpointInfo& info,
     t.shape = sources[i].full_shape;
     t.blocks.push_back(written.blocks[i]);
   }
-  publish(dir, tmp, meta, keep, std::to_string(::getpid()));
+  remove_all(publish(dir, tmp, meta, keep, std::to_string(::getpid())).stale);
 }
 
 }  // namespace tidal::engine

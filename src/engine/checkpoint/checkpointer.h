@@ -16,9 +16,10 @@
 // 4. Commit, once every rank's file is complete and synced (asynchronous: agreed at a step's end
 //    by poll(), one small all-reduce while a save is in flight): the files' reports gathered,
 //    rank 0 writes metadata.json into the directory, renames it to step-<step>, then moves
-//    `latest` and removes checkpoints past checkpoint.keep. A kill at any moment before the
-//    rename leaves `latest` naming the previous, complete checkpoint; a temporary directory left
-//    behind is removed by the next commit.
+//    `latest`, and every rank learns that it did; checkpoints past checkpoint.keep are removed
+//    on a thread of rank 0's, beside training. A kill at any moment before the rename leaves
+//    `latest` naming the previous, complete checkpoint; a temporary directory left behind is
+//    removed by the next commit.
 // At most one save is in flight; the next waits for it. A rank whose write failed (a full disk)
 // fails the save on every rank, naming it and the cause; `latest` stays.
 #pragma once
@@ -34,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tidal::engine {
@@ -74,7 +76,7 @@ class Checkpointer {
   // At every step's end, on every rank alike: a save in flight is committed once every rank has
   // written its file. A collective only while a save is in flight.
   void poll();
-  // The save in flight, if any, waited for and committed (the run's end).
+  // The save in flight, if any, waited for and committed, and old checkpoints removed (the run's end).
   void finish();
   bool in_flight() const { return bool(pending_); }
 
@@ -93,6 +95,7 @@ class Checkpointer {
   OnCommit on_commit_;
   std::unique_ptr<Plan> plan_;
   std::unique_ptr<Pending> pending_;
+  std::thread pruner_;  // rank 0: removing what the last commit left behind (old checkpoints)
 };
 
 // A checkpoint of whole fp32 tensors written by one process outside a run (a converter's, a

@@ -57,25 +57,12 @@ nlohmann::json inspect_checkpoint(const std::string& path, bool verify) {
     files.push_back({{"file", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"blocks", blocks[i]}, {"data_bytes", bytes[i]}});
     total += f.bytes;
   }
-  nlohmann::json layout;
-  try {
-    layout = nlohmann::json::parse(info.layout);
-  } catch (const nlohmann::json::exception&) {
-    layout = info.layout;
-  }
-  nlohmann::json out = {{"path", reader.step_dir()},
-                        {"format", meta.format},
-                        {"step", info.step},
-                        {"consumed_samples", info.consumed_samples},
-                        {"seed", info.seed},
-                        {"optimizer",
-                         {{"adamw_step", info.optimizer.adamw_step},
-                          {"loss_scale", info.optimizer.loss_scale},
-                          {"loss_scale_good_steps", info.optimizer.loss_scale_good_steps}}},
-                        {"layout", layout},
-                        {"files", files},
-                        {"total_bytes", total},
-                        {"tensors", tensors}};
+  nlohmann::json out = run_state_json(info);
+  out["path"] = reader.step_dir();
+  out["format"] = meta.format;
+  out["files"] = files;
+  out["total_bytes"] = total;
+  out["tensors"] = tensors;
   const bool has_checksums = meta.format == kCheckpointFormat;
   if (verify && has_checksums) out["verified_bytes"] = reader.verify_all();
   out["checksums"] = !has_checksums ? "none (format 1)" : verify ? "verified" : "not verified";

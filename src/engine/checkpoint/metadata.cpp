@@ -13,16 +13,6 @@ namespace {
 
 nlohmann::json shape_json(const Shape& s) { return s.vec(); }
 
-const char* dtype_tag(DType t) {
-  switch (t) {
-    case DType::f32: return "F32";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::i32: return "I32";
-  }
-  TIDAL_ASSERT(false, "dtype {}", int(t));
-}
-
 // Reads one metadata.json with checks that name the file and the field.
 class Fields {
  public:
@@ -77,9 +67,9 @@ std::int64_t checked_numel(const Shape& shape, const std::string& what) {
 }
 
 DType parse_dtype_tag(const std::string& s, const std::string& what) {
-  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32})
-    if (s == dtype_tag(t)) return t;
-  throw Error(fmt::format("{}: dtype '{}' is none of F32, BF16, F16, I32", what, s));
+  const std::optional<DType> t = io::parse_safetensors_dtype(s);
+  TIDAL_CHECK(t, "{}: dtype '{}' is none of F32, BF16, F16, I32", what, s);
+  return *t;
 }
 
 // A block's pieces must lie inside the tensor and fill the stored rows' width.
@@ -151,6 +141,23 @@ CheckpointMetadata read_whole_format(const fs::path& dir) {
 
 }  // namespace
 
+nlohmann::json run_state_json(const CheckpointInfo& info) {
+  nlohmann::json layout;
+  try {
+    layout = nlohmann::json::parse(info.layout);
+  } catch (const nlohmann::json::exception&) {  // format 1's may be any text
+    layout = info.layout;
+  }
+  return {{"step", info.step},
+          {"consumed_samples", info.consumed_samples},
+          {"seed", info.seed},
+          {"optimizer",
+           {{"adamw_step", info.optimizer.adamw_step},
+            {"loss_scale", info.optimizer.loss_scale},
+            {"loss_scale_good_steps", info.optimizer.loss_scale_good_steps}}},
+          {"layout", layout}};
+}
+
 std::string rank_file_name(int rank) { return fmt::format("rank-{:05d}.safetensors", rank); }
 
 nlohmann::json CheckpointMetadata::to_json() const {
@@ -175,27 +182,15 @@ nlohmann::json CheckpointMetadata::to_json() const {
       }
       blocks.push_back(e);
     }
-    tensors_json[name] = {{"shape", shape_json(t.shape)}, {"dtype", dtype_tag(t.dtype)}, {"blocks", blocks}};
+    tensors_json[name] = {{"shape", shape_json(t.shape)}, {"dtype", io::safetensors_dtype(t.dtype)}, {"blocks", blocks}};
   }
-  nlohmann::json layout_json;
-  try {
-    layout_json = nlohmann::json::parse(info.layout);
-  } catch (const nlohmann::json::exception&) {
-    layout_json = info.layout;
-  }
-  return {{"format", format},
-          {"checksum_segment_bytes", checksum_segment_bytes},
-          {"step", info.step},
-          {"consumed_samples", info.consumed_samples},
-          {"seed", info.seed},
-          {"optimizer",
-           {{"adamw_step", info.optimizer.adamw_step},
-            {"loss_scale", info.optimizer.loss_scale},
-            {"loss_scale_good_steps", info.optimizer.loss_scale_good_steps}}},
-          {"layout", layout_json},
-          {"config", info.config_toml},
-          {"files", files_json},
-          {"tensors", tensors_json}};
+  nlohmann::json out = run_state_json(info);
+  out["format"] = format;
+  out["checksum_segment_bytes"] = checksum_segment_bytes;
+  out["config"] = info.config_toml;
+  out["files"] = files_json;
+  out["tensors"] = tensors_json;
+  return out;
 }
 
 CheckpointMetadata CheckpointMetadata::from_json(const nlohmann::json& j, const std::string& where) {

@@ -55,6 +55,9 @@ struct CheckpointInfo {
   std::string path = "";      // the step directory read (set by the reader)
 };
 
+// The run's state as the metadata writes it (step, consumed_samples, seed, optimizer, layout).
+nlohmann::json run_state_json(const CheckpointInfo& info);
+
 struct StoredBlock {
   int file = 0;     // index into CheckpointMetadata::files
   std::string key;  // its tensor's name in that file
