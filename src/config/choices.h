@@ -22,7 +22,7 @@
 
 namespace tidal::config {
 
-enum class DataKind { markov, tokens, text, images };  // data.kind
+enum class DataKind { markov, tokens, indexed, text, images };  // data.kind
 enum class Recompute { none, blocks, every_k, selective };  // train.activation_checkpointing
 enum class ActivationOffload { none, host };           // train.activation_offload
 // train.on_nonfinite: a step whose loss or gradient is not finite ends the run, or is dropped.
@@ -55,7 +55,8 @@ struct Names<Toggle> {
 template <>
 struct Names<DataKind> {
   static constexpr std::pair<DataKind, std::string_view> table[] = {
-      {DataKind::markov, "markov"}, {DataKind::tokens, "tokens"}, {DataKind::text, "text"}, {DataKind::images, "images"}};
+      {DataKind::markov, "markov"}, {DataKind::tokens, "tokens"}, {DataKind::indexed, "indexed"},
+      {DataKind::text, "text"},     {DataKind::images, "images"}};
 };
 template <>
 struct Names<Device::Kind> {

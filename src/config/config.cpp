@@ -122,9 +122,7 @@ void apply_override(Config& cfg, const std::string& text, SetBy& set_by) {
   key.set(cfg, key.type == Key::Type::string && !node.is_string() ? Value(raw) : convert(key, node, "--set " + text));
 }
 
-// `local_files`: the data files must exist here (not for a checkpoint's stored config, read
-// where the run's data may never have been).
-void validate(const Config& c, bool local_files) {
+void validate(const Config& c) {
   const ModelConfig& m = c.model;
   const std::optional<ModelTask> task = model_task(m.type);
   TIDAL_CHECK(task.has_value(), "model.type = \"{}\" is not one of {} (a program of your own adds types with "
@@ -185,11 +183,13 @@ void validate(const Config& c, bool local_files) {
   if (d.kind == DataKind::markov) {
     TIDAL_CHECK(d.markov_branching >= 1 && d.markov_branching <= m.vocab_size,
                 "data.markov_branching must be in [1, model.vocab_size], got {}", d.markov_branching);
-  } else if (d.kind != DataKind::images || !d.path.empty()) {
-    TIDAL_CHECK(!d.path.empty(), "data.kind = \"{}\" needs data.path (the data file)", d.kind);
-    TIDAL_CHECK(!local_files || std::filesystem::is_regular_file(d.path), "data.path '{}' does not exist or is not a file",
-                d.path);
+  } else if (d.kind != DataKind::images) {
+    TIDAL_CHECK(!d.path.empty(), "data.kind = \"{}\" needs data.path (the data)", d.kind);
   }
+  // The files themselves are the dataset's to open (data/dataset.h), where a run starts.
+  TIDAL_CHECK(d.eval_path.empty() || d.kind == DataKind::tokens || d.kind == DataKind::indexed ||
+                  d.kind == DataKind::text,
+              "data.eval_path names token data to evaluate on, and data.kind is \"{}\": leave it unset", d.kind);
 
   const TrainConfig& t = c.train;
   TIDAL_CHECK(t.steps >= 1, "train.steps must be >= 1, got {}", t.steps);
@@ -356,7 +356,7 @@ Config build_config(const std::string* text, const std::string& where, const std
     cfg.model.tie_embeddings = false;
   // A GPU trains in bf16 unless told otherwise (its tensor cores' type; fp32 master weights).
   if (!set_by.count("train.precision") && cfg.train.device == Device::Kind::cuda) cfg.train.precision = DType::bf16;
-  validate(cfg, text == nullptr);
+  validate(cfg);
   return cfg;
 }
 

@@ -47,8 +47,9 @@ struct ModelConfig {
 std::int64_t positions_per_sample(const ModelConfig& m);
 
 struct DataConfig {
-  DataKind kind = DataKind::markov;  // markov | tokens | text | images
-  std::string path;             // tokens / text / images files
+  DataKind kind = DataKind::markov;  // markov | tokens | indexed | text | images
+  std::string path;             // the data (data/dataset.h: shards, a prefix, a file, or a blend of them)
+  std::string eval_path;        // token data to evaluate on; "" = held out from `path`
   std::uint64_t seed = 1;
   int markov_branching = 4;  // successors per state of the synthetic Markov language
   std::string tokenizer;     // a tokenizer.json: train.sample_every's prompt and samples as text; "" = none
@@ -73,6 +74,7 @@ struct TrainConfig {
   std::int64_t eval_every = 200;   // 0 = only at the end
   std::int64_t eval_batches = 16;
   std::int64_t log_every = 50;     // plain progress lines when not on a terminal
+  bool log_samples = false;        // each step's metrics name the global batch's samples (sample_ids)
   std::string tensorboard_dir;     // TensorBoard event files of the metrics go here; "" = none
   std::int64_t sample_every = 0;   // gpt: steps between greedy samples in the progress lines; 0 = off
   std::string sample_prompt;       // what the samples continue ("" = the end-of-text token)

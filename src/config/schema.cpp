@@ -93,8 +93,14 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(model.patch_size, "vit: patch height and width"),
       TIDAL_KEY(model.channels, "vit: image channels"),
       TIDAL_KEY(model.num_classes, "vit: classes"),
-      TIDAL_KEY(data.kind, "markov | tokens | text | images"),
-      TIDAL_KEY(data.path, "data file for tokens / text / images"),
+      TIDAL_KEY(data.kind,
+                "markov | tokens (llm.c shards) | indexed (Megatron's .bin / .idx) | text (a file's bytes) | images"),
+      TIDAL_KEY(data.path,
+                "the data: tokens: a shard, a directory of them or a glob; indexed: the prefix of PREFIX.bin and "
+                "PREFIX.idx; text, images: a file; any token kind may be a blend by weight, \"0.7 a.bin 0.3 b.bin\""),
+      TIDAL_KEY(data.eval_path,
+                "token data to evaluate on, as data.path names it (\"\" = hold out the last 1/20 of data.path's "
+                "sequences)"),
       TIDAL_KEY(data.seed, "seed of the synthetic data and of the sample order"),
       TIDAL_KEY(data.markov_branching, "markov: successors per state"),
       TIDAL_KEY(data.tokenizer,
@@ -138,6 +144,9 @@ std::vector<Key> make_schema() {
                 "block's logits [positions / loss_chunks, vocabulary] exist at a time instead of all of them; "
                 "backward makes each block's logits again (one more output-layer forward). 1 = all at once"),
       TIDAL_KEY(train.log_every, "steps between progress lines when not on a terminal"),
+      TIDAL_KEY(train.log_samples,
+                "each step's metrics record names the samples of its global batch (sample_ids: token windows; a "
+                "blend's source k's window w as k * 2^40 + w), as the data-parallel replicas read them"),
       TIDAL_KEY(train.tensorboard_dir,
                 "directory for TensorBoard event files of every step's metrics (loss, eval loss, lr, tokens/s, "
                 "gradient norm, loss scale, memory per tier); \"\" = none (tidal train --tensorboard DIR)"),

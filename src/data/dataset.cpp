@@ -3,10 +3,64 @@
 #include "config/model_types.h"
 #include "core/error.h"
 #include "data/images.h"
+#include "data/indexed_dataset.h"
 #include "data/markov.h"
-#include "data/token_file.h"
+#include "data/stream_dataset.h"
+#include "data/text_bytes.h"
+#include "data/token_shards.h"
+
+#include <filesystem>
 
 namespace tidal::data {
+namespace {
+
+// A source's tokens in place, by data.kind.
+std::unique_ptr<TokenStream> open_stream(config::DataKind kind, const std::string& path, const std::string& key) {
+  if (kind == config::DataKind::tokens) return std::make_unique<TokenShards>(path, key);
+  if (kind == config::DataKind::indexed) return std::make_unique<IndexedDataset>(path, key);
+  TIDAL_CHECK(std::filesystem::is_regular_file(path), "{} = '{}' does not exist or is not a file", key, path);
+  return std::make_unique<TextBytes>(path);
+}
+
+// data.path (or data.eval_path) `spec`: one source, or a blend of them.
+std::unique_ptr<TokenDataset> open_tokens(const config::Config& cfg, const std::string& spec, const std::string& key,
+                                          bool hold_out_eval, Objective objective) {
+  const auto& m = cfg.model;
+  const std::vector<std::pair<double, std::string>> parts = parse_blend(spec, key);
+  std::vector<std::unique_ptr<StreamDataset>> sources;
+  std::vector<double> weights;
+  for (const auto& [weight, path] : parts) {
+    sources.push_back(std::make_unique<StreamDataset>(open_stream(cfg.data.kind, path, key), hold_out_eval, m.seq_len,
+                                                      m.vocab_size, objective, cfg.data.seed,
+                                                      fmt::format("{} '{}'", key, path)));
+    weights.push_back(weight);
+  }
+  if (sources.size() == 1) return std::move(sources.front());
+  return std::make_unique<BlendedDataset>(std::move(sources), weights, m.seq_len, m.vocab_size, objective,
+                                          cfg.data.seed);
+}
+
+// Training from one dataset, evaluation from another (data.eval_path).
+class SeparateEval final : public Dataset {
+ public:
+  SeparateEval(std::unique_ptr<Dataset> train, std::unique_ptr<Dataset> eval)
+      : train_(std::move(train)), eval_(std::move(eval)) {}
+  nn::Batch batch(std::int64_t first, std::int64_t count, Split split) const override {
+    return (split == Split::train ? train_ : eval_)->batch(first, count, split);
+  }
+  std::string describe() const override {
+    return fmt::format("{}\n  evaluated on {}", train_->describe(), eval_->describe());
+  }
+  std::vector<std::int64_t> sample_ids(std::int64_t first, std::int64_t count) const override {
+    return train_->sample_ids(first, count);
+  }
+  nlohmann::json record(std::int64_t samples) const override { return train_->record(samples); }
+
+ private:
+  std::unique_ptr<Dataset> train_, eval_;
+};
+
+}  // namespace
 
 std::unique_ptr<Dataset> make_dataset(const config::Config& cfg) {
   const auto& m = cfg.model;
@@ -18,17 +72,17 @@ std::unique_ptr<Dataset> make_dataset(const config::Config& cfg) {
     const std::int64_t states = objective == Objective::masked ? m.vocab_size - 1 : m.vocab_size;
     return std::make_unique<MarkovDataset>(states, d.markov_branching, m.seq_len, m.vocab_size, objective, d.seed);
   }
-  if (d.kind == config::DataKind::tokens || d.kind == config::DataKind::text) {
-    return std::make_unique<TokenFileDataset>(
-        d.path, d.kind == config::DataKind::tokens ? TokenFileDataset::Format::tokens : TokenFileDataset::Format::text, m.seq_len,
-        m.vocab_size, objective, d.seed);
-  }
   if (d.kind == config::DataKind::images) {
     const ImageShape shape{m.channels, m.image_size, m.image_size, m.num_classes};
     if (d.path.empty()) return std::make_unique<ImageDataset>(shape, d.seed);
     return std::make_unique<ImageDataset>(d.path, shape, d.seed);
   }
-  throw Error(fmt::format("data.kind = \"{}\" is not one of markov | tokens | text | images", d.kind));
+  TIDAL_CHECK(d.kind != config::DataKind::text || m.vocab_size >= 256 + (objective == Objective::masked ? 1 : 0),
+              "data.kind = \"text\" uses byte tokens 0..255: model.vocab_size must be at least {}",
+              256 + (objective == Objective::masked ? 1 : 0));
+  std::unique_ptr<Dataset> train = open_tokens(cfg, d.path, "data.path", d.eval_path.empty(), objective);
+  if (d.eval_path.empty()) return train;
+  return std::make_unique<SeparateEval>(std::move(train), open_tokens(cfg, d.eval_path, "data.eval_path", false, objective));
 }
 
 }  // namespace tidal::data

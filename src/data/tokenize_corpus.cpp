@@ -1,11 +1,14 @@
 #include "data/tokenize_corpus.h"
 
-#include "data/token_file.h"
+#include "data/indexed_dataset.h"
+#include "data/token_shards.h"
+#include "io/mapped_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -15,7 +18,9 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace tidal::data {
@@ -55,58 +60,38 @@ void read_range(const Input& input, std::size_t begin, std::size_t end, std::str
               error ? std::strerror(error) : "it shrank while being read");
 }
 
-// A whole input mapped read-only, while its chunks are planned.
-class MappedInput {
- public:
-  explicit MappedInput(const Input& input) : size_(input.size) {
-    const int fd = ::open(input.path.c_str(), O_RDONLY | O_CLOEXEC);
-    TIDAL_CHECK(fd >= 0, "cannot read input '{}': {}", input.path, std::strerror(errno));
-    void* map = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int error = errno;
-    ::close(fd);
-    TIDAL_CHECK(map != MAP_FAILED, "cannot map input '{}': {}", input.path, std::strerror(error));
-    data_ = static_cast<const char*>(map);
-  }
-  ~MappedInput() { ::munmap(const_cast<char*>(data_), size_); }
-  MappedInput(const MappedInput&) = delete;
-  MappedInput& operator=(const MappedInput&) = delete;
-
-  std::string_view text() const { return {data_, size_}; }
-
- private:
-  const char* data_ = nullptr;
-  std::size_t size_;
-};
-
-// A stretch of one input: whole lines (lines mode), or a whole document or a piece of one.
+// A stretch of one input: whole lines (lines and JSON lines), or a whole document or a piece of one.
 struct Chunk {
   std::size_t input, begin, end;
-  bool opens_document;  // the first chunk of a non-empty file (not lines mode)
+  bool opens_document;  // the first chunk of a non-empty file (a document a file)
 };
 
+// A chunk's tokens, and where in them its documents start.
 struct ChunkResult {
-  std::vector<std::uint32_t> tokens;  // with the separators between its own documents
-  std::size_t documents = 0;          // documents that start in it
+  std::vector<std::uint32_t> tokens;
+  std::vector<std::size_t> starts;
 };
 
-// Inputs longer than a chunk are cut after a line (lines mode) or at the tokenizer's split points.
+// Inputs longer than a chunk are cut after a line (lines, JSON lines) or at the tokenizer's split
+// points.
 std::vector<Chunk> plan_chunks(const BpeTokenizer& tokenizer, const std::vector<Input>& inputs,
                                const TokenizeOptions& options) {
+  const bool by_line = options.lines || !options.json_key.empty();
   std::vector<Chunk> chunks;
   const std::size_t step = std::max<std::size_t>(options.chunk_bytes, 1);
   for (std::size_t f = 0; f < inputs.size(); ++f) {
     if (inputs[f].size == 0) continue;
     if (inputs[f].size <= step) {
-      chunks.push_back({f, 0, inputs[f].size, !options.lines});
+      chunks.push_back({f, 0, inputs[f].size, !by_line});
       continue;
     }
-    const MappedInput mapped(inputs[f]);
-    const std::string_view text = mapped.text();
+    const io::MappedFile mapped(inputs[f].path);
+    const std::string_view text(reinterpret_cast<const char*>(mapped.data()), mapped.size());
     for (std::size_t begin = 0, end; begin < text.size(); begin = end) {
       end = text.size();
       if (text.size() - begin > step) {
         std::size_t cut;
-        if (options.lines) {
+        if (by_line) {
           cut = text.find('\n', begin + step - 1);
           cut = cut == std::string_view::npos ? cut : cut + 1;
         } else {
@@ -114,10 +99,27 @@ std::vector<Chunk> plan_chunks(const BpeTokenizer& tokenizer, const std::vector<
         }
         if (cut != std::string_view::npos) end = std::min(cut, text.size());
       }
-      chunks.push_back({f, begin, end, !options.lines && begin == 0});
+      chunks.push_back({f, begin, end, !by_line && begin == 0});
     }
   }
   return chunks;
+}
+
+// A JSON line's document: its string under `key`; an error naming the file and the line's byte.
+std::string json_document(std::string_view line, const std::string& key, const Input& input, std::size_t at) {
+  nlohmann::json record;
+  try {
+    record = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("input '{}': the line at byte {} is not JSON ({}): --json-key reads JSON lines, an "
+                            "object a line",
+                            input.path, at, e.what()));
+  }
+  const auto it = record.is_object() ? record.find(key) : record.end();
+  TIDAL_CHECK(it != record.end() && it->is_string(),
+              "input '{}': the record at byte {} has no string \"{}\" (--json-key names the field holding the text)",
+              input.path, at, key);
+  return it->get<std::string>();
 }
 
 // Encodes one chunk (read into `buffer`); text that is not UTF-8 is an error naming the file and
@@ -128,10 +130,10 @@ ChunkResult encode_chunk(const BpeTokenizer& tokenizer, const Input& input, cons
   const std::string_view text = buffer;
   ChunkResult r;
   r.tokens.reserve(text.size() / 3);
-  std::size_t at = 0;  // offset in `text` of what is being encoded
+  std::size_t at = 0;  // offset in `text` of the line being encoded
   try {
-    if (!options.lines) {
-      r.documents = chunk.opens_document ? 1 : 0;
+    if (!options.lines && options.json_key.empty()) {
+      if (chunk.opens_document) r.starts.push_back(0);
       tokenizer.encode_into(text, r.tokens);
       return r;
     }
@@ -141,8 +143,14 @@ ChunkResult encode_chunk(const BpeTokenizer& tokenizer, const Input& input, cons
       end = end == std::string_view::npos ? text.size() : end;
       if (end > at && text[end - 1] == '\r') --end;
       if (end == at) continue;
-      if (r.documents++ > 0) r.tokens.push_back(options.eot_id);
-      tokenizer.encode_into(text.substr(at, end - at), r.tokens);
+      const std::size_t before = r.tokens.size();
+      if (options.json_key.empty()) {
+        tokenizer.encode_into(text.substr(at, end - at), r.tokens);
+      } else {
+        tokenizer.encode_into(json_document(text.substr(at, end - at), options.json_key, input, chunk.begin + at),
+                              r.tokens);
+      }
+      if (r.tokens.size() > before) r.starts.push_back(before);
     }
   } catch (const InvalidUtf8& e) {
     TIDAL_CHECK(false,
@@ -152,6 +160,75 @@ ChunkResult encode_chunk(const BpeTokenizer& tokenizer, const Input& input, cons
   }
   return r;
 }
+
+// Where the tokens go, in document order: llm.c shards (the end-of-text id between documents, or
+// after each) cut every shard_tokens, or a Megatron indexed dataset (a sequence a document).
+class Output {
+ public:
+  Output(const TokenizeOptions& options, bool wide) : options_(options), wide_(wide) {
+    if (options.indexed) indexed_.emplace(options.output, wide);
+  }
+
+  void document_starts() {
+    if (open_) end_document();
+    if (!options_.indexed && !options_.append_eod && documents_ > 0) emit(&options_.eot_id, 1);
+    open_ = true;
+    ++documents_;
+  }
+  void tokens(const std::uint32_t* t, std::size_t n) { emit(t, n); }
+  // Every file complete; returns them.
+  std::vector<std::string> finish() {
+    if (open_) end_document();
+    if (indexed_) {
+      indexed_->finish();
+      return {options_.output + ".bin", options_.output + ".idx"};
+    }
+    if (!shard_) next_shard();  // no tokens at all: an empty shard
+    shard_->finish();
+    written_.push_back(shard_->path());
+    return written_;
+  }
+  std::size_t documents() const { return documents_; }
+  std::uint64_t tokens_written() const { return tokens_; }
+
+ private:
+  void end_document() {
+    if (options_.append_eod) emit(&options_.eot_id, 1);
+    if (indexed_) indexed_->end_document();
+    open_ = false;
+  }
+  void emit(const std::uint32_t* t, std::size_t n) {
+    tokens_ += n;
+    if (indexed_) return indexed_->append(t, n);
+    while (n > 0) {
+      if (!shard_ || (options_.shard_tokens > 0 && shard_->tokens() == options_.shard_tokens)) next_shard();
+      const std::size_t room = options_.shard_tokens > 0 ? std::size_t(options_.shard_tokens - shard_->tokens()) : n;
+      const std::size_t take = std::min(n, room);
+      shard_->append(t, take);
+      t += take;
+      n -= take;
+    }
+  }
+  void next_shard() {
+    if (shard_) {
+      shard_->finish();
+      written_.push_back(shard_->path());
+    }
+    const std::string path = options_.shard_tokens > 0
+                                 ? fmt::format("{}_{:06d}.bin", options_.output, written_.size())
+                                 : options_.output;
+    shard_ = std::make_unique<TokenShardWriter>(path, wide_);
+  }
+
+  const TokenizeOptions& options_;
+  bool wide_;
+  std::optional<IndexedDatasetWriter> indexed_;
+  std::unique_ptr<TokenShardWriter> shard_;
+  std::vector<std::string> written_;
+  bool open_ = false;
+  std::size_t documents_ = 0;
+  std::uint64_t tokens_ = 0;
+};
 
 }  // namespace
 
@@ -177,6 +254,8 @@ TokenizeReport tokenize_corpus(const BpeTokenizer& tokenizer, const TokenizeOpti
   TIDAL_CHECK(!options.inputs.empty(), "tidal tokenize needs at least one input file");
   TIDAL_CHECK(options.threads >= 0, "TokenizeOptions.threads must be >= 0 (0: every hardware thread), got {}",
               options.threads);
+  TIDAL_CHECK(options.shard_tokens >= 0 && (options.shard_tokens == 0 || !options.indexed),
+              "--shard-size cuts llm.c shards; an indexed dataset is one .bin / .idx pair");
   const auto start = std::chrono::steady_clock::now();
   TokenizeReport report;
   std::vector<Input> inputs;
@@ -185,71 +264,104 @@ TokenizeReport tokenize_corpus(const BpeTokenizer& tokenizer, const TokenizeOpti
     report.bytes += inputs.back().size;
   }
   report.files = inputs.size();
+  report.wide = options.indexed ? tokenizer.vocab_size() >= 65500 : tokenizer.vocab_size() > 65536;
   const std::vector<Chunk> chunks = plan_chunks(tokenizer, inputs, options);
 
-  // Workers take chunks in order; after a failure they take no more, and the failure of the earliest
-  // chunk among those that ran is the one reported.
-  std::vector<ChunkResult> results(chunks.size());
-  std::atomic<std::size_t> next_chunk{0};
+  // Workers take chunks in order, at most `ahead` past the one the output waits for; the output
+  // (this thread) writes each as it completes, in order. After a failure no more are taken, and the
+  // failure of the earliest chunk among those that ran is the one reported.
+  const std::size_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t n_threads = std::max<std::size_t>(
+      1, std::min(options.threads > 0 ? std::size_t(options.threads) : hardware, std::max<std::size_t>(1, chunks.size())));
+  const std::size_t ahead = 4 * n_threads;
+  std::vector<std::optional<ChunkResult>> results(chunks.size());
+  std::size_t next_chunk = 0, written = 0, running = n_threads, error_chunk = std::numeric_limits<std::size_t>::max();
   std::atomic<std::uint64_t> bytes_done{0};
-  std::atomic<bool> failed{false};
-  std::mutex mutex;
-  std::condition_variable finished;
-  std::size_t running = 0, error_chunk = std::numeric_limits<std::size_t>::max();
+  bool failed = false;
   std::exception_ptr error;
+  std::mutex mutex;
+  std::condition_variable changed;
   auto work = [&] {
     std::string buffer;
-    for (std::size_t i; !failed && (i = next_chunk++) < chunks.size();) {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      changed.wait(lock, [&] { return failed || next_chunk >= chunks.size() || next_chunk < written + ahead; });
+      if (failed || next_chunk >= chunks.size()) break;
+      const std::size_t i = next_chunk++;
+      lock.unlock();
+      std::optional<ChunkResult> r;
+      std::exception_ptr e;
       try {
-        results[i] = encode_chunk(tokenizer, inputs[chunks[i].input], chunks[i], options, buffer);
+        r = encode_chunk(tokenizer, inputs[chunks[i].input], chunks[i], options, buffer);
       } catch (...) {
-        std::lock_guard lock(mutex);
-        if (i < error_chunk) error_chunk = i, error = std::current_exception();
-        failed = true;
+        e = std::current_exception();
       }
       bytes_done += chunks[i].end - chunks[i].begin;
-    }
-    std::lock_guard lock(mutex);
-    --running;
-    finished.notify_all();
-  };
-  const std::size_t hardware = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t n_threads =
-      std::max<std::size_t>(1, std::min(options.threads > 0 ? std::size_t(options.threads) : hardware, chunks.size()));
-  std::vector<std::thread> threads;
-  report.threads = running = n_threads;
-  for (std::size_t t = 0; t < n_threads; ++t) threads.emplace_back(work);
-  {
-    std::unique_lock lock(mutex);
-    while (!finished.wait_for(lock, std::chrono::milliseconds(200), [&] { return running == 0; })) {
-      if (!options.progress) continue;
-      lock.unlock();
-      options.progress(bytes_done, report.bytes);
       lock.lock();
+      if (e) {
+        if (i < error_chunk) error_chunk = i, error = e;
+        failed = true;
+      } else {
+        results[i] = std::move(r);
+      }
+      changed.notify_all();
     }
+    --running;
+    changed.notify_all();
+  };
+  report.threads = n_threads;
+  Output output(options, report.wide);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < n_threads; ++t) threads.emplace_back(work);
+  try {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      const bool ready = changed.wait_for(lock, std::chrono::milliseconds(200), [&] {
+        return failed || written == chunks.size() || results[written].has_value();
+      });
+      if (!ready) {
+        if (options.progress) {
+          lock.unlock();
+          options.progress(bytes_done, report.bytes, output.tokens_written());
+          lock.lock();
+        }
+        continue;
+      }
+      if (failed || written == chunks.size()) break;
+      ChunkResult r = std::move(*results[written]);
+      results[written].reset();
+      lock.unlock();
+      for (std::size_t k = 0, at = 0; at < r.tokens.size() || k < r.starts.size();) {
+        if (k < r.starts.size() && r.starts[k] == at) {
+          output.document_starts();
+          ++k;
+          continue;
+        }
+        const std::size_t end = k < r.starts.size() ? r.starts[k] : r.tokens.size();
+        output.tokens(r.tokens.data() + at, end - at);
+        at = end;
+      }
+      lock.lock();
+      ++written;
+      changed.notify_all();
+    }
+    changed.wait(lock, [&] { return running == 0; });
+  } catch (...) {
+    {
+      std::lock_guard lock(mutex);
+      failed = true;
+      changed.notify_all();
+    }
+    for (std::thread& t : threads) t.join();
+    throw;
   }
   for (std::thread& t : threads) t.join();
   if (error) std::rethrow_exception(error);
-  if (options.progress) options.progress(report.bytes, report.bytes);
-
-  std::vector<std::uint32_t> tokens;
-  std::size_t total = 0;
-  for (const ChunkResult& r : results) total += r.tokens.size() + (r.documents > 0 ? 1 : 0);
-  tokens.reserve(total);
-  for (ChunkResult& r : results) {
-    if (r.documents > 0 && report.documents > 0) tokens.push_back(options.eot_id);
-    report.documents += r.documents;
-    tokens.insert(tokens.end(), r.tokens.begin(), r.tokens.end());
-    r.tokens = {};
-  }
-  report.tokens = tokens.size();
+  report.written = output.finish();
+  report.documents = output.documents();
+  report.tokens = output.tokens_written();
+  if (options.progress) options.progress(report.bytes, report.bytes, report.tokens);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  TIDAL_CHECK(report.tokens <= std::uint64_t(std::numeric_limits<std::int32_t>::max()),
-              "the inputs make {} tokens, more than one llm.c shard holds (2^31 - 1): tokenize them in parts, one "
-              "-o file each",
-              report.tokens);
-  report.wide = tokenizer.vocab_size() > 65536;
-  write_token_file(options.output, tokens, report.wide);
   return report;
 }
 

@@ -12,8 +12,15 @@ MetricsWriter::MetricsWriter(const std::string& path, const std::string& tensorb
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {
-  if (tensorboard_ && record.contains("step") && !record.contains("summary"))
-    tensorboard_->scalars(record, record["step"].get<std::int64_t>());
+  if (tensorboard_ && record.contains("step") && !record.contains("summary")) {
+    if (record.contains("sample_ids")) {  // names, not a quantity to plot
+      nlohmann::json scalars = record;
+      scalars.erase("sample_ids");
+      tensorboard_->scalars(scalars, record["step"].get<std::int64_t>());
+    } else {
+      tensorboard_->scalars(record, record["step"].get<std::int64_t>());
+    }
+  }
   if (!out_.is_open()) return;
   out_ << record.dump() << '\n';
   out_.flush();

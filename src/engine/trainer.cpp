@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <string_view>
 
@@ -108,6 +109,20 @@ nlohmann::json communication_since(const nlohmann::json& before, const nlohmann:
       for (const char* key : {"bytes_sent", "link_bytes", "seconds"})
         out[group][op][key] = figures.at(key).get<double>() - (then ? then->at(key).get<double>() : 0.0);
     }
+  return out;
+}
+
+// Every data replica's `mine` (as many on each), in replica order: the global batch's when each
+// gives its slice (one all-gather over the data group; int64 in pairs of int32).
+std::vector<std::int64_t> gather_over_replicas(parallel::ParallelContext& pc, const std::vector<std::int64_t>& mine) {
+  comm::Communicator& data = pc.group(parallel::GroupKind::data);
+  if (data.size() == 1) return mine;
+  Tensor local = Tensor::empty({2 * std::int64_t(mine.size())}, DType::i32, host_allocator());
+  std::memcpy(local.raw(), mine.data(), mine.size() * sizeof(std::int64_t));
+  Tensor all = Tensor::empty({local.numel() * data.size()}, DType::i32, host_allocator());
+  data.all_gather(all, local)->wait();
+  std::vector<std::int64_t> out(mine.size() * std::size_t(data.size()));
+  std::memcpy(out.data(), all.raw(), out.size() * sizeof(std::int64_t));
   return out;
 }
 
@@ -321,10 +336,16 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
   const double loss_scale = scaler ? scaler->scale() : 1.0;
   std::vector<nn::Batch> batches;
   std::vector<double> targets;  // valid targets per micro-batch
+  const auto reading = Clock::now();
   for (std::int64_t m = 0; m < accum; ++m) {
     batches.push_back(dataset->batch(at * B + replica * local + m * micro, micro, data::Split::train));
     targets.push_back(double(nn::valid_targets(batches.back())));
   }
+  const double data_seconds = seconds_since(reading);
+  // train.log_samples: the samples each replica read, gathered in the global batch's order.
+  const std::vector<std::int64_t> sample_ids =
+      cfg.train.log_samples ? gather_over_replicas(pc, dataset->sample_ids(at * B + replica * local, local))
+                            : std::vector<std::int64_t>();
   const double all_targets = sum_over_replicas(pc, std::accumulate(targets.begin(), targets.end(), 0.0));
   // The step's temporaries (gradients in flight, communication buffers, workspaces) come from the
   // activations' pool until the update is done, on every device: its peak is the step's whole
@@ -379,7 +400,8 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
                            {"lr", lr},
                            {"tokens_per_s", double(B * T) / dt},
                            {"grad_norm", norm},
-                           {"step_time_s", dt}};
+                           {"step_time_s", dt},
+                           {"data_s", data_seconds}};
   if (const auto reduction = model_data->gradient_reduction()) {
     record["allreduce_s"] = reduction->in_flight;
     record["allreduce_exposed_s"] = reduction->exposed;
@@ -388,6 +410,8 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
     record["loss_scale"] = loss_scale;
     record["skipped"] = !applied;
   }
+  if (nlohmann::json drawn = dataset->record((at + 1) * B); !drawn.empty()) record["data"] = std::move(drawn);
+  if (cfg.train.log_samples) record["sample_ids"] = sample_ids;
   if (pc.world_size() > 1) record["communication"] = communication_since(communication_before, pc.communication_stats());
   if (pc.layout().spec().pipeline > 1) {  // where this rank's schedule went: its actions, and waiting for inputs
     const pipeline::StepProfile& p = engine.last_step();

@@ -2,11 +2,6 @@
 
 #include "io/atomic_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -130,23 +125,11 @@ void save_safetensors(const std::string& path, const TensorMap& tensors, const M
   save_safetensors(path, std::vector<std::pair<std::string, Tensor>>(tensors.begin(), tensors.end()), metadata);
 }
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TIDAL_CHECK(fd >= 0, "cannot open safetensors file '{}': {}", path, std::strerror(errno));
-  struct stat st {};
-  const bool stat_ok = ::fstat(fd, &st) == 0;
-  const std::size_t map_size = stat_ok ? std::size_t(st.st_size) : 0;
-  if (map_size >= 8) {
-    void* address = ::mmap(nullptr, map_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (address != MAP_FAILED) {
-      map_.address = address;
-      map_.size = map_size;
-    }
-  }
-  ::close(fd);
-  TIDAL_CHECK(map_.address != nullptr, "'{}' is not a safetensors file ({} bytes{})", path, map_size,
-              map_size >= 8 ? ": it cannot be memory-mapped" : ", shorter than its header length");
-  const auto* bytes = static_cast<const std::byte*>(map_.address);
+SafetensorsReader::SafetensorsReader(const std::string& path) : map_(path) {
+  const std::uint64_t map_size = map_.size();
+  TIDAL_CHECK(map_size >= 8, "'{}' is not a safetensors file ({} bytes, shorter than its header length)", path,
+              map_size);
+  const std::byte* bytes = map_.data();
   std::uint64_t n = 0;
   std::memcpy(&n, bytes, sizeof n);
   TIDAL_CHECK(n >= 2 && n <= map_size - 8, "'{}' is not a safetensors file (bad header length; truncated?)", path);
@@ -172,26 +155,17 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   }
 }
 
-SafetensorsReader::Mapping::~Mapping() {
-  if (address != nullptr) ::munmap(address, size);
-}
-
 Tensor SafetensorsReader::view(const std::string& name) const {
   const auto it = entries_.find(name);
-  TIDAL_ASSERT(it != entries_.end(), "'{}' has no tensor '{}'", path_, name);
+  TIDAL_ASSERT(it != entries_.end(), "'{}' has no tensor '{}'", path(), name);
   return Tensor::view_of(const_cast<std::byte*>(data_ + it->second.begin), it->second.shape, it->second.dtype);
 }
 
 void SafetensorsReader::release(const std::string& name) const {
   const auto it = entries_.find(name);
-  TIDAL_ASSERT(it != entries_.end(), "'{}' has no tensor '{}'", path_, name);
-  // Whole pages inside the mapping that hold the tensor's bytes (a neighbour sharing an edge page
-  // is read again if touched: the pages are the file's, never modified).
-  const std::uintptr_t page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
-  const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(map_.address);
-  const std::uintptr_t from = (reinterpret_cast<std::uintptr_t>(data_ + it->second.begin) - base) / page * page;
-  const std::uintptr_t to = reinterpret_cast<std::uintptr_t>(data_ + it->second.end) - base;
-  if (to > from) ::madvise(static_cast<std::byte*>(map_.address) + from, to - from, MADV_DONTNEED);
+  TIDAL_ASSERT(it != entries_.end(), "'{}' has no tensor '{}'", path(), name);
+  const std::uint64_t at = std::uint64_t(data_ - map_.data()) + it->second.begin;
+  map_.release(at, it->second.end - it->second.begin);
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

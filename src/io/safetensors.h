@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "io/mapped_file.h"
 
 #include <cstdint>
 #include <map>
@@ -78,7 +79,7 @@ class SafetensorsReader {
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return map_.path(); }
   const std::map<std::string, TensorEntry>& entries() const { return entries_; }
   const Metadata& metadata() const { return metadata_; }
   // A view of the mapped bytes (valid while the reader lives); the name must be an entry.
@@ -86,27 +87,14 @@ class SafetensorsReader {
   // Gives the pages holding `name` back to the kernel (read again from the file if touched).
   void release(const std::string& name) const;
   std::uint64_t data_bytes() const { return data_size_; }
-  std::uint64_t file_bytes() const { return map_.size; }
+  std::uint64_t file_bytes() const { return map_.size(); }
   // The file's first bytes: the header's length and the header itself.
-  std::span<const std::byte> header_bytes() const {
-    return {static_cast<const std::byte*>(map_.address), std::size_t(data_ - static_cast<const std::byte*>(map_.address))};
-  }
+  std::span<const std::byte> header_bytes() const { return {map_.data(), std::size_t(data_ - map_.data())}; }
 
  private:
-  std::string path_;
   std::map<std::string, TensorEntry> entries_;
   Metadata metadata_;
-  // The file's pages: unmapped when the reader goes, and when its constructor throws on a bad
-  // header (a member, so it is destroyed then; the fuzzer found a mapping leaked per bad file).
-  struct Mapping {
-    void* address = nullptr;
-    std::size_t size = 0;
-    Mapping() = default;
-    Mapping(const Mapping&) = delete;
-    Mapping& operator=(const Mapping&) = delete;
-    ~Mapping();
-  };
-  Mapping map_;
+  MappedFile map_;  // a member: unmapped when a constructor that throws unwinds
   const std::byte* data_ = nullptr;  // the data section
   std::uint64_t data_size_ = 0;
 };

@@ -207,6 +207,41 @@ def check_lines(tidal, tok, tokenizer_json, docs, directory):
     compare("--lines", lines, tok.encode_batch(lines), got, tok.token_to_id("<|endoftext|>"))
 
 
+def check_json_lines(tidal, tok, tokenizer_json, docs, directory):
+    """JSON lines (--json-key text) into a Megatron indexed dataset with --append-eod, read back by
+    megatron-core's IndexedDataset: a sequence a document, its ids and the end-of-text id; and into
+    llm.c shards of 50000 tokens, which joined are the same ids."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from megatron_reference import load_megatron
+    path = os.path.join(directory, "docs.jsonl")
+    chosen = [d for d in docs[2:600] if d.strip()]  # the long documents elsewhere; a few hundred records
+    with open(path, "w") as f:
+        for i, d in enumerate(chosen):
+            f.write(json.dumps({"id": i, "text": d}) + "\n")
+    eot = tok.token_to_id("<|endoftext|>")
+    want = [e.ids + [eot] for e in tok.encode_batch(chosen)]
+    prefix = os.path.join(directory, "indexed")
+    run_tidal(tidal, tokenizer_json, prefix, [path], "--json-key", "text", "--format", "indexed", "--append-eod", "-j", "2")
+    ds = load_megatron().IndexedDataset(prefix)
+    if len(ds) != len(want) or list(ds.document_indices) != list(range(len(want) + 1)):
+        sys.exit(f"FAIL --format indexed: {len(ds)} sequences and document indices {list(ds.document_indices)[:5]}... "
+                 f"for {len(want)} records")
+    for i, ids in enumerate(want):
+        if ds[i].tolist() != ids:
+            sys.exit(f"FAIL --format indexed: record {i} differs: want {ids[:10]}..., megatron reads {ds[i][:10]}...")
+    print(f"ok   --json-key --format indexed --append-eod: megatron-core reads {len(want)} documents as tokenizers "
+          "encodes them")
+    shards = os.path.join(directory, "jsonl_shards")
+    run_tidal(tidal, tokenizer_json, shards, [path], "--json-key", "text", "--shard-size", "50000", "--append-eod")
+    joined, names = [], sorted(n for n in os.listdir(directory) if n.startswith("jsonl_shards_"))
+    for name in names:
+        joined += read_shard(os.path.join(directory, name))[1]
+    flat = [t for ids in want for t in ids]
+    if joined != flat or len(names) != (len(flat) + 49999) // 50000:
+        sys.exit(f"FAIL --shard-size: {len(names)} shards of {len(joined)} tokens, want {len(flat)} tokens")
+    print(f"ok   --json-key --shard-size 50000 --append-eod: {len(names)} shards, {len(flat)} tokens equal")
+
+
 def check_variants(tidal, base_json, docs, directory):
     """The same vocabulary with a prefix space, without the pattern, ignoring merges for whole-token
     pieces, and with stripping and more added tokens."""
@@ -293,6 +328,7 @@ def main():
             sys.exit(f"FAIL: want uint16 tokens (version 1) for vocab {tok.get_vocab_size()}, got version {version}")
         compare("documents", docs, expected, got, eot)
         check_lines(tidal, tok, tokenizer_json, docs, directory)
+        check_json_lines(tidal, tok, tokenizer_json, docs, directory)
         check_variants(tidal, tokenizer_json, docs, directory)
         check_refused(tidal, tokenizer_json, directory)
     print("all tokenizer checks passed")

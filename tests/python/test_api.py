@@ -28,7 +28,7 @@ SMALL = {"train": {"steps": 8, "batch_size": 4, "eval_every": 4, "eval_batches":
          "model": {"n_layer": 2, "n_embd": 32, "n_head": 2, "seq_len": 16}}
 # Keys of a step's record that time the step or measure the process (the rest is a pure function
 # of the seed).
-TIMED = {"tokens_per_s", "step_time_s", "allreduce_s", "allreduce_exposed_s", "resident_bytes"}
+TIMED = {"tokens_per_s", "step_time_s", "data_s", "allreduce_s", "allreduce_exposed_s", "resident_bytes"}
 
 
 def sets(values, prefix=""):

@@ -4,7 +4,7 @@
 // tokenize_corpus: document separators, --lines, token width, and an output that does not depend
 // on threads or on where long documents are cut.
 #include "data/bpe_tokenizer.h"
-#include "data/token_file.h"
+#include "data/token_shards.h"
 #include "data/tokenize_corpus.h"
 
 #include <gtest/gtest.h>

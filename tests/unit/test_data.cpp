@@ -3,7 +3,8 @@
 // exactly once.
 #include "data/images.h"
 #include "data/markov.h"
-#include "data/token_file.h"
+#include "data/stream_dataset.h"
+#include "data/token_shards.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -69,6 +70,11 @@ TEST(MarkovData, MaskedObjectivePredictsAboutFifteenPercent) {
   EXPECT_NEAR(double(masked) / double(predicted), 0.8, 0.05);
 }
 
+std::unique_ptr<data::StreamDataset> shards(const std::string& spec, std::int64_t T, std::int64_t vocab) {
+  return std::make_unique<data::StreamDataset>(std::make_unique<data::TokenShards>(spec, "data.path"), true, T, vocab,
+                                               data::Objective::causal, 4, "data.path");
+}
+
 TEST(TokenFile, EveryWindowOncePerEpochAndEvalHeldOut) {
   const std::string path = (std::filesystem::temp_directory_path() / ("tokens-" + std::to_string(::getpid()))).string();
   const std::int64_t T = 9, windows = 101;
@@ -77,19 +83,24 @@ TEST(TokenFile, EveryWindowOncePerEpochAndEvalHeldOut) {
     for (std::int64_t w = 0; w < windows; ++w)
       for (std::int64_t t = 0; t <= T; ++t) tokens.push_back(std::uint32_t(w % 50 + (wide ? 70000 : 0)));
     data::write_token_file(path, tokens, wide);
-    data::TokenFileDataset d(path, data::TokenFileDataset::Format::tokens, T, wide ? 70050 : 50,
-                             data::Objective::causal, 4);
+    const auto d = shards(path, T, wide ? 70050 : 50);
     // 101 windows: 5 held out for eval, 96 for training.
     std::multiset<std::int64_t> seen;
-    for (std::int64_t i = 0; i < 96; ++i) seen.insert(d.sequence(i, data::Split::train)[0]);
+    for (std::int64_t i = 0; i < 96; ++i) seen.insert(d->sequence(i, data::Split::train)[0]);
     std::multiset<std::int64_t> expected;
     for (std::int64_t w = 0; w < 96; ++w) expected.insert(w % 50 + (wide ? 70000 : 0));
     EXPECT_EQ(seen, expected);
-    EXPECT_NE(d.sequence(0, data::Split::train), d.sequence(96, data::Split::train)) << "epochs share one order";
-    EXPECT_EQ(d.sequence(0, data::Split::eval)[0], 96 % 50 + (wide ? 70000 : 0));
+    EXPECT_NE(d->sequence(0, data::Split::train), d->sequence(96, data::Split::train)) << "epochs share one order";
+    EXPECT_EQ(d->sequence(0, data::Split::eval)[0], 96 % 50 + (wide ? 70000 : 0));
   }
-  EXPECT_THROW(data::TokenFileDataset(path, data::TokenFileDataset::Format::tokens, T, 100, data::Objective::causal, 4),
-               Error);  // ids beyond the vocabulary
+  // Ids beyond the vocabulary: an error naming data.path when a window holding one is read.
+  const auto small = shards(path, T, 100);
+  try {
+    for (std::int64_t i = 0; i < 96; ++i) small->sequence(i, data::Split::train);
+    ADD_FAILURE() << "ids of 70000 and more read with a vocabulary of 100";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.vocab_size"), std::string::npos) << e.what();
+  }
   // A header whose count the file does not hold (negative, or billions: found by fuzz_token_file)
   // is an error before anything is allocated for it.
   for (const std::int32_t count : {-1, 2000000000}) {
@@ -98,13 +109,41 @@ TEST(TokenFile, EveryWindowOncePerEpochAndEvalHeldOut) {
     f.write(reinterpret_cast<const char*>(&count), 4);
     f.close();
     try {
-      data::TokenFileDataset(path, data::TokenFileDataset::Format::tokens, T, 100000, data::Objective::causal, 4);
+      shards(path, T, 100000);
       ADD_FAILURE() << "a header promising " << count << " tokens loaded";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("the file is truncated or not a token file"), std::string::npos) << e.what();
     }
   }
   std::filesystem::remove(path);
+}
+
+// A directory and a glob of shards read as one stream, in name order, windows across their edges.
+TEST(TokenFile, ShardsAreOneStream) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("shards-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<std::uint32_t> all;
+  for (int k = 0; k < 3; ++k) {  // shards of 7, 8 and 9 tokens: 0, 1, 2, ... across them
+    std::vector<std::uint32_t> part;
+    for (int i = 0; i < 7 + k; ++i) part.push_back(std::uint32_t(all.size() + part.size()));
+    data::write_token_file((dir / fmt::format("train_{:02d}.bin", k)).string(), part, k == 1);
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  std::ofstream(dir / "notes.txt") << "not a shard";
+  for (const std::string& spec : {dir.string(), (dir / "train_*.bin").string()}) {
+    data::TokenShards s(spec, "data.path");
+    EXPECT_EQ(s.shards(), 3u);
+    EXPECT_EQ(s.tokens(), 24);
+    EXPECT_TRUE(s.wide());
+    std::vector<std::int32_t> got(24);
+    s.read(0, 24, got.data());
+    EXPECT_EQ(std::vector<std::int32_t>(all.begin(), all.end()), got);
+    s.read(5, 11, got.data());  // from the first shard, across the second, into the third
+    EXPECT_EQ(got[0], 5);
+    EXPECT_EQ(got[10], 15);
+  }
+  EXPECT_THROW(data::TokenShards((dir / "valid_*.bin").string(), "data.path"), Error);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ImageFile, PixelsScaleToUnitRangeAndEvalIsHeldOut) {
