@@ -4,17 +4,19 @@ on the same threads, tokenizer.json and documents; the ids are checked to agree.
 
 Documents: the mixed corpus of tests/oracle/check_tokenizer.py (prose with contractions, accented
 Latin, other scripts, CJK, emoji, code, digits, Unicode white space), --size MB of it, one file per
-document; or --input FILE, one document per line (tidal --lines, the lines for `tokenizers`).
+document, or with --jsonl one JSON line per document ({"text": ...}: tidal --json-key text, the
+strings for `tokenizers`); or --input FILE, one document per line (tidal --lines, the lines for
+`tokenizers`).
 Tokenizer: --tokenizer tokenizer.json (GPT-2's, say), else a byte-level BPE of --vocab tokens trained
 by `tokenizers` on the first 8 MB of the documents, as the test trains its own.
 
-Timed: tidal's own encode time (mapping the files and encoding, as it reports: the tokenizer load
-and the shard write are outside) and its process's wall time; `tokenizers`' encode_batch over
+Timed: tidal's own time (mapping the files, encoding on the threads and writing the shard in order
+as it goes, as it reports: loading tokenizer.json is outside) and its process's wall time; `tokenizers`' encode_batch over
 the documents already in memory as Python strings (RAYON_NUM_THREADS = --threads), with a fresh
 Tokenizer each repeat so that neither starts with a warm cache. Best of --repeats for each.
 
 usage: bench/tokenizer_vs_hf.py [--tidal build/src/tidal] [--threads 2] [--size 50] [--vocab 32000]
-           [--tokenizer tokenizer.json] [--input corpus.txt] [--repeats 3]
+           [--tokenizer tokenizer.json] [--input corpus.txt | --jsonl] [--repeats 3]
 (run with the oracle venv's python: ~/.cache/tidal/oracle-venv/bin/python, scripts/oracle-venv.sh)
 """
 import argparse
@@ -35,6 +37,7 @@ def main():
     p.add_argument("--vocab", type=int, default=32000, help="vocabulary of the trained tokenizer")
     p.add_argument("--tokenizer", help="a tokenizer.json to use instead of training one")
     p.add_argument("--input", help="a UTF-8 text, one document per line, instead of generated documents")
+    p.add_argument("--jsonl", action="store_true", help="the generated documents as one JSON-lines file")
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
     # Rayon sizes its pool on first use: before `tokenizers` is imported.
@@ -55,8 +58,15 @@ def main():
             files, tidal_mode = [args.input], ["--lines"]
         else:
             docs = make_documents(seed=7, total_bytes=int(args.size * 1e6), with_long_documents=False)
-            os.makedirs(os.path.join(work, "docs"))
-            files, tidal_mode = write_documents(docs, os.path.join(work, "docs")), []
+            if args.jsonl:
+                corpus = os.path.join(work, "corpus.jsonl")
+                with open(corpus, "w", encoding="utf-8") as f:
+                    for d in docs:
+                        f.write(json.dumps({"text": d}) + "\n")
+                files, tidal_mode = [corpus], ["--json-key", "text"]
+            else:
+                os.makedirs(os.path.join(work, "docs"))
+                files, tidal_mode = write_documents(docs, os.path.join(work, "docs")), []
         n_bytes = sum(len(d.encode()) for d in docs)
         print(f"documents: {len(docs)}, {n_bytes / 1e6:.1f} MB ({time.perf_counter() - t0:.0f} s to make)", flush=True)
 
@@ -110,12 +120,12 @@ def main():
 
         mb = n_bytes / 1e6
         config = {"threads": args.threads, "input_mb": round(mb, 1), "documents": len(docs), "vocab": vocab,
+                  "input": "jsonl" if args.jsonl else "lines" if args.input else "files",
                   "tokenizer": args.tokenizer or f"trained ({args.vocab})", "tokenizers": tokenizers.__version__,
                   "cores": os.cpu_count()}
         print(f"config: {json.dumps(config)}")
-        print(f"tidal tokenize      {mb / tidal_best:8.1f} MB/s  ({tidal_best:.2f} s reading and encoding; "
-              f"process wall {tidal_wall:.2f} s = {mb / tidal_wall:.1f} MB/s, the rest is loading tokenizer.json "
-              "and writing the shard)")
+        print(f"tidal tokenize      {mb / tidal_best:8.1f} MB/s  ({tidal_best:.2f} s reading, encoding and writing; "
+              f"process wall {tidal_wall:.2f} s = {mb / tidal_wall:.1f} MB/s, the rest is loading tokenizer.json)")
         print(f"tokenizers {tokenizers.__version__:8} {mb / hf_best:8.1f} MB/s  ({hf_best:.2f} s encode_batch)")
         print(f"ratio tidal / tokenizers: {hf_best / tidal_best:.2f}x (process wall: {hf_best / tidal_wall:.2f}x); "
               f"ids agree: {'yes' if agree else 'NO'}")

@@ -190,6 +190,19 @@ void validate(const Config& c) {
   TIDAL_CHECK(d.eval_path.empty() || d.kind == DataKind::tokens || d.kind == DataKind::indexed ||
                   d.kind == DataKind::text,
               "data.eval_path names token data to evaluate on, and data.kind is \"{}\": leave it unset", d.kind);
+  const bool tokens = d.kind == DataKind::tokens || d.kind == DataKind::indexed || d.kind == DataKind::text;
+  TIDAL_CHECK(d.cross_document_attention || tokens,
+              "data.cross_document_attention = false packs documents of token data, and data.kind is \"{}\", whose "
+              "samples are one sequence each: leave it unset",
+              d.kind);
+  TIDAL_CHECK(d.eod_id >= -1 && d.eod_id < m.vocab_size,
+              "data.eod_id must be a token id below model.vocab_size ({}), or -1 for none; got {}", m.vocab_size,
+              d.eod_id);
+  TIDAL_CHECK(d.cross_document_attention || d.kind == DataKind::indexed || d.eod_id >= 0,
+              "data.cross_document_attention = false needs the documents' ends: data.kind = \"{}\" does not record "
+              "them, so set data.eod_id to the tokenizer's end-of-text id (GPT-2: 50256), or use data.kind = "
+              "\"indexed\" (Megatron's .idx records each document)",
+              d.kind);
 
   const TrainConfig& t = c.train;
   TIDAL_CHECK(t.steps >= 1, "train.steps must be >= 1, got {}", t.steps);

@@ -53,6 +53,10 @@ struct DataConfig {
   std::uint64_t seed = 1;
   int markov_branching = 4;  // successors per state of the synthetic Markov language
   std::string tokenizer;     // a tokenizer.json: train.sample_every's prompt and samples as text; "" = none
+  // false: sequences pack documents, attend only inside them, and restart positions at each
+  // (data/token_dataset.h); true: a sequence is a window of the stream, whatever it spans.
+  bool cross_document_attention = true;
+  std::int64_t eod_id = -1;  // the end-of-text id that ends a document in token shards and text; -1 = none
 };
 
 struct TrainConfig {

@@ -8,9 +8,10 @@
 namespace tidal::config {
 namespace {
 
-// A key whose value lives at access(config).
+// A key whose value lives at access(config); an integer's least value is `least` (0 unless a key
+// keeps -1 for "none").
 template <class Access>
-Key field(std::string name, Access access, std::string help) {
+Key field(std::string name, Access access, std::string help, std::int64_t least = 0) {
   using F = std::remove_cvref_t<decltype(access(std::declval<Config&>()))>;
   Key k;
   k.name = std::move(name);
@@ -46,7 +47,8 @@ Key field(std::string name, Access access, std::string help) {
     k.type = Key::Type::integer;
     k.set = [=, n = k.name](Config& c, const Value& v) {
       const std::int64_t x = std::get<std::int64_t>(v);
-      TIDAL_CHECK(x >= 0, "{} must not be negative, got {}", n, x);
+      TIDAL_CHECK(x >= least, "{} must not be {}, got {}", n, least == 0 ? "negative" : fmt::format("below {}", least),
+                  x);
       access(c) = F(x);
     };
     k.get = [=](const Config& c) { return Value(std::int64_t(access(const_cast<Config&>(c)))); };
@@ -56,6 +58,7 @@ Key field(std::string name, Access access, std::string help) {
 
 // The key's name is its path in Config: TIDAL_KEY(train.steps, ...) is "train.steps".
 #define TIDAL_KEY(path, help) field(#path, [](Config& c) -> auto& { return c.path; }, help)
+#define TIDAL_KEY_FROM(path, least, help) field(#path, [](Config& c) -> auto& { return c.path; }, help, least)
 
 std::vector<Key> make_schema() {
   return {
@@ -103,6 +106,13 @@ std::vector<Key> make_schema() {
                 "sequences)"),
       TIDAL_KEY(data.seed, "seed of the synthetic data and of the sample order"),
       TIDAL_KEY(data.markov_branching, "markov: successors per state"),
+      TIDAL_KEY(data.cross_document_attention,
+                "false: a sequence packs the documents it spans and attends only inside each, positions (learned or "
+                "rotary) restarting at each, and no token is trained to predict the next document's first (as Llama "
+                "3 trained); the documents are indexed data's own, or end at data.eod_id"),
+      TIDAL_KEY_FROM(data.eod_id, -1,
+                "the end-of-text id that ends a document of data.kind = \"tokens\" or \"text\" (GPT-2: 50256; the "
+                "token belongs to the document it ends); -1 = none"),
       TIDAL_KEY(data.tokenizer,
                 "a Hugging Face tokenizer.json (byte-level BPE) that turns train.sample_prompt into ids and the "
                 "samples into text (\"\" = none: data.kind = \"text\" is then byte-level, other kinds show ids)"),

@@ -26,18 +26,19 @@ std::unique_ptr<TokenStream> open_stream(config::DataKind kind, const std::strin
 std::unique_ptr<TokenDataset> open_tokens(const config::Config& cfg, const std::string& spec, const std::string& key,
                                           bool hold_out_eval, Objective objective) {
   const auto& m = cfg.model;
+  const Packing packing{!cfg.data.cross_document_attention, std::int32_t(cfg.data.eod_id)};
   const std::vector<std::pair<double, std::string>> parts = parse_blend(spec, key);
   std::vector<std::unique_ptr<StreamDataset>> sources;
   std::vector<double> weights;
   for (const auto& [weight, path] : parts) {
     sources.push_back(std::make_unique<StreamDataset>(open_stream(cfg.data.kind, path, key), hold_out_eval, m.seq_len,
                                                       m.vocab_size, objective, cfg.data.seed,
-                                                      fmt::format("{} '{}'", key, path)));
+                                                      fmt::format("{} '{}'", key, path), packing));
     weights.push_back(weight);
   }
   if (sources.size() == 1) return std::move(sources.front());
   return std::make_unique<BlendedDataset>(std::move(sources), weights, m.seq_len, m.vocab_size, objective,
-                                          cfg.data.seed);
+                                          cfg.data.seed, packing);
 }
 
 // Training from one dataset, evaluation from another (data.eval_path).

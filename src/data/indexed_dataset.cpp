@@ -90,6 +90,27 @@ std::int64_t IndexedDataset::document_index(std::int64_t d) const {
   return load<std::int64_t>(index_.data() + documents_at_ + std::uint64_t(d) * 8);
 }
 
+std::optional<std::vector<std::int64_t>> IndexedDataset::document_starts(std::int64_t begin, std::int64_t n) const {
+  // Document d's first token (its first sequence's; an empty document's is the next one's).
+  const auto start = [&](std::int64_t d) {
+    const std::int64_t s = document_index(d);
+    return s < sequences_ ? sequence_start(s) : tokens_;
+  };
+  std::int64_t lo = 0, hi = documents();  // the first document starting past `begin`
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (start(mid) <= begin) lo = mid + 1;
+    else hi = mid;
+  }
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = lo; d < documents(); ++d) {
+    const std::int64_t at = start(d) - begin;
+    if (at >= n) break;
+    if (out.empty() || out.back() != at) out.push_back(at);
+  }
+  return out;
+}
+
 void IndexedDataset::read(std::int64_t begin, std::int64_t n, std::int32_t* out) const {
   TIDAL_ASSERT(begin >= 0 && n >= 0 && begin + n <= tokens_, "tokens [{}, +{}) of {}", begin, n, tokens_);
   const std::byte* at = data_.data() + std::uint64_t(begin) * std::uint64_t(width_);

@@ -41,6 +41,8 @@ class IndexedDataset final : public TokenStream {
   // Tokens [begin, begin + n) of the stream of every sequence back to back, as int32.
   void read(std::int64_t begin, std::int64_t n, std::int32_t* out) const override;
   std::string describe() const override;
+  // Where the documents of the document index start (a binary search: O(log documents) reads).
+  std::optional<std::vector<std::int64_t>> document_starts(std::int64_t begin, std::int64_t n) const override;
 
  private:
   std::string prefix_;

@@ -78,7 +78,7 @@ MarkovDataset::MarkovDataset(std::int64_t states, int branching, std::int64_t se
   for (double& c : stationary_cumulative_) c /= acc;
 }
 
-std::vector<std::int32_t> MarkovDataset::sequence(std::int64_t index, Split split) const {
+TokenSample MarkovDataset::sample(std::int64_t index, Split split) const {
   const std::uint32_t stream = split == Split::train ? 10 : 11;
   std::vector<std::int32_t> seq(std::size_t(seq_len_ + 1));
   std::int64_t s = draw(stationary_cumulative_.data(), states_, uniform(std::uint64_t(index), 0, 0, seed_, stream));
@@ -89,7 +89,7 @@ std::vector<std::int32_t> MarkovDataset::sequence(std::int64_t index, Split spli
     s = next_[std::size_t(s * branching_ + k)];
     seq[std::size_t(t)] = std::int32_t(s);
   }
-  return seq;
+  return {seq, {}};
 }
 
 std::string MarkovDataset::describe() const {

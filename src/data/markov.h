@@ -21,7 +21,7 @@ class MarkovDataset final : public TokenDataset {
     return objective_ == Objective::causal ? std::optional<double>(entropy_rate_) : std::nullopt;
   }
   std::string describe() const override;
-  std::vector<std::int32_t> sequence(std::int64_t index, Split split) const override;
+  TokenSample sample(std::int64_t index, Split split) const override;
 
  private:
   std::int64_t states_;

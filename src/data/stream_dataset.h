@@ -4,6 +4,7 @@
 // its own (data.eval_path), every window is for training, and the eval source's windows are read
 // in order. A blend (data/blend.h) draws its samples from sources of either kind by weight. Ids
 // are checked against the vocabulary as a window is read: opening a corpus reads nothing of it.
+// Packed documents (data/token_dataset.h) are the stream's own, or end at the end-of-text id.
 #pragma once
 
 #include "data/blend.h"
@@ -20,9 +21,9 @@ class StreamDataset final : public TokenDataset {
   // `hold_out_eval`: the last windows are the eval split (else every window is in both splits,
   // as for a dataset that is all training or all evaluation). `source`: how errors name it.
   StreamDataset(std::unique_ptr<TokenStream> stream, bool hold_out_eval, std::int64_t seq_len, std::int64_t vocab,
-                Objective objective, std::uint64_t seed, std::string source);
+                Objective objective, std::uint64_t seed, std::string source, Packing packing = {});
 
-  std::vector<std::int32_t> sequence(std::int64_t index, Split split) const override;
+  TokenSample sample(std::int64_t index, Split split) const override;
   std::string describe() const override;
   std::vector<std::int64_t> sample_ids(std::int64_t first, std::int64_t count) const override;
   std::int64_t windows(Split split) const { return split == Split::train ? train_windows_ : eval_windows_; }
@@ -41,9 +42,10 @@ class StreamDataset final : public TokenDataset {
 class BlendedDataset final : public TokenDataset {
  public:
   BlendedDataset(std::vector<std::unique_ptr<StreamDataset>> sources, std::vector<double> weights,
-                 std::int64_t seq_len, std::int64_t vocab, Objective objective, std::uint64_t seed);
+                 std::int64_t seq_len, std::int64_t vocab, Objective objective, std::uint64_t seed,
+                 Packing packing = {});
 
-  std::vector<std::int32_t> sequence(std::int64_t index, Split split) const override;
+  TokenSample sample(std::int64_t index, Split split) const override;
   std::string describe() const override;
   std::vector<std::int64_t> sample_ids(std::int64_t first, std::int64_t count) const override;
   nlohmann::json record(std::int64_t samples) const override;

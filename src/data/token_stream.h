@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace tidal::data {
 
@@ -15,6 +17,14 @@ class TokenStream {
   // Tokens [begin, begin + n) as int32.
   virtual void read(std::int64_t begin, std::int64_t n, std::int32_t* out) const = 0;
   virtual std::string describe() const = 0;
+  // Where documents start among tokens [begin, begin + n): offsets in (0, n), ascending. A stream
+  // that records its documents (a Megatron indexed dataset) says; the others return nullopt, and
+  // the dataset splits them at an end-of-text id (data.eod_id).
+  virtual std::optional<std::vector<std::int64_t>> document_starts(std::int64_t begin, std::int64_t n) const {
+    (void)begin;
+    (void)n;
+    return std::nullopt;
+  }
 };
 
 }  // namespace tidal::data

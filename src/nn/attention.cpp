@@ -6,14 +6,24 @@ namespace tidal::nn {
 namespace {
 enum Slot : std::size_t { kQkv, kAttention, kProj, kRotary };
 
-// The key mask of this rank's samples (a view of the batch's), undefined without one.
-Tensor key_mask(const BatchSlice& samples, const Context& ctx) {
+// The key mask and document positions of this rank's samples (views of the batch's), undefined
+// where the batch has none.
+struct Masks {
+  Tensor key_mask, doc_positions;
+};
+Masks masks(const BatchSlice& samples, const Context& ctx) {
   const Batch* b = ctx.state().batch;
-  return b != nullptr && b->attn_mask.defined() ? samples.of(b->attn_mask) : Tensor{};
+  if (b == nullptr) return {};
+  return {b->attn_mask.defined() ? samples.of(b->attn_mask) : Tensor{},
+          b->positions.defined() ? samples.of(b->positions) : Tensor{}};
 }
 
-ops::AttentionOptions options(int n_head, int n_kv_head, bool causal, const Tensor& mask) {
-  return {.n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .key_mask = mask.defined() ? &mask : nullptr};
+ops::AttentionOptions options(int n_head, int n_kv_head, bool causal, const Masks& m) {
+  return {.n_head = n_head,
+          .n_kv_head = n_kv_head,
+          .causal = causal,
+          .key_mask = m.key_mask.defined() ? &m.key_mask : nullptr,
+          .doc_positions = m.doc_positions.defined() ? &m.doc_positions : nullptr};
 }
 }  // namespace
 
@@ -21,7 +31,7 @@ Tensor ScaledDotProductAttention::forward(const Tensor& qkv, Context& ctx) {
   const std::int64_t B = qkv.dim(0), T = qkv.dim(1), hd = qkv.dim(2) / (n_head_ + 2 * n_kv_head_);
   Tensor y = ctx.empty({B, T, n_head_ * hd}, qkv.dtype());
   Tensor lse = ctx.empty({B, n_head_, T});
-  ops::attention_forward(y, lse, qkv, options(n_head_, n_kv_head_, causal_, key_mask(samples_, ctx)));
+  ops::attention_forward(y, lse, qkv, options(n_head_, n_kv_head_, causal_, masks(samples_, ctx)));
   ctx.saved = {qkv, y, lse};  // y is the projection's input, which keeps it anyway
   return y;
 }
@@ -29,7 +39,7 @@ Tensor ScaledDotProductAttention::forward(const Tensor& qkv, Context& ctx) {
 Tensor ScaledDotProductAttention::backward(const Tensor& dy, Context& ctx) {
   const Tensor &qkv = ctx.saved.at(0), &y = ctx.saved.at(1), &lse = ctx.saved.at(2);
   Tensor dqkv = ctx.empty(qkv.shape(), qkv.dtype());
-  ops::attention_backward(dqkv, dy, qkv, y, lse, options(n_head_, n_kv_head_, causal_, key_mask(samples_, ctx)));
+  ops::attention_backward(dqkv, dy, qkv, y, lse, options(n_head_, n_kv_head_, causal_, masks(samples_, ctx)));
   ctx.saved.clear();
   return dqkv;
 }

@@ -22,6 +22,10 @@ struct Batch {
   Tensor attn_mask{};  // [B, T] i32, 1 = real token, 0 = padding (BERT)
   Tensor images{};     // [B, channels, H, W] f32 (ViT)
   Tensor targets{};    // [B, T] or [B] i32; -100 = ignore
+  // [B, T] i32: each token's position in its document where sequences pack several and attend
+  // only inside them (data.cross_document_attention = false; ops/attention.h). Undefined: each
+  // sequence is one document, token t at position t.
+  Tensor positions{};
 };
 
 struct StepState {

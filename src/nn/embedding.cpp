@@ -1,5 +1,6 @@
 #include "nn/embedding.h"
 
+#include "core/gpu.h"
 #include "ops/embedding.h"
 
 namespace tidal::nn {
@@ -35,13 +36,29 @@ void PositionEmbedding::for_each_run(const Tensor& x, Fn&& fn) const {
     for (const PositionRun& r : runs) fn(x.slice(0, b, b + 1).slice(1, r.local, r.local + r.length), r.global);
 }
 
+Tensor PositionEmbedding::token_positions(const Context& ctx) const {
+  const Batch* batch = ctx.state().batch;
+  if (batch == nullptr || !batch->positions.defined()) return {};
+  Tensor positions = positions_.of(batch->positions);
+  if (positions.device() == table_->data.device()) return positions;
+  return positions.clone(table_->data.device().is_cuda() ? gpu_allocator() : host_allocator());
+}
+
 Tensor PositionEmbedding::forward(const Tensor& x, Context& ctx) {
   Tensor y = x.clone(*ctx.state().activations);
+  if (const Tensor positions = token_positions(ctx); positions.defined()) {
+    ops::embedding_forward(y, positions, table_->data, /*accumulate=*/true);
+    return y;
+  }
   for_each_run(y, [&](Tensor rows, std::int64_t first) { ops::position_embedding_forward(rows, table_->data, first); });
   return y;
 }
 
-Tensor PositionEmbedding::backward(const Tensor& dy, Context&) {
+Tensor PositionEmbedding::backward(const Tensor& dy, Context& ctx) {
+  if (const Tensor positions = token_positions(ctx); positions.defined()) {
+    ops::embedding_backward(table_->grad, dy, positions);
+    return dy;
+  }
   for_each_run(dy, [&](const Tensor& rows, std::int64_t first) {
     ops::position_embedding_backward(table_->grad, rows, first);
   });

@@ -37,9 +37,10 @@ class Embedding final : public TableLookup {
   BatchSlice part_;
 };
 
-// y [B, T', C] = x + table[position of t]: x holds its BatchSlice's runs of positions of sequences
-// of T' * positions.position_parts (positions [0, T') unless a sequence-parallel rank); positions
-// beyond the table are an error.
+// y [B, T', C] = x + table[position of t]: x holds its BatchSlice's samples and runs of positions
+// of sequences of T' * positions.position_parts (positions [0, T') unless a sequence-parallel
+// rank), or, where the batch packs documents (Batch::positions), each token's position in its
+// document; positions beyond the table are an error.
 class PositionEmbedding final : public Module {
  public:
   PositionEmbedding(std::int64_t max_positions, std::int64_t dim, ParameterInit init, BatchSlice positions = {});
@@ -54,6 +55,10 @@ class PositionEmbedding final : public Module {
   // once for a single run, else each sample's rows of each run (contiguous).
   template <class Fn>
   void for_each_run(const Tensor& x, Fn&& fn) const;
+
+  // This rank's tokens' positions in their documents [B', T'] (from the batch), undefined where
+  // the batch has none.
+  Tensor token_positions(const Context& ctx) const;
 
   Parameter* table_;  // [max_positions, dim]
   BatchSlice positions_;

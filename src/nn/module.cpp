@@ -82,7 +82,7 @@ Context& Context::part_child(std::size_t slot, bool more_parts) {
 Batch copy_batch(const Batch& b, Allocator& memory) {
   auto copied = [&](const Tensor& t) { return t.defined() ? t.clone(memory) : Tensor(); };
   return {.tokens = copied(b.tokens), .token_types = copied(b.token_types), .attn_mask = copied(b.attn_mask),
-          .images = copied(b.images), .targets = copied(b.targets)};
+          .images = copied(b.images), .targets = copied(b.targets), .positions = copied(b.positions)};
 }
 
 Tensor Context::forward(Module& m, const Tensor& x, std::size_t slot) {

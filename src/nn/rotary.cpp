@@ -13,11 +13,15 @@ Rotary::Rotary(int n_head, int n_kv_head, std::int64_t head_dim, const RotaryCon
               head_dim);
 }
 
-std::pair<Tensor, Tensor> Rotary::tables(const Tensor& like, Context&) {
-  const std::int64_t T = like.dim(1), half = std::int64_t(inv_freq_.size());
-  const std::vector<PositionRun> runs = positions_.position_runs(T);
+std::pair<Tensor, Tensor> Rotary::tables(const Tensor& like, bool by_token) {
+  const std::int64_t local = like.dim(1), half = std::int64_t(inv_freq_.size());
+  std::vector<PositionRun> runs = positions_.position_runs(local);
+  if (by_token) runs = {{0, 0, local * positions_.position_parts}};
+  const std::int64_t T = by_token ? runs[0].length : local;
   const std::int64_t first = runs[0].global;  // with T, it fixes the other run
-  if (cos_.defined() && cos_.dim(0) == T && first_ == first && cos_.device() == like.device()) return {cos_, sin_};
+  if (cos_.defined() && cos_.dim(0) == T && first_ == first && by_token_ == by_token &&
+      cos_.device() == like.device())
+    return {cos_, sin_};
   cos_ = Tensor::empty({T, half}, DType::f32, host_allocator());
   sin_ = Tensor::empty({T, half}, DType::f32, host_allocator());
   for (const PositionRun& r : runs) {
@@ -25,6 +29,7 @@ std::pair<Tensor, Tensor> Rotary::tables(const Tensor& like, Context&) {
     ops::rotary_tables(cos, sin, inv_freq_, r.global);
   }
   first_ = first;
+  by_token_ = by_token;
   if (like.device().is_cuda()) {  // copied once, not at every call: the positions of a run rarely change
     cos_ = cos_.clone(gpu_allocator());
     sin_ = sin_.clone(gpu_allocator());
@@ -33,10 +38,18 @@ std::pair<Tensor, Tensor> Rotary::tables(const Tensor& like, Context&) {
 }
 
 Tensor Rotary::rotate(const Tensor& qkv, bool inverse, Context& ctx) {
-  const auto [cos, sin] = tables(qkv, ctx);
+  const Batch* batch = ctx.state().batch;
+  Tensor positions;  // this rank's tokens' positions in their documents, on qkv's device
+  if (batch != nullptr && batch->positions.defined()) {
+    positions = positions_.of(batch->positions);
+    if (positions.device() != qkv.device())
+      positions = positions.clone(qkv.device().is_cuda() ? gpu_allocator() : host_allocator());
+  }
+  const auto [cos, sin] = tables(qkv, positions.defined());
   Tensor out = qkv;  // a handle: rotated in place
   ops::RotaryOptions opt = opt_;
   opt.inverse = inverse;
+  opt.positions = positions.defined() ? &positions : nullptr;
   ops::rotary_apply(out, cos, sin, opt);
   return out;
 }

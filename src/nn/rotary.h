@@ -1,7 +1,9 @@
 // Rotary position embeddings as a module (ops/rotary.h): rotates the query and key heads of the
 // fused qkv in place by the angles of their global positions, before attention. Under sequence
 // parallelism a rank holds runs of positions of the sequence (its BatchSlice), and
-// rotates by those. backward rotates the gradient back (a rotation's transpose is its inverse).
+// rotates by those. Where the batch packs documents (Batch::positions), each token rotates by its
+// position in its document. backward rotates the gradient back (a rotation's transpose is its
+// inverse).
 #pragma once
 
 #include "nn/batch_slice.h"
@@ -26,15 +28,18 @@ class Rotary final : public Module {
   Tensor backward(const Tensor& dqkv, Context& ctx) override;
 
  private:
-  // cos, sin [T', hd/2] fp32 for this rank's positions, on `like`'s device (kept between calls).
-  std::pair<Tensor, Tensor> tables(const Tensor& like, Context& ctx);
+  // cos, sin fp32 on `like`'s device (kept between calls): [T', hd/2] for this rank's positions
+  // or, for `by_token` (each token's position from the batch), [T, hd/2] for positions [0, T) of
+  // the whole sequence.
+  std::pair<Tensor, Tensor> tables(const Tensor& like, bool by_token);
   Tensor rotate(const Tensor& qkv, bool inverse, Context& ctx);
 
   ops::RotaryOptions opt_;
   std::vector<float> inv_freq_;  // [hd/2]
   BatchSlice positions_;
-  Tensor cos_, sin_;  // the tables of the last positions and device asked for: [T', hd/2]
+  Tensor cos_, sin_;  // the tables of the last positions and device asked for
   std::int64_t first_ = -1;  // their first position
+  bool by_token_ = false;    // whether they are the whole sequence's
 };
 
 }  // namespace tidal::nn

@@ -17,6 +17,9 @@ AttentionDims attention_dims(const Tensor& qkv, const Tensor& lse, const Attenti
   if (opt.key_mask)
     TIDAL_ASSERT(opt.key_mask->dtype() == DType::i32 && opt.key_mask->shape() == Shape({d.B, d.T}),
                  "attention key_mask {}", opt.key_mask->str());
+  if (opt.doc_positions)
+    TIDAL_ASSERT(opt.doc_positions->dtype() == DType::i32 && opt.doc_positions->shape() == Shape({d.B, d.T}),
+                 "attention doc_positions {}", opt.doc_positions->str());
   return d;
 }
 

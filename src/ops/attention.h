@@ -1,5 +1,5 @@
-// Multi-head scaled dot-product self-attention on a fused qkv projection, with causal and key
-// padding masks, computed flash-style (FlashAttention-2's schedule: blocks of queries against
+// Multi-head scaled dot-product self-attention on a fused qkv projection, with causal, key
+// padding and document masks, computed flash-style (FlashAttention-2's schedule: blocks of queries against
 // blocks of keys with an online softmax). The [B, H, T, T] probabilities are never kept: forward
 // saves each query's log-sum-exp, and backward recomputes the probabilities block by block from
 // it, so attention's saved state is O(T), not O(T^2).
@@ -15,6 +15,31 @@ struct AttentionOptions {
   int n_kv_head = 0;  // key/value heads; 0 = n_head
   bool causal = false;
   const Tensor* key_mask = nullptr;  // [B, T] i32: 1 = real token, 0 = padding (never attended)
+  // [B, T] i32: each token's position in its document, where a sequence packs several (0 starts
+  // one; data.cross_document_attention = false). A query attends only the keys of its own
+  // document. Null: the sequence is one document.
+  const Tensor* doc_positions = nullptr;
+};
+
+// The documents of one sample's positions pos[0, T) (AttentionOptions::doc_positions; null pos =
+// one document): token i's document runs from i - pos[i] (a sequence's first token may continue
+// a document cut at the window's start: its document starts at 0) to the next token at position
+// 0. The documents are runs, so the keys of a run of queries are a run too, and a block of keys
+// wholly outside it is never computed. constexpr: the GPU kernels call it too.
+struct Documents {
+  const std::int32_t* pos = nullptr;
+  std::int64_t T = 0;
+  constexpr std::int64_t start(std::int64_t i) const {
+    if (pos == nullptr) return 0;
+    const std::int64_t s = i - pos[i];
+    return s < 0 ? 0 : s;
+  }
+  constexpr std::int64_t end(std::int64_t i) const {
+    if (pos == nullptr) return T;
+    std::int64_t j = i + 1;
+    while (j < T && pos[j] != 0) ++j;
+    return j;
+  }
 };
 
 // The key/value head that query head h attends with: the heads are dealt round-robin, h % Hkv.
@@ -69,9 +94,10 @@ void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const
 // the Hkv key heads, then the Hkv value heads (with Hkv = H, the familiar [q | k | v] of width
 // 3C); query head h attends with kv head kv_head_of(h, Hkv). y: [B, T, C = H hd] in qkv's dtype,
 // query head h's output at head slot output_head(h) (grouped by kv head);
-// lse: [B, H, T] fp32, lse[b, h, i] = log sum_j exp(s_ij) over the keys j query i
-// attends, s_ij = q_i . k_j / sqrt(hd) (so p_ij = exp(s_ij - lse)). A query whose every key is
-// masked gets a zero output and lse = +inf (every p_ij = 0).
+// lse: [B, H, T] fp32, lse[b, h, i] = log sum_j exp(s_ij) over the keys j query i attends (not
+// padding, not after i when causal, in i's document), s_ij = q_i . k_j / sqrt(hd) (so p_ij =
+// exp(s_ij - lse)). A query whose every key is masked gets a zero output and lse = +inf (every
+// p_ij = 0).
 inline void attention_forward(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOptions& opt) {
   TIDAL_OPS_DISPATCH(qkv, attention_forward, y, lse, qkv, opt);
 }

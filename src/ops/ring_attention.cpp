@@ -31,6 +31,12 @@ RingAttentionDims dims(const Tensor& local, const Tensor& rows, const RingAttent
                      mask->device().kind == device,
                  "ring attention key_mask {}", mask->str());
   }
+  if (const Tensor* docs = opt.doc_positions) {
+    TIDAL_ASSERT(docs->dtype() == DType::i32 && docs->ndim() == 2 && docs->dim(0) == d.B && docs->is_contiguous() &&
+                     docs->device().kind == device && opt.first_query + d.Tq <= docs->dim(1),
+                 "ring attention doc_positions {} for queries [{}, {})", docs->str(), opt.first_query,
+                 opt.first_query + d.Tq);
+  }
   return d;
 }
 
@@ -42,6 +48,8 @@ void check_block(const RingAttentionDims& d, const Tensor& block, std::int64_t f
                "ring attention: a key/value block {} for {} kv heads of width {}", block.str(), d.Hkv, d.hd);
   TIDAL_ASSERT(first_key >= 0 && (opt.key_mask == nullptr || first_key + block.dim(1) <= opt.key_mask->dim(1)),
                "key block [{}, {}) outside the key mask", first_key, first_key + block.dim(1));
+  TIDAL_ASSERT(opt.doc_positions == nullptr || first_key + block.dim(1) <= opt.doc_positions->dim(1),
+               "key block [{}, {}) outside the document positions", first_key, first_key + block.dim(1));
 }
 
 }  // namespace

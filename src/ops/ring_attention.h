@@ -18,7 +18,8 @@
 // ops/attention.h: query head h attends with kv head kv_head_of(h, Hkv); q and dq hold the query
 // heads in order h, y and dy in the grouped order output_head(h). So the blocks that travel the
 // ring are Hkv heads wide and no kv head is copied up to H. A block whose every key comes after
-// every query under the causal mask is skipped. fp32 only.
+// every query under the causal mask, or lies outside their documents (packed documents:
+// AttentionOptions::doc_positions over the whole sequence), is skipped. fp32 only.
 //
 // Every operand may be a view whose last dimension is contiguous: a run of a rank's positions
 // (a slice along dim 1 of q, y, dy, dq, kv, dkv; along dim 2 of lse and sum) is passed as it
@@ -37,6 +38,7 @@ struct RingAttentionOptions {
   bool causal = false;
   std::int64_t first_query = 0;      // global position of this rank's query 0
   const Tensor* key_mask = nullptr;  // [B, T] i32 over the whole sequence: 1 = real, 0 = padding
+  const Tensor* doc_positions = nullptr;  // [B, T] i32 over the whole sequence (ops/attention.h)
 };
 
 // The shapes, checked for every backend: this rank's queries (or their output / gradient) `local`
@@ -76,13 +78,24 @@ RingAttentionDims check_ring_finish(const Tensor& y, const Tensor& lse, const Te
 RingAttentionDims check_ring_backward(const Tensor& dq, const Tensor& dkv, const Tensor& q, const Tensor& kv,
                                       const Tensor& y, const Tensor& dy, const Tensor& lse, std::int64_t first_key,
                                       const RingAttentionOptions& opt, Device::Kind device);
-// Keys [0, n) of a block at first_key that query i (at global position first_query + i) may
-// attend under the causal mask (every key without it). constexpr: the GPU kernels call it too.
-constexpr std::int64_t visible_keys(bool causal, std::int64_t first_query, std::int64_t first_key, std::int64_t Tk,
-                                    std::int64_t i) {
-  if (!causal) return Tk;
-  const std::int64_t n = first_query + i - first_key + 1;
-  return n < 0 ? 0 : (n > Tk ? Tk : n);
+// Keys [lo, hi) of a block.
+struct KeySpan {
+  std::int64_t lo, hi;
+  constexpr bool empty() const { return hi <= lo; }
+};
+// The keys of a block at first_key (Tk of them) that query i (at global position first_query + i)
+// of a sample with documents `docs` (over the whole sequence; Documents{} for one) may attend
+// before the key mask: its document's, up to itself under the causal mask. Over a run of
+// queries lo and hi only grow, so the keys of queries [i0, i1) are [span(i0).lo, span(i1 - 1).hi).
+// constexpr: the GPU kernels call it too.
+constexpr KeySpan visible_keys(bool causal, const Documents& docs, std::int64_t first_query, std::int64_t first_key,
+                               std::int64_t Tk, std::int64_t i) {
+  const std::int64_t g = first_query + i;
+  const std::int64_t end = causal ? g + 1 : docs.pos != nullptr ? docs.end(g) : first_key + Tk;
+  std::int64_t lo = docs.start(g) - first_key, hi = end - first_key;
+  lo = lo < 0 ? 0 : lo > Tk ? Tk : lo;
+  hi = hi < lo ? lo : hi > Tk ? Tk : hi;
+  return {lo, hi};
 }
 
 namespace cpu {

@@ -104,10 +104,21 @@ RotaryLayout rotary_layout(const Tensor& qkv, const Tensor& cos, const Tensor& s
                l.width, heads);
   l.half = hd / 2;
   l.rotated_heads = std::int64_t(opt.n_head) + std::int64_t(opt.n_kv_head);
+  l.positions = nullptr;
+  if (const Tensor* p = opt.positions) {
+    std::vector<std::int64_t> dims = qkv.shape().vec();
+    dims.pop_back();
+    const Shape rows(dims);
+    TIDAL_ASSERT(p->dtype() == DType::i32 && p->shape() == rows && p->is_contiguous() &&
+                     p->device().kind == qkv.device().kind,
+                 "rotary_apply: positions {} for qkv {}", p->str(), qkv.str());
+    l.positions = p->data<std::int32_t>();
+    l.seq_len = cos.ndim() == 2 ? cos.dim(0) : 0;
+  }
   const Shape table{l.seq_len, l.half};
   TIDAL_ASSERT(cos.dtype() == DType::f32 && cos.shape() == table && sin.dtype() == DType::f32 && sin.shape() == table,
-               "rotary_apply: cos {} and sin {} must be fp32 [T, hd/2] = [{}, {}]", cos.str(), sin.str(), l.seq_len,
-               l.half);
+               "rotary_apply: cos {} and sin {} must be fp32 [{}, hd/2] = [{}, {}]", cos.str(), sin.str(),
+               opt.positions ? "P" : "T", l.seq_len, l.half);
   return l;
 }
 

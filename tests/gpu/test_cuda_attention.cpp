@@ -128,6 +128,25 @@ Tensor sequence_mask(std::int64_t T) {
   return mask;
 }
 
+// [B, T] i32 positions in packed documents: sample 0 starts inside a document and has documents
+// of 1 to 9 tokens; sample 1's documents start at 64 and 128 (on the tensor-core tiles' edges)
+// and at 70; the last sample is one document (position t).
+Tensor document_positions(std::int64_t B, std::int64_t T) {
+  Tensor docs = Tensor::empty({B, T}, DType::i32);
+  std::int32_t* p = docs.data<std::int32_t>();
+  for (std::int64_t b = 0; b < B; ++b) {
+    std::int32_t pos = b == 0 ? 4 : 0;
+    for (std::int64_t t = 0; t < T; ++t) {
+      const bool starts = t > 0 && (b == 0   ? pos > t % 9
+                                    : b == 1 ? (t == 64 || t == 70 || t == 128)
+                                             : false);
+      if (b < B - 1 && starts) pos = 0;
+      p[b * T + t] = pos++;
+    }
+  }
+  return docs;
+}
+
 // ---- whole-sequence attention ----
 
 struct AttentionRun {
@@ -188,6 +207,43 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                            return fmt::format("{}_T{}_hd{}{}{}", dtype_name(std::get<0>(c)), std::get<1>(c),
                                               std::get<2>(c), std::get<3>(c) ? "_causal" : "",
                                               std::get<4>(c) ? "_masked" : "");
+                         });
+
+// Packed documents (AttentionOptions::doc_positions): each block's tiles narrow to its documents
+// on both kernel families; with grouped heads (8 over 2) and the padding mask too.
+using DocumentsCase = std::tuple<DType, std::int64_t, std::int64_t, bool>;  // dtype, T, head width, causal
+
+class CudaAttentionDocuments : public ::testing::TestWithParam<DocumentsCase> {};
+
+TEST_P(CudaAttentionDocuments, ForwardAndBackwardMatchCpu) {
+  TIDAL_REQUIRE_GPU();
+  const auto [dtype, T, hd, causal] = GetParam();
+  const std::int64_t B = 3;
+  const int H = 8, Hkv = 2;
+  const Tensor qkv = randn_as({B, T, (H + 2 * Hkv) * hd}, 51, dtype), dy = randn_as({B, T, H * hd}, 52, dtype);
+  const Tensor docs = document_positions(B, T), gdocs = to_gpu(docs);
+  const Tensor mask = padding_mask(B, T), gmask = to_gpu(mask);
+  for (bool masked : {false, true}) {
+    SCOPED_TRACE(masked ? "padded" : "unpadded");
+    const ops::AttentionOptions opt{
+        .n_head = H, .n_kv_head = Hkv, .causal = causal, .key_mask = masked ? &mask : nullptr, .doc_positions = &docs};
+    const ops::AttentionOptions gopt{.n_head = H,
+                                     .n_kv_head = Hkv,
+                                     .causal = causal,
+                                     .key_mask = masked ? &gmask : nullptr,
+                                     .doc_positions = &gdocs};
+    expect_gpu_matches_cpu(qkv, dy, opt, gopt, dtype, H, hd);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionDocuments,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16),
+                                            ::testing::Values<std::int64_t>(37, 200),
+                                            ::testing::Values<std::int64_t>(24, 64, 128), ::testing::Bool()),
+                         [](const auto& info) {
+                           const DocumentsCase& c = info.param;
+                           return fmt::format("{}_T{}_hd{}{}", dtype_name(std::get<0>(c)), std::get<1>(c),
+                                              std::get<2>(c), std::get<3>(c) ? "_causal" : "");
                          });
 
 // Grouped-query heads: H query heads over Hkv < H key / value heads (Hkv 1 is multi-query), so
@@ -368,6 +424,7 @@ struct RingCase {
   std::vector<std::int64_t> cuts;  // key blocks [cuts[r], cuts[r + 1])
   bool causal, masked;
   int Hkv = 0;  // key / value heads; 0 = H
+  bool documents = false;
 };
 
 class CudaRingAttention : public ::testing::TestWithParam<RingCase> {};
@@ -380,10 +437,19 @@ TEST_P(CudaRingAttention, EveryPieceMatchesCpu) {
   const int Hkv = c.Hkv == 0 ? c.H : c.Hkv;
   const std::int64_t C = c.H * c.hd, Ckv = Hkv * c.hd, blocks = std::int64_t(c.cuts.size()) - 1;
   const Tensor mask = padding_mask(c.B, c.T), gmask = to_gpu(mask);
-  const ops::RingAttentionOptions opt{.n_head = c.H, .n_kv_head = Hkv, .causal = c.causal,
-                                      .first_query = c.first_query, .key_mask = c.masked ? &mask : nullptr};
-  const ops::RingAttentionOptions gopt{.n_head = c.H, .n_kv_head = Hkv, .causal = c.causal,
-                                       .first_query = c.first_query, .key_mask = c.masked ? &gmask : nullptr};
+  const Tensor docs = document_positions(c.B, c.T), gdocs = to_gpu(docs);
+  const ops::RingAttentionOptions opt{.n_head = c.H,
+                                      .n_kv_head = Hkv,
+                                      .causal = c.causal,
+                                      .first_query = c.first_query,
+                                      .key_mask = c.masked ? &mask : nullptr,
+                                      .doc_positions = c.documents ? &docs : nullptr};
+  const ops::RingAttentionOptions gopt{.n_head = c.H,
+                                       .n_kv_head = Hkv,
+                                       .causal = c.causal,
+                                       .first_query = c.first_query,
+                                       .key_mask = c.masked ? &gmask : nullptr,
+                                       .doc_positions = c.documents ? &gdocs : nullptr};
   const Tensor q = randn({c.B, c.Tq, C}, 31), dy = randn({c.B, c.Tq, C}, 32);
   const Tensor gq = to_gpu(q), gdy = to_gpu(dy);
   std::vector<Tensor> kv, gkv;
@@ -432,11 +498,15 @@ INSTANTIATE_TEST_SUITE_P(
         RingCase{1, 37, 3, 40, 0, 37, {0, 37}, true, true},
         // Grouped-query heads (3 per kv head) and one kv head (MQA): blocks Hkv heads wide.
         RingCase{2, 130, 6, 40, 50, 37, {0, 17, 60, 100, 130}, true, true, 2},
-        RingCase{2, 111, 4, 64, 74, 37, {0, 37, 74, 111}, true, false, 1}),
+        RingCase{2, 111, 4, 64, 74, 37, {0, 37, 74, 111}, true, false, 1},
+        // Packed documents, causal and not.
+        RingCase{3, 130, 6, 40, 50, 37, {0, 17, 60, 100, 130}, true, true, 2, true},
+        RingCase{3, 130, 3, 64, 50, 37, {0, 17, 60, 100, 130}, false, false, 0, true}),
     [](const auto& info) {
       const RingCase& c = info.param;
-      return fmt::format("B{}T{}H{}kv{}hd{}q{}x{}K{}{}{}", c.B, c.T, c.H, c.Hkv == 0 ? c.H : c.Hkv, c.hd,
-                         c.first_query, c.Tq, c.cuts.size() - 1, c.causal ? "causal" : "", c.masked ? "masked" : "");
+      return fmt::format("B{}T{}H{}kv{}hd{}q{}x{}K{}{}{}{}", c.B, c.T, c.H, c.Hkv == 0 ? c.H : c.Hkv, c.hd,
+                         c.first_query, c.Tq, c.cuts.size() - 1, c.causal ? "causal" : "", c.masked ? "masked" : "",
+                         c.documents ? "documents" : "");
     });
 
 }  // namespace

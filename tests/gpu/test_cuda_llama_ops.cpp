@@ -90,14 +90,22 @@ TEST_P(CudaLlamaOps, RotaryForwardAndInverse) {
     Tensor cos = Tensor::empty({T, hd / 2}), sin = Tensor::empty({T, hd / 2});
     ops::rotary_tables(cos, sin, inv_freq, 5);
     Tensor gcos = to_gpu(cos), gsin = to_gpu(sin);
-    for (bool inverse : {false, true}) {
-      const ops::RotaryOptions opt{.n_head = H, .n_kv_head = KV, .inverse = inverse};
-      Tensor qkv = randn_as({B, T, (H + 2 * KV) * hd}, 5, dtype);
-      Tensor gqkv = to_gpu(qkv);
-      ops::rotary_apply(qkv, cos, sin, opt);
-      ops::rotary_apply(gqkv, gcos, gsin, opt);
-      EXPECT_TRUE(all_close(gqkv, qkv, kernel_tolerance(dtype))) << "inverse " << inverse;
-    }
+    // Each token's own row of the tables (packed documents restart positions): row (7 t) % T.
+    Tensor positions = Tensor::empty({B, T}, DType::i32);
+    for (std::int64_t i = 0; i < B * T; ++i) positions.data<std::int32_t>()[i] = std::int32_t(7 * i % T);
+    const Tensor gpositions = to_gpu(positions);
+    for (bool inverse : {false, true})
+      for (bool by_token : {false, true}) {
+        const ops::RotaryOptions opt{
+            .n_head = H, .n_kv_head = KV, .inverse = inverse, .positions = by_token ? &positions : nullptr};
+        const ops::RotaryOptions gopt{
+            .n_head = H, .n_kv_head = KV, .inverse = inverse, .positions = by_token ? &gpositions : nullptr};
+        Tensor qkv = randn_as({B, T, (H + 2 * KV) * hd}, 5, dtype);
+        Tensor gqkv = to_gpu(qkv);
+        ops::rotary_apply(qkv, cos, sin, opt);
+        ops::rotary_apply(gqkv, gcos, gsin, gopt);
+        EXPECT_TRUE(all_close(gqkv, qkv, kernel_tolerance(dtype))) << "inverse " << inverse << " by token " << by_token;
+      }
   }
 }
 

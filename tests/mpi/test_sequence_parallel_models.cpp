@@ -7,7 +7,10 @@
 // the same causal work) and contiguous, and Ulysses (an all-to-all of heads) beside the ring; one
 // ring and one Ulysses layout under selective recomputation (q, k, v and the MLP's activation
 // remade in backward), and rings with the output layer and loss over blocks of positions
-// (train.loss_chunks: the gradient reducer must see the head's backward end once).
+// (train.loss_chunks: the gradient reducer must see the head's backward end once). The
+// "+documents" cases pack documents into the sequences (Batch::positions): attention stays inside
+// each across ring blocks and Ulysses' heads, positions restart, and the results still equal the
+// single process's.
 #include "engine/gradient_reducer.h"
 #include "models/factory.h"
 #include "nn/cross_entropy_loss.h"
@@ -23,6 +26,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace tidal {
@@ -55,7 +59,12 @@ std::vector<Layout> layouts(int world) {
   }
 }
 
-config::Config config_for(const std::string& type, const Layout& l) {
+// The model type of a case: "gpt", or "gpt+documents" (packed documents).
+std::string model_type(const std::string& name) { return name.substr(0, name.find('+')); }
+bool packs_documents(const std::string& name) { return name.ends_with("+documents"); }
+
+config::Config config_for(const std::string& name, const Layout& l) {
+  const std::string type = model_type(name);
   config::Config cfg;
   config::ModelConfig& c = cfg.model;
   c.type = type;
@@ -79,8 +88,9 @@ config::Config config_for(const std::string& type, const Layout& l) {
   return cfg;
 }
 
-// A fresh batch per step (the same on every rank), with ignored targets and BERT padding.
-nn::Batch make_batch(const config::Config& cfg, int step) {
+// A fresh batch per step (the same on every rank), with ignored targets and BERT padding, and
+// packed documents of 1 to 7 tokens where asked.
+nn::Batch make_batch(const config::Config& cfg, int step, bool documents) {
   const config::ModelConfig& c = cfg.model;
   const std::int64_t B = cfg.train.batch_size, T = c.seq_len;
   const std::uint64_t key = 2000 + std::uint64_t(step) * 10;
@@ -95,6 +105,7 @@ nn::Batch make_batch(const config::Config& cfg, int step) {
     for (std::int64_t i = 0; i < B * T; ++i)  // sample s has its last 4 s positions padded (whole ring blocks too)
       b.attn_mask.data<std::int32_t>()[i] = (i % T) < T - 4 * (i / T) ? 1 : 0;
   }
+  if (documents) testing::pack_documents(b, 7, c.type != "bert");
   return b;
 }
 
@@ -139,7 +150,7 @@ TEST_P(SequenceParallelModels, MatchSingleProcess) {
 
     const std::int64_t local = cfg.train.batch_size / l.data, first = pc.coordinates().data * local;
     for (int step = 0; step < kSteps; ++step) {
-      const nn::Batch batch = make_batch(cfg, step);
+      const nn::Batch batch = make_batch(cfg, step, packs_documents(GetParam()));
       const nn::Batch mine = testing::batch_rows(batch, first, local);
       par->zero_grad();
       ref->zero_grad();
@@ -167,8 +178,14 @@ TEST_P(SequenceParallelModels, MatchSingleProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, SequenceParallelModels, ::testing::Values("gpt", "bert", "llama"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Models, SequenceParallelModels,
+                         ::testing::Values("gpt", "bert", "llama", "gpt+documents", "bert+documents",
+                                           "llama+documents"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '+', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace tidal

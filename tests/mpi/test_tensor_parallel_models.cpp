@@ -4,7 +4,9 @@
 // the fp32 tolerance, and 20 AdamW steps on fresh batches give the same losses. 1D and 2D also run
 // under selective recomputation (q, k, v and the MLP's activation remade in backward: 2D's qkv
 // projection communicates again), and with the output layer and vocab-parallel loss over blocks
-// of positions (train.loss_chunks: the head's and the loss's collectives run block by block).
+// of positions (train.loss_chunks: the head's and the loss's collectives run block by block). The
+// "+documents" cases pack documents into the sequences (Batch::positions): the attention of each
+// rank's heads stays inside them and positions restart (2D, 2.5D and 3D: on each rank's samples).
 #include "models/factory.h"
 #include "nn/runner.h"
 #include "nn/parallel_layers.h"
@@ -12,12 +14,14 @@
 #include "ops/cross_entropy.h"
 #include "optim/adamw.h"
 #include "parallel/context.h"
+#include "support/batches.h"
 #include "support/mpi.h"
 #include "support/random.h"
 #include "support/tolerance.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace tidal {
@@ -48,7 +52,12 @@ std::vector<Mode> modes(int world) {
   }
 }
 
-config::Config config_for(const std::string& type, const Mode& m, int world) {
+// The model type of a case: "gpt", or "gpt+documents" (packed documents).
+std::string model_type(const std::string& name) { return name.substr(0, name.find('+')); }
+bool packs_documents(const std::string& name) { return name.ends_with("+documents"); }
+
+config::Config config_for(const std::string& name, const Mode& m, int world) {
+  const std::string type = model_type(name);
   config::Config cfg;
   config::ModelConfig& c = cfg.model;
   c.type = type;
@@ -77,8 +86,9 @@ config::Config config_for(const std::string& type, const Mode& m, int world) {
   return cfg;
 }
 
-// A fresh batch per step (the same on every rank), with ignored targets and BERT padding.
-nn::Batch make_batch(const config::Config& cfg, int step) {
+// A fresh batch per step (the same on every rank), with ignored targets and BERT padding, and
+// packed documents of 1 to 5 tokens where asked.
+nn::Batch make_batch(const config::Config& cfg, int step, bool documents) {
   const config::ModelConfig& c = cfg.model;
   const std::int64_t B = cfg.train.batch_size, T = c.seq_len;
   const std::uint64_t key = 1000 + std::uint64_t(step) * 10;
@@ -98,6 +108,7 @@ nn::Batch make_batch(const config::Config& cfg, int step) {
     for (std::int64_t i = 0; i < B * T; ++i)  // sample s has its last s % 3 positions padded
       b.attn_mask.data<std::int32_t>()[i] = (i % T) < T - (i / T) % 3 ? 1 : 0;
   }
+  if (documents) testing::pack_documents(b, 5, c.type != "bert");
   return b;
 }
 
@@ -137,7 +148,7 @@ TEST_P(TensorParallelModels, MatchSingleDevice) {
     EXPECT_EQ(par->num_parameters(), ref->num_parameters());
 
     for (int step = 0; step < kSteps; ++step) {
-      const nn::Batch batch = make_batch(cfg, step);
+      const nn::Batch batch = make_batch(cfg, step, packs_documents(GetParam()));
       par->zero_grad();
       ref->zero_grad();
       const StepResult p = forward_backward(*par, batch, step);
@@ -165,8 +176,13 @@ TEST_P(TensorParallelModels, MatchSingleDevice) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, TensorParallelModels, ::testing::Values("gpt", "bert", "vit", "llama"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Models, TensorParallelModels,
+                         ::testing::Values("gpt", "bert", "vit", "llama", "gpt+documents", "llama+documents"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '+', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace tidal

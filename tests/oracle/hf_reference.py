@@ -11,7 +11,9 @@ Usage:
         seed, max_shard_size, peaked (gpt2: logits sharpened so greedy decoding has no near-ties).
     hf_reference.py run DIR IN.safetensors OUT.safetensors
         from_pretrained(DIR); the inputs of IN (gpt2, llama: tokens, targets; bert: tokens,
-        token_types, attn_mask, targets; vit: images, labels) -> logits, loss. With metadata lr (and
+        token_types, attn_mask, targets; vit: images, labels) -> logits, loss. llama with
+        doc_positions [B, T] (packed documents: each token's position in its document): the
+        causal mask cut to each document (a 4D mask) and those positions as position_ids. With metadata lr (and
         beta1, beta2, adam_eps, weight_decay): `steps` (default 1) AdamW steps on the same batch,
         then logits_after, loss_after, and losses [steps] (each step's loss before its update).
         With metadata grads_dir: the first step's gradients saved there as model.safetensors under
@@ -91,8 +93,23 @@ def load(directory):
     return family, model
 
 
+def document_mask(docs):
+    """transformers' 4D mask [B, 1, T, T] (1 attended, 0 not) of packed documents under the causal
+    mask: query i attends key j <= i of its own document (0 in doc_positions starts one)."""
+    B, T = docs.shape
+    doc = torch.cumsum((docs == 0).long(), dim=1)
+    same = doc.view(B, T, 1) == doc.view(B, 1, T)
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    return (same & causal).view(B, 1, T, T).float()
+
+
 def forward(family, model, x):
-    if family in ("gpt2", "llama"):
+    if family == "llama" and "doc_positions" in x:
+        docs = x["doc_positions"].long()
+        logits = model(input_ids=x["tokens"].long(), attention_mask=document_mask(docs), position_ids=docs).logits.float()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x["targets"].long().reshape(-1),
+                               ignore_index=-100)
+    elif family in ("gpt2", "llama"):
         logits = model(input_ids=x["tokens"].long()).logits.float()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x["targets"].long().reshape(-1),
                                ignore_index=-100)

@@ -106,7 +106,7 @@ def scalar1(t):
 # --------------------------------------------------------------------------- shared ops
 
 
-def masked_scores(qkv, n_head, causal, key_mask=None, n_kv_head=None):
+def masked_scores(qkv, n_head, causal, key_mask=None, n_kv_head=None, doc_positions=None):
     """The scaled scores [B, H, T, T] of a fused qkv [B, T, (H + 2 Hkv) hs], masked keys at -inf,
     and v [B, H, T, hs] (each query head's values).
 
@@ -115,6 +115,8 @@ def masked_scores(qkv, n_head, causal, key_mask=None, n_kv_head=None):
     head h % Hkv (grouped-query attention, ops/attention.h). That is not torch's
     repeat_interleave order (h // (H / Hkv)), so the index is built explicitly.
     key_mask: optional [B, T] (1 = real token, 0 = padding); padded keys get -inf.
+    doc_positions: optional [B, T], each token's position in its document (0 starts one): a
+    query's keys outside its document get -inf (the block-diagonal mask of packed documents).
     """
     B, T, width = qkv.shape
     n_kv_head = n_head if n_kv_head is None else n_kv_head
@@ -134,17 +136,21 @@ def masked_scores(qkv, n_head, causal, key_mask=None, n_kv_head=None):
     if key_mask is not None:
         pad = (key_mask == 0).view(B, 1, 1, T)
         scores = scores.masked_fill(pad, float("-inf"))
+    if doc_positions is not None:
+        document = torch.cumsum((doc_positions == 0).long(), dim=1)  # [B, T]: a number per document
+        other = document.view(B, 1, T, 1) != document.view(B, 1, 1, T)
+        scores = scores.masked_fill(other, float("-inf"))
     return scores, v
 
 
-def attention(qkv, n_head, causal, key_mask=None, n_kv_head=None):
+def attention(qkv, n_head, causal, key_mask=None, n_kv_head=None, doc_positions=None):
     """Multi-head (or grouped-query) attention on a fused qkv [B, T, (H + 2 Hkv) hs] -> [B, T, H hs].
 
     y's heads are grouped by kv head (ops/attention.h output_head): query head h = i Hkv + g, the
     i-th of kv head g's, goes to slot g (H / Hkv) + i."""
     B, T, _ = qkv.shape
     n_kv_head = n_head if n_kv_head is None else n_kv_head
-    scores, v = masked_scores(qkv, n_head, causal, key_mask, n_kv_head)
+    scores, v = masked_scores(qkv, n_head, causal, key_mask, n_kv_head, doc_positions)
     att = F.softmax(scores, dim=-1)
     y = att @ v  # [B, H, T, hs]
     slot = torch.tensor([(h % n_kv_head) * (n_head // n_kv_head) + h // n_kv_head for h in range(n_head)])
@@ -225,18 +231,20 @@ def case_softmax(inp):
 
 def case_attention(inp):
     """Inputs qkv [B, T, (H + 2 Hkv) hs], dy [B, T, H hs], optional key_mask [B, T] int32 (1 real,
-    0 pad); meta n_head, causal, optional n_kv_head (Hkv, default n_head). Outputs y [B, T, H hs],
+    0 pad), optional doc_positions [B, T] int32 (positions in packed documents); meta n_head, causal, optional n_kv_head (Hkv, default n_head). Outputs y [B, T, H hs],
     dqkv like qkv (a kv head's gradient summed over the query heads that use it) and lse
     [B, H, T], the log-sum-exp of each query's attended scores (the flash-style forward's saved
     state)."""
     qkv = inp.f32("qkv", grad=True)
     key_mask = inp.long("key_mask") if inp.has("key_mask") else None
+    docs = inp.long("doc_positions") if inp.has("doc_positions") else None
     n_head = inp.int("n_head")
     n_kv_head = inp.int("n_kv_head", n_head)
-    y = attention(qkv, n_head, inp.bool("causal"), key_mask, n_kv_head)
+    y = attention(qkv, n_head, inp.bool("causal"), key_mask, n_kv_head, docs)
     y.backward(inp.f32("dy"))
     with torch.no_grad():
-        lse = torch.logsumexp(masked_scores(qkv, n_head, inp.bool("causal"), key_mask, n_kv_head)[0], dim=-1)
+        scores = masked_scores(qkv, n_head, inp.bool("causal"), key_mask, n_kv_head, docs)[0]
+        lse = torch.logsumexp(scores, dim=-1)
     return {"y": out32(y), "dqkv": out32(qkv.grad), "lse": out32(lse)}
 
 
@@ -343,8 +351,8 @@ class SelfAttention(nn.Module):
         self.n_head = n_head
         self.causal = causal
 
-    def forward(self, x, key_mask=None):
-        return self.proj(attention(self.qkv(x), self.n_head, self.causal, key_mask))
+    def forward(self, x, key_mask=None, docs=None):
+        return self.proj(attention(self.qkv(x), self.n_head, self.causal, key_mask, doc_positions=docs))
 
 
 class MLP(nn.Module):
@@ -368,14 +376,20 @@ class Block(nn.Module):
         self.mlp = MLP(C)
         self.pre_ln = pre_ln
 
-    def forward(self, x, key_mask=None):
+    def forward(self, x, key_mask=None, docs=None):
         if self.pre_ln:
-            x = x + self.attn(self.ln_1(x), key_mask)
+            x = x + self.attn(self.ln_1(x), key_mask, docs)
             x = x + self.mlp(self.ln_2(x))
         else:
-            x = self.ln_1(x + self.attn(x, key_mask))
+            x = self.ln_1(x + self.attn(x, key_mask, docs))
             x = self.ln_2(x + self.mlp(x))
         return x
+
+
+def positions_of(batch, T):
+    """Each token's position: in its document where the batch packs documents (doc_positions
+    [B, T]), else 0 .. T-1."""
+    return batch["doc_positions"] if "doc_positions" in batch else torch.arange(T)
 
 
 class GPT(nn.Module):
@@ -393,9 +407,9 @@ class GPT(nn.Module):
     def forward(self, batch):
         tokens = batch["tokens"]
         T = tokens.shape[1]
-        x = self.wte(tokens) + self.wpe(torch.arange(T))
+        x = self.wte(tokens) + self.wpe(positions_of(batch, T))
         for blk in self.blocks:
-            x = blk(x)
+            x = blk(x, docs=batch.get("doc_positions"))
         x = self.ln_f(x)
         logits = x @ (self.lm_head.weight if self.lm_head is not None else self.wte.weight).t()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
@@ -433,10 +447,10 @@ class BERT(nn.Module):
         tokens = batch["tokens"]
         T = tokens.shape[1]
         e = self.embeddings
-        x = e.word(tokens) + e.position(torch.arange(T)) + e.token_type(batch["token_types"])
+        x = e.word(tokens) + e.position(positions_of(batch, T)) + e.token_type(batch["token_types"])
         x = e.ln(x)
         for blk in self.blocks:
-            x = blk(x, batch["attn_mask"])
+            x = blk(x, batch["attn_mask"], batch.get("doc_positions"))
         h = self.mlm.ln(gelu(self.mlm.dense(x)))
         logits = h @ e.word.weight.t() + self.mlm.bias
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
@@ -498,7 +512,7 @@ def _run_model(inp, build, batch_names):
     sd = _state_dict_from(inp, model)
     model.load_state_dict(sd, strict=True)
     batch = {}
-    for n in batch_names:
+    for n in batch_names + (["doc_positions"] if inp.has("doc_positions") else []):
         t = inp.raw(n)
         batch[n] = t.to(torch.float32) if t.is_floating_point() else t.long()
 
@@ -539,8 +553,9 @@ def _common_dims(inp, C_from):
 def case_gpt(inp):
     """GPT-2. Params wte.weight [V, C], wpe.weight [Tmax, C], blocks.{i}.*, ln_f.*, and with an
     untied head lm_head.weight [V, C];
-    inputs tokens, targets [B, T] int32 (-100 ignore). Outputs logits [B, T, V],
-    loss [1], grad.<param>, step_losses [steps]."""
+    inputs tokens, targets [B, T] int32 (-100 ignore), optional doc_positions [B, T] int32 (packed
+    documents: attention inside each, positions restarting). Outputs logits [B, T, V], loss [1],
+    grad.<param>, step_losses [steps]."""
     def build(inp):
         V, C0 = inp.raw("wte.weight").shape
         Tmax = inp.raw("wpe.weight").shape[0]

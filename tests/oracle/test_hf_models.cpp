@@ -13,6 +13,7 @@
 #include "models/factory.h"
 #include "nn/runner.h"
 #include "optim/adamw.h"
+#include "support/batches.h"
 #include "support/oracle.h"
 #include "support/random.h"
 #include "support/tolerance.h"
@@ -218,6 +219,17 @@ Case llama_case(int n_kv_head, std::uint64_t seed) {
   c.steps = n_kv_head == 2 ? 10 : 5;  // 10 then export: the fine-tuning round trip
   c.gradients = true;
   return c;
+}
+
+// Packed documents (Batch::positions) against transformers' Llama given the block-diagonal causal
+// mask and the restarted positions (position_ids): logits, loss, every gradient of the first step
+// and the losses of 5 AdamW steps. Documents of 1 to 12 tokens; sample 0 starts inside one.
+TEST(HfModels, LlamaPackedDocuments) {
+  Case c = llama_case(2, 18);
+  testing::pack_documents(c.batch, 12, true);
+  c.exported = {{"tokens", c.batch.tokens}, {"targets", c.batch.targets}, {"doc_positions", c.batch.positions}};
+  c.steps = 5;
+  check_case(c);
 }
 
 TEST(HfModels, LlamaGroupedQuery) { check_case(llama_case(2, 15)); }

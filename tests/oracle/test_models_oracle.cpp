@@ -6,11 +6,14 @@
 #include "models/vit.h"
 #include "nn/runner.h"
 #include "optim/adamw.h"
+#include "support/batches.h"
 #include "support/oracle.h"
 #include "support/random.h"
 #include "support/tolerance.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 namespace tidal {
 namespace {
@@ -82,11 +85,22 @@ TEST(ModelsOracle, Gpt2UntiedHead) {
   expect_matches_reference(*model, batch, {{"tokens", batch.tokens}, {"targets", batch.targets}}, {}, "gpt", 1e-5f);
 }
 
-TEST(ModelsOracle, Bert) {
-  auto model = models::make_bert({.n_layer = kLayers, .n_head = kHeads, .n_embd = kC, .vocab_size = kV, .seq_len = 41});
+// Packed documents (Batch::positions): attention inside each document, learned positions from
+// each document's start, no target across a document's end; documents of 1 to 9 tokens.
+TEST(ModelsOracle, Gpt2PackedDocuments) {
+  auto model = models::make_gpt({.n_layer = kLayers, .n_head = kHeads, .n_embd = kC, .vocab_size = kV, .seq_len = 41});
+  nn::Batch batch{.tokens = randint({kB, kT}, 110, 0, kV), .targets = randint({kB, kT}, 111, 0, kV)};
+  testing::pack_documents(batch, 9, true);
+  expect_matches_reference(*model, batch,
+                           {{"tokens", batch.tokens}, {"targets", batch.targets}, {"doc_positions", batch.positions}},
+                           {}, "gpt", 1e-5f);
+}
+
+// A BERT batch: sample b has 6b padding tokens at the end; about a third of the real positions
+// are predicted.
+nn::Batch bert_batch() {
   nn::Batch batch{.tokens = randint({kB, kT}, 102, 0, kV), .token_types = randint({kB, kT}, 103, 0, 2),
                   .attn_mask = Tensor::empty({kB, kT}, DType::i32), .targets = randint({kB, kT}, 104, 0, kV)};
-  // Sample b has 6b padding tokens at the end; about a third of the real positions are predicted.
   Tensor pick = randint({kB, kT}, 105, 0, 3);
   for (std::int64_t b = 0; b < kB; ++b)
     for (std::int64_t t = 0; t < kT; ++t) {
@@ -95,9 +109,30 @@ TEST(ModelsOracle, Bert) {
       batch.attn_mask.data<std::int32_t>()[i] = real ? 1 : 0;
       if (!real || pick.data<std::int32_t>()[i] != 0) batch.targets.data<std::int32_t>()[i] = -100;
     }
+  return batch;
+}
+
+TEST(ModelsOracle, Bert) {
+  auto model = models::make_bert({.n_layer = kLayers, .n_head = kHeads, .n_embd = kC, .vocab_size = kV, .seq_len = 41});
+  const nn::Batch batch = bert_batch();
   expect_matches_reference(*model, batch,
                            {{"tokens", batch.tokens}, {"token_types", batch.token_types},
                             {"attn_mask", batch.attn_mask}, {"targets", batch.targets}},
+                           {}, "bert", 1e-12f);
+}
+
+// Packed documents in both directions (no causal mask): each token attends its document's keys.
+// Packing fills the sequences, so no padding (a document wholly of padding would attend nothing,
+// which PyTorch's softmax makes NaN).
+TEST(ModelsOracle, BertPackedDocuments) {
+  auto model = models::make_bert({.n_layer = kLayers, .n_head = kHeads, .n_embd = kC, .vocab_size = kV, .seq_len = 41});
+  nn::Batch batch = bert_batch();
+  std::fill_n(batch.attn_mask.data<std::int32_t>(), batch.attn_mask.numel(), 1);
+  testing::pack_documents(batch, 12, false);
+  expect_matches_reference(*model, batch,
+                           {{"tokens", batch.tokens}, {"token_types", batch.token_types},
+                            {"attn_mask", batch.attn_mask}, {"targets", batch.targets},
+                            {"doc_positions", batch.positions}},
                            {}, "bert", 1e-12f);
 }
 

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace tidal {
@@ -212,6 +213,51 @@ TEST(OpsOracle, AttentionGroupedQueryHeads) {
       EXPECT_TRUE(all_close(lse, ref.at("lse"), kFp32)) << what;
       EXPECT_TRUE(all_close(dqkv, ref.at("dqkv"), kFp32)) << what;
     }
+  }
+}
+
+// Packed documents (AttentionOptions::doc_positions): a query attends only its own document's
+// keys. Sample 0 starts inside a document (its first position 5, as a window cut from a corpus
+// starts) and holds a document of one token; sample 1's documents end on, before and after the
+// CPU's 64-query blocks, and its last positions are padding too. Grouped heads, causal or not.
+TEST(OpsOracle, AttentionPackedDocuments) {
+  const std::int64_t B = 2, hd = 8;
+  const int H = 4, Hkv = 2;
+  for (const std::int64_t T : {37, 150}) {
+    const std::int64_t C = H * hd;
+    Tensor qkv = randn({B, T, (H + 2 * Hkv) * hd}, 41), dy = randn({B, T, C}, 42);
+    Tensor docs = Tensor::empty({B, T}, DType::i32), mask = Tensor::empty({B, T}, DType::i32);
+    const std::vector<std::vector<std::int64_t>> starts{{0, 9, 10, 30, 100}, {0, 3, 64, 70, 127, 128, 140}};
+    for (std::int64_t b = 0; b < B; ++b) {
+      std::int32_t pos = b == 0 ? 5 : 0;
+      for (std::int64_t t = 0; t < T; ++t) {
+        const auto& s = starts[std::size_t(b)];
+        if (t > 0 && std::find(s.begin(), s.end(), t) != s.end()) pos = 0;
+        docs.data<std::int32_t>()[b * T + t] = pos++;
+        mask.data<std::int32_t>()[b * T + t] = b == 1 && t >= T - 4 ? 0 : 1;
+      }
+    }
+    for (bool causal : {true, false})
+      for (bool padded : {false, true}) {
+        const ops::AttentionOptions opt{.n_head = H,
+                                        .n_kv_head = Hkv,
+                                        .causal = causal,
+                                        .key_mask = padded ? &mask : nullptr,
+                                        .doc_positions = &docs};
+        Tensor y = Tensor::empty({B, T, C}), lse = Tensor::empty({B, H, T}), dqkv = Tensor::empty(qkv.shape());
+        ops::attention_forward(y, lse, qkv, opt);
+        ops::attention_backward(dqkv, dy, qkv, y, lse, opt);
+        io::TensorMap in{{"qkv", qkv}, {"dy", dy}, {"doc_positions", docs}};
+        if (padded) in.emplace("key_mask", mask);
+        auto ref = run_oracle("attention", in,
+                              {{"n_head", std::to_string(H)},
+                               {"n_kv_head", std::to_string(Hkv)},
+                               {"causal", causal ? "1" : "0"}});
+        const std::string what = fmt::format("T {} causal {} padded {}", T, causal, padded);
+        EXPECT_TRUE(all_close(y, ref.at("y"), kFp32)) << what;
+        EXPECT_TRUE(all_close(lse, ref.at("lse"), kFp32)) << what;
+        EXPECT_TRUE(all_close(dqkv, ref.at("dqkv"), kFp32)) << what;
+      }
   }
 }
 

@@ -1,13 +1,18 @@
 // Token data read in place: Megatron's indexed datasets written and read back (and a damaged index
 // reported by name), blends by weight (each source's share of any prefix within a sample of its
-// weight, the same draws by any access order), and data.path's blend form.
+// weight, the same draws by any access order), data.path's blend form, and packed documents
+// (positions restarting at each document, no target across a document's end).
 #include "core/error.h"
 #include "data/blend.h"
 #include "data/indexed_dataset.h"
+#include "data/stream_dataset.h"
+#include "data/token_shards.h"
+#include "ops/cross_entropy.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +66,76 @@ TEST(IndexedDataset, WrittenDocumentsReadBackTokenForToken) {
   }
   std::ofstream(prefix + ".idx") << "not an index at all, but long enough to be read";
   EXPECT_THROW(data::IndexedDataset{prefix}, Error);
+  fs::remove(prefix + ".bin");
+  fs::remove(prefix + ".idx");
+}
+
+// A batch's positions and targets against the rule, from each sample's tokens and the tokens that
+// start documents in its window (`starts`, offsets in (0, seq_len]).
+void expect_packed(const nn::Batch& b, std::int64_t i, const std::vector<std::int32_t>& window,
+                   const std::vector<bool>& starts, std::int64_t T) {
+  std::int32_t pos = 0;
+  for (std::int64_t t = 0; t < T; ++t) {
+    if (starts[std::size_t(t)]) pos = 0;
+    ASSERT_EQ(b.positions.data<std::int32_t>()[i * T + t], pos++) << "sample " << i << " token " << t;
+    const std::int32_t target = starts[std::size_t(t + 1)] ? ops::kIgnoreIndex : window[std::size_t(t + 1)];
+    ASSERT_EQ(b.targets.data<std::int32_t>()[i * T + t], target) << "sample " << i << " token " << t;
+    ASSERT_EQ(b.tokens.data<std::int32_t>()[i * T + t], window[std::size_t(t)]);
+  }
+}
+
+// Token shards split at the end-of-text id (which stays its document's last token), and an
+// indexed dataset at its own documents (binary-searched, against a walk over them).
+TEST(PackedDocuments, PositionsRestartAndNoTargetCrossesADocumentEnd) {
+  const std::int64_t T = 16, eod = 99;
+  std::vector<std::uint32_t> stream;
+  std::vector<std::vector<std::uint32_t>> docs;
+  for (std::uint32_t d = 0; d < 60; ++d) {
+    std::vector<std::uint32_t> doc;
+    for (std::uint32_t t = 0; t < (d * 5) % 13; ++t) doc.push_back((d + t) % 90);
+    doc.push_back(eod);  // an empty document is its end-of-text token alone
+    docs.push_back(doc);
+    stream.insert(stream.end(), doc.begin(), doc.end());
+  }
+  const std::string shard = temp("packed") + ".bin", prefix = temp("packed-indexed");
+  data::write_token_file(shard, stream, false);
+  data::IndexedDatasetWriter writer(prefix, false);
+  for (const auto& doc : docs) {
+    writer.append(doc.data(), doc.size());
+    writer.end_document();
+  }
+  writer.finish();
+
+  for (const bool indexed : {false, true}) {
+    SCOPED_TRACE(indexed ? "indexed" : "token shards");
+    std::unique_ptr<data::TokenStream> stream_in;
+    if (indexed) stream_in = std::make_unique<data::IndexedDataset>(prefix);
+    else stream_in = std::make_unique<data::TokenShards>(shard, "data.path");
+    const data::StreamDataset ds(std::move(stream_in), false, T, 100, data::Objective::causal, 3, "packed",
+                                 {.documents = true, .eod_id = indexed ? -1 : std::int32_t(eod)});
+    const std::int64_t n = ds.windows(data::Split::train);
+    const nn::Batch b = ds.batch(0, n, data::Split::train);
+    ASSERT_TRUE(b.positions.defined());
+    std::int64_t boundaries = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t first = ds.window(i, data::Split::train) * (T + 1);
+      const std::vector<std::int32_t> window(stream.begin() + first, stream.begin() + first + T + 1);
+      std::vector<bool> starts(std::size_t(T + 1), false);  // the token before is an end-of-text id
+      for (std::int64_t t = 1; t <= T; ++t) starts[std::size_t(t)] = window[std::size_t(t - 1)] == eod;
+      boundaries += std::count(starts.begin(), starts.end(), true);
+      expect_packed(b, i, window, starts, T);
+    }
+    EXPECT_GT(boundaries, n);  // several documents a window
+  }
+  // Without packing, no positions and every target is the next token.
+  const data::StreamDataset plain(std::make_unique<data::TokenShards>(shard, "data.path"), false, T, 100,
+                                  data::Objective::causal, 3, "plain");
+  EXPECT_FALSE(plain.batch(0, 2, data::Split::train).positions.defined());
+  // Shards record no documents: packing them needs the end-of-text id.
+  EXPECT_THROW(data::StreamDataset(std::make_unique<data::TokenShards>(shard, "data.path"), false, T, 100,
+                                   data::Objective::causal, 3, "shards", {.documents = true}),
+               Error);
+  fs::remove(shard);
   fs::remove(prefix + ".bin");
   fs::remove(prefix + ".idx");
 }

@@ -3,7 +3,7 @@
 // rank slices, every slice's queries meet every key/value block in the ring's order through the
 // block ops, and the outputs, the log-sum-exp, dq, and the dk and dv shares summed over slices
 // equal the whole attention's, causal and with a padding mask, on odd shapes, with grouped-query
-// heads (blocks Hkv heads wide).
+// heads (blocks Hkv heads wide), and with packed documents (ends inside, before and after slices).
 #include "ops/attention.h"
 #include "ops/ring_attention.h"
 #include "support/random.h"
@@ -25,7 +25,25 @@ struct Case {
   int H, N;  // heads, ring positions
   bool causal, masked;
   int Hkv = 0;  // key / value heads; 0 = H
+  bool documents = false;
 };
+
+// Positions in packed documents [B, T]: sample b's documents start every 3 + 2b + (t / 5) % 4
+// positions or so, and sample 0 starts inside one (position 3).
+Tensor packed_documents(std::int64_t B, std::int64_t T) {
+  Tensor docs = Tensor::empty({B, T}, DType::i32);
+  for (std::int64_t b = 0; b < B; ++b) {
+    std::int32_t pos = b == 0 ? 3 : 0, length = 3 + 2 * std::int32_t(b);
+    for (std::int64_t t = 0; t < T; ++t) {
+      if (t > 0 && pos >= length) {
+        pos = 0;
+        length = 3 + 2 * std::int32_t(b) + std::int32_t(t / 5 % 4) + std::int32_t(t % 7 == 0 ? 40 : 0);
+      }
+      docs.data<std::int32_t>()[b * T + t] = pos++;
+    }
+  }
+  return docs;
+}
 
 // Columns [c0, c0 + C) of rows [t0, t0 + n) of a [B, T, W] tensor, contiguous.
 Tensor part(const Tensor& x, std::int64_t t0, std::int64_t n, std::int64_t c0, std::int64_t C) {
@@ -43,7 +61,12 @@ TEST_P(RingAttentionOps, BlocksEqualWholeAttention) {
   for (std::int64_t i = 0; i < c.B * c.T; ++i)  // sample b has its last 2b + 1 positions padded
     mask.data<std::int32_t>()[i] = (i % c.T) < c.T - (2 * (i / c.T) + 1) ? 1 : 0;
 
-  const ops::AttentionOptions whole{.n_head = c.H, .n_kv_head = int(Hkv), .causal = c.causal, .key_mask = c.masked ? &mask : nullptr};
+  const Tensor docs = packed_documents(c.B, c.T);
+  const ops::AttentionOptions whole{.n_head = c.H,
+                                    .n_kv_head = int(Hkv),
+                                    .causal = c.causal,
+                                    .key_mask = c.masked ? &mask : nullptr,
+                                    .doc_positions = c.documents ? &docs : nullptr};
   Tensor y = Tensor::empty({c.B, c.T, c.C}), lse = Tensor::empty({c.B, c.H, c.T});
   ops::attention_forward(y, lse, qkv, whole);
   Tensor dqkv = Tensor::empty(qkv.shape());
@@ -56,8 +79,12 @@ TEST_P(RingAttentionOps, BlocksEqualWholeAttention) {
   }
   for (int s = 0; s < c.N; ++s) {
     SCOPED_TRACE("ring position " + std::to_string(s));
-    const ops::RingAttentionOptions opt{
-        .n_head = c.H, .n_kv_head = int(Hkv), .causal = c.causal, .first_query = s * Tq, .key_mask = c.masked ? &mask : nullptr};
+    const ops::RingAttentionOptions opt{.n_head = c.H,
+                                        .n_kv_head = int(Hkv),
+                                        .causal = c.causal,
+                                        .first_query = s * Tq,
+                                        .key_mask = c.masked ? &mask : nullptr,
+                                        .doc_positions = c.documents ? &docs : nullptr};
     const Tensor q = part(qkv, s * Tq, Tq, 0, c.C), g = part(dy, s * Tq, Tq, 0, c.C);
     Tensor ys = Tensor::zeros({c.B, Tq, c.C}), ls = Tensor::full({c.B, c.H, Tq}, -INFINITY),
            sum = Tensor::zeros({c.B, c.H, Tq});
@@ -135,11 +162,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RingAttentionOps,
                                            Case{2, 12, 12, 6, 3, true, true, 2}, Case{3, 12, 12, 6, 4, false, false, 2},
                                            Case{2, 15, 8, 4, 5, true, false, 1},
                                            // Slices longer than a CPU tile of 64 queries.
-                                           Case{1, 200, 16, 2, 2, true, true}, Case{2, 150, 8, 2, 2, false, true, 1}),
+                                           Case{1, 200, 16, 2, 2, true, true}, Case{2, 150, 8, 2, 2, false, true, 1},
+                                           // Packed documents.
+                                           Case{2, 12, 10, 2, 3, true, false, 0, true},
+                                           Case{3, 12, 10, 2, 4, false, true, 0, true},
+                                           Case{2, 12, 12, 6, 3, true, true, 2, true},
+                                           Case{1, 200, 16, 2, 2, true, true, 0, true},
+                                           Case{2, 150, 8, 2, 2, false, false, 1, true}),
                          [](const auto& info) {
                            const Case& c = info.param;
-                           return fmt::format("B{}T{}C{}H{}kv{}N{}{}{}", c.B, c.T, c.C, c.H, c.Hkv == 0 ? c.H : c.Hkv,
-                                              c.N, c.causal ? "causal" : "", c.masked ? "masked" : "");
+                           return fmt::format("B{}T{}C{}H{}kv{}N{}{}{}{}", c.B, c.T, c.C, c.H, c.Hkv == 0 ? c.H : c.Hkv,
+                                              c.N, c.causal ? "causal" : "", c.masked ? "masked" : "",
+                                              c.documents ? "documents" : "");
                          });
 
 }  // namespace

@@ -25,9 +25,15 @@ Tensor stats(const Tensor& t, const PositionRun& run) { return t.slice(2, run.lo
 
 ops::RingAttentionOptions RingSelfAttention::options(const Context& ctx, std::int64_t first_query) const {
   const Batch* batch = ctx.state().batch;
-  // The whole sequence's key mask: keys of every ring position meet this rank's queries.
+  // The whole sequence's masks: keys of every ring position meet this rank's queries.
   const Tensor* mask = batch != nullptr && batch->attn_mask.defined() ? &batch->attn_mask : nullptr;
-  return {.n_head = n_head_, .n_kv_head = n_kv_head_, .causal = causal_, .first_query = first_query, .key_mask = mask};
+  const Tensor* docs = batch != nullptr && batch->positions.defined() ? &batch->positions : nullptr;
+  return {.n_head = n_head_,
+          .n_kv_head = n_kv_head_,
+          .causal = causal_,
+          .first_query = first_query,
+          .key_mask = mask,
+          .doc_positions = docs};
 }
 
 Tensor RingSelfAttention::forward(const Tensor& qkv, Context& ctx) {

@@ -55,7 +55,7 @@ std::unique_ptr<TableLookup> SplitLayers::embedding(std::int64_t num, std::int64
 
 std::unique_ptr<Module> SplitLayers::position_embedding(std::int64_t max_positions, std::int64_t dim,
                                                         ParameterInit init) {
-  auto m = std::make_unique<PositionEmbedding>(max_positions, hidden_.part(dim, "model.n_embd"), init);
+  auto m = std::make_unique<PositionEmbedding>(max_positions, hidden_.part(dim, "model.n_embd"), init, hidden_samples_);
   hidden_.place_last(m->table());
   return m;
 }

@@ -4,7 +4,8 @@
 // run on the calling thread (block_product: ops/cpu/sgemm.h's libraries and oneDNN's bf16 all
 // run serially inside a parallel region), reading Q, K and V in place from qkv with leading
 // dimension (H + 2 Hkv) hd. Under the causal mask a block stops at its last query's key, which halves the
-// work.
+// work; with packed documents (AttentionOptions::doc_positions) it also starts at its first
+// query's document, so a sequence of n documents costs about 1/n of one document as long.
 //
 // Grouped-query heads (GQA, Ainslie et al. 2023): forward reads each query head's kv head in
 // place. Backward's task is a (batch, kv head) pair, which walks the query heads that share the
@@ -43,6 +44,7 @@ Dims check(const Tensor& qkv, const Tensor& lse, const AttentionOptions& opt) {
   expect_cpu_contiguous(qkv, "attention qkv");
   expect_cpu_contiguous(lse, "attention lse");
   if (opt.key_mask) expect_cpu_contiguous(*opt.key_mask, "attention key_mask");
+  if (opt.doc_positions) expect_cpu_contiguous(*opt.doc_positions, "attention doc_positions");
   return attention_dims(qkv, lse, opt);
 }
 
@@ -56,8 +58,27 @@ Tensor widened(const Tensor& t) {
 // Whether the kernels run on qkv's storage type as it is (else it is widened to fp32 first).
 bool runs_natively(DType t) { return t == DType::f32 || (t == DType::bf16 && onednn_bf16_native()); }
 
-// The keys a block of queries [i0, i1) may attend: [0, keys_for(i1)).
-std::int64_t keys_for(const Dims& d, const AttentionOptions& opt, std::int64_t i1) { return opt.causal ? i1 : d.T; }
+// Keys [lo, hi) of a sample.
+struct KeyRange {
+  std::int64_t lo, hi;
+  std::int64_t n() const { return hi - lo; }
+};
+
+// The documents of sample b.
+Documents documents(const AttentionOptions& opt, const Dims& d, std::int64_t b) {
+  return {opt.doc_positions ? opt.doc_positions->data<std::int32_t>() + b * d.T : nullptr, d.T};
+}
+
+// The keys query i attends (before the key mask): its document's, up to itself when causal.
+KeyRange row_keys(const AttentionOptions& opt, const Documents& docs, std::int64_t i) {
+  return {docs.start(i), opt.causal ? i + 1 : docs.end(i)};
+}
+
+// The keys a block of queries [i0, i1) may attend: from its first query's document to its last
+// query's keys (the documents are runs, ops/attention.h).
+KeyRange keys_for(const AttentionOptions& opt, const Documents& docs, std::int64_t i0, std::int64_t i1) {
+  return {docs.start(i0), row_keys(opt, docs, i1 - 1).hi};
+}
 
 // A matrix operand in storage type T: rows of `ld` elements, transposed when `trans`.
 template <class T>
@@ -111,18 +132,21 @@ void forward_kernel(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOp
     for (std::int64_t task = 0; task < d.B * d.H * blocks; ++task) {
       const std::int64_t bh = task / blocks, b = bh / d.H, h = bh % d.H, g = kv_head_of(h, d.Hkv);
       const std::int64_t i0 = task % blocks * kQueryBlock, i1 = std::min(d.T, i0 + kQueryBlock), rows = i1 - i0;
-      const std::int64_t keys = keys_for(d, opt, i1);
+      const Documents docs = documents(opt, d, b);
+      const KeyRange kr = keys_for(opt, docs, i0, i1);
+      const std::int64_t keys = kr.n();
       const T* sample = base + b * d.T * ld;
       const T* q = sample + i0 * ld + d.query_offset(h);
-      const T* k = sample + d.key_offset(g);
-      const T* v = sample + d.value_offset(g);
+      const T* k = sample + kr.lo * ld + d.key_offset(g);
+      const T* v = sample + kr.lo * ld + d.value_offset(g);
       // S = scale * Q_blk K^T  [rows, keys], then P = softmax(S) in place, remembering each row's lse
       block_product(scores.data(), keys, operand(q, ld), operand(k, ld, true), rows, keys, d.hd, scale, 0.0f);
-      const std::int32_t* mrow = mask ? mask + b * d.T : nullptr;
+      const std::int32_t* mrow = mask ? mask + b * d.T + kr.lo : nullptr;
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t i = i0 + r;
+        const KeyRange rk = row_keys(opt, docs, i);
         float* row = scores.data() + r * keys;
-        pl[bh * d.T + i] = softmax_row(row, row, keys, opt.causal ? i + 1 : keys, mrow);
+        pl[bh * d.T + i] = softmax_row(row, row, keys, rk.lo - kr.lo, rk.hi - kr.lo, mrow);
       }
       // Y_blk = P V  [rows, hd]
       const T* p = in_storage(scores.data(), probs, rows * keys);
@@ -150,15 +174,21 @@ struct BackwardScratch {
 
 // One query head of one sample: q, k, v and dq are its columns (and its kv head's) of qkv and
 // dqkv from the sample's row 0 (leading dim qkv_width), o and g its columns of y and dy (leading
-// dim C), lse_row its [T] log-sum-exps. Writes its dQ and adds its share of dK and dV to the
-// scratch sums, query block by query block in order.
+// dim C), lse_row its [T] log-sum-exps, mrow its key mask (or null). Writes its dQ and adds its
+// share of dK and dV to the scratch sums, query block by query block in order.
 template <class T>
-void query_head_backward(T* dq, BackwardScratch<T>& w, const T* q, const T* k, const T* v, const T* o, const T* g,
-                         const float* lse_row, const std::int32_t* mrow, const AttentionOptions& opt, const Dims& d) {
+void query_head_backward(T* dq, BackwardScratch<T>& w, const T* q, const T* k_row0, const T* v_row0, const T* o,
+                         const T* g, const float* lse_row, const std::int32_t* mrow, const Documents& docs,
+                         const AttentionOptions& opt, const Dims& d) {
   const float scale = 1.0f / std::sqrt(float(d.hd));
   const std::int64_t ld = d.qkv_width();
   for (std::int64_t i0 = 0; i0 < d.T; i0 += kQueryBlock) {
-    const std::int64_t i1 = std::min(d.T, i0 + kQueryBlock), rows = i1 - i0, keys = keys_for(d, opt, i1);
+    const std::int64_t i1 = std::min(d.T, i0 + kQueryBlock), rows = i1 - i0;
+    const KeyRange kr = keys_for(opt, docs, i0, i1);
+    const std::int64_t keys = kr.n();
+    const T* k = k_row0 + kr.lo * ld;
+    const T* v = v_row0 + kr.lo * ld;
+    const std::int32_t* mb = mrow ? mrow + kr.lo : nullptr;
     const T* qb = q + i0 * ld;
     const T* gb = g + i0 * d.C;
     // P = exp(scale * Q_blk K^T - lse), recomputed
@@ -167,15 +197,16 @@ void query_head_backward(T* dq, BackwardScratch<T>& w, const T* q, const T* k, c
       const std::int64_t i = i0 + r;
       const float l = lse_row[i];
       float* row = w.p.data() + r * keys;
-      // A row with no kept key (lse +inf) is all zeros; without a key mask the kept keys are a prefix.
-      const std::int64_t limit = std::isfinite(l) ? (opt.causal ? i + 1 : keys) : 0;
-      const std::int64_t span = kept_span(keys, limit, mrow);
-      if (mrow) {
+      // A row with no kept key (lse +inf) is all zeros; without a key mask the kept keys are a run.
+      const KeyRange rk = row_keys(opt, docs, i);
+      const std::int64_t first = rk.lo - kr.lo, limit = std::isfinite(l) ? rk.hi - kr.lo : 0;
+      const std::int64_t span = kept_span(keys, limit, mb);
+      if (mb) {
 #pragma omp simd
-        for (std::int64_t j = 0; j < span; ++j) row[j] = kept(j, limit, mrow) ? exp_fast(row[j] - l) : 0.0f;
+        for (std::int64_t j = 0; j < span; ++j) row[j] = kept(j, first, limit, mb) ? exp_fast(row[j] - l) : 0.0f;
       } else {
 #pragma omp simd
-        for (std::int64_t j = 0; j < span; ++j) row[j] = j < limit ? exp_fast(row[j] - l) : 0.0f;
+        for (std::int64_t j = 0; j < span; ++j) row[j] = (j >= first) & (j < limit) ? exp_fast(row[j] - l) : 0.0f;
       }
       std::fill(row + span, row + keys, 0.0f);
       // D_i = dO_i . O_i, the row's sum(dP * P) (FlashAttention-2's backward)
@@ -188,7 +219,8 @@ void query_head_backward(T* dq, BackwardScratch<T>& w, const T* q, const T* k, c
     }
     const T* ps = in_storage(w.p.data(), w.p_store, rows * keys);
     // dV += P^T dO_blk
-    block_product(w.dv_sum.data(), d.hd, operand(ps, keys, true), operand(gb, d.C), keys, d.hd, rows, 1.0f, 1.0f);
+    block_product(w.dv_sum.data() + kr.lo * d.hd, d.hd, operand(ps, keys, true), operand(gb, d.C), keys, d.hd, rows,
+                  1.0f, 1.0f);
     // dP = dO_blk V^T, then dS = P * (dP - D) in place
     block_product(w.dp.data(), keys, operand(gb, d.C), operand(v, ld, true), rows, keys, d.hd, 1.0f, 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -201,7 +233,8 @@ void query_head_backward(T* dq, BackwardScratch<T>& w, const T* q, const T* k, c
     const T* ds = in_storage(w.dp.data(), w.ds_store, rows * keys);
     // dQ_blk = scale * dS K ; dK += scale * dS^T Q_blk
     block_product(dq + i0 * ld, ld, operand(ds, keys), operand(k, ld), rows, d.hd, keys, scale, 0.0f);
-    block_product(w.dk_sum.data(), d.hd, operand(ds, keys, true), operand(qb, ld), keys, d.hd, rows, scale, 1.0f);
+    block_product(w.dk_sum.data() + kr.lo * d.hd, d.hd, operand(ds, keys, true), operand(qb, ld), keys, d.hd, rows,
+                  scale, 1.0f);
   }
 }
 
@@ -226,13 +259,15 @@ void backward_kernel(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Te
       const T* sample = base + b * d.T * ld;
       T* dsample = dbase + b * d.T * ld;
       const std::int32_t* mrow = mask ? mask + b * d.T : nullptr;
+      const Documents docs = documents(opt, d, b);
       std::fill(w.dk_sum.begin(), w.dk_sum.end(), 0.0f);
       std::fill(w.dv_sum.begin(), w.dv_sum.end(), 0.0f);
       for (std::int64_t i = 0; i < d.H / d.Hkv; ++i) {
         const std::int64_t h = query_head_of(kv, i, d.Hkv);
         const std::int64_t out = b * d.T * d.C + d.output_offset(h);  // O and dO [T, hd], leading dim C
         query_head_backward(dsample + d.query_offset(h), w, sample + d.query_offset(h), sample + d.key_offset(kv),
-                            sample + d.value_offset(kv), py + out, pdy + out, pl + (b * d.H + h) * d.T, mrow, opt, d);
+                            sample + d.value_offset(kv), py + out, pdy + out, pl + (b * d.H + h) * d.T, mrow, docs,
+                            opt, d);
       }
       T* dk = dsample + d.key_offset(kv);
       T* dv = dsample + d.value_offset(kv);

@@ -23,6 +23,27 @@ using Dims = RingAttentionDims;
 constexpr std::int64_t kRows = 64;  // queries per tile
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// The documents of sample b over the whole sequence (Documents{}: one).
+Documents documents(const RingAttentionOptions& opt, std::int64_t b) {
+  const Tensor* docs = opt.doc_positions;
+  return docs ? Documents{docs->data<std::int32_t>() + b * docs->dim(1), docs->dim(1)} : Documents{};
+}
+
+// The keys of the block that queries [i0, i1) of sample b may attend (ops/ring_attention.h).
+KeySpan tile_keys(const RingAttentionOptions& opt, const Documents& docs, std::int64_t first_key, std::int64_t Tk,
+                  std::int64_t i0, std::int64_t i1) {
+  return {visible_keys(opt.causal, docs, opt.first_query, first_key, Tk, i0).lo,
+          visible_keys(opt.causal, docs, opt.first_query, first_key, Tk, i1 - 1).hi};
+}
+
+// Whether any query of sample b attends any key of the block.
+bool any_visible(const RingAttentionOptions& opt, std::int64_t B, std::int64_t Tq, std::int64_t first_key,
+                 std::int64_t Tk) {
+  for (std::int64_t b = 0; b < B; ++b)
+    if (!tile_keys(opt, documents(opt, b), first_key, Tk, 0, Tq).empty()) return true;
+  return false;
+}
+
 // Whether key j of the block is a real token of sample b (no mask: all are).
 bool real_key(const RingAttentionOptions& opt, std::int64_t b, std::int64_t key) {
   return opt.key_mask == nullptr ||
@@ -47,28 +68,32 @@ void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q
                             std::int64_t first_key, const RingAttentionOptions& opt) {
   const Dims d = check_ring_forward(y, lse, sum, q, kv, first_key, opt, Device::Kind::cpu);
   const std::int64_t Tk = kv.dim(1);
-  if (visible_keys(opt.causal, opt.first_query, first_key, Tk, d.Tq - 1) == 0) return;  // every key after every query
+  if (d.Tq == 0 || !any_visible(opt, d.B, d.Tq, first_key, Tk)) return;  // after every query, or in other documents
   const RowsView<const float> vq = rows_view<const float>(q), vkv = rows_view<const float>(kv);
   const RowsView<float> vy = rows_view<float>(y), vm = rows_view<float>(lse), vl = rows_view<float>(sum);
 #pragma omp parallel for schedule(dynamic)
   for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
     const std::int64_t b = bh / d.H, h = bh % d.H;
-    const float* k = vkv.at(b, 0) + d.key_offset(h);
-    const float* v = vkv.at(b, 0) + d.value_offset(h);
+    const Documents docs = documents(opt, b);
     float *m = vm.at(b, h), *l = vl.at(b, h);  // this head's row of statistics
     std::vector<float> scores(std::size_t(std::min(kRows, d.Tq) * Tk));
     for (std::int64_t i0 = 0; i0 < d.Tq; i0 += kRows) {
       const std::int64_t rows = std::min(kRows, d.Tq - i0);
-      const std::int64_t nk = visible_keys(opt.causal, opt.first_query, first_key, Tk, i0 + rows - 1);
-      if (nk == 0) continue;
+      const KeySpan keys = tile_keys(opt, docs, first_key, Tk, i0, i0 + rows);
+      if (keys.empty()) continue;
+      const std::int64_t nk = keys.hi - keys.lo;
+      const float* k = vkv.at(b, keys.lo) + d.key_offset(h);
+      const float* v = vkv.at(b, keys.lo) + d.value_offset(h);
       float* s = scores.data();
       sgemm(false, true, rows, nk, d.hd, d.scale, vq.at(b, i0) + d.query_offset(h), vq.row, k, vkv.row, 0.0f, s, nk);
       for (std::int64_t r = 0; r < rows; ++r) {
         float* row = s + r * nk;
-        const std::int64_t i = i0 + r, n = visible_keys(opt.causal, opt.first_query, first_key, Tk, i);
+        const std::int64_t i = i0 + r;
+        const KeySpan mine = visible_keys(opt.causal, docs, opt.first_query, first_key, Tk, i);
         float best = -kInf;
         for (std::int64_t j = 0; j < nk; ++j) {
-          if (j >= n || !real_key(opt, b, first_key + j)) row[j] = -kInf;
+          const std::int64_t key = keys.lo + j;
+          if (key < mine.lo || key >= mine.hi || !real_key(opt, b, first_key + key)) row[j] = -kInf;
           best = std::max(best, row[j]);
         }
         if (best == -kInf) {  // nothing to attend in this block: the row's state stays
@@ -109,7 +134,7 @@ void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Ten
                              const RingAttentionOptions& opt) {
   const Dims d = check_ring_backward(dq, dkv, q, kv, y, dy, lse, first_key, opt, Device::Kind::cpu);
   const std::int64_t Tk = kv.dim(1);
-  if (visible_keys(opt.causal, opt.first_query, first_key, Tk, d.Tq - 1) == 0) return;
+  if (d.Tq == 0 || !any_visible(opt, d.B, d.Tq, first_key, Tk)) return;
   const RowsView<const float> vq = rows_view<const float>(q), vkv = rows_view<const float>(kv),
                               vy = rows_view<const float>(y), vdy = rows_view<const float>(dy),
                               vlse = rows_view<const float>(lse);
@@ -117,32 +142,37 @@ void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Ten
 #pragma omp parallel for schedule(dynamic)
   for (std::int64_t bg = 0; bg < d.B * d.Hkv; ++bg) {
     const std::int64_t b = bg / d.Hkv, g = bg % d.Hkv;
+    const Documents docs = documents(opt, b);
     std::vector<float> probs(std::size_t(std::min(kRows, d.Tq) * Tk)), dprobs(probs.size());
     for (std::int64_t t = 0; t < d.group(); ++t) {
       const std::int64_t h = query_head_of(g, t, d.Hkv);
-      const float* k = vkv.at(b, 0) + d.key_offset(h);
-      const float* v = vkv.at(b, 0) + d.value_offset(h);
-      float* dk = vdkv.at(b, 0) + d.key_offset(h);
-      float* dv = vdkv.at(b, 0) + d.value_offset(h);
       const float* l = vlse.at(b, h);
       for (std::int64_t i0 = 0; i0 < d.Tq; i0 += kRows) {
         const std::int64_t rows = std::min(kRows, d.Tq - i0);
-        const std::int64_t nk = visible_keys(opt.causal, opt.first_query, first_key, Tk, i0 + rows - 1);
-        if (nk == 0) continue;
+        const KeySpan keys = tile_keys(opt, docs, first_key, Tk, i0, i0 + rows);
+        if (keys.empty()) continue;
+        const std::int64_t nk = keys.hi - keys.lo;
+        const float* k = vkv.at(b, keys.lo) + d.key_offset(h);
+        const float* v = vkv.at(b, keys.lo) + d.value_offset(h);
+        float* dk = vdkv.at(b, keys.lo) + d.key_offset(h);
+        float* dv = vdkv.at(b, keys.lo) + d.value_offset(h);
         const float* qt = vq.at(b, i0) + d.query_offset(h);
         const float* gt = vdy.at(b, i0) + d.output_offset(h);
         float *p = probs.data(), *dp = dprobs.data();
         sgemm(false, true, rows, nk, d.hd, d.scale, qt, vq.row, k, vkv.row, 0.0f, p, nk);
         sgemm(false, true, rows, nk, d.hd, 1.0f, gt, vdy.row, v, vkv.row, 0.0f, dp, nk);
         for (std::int64_t r = 0; r < rows; ++r) {
-          const std::int64_t row = i0 + r, n = visible_keys(opt.causal, opt.first_query, first_key, Tk, row);
+          const std::int64_t row = i0 + r;
+          const KeySpan mine = visible_keys(opt.causal, docs, opt.first_query, first_key, Tk, row);
           const float* o = vy.at(b, row) + d.output_offset(h);
           const float* go = gt + r * vdy.row;
           float delta = 0.0f;  // rowsum(dY * Y) of this head
           for (std::int64_t c = 0; c < d.hd; ++c) delta += go[c] * o[c];
           float *pr = p + r * nk, *dpr = dp + r * nk;
           for (std::int64_t j = 0; j < nk; ++j) {
-            const float pj = j < n && real_key(opt, b, first_key + j) ? exp_fast(pr[j] - l[row]) : 0.0f;
+            const std::int64_t key = keys.lo + j;
+            const bool seen = key >= mine.lo && key < mine.hi && real_key(opt, b, first_key + key);
+            const float pj = seen ? exp_fast(pr[j] - l[row]) : 0.0f;
             pr[j] = pj;
             dpr[j] = pj * (dpr[j] - delta);  // dS
           }

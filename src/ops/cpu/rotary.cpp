@@ -21,8 +21,9 @@ void rotary_apply(Tensor& qkv, const Tensor& cos, const Tensor& sin, const Rotar
     const float* ps = sin.data<float>();
 #pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < l.rows; ++r) {
-      const float* cr = pc + (r % l.seq_len) * half;
-      const float* sr = ps + (r % l.seq_len) * half;
+      const std::int64_t t = l.positions ? l.positions[r] : r % l.seq_len;
+      const float* cr = pc + t * half;
+      const float* sr = ps + t * half;
       // The q heads and then the k heads are adjacent at the start of the row: one span.
       for (std::int64_t h = 0; h < l.rotated_heads; ++h) {
         T* x = p + r * l.width + h * 2 * half;

@@ -14,7 +14,7 @@ void softmax_forward(Tensor& y, const Tensor& x) {
   const float* px = x.data<float>();
   float* py = y.data<float>();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t n = 0; n < N; ++n) softmax_row(py + n * C, px + n * C, C, C, nullptr);
+  for (std::int64_t n = 0; n < N; ++n) softmax_row(py + n * C, px + n * C, C, 0, C, nullptr);
 }
 
 void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y) {

@@ -10,10 +10,11 @@
 
 namespace tidal::ops::cpu {
 
-// Whether entry j of a row is kept: j < limit (a causal row's last key + 1) and, with a key mask,
-// mask[j] != 0. Branch-free, so the loops below vectorise.
-inline bool kept(std::int64_t j, std::int64_t limit, const std::int32_t* mask) {
-  return (j < limit) & (mask == nullptr || mask[j] != 0);
+// Whether entry j of a row is kept: first <= j < limit (the row's keys: its document's first
+// and, causal, its own + 1) and, with a key mask, mask[j] != 0. Branch-free, so the loops below
+// vectorise.
+inline bool kept(std::int64_t j, std::int64_t first, std::int64_t limit, const std::int32_t* mask) {
+  return (j >= first) & (j < limit) & (mask == nullptr || mask[j] != 0);
 }
 
 // How far a row's loops run to cover its kept entries: without a key mask they are the prefix
@@ -64,15 +65,20 @@ inline float softmax_span(float* y, const float* x, std::int64_t n, std::int64_t
 
 }  // namespace detail
 
-// y[0, n) = softmax(x[0, n)) over the kept entries (kept(j, limit, mask); mask may be null); the
-// others get 0. A row with no kept entry is all zeros. Returns the row's log-sum-exp over the
-// kept entries (+inf for none, so exp(x - lse) is 0 everywhere). y may be x; x[0, n) is read
-// whole (entries past the kept ones only where they are dropped).
-inline float softmax_row(float* y, const float* x, std::int64_t n, std::int64_t limit, const std::int32_t* mask) {
+// y[0, n) = softmax(x[0, n)) over the kept entries (kept(j, first, limit, mask); mask may be
+// null); the others get 0. A row with no kept entry is all zeros. Returns the row's log-sum-exp
+// over the kept entries (+inf for none, so exp(x - lse) is 0 everywhere). y may be x; x[0, n) is
+// read whole (entries outside the kept ones only where they are dropped).
+inline float softmax_row(float* y, const float* x, std::int64_t n, std::int64_t first, std::int64_t limit,
+                         const std::int32_t* mask) {
   limit = std::min(limit, n);
   const std::int64_t span = kept_span(n, limit, mask);
-  // Two loops, so the one without a mask has no load under a condition to stop it vectorising.
-  if (mask) return detail::softmax_span(y, x, n, span, [&](std::int64_t j) { return (j < limit) & (mask[j] != 0); });
+  // Separate loops, so the common ones have no load or bound under a condition to stop them
+  // vectorising.
+  if (mask)
+    return detail::softmax_span(y, x, n, span, [&](std::int64_t j) { return kept(j, first, limit, mask); });
+  if (first > 0)
+    return detail::softmax_span(y, x, n, span, [&](std::int64_t j) { return (j >= first) & (j < limit); });
   return detail::softmax_span(y, x, n, span, [&](std::int64_t j) { return j < limit; });
 }
 

@@ -3,7 +3,9 @@
 // [B, H, T, T] is ever stored. Two kernel families share the schedule (flash_dispatch.h says
 // which serves a call): tensor cores for bf16 / fp16 at head width 64 or 128
 // (ops/cuda/flash_tensor_core.cuh), fp32 SIMT for every other case (ops/cuda/flash_simt.cuh).
-// Backward is FlashAttention-2's, made deterministic: D = rowsum(dy * y), then one kernel for dK
+// Packed documents (AttentionOptions::doc_positions) narrow each block's tiles to its documents'
+// (flash_common.cuh: key_tiles_for, query_tiles_for). Backward is FlashAttention-2's, made
+// deterministic: D = rowsum(dy * y), then one kernel for dK
 // and dV and one for dQ, each output element summed by one thread. Grouped-query heads (GQA,
 // Ainslie et al. 2023): forward and dQ run a block per query head, reading its kv head in place;
 // dK and dV run a block per kv head, which sums over its query heads in a fixed order, so the
@@ -28,6 +30,7 @@ Dims check(const Tensor& qkv, const Tensor& lse, const AttentionOptions& opt) {
   expect_cuda_contiguous(qkv, "attention qkv");
   expect_cuda_contiguous(lse, "attention lse");
   if (opt.key_mask) expect_cuda_contiguous(*opt.key_mask, "attention key_mask");
+  if (opt.doc_positions) expect_cuda_contiguous(*opt.doc_positions, "attention doc_positions");
   return attention_dims(qkv, lse, opt);
 }
 
@@ -45,7 +48,8 @@ FlashShape shape_of(const Dims& d, const AttentionOptions& opt) {
                     d.qkv_width(),
                     1.0f / std::sqrt(float(d.hd)),
                     opt.causal,
-                    opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr};
+                    opt.key_mask ? opt.key_mask->data<std::int32_t>() : nullptr,
+                    opt.doc_positions ? opt.doc_positions->data<std::int32_t>() : nullptr};
 }
 
 // One block per (tile, sample, head) pair; `bytes` of dynamic shared memory (above the default

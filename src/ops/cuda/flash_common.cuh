@@ -27,6 +27,7 @@ struct FlashShape {
   float scale;                    // 1 / sqrt(hd), applied to q . k
   bool causal;                    // query i attends keys j <= i
   const std::int32_t* key_mask;   // [B, T]: key j of sample b is never attended where 0; null = none
+  const std::int32_t* doc_pos;    // [B, T]: positions in packed documents (ops/attention.h); null = none
 };
 
 // Element offset of row t of sample b in qkv [B, T, ld] and in y / dy [B, T, C].
@@ -49,29 +50,57 @@ __device__ __forceinline__ std::int64_t out_col(const FlashShape& s, std::int64_
   return output_head(h, s.H, s.Hkv) * s.hd;
 }
 
+// Sample b's documents (ops/attention.h: one without doc_pos).
+__device__ __forceinline__ Documents documents(const FlashShape& s, std::int64_t b) {
+  return {s.doc_pos ? s.doc_pos + b * s.T : nullptr, s.T};
+}
+// Where the document of token i of sample b starts (0 without documents).
+__device__ __forceinline__ int doc_start(const FlashShape& s, std::int64_t b, int i) {
+  return s.doc_pos ? int(documents(s, b).start(i)) : 0;
+}
+
 // Whether any query may attend key j of sample b: inside the sequence and not padding.
 __device__ __forceinline__ bool key_kept(const FlashShape& s, std::int64_t b, int j) {
   return j < s.T && (s.key_mask == nullptr || s.key_mask[b * s.T + j] != 0);
 }
 
+// Key j of sample b as the tensor-core kernels keep it per tile: its document's start where a
+// query may attend it, -1 where none may. Query i attends it where the tag equals doc_start(i)
+// (and the causal mask allows).
+__device__ __forceinline__ int key_tag(const FlashShape& s, std::int64_t b, int j) {
+  return key_kept(s, b, j) ? doc_start(s, b, j) : -1;
+}
+
 // Whether query i of sample b attends key j (the masks of ops/attention.h).
 __device__ __forceinline__ bool attends(const FlashShape& s, std::int64_t b, int i, int j) {
-  return key_kept(s, b, j) && (!s.causal || j <= i);
-}
-
-// How many tiles of `tile` keys the queries [i0, i0 + rows) look at: causal attention ends at
-// the diagonal, so the tiles wholly above it are never visited.
-__host__ __device__ __forceinline__ int key_tiles_for(const FlashShape& s, int i0, int rows, int tile) {
-  const int end = s.causal && i0 + rows < s.T ? i0 + rows : s.T;
-  return (end + tile - 1) / tile;
-}
-
-// The first tile of `tile` queries that attends any key at or after j0 (causal: queries i >= j0).
-__host__ __device__ __forceinline__ int first_query_tile(const FlashShape& s, int j0, int tile) {
-  return s.causal ? j0 / tile : 0;
+  return key_kept(s, b, j) && (!s.causal || j <= i) &&
+         (s.doc_pos == nullptr || doc_start(s, b, i) == doc_start(s, b, j));
 }
 
 __host__ __device__ __forceinline__ int tiles_of(int n, int tile) { return (n + tile - 1) / tile; }
+
+// Tiles [first, end) of `tile` rows.
+struct TileRange {
+  int first, end;
+};
+
+// The tiles of `tile` keys the queries [i0, i0 + rows) of sample b look at: from the first
+// query's document to the last query's key under the causal mask (or its document's end), so
+// the tiles wholly above the diagonal or outside the queries' documents are never visited.
+__device__ __forceinline__ TileRange key_tiles_for(const FlashShape& s, std::int64_t b, int i0, int rows, int tile) {
+  const int last = (i0 + rows < s.T ? i0 + rows : s.T) - 1;
+  const int end = s.causal ? last + 1 : s.doc_pos ? int(documents(s, b).end(last)) : s.T;
+  return {doc_start(s, b, i0) / tile, tiles_of(end, tile)};
+}
+
+// The tiles of `tile` queries that attend any key of [j0, j0 + rows) of sample b: from the first
+// key (causal) or its document's start, to the last key's document's end.
+__device__ __forceinline__ TileRange query_tiles_for(const FlashShape& s, std::int64_t b, int j0, int rows, int tile) {
+  const int last = (j0 + rows < s.T ? j0 + rows : s.T) - 1;
+  const int first = s.causal ? j0 : doc_start(s, b, j0);
+  const int end = s.doc_pos ? int(documents(s, b).end(last)) : s.T;
+  return {first / tile, tiles_of(end, tile)};
+}
 
 // A block's (sample, head) pair bh = b H + h (b Hkv + g for a kv head) and its tile. Blocks are
 // numbered tile-major, so the first wave holds every pair's costliest tiles: with causal

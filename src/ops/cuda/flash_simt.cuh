@@ -101,8 +101,8 @@ __global__ void __launch_bounds__(kSimtThreads)
     row_max[r] = -INFINITY;
     row_sum[r] = 0.0f;
   }
-  const int key_tiles = key_tiles_for(s, i0, tile, tile);
-  for (int n = 0; n < key_tiles; ++n) {
+  const TileRange key_tiles = key_tiles_for(s, b, i0, tile, tile);
+  for (int n = key_tiles.first; n < key_tiles.end; ++n) {
     const int j0 = n * tile;
     __syncthreads();  // the previous tile's readers of ks, vs and ss are done
     stage_rows(ks, pad, k, ld, j0, st, s.T);
@@ -186,7 +186,8 @@ __global__ void __launch_bounds__(kSimtThreads)
 
   const T* sample = qkv + qkv_row(s, b, 0);
   const std::int64_t ld = s.ld;
-  const int first = first_query_tile(s, j0, tile), per_head = tiles - first, steps = per_head * (s.H / s.Hkv);
+  const TileRange query_tiles = query_tiles_for(s, b, j0, tile, tile);
+  const int first = query_tiles.first, per_head = query_tiles.end - first, steps = per_head * (s.H / s.Hkv);
 
   stage_rows(ks, pad, sample + key_col(s, g), ld, j0, st, s.T);
   stage_rows(vs, pad, sample + value_col(s, g), ld, j0, st, s.T);
@@ -266,8 +267,8 @@ __global__ void __launch_bounds__(kSimtThreads)
     delta_s[r] = in ? delta[bt.bh * s.T + i0 + r] : 0.0f;
   }
   for (int e = threadIdx.x; e < st.dense(); e += kSimtThreads) dqs[e] = 0.0f;
-  const int key_tiles = key_tiles_for(s, i0, tile, tile);
-  for (int n = 0; n < key_tiles; ++n) {
+  const TileRange key_tiles = key_tiles_for(s, b, i0, tile, tile);
+  for (int n = key_tiles.first; n < key_tiles.end; ++n) {
     const int j0 = n * tile;
     __syncthreads();  // the previous tile's readers of ks, vs and dss are done
     stage_rows(ks, pad, k, ld, j0, st, s.T);

@@ -41,10 +41,11 @@ struct TcTiles {
   // Backward's inner step along the streamed tile: 64 for hd <= 64, 32 above, so the score and
   // score-gradient accumulators (kStep / 2 floats each) fit in registers beside dK, dV or dQ.
   static constexpr int kStep = kHd <= 64 ? 64 : 32;
-  // Dynamic shared memory: forward q + 2 k + 2 v tiles and 2 x 64 key flags; dK / dV k, v, 2 q,
-  // 2 dO tiles and 2 x 64 lse and D; dQ q, dO, 2 k, 2 v tiles and 2 x 64 key flags.
+  // Dynamic shared memory: forward q + 2 k + 2 v tiles and 2 x 64 key tags; dK / dV k, v, 2 q,
+  // 2 dO tiles and 2 x 64 lse, D and query document starts; dQ q, dO, 2 k, 2 v tiles and 2 x 64
+  // key tags.
   static constexpr int kForwardBytes = 5 * kTileElems * 2 + 2 * kTcRows * 4;
-  static constexpr int kKeyGradsBytes = 6 * kTileElems * 2 + 4 * kTcRows * 4;
+  static constexpr int kKeyGradsBytes = 6 * kTileElems * 2 + 6 * kTcRows * 4;
   static constexpr int kQueryGradsBytes = 6 * kTileElems * 2 + 2 * kTcRows * 4;
 };
 
@@ -185,21 +186,20 @@ __device__ __forceinline__ void store_warp_rows(T* dst, std::int64_t ld, T* rows
 
 // ---- kernels ----
 
-// The key loop of forward and dQ: tile n's keys and values are in buffer n & 1 of ks and vs.
-// Starts the copies of tile n + 1's into the other buffer (when there is one), waits for tile n's,
-// and returns this thread's key_kept of tile n + 1, which the caller stores after tile n's
-// products so that its load's latency hides behind them.
+// The key loop of forward and dQ: the tile at key j0 has its keys and values in buffer `buf` of
+// ks and vs. Starts the copies of the next tile's into the other buffer (when there is one),
+// waits for this tile's, and returns this thread's key_tag of the next tile, which the caller
+// stores after this tile's products so that its load's latency hides behind them.
 template <int kHd, class T>
 __device__ __forceinline__ int next_key_tile(T* ks, T* vs, const T* k, const T* v, std::int64_t ld,
-                                             const FlashShape& s, std::int64_t b, int n, int key_tiles) {
+                                             const FlashShape& s, std::int64_t b, int buf, int j0, bool next) {
   using Tiles = TcTiles<kHd>;
-  const int buf = n & 1, j0 = n * kTcRows;
-  int next_kept = 0;
-  if (n + 1 < key_tiles) {
+  int next_kept = -1;
+  if (next) {
     load_tile_async<kHd>(ks + (buf ^ 1) * Tiles::kTileElems, k, ld, j0 + kTcRows, s.T);
     load_tile_async<kHd>(vs + (buf ^ 1) * Tiles::kTileElems, v, ld, j0 + kTcRows, s.T);
     copy_async_commit();
-    if (threadIdx.x < kTcRows) next_kept = key_kept(s, b, j0 + kTcRows + threadIdx.x);
+    if (threadIdx.x < kTcRows) next_kept = key_tag(s, b, j0 + kTcRows + threadIdx.x);
     copy_async_wait<1>();
   } else {
     copy_async_wait<0>();
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kTcThreads)
   T* qs = reinterpret_cast<T*>(flash_shared_memory());
   T* ks = qs + Tiles::kTileElems;      // [2] tiles
   T* vs = ks + 2 * Tiles::kTileElems;  // [2] tiles
-  int* kept = reinterpret_cast<int*>(vs + 2 * Tiles::kTileElems);  // [2][64] key_kept of each key tile
+  int* kept = reinterpret_cast<int*>(vs + 2 * Tiles::kTileElems);  // [2][64] key_tag of each key tile
 
   const BlockTile bt = block_tile(pairs, tiles_of(s.T, kTcRows), true);
   const std::int64_t b = bt.bh / s.H, h = bt.bh % s.H;
@@ -228,23 +228,30 @@ __global__ void __launch_bounds__(kTcThreads)
   const T* k = sample + key_col(s, kv_head_of(h, s.Hkv));
   const T* v = sample + value_col(s, kv_head_of(h, s.Hkv));
   const std::int64_t ld = s.ld;
-  const int key_tiles = key_tiles_for(s, i0, kTcRows, kTcRows);
+  const TileRange key_tiles = key_tiles_for(s, b, i0, kTcRows, kTcRows);
+  const int j_first = key_tiles.first * kTcRows;
 
   load_tile_async<kHd>(qs, q, ld, i0, s.T);
-  load_tile_async<kHd>(ks, k, ld, 0, s.T);
-  load_tile_async<kHd>(vs, v, ld, 0, s.T);
+  load_tile_async<kHd>(ks, k, ld, j_first, s.T);
+  load_tile_async<kHd>(vs, v, ld, j_first, s.T);
   copy_async_commit();
-  if (threadIdx.x < kTcRows) kept[threadIdx.x] = key_kept(s, b, threadIdx.x);
+  if (threadIdx.x < kTcRows) kept[threadIdx.x] = key_tag(s, b, j_first + threadIdx.x);
+  int row_doc[2];  // this thread's queries' (rows g, g + 8) document starts
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = i0 + warp * 16 + g + 8 * half;
+    row_doc[half] = i < s.T ? doc_start(s, b, i) : 0;
+  }
 
   std::uint32_t qa[kHd / 16][4];  // the warp's queries as A fragments, loaded once
   float o[kHd / 8][4] = {};  // unnormalised output rows g, g + 8
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   const float scale_log2 = s.scale * kLog2e;
-  for (int n = 0; n < key_tiles; ++n) {
-    const int buf = n & 1, j0 = n * kTcRows;
-    const bool prefetch = n + 1 < key_tiles;
-    const int next_kept = next_key_tile<kHd>(ks, vs, k, v, ld, s, b, n, key_tiles);
-    if (n == 0)
+  for (int n = key_tiles.first; n < key_tiles.end; ++n) {
+    const int buf = (n - key_tiles.first) & 1, j0 = n * kTcRows;
+    const bool prefetch = n + 1 < key_tiles.end;
+    const int next_kept = next_key_tile<kHd>(ks, vs, k, v, ld, s, b, buf, j0, prefetch);
+    if (n == key_tiles.first)
 #pragma unroll
       for (int kk = 0; kk < kHd / 16; ++kk) load_a<kHd>(qa[kk], qs, warp * 16, kk * 16, lane);
 
@@ -260,15 +267,16 @@ __global__ void __launch_bounds__(kTcThreads)
         mma_16x8x16<T>(sc[2 * np], qa[kk], kb[0], kb[1]);
         mma_16x8x16<T>(sc[2 * np + 1], qa[kk], kb[2], kb[3]);
       }
-    // Masks only where the tile needs them: past the sequence end, padding, or across the diagonal.
-    if (j0 + kTcRows > s.T || s.key_mask != nullptr || (s.causal && j0 + kTcRows - 1 > i0)) {
+    // Masks only where the tile needs them: past the sequence end, padding, documents, or across
+    // the diagonal.
+    if (j0 + kTcRows > s.T || s.key_mask != nullptr || s.doc_pos != nullptr || (s.causal && j0 + kTcRows - 1 > i0)) {
       const int* kt_kept = kept + buf * kTcRows;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = nt * 8 + 2 * t + e % 2, i = i0 + warp * 16 + g + 8 * (e / 2);
-          if (!kt_kept[c] || (s.causal && j0 + c > i)) sc[nt][e] = -INFINITY;
+          if (kt_kept[c] != row_doc[e / 2] || (s.causal && j0 + c > i)) sc[nt][e] = -INFINITY;
         }
     }
     online_softmax_step<kHd>(sc, row_max, row_sum, o, scale_log2);
@@ -314,6 +322,7 @@ __global__ void __launch_bounds__(kTcThreads)
   T* gs = qs + 2 * Tiles::kTileElems;  // [2] tiles of dO
   float* lse_s = reinterpret_cast<float*>(gs + 2 * Tiles::kTileElems);  // [2][64] lse * log2(e)
   float* delta_s = lse_s + 2 * kTcRows;                                  // [2][64]
+  int* doc_s = reinterpret_cast<int*>(delta_s + 2 * kTcRows);            // [2][64] query document starts
 
   const int tiles = tiles_of(s.T, kTcRows);
   const BlockTile bt = block_tile(pairs, tiles, false);
@@ -322,7 +331,8 @@ __global__ void __launch_bounds__(kTcThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const T* sample = qkv + qkv_row(s, b, 0);
   const std::int64_t ld = s.ld;
-  const int first = first_query_tile(s, j0, kTcRows), per_head = tiles - first, count = per_head * (s.H / s.Hkv);
+  const TileRange query_tiles = query_tiles_for(s, b, j0, kTcRows, kTcRows);
+  const int first = query_tiles.first, per_head = query_tiles.end - first, count = per_head * (s.H / s.Hkv);
 
   const QueryStep<T> step0 = query_step(s, qkv, dy, lse, delta, b, kv, first, per_head, 0, kTcRows);
   load_tile_async<kHd>(ks, sample + key_col(s, kv), ld, j0, s.T);
@@ -335,10 +345,11 @@ __global__ void __launch_bounds__(kTcThreads)
     const int i = step0.i0 + threadIdx.x;
     lse_s[threadIdx.x] = i < s.T ? step0.lse[i] * kLog2e : INFINITY;
     delta_s[threadIdx.x] = i < s.T ? step0.delta[i] : 0.0f;
+    doc_s[threadIdx.x] = i < s.T ? doc_start(s, b, i) : 0;
   }
-  bool kept[2];  // this thread's keys (rows g, g + 8)
+  int kept[2];  // this thread's keys' (rows g, g + 8) key_tag
 #pragma unroll
-  for (int half = 0; half < 2; ++half) kept[half] = key_kept(s, b, j0 + warp * 16 + g + 8 * half);
+  for (int half = 0; half < 2; ++half) kept[half] = key_tag(s, b, j0 + warp * 16 + g + 8 * half);
 
   float dk[kHd / 8][4] = {}, dv[kHd / 8][4] = {};
   const float scale_log2 = s.scale * kLog2e;
@@ -346,6 +357,7 @@ __global__ void __launch_bounds__(kTcThreads)
     const int buf = m & 1, i0 = (first + m % per_head) * kTcRows;
     const bool prefetch = m + 1 < count;
     float next_lse = INFINITY, next_delta = 0.0f;
+    int next_doc = 0;
     if (prefetch) {
       // The next step: the next query tile of this head, or the first of the group's next head.
       const QueryStep<T> next = query_step(s, qkv, dy, lse, delta, b, kv, first, per_head, m + 1, kTcRows);
@@ -356,6 +368,7 @@ __global__ void __launch_bounds__(kTcThreads)
       if (threadIdx.x < kTcRows && i < s.T) {
         next_lse = next.lse[i] * kLog2e;
         next_delta = next.delta[i];
+        next_doc = doc_start(s, b, i);
       }
       copy_async_wait<1>();
     } else {
@@ -366,6 +379,7 @@ __global__ void __launch_bounds__(kTcThreads)
     const T* gt = gs + buf * Tiles::kTileElems;
     const float* lse_t = lse_s + buf * kTcRows;
     const float* delta_t = delta_s + buf * kTcRows;
+    const int* doc_t = doc_s + buf * kTcRows;
     const bool diagonal = s.causal && j0 + kTcRows - 1 > i0;  // some key of the tile follows some query
 
     for (int q0 = 0; q0 < kTcRows; q0 += kStep) {
@@ -380,7 +394,7 @@ __global__ void __launch_bounds__(kTcThreads)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = q0 + nt * 8 + 2 * t + e % 2, j = j0 + warp * 16 + g + 8 * (e / 2);
-          const bool visible = kept[e / 2] && !(diagonal && j > i0 + c);
+          const bool visible = kept[e / 2] == doc_t[c] && !(diagonal && j > i0 + c);
           const float p = visible ? exp2f(fmaf(st[nt][e], scale_log2, -lse_t[c])) : 0.0f;
           st[nt][e] = p;
           dpt[nt][e] = p * (dpt[nt][e] - delta_t[c]);
@@ -392,6 +406,7 @@ __global__ void __launch_bounds__(kTcThreads)
     if (prefetch && threadIdx.x < kTcRows) {
       lse_s[(buf ^ 1) * kTcRows + threadIdx.x] = next_lse;
       delta_s[(buf ^ 1) * kTcRows + threadIdx.x] = next_delta;
+      doc_s[(buf ^ 1) * kTcRows + threadIdx.x] = next_doc;
     }
     __syncthreads();  // everyone is done with buffer `buf` before the next prefetch refills it
   }
@@ -416,7 +431,7 @@ __global__ void __launch_bounds__(kTcThreads)
   T* gs = qs + Tiles::kTileElems;      // dO
   T* ks = gs + Tiles::kTileElems;      // [2] tiles
   T* vs = ks + 2 * Tiles::kTileElems;  // [2] tiles
-  int* kept = reinterpret_cast<int*>(vs + 2 * Tiles::kTileElems);  // [2][64] key_kept of each key tile
+  int* kept = reinterpret_cast<int*>(vs + 2 * Tiles::kTileElems);  // [2][64] key_tag of each key tile
 
   const BlockTile bt = block_tile(pairs, tiles_of(s.T, kTcRows), true);
   const std::int64_t b = bt.bh / s.H, h = bt.bh % s.H;
@@ -427,34 +442,39 @@ __global__ void __launch_bounds__(kTcThreads)
   const T* k = sample + key_col(s, kv_head_of(h, s.Hkv));
   const T* v = sample + value_col(s, kv_head_of(h, s.Hkv));
   const std::int64_t ld = s.ld;
-  const int key_tiles = key_tiles_for(s, i0, kTcRows, kTcRows);
+  const TileRange key_tiles = key_tiles_for(s, b, i0, kTcRows, kTcRows);
+  const int j_first = key_tiles.first * kTcRows;
 
   load_tile_async<kHd>(qs, q, ld, i0, s.T);
   load_tile_async<kHd>(gs, dy + out_row(s, b, 0) + out_col(s, h), s.C, i0, s.T);
-  load_tile_async<kHd>(ks, k, ld, 0, s.T);
-  load_tile_async<kHd>(vs, v, ld, 0, s.T);
+  load_tile_async<kHd>(ks, k, ld, j_first, s.T);
+  load_tile_async<kHd>(vs, v, ld, j_first, s.T);
   copy_async_commit();
-  if (threadIdx.x < kTcRows) kept[threadIdx.x] = key_kept(s, b, threadIdx.x);
-  // This thread's queries (rows g, g + 8): lse * log2(e) and D; past the sequence, p = 0.
+  if (threadIdx.x < kTcRows) kept[threadIdx.x] = key_tag(s, b, j_first + threadIdx.x);
+  // This thread's queries (rows g, g + 8): lse * log2(e), D and document start; past the
+  // sequence, p = 0.
   float row_lse[2], row_delta[2];
+  int row_doc[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int i = i0 + warp * 16 + g + 8 * half;
     row_lse[half] = i < s.T ? lse[bt.bh * s.T + i] * kLog2e : INFINITY;
     row_delta[half] = i < s.T ? delta[bt.bh * s.T + i] : 0.0f;
+    row_doc[half] = i < s.T ? doc_start(s, b, i) : 0;
   }
 
   float dq[kHd / 8][4] = {};
   const float scale_log2 = s.scale * kLog2e;
-  for (int n = 0; n < key_tiles; ++n) {
-    const int buf = n & 1, j0 = n * kTcRows;
-    const bool prefetch = n + 1 < key_tiles;
-    const int next_kept = next_key_tile<kHd>(ks, vs, k, v, ld, s, b, n, key_tiles);
+  for (int n = key_tiles.first; n < key_tiles.end; ++n) {
+    const int buf = (n - key_tiles.first) & 1, j0 = n * kTcRows;
+    const bool prefetch = n + 1 < key_tiles.end;
+    const int next_kept = next_key_tile<kHd>(ks, vs, k, v, ld, s, b, buf, j0, prefetch);
     const T* kt = ks + buf * Tiles::kTileElems;
     const int* kt_kept = kept + buf * kTcRows;
     // Keys past the sequence are masked too: their zero rows give p = exp(-lse), harmless times a
     // zero k row unless it overflows to inf (and inf * 0 is NaN).
-    const bool masked = j0 + kTcRows > s.T || s.key_mask != nullptr || (s.causal && j0 + kTcRows - 1 > i0);
+    const bool masked = j0 + kTcRows > s.T || s.key_mask != nullptr || s.doc_pos != nullptr ||
+                        (s.causal && j0 + kTcRows - 1 > i0);
 
     for (int k0 = 0; k0 < kTcRows; k0 += kStep) {
       // S = Q K^T and dP = dO V^T for the warp's 16 queries x kStep keys
@@ -467,7 +487,7 @@ __global__ void __launch_bounds__(kTcThreads)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = k0 + nt * 8 + 2 * t + e % 2, i = i0 + warp * 16 + g + 8 * (e / 2);
-          const bool visible = !masked || (kt_kept[c] && !(s.causal && j0 + c > i));
+          const bool visible = !masked || (kt_kept[c] == row_doc[e / 2] && !(s.causal && j0 + c > i));
           const float p = visible ? exp2f(fmaf(sc[nt][e], scale_log2, -row_lse[e / 2])) : 0.0f;
           dp[nt][e] = p * (dp[nt][e] - row_delta[e / 2]);
         }

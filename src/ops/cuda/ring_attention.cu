@@ -30,7 +30,18 @@ struct Block {
   const std::int32_t* key_mask;     // [B, mask_T] or null
   std::int64_t mask_T, first_query;
   bool causal;
+  const std::int32_t* doc_pos;      // [B, doc_T] positions in documents, or null
+  std::int64_t doc_T;
 };
+
+__device__ __forceinline__ Documents documents(const Block& k, std::int64_t b) {
+  return k.doc_pos ? Documents{k.doc_pos + b * k.doc_T, k.doc_T} : Documents{};
+}
+
+// Query i's keys of the block (ops/ring_attention.h).
+__device__ __forceinline__ KeySpan keys_of(const Block& k, std::int64_t b, std::int64_t i) {
+  return visible_keys(k.causal, documents(k, b), k.first_query, k.first_key, k.Tk, i);
+}
 
 __device__ __forceinline__ bool real_key(const Block& k, std::int64_t b, std::int64_t j) {
   return k.key_mask == nullptr || k.key_mask[b * k.mask_T + k.first_key + j] != 0;
@@ -71,11 +82,11 @@ __global__ void forward_kernel(State st, RowsView<const float> q, Block k, Dims 
   const float* qi = q.at(w.b, w.i) + d.query_offset(w.h);
   float* out = st.y.at(w.b, w.i) + d.output_offset(w.h);
   float *pm = st.lse.at(w.b, w.h) + w.i, *pl = st.sum.at(w.b, w.h) + w.i;
-  const std::int64_t n = visible_keys(k.causal, k.first_query, k.first_key, k.Tk, w.i);
+  const KeySpan keys = keys_of(k, w.b, w.i);
   float acc[kPerLane];
   for (int c = 0; c < kPerLane; ++c) acc[c] = lane + 32 * c < d.hd ? out[lane + 32 * c] : 0.0f;
   float m = *pm, l = *pl;
-  for (std::int64_t j = 0; j < n; ++j) {
+  for (std::int64_t j = keys.lo; j < keys.hi; ++j) {
     if (!real_key(k, w.b, j)) continue;
     const float* row = k.kv.at(w.b, j);
     const float s = row_dot(qi, row + d.key_offset(w.h), d.hd, lane) * d.scale;
@@ -126,11 +137,11 @@ __global__ void query_grad_kernel(RowsView<float> dq, Queries qs, Block k, Dims 
   if (r >= d.B * d.H * d.Tq) return;
   const int lane = threadIdx.x % 32;
   const Row w = row_of(d, r);
-  const std::int64_t n = visible_keys(k.causal, k.first_query, k.first_key, k.Tk, w.i);
+  const KeySpan keys = keys_of(k, w.b, w.i);
   const float delta = delta_of(qs, d, w.b, w.h, w.i, lane);
   float* out = dq.at(w.b, w.i) + d.query_offset(w.h);
   float acc[kPerLane] = {};
-  for (std::int64_t j = 0; j < n; ++j) {
+  for (std::int64_t j = keys.lo; j < keys.hi; ++j) {
     if (!real_key(k, w.b, j)) continue;
     const float* row = k.kv.at(w.b, j);
     float p, ds;
@@ -144,7 +155,8 @@ __global__ void query_grad_kernel(RowsView<float> dq, Queries qs, Block k, Dims 
 }
 
 // A warp per (sample, kv head, key j): dk_j += scale sum dS q_i, dv_j += sum p dY_i over the kv
-// head's query heads and the queries that see key j.
+// head's query heads and the queries that see key j: a run of them (from the key itself under
+// the causal mask, inside the key's document).
 __global__ void key_value_grad_kernel(RowsView<float> dkv, Queries qs, Block k, Dims d) {
   const std::int64_t r = warp_index();
   if (r >= d.B * d.Hkv * k.Tk) return;
@@ -153,12 +165,14 @@ __global__ void key_value_grad_kernel(RowsView<float> dkv, Queries qs, Block k, 
   if (!real_key(k, b, j)) return;
   const float* row = k.kv.at(b, j);
   float dk[kPerLane] = {}, dv[kPerLane] = {};
-  // Queries that see key j: from the first whose global position reaches it, under the causal mask.
-  std::int64_t first = 0;
-  if (k.causal) first = k.first_key + j - k.first_query < 0 ? 0 : k.first_key + j - k.first_query;
+  const Documents docs = documents(k, b);
+  const std::int64_t key = k.first_key + j, key_doc = docs.start(key);
+  std::int64_t first = (k.causal ? key : key_doc) - k.first_query;
+  first = first < 0 ? 0 : first;
   for (std::int64_t t = 0; t < d.group(); ++t) {
     const std::int64_t h = query_head_of(g, t, d.Hkv);
     for (std::int64_t i = first; i < d.Tq; ++i) {
+      if (docs.start(k.first_query + i) != key_doc) break;  // the queries past the key's document
       float p, ds;
       probs_at(p, ds, qs, d, b, h, i, row, delta_of(qs, d, b, h, i, lane), lane);
       const float* qi = qs.q.at(b, i) + d.query_offset(h);
@@ -185,7 +199,8 @@ void check_head_width(const Dims& d) {
 Block block_of(const Tensor& kv, std::int64_t first_key, const RingAttentionOptions& opt) {
   return {rows_view<const float>(kv), kv.dim(1), first_key,
           opt.key_mask ? ptr<const std::int32_t>(*opt.key_mask) : nullptr, opt.key_mask ? opt.key_mask->dim(1) : 0,
-          opt.first_query, opt.causal};
+          opt.first_query, opt.causal, opt.doc_positions ? ptr<const std::int32_t>(*opt.doc_positions) : nullptr,
+          opt.doc_positions ? opt.doc_positions->dim(1) : 0};
 }
 
 unsigned warp_blocks(std::int64_t warps) { return unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock); }
@@ -198,7 +213,7 @@ void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q
   check_head_width(d);
   const Block k = block_of(kv, first_key, opt);
   const std::int64_t rows = d.B * d.H * d.Tq;
-  if (rows == 0 || visible_keys(opt.causal, opt.first_query, first_key, k.Tk, d.Tq - 1) == 0) return;
+  if (rows == 0 || visible_keys(opt.causal, Documents{}, opt.first_query, first_key, k.Tk, d.Tq - 1).empty()) return;
   const State st{rows_view<float>(y), rows_view<float>(lse), rows_view<float>(sum)};
   forward_kernel<<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, compute_stream()>>>(st, rows_view<const float>(q), k, d);
   TIDAL_CUDA_CHECK_LAUNCH("ring_attention forward_kernel");
@@ -221,7 +236,9 @@ void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Ten
   check_head_width(d);
   const Block k = block_of(kv, first_key, opt);
   const std::int64_t rows = d.B * d.H * d.Tq, keys = d.B * d.Hkv * k.Tk;
-  if (rows == 0 || keys == 0 || visible_keys(opt.causal, opt.first_query, first_key, k.Tk, d.Tq - 1) == 0) return;
+  if (rows == 0 || keys == 0 ||
+      visible_keys(opt.causal, Documents{}, opt.first_query, first_key, k.Tk, d.Tq - 1).empty())
+    return;
   const Queries qs{rows_view<const float>(q), rows_view<const float>(y), rows_view<const float>(dy),
                    rows_view<const float>(lse)};
   query_grad_kernel<<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, compute_stream()>>>(rows_view<float>(dq), qs, k, d);

@@ -14,18 +14,18 @@ constexpr int kThreads = 256;
 
 // ---- kernels ----
 
-// qkv: [rows, W], row r at position r % seq_len; its first `rotated_heads` heads of hd features
-// (the q heads, then the k heads) are rotated. cos, sin: [seq_len, half]. One thread per pair
-// (r, head, i < half); sign -1 rotates by -angle.
+// qkv: [rows, W], row r at position positions[r] (or r % seq_len without them); its first
+// `rotated_heads` heads of hd features (the q heads, then the k heads) are rotated. cos, sin:
+// [seq_len, half]. One thread per pair (r, head, i < half); sign -1 rotates by -angle.
 template <class T>
 __global__ void rotary_kernel(T* __restrict__ qkv, const float* __restrict__ cos, const float* __restrict__ sin,
-                              std::int64_t pairs, std::int64_t seq_len, std::int64_t W, std::int64_t rotated_heads,
-                              std::int64_t half, float sign) {
+                              const std::int32_t* __restrict__ positions, std::int64_t pairs, std::int64_t seq_len,
+                              std::int64_t W, std::int64_t rotated_heads, std::int64_t half, float sign) {
   TIDAL_CUDA_FOR(k, pairs) {
     const std::int64_t i = k % half;
     const std::int64_t head = (k / half) % rotated_heads;
     const std::int64_t r = k / (half * rotated_heads);
-    const std::int64_t t = r % seq_len;
+    const std::int64_t t = positions ? positions[r] : r % seq_len;
     T* x = qkv + r * W + head * 2 * half;
     const float a = load(x[i]), b = load(x[i + half]);
     const float c = cos[t * half + i], s = sign * sin[t * half + i];
@@ -47,7 +47,8 @@ void rotary_apply(Tensor& qkv, const Tensor& cos, const Tensor& sin, const Rotar
   const float sign = opt.inverse ? -1.0f : 1.0f;
   with_float_type(qkv.dtype(), [&]<class T>() {
     rotary_kernel<T><<<blocks_for(pairs, kThreads), kThreads, 0, compute_stream()>>>(
-        ptr<T>(qkv), ptr<float>(cos), ptr<float>(sin), pairs, l.seq_len, l.width, l.rotated_heads, l.half, sign);
+        ptr<T>(qkv), ptr<float>(cos), ptr<float>(sin), l.positions, pairs, l.seq_len, l.width, l.rotated_heads,
+        l.half, sign);
   });
   TIDAL_CUDA_CHECK_LAUNCH("rotary_kernel");
 }
