@@ -13,32 +13,31 @@ usage: bench/data_at_scale.py [--build build] [--gib 4] [--shards 32] [--steps 5
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
+import struct
 import subprocess
 import tempfile
 import time
 
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODEL = ["model.n_layer=2", "model.n_embd=128", "model.n_head=4", "model.seq_len=256", "model.vocab_size=50304",
+MODEL = ["model.n_layer=2", "model.n_embd=128", "model.n_head=4", "model.seq_len=256", "model.vocab_size=65536",
          "train.batch_size=8", "train.eval_every=0", "train.eval_batches=1", "data.kind=tokens"]
 
 
 def write_shards(directory, tokens, shards, seed):
-    """`shards` llm.c shards of uint16 tokens (random ids below 50257), `tokens` in all."""
+    """`shards` llm.c shards of uint16 tokens (random ids: any uint16, the model's vocabulary is
+    65536), `tokens` in all."""
     os.makedirs(directory, exist_ok=True)
-    rng = np.random.default_rng(seed)
+    rng = random.Random(seed)
     per = tokens // shards
     for k in range(shards):
-        header = np.zeros(256, dtype=np.int32)
-        header[:3] = (20240520, 1, per)
+        header = struct.pack("<3i", 20240520, 1, per) + bytes(4 * 253)
         with open(os.path.join(directory, f"train_{k:06d}.bin"), "wb") as f:
-            f.write(header.tobytes())
+            f.write(header)
             for at in range(0, per, 1 << 24):  # 16M tokens a write
-                n = min(1 << 24, per - at)
-                f.write(rng.integers(0, 50257, size=n, dtype=np.uint16).tobytes())
+                f.write(rng.randbytes(2 * min(1 << 24, per - at)))
     return per * shards
 
 
