@@ -19,7 +19,8 @@
 //
 //   mpirun -np 4 bench_pipeline [--verify]
 #include "comm/mpi_runtime.h"
-#include "data/dataset.h"
+#include "config/options.h"
+#include "data/data_options.h"
 #include "models/factory.h"
 #include "nn/cross_entropy_loss.h"
 #include "nn/parallel_layers.h"
@@ -74,7 +75,7 @@ double stat(const parallel::ParallelContext& pc, const char* group, const char* 
 
 Run run(comm::MpiRuntime& mpi, comm::Communicator& world, const config::Config& cfg, pipeline::ScheduleKind kind,
         int chunks, bool scatter_gather) {
-  parallel::ParallelContext pc(cfg, &mpi);
+  parallel::ParallelContext pc(config::context_options(cfg), &mpi);
   const auto layers = nn::make_layers(pc);
   auto model = models::make_model(cfg.model, {}, *layers);
   pipeline::PipelineOptions options;
@@ -83,7 +84,7 @@ Run run(comm::MpiRuntime& mpi, comm::Communicator& world, const config::Config& 
   options.scatter_gather = scatter_gather;
   pipeline::PipelineEngine engine(*model, pc, options);
   engine.materialize(7);
-  auto dataset = data::make_dataset(cfg);
+  auto dataset = data::make_dataset(config::data_options(cfg));
   HostAllocator activations;
   nn::Runner runner;
   Run out;

@@ -23,6 +23,7 @@
 //
 //   mpirun -np 4 bench_sequence_parallel [--cap-gib 40] [--verify] [--selective] [--loss-chunks K]
 #include "comm/mpi_runtime.h"
+#include "config/options.h"
 #include "models/factory.h"
 #include "nn/parallel_layers.h"
 #include "nn/runner.h"
@@ -129,7 +130,7 @@ int loss_chunks = 1;     // --loss-chunks
 Measurement measure(comm::MpiRuntime& mpi, comm::Communicator& world, const Layout& l, std::int64_t B,
                     std::int64_t T, std::size_t activation_cap = 0) {
   const config::Config cfg = bert_base(l, T, B);
-  parallel::ParallelContext pc(cfg, &mpi);
+  parallel::ParallelContext pc(config::context_options(cfg), &mpi);
   const std::size_t before = host_allocator().current_bytes();
   Measurement out;
   {

@@ -20,6 +20,7 @@
 //    at a fixed batch up to 8192, with each mode's ratio to 1D.
 //
 //   mpirun -np 4 bench_tensor_parallel [--quick]
+#include "config/options.h"
 #include "nn/parallel_layers.h"
 #include "nn/runner.h"
 #include "parallel/context.h"
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
   }
   for (const Mode& m : modes) {
     config::Config cfg = config_for(m, n, h);
-    parallel::ParallelContext pc(cfg, &mpi);
+    parallel::ParallelContext pc(config::context_options(cfg), &mpi);
     auto f = nn::make_layers(pc, {.keep_gathered = m.keep_gathered});
     auto lin = f->output_linear(h, h, false, nn::ParameterInit::normal(0.02f));
     lin->assign_names("fc");
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
     std::vector<double> peaks;
     for (const Mode& m : modes) {
       config::Config cfg = config_for(m, n, pt.hidden);
-      parallel::ParallelContext pc(cfg, &mpi);
+      parallel::ParallelContext pc(config::context_options(cfg), &mpi);
       auto f = nn::make_layers(pc, {.keep_gathered = m.keep_gathered});
       const Tensor x = split_input(*f, Tensor::full({pt.batch, kSeq, pt.hidden}, 0.5f));
       host_allocator().reset_peak();

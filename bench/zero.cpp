@@ -24,7 +24,8 @@
 //
 //   mpirun -np 4 bench_zero [--verify]
 #include "comm/mpi_runtime.h"
-#include "data/dataset.h"
+#include "config/options.h"
+#include "data/data_options.h"
 #include "memory/chunk_manager.h"
 #include "models/factory.h"
 #include "nn/runner.h"
@@ -73,7 +74,7 @@ struct Result {
 
 Result run(comm::MpiRuntime& mpi, int stage, memory::ChunkFetch fetch) {
   const config::Config cfg = gpt(mpi.world_size());
-  parallel::ParallelContext pc(cfg, &mpi);
+  parallel::ParallelContext pc(config::context_options(cfg), &mpi);
   comm::Communicator& group = pc.group(parallel::GroupKind::data);
   const int N = group.size(), rank = group.rank();
   auto model = models::make_model(cfg.model);
@@ -87,7 +88,7 @@ Result run(comm::MpiRuntime& mpi, int stage, memory::ChunkFetch fetch) {
                                .fetch = fetch},
                               param_memory,
                               optimizer_memory);
-  auto dataset = data::make_dataset(cfg);
+  auto dataset = data::make_dataset(config::data_options(cfg));
   nn::Runner runner;
   runner.add_hooks(&chunks);
   const ops::AdamWOptions adam{.lr = 1e-3f, .grad_scale = 1024.0f};

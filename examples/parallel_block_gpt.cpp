@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
       if (arg == "--metrics" && i + 1 < argc) metrics = argv[++i];
       else overrides.push_back(arg);
     }
-    tidal::models::register_model("parallel_gpt", tidal::config::ModelTask::causal_lm,
+    tidal::models::register_model("parallel_gpt", tidal::models::ModelTask::causal_lm,
                                   [](const tidal::models::ModelBuild& b) { return std::make_unique<ParallelGpt>(b); });
     overrides.insert(overrides.begin(), "model.type=parallel_gpt");
     const tidal::config::Config cfg = tidal::config::load_config("", overrides);

@@ -1,7 +1,7 @@
 #include "cli/checkpoint_command.h"
 
+#include "core/bytes.h"
 #include "engine/checkpoint/inspect.h"
-#include "engine/progress.h"
 
 #include <fmt/format.h>
 
@@ -43,7 +43,7 @@ void run_checkpoint_command(const CheckpointCommand& cmd) {
   }
   const std::uint64_t bytes = engine::consolidate_checkpoint(cmd.checkpoint, cmd.out);
   fmt::print("consolidated {} into {}: model.safetensors and optimizer.safetensors, {}\n", cmd.checkpoint, cmd.out,
-             engine::human_bytes(bytes));
+             human_bytes(bytes));
 }
 
 }  // namespace tidal::cli

@@ -1,8 +1,8 @@
 #include "cli/export_command.h"
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "engine/hf_checkpoint.h"
-#include "engine/progress.h"
 
 #if TIDAL_MPI
 #include "comm/mpi_runtime.h"
@@ -52,11 +52,11 @@ void run_export_command(const ExportCommand& cmd, engine::Launch& launch) {
                                    std::uint64_t(cmd.max_shard_gb * double(std::uint64_t(1) << 30)), world.get());
   if (!launch.is_main()) return;
   fmt::print("exported {} as {}: {} tensors, {} in {} file{} + config.json\n", cmd.checkpoint, r.architecture,
-             r.tensors, engine::human_bytes(r.bytes), r.files, r.files > 1 ? "s (with an index)" : "");
+             r.tensors, human_bytes(r.bytes), r.files, r.files > 1 ? "s (with an index)" : "");
   fmt::print("memory{}: {} for tensors and the buffer at the peak (the largest tensor {}); the process's peak "
              "resident memory {}\n",
-             world ? " on rank 0" : "", engine::human_bytes(r.peak_bytes), engine::human_bytes(r.largest_tensor_bytes),
-             engine::human_bytes(r.peak_rss_bytes));
+             world ? " on rank 0" : "", human_bytes(r.peak_bytes), human_bytes(r.largest_tensor_bytes),
+             human_bytes(r.peak_rss_bytes));
 }
 
 }  // namespace tidal::cli

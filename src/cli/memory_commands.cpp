@@ -1,10 +1,10 @@
 #include "cli/memory_commands.h"
 
+#include "core/bytes.h"
 #include "engine/chunk_search.h"
 #include "engine/memory_plan.h"
 #include "sim/cost_model.h"
 #include "sim/planner.h"
-#include "engine/progress.h"
 #include "engine/tide.h"
 
 #include <fmt/format.h>
@@ -120,9 +120,9 @@ void run_trace_command(const TraceCommand& cmd, engine::Launch& launch) {
     peak = std::max(peak, m["chunk_bytes"].get<std::int64_t>() + m["non_model_bytes"].get<std::int64_t>());
   fmt::print("{}warm-up of {}: {} moments, device peak {}, non-model peak {}, model data {}\nwrote {} and {}\n",
              ranks > 1 ? fmt::format("rank {}: ", rank) : "", tide["model"].get<std::string>(), tide["moments"].size(),
-             engine::human_bytes(std::uint64_t(peak)),
-             engine::human_bytes(tide["peak_non_model_bytes"].get<std::uint64_t>()),
-             engine::human_bytes(tide["model_data_bytes"].get<std::uint64_t>()), json_path, chart_path);
+             human_bytes(std::uint64_t(peak)),
+             human_bytes(tide["peak_non_model_bytes"].get<std::uint64_t>()),
+             human_bytes(tide["model_data_bytes"].get<std::uint64_t>()), json_path, chart_path);
 }
 
 namespace {
@@ -150,7 +150,7 @@ void run_cost_model(const PlanCommand& cmd) {
                              ? p.flops_per_step / p.time.total() / (cmd.world * hardware->peak_flops(cfg.train.precision))
                              : 0.0;
       fmt::print("{:>3}. {:<56} peak {:>10} (rank {}){}{}\n", k + 1, sim::layout_words(p.layout),
-                 engine::human_bytes(std::uint64_t(p.peak_bytes)), p.largest_rank,
+                 human_bytes(std::uint64_t(p.peak_bytes)), p.largest_rank,
                  hardware ? fmt::format("  step {:.4g} s{}, MFU {:.0f}%", p.time.total(),
                                         p.untimed.empty() ? "" : " (host AdamW not timed)", 100 * mfu)
                           : std::string(),

@@ -2,6 +2,7 @@
 
 #include "data/bpe_tokenizer.h"
 #include "engine/sampler.h"
+#include "models/factory.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -80,7 +81,7 @@ void run_sample_command(const SampleCommand& cmd) {
 
   const auto load_start = std::chrono::steady_clock::now();
   engine::InferenceModel m = engine::load_for_inference(cmd.model_dir);
-  engine::Sampler sampler(engine::make_decoder(*m.model, m.config.model));
+  engine::Sampler sampler(models::make_decoder(*m.model, m.config.model));
   engine::check_prompt(prompt, sampler.vocab_size(), sampler.max_positions(),
                        cmd.prompt_ids.empty() ? "the prompt" : "--prompt-ids");
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();

@@ -1,9 +1,9 @@
 #include "cli/tokenize_command.h"
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "data/bpe_tokenizer.h"
 #include "data/tokenize_corpus.h"
-#include "engine/progress.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -99,7 +99,7 @@ void run_tokenize_command(const TokenizeCommand& cmd) {
     options.progress = [&](std::uint64_t done, std::uint64_t total, std::uint64_t tokens) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       fmt::print(stderr, "\r\033[Ktokenize: {} / {} ({:.0f}%), {:.1f} MB/s, {} tokens ({:.2f} M/s)",
-                 engine::human_bytes(done), engine::human_bytes(total),
+                 human_bytes(done), human_bytes(total),
                  total ? 100.0 * double(done) / double(total) : 100.0, mb_per_s(done, s), tokens,
                  s > 0 ? double(tokens) / s / 1e6 : 0.0);
       std::fflush(stderr);
@@ -116,7 +116,7 @@ void run_tokenize_command(const TokenizeCommand& cmd) {
   if (shown) {
     fmt::print(stderr, "\n");
   } else {
-    fmt::print(stderr, "tokenize: {} in {:.2f} s, {:.1f} MB/s\n", engine::human_bytes(r.bytes), r.seconds,
+    fmt::print(stderr, "tokenize: {} in {:.2f} s, {:.1f} MB/s\n", human_bytes(r.bytes), r.seconds,
                mb_per_s(r.bytes, r.seconds));
   }
   fmt::print("tokenized {} files, {} documents, {} bytes -> {} tokens in {:.2f} s ({:.1f} MB/s, {:.2f} M tokens/s, {} "

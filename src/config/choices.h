@@ -6,8 +6,10 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "data/data_kind.h"
 #include "memory/policies.h"
 #include "ops/gelu_form.h"
+#include "parallel/gpu_collectives.h"
 #include "parallel/sequence_mode.h"
 #include "parallel/tensor_mode.h"
 #include "pipeline/partition_by.h"
@@ -22,15 +24,14 @@
 
 namespace tidal::config {
 
-enum class DataKind { markov, tokens, indexed, text, images };  // data.kind
+using data::DataKind;  // data.kind
 enum class Recompute { none, blocks, every_k, selective };  // train.activation_checkpointing
 enum class ActivationOffload { none, host };           // train.activation_offload
 // train.on_nonfinite: a step whose loss or gradient is not finite ends the run, or is dropped.
 enum class OnNonfinite { stop, skip };
 // memory.offload: none, PatrickStar's chunks moving by tensor state, or ZeRO-Offload's static split.
 enum class Offload { none, chunk, static_split };
-// parallel.gpu_collectives: how a group's GPU tensors travel (comm/device_communicator.h).
-enum class GpuCollectives { automatic, nccl, staged };
+using parallel::GpuCollectives;  // parallel.gpu_collectives
 // A switch whose default depends on the run (checkpoint.async: on with more than one rank): a
 // TOML boolean, or "auto".
 enum class Toggle { automatic, on, off };
@@ -94,11 +95,7 @@ struct Names<parallel::SequenceMode> {
 };
 template <>
 struct Names<parallel::TensorMode> {
-  static constexpr std::pair<parallel::TensorMode, std::string_view> table[] = {
-      {parallel::TensorMode::d1, "1d"},
-      {parallel::TensorMode::d2, "2d"},
-      {parallel::TensorMode::d2p5, "2.5d"},
-      {parallel::TensorMode::d3, "3d"}};
+  static constexpr const auto& table = parallel::kTensorModeNames;
 };
 template <>
 struct Names<pipeline::ScheduleKind> {

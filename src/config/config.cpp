@@ -1,9 +1,9 @@
 #include "config/config.h"
 
 #include "config/hf_model.h"
-#include "config/model_types.h"
 #include "config/schema.h"
 #include "core/error.h"
+#include "models/registry.h"
 
 #include <toml++/toml.h>
 
@@ -109,7 +109,7 @@ void apply_override(Config& cfg, const std::string& text, SetBy& set_by) {
   const std::string name = text.substr(0, eq), raw = text.substr(eq + 1);
   const Key& key = lookup(name, "--set " + text);
   set_by[name] = "--set " + text;
-  // The value in TOML syntax (10, 3e-4, "gpt"); for a string key a bare word is the string.
+  // The value in TOML syntax (10, 3e-4, "cpu"); for a string key a bare word is the string.
   toml::table parsed;
   try {
     parsed = toml::parse("v = " + raw);
@@ -122,22 +122,19 @@ void apply_override(Config& cfg, const std::string& text, SetBy& set_by) {
   key.set(cfg, key.type == Key::Type::string && !node.is_string() ? Value(raw) : convert(key, node, "--set " + text));
 }
 
-void validate(const Config& c) {
-  const ModelConfig& m = c.model;
-  const std::optional<ModelTask> task = model_task(m.type);
-  TIDAL_CHECK(task.has_value(), "model.type = \"{}\" is not one of {} (a program of your own adds types with "
-              "models::register_model)", m.type, model_type_names());
-  const bool images = *task == ModelTask::image_classification;
+// [model]'s keys every family has, then the family's own (`family`).
+void validate_model(const ModelConfig& m, const models::Family& family) {
+  const bool images = family.task == models::ModelTask::image_classification;
   TIDAL_CHECK(m.n_layer >= 1 && m.n_head >= 1 && m.n_embd >= 1, "model.n_layer, model.n_head and model.n_embd must be >= 1");
   TIDAL_CHECK(m.n_embd % m.n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})", m.n_embd, m.n_head);
   TIDAL_CHECK(m.dropout >= 0.0 && m.dropout < 1.0, "model.dropout must be in [0, 1), got {}", m.dropout);
-  if (m.type == "vit") {
+  if (images) {
     TIDAL_CHECK(m.patch_size >= 1 && m.image_size % m.patch_size == 0,
                 "model.image_size ({}) must be a multiple of model.patch_size ({})", m.image_size, m.patch_size);
     TIDAL_CHECK(m.num_classes >= 2 && m.channels >= 1, "model.num_classes must be >= 2 and model.channels >= 1");
     TIDAL_CHECK(m.tie_embeddings,
-                "model.tie_embeddings = false unties an LM head from the token embedding, and model.type = \"vit\" has "
-                "neither: leave model.tie_embeddings unset");
+                "model.tie_embeddings = false unties an LM head from the token embedding, and model.type = \"{}\" has "
+                "neither: leave model.tie_embeddings unset", m.type);
   } else {
     TIDAL_CHECK(m.vocab_size >= 2, "model.vocab_size must be >= 2, got {}", m.vocab_size);
     TIDAL_CHECK(m.seq_len >= 2, "model.seq_len must be >= 2, got {}", m.seq_len);
@@ -146,35 +143,17 @@ void validate(const Config& c) {
                 "the sequences or leave model.max_positions at 0 (= model.seq_len)",
                 m.seq_len, m.max_positions);
   }
-  if (m.type == "llama") {
-    const int kv = m.n_kv_head ? m.n_kv_head : m.n_head;
-    TIDAL_CHECK(m.n_kv_head >= 0 && kv <= m.n_head && m.n_head % kv == 0,
-                "model.n_kv_head ({}) must divide model.n_head ({}): each key / value head serves an equal group of "
-                "query heads (0 = n_head, 1 = multi-query attention)",
-                m.n_kv_head, m.n_head);
-    TIDAL_CHECK((m.n_embd / m.n_head) % 2 == 0,
-                "rotary embeddings rotate pairs of features: the head size model.n_embd / model.n_head = {} must be "
-                "even",
-                m.n_embd / m.n_head);
-    TIDAL_CHECK(m.intermediate_size >= 0, "model.intermediate_size must be >= 0 (0 = Llama's own), got {}",
-                m.intermediate_size);
-    TIDAL_CHECK(m.rope_theta > 1, "model.rope_theta must be > 1 (Llama 2: 10000, Llama 3: 500000), got {}",
-                m.rope_theta);
-    TIDAL_CHECK(m.rope_scaling_factor == 0 ||
-                    (m.rope_scaling_factor >= 1 && m.rope_high_freq_factor > m.rope_low_freq_factor &&
-                     m.rope_original_max_positions > 0),
-                "model.rope_scaling_factor ({}) must be 0 (none) or >= 1, with model.rope_high_freq_factor ({}) > "
-                "model.rope_low_freq_factor ({}) and model.rope_original_max_positions > 0",
-                m.rope_scaling_factor, m.rope_high_freq_factor, m.rope_low_freq_factor);
-  } else {
-    TIDAL_CHECK(m.n_kv_head == 0 || m.n_kv_head == m.n_head,
-                "model.n_kv_head = {} asks for grouped-query attention, which model.type = \"{}\" does not have "
-                "(model.type = \"llama\" does): leave model.n_kv_head at 0",
-                m.n_kv_head, m.type);
-  }
+  TIDAL_CHECK(family.grouped_query || m.n_kv_head == 0 || m.n_kv_head == m.n_head,
+              "model.n_kv_head = {} asks for grouped-query attention, which model.type = \"{}\" does not have: leave "
+              "model.n_kv_head at 0",
+              m.n_kv_head, m.type);
+  if (family.validate) family.validate(m);  // the family's own keys
   TIDAL_CHECK(m.ln_eps >= 0.0 && m.ln_eps < 1.0, "model.ln_eps must be in [0, 1) (0 = the model's own), got {}", m.ln_eps);
   TIDAL_CHECK(m.type_vocab_size >= 1, "model.type_vocab_size must be >= 1, got {}", m.type_vocab_size);
+}
 
+void validate_data(const Config& c, bool images) {
+  const ModelConfig& m = c.model;
   const DataConfig& d = c.data;
   TIDAL_CHECK(images == (d.kind == DataKind::images),
               "model.type = \"{}\" cannot train on data.kind = \"{}\" (vit trains on images; the language models on "
@@ -203,7 +182,11 @@ void validate(const Config& c) {
               "them, so set data.eod_id to the tokenizer's end-of-text id (GPT-2: 50256), or use data.kind = "
               "\"indexed\" (Megatron's .idx records each document)",
               d.kind);
+}
 
+void validate_train(const Config& c, const models::Family& family) {
+  const ModelConfig& m = c.model;
+  const bool images = family.task == models::ModelTask::image_classification;
   const TrainConfig& t = c.train;
   TIDAL_CHECK(t.steps >= 1, "train.steps must be >= 1, got {}", t.steps);
   TIDAL_CHECK(t.batch_size >= 1, "train.batch_size must be >= 1, got {}", t.batch_size);
@@ -219,9 +202,10 @@ void validate(const Config& c) {
   TIDAL_CHECK(t.loss_scale > 0, "train.loss_scale must be > 0, got {}", t.loss_scale);
   TIDAL_CHECK(t.loss_scale_window >= 1, "train.loss_scale_window must be >= 1, got {}", t.loss_scale_window);
   TIDAL_CHECK(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "train.beta1 and train.beta2 must be in [0, 1)");
-  TIDAL_CHECK(t.sample_every == 0 || m.type == "gpt" || m.type == "llama",
-              "train.sample_every = {} samples text from a GPT or Llama, and model.type is \"{}\": set "
-              "train.sample_every = 0",
+  // Whether the model's family generates text is the sampler's to say (models/registry.h).
+  TIDAL_CHECK(t.sample_every == 0 || family.task == models::ModelTask::causal_lm,
+              "train.sample_every = {} samples text from a causal language model, and model.type = \"{}\" is not "
+              "one: set train.sample_every = 0",
               t.sample_every, m.type);
   TIDAL_CHECK(t.activation_checkpointing_k >= 1, "train.activation_checkpointing_k must be >= 1, got {}",
               t.activation_checkpointing_k);
@@ -233,11 +217,16 @@ void validate(const Config& c) {
 
   TIDAL_CHECK(t.loss_chunks >= 1, "train.loss_chunks must be >= 1 (1 = the logits all at once), got {}",
               t.loss_chunks);
-  TIDAL_CHECK(t.loss_chunks == 1 || m.type != "vit",
-              "train.loss_chunks = {} cuts the logits of a sequence's positions into blocks, and a ViT has one row of "
-              "logits per image: set train.loss_chunks = 1", t.loss_chunks);
+  TIDAL_CHECK(t.loss_chunks == 1 || !images,
+              "train.loss_chunks = {} cuts the logits of a sequence's positions into blocks, and model.type = \"{}\" "
+              "classifies images, one row of logits per image: set train.loss_chunks = 1", t.loss_chunks, m.type);
+}
 
-  check_layout(c);
+// The sizes and limits of [parallel], [zero], [memory] and [checkpoint], and how the memory keys
+// go together.
+void validate_memory(const Config& c, bool images) {
+  const ModelConfig& m = c.model;
+  const TrainConfig& t = c.train;
   const ParallelConfig& p = c.parallel;
   TIDAL_CHECK(p.bucket_mb > 0, "parallel.bucket_mb must be > 0, got {}", p.bucket_mb);
   TIDAL_CHECK(p.timeout_s > 0, "parallel.timeout_s must be > 0 seconds, got {}", p.timeout_s);
@@ -270,9 +259,9 @@ void validate(const Config& c) {
     TIDAL_CHECK(offload,
                 "memory.embedding_on_host keeps the embedding tables on the host beside the device tier's chunks: set "
                 "memory.offload to \"chunk\" or \"static\" (it is \"none\"), or leave memory.embedding_on_host unset");
-    TIDAL_CHECK(m.type != "vit",
-                "memory.embedding_on_host places token embedding tables, and model.type = \"vit\" embeds patches with "
-                "a linear layer (compute the device should do): leave memory.embedding_on_host unset");
+    TIDAL_CHECK(!images,
+                "memory.embedding_on_host places token embedding tables, and model.type = \"{}\" embeds images "
+                "(compute the device should do): leave memory.embedding_on_host unset", m.type);
     TIDAL_CHECK(!m.tie_embeddings,
                 "memory.embedding_on_host keeps the token table on the host, but with model.tie_embeddings = true the "
                 "LM head multiplies by that table on the device every step (the whole table would cross each time): "
@@ -281,6 +270,15 @@ void validate(const Config& c) {
   }
 }
 
+void validate(const Config& c) {
+  const models::Family& family = models::find_family(c.model.type);  // an unknown type is an error listing the known
+  const bool images = family.task == models::ModelTask::image_classification;
+  validate_model(c.model, family);
+  validate_data(c, images);
+  validate_train(c, family);
+  check_layout(c);
+  validate_memory(c, images);
+}
 }  // namespace
 
 void check_layout(const Config& c) {
@@ -289,10 +287,10 @@ void check_layout(const Config& c) {
   TIDAL_CHECK(p.data >= 1 && p.pipeline >= 1 && p.sequence >= 1 && p.tensor.size >= 1 && p.tensor.depth >= 1 &&
                   p.virtual_stages >= 1,
               "parallel sizes must be >= 1");
-  TIDAL_CHECK(p.sequence == 1 || c.model.type != "vit",
-              "parallel.sequence = {} splits token sequences (GPT, BERT); model.type = \"vit\" is not split by "
-              "position: set parallel.sequence = 1 and use parallel.data or parallel.tensor.size",
-              p.sequence);
+  TIDAL_CHECK(p.sequence == 1 || models::find_family(c.model.type).task != models::ModelTask::image_classification,
+              "parallel.sequence = {} splits token sequences, and model.type = \"{}\" is not split by position (it "
+              "classifies images): set parallel.sequence = 1 and use parallel.data or parallel.tensor.size",
+              p.sequence, c.model.type);
   // Pipeline schedules that cannot run (pipeline/schedule.h, pipeline/partition.h say the same).
   TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == pipeline::ScheduleKind::interleaved,
               "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (it is \"{}\")", p.virtual_stages,
@@ -363,10 +361,10 @@ Config build_config(const std::string* text, const std::string& where, const std
   }
   for (const std::string& o : overrides) apply_override(cfg, o, set_by);
   if (!text && !cfg.model.init_from.empty()) apply_init_from(cfg, set_by);
-  // Llama's LM head has a table of its own unless told otherwise (HF tie_word_embeddings = false;
-  // with model.init_from, the directory's config.json says).
-  if (cfg.model.type == "llama" && cfg.model.init_from.empty() && !set_by.count("model.tie_embeddings"))
-    cfg.model.tie_embeddings = false;
+  // The family's LM head reads the token table or has its own unless told otherwise (with
+  // model.init_from, the directory's config.json says).
+  if (cfg.model.init_from.empty() && !set_by.count("model.tie_embeddings"))
+    cfg.model.tie_embeddings = models::find_family(cfg.model.type).tie_embeddings;
   // A GPU trains in bf16 unless told otherwise (its tensor cores' type; fp32 master weights).
   if (!set_by.count("train.precision") && cfg.train.device == Device::Kind::cuda) cfg.train.precision = DType::bf16;
   validate(cfg);
@@ -374,12 +372,6 @@ Config build_config(const std::string* text, const std::string& where, const std
 }
 
 }  // namespace
-
-std::int64_t positions_per_sample(const ModelConfig& m) {
-  if (model_task(m.type) != ModelTask::image_classification) return m.seq_len;
-  const std::int64_t side = m.image_size / m.patch_size;
-  return side * side + 1;
-}
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   return build_config(nullptr, path, overrides);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "config/choices.h"
+#include "models/model_config.h"
 
 #include <cstdint>
 #include <string>
@@ -11,40 +12,8 @@
 
 namespace tidal::config {
 
-struct ModelConfig {
-  std::string type = "gpt";  // gpt | bert | vit | llama
-  int n_layer = 2;
-  int n_head = 2;
-  std::int64_t n_embd = 64;
-  std::int64_t vocab_size = 128;
-  std::int64_t seq_len = 64;
-  std::int64_t max_positions = 0;  // gpt, bert: learned positions; 0 = seq_len
-  double dropout = 0.0;
-  bool tie_embeddings = true;  // gpt, bert: the LM head reads the token table (false: a table of its own)
-  ops::GeluForm activation = ops::GeluForm::tanh;  // gelu_tanh | gelu_erf: the MLP's GELU
-  double ln_eps = 0.0;                   // 0 = the model's own (gpt 1e-5, bert 1e-12, vit 1e-6)
-  std::int64_t type_vocab_size = 2;      // bert: token types
-  // llama
-  int n_kv_head = 0;                     // grouped-query attention's key / value heads; 0 = n_head
-  std::int64_t intermediate_size = 0;    // the SwiGLU width; 0 = Llama's 8C/3 rounded up to 256s
-  double rope_theta = 10000.0;           // rotary embeddings' frequency base
-  double rope_scaling_factor = 0.0;      // Llama 3 frequency scaling; 0 = none
-  double rope_low_freq_factor = 1.0;
-  double rope_high_freq_factor = 4.0;
-  std::int64_t rope_original_max_positions = 8192;
-  bool attention_bias = false;           // biases on the attention's projections
-  // A Hugging Face model directory (config.json, model.safetensors) whose architecture fills the
-  // keys above and whose weights are the start; "" = tidal's own init.
-  std::string init_from;
-  // vit
-  std::int64_t image_size = 32;
-  std::int64_t patch_size = 8;
-  std::int64_t channels = 3;
-  std::int64_t num_classes = 10;
-};
-
-// Positions per sample: tokens, or for ViT the patches and the class token.
-std::int64_t positions_per_sample(const ModelConfig& m);
+// [model]: models/model_config.h (the families' keys live with the models).
+using ModelConfig = models::ModelConfig;
 
 struct DataConfig {
   DataKind kind = DataKind::markov;  // markov | tokens | indexed | text | images

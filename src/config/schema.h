@@ -25,7 +25,7 @@ struct Key {
 };
 
 const std::vector<Key>& schema();
-// A value as TOML writes it: 10, 0.0003, "gpt", true.
+// A value as TOML writes it: 10, 0.0003, "cpu", true.
 std::string format_value(const Value& v);
 const Key* find_key(const std::string& name);
 

@@ -3,7 +3,6 @@
 // exactly what the interrupted one would have).
 #pragma once
 
-#include "config/config.h"
 #include "nn/context.h"
 
 #include <nlohmann/json.hpp>
@@ -41,7 +40,5 @@ class Dataset {
     return nlohmann::json::object();
   }
 };
-
-std::unique_ptr<Dataset> make_dataset(const config::Config& cfg);
 
 }  // namespace tidal::data

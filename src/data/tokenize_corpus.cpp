@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -230,6 +231,111 @@ class Output {
   std::uint64_t tokens_ = 0;
 };
 
+// Encodes chunks on worker threads, at most `ahead` chunks past the one the writer waits for, and
+// hands the writer (the calling thread) each chunk's result in order. After a failure no more are
+// taken, and the failure of the earliest chunk among those that ran is the one rethrown.
+class InOrderEncoding {
+ public:
+  using Encode = std::function<ChunkResult(std::size_t chunk, std::string& buffer)>;
+
+  // `chunk_bytes`: each chunk's input bytes, counted in bytes_done() once encoded.
+  InOrderEncoding(Encode encode, std::vector<std::uint64_t> chunk_bytes, std::size_t threads)
+      : encode_(std::move(encode)), chunk_bytes_(std::move(chunk_bytes)), results_(chunk_bytes_.size()),
+        ahead_(4 * threads), running_(threads) {
+    for (std::size_t t = 0; t < threads; ++t) threads_.emplace_back([this] { work(); });
+  }
+  ~InOrderEncoding() {
+    {
+      std::lock_guard lock(mutex_);
+      failed_ = true;  // a writer that stopped early: the workers take no more
+      changed_.notify_all();
+    }
+    for (std::thread& t : threads_) t.join();
+  }
+
+  // The next chunk's result in order, or none after the last; `waiting` runs every 200 ms while
+  // none is ready. Rethrows a worker's failure.
+  std::optional<ChunkResult> next(const std::function<void()>& waiting) {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      const bool ready = changed_.wait_for(lock, std::chrono::milliseconds(200), [&] {
+        return failed_ || written_ == results_.size() || results_[written_].has_value();
+      });
+      if (ready) break;
+      lock.unlock();
+      waiting();
+      lock.lock();
+    }
+    if (failed_ || written_ == results_.size()) {
+      changed_.wait(lock, [&] { return running_ == 0; });
+      if (error_) std::rethrow_exception(error_);
+      return std::nullopt;
+    }
+    std::optional<ChunkResult> r = std::move(results_[written_]);
+    results_[written_++].reset();
+    changed_.notify_all();
+    return r;
+  }
+  std::uint64_t bytes_done() const { return bytes_done_; }
+
+ private:
+  void work() {
+    std::string buffer;
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return failed_ || next_ >= results_.size() || next_ < written_ + ahead_; });
+      if (failed_ || next_ >= results_.size()) break;
+      const std::size_t i = next_++;
+      lock.unlock();
+      std::optional<ChunkResult> r;
+      std::exception_ptr e;
+      try {
+        r = encode_(i, buffer);
+      } catch (...) {
+        e = std::current_exception();
+      }
+      bytes_done_ += chunk_bytes_[i];
+      lock.lock();
+      if (e) {
+        if (i < error_chunk_) error_chunk_ = i, error_ = e;
+        failed_ = true;
+      } else {
+        results_[i] = std::move(r);
+      }
+      changed_.notify_all();
+    }
+    --running_;
+    changed_.notify_all();
+  }
+
+  Encode encode_;
+  const std::vector<std::uint64_t> chunk_bytes_;
+  std::vector<std::optional<ChunkResult>> results_;
+  const std::size_t ahead_;
+  std::size_t next_ = 0, written_ = 0, running_;
+  std::size_t error_chunk_ = std::numeric_limits<std::size_t>::max();
+  std::exception_ptr error_;
+  bool failed_ = false;
+  std::atomic<std::uint64_t> bytes_done_{0};
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::thread> threads_;  // last: started once the rest is ready
+};
+
+// A chunk's tokens, with its documents' starts where they fall.
+void write_chunk(Output& output, const ChunkResult& r) {
+  for (std::size_t k = 0, at = 0; at < r.tokens.size() || k < r.starts.size();) {
+    if (k < r.starts.size() && r.starts[k] == at) {
+      output.document_starts();
+      ++k;
+      continue;
+    }
+    const std::size_t end = k < r.starts.size() ? r.starts[k] : r.tokens.size();
+    output.tokens(r.tokens.data() + at, end - at);
+    at = end;
+  }
+}
+
 }  // namespace
 
 std::uint32_t document_separator(const BpeTokenizer& tokenizer, const std::string& tokenizer_path,
@@ -266,97 +372,22 @@ TokenizeReport tokenize_corpus(const BpeTokenizer& tokenizer, const TokenizeOpti
   report.files = inputs.size();
   report.wide = options.indexed ? tokenizer.vocab_size() >= 65500 : tokenizer.vocab_size() > 65536;
   const std::vector<Chunk> chunks = plan_chunks(tokenizer, inputs, options);
-
-  // Workers take chunks in order, at most `ahead` past the one the output waits for; the output
-  // (this thread) writes each as it completes, in order. After a failure no more are taken, and the
-  // failure of the earliest chunk among those that ran is the one reported.
   const std::size_t hardware = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t n_threads = std::max<std::size_t>(
+  report.threads = std::max<std::size_t>(
       1, std::min(options.threads > 0 ? std::size_t(options.threads) : hardware, std::max<std::size_t>(1, chunks.size())));
-  const std::size_t ahead = 4 * n_threads;
-  std::vector<std::optional<ChunkResult>> results(chunks.size());
-  std::size_t next_chunk = 0, written = 0, running = n_threads, error_chunk = std::numeric_limits<std::size_t>::max();
-  std::atomic<std::uint64_t> bytes_done{0};
-  bool failed = false;
-  std::exception_ptr error;
-  std::mutex mutex;
-  std::condition_variable changed;
-  auto work = [&] {
-    std::string buffer;
-    std::unique_lock lock(mutex);
-    for (;;) {
-      changed.wait(lock, [&] { return failed || next_chunk >= chunks.size() || next_chunk < written + ahead; });
-      if (failed || next_chunk >= chunks.size()) break;
-      const std::size_t i = next_chunk++;
-      lock.unlock();
-      std::optional<ChunkResult> r;
-      std::exception_ptr e;
-      try {
-        r = encode_chunk(tokenizer, inputs[chunks[i].input], chunks[i], options, buffer);
-      } catch (...) {
-        e = std::current_exception();
-      }
-      bytes_done += chunks[i].end - chunks[i].begin;
-      lock.lock();
-      if (e) {
-        if (i < error_chunk) error_chunk = i, error = e;
-        failed = true;
-      } else {
-        results[i] = std::move(r);
-      }
-      changed.notify_all();
-    }
-    --running;
-    changed.notify_all();
-  };
-  report.threads = n_threads;
+
   Output output(options, report.wide);
-  std::vector<std::thread> threads;
-  for (std::size_t t = 0; t < n_threads; ++t) threads.emplace_back(work);
-  try {
-    std::unique_lock lock(mutex);
-    for (;;) {
-      const bool ready = changed.wait_for(lock, std::chrono::milliseconds(200), [&] {
-        return failed || written == chunks.size() || results[written].has_value();
-      });
-      if (!ready) {
-        if (options.progress) {
-          lock.unlock();
-          options.progress(bytes_done, report.bytes, output.tokens_written());
-          lock.lock();
-        }
-        continue;
-      }
-      if (failed || written == chunks.size()) break;
-      ChunkResult r = std::move(*results[written]);
-      results[written].reset();
-      lock.unlock();
-      for (std::size_t k = 0, at = 0; at < r.tokens.size() || k < r.starts.size();) {
-        if (k < r.starts.size() && r.starts[k] == at) {
-          output.document_starts();
-          ++k;
-          continue;
-        }
-        const std::size_t end = k < r.starts.size() ? r.starts[k] : r.tokens.size();
-        output.tokens(r.tokens.data() + at, end - at);
-        at = end;
-      }
-      lock.lock();
-      ++written;
-      changed.notify_all();
-    }
-    changed.wait(lock, [&] { return running == 0; });
-  } catch (...) {
-    {
-      std::lock_guard lock(mutex);
-      failed = true;
-      changed.notify_all();
-    }
-    for (std::thread& t : threads) t.join();
-    throw;
-  }
-  for (std::thread& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  std::vector<std::uint64_t> chunk_bytes;
+  for (const Chunk& c : chunks) chunk_bytes.push_back(c.end - c.begin);
+  InOrderEncoding encoding(
+      [&](std::size_t i, std::string& buffer) {
+        return encode_chunk(tokenizer, inputs[chunks[i].input], chunks[i], options, buffer);
+      },
+      std::move(chunk_bytes), report.threads);
+  const auto waiting = [&] {
+    if (options.progress) options.progress(encoding.bytes_done(), report.bytes, output.tokens_written());
+  };
+  while (std::optional<ChunkResult> r = encoding.next(waiting)) write_chunk(output, *r);
   report.written = output.finish();
   report.documents = output.documents();
   report.tokens = output.tokens_written();

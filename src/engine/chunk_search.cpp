@@ -1,8 +1,9 @@
 #include "engine/chunk_search.h"
 
+#include "config/options.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "engine/model_data.h"
-#include "engine/progress.h"
 #include "engine/rank_chunks.h"
 #include "models/factory.h"
 #include "nn/on_host.h"
@@ -41,7 +42,7 @@ namespace {
 // segments), laid out at each size; fragmentation summed over the ranks, chunks and bytes of the
 // rank that has the most.
 ChunkSearch search_layout(const config::Config& cfg, const memory::ChunkSizeRange& range, comm::MpiRuntime& mpi) {
-  parallel::ParallelContext pc(cfg, &mpi);
+  parallel::ParallelContext pc(config::context_options(cfg), &mpi);
   const auto layers = nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
   const auto model = models::make_model(cfg.model, {}, *layers, cfg.memory.embedding_on_host);
   pipeline::PipelineOptions po;

@@ -1,12 +1,11 @@
 #include "engine/hf_checkpoint.h"
 
 #include "config/config.h"
-#include "config/hf_model.h"
 #include "core/process.h"
 #include "engine/checkpoint/reader.h"
 #include "io/atomic_file.h"
-#include "io/hf_layout.h"
 #include "io/hf_weights.h"
+#include "models/registry.h"
 #include "nn/tp/shard.h"
 #include "ops/cast.h"
 
@@ -23,23 +22,23 @@ namespace {
 
 // The directory's tensors by canonical name (io/hf_layout.h), checked against the architecture:
 // every tensor there, none besides those transformers itself skips, each of its shape.
-std::map<std::string, std::string> check_directory(const std::string& dir, const io::HfModelSpec& spec,
-                                                   const io::HfWeightFiles& files,
+std::map<std::string, std::string> check_directory(const std::string& dir, const models::HfAdapter& hf,
+                                                   const models::ModelConfig& model, const io::HfWeightFiles& files,
                                                    const std::vector<io::HfTensorSource>& sources) {
   std::map<std::string, Shape> expected;
   for (const io::HfTensorSource& s : sources)
     for (std::size_t i = 0; i < s.hf_names.size(); ++i) expected.emplace(s.hf_names[i], s.hf_shapes[i]);
   std::set<std::string> known;
   for (const auto& [name, shape] : expected) known.insert(name);
-  const char* arch = io::hf_architecture(spec.family);
+  const std::string& arch = hf.architecture;
   std::map<std::string, std::string> raw_of;  // canonical -> the file's name
   for (const auto& [raw, at] : files.tensors()) {
-    const std::string name = io::hf_canonical_name(spec.family, raw, known);
+    const std::string name = io::hf_canonical_name(hf.base_prefix, raw, known);
     if (!known.count(name)) {
-      TIDAL_CHECK(io::hf_ignored_on_load(spec.family, name),
+      TIDAL_CHECK(hf.ignored_on_load(name),
                   "'{}': tensor '{}' is not part of the {} that {}/config.json describes ({} layers): was the file "
                   "saved from another model or config?",
-                  files.file_of(raw), raw, arch, dir, spec.n_layer);
+                  files.file_of(raw), raw, arch, dir, model.n_layer);
       continue;
     }
     const io::TensorEntry& e = at.second;
@@ -52,7 +51,7 @@ std::map<std::string, std::string> check_directory(const std::string& dir, const
   }
   for (const std::string& name : known)
     TIDAL_CHECK(raw_of.count(name), "{}: the weights have no tensor '{}', which a {} of this config.json has{}", dir,
-                name, arch, spec.tie_embeddings ? "" : " (tie_word_embeddings is false: the head has a table of its own)");
+                name, arch, model.tie_embeddings ? "" : " (tie_word_embeddings is false: the head has a table of its own)");
   return raw_of;
 }
 
@@ -70,14 +69,15 @@ std::vector<Tensor> query_heads_in_tidal_order(const std::vector<Tensor>& rows, 
 
 }  // namespace
 
-HfLoadReport load_hf_weights(const std::string& dir, const io::HfModelSpec& spec,
+HfLoadReport load_hf_weights(const std::string& dir, const models::ModelConfig& model,
                              std::span<nn::Parameter* const> params) {
   const auto start = std::chrono::steady_clock::now();
   HfLoadReport report;
   report.rss_before_bytes = resident_bytes();
   const io::HfWeightFiles files(dir);
-  const std::vector<io::HfTensorSource> sources = io::hf_tensor_sources(spec);
-  const std::map<std::string, std::string> raw_of = check_directory(dir, spec, files, sources);
+  const models::HfAdapter& hf = models::hf_adapter(model);
+  const std::vector<io::HfTensorSource> sources = hf.tensors(model);
+  const std::map<std::string, std::string> raw_of = check_directory(dir, hf, model, files, sources);
   std::map<std::string, const io::HfTensorSource*> by_name;
   for (const io::HfTensorSource& s : sources) by_name[s.tidal_name] = &s;
 
@@ -169,10 +169,10 @@ HfExportReport export_hf(const std::string& checkpoint, const std::string& out_d
                          comm::Communicator* world) {
   CheckpointReader reader(checkpoint);
   const config::Config cfg = reader.stored_config();
-  const io::HfModelSpec spec = config::hf_spec(cfg.model);
-  const std::vector<io::HfTensorSource> sources = io::hf_tensor_sources(spec);
+  const models::HfAdapter& hf = models::hf_adapter(cfg.model);
+  const std::vector<io::HfTensorSource> sources = hf.tensors(cfg.model);
   HfExportReport report;
-  report.architecture = io::hf_architecture(spec.family);
+  report.architecture = hf.architecture;
   // Every HF tensor in order, then the shards: each closed before it would pass max_shard_bytes
   // (a larger tensor alone), as save_pretrained cuts them.
   std::vector<std::vector<HfPiece>> shards(1);
@@ -242,7 +242,7 @@ HfExportReport export_hf(const std::string& checkpoint, const std::string& out_d
     out.write(index.data(), index.size());
     out.commit();
   }
-  const std::string json = io::hf_config_json(spec);
+  const std::string json = io::hf_config_text(hf.write(cfg.model), hf.architecture);
   io::AtomicFile config_file((fs::path(out_dir) / "config.json").string());
   config_file.write(json.data(), json.size());
   config_file.commit();

@@ -1,4 +1,5 @@
-// Hugging Face weights in and out (io/hf_layout.h says where each parameter lives there).
+// Hugging Face weights in and out (the family's adapter, models/hf_adapter.h, says where each
+// parameter lives there).
 // In (model.init_from): each rank copies exactly its blocks of its own parameters (its tensor
 // shards, its pipeline stage's) out of the memory-mapped files and gives each tensor's pages
 // back once copied, so no rank ever holds the whole model. Out (tidal export --format hf): a
@@ -6,7 +7,7 @@
 #pragma once
 
 #include "comm/communicator.h"
-#include "io/hf_config.h"
+#include "models/model_config.h"
 #include "nn/parameter.h"
 
 #include <cstdint>
@@ -24,11 +25,11 @@ struct HfLoadReport {
   std::uint64_t peak_rss_bytes = 0;    // the process's peak resident memory after loading
 };
 
-// Fills `params` (this rank's, materialized) from the Hugging Face directory `dir` of the
-// architecture `spec`. Every rank checks the whole directory against `spec` first, so all fail
-// alike: a tensor missing, one more than the architecture has, a wrong shape or dtype -> a
+// Fills `params` (this rank's, materialized) from the Hugging Face directory `dir` of a model of
+// `model` (its family's adapter). Every rank checks the whole directory against it first, so all
+// fail alike: a tensor missing, one more than the architecture has, a wrong shape or dtype -> a
 // tidal::Error naming the file and the tensor.
-HfLoadReport load_hf_weights(const std::string& dir, const io::HfModelSpec& spec,
+HfLoadReport load_hf_weights(const std::string& dir, const models::ModelConfig& model,
                              std::span<nn::Parameter* const> params);
 
 struct HfExportReport {

@@ -1,5 +1,6 @@
 #include "engine/launch.h"
 
+#include "config/options.h"
 #include "core/error.h"
 #if TIDAL_MPI
 #include "comm/mpi_runtime.h"
@@ -61,7 +62,7 @@ int Launch::world_size() const {
 
 parallel::ParallelContext& Launch::context(const config::Config& cfg) {
   context_.reset();
-  context_ = std::make_unique<parallel::ParallelContext>(cfg, mpi_.get());
+  context_ = std::make_unique<parallel::ParallelContext>(config::context_options(cfg), mpi_.get());
   return *context_;
 }
 

@@ -1,9 +1,10 @@
 #include "engine/memory_plan.h"
 
+#include "config/options.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "engine/chunk_search.h"
 #include "engine/model_data.h"
-#include "engine/progress.h"
 #include "engine/tide.h"
 #include "engine/trainer.h"
 #include "parallel/context.h"
@@ -58,7 +59,7 @@ void plan_traced(const config::Config& cfg, int max_layers, comm::MpiRuntime& mp
     probe.memory.host_limit.clear();
     probe.memory.disk_dir.clear();
     probe.train.eval_batches = 0;  // past the warm-up a cap below the need would stop a rank alone
-    parallel::ParallelContext pc(probe, &mpi);
+    parallel::ParallelContext pc(config::context_options(probe), &mpi);
     const TrainSummary run = train(probe, {.quiet = true, .enforce_device_limit = false}, pc);
     const nlohmann::json& md = run.model_data;
     PlanRow row{.layers = n, .chunk_size = md.at("chunk_elements").get<std::int64_t>(),

@@ -1,9 +1,9 @@
 #include "engine/model_data.h"
 
+#include "core/bytes.h"
 #include "core/gpu.h"
 #include "engine/checkpoint/reader.h"
 #include "engine/gradient_reducer.h"
-#include "engine/progress.h"
 #include "engine/rank_chunks.h"
 #include "memory/chunk_manager.h"
 #include "nn/on_host.h"

@@ -14,6 +14,7 @@
 // the gradient norm, then step or skip_step.
 #pragma once
 
+#include "config/config.h"
 #include "engine/checkpoint/checkpointer.h"
 #include "memory/chunk_manager.h"
 #include "nn/runner.h"

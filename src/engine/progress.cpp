@@ -1,17 +1,10 @@
+#include "core/bytes.h"
 #include "engine/progress.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
 namespace tidal::engine {
-
-std::string human_bytes(std::uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
-  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
-}
 
 Progress::Progress(std::FILE* out, std::int64_t log_every, bool live)
     : out_(out), tty_(live && out && ::isatty(::fileno(out)) != 0), log_every_(log_every) {}

@@ -31,6 +31,4 @@ class Progress {
   bool live_ = false;  // a live line is on screen
 };
 
-std::string human_bytes(std::uint64_t bytes);
-
 }  // namespace tidal::engine

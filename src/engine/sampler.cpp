@@ -1,11 +1,11 @@
 #include "engine/sampler.h"
 
-#include "config/hf_model.h"
 #include "core/philox.h"
 #include "engine/checkpoint/reader.h"
-#include "engine/gpt_decoder.h"
+#include "models/gpt/decoder.h"
 #include "engine/hf_checkpoint.h"
 #include "models/factory.h"
+#include "models/registry.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,8 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 
 void require_generative(const config::Config& cfg, const std::string& path) {
-  TIDAL_CHECK(cfg.model.type == "gpt" || cfg.model.type == "llama",
-              "tidal sample generates with GPT and Llama models; '{}' is a {} model", path, cfg.model.type);
+  TIDAL_CHECK(models::generates_text(cfg.model), "tidal sample generates with {} models; '{}' is a {} model",
+              models::generating_families(), path, cfg.model.type);
 }
 
 InferenceModel load_tidal_checkpoint(const std::string& path) {
@@ -41,9 +41,8 @@ InferenceModel load_hf_directory(const std::string& dir) {
   require_generative(m.config, dir);
   m.model = models::make_model(m.config.model);
   m.model->materialize(m.config.train.seed);
-  const io::HfModelSpec spec = config::hf_spec(m.config.model);
-  load_hf_weights(dir, spec, m.model->parameters());
-  m.source = fmt::format("Hugging Face {} in {}", io::hf_architecture(spec.family), dir);
+  load_hf_weights(dir, m.config.model, m.model->parameters());
+  m.source = fmt::format("Hugging Face {} in {}", models::hf_adapter(m.config.model).architecture, dir);
   return m;
 }
 
@@ -111,10 +110,10 @@ std::string quote_on_one_line(const std::string& text) {
 
 }  // namespace
 
-Sampler::Sampler(std::unique_ptr<Decoder> decoder) : decoder_(std::move(decoder)) {}
+Sampler::Sampler(std::unique_ptr<models::Decoder> decoder) : decoder_(std::move(decoder)) {}
 
 Sampler::Sampler(models::Model& model, const models::GptConfig& cfg)
-    : decoder_(std::make_unique<GptDecoder>(model, cfg)) {}
+    : decoder_(std::make_unique<models::GptDecoder>(model, cfg)) {}
 
 InferenceModel load_for_inference(const std::string& path) {
   const fs::path dir(path);
@@ -185,7 +184,7 @@ std::string decode_ids(const data::BpeTokenizer& tokenizer, std::span<const std:
 }
 
 std::vector<std::int32_t> Sampler::generate(std::span<const std::int32_t> prompt, const SampleOptions& o) {
-  Decoder& d = *decoder_;
+  models::Decoder& d = *decoder_;
   const std::int64_t V = d.vocab_size(), P = d.max_positions();
   check_prompt(prompt, V, P, "the prompt");
   TIDAL_CHECK(o.max_new_tokens >= 0, "sampling: the number of new tokens must be >= 0, got {}", o.max_new_tokens);
@@ -207,8 +206,10 @@ std::vector<std::int32_t> Sampler::generate(std::span<const std::int32_t> prompt
 }
 
 TrainingSampler::TrainingSampler(const config::Config& cfg) : every_(cfg.train.sample_every), model_(cfg.model) {
-  TIDAL_ASSERT(every_ > 0 && (cfg.model.type == "gpt" || cfg.model.type == "llama"),
-               "sampling during training of a {} every {} steps", cfg.model.type, every_);
+  TIDAL_ASSERT(every_ > 0, "sampling during training every {} steps", every_);
+  TIDAL_CHECK(models::generates_text(cfg.model),
+              "train.sample_every = {} samples text from {} models, and model.type is \"{}\": set "
+              "train.sample_every = 0", every_, models::generating_families(), cfg.model.type);
   const std::string& prompt = cfg.train.sample_prompt;
   if (!cfg.data.tokenizer.empty()) {
     TIDAL_CHECK(fs::is_regular_file(cfg.data.tokenizer),
@@ -245,7 +246,7 @@ std::string TrainingSampler::line(models::Model& model, int world_size, std::int
   std::string unavailable = fmt::format("this run has {} ranks", world_size);
   if (world_size == 1) {
     try {
-      sampler.emplace(make_decoder(model, model_));
+      sampler.emplace(models::make_decoder(model, model_));
     } catch (const Error&) {  // the weights are not plain fp32 tensors: the chunks hold them
       unavailable = "this run keeps its weights in chunks";
     }

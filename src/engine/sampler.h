@@ -1,13 +1,13 @@
 // Text generation from a GPT or a Llama: loading one for inference (a tidal checkpoint or a
 // Hugging Face directory), a single-sequence sampler over a KV-cache decoder on the CPU in fp32
-// (engine/decoder.h: exactly the model's training forward, one position at a time), and sampling
+// (models/decoder.h: exactly the model's training forward, one position at a time), and sampling
 // during training (train.sample_every).
 #pragma once
 
 #include "config/config.h"
 #include "data/bpe_tokenizer.h"
-#include "engine/decoder.h"
-#include "models/gpt.h"
+#include "models/decoder.h"
+#include "models/gpt/gpt.h"
 
 #include <cstdint>
 #include <functional>
@@ -53,11 +53,11 @@ std::vector<std::int32_t> parse_token_ids(const std::string& text, const std::st
 // padded beyond it) shows as "<|id|>" instead of failing.
 std::string decode_ids(const data::BpeTokenizer& tokenizer, std::span<const std::int32_t> ids);
 
-// Generation from a decoder (engine/decoder.h): feeds a prompt and picks each next token,
+// Generation from a decoder (models/decoder.h): feeds a prompt and picks each next token,
 // greedily or by seeded draws.
 class Sampler {
  public:
-  explicit Sampler(std::unique_ptr<Decoder> decoder);
+  explicit Sampler(std::unique_ptr<models::Decoder> decoder);
   // A GPT of `cfg` held whole by one process in fp32 (GptDecoder).
   Sampler(models::Model& model, const models::GptConfig& cfg);
 
@@ -74,7 +74,7 @@ class Sampler {
   std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, const SampleOptions& options);
 
  private:
-  std::unique_ptr<Decoder> decoder_;
+  std::unique_ptr<models::Decoder> decoder_;
 };
 
 // Sampling during training (train.sample_every): a greedy continuation of train.sample_prompt

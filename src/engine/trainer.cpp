@@ -1,10 +1,10 @@
 #include "engine/trainer.h"
 
+#include "config/options.h"
+#include "core/bytes.h"
 #include "core/gpu.h"
 #include "core/process.h"
-#include "data/dataset.h"
-#include "config/hf_model.h"
-#include "config/model_types.h"
+#include "data/data_options.h"
 #include "engine/checkpoint/checkpointer.h"
 #include "engine/hf_checkpoint.h"
 #include "engine/lr_schedule.h"
@@ -14,6 +14,7 @@
 #include "engine/sampler.h"
 #include "engine/step_profile.h"
 #include "models/factory.h"
+#include "models/registry.h"
 #include "nn/cross_entropy_loss.h"
 #include "nn/runner.h"
 #include "nn/parallel_layers.h"
@@ -39,11 +40,11 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // What model.init_from loaded, with every rank's copied bytes and peak host memory under several
 // ranks (gathered over the world: every rank calls it).
-std::string hf_load_line(const std::string& dir, const io::HfModelSpec& spec, const HfLoadReport& r,
+std::string hf_load_line(const std::string& dir, const std::string& architecture, const HfLoadReport& r,
                          parallel::ParallelContext& pc) {
   constexpr double kMiB = 1024.0 * 1024.0;
   std::string line = fmt::format("initialized from {} ({}): {} in its files, loaded in {:.2f} s", dir,
-                                 io::hf_architecture(spec.family), human_bytes(r.file_bytes), r.seconds);
+                                 architecture, human_bytes(r.file_bytes), r.seconds);
   constexpr int kFigures = 3;
   Tensor mine = Tensor::empty({kFigures}, DType::f32, host_allocator());
   mine.data<float>()[0] = float(double(r.copied_bytes) / kMiB);
@@ -178,16 +179,16 @@ struct Trainer::Run {
         progress(pc.is_main() && !options.quiet ? stdout : nullptr, std::max<std::int64_t>(1, cfg.train.log_every),
                  pc.world_size() == 1),
         metrics(pc.is_main() ? options.metrics_path : "", pc.is_main() ? cfg.train.tensorboard_dir : ""),
-        dataset(data::make_dataset(cfg)),
+        dataset(data::make_dataset(config::data_options(cfg))),
         layers(nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered})),
-        model(models::make_model(cfg.model, models::checkpoint_policy(cfg.train), *layers, cfg.memory.embedding_on_host)),
+        model(models::make_model(cfg.model, config::checkpoint_policy(cfg.train), *layers, cfg.memory.embedding_on_host)),
         replicas(pc.layout().spec().data),
         replica(pc.coordinates().data),
         B(cfg.train.batch_size),
         local(B / replicas),  // divisibility: ParallelContext
         micro(cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local),
         accum(local / micro),
-        T(config::positions_per_sample(cfg.model)),
+        T(models::positions_per_sample(cfg.model)),
         activations(activation_pool(cfg)),
         engine(*model, pc, pipeline_options(cfg, *model, *dataset, pc, replica * local, micro)),
         schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps},
@@ -254,9 +255,8 @@ void Trainer::Run::prepare() {
   if (model_data) return;
   std::string init_line;
   if (!cfg.model.init_from.empty() && options.resume_path.empty()) {
-    const io::HfModelSpec spec = config::hf_spec(cfg.model);
-    init_line = hf_load_line(cfg.model.init_from, spec, load_hf_weights(cfg.model.init_from, spec, engine.parameters()),
-                             pc);
+    init_line = hf_load_line(cfg.model.init_from, models::hf_adapter(cfg.model).architecture,
+                             load_hf_weights(cfg.model.init_from, cfg.model, engine.parameters()), pc);
   }
   model_data = make_model_data(cfg, *model, engine, pc, runner, options.resume_path, options.enforce_device_limit);
   checkpointer = std::make_unique<Checkpointer>(
@@ -627,7 +627,7 @@ Trainer::Trainer(const config::Config& cfg, parallel::ParallelContext& pc, Train
     : run_(std::make_unique<Run>(cfg, pc, std::move(options))) {}
 
 Trainer::Trainer(const config::Config& cfg, TrainOptions options)
-    : own_pc_(std::make_unique<parallel::ParallelContext>(cfg, nullptr)),
+    : own_pc_(std::make_unique<parallel::ParallelContext>(config::context_options(cfg), nullptr)),
       run_(std::make_unique<Run>(cfg, *own_pc_, std::move(options))) {}
 
 Trainer::~Trainer() = default;

@@ -1,51 +1,84 @@
-// A Hugging Face model directory's config.json, for the architectures tidal builds: GPT-2
-// (GPT2LMHeadModel), BERT (BertForMaskedLM), ViT (ViTForImageClassification) and Llama
-// (LlamaForCausalLM). Reading
-// fills what `transformers` would (its config classes' defaults for keys the file leaves out, as
-// save_pretrained omits them); a setting tidal's model cannot express is an error naming the key.
-// Writing gives the config.json of an exported model.
+// A Hugging Face model directory's config.json, read as `transformers` reads it: each key with
+// its type, and the config class's default where the file leaves it out (save_pretrained omits
+// keys at their defaults); a value tidal's model cannot express is an error naming the file and
+// the key. Which keys an architecture has is its family's to say (models/<family>/hf.cpp).
 #pragma once
 
+#include "core/error.h"
+
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 namespace tidal::io {
 
-enum class HfFamily { gpt2, bert, vit, llama };
+class HfConfigKeys {
+ public:
+  static constexpr std::int64_t kLargestSize = std::numeric_limits<std::int32_t>::max();
 
-struct HfModelSpec {
-  HfFamily family = HfFamily::gpt2;
-  int n_layer = 12;
-  int n_head = 12;
-  std::int64_t n_embd = 768;
-  std::int64_t vocab_size = 50257;  // gpt2, bert, llama
-  std::int64_t max_positions = 1024;  // gpt2: n_positions; bert, llama: max_position_embeddings
-  std::int64_t type_vocab_size = 2;   // bert
-  double ln_eps = 1e-5;
-  bool gelu_erf = false;  // the MLP's activation: "gelu" (erf) or "gelu_new" (tanh)
-  bool tie_embeddings = true;  // gpt2, bert, llama
-  // llama
-  int n_kv_head = 0;  // num_key_value_heads; 0 = n_head
-  std::int64_t intermediate_size = 0;
-  double rope_theta = 10000.0;
-  double rope_scaling_factor = 0.0;  // rope_scaling {"rope_type": "llama3", ...}; 0 = none
-  double rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
-  std::int64_t rope_original_max_positions = 8192;
-  bool attention_bias = false;
-  std::int64_t image_size = 224, patch_size = 16, channels = 3, num_classes = 2;  // vit
-  // Written, not read: tidal's embedding and residual dropout (model.dropout is a training
-  // choice, not the architecture's); tidal has no attention dropout, so that is written 0.
-  double dropout = 0.0;
+  // `j` must outlive the keys; `file` names it in errors.
+  HfConfigKeys(const nlohmann::json& j, std::string file) : j_(j), file_(std::move(file)) {}
+
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  // The value of `key`, or `fallback` when the file leaves it out.
+  template <class T>
+  T get(const char* key, T fallback) const {
+    if (!has(key)) return fallback;
+    const nlohmann::json& v = j_[key];
+    // A whole number must be written as one and fit T: nlohmann would cast 3e54 to int, which is undefined.
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const bool fits = v.is_number_integer() &&
+                        (v.is_number_unsigned() ? v.get<std::uint64_t>() <= std::uint64_t(std::numeric_limits<T>::max())
+                                                : std::in_range<T>(v.get<std::int64_t>()));
+      TIDAL_CHECK(fits, "{}: \"{}\" is {}; transformers writes a whole number there, and tidal reads it up to {}",
+                  file_, key, v.dump(), std::numeric_limits<T>::max());
+      return v.is_number_unsigned() ? T(v.get<std::uint64_t>()) : T(v.get<std::int64_t>());
+    }
+    try {
+      return v.get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw Error(fmt::format("{}: \"{}\" is {}, which is not the type transformers writes there", file_, key,
+                              v.dump()));
+    }
+  }
+  // A size or count: a whole number above zero and below 2^31, so sizes multiply without overflow.
+  template <class T>
+  T positive(const char* key, T fallback) const {
+    const T v = get<T>(key, fallback);
+    TIDAL_CHECK(v > 0 && v <= kLargestSize, "{}: \"{}\" is {}; it must be a whole number from 1 to {}", file_, key,
+                v, kLargestSize);
+    return v;
+  }
+  // A key whose only value tidal builds is `expected`.
+  template <class T>
+  void require(const char* key, T expected, const char* why) const {
+    const T v = get<T>(key, expected);
+    TIDAL_CHECK(v == expected, "{}: \"{}\" is {}; tidal builds {} only ({})", file_, key, nlohmann::json(v).dump(),
+                nlohmann::json(expected).dump(), why);
+  }
+  // An MLP's GELU: true for "gelu" (erf), false for "gelu_new" / "gelu_pytorch_tanh" (tanh).
+  bool gelu_erf(const char* key, const char* fallback) const;
+  // An MLP of 4 x the hidden size `n_embd`, the only width tidal's GELU MLP has.
+  void require_mlp_width(const char* key, std::int64_t n_embd) const;
+  // The object under `key` (as rope_scaling), its keys named "file key" in errors.
+  HfConfigKeys object(const char* key) const;
+  const nlohmann::json& json() const { return j_; }
+  const std::string& file() const { return file_; }
+
+ private:
+  const nlohmann::json& j_;
+  std::string file_;
 };
 
-// dir/config.json. Throws tidal::Error naming the file and key (missing file, malformed JSON,
-// another architecture, an unsupported option).
-HfModelSpec read_hf_config(const std::string& dir);
-
-// The config.json of `spec` (architectures, model_type and every size), as from_pretrained reads it.
-std::string hf_config_json(const HfModelSpec& spec);
-
-// "GPT2LMHeadModel", "BertForMaskedLM", "ViTForImageClassification", "LlamaForCausalLM".
-const char* hf_architecture(HfFamily family);
+// dir/config.json as a JSON object (model.init_from names the directory in errors: missing,
+// malformed, not an object).
+nlohmann::json read_hf_config_json(const std::string& dir);
+// config.json's text for an exported model: an architecture's keys (model_type, sizes, ...) with
+// architectures = [architecture], torch_dtype and the transformers version written beside them.
+std::string hf_config_text(nlohmann::json keys, const std::string& architecture);
 
 }  // namespace tidal::io

@@ -1,14 +1,12 @@
-// Where each tidal parameter lives in a Hugging Face state dict, for GPT-2, BERT, ViT and Llama:
-// the HF tensors that make its whole tensor, their shapes, and how (GPT-2's Conv1D weights stored
-// [in, out], the transpose of tidal's [out, in]; BERT's, ViT's and Llama's query, key and value
-// stacked into tidal's fused qkv, Llama's query heads reordered for grouped-query attention;
-// Llama's gate and up stacked into the SwiGLU's fc; ViT's [D, C, P, P] convolution as tidal's
-// flattened [D, C*P*P]).
-// Names are as the task model's save_pretrained writes them ("transformer.h.0.attn.c_attn.weight").
+// Where a tidal parameter lives in a Hugging Face state dict: the HF tensors that make its whole
+// tensor, their shapes, and how (Conv1D weights stored [in, out], the transpose of tidal's
+// [out, in]; separate query, key and value stacked into tidal's fused qkv, grouped-query heads
+// reordered; gate and up stacked into a SwiGLU's fc). Each family lists its own
+// (models/<family>/hf.cpp) with the builder below. Names are as the task model's
+// save_pretrained writes them ("transformer.h.0.attn.c_attn.weight").
 #pragma once
 
 #include "core/shape.h"
-#include "io/hf_config.h"
 
 #include <set>
 #include <string>
@@ -26,20 +24,37 @@ struct HfTensorSource {
   int query_heads = 0, kv_heads = 0;
 };
 
+// Collects a model's sources in tidal's order; a layer's weight and bias come from one call.
+class HfTensorSources {
+ public:
+  void add(std::string tidal, std::vector<std::string> hf, std::vector<Shape> shapes, bool transposed = false);
+  void one(const std::string& tidal, const std::string& hf, Shape shape, bool transposed = false);
+  // A Linear: tidal weight [out, in]; HF's nn.Linear the same, GPT-2's Conv1D [in, out].
+  void linear(const std::string& tidal, const std::string& hf, std::int64_t in, std::int64_t out, bool conv1d);
+  void layer_norm(const std::string& tidal, const std::string& hf, std::int64_t c);
+  // Separate query, key and value Linears (hf + ".query", ".key", ".value") as tidal's fused qkv
+  // (rows q | k | v), weight and bias.
+  void qkv(const std::string& tidal, const std::string& hf, std::int64_t c);
+  // q_proj, k_proj and v_proj (hf + "q_proj." ...) as tidal's fused qkv's `part` ("weight": rows of
+  // `per_head` columns, "bias": per_head = 0), the query heads reordered for grouped-query
+  // attention of head size `head_dim`.
+  void grouped_qkv(const std::string& tidal, const std::string& hf, int n_head, int n_kv_head, std::int64_t head_dim,
+                   const char* part, std::int64_t per_head);
+  std::vector<HfTensorSource> take() { return std::move(out_); }
+
+ private:
+  std::vector<HfTensorSource> out_;
+};
+
 // The head of tidal's fused qkv (nn/attention.h: query segment m, kv head k at m Hkv + k) that
 // Hugging Face's query head h = k g + m is, g = n_head / n_kv_head.
 int tidal_query_head(int hf_head, int n_head, int n_kv_head);
 
-// Every parameter of the model `spec` describes, in tidal's model order.
-std::vector<HfTensorSource> hf_tensor_sources(const HfModelSpec& spec);
-
-// The name a file's tensor has in the task model's state dict: the base model's prefix added
-// where a file saved from the bare base model (GPT2Model, BertModel) leaves it out, LayerNorm's
-// old gamma / beta as weight / bias. `known` tells which canonical names exist.
-std::string hf_canonical_name(HfFamily family, const std::string& name, const std::set<std::string>& known);
-
-// Tensors transformers itself skips on load for this architecture: attention-mask buffers
-// (GPT-2's attn.bias), position_ids, and BERT's pooler and next-sentence head.
-bool hf_ignored_on_load(HfFamily family, const std::string& canonical_name);
+// The name a file's tensor has in the task model's state dict: the base model's `base_prefix`
+// ("transformer.") added where a file saved from the bare base model (GPT2Model, BertModel)
+// leaves it out, LayerNorm's old gamma / beta as weight / bias. `known` tells which canonical
+// names exist.
+std::string hf_canonical_name(const std::string& base_prefix, const std::string& name,
+                              const std::set<std::string>& known);
 
 }  // namespace tidal::io

@@ -114,6 +114,12 @@ ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, A
     dmm_ = std::make_unique<DynamicMemory>(*options_.offload, device, host, lists_, [this](int c) { return busy(c); });
   }
   if (dmm_) place_tiers(device, host);
+  allocate_lists(device, host, remote_params);
+  start_group_state();
+  take_parameters(taken.users, segment);
+}
+
+void ChunkManager::allocate_lists(Allocator& device, Allocator& host, bool remote_params) {
   auto make = [&](ChunkKind kind, DType dtype, Allocator& alloc, bool owned_only) {
     std::vector<Tensor>& chunks = lists_[kind];
     Allocator& where = dmm_ ? dmm_->initial(kind) : alloc;
@@ -137,6 +143,9 @@ ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, A
   } else if (options_.accumulate) {
     make(ChunkKind::grad, DType::f32, host, true);
   }
+}
+
+void ChunkManager::start_group_state() {
   reduced_.assign(std::size_t(layout_.chunks / layout_.group_size), false);
   summed_.assign(reduced_.size(), false);
   replicas_started_.assign(reduced_.size(), false);
@@ -150,9 +159,11 @@ ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, A
     }
   }
   in_backward_.assign(std::size_t(phases), false);
+}
 
+void ChunkManager::take_parameters(const std::vector<nn::Module*>& user_modules, const std::vector<int>& segment) {
   std::map<const nn::Parameter*, int> users;
-  for (nn::Module* m : taken.users) count_users(*m, users);
+  for (nn::Module* m : user_modules) count_users(*m, users);
   in_chunk_.resize(std::size_t(layout_.chunks));
   for (std::size_t i = 0; i < params_.size(); ++i) {
     nn::Parameter* p = params_[i];

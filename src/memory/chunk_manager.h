@@ -346,6 +346,15 @@ class ChunkManager final : public nn::ModuleHooks {
   // and the optimizer states that do not fit sent to the disk tier (ChunkOptions::offload's
   // disk_dir); the static partition's param list checked against the device tier.
   void place_tiers(Allocator& device, Allocator& host);
+  // The chunk lists: the params' (each rank's own only under ZeRO-3 when `remote_params`), and
+  // the owned master weights, moments and gradient sums, in the tier each starts in (a disk
+  // chunk has none).
+  void allocate_lists(Allocator& device, Allocator& host, bool remote_params);
+  // Each communication group's reduction flags and phase (its segment's).
+  void start_group_state();
+  // The parameters' places, users (counted among `user_modules`) and states; their values move
+  // into the chunks (fp32 master copies on their owners, the compute dtype where resident).
+  void take_parameters(const std::vector<nn::Module*>& user_modules, const std::vector<int>& segment);
   // A moment of the memory tracer around placing the chunks of `m`'s parameters.
   void access_all(nn::Module& m, bool backward);
   // Param chunk c holds a tensor in COMPUTE (it must stay on the device).

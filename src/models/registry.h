@@ -1,19 +1,23 @@
-// Models of one's own: a program registers a model type by a function that builds its Model from
-// the layer factory of the run's layout, and a config naming the type (model.type) trains it
-// with everything the engine has - data, pipeline, tensor (every mode the layers it uses
-// support) and sequence parallelism, chunks, ZeRO, offload, mixed precision, checkpoints.
-// examples/parallel_block_gpt.cpp is one. The built-in families (gpt, bert, vit, llama) are
-// registered the same way (models/factory.cpp).
+// A model family's spec: what tidal knows of a model type, registered under its name
+// (model.type): how to build it from the layer factory of the run's layout, the task that picks
+// its data, and its decoder for text generation. A built-in family is one folder,
+// models/<family>/, whose family.cpp gives its spec, listed in models/builtin_families.cpp; a
+// program registers its own model the same way, before the config is loaded, and trains it with
+// everything the engine has - data, pipeline, tensor (every mode the layers it uses support) and
+// sequence parallelism, chunks, ZeRO, offload, mixed precision, checkpoints.
+// examples/parallel_block_gpt.cpp is one.
 #pragma once
 
-#include "config/config.h"
-#include "config/model_types.h"
+#include "models/decoder.h"
+#include "models/hf_adapter.h"
 #include "models/model.h"
+#include "models/model_config.h"
 #include "nn/layer_factory.h"
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tidal::models {
 
@@ -21,16 +25,81 @@ namespace tidal::models {
 // that holds parameters or meets the batch through them), and the run's activation
 // checkpointing of blocks (Model::add_blocks takes it) and memory.embedding_on_host.
 struct ModelBuild {
-  const config::ModelConfig& config;
+  const ModelConfig& config;
   nn::LayerFactory& layers;
   nn::CheckpointPolicy checkpointing;
   bool embedding_on_host = false;
 };
 using ModelBuilder = std::function<std::unique_ptr<Model>(const ModelBuild&)>;
+// The decoder of a model of the family held whole by one process in fp32 (models/decoder.h).
+using DecoderBuilder = std::function<std::unique_ptr<Decoder>(Model&, const ModelConfig&)>;
 
-// Registers `type` (call it before the config is loaded). The task picks the data: causal_lm
-// trains on next-token targets of token data (markov, tokens, text) as GPT does, masked_lm on
-// BERT's masked tokens, image_classification on images. A name already taken is an error.
-void register_model(const std::string& type, config::ModelTask task, ModelBuilder build);
+// What the planner (sim/) must know of a family's model that its modules do not tell it yet: the
+// kind of each part, for the step's replay of activations and FLOPs. (The parameters it plans
+// are the real modules' own.)
+struct Anatomy {
+  enum class Embedding {
+    positions_added,  // tokens or patches with a learned position table added (GPT-2, ViT)
+    positions_types_norm,  // word, position and token-type tables summed, then a LayerNorm (BERT)
+    tokens,           // the token table alone: positions rotate inside attention (Llama)
+  };
+  enum class Head {
+    lm,          // a table over the vocabulary, tied or untied
+    masked_lm,   // dense, GELU and LayerNorm before the vocabulary's table (BERT)
+    classifier,  // one row of class logits per image (ViT)
+  };
+  Embedding embedding = Embedding::positions_added;
+  Head head = Head::lm;
+  bool causal = true;    // attention sees only the past
+  bool pre_norm = true;  // the norm before each sublayer (false: after, as BERT)
+  bool rms_norm = false;  // RMSNorm (one statistic) rather than LayerNorm
+  bool swiglu = false;    // a gated MLP (gate and up, then down) rather than GELU's
+  // The MLP's hidden width for a model of `m`.
+  std::function<std::int64_t(const ModelConfig& m)> mlp_width = [](const ModelConfig& m) { return 4 * m.n_embd; };
+};
+
+struct Family {
+  std::string name;   // model.type
+  std::string title;  // for people ("GPT", "Llama"); "" = the name
+  // causal_lm trains on next-token targets of token data (markov, tokens, text) as GPT does,
+  // masked_lm on BERT's masked tokens, image_classification on images.
+  ModelTask task = ModelTask::causal_lm;
+  ModelBuilder build;
+  DecoderBuilder decoder{};  // empty: the family does not generate text (tidal sample, train.sample_every)
+  // model.ln_eps = 0 means this epsilon of the family's norms.
+  double norm_eps = 1e-5;
+  // model.tie_embeddings when the config leaves it unset (and no model.init_from decides it):
+  // whether the LM head reads the token table.
+  bool tie_embeddings = true;
+  // Whether the attention may have fewer key / value heads than query heads (model.n_kv_head).
+  bool grouped_query = false;
+  // Checks the family's own keys of [model] (a tidal::Error naming the key and the fix); load_config
+  // runs it after the checks every model gets.
+  std::function<void(const ModelConfig&)> validate{};
+  HfAdapter hf{};  // Hugging Face checkpoints both ways (model.init_from, tidal export); empty: none
+  Anatomy anatomy{};
+};
+
+// Registers `family` under its name. A name already taken is an error naming it.
+void register_family(Family family);
+// register_family({type, task, build}): a model of one's own, without a decoder.
+void register_model(const std::string& type, ModelTask task, ModelBuilder build);
+// The family model.type = `type` names; a tidal::Error listing the known types otherwise.
+const Family& find_family(const std::string& type);
+// "GPT and Llama": the titles of the families that generate text, for messages.
+std::string generating_families();
+// "gpt | bert | vit | llama" and the registered ones.
+std::string model_type_names();
+// Reads the Hugging Face directory `dir`'s config.json through the family whose model_type it
+// names into `m` (model.type included); returns the keys it decided, which a config may not
+// contradict. Another architecture, or a value the family cannot build, is a tidal::Error.
+std::vector<std::string> read_hf_config(const std::string& dir, ModelConfig& m);
+// The Hugging Face adapter of `m`'s family; a tidal::Error naming the type when it has none.
+const HfAdapter& hf_adapter(const ModelConfig& m);
+
+// model.ln_eps, or the family's own when 0.
+double norm_eps(const ModelConfig& m);
+// Positions per sample: tokens, or for an image classifier its patches and the class token.
+std::int64_t positions_per_sample(const ModelConfig& m);
 
 }  // namespace tidal::models

@@ -61,7 +61,7 @@ MultiHeadSelfAttention::MultiHeadSelfAttention(std::int64_t n_embd, const Attent
   if (c.rotary.theta > 0)
     rotary_ = &add_module("rotary", layers.rotary(H / parts, Hkv / parts, hd, c.rotary));
   attention_ = &add_module("attention", layers.self_attention(H / parts, Hkv / parts, c.causal));
-  proj_ = &add_module("proj", layers.output_linear(n_embd, n_embd, c.bias, proj_init));
+  proj_ = &add_module("proj", layers.output_linear(n_embd, n_embd, c.proj_bias, proj_init));
 }
 
 Tensor MultiHeadSelfAttention::qkv(const Tensor& x, Context& ctx) {

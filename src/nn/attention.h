@@ -24,7 +24,8 @@ struct AttentionConfig {
   int n_head = 1;
   int n_kv_head = 0;  // key / value heads; 0 = n_head
   bool causal = false;
-  bool bias = true;        // on the qkv and output projections
+  bool bias = true;        // on the qkv projection
+  bool proj_bias = true;   // on the output projection
   RotaryConfig rotary{};   // theta 0: no rotary embeddings (positions are learned elsewhere)
   // Selective recomputation: the attention's qkv input is let go after forward and remade in
   // backward by the qkv projection (and rotary) from the projection's input, which it keeps anyway.

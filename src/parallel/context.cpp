@@ -1,7 +1,7 @@
 #include "parallel/context.h"
 
-#include "comm/planning_communicator.h"
 #include "comm/device_communicator.h"
+#include "comm/planning_communicator.h"
 #include "comm/self_communicator.h"
 #include "comm/staged_communicator.h"
 #include "core/error.h"
@@ -22,32 +22,24 @@ int launched_world_size([[maybe_unused]] const comm::MpiRuntime* runtime) {
   return 1;
 }
 
-MeshSpec mesh_spec(const config::Config& cfg, int world_size, int ranks_per_node) {
-  const config::ParallelConfig& p = cfg.parallel;
-  return {.world_size = world_size,
-          .data = p.data,
-          .pipeline = p.pipeline,
-          .tensor = p.tensor.size,
-          .sequence = p.sequence,
-          .sequence_zigzag = p.sequence_zigzag,
-          .sequence_mode = p.sequence_mode,
-          .mode = p.tensor.mode,
-          .depth = p.tensor.depth,
-          .ranks_per_node = p.ranks_per_node > 0 ? p.ranks_per_node : ranks_per_node};
+MeshSpec mesh_spec(const ContextOptions& o, int world_size, int ranks_per_node) {
+  MeshSpec spec = o.mesh;
+  spec.world_size = world_size;
+  if (spec.ranks_per_node <= 0) spec.ranks_per_node = ranks_per_node;
+  return spec;
 }
 
 namespace {
 
 // What every layout needs of the model and the batch (tidal::Error naming the keys).
-void check_config_fits(const config::Config& cfg, const Layout& layout) {
-  check_model_fits(layout, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.seq_len,
-                   cfg.model.type == "vit" ? cfg.model.num_classes : 0, cfg.model.n_kv_head);
-  const std::int64_t B = cfg.train.batch_size, replicas = layout.spec().data;
+void check_options_fit(const ContextOptions& o, const Layout& layout) {
+  check_model_fits(layout, o.n_layer, o.n_head, o.n_embd, o.seq_len, o.num_classes, o.n_kv_head);
+  const std::int64_t B = o.batch_size, replicas = layout.spec().data;
   TIDAL_CHECK(B % replicas == 0,
               "train.batch_size ({}) must be divisible by parallel.data ({}): each replica takes an equal slice of "
               "the global batch",
               B, replicas);
-  const std::int64_t micro = cfg.train.micro_batch_size;
+  const std::int64_t micro = o.micro_batch_size;
   TIDAL_CHECK(micro == 0 || (B / replicas) % micro == 0,
               "train.micro_batch_size ({}) must divide the per-replica batch train.batch_size / parallel.data = {}",
               micro, B / replicas);
@@ -58,19 +50,18 @@ void check_config_fits(const config::Config& cfg, const Layout& layout) {
               "the micro-batch ({} samples: train.micro_batch_size, or train.batch_size / parallel.data) must be "
               "divisible by {}: parallel.tensor.mode = \"{}\" splits each micro-batch's samples over {} rows of the "
               "tensor grid",
-              micro ? micro : B / replicas, sample_parts, spec.mode, sample_parts);
+              micro ? micro : B / replicas, sample_parts, tensor_mode_name(spec.mode), sample_parts);
 }
 
 #if TIDAL_MPI
 // parallel.gpu_collectives settled alike on every rank: NCCL where asked, or (auto) where every
 // node's ranks have GPUs of their own and this build has NCCL; staged otherwise.
-bool nccl_between_gpus(const config::Config& cfg, comm::MpiRuntime& runtime, comm::Seconds timeout) {
-  const config::GpuCollectives asked = cfg.parallel.gpu_collectives;
-  if (asked == config::GpuCollectives::staged) return false;
+bool nccl_between_gpus(GpuCollectives asked, comm::MpiRuntime& runtime, comm::Seconds timeout) {
+  if (asked == GpuCollectives::staged) return false;
   Tensor own = Tensor::full({1}, runtime.local_size() <= gpu_count() ? 1.0f : 0.0f, host_allocator());
   runtime.world(timeout)->all_reduce(own, {.op = comm::ReduceOp::min})->wait();
   const bool everyone_owns = own.data<float>()[0] > 0.0f;
-  if (asked == config::GpuCollectives::automatic) return everyone_owns && TIDAL_NCCL;
+  if (asked == GpuCollectives::automatic) return everyone_owns && TIDAL_NCCL;
   TIDAL_CHECK(TIDAL_NCCL, "parallel.gpu_collectives = \"nccl\", but this build has no NCCL: rebuild where NCCL is "
               "installed (libnccl-dev), or set parallel.gpu_collectives = \"staged\"");
   TIDAL_CHECK(everyone_owns,
@@ -84,18 +75,18 @@ bool nccl_between_gpus(const config::Config& cfg, comm::MpiRuntime& runtime, com
 
 }  // namespace
 
-ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] comm::MpiRuntime* runtime)
+ParallelContext::ParallelContext(const ContextOptions& o, [[maybe_unused]] comm::MpiRuntime* runtime)
 #if TIDAL_MPI
-    : layout_(mesh_spec(cfg, runtime ? runtime->world_size() : 1, runtime ? runtime->local_size() : 0)),
+    : layout_(mesh_spec(o, runtime ? runtime->world_size() : 1, runtime ? runtime->local_size() : 0)),
       rank_(runtime ? runtime->world_rank() : 0),
 #else
-    : layout_(mesh_spec(cfg, 1, 0)),
+    : layout_(mesh_spec(o, 1, 0)),
 #endif
       coords_(layout_.coordinates(rank_)) {
-  check_config_fits(cfg, layout_);
-  const comm::Seconds timeout(cfg.parallel.timeout_s);
+  check_options_fit(o, layout_);
+  const comm::Seconds timeout(o.timeout_s);
 #if TIDAL_MPI
-  const bool on_gpus = runtime && runtime->world_size() > 1 && cfg.train.device == Device::Kind::cuda;
+  const bool on_gpus = runtime && runtime->world_size() > 1 && o.on_gpu;
   if (on_gpus) {
     TIDAL_CHECK(gpu_available(),
                 "train.device = \"cuda\", but rank {} sees {}: run it where a GPU is visible (check "
@@ -103,12 +94,11 @@ ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] com
                 runtime->world_rank(), gpu_description());
     use_gpu_of_local_rank(runtime->local_rank());
     // Each rank's device tier would claim the GPU's free memory as its own.
-    TIDAL_CHECK(cfg.memory.offload == config::Offload::none || !cfg.memory.device_limit.empty() ||
-                    runtime->local_size() <= gpu_count(),
+    TIDAL_CHECK(o.offload_without_limit.empty() || runtime->local_size() <= gpu_count(),
                 "memory.offload = \"{}\" with {} ranks sharing {} GPU(s) on rank {}'s node: set memory.device_limit "
                 "(each rank's share of a GPU, e.g. --set memory.device_limit=8GiB), or launch at most one rank per GPU",
-                cfg.memory.offload, runtime->local_size(), gpu_count(), runtime->world_rank());
-    gpu_collectives_ = nccl_between_gpus(cfg, *runtime, timeout) ? "nccl" : "staged";
+                o.offload_without_limit, runtime->local_size(), gpu_count(), runtime->world_rank());
+    gpu_collectives_ = nccl_between_gpus(o.gpu_collectives, *runtime, timeout) ? "nccl" : "staged";
   }
 #endif
   // Every rank creates the same groups in the same order (creation is collective).
@@ -138,9 +128,9 @@ ParallelContext::ParallelContext(const config::Config& cfg, [[maybe_unused]] com
   }
 }
 
-ParallelContext::ParallelContext(const config::Config& cfg, const MeshSpec& spec, int rank)
+ParallelContext::ParallelContext(const ContextOptions& o, const MeshSpec& spec, int rank)
     : layout_(spec), rank_(rank), coords_(layout_.coordinates(rank)) {
-  check_config_fits(cfg, layout_);
+  check_options_fit(o, layout_);
   for (GroupKind kind : kAllGroupKinds) {
     const std::vector<int> members = layout_.group(kind, rank);
     auto c = std::make_shared<comm::PlanningCommunicator>(std::string(group_name(kind)), members,
@@ -149,8 +139,8 @@ ParallelContext::ParallelContext(const config::Config& cfg, const MeshSpec& spec
   }
 }
 
-ParallelContext ParallelContext::planned(const config::Config& cfg, int world_size, int rank, int ranks_per_node) {
-  return ParallelContext(cfg, mesh_spec(cfg, world_size, ranks_per_node), rank);
+ParallelContext ParallelContext::planned(const ContextOptions& o, int world_size, int rank, int ranks_per_node) {
+  return ParallelContext(o, mesh_spec(o, world_size, ranks_per_node), rank);
 }
 
 comm::Communicator& ParallelContext::group(GroupKind kind) { return *groups_.at(kind); }
@@ -203,7 +193,7 @@ nlohmann::json ParallelContext::describe() const {
   const MeshSpec& s = layout_.spec();
   nlohmann::json out = {{"world_size", s.world_size},         {"data", s.data},
                         {"pipeline", s.pipeline},             {"tensor", s.tensor},
-                        {"tensor_mode", std::string(config::name_of(s.mode))}, {"sequence", s.sequence},
+                        {"tensor_mode", std::string(tensor_mode_name(s.mode))}, {"sequence", s.sequence},
                         {"ranks_per_node", s.ranks_per_node}};
   if (!gpu_collectives_.empty()) out["gpu_collectives"] = gpu_collectives_;
   return out;

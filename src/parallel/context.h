@@ -6,13 +6,14 @@
 #pragma once
 
 #include "comm/counting_communicator.h"
-#include "config/config.h"
+#include "parallel/gpu_collectives.h"
 #include "parallel/layout.h"
 
 #include <nlohmann/json.hpp>
 
 #include <map>
 #include <memory>
+#include <string>
 
 namespace tidal::comm {
 class MpiRuntime;
@@ -23,16 +24,35 @@ namespace tidal::parallel {
 // The ranks a launcher started (1 for a null runtime, and in a build without MPI).
 int launched_world_size(const comm::MpiRuntime* runtime);
 
+// What a ParallelContext is built from (config/options.h makes it from a Config): the mesh
+// [parallel] asks for, what the layout must fit, and how the groups communicate.
+struct ContextOptions {
+  // world_size is the launched world's (or the planned one's); ranks_per_node 0 = as the
+  // launcher reports (one node when planned without it).
+  MeshSpec mesh;
+  // The model's shape the layout splits (num_classes: an image classifier's head, 0 for a
+  // language model) and the global batch and micro-batch (0 = no accumulation), in samples.
+  int n_layer = 1, n_head = 1, n_kv_head = 0;
+  std::int64_t n_embd = 1, seq_len = 1, num_classes = 0;
+  std::int64_t batch_size = 1, micro_batch_size = 0;
+  double timeout_s = 300.0;  // a collective slower than this ends the job (the watchdog)
+  bool on_gpu = false;       // the step computes on each rank's GPU (train.device = cuda)
+  GpuCollectives gpu_collectives = GpuCollectives::automatic;
+  // memory.offload's name when its device tier would claim a whole GPU's free memory (no
+  // memory.device_limit); "" = no offload, or capped.
+  std::string offload_without_limit;
+};
+
 class ParallelContext {
  public:
   // `runtime` is null for a process started without a launcher (world of one). Validates the
   // layout against the launched world and the model (tidal::Error naming the keys). Collective:
   // every rank constructs its context at the same point.
-  ParallelContext(const config::Config& cfg, comm::MpiRuntime* runtime);
+  ParallelContext(const ContextOptions& options, comm::MpiRuntime* runtime);
   // Rank `rank` of a world of `world_size` (`ranks_per_node` per node, 0 = one node) as the
   // cost model plans it (sim/): the same checks and groups, each a comm::PlanningCommunicator
   // that knows its members and never communicates. Not collective; nothing is launched.
-  static ParallelContext planned(const config::Config& cfg, int world_size, int rank, int ranks_per_node = 0);
+  static ParallelContext planned(const ContextOptions& options, int world_size, int rank, int ranks_per_node = 0);
 
   const Layout& layout() const { return layout_; }
   int rank() const { return rank_; }
@@ -57,7 +77,7 @@ class ParallelContext {
   const std::string& gpu_collectives() const { return gpu_collectives_; }
 
  private:
-  ParallelContext(const config::Config& cfg, const MeshSpec& spec, int rank);
+  ParallelContext(const ContextOptions& options, const MeshSpec& spec, int rank);
 
   Layout layout_;
   int rank_ = 0;
@@ -66,7 +86,8 @@ class ParallelContext {
   std::string gpu_collectives_;
 };
 
-// The mesh a config asks for on `world_size` ranks with `ranks_per_node` (0 = unknown).
-MeshSpec mesh_spec(const config::Config& cfg, int world_size, int ranks_per_node);
+// The mesh `options` ask for on `world_size` ranks with `ranks_per_node` (options.mesh's own when
+// it gives one; 0 = unknown).
+MeshSpec mesh_spec(const ContextOptions& options, int world_size, int ranks_per_node);
 
 }  // namespace tidal::parallel

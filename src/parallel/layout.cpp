@@ -2,7 +2,6 @@
 // rng seeds. The rank order and group orders are documented in layout.h.
 #include "parallel/layout.h"
 
-#include "config/choices.h"
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -136,7 +135,7 @@ Layout::Layout(const MeshSpec& spec) : spec_(spec) {
   TIDAL_CHECK(spec_.depth == 1 || spec_.mode == TensorMode::d2p5,
               "parallel.tensor.depth = {} applies only to parallel.tensor.mode = \"2.5d\" (mode is \"{}\"): set "
               "parallel.tensor.depth = 1 or use mode \"2.5d\"",
-              spec_.depth, config::name_of(spec_.mode));
+              spec_.depth, tensor_mode_name(spec_.mode));
 
   const int t_size = spec_.tensor;
   cell_of_tensor_.resize(t_size);
@@ -364,7 +363,7 @@ void check_model_fits(const Layout& layout, int n_layer, int n_head, std::int64_
   // Each rank holds whole groups of query heads with their key / value head (nn/attention.h).
   const std::string kv_why = ": each rank holds whole groups of query heads with their key / value head";
   const std::string grid = fmt::format("parallel.tensor.mode = \"{}\", parallel.tensor.size = {}",
-                                       config::name_of(s.mode), s.tensor);
+                                       tensor_mode_name(s.mode), s.tensor);
   switch (s.mode) {
     case TensorMode::d1: {
       const std::string what = fmt::format("parallel.tensor.size ({})", s.tensor);

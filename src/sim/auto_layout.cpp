@@ -1,7 +1,7 @@
 #include "sim/auto_layout.h"
 
+#include "core/bytes.h"
 #include "core/error.h"
-#include "engine/progress.h"
 #include "sim/calibrate.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
@@ -44,7 +44,7 @@ AutoLayout choose_layout(const config::Config& cfg, int world_size, comm::Commun
   out.why = fmt::format(
       "parallel.auto: {} of {} layouts on {}{}: {}, predicted step {:.3g} s (MFU {:.0f}%), peak {} of {} per rank{}",
       "the fastest", all.size(), hardware.name, measured, layout_words(best.layout), best.time.total(), 100 * mfu,
-      engine::human_bytes(std::uint64_t(best.peak_bytes)), engine::human_bytes(std::uint64_t(hardware.device_memory)),
+      human_bytes(std::uint64_t(best.peak_bytes)), human_bytes(std::uint64_t(hardware.device_memory)),
       runner_up);
   return out;
 }

@@ -270,19 +270,167 @@ double host_memory_bytes() { return double(sysconf(_SC_PHYS_PAGES)) * double(sys
 
 }  // namespace
 
+namespace {
+
+// What a calibration measures, by CalibrateOptions::quick.
+struct Plan {
+  explicit Plan(bool quick)
+      : quick(quick),
+        repeats(quick ? 2 : 5),
+        n(quick ? 256 : 2048),
+        big(quick ? (std::int64_t(1) << 22) : (std::int64_t(1) << 28)),
+        message(quick ? (std::int64_t(1) << 20) : (std::int64_t(1) << 26)),
+        keys(quick ? 64 : 1024),
+        // Every figure is measured in `passes` passes over all of them, and each is the median of
+        // its passes'. A shared VM slows down for seconds at a time: a figure timed in one stretch
+        // (its repeats back to back) takes such a spell whole, while passes spread over the
+        // calibration see it once (measured, 4 ranks on 2 cores: the fp32 1024^3 product at 0.033
+        // TFLOP/s in one calibration, 0.066-0.069 in three others minutes apart; timed in one
+        // stretch, the elementwise rate at 2.4 to 4.5 GB/s and the all-reduce's bus bandwidth at
+        // 0.75 to 1.05 GB/s over four calibrations within three minutes).
+        passes(quick ? 1 : 3),
+        // Smaller messages than `message` (the links' bandwidth by message size: a step's are mostly these).
+        messages(quick ? std::vector<std::int64_t>{message / 4}
+                       : std::vector<std::int64_t>{message / 64, message / 16, message / 4}),
+        elementwise_rows(quick ? std::vector<std::int64_t>{256} : std::vector<std::int64_t>{64, 256, 1024}),
+        // A save's bytes on the node, smaller ones first (the largest is the bandwidth's).
+        saves(quick ? std::vector<std::int64_t>{4 << 20, 16 << 20}
+                    : std::vector<std::int64_t>{64 << 20, 256 << 20, 1 << 30}) {}
+
+  bool quick;
+  int repeats;
+  std::int64_t n, big, message;  // the largest product's size, a copy's bytes, a message's bytes
+  std::int64_t keys;             // attention's positions
+  int passes;
+  std::vector<std::int64_t> messages, elementwise_rows, saves;
+  std::int64_t first_gemm() const { return quick ? 64 : 128; }
+  std::int64_t first_keys() const { return quick ? 32 : 64; }
+};
+
+constexpr DType kDtypes[] = {DType::f32, DType::bf16, DType::f16};
+
+// One pass over every figure, in the order read_figures reads them.
+std::vector<double> measure_pass(comm::Communicator& world, const Sharing& sharing, const Plan& plan,
+                                 const CalibrateOptions& options) {
+  const int repeats = plan.repeats;
+  std::vector<double> figures;
+  for (DType dtype : kDtypes)
+    figures.push_back(op_rate(world, sharing, [&] { return gemm_rate(dtype, plan.n, repeats); }));
+  // Smaller products run below the peak: the cost model interpolates between these. Each small
+  // size repeated as often as the large one's work (the median of more runs: a small product's
+  // time is noisier beside the other ranks).
+  for (DType dtype : kDtypes)
+    for (std::int64_t size = plan.first_gemm(); size < plan.n; size *= 2) {
+      const int more = int(std::min<std::int64_t>(50, repeats * (plan.n / size)));
+      figures.push_back(op_rate(world, sharing, [&] { return gemm_rate(dtype, size, more); }));
+    }
+  // Attention of width 256 (4 heads of 64), 4 samples, over `keys` positions, and fewer below.
+  for (DType dtype : kDtypes) {
+    figures.push_back(op_rate(world, sharing, [&] { return attention_rate(dtype, 4, plan.keys, 256, 4, repeats); }));
+    for (std::int64_t t = plan.first_keys(); t < plan.keys; t *= 2)
+      figures.push_back(op_rate(world, sharing, [&] { return attention_rate(dtype, 4, t, 256, 4, repeats); }));
+  }
+  // Elementwise ops on tensors of Hardware::kElementwiseElements, and on smaller ones (a core's
+  // caches hold those: measured here, fp32 at 10 GB/s on 256k elements, 8.5 on 2M).
+  for (DType dtype : kDtypes) {
+    figures.push_back(op_rate(world, sharing, [&] { return elementwise_rate(dtype, 2048, 1024, repeats); }));
+    for (std::int64_t rows : plan.elementwise_rows) {
+      const int more = int(std::min<std::int64_t>(50, repeats * (2048 / rows)));
+      figures.push_back(op_rate(world, sharing, [&] { return elementwise_rate(dtype, rows, 1024, more); }));
+    }
+  }
+  figures.push_back(
+      op_rate(world, sharing, [&] { return optimizer_rate(plan.quick ? (1 << 16) : (1 << 22), repeats); }));
+  world.barrier()->wait();
+  figures.push_back(op_rate(world, sharing, [&] { return copy_rate(plan.big, repeats); }));
+  figures.push_back(half_round_trip(world, 4, repeats * 20));
+  figures.push_back(half_round_trip(world, plan.message, repeats));
+  for (std::int64_t bytes : plan.messages) figures.push_back(half_round_trip(world, bytes, repeats));
+  figures.push_back(all_reduce_time(world, 4, repeats * 20));
+  figures.push_back(all_reduce_time(world, plan.message, repeats));
+  for (std::int64_t bytes : plan.messages) figures.push_back(all_reduce_time(world, bytes, repeats));
+  figures.push_back(disk_commit_time(world, options.disk_dir));
+  for (std::int64_t bytes : plan.saves)
+    figures.push_back(disk_save_time(world, options.disk_dir, bytes, !options.quick));
+  return figures;
+}
+
+// The figures of every pass, read back in order, each the median of its passes'.
+class Medians {
+ public:
+  explicit Medians(std::vector<std::vector<double>> measured) : measured_(std::move(measured)) {}
+  double next() {
+    std::vector<double> figure;
+    for (const std::vector<double>& figures : measured_) figure.push_back(figures[next_]);
+    ++next_;
+    std::nth_element(figure.begin(), figure.begin() + std::ptrdiff_t(figure.size() / 2), figure.end());
+    return figure[figure.size() / 2];
+  }
+  bool done() const { return next_ == measured_.front().size(); }
+
+ private:
+  std::vector<std::vector<double>> measured_;  // [pass][figure]
+  std::size_t next_ = 0;
+};
+
+// The compute figures: products, attention, elementwise ops, AdamW and copies by dtype and size.
+void read_compute(Hardware& h, Medians& m, const Plan& plan) {
+  for (DType dtype : kDtypes) h.flops[dtype] = m.next();
+  for (DType dtype : kDtypes)
+    for (std::int64_t size = plan.first_gemm(); size < plan.n; size *= 2)
+      h.gemm_sizes[dtype].push_back({double(size), m.next()});
+  for (DType dtype : kDtypes) {
+    h.attention_flops[dtype] = m.next();
+    for (std::int64_t t = plan.first_keys(); t < plan.keys; t *= 2) h.attention_sizes[dtype].push_back({double(t), m.next()});
+  }
+  for (DType dtype : kDtypes) {
+    h.elementwise_bandwidth[dtype] = m.next();
+    for (std::int64_t rows : plan.elementwise_rows) h.elementwise_sizes[dtype].push_back({double(rows * 1024), m.next()});
+  }
+  h.optimizer_bandwidth = m.next();
+  h.memory_bandwidth = m.next();
+  h.bf16_native = ops::cpu::onednn_bf16_native();
+  // Host and "device" are the same memory: a move between them is a copy, each byte read and
+  // written (the memory bandwidth counts both).
+  h.host_device_bandwidth = h.memory_bandwidth / 2;
+  h.host_optimizer_bandwidth = h.optimizer_bandwidth;  // and the same cores
+}
+
+// The links between `p` ranks, each at a message's size in bytes through the link per message (the
+// cost model's measure): a send's bytes; an all-reduce's 2 (p - 1) / p of its buffer. Then the disk.
+void read_links(Hardware& h, Medians& m, const Plan& plan, int p) {
+  const double pair_latency = m.next(), pair_time = m.next();
+  h.intra_node_pair = {.bandwidth = double(plan.message) / std::max(1e-9, pair_time - pair_latency),
+                       .latency = pair_latency,
+                       .measured_at = double(plan.message)};
+  for (std::int64_t bytes : plan.messages)
+    h.intra_node_pair.sizes.push_back({double(bytes), double(bytes) / std::max(1e-9, m.next() - pair_latency)});
+  const double small = m.next(), large = m.next();
+  const double steps = 2.0 * (p - 1);  // a ring all-reduce: p - 1 reduce-scatter and p - 1 all-gather steps
+  h.intra_node_collective = {.bandwidth = steps / p * double(plan.message) / std::max(1e-9, large - small),
+                             .latency = small / steps,
+                             .measured_at = steps / p * double(plan.message)};
+  for (std::int64_t bytes : plan.messages)
+    h.intra_node_collective.sizes.push_back(
+        {steps / p * double(bytes), steps / p * double(bytes) / std::max(1e-9, m.next() - small)});
+  // A save: the commit's time its latency, each size's bandwidth beyond it.
+  Link disk{.latency = m.next()};
+  for (std::int64_t bytes : plan.saves) {
+    const double rate = double(bytes) / std::max(1e-9, m.next() - disk.latency);
+    if (bytes == plan.saves.back()) disk.bandwidth = rate, disk.measured_at = double(bytes);
+    else disk.sizes.push_back({double(bytes), rate});
+  }
+  h.disk_write = disk;
+}
+
+}  // namespace
+
 Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   const int p = world.size();
   TIDAL_CHECK(p >= 2, "tidal calibrate measures the links between ranks as well: launch it with two ranks or more "
               "on one node (mpirun -np 2 tidal calibrate)");
-  const int repeats = options.quick ? 2 : 5;
-  const std::int64_t n = options.quick ? 256 : 2048;
-  const std::int64_t big = options.quick ? (std::int64_t(1) << 22) : (std::int64_t(1) << 28);  // copy bytes
-  const std::int64_t message = options.quick ? (std::int64_t(1) << 20) : (std::int64_t(1) << 26);
-  const std::int64_t keys = options.quick ? 64 : 1024;  // attention's positions
-  // A save's bytes on the node, smaller ones first (the largest is the bandwidth's).
-  const std::vector<std::int64_t> saves = options.quick ? std::vector<std::int64_t>{4 << 20, 16 << 20}
-                                                        : std::vector<std::int64_t>{64 << 20, 256 << 20, 1 << 30};
-
+  TIDAL_ASSERT(2048 * 1024 == Hardware::kElementwiseElements, "calibrate's elementwise size is the hardware file's");
+  const Plan plan(options.quick);
   Hardware h;
   h.device = Device::Kind::cpu;
   h.devices_per_node = p;
@@ -291,114 +439,12 @@ Hardware calibrate(comm::Communicator& world, const CalibrateOptions& options) {
   const Sharing sharing = sharing_of(p);
   h.oversubscription = sharing.oversubscription;
   world.barrier()->wait();
-  // Every figure is measured in `passes` passes over all of them, and each is the median of its
-  // passes'. A shared VM slows down for seconds at a time: a figure timed in one stretch (its
-  // repeats back to back) takes such a spell whole, while passes spread over the calibration see
-  // it once (measured, 4 ranks on 2 cores: the fp32 1024^3 product at 0.033 TFLOP/s in one
-  // calibration, 0.066-0.069 in three others minutes apart; timed in one stretch, the elementwise
-  // rate at 2.4 to 4.5 GB/s and the all-reduce's bus bandwidth at 0.75 to 1.05 GB/s over four
-  // calibrations within three minutes).
-  const int passes = options.quick ? 1 : 3;
-  // Smaller messages than `message` (the links' bandwidth by message size: a step's are mostly these).
-  const std::vector<std::int64_t> messages = options.quick ? std::vector<std::int64_t>{message / 4}
-                                                           : std::vector<std::int64_t>{message / 64, message / 16, message / 4};
-  const std::vector<std::int64_t> elementwise_rows =
-      options.quick ? std::vector<std::int64_t>{256} : std::vector<std::int64_t>{64, 256, 1024};
-  TIDAL_ASSERT(2048 * 1024 == Hardware::kElementwiseElements, "calibrate's elementwise size is the hardware file's");
-  std::vector<std::vector<double>> measured;  // [pass][figure], the figures in the order below
-  for (int pass = 0; pass < passes; ++pass) {
-    std::vector<double>& figures = measured.emplace_back();
-    for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-      figures.push_back(op_rate(world, sharing, [&] { return gemm_rate(dtype, n, repeats); }));
-    // Smaller products run below the peak: the cost model interpolates between these.
-    // Each small size repeated as often as the large one's work (the median of more runs: a small
-    // product's time is noisier beside the other ranks).
-    for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-      for (std::int64_t size = options.quick ? 64 : 128; size < n; size *= 2) {
-        const int more = int(std::min<std::int64_t>(50, repeats * (n / size)));
-        figures.push_back(op_rate(world, sharing, [&] { return gemm_rate(dtype, size, more); }));
-      }
-    // Attention of width 256 (4 heads of 64), 4 samples, over `keys` positions, and fewer below.
-    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-      figures.push_back(op_rate(world, sharing, [&] { return attention_rate(dtype, 4, keys, 256, 4, repeats); }));
-      for (std::int64_t t = options.quick ? 32 : 64; t < keys; t *= 2)
-        figures.push_back(op_rate(world, sharing, [&] { return attention_rate(dtype, 4, t, 256, 4, repeats); }));
-    }
-    // Elementwise ops on tensors of Hardware::kElementwiseElements, and on smaller ones (a core's
-    // caches hold those: measured here, fp32 at 10 GB/s on 256k elements, 8.5 on 2M).
-    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-      figures.push_back(op_rate(world, sharing, [&] { return elementwise_rate(dtype, 2048, 1024, repeats); }));
-      for (std::int64_t rows : elementwise_rows) {
-        const int more = int(std::min<std::int64_t>(50, repeats * (2048 / rows)));
-        figures.push_back(op_rate(world, sharing, [&] { return elementwise_rate(dtype, rows, 1024, more); }));
-      }
-    }
-    figures.push_back(
-        op_rate(world, sharing, [&] { return optimizer_rate(options.quick ? (1 << 16) : (1 << 22), repeats); }));
-    world.barrier()->wait();
-    figures.push_back(op_rate(world, sharing, [&] { return copy_rate(big, repeats); }));
-    figures.push_back(half_round_trip(world, 4, repeats * 20));
-    figures.push_back(half_round_trip(world, message, repeats));
-    for (std::int64_t bytes : messages) figures.push_back(half_round_trip(world, bytes, repeats));
-    figures.push_back(all_reduce_time(world, 4, repeats * 20));
-    figures.push_back(all_reduce_time(world, message, repeats));
-    for (std::int64_t bytes : messages) figures.push_back(all_reduce_time(world, bytes, repeats));
-    figures.push_back(disk_commit_time(world, options.disk_dir));
-    for (std::int64_t bytes : saves) figures.push_back(disk_save_time(world, options.disk_dir, bytes, !options.quick));
-  }
-  std::size_t next = 0;
-  const auto median_of_passes = [&] {
-    std::vector<double> figure;
-    for (const std::vector<double>& figures : measured) figure.push_back(figures[next]);
-    ++next;
-    std::nth_element(figure.begin(), figure.begin() + std::ptrdiff_t(figure.size() / 2), figure.end());
-    return figure[figure.size() / 2];
-  };
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) h.flops[dtype] = median_of_passes();
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-    for (std::int64_t size = options.quick ? 64 : 128; size < n; size *= 2)
-      h.gemm_sizes[dtype].push_back({double(size), median_of_passes()});
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    h.attention_flops[dtype] = median_of_passes();
-    for (std::int64_t t = options.quick ? 32 : 64; t < keys; t *= 2)
-      h.attention_sizes[dtype].push_back({double(t), median_of_passes()});
-  }
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    h.elementwise_bandwidth[dtype] = median_of_passes();
-    for (std::int64_t rows : elementwise_rows) h.elementwise_sizes[dtype].push_back({double(rows * 1024), median_of_passes()});
-  }
-  h.optimizer_bandwidth = median_of_passes();
-  h.memory_bandwidth = median_of_passes();
-  h.bf16_native = ops::cpu::onednn_bf16_native();
-  // Host and "device" are the same memory: a move between them is a copy, each byte read and
-  // written (the memory bandwidth counts both).
-  h.host_device_bandwidth = h.memory_bandwidth / 2;
-  h.host_optimizer_bandwidth = h.optimizer_bandwidth;  // and the same cores
-  // Each link's bandwidth at a message's size, in bytes through the link per message (the cost
-  // model's measure): a send's bytes; an all-reduce's 2 (p - 1) / p of its buffer.
-  const double pair_latency = median_of_passes(), pair_time = median_of_passes();
-  h.intra_node_pair = {.bandwidth = double(message) / std::max(1e-9, pair_time - pair_latency),
-                       .latency = pair_latency,
-                       .measured_at = double(message)};
-  for (std::int64_t bytes : messages)
-    h.intra_node_pair.sizes.push_back({double(bytes), double(bytes) / std::max(1e-9, median_of_passes() - pair_latency)});
-  const double small = median_of_passes(), large = median_of_passes();
-  const double steps = 2.0 * (p - 1);  // a ring all-reduce: p - 1 reduce-scatter and p - 1 all-gather steps
-  h.intra_node_collective = {.bandwidth = steps / p * double(message) / std::max(1e-9, large - small),
-                             .latency = small / steps,
-                             .measured_at = steps / p * double(message)};
-  for (std::int64_t bytes : messages)
-    h.intra_node_collective.sizes.push_back(
-        {steps / p * double(bytes), steps / p * double(bytes) / std::max(1e-9, median_of_passes() - small)});
-  // A save: the commit's time its latency, each size's bandwidth beyond it.
-  Link disk{.latency = median_of_passes()};
-  for (std::int64_t bytes : saves) {
-    const double rate = double(bytes) / std::max(1e-9, median_of_passes() - disk.latency);
-    if (bytes == saves.back()) disk.bandwidth = rate, disk.measured_at = double(bytes);
-    else disk.sizes.push_back({double(bytes), rate});
-  }
-  h.disk_write = disk;
-  TIDAL_ASSERT(next == measured.front().size(), "calibrate read {} of its {} figures", next, measured.front().size());
+  std::vector<std::vector<double>> measured;
+  for (int pass = 0; pass < plan.passes; ++pass) measured.push_back(measure_pass(world, sharing, plan, options));
+  Medians medians(std::move(measured));
+  read_compute(h, medians, plan);
+  read_links(h, medians, plan, p);
+  TIDAL_ASSERT(medians.done(), "calibrate read fewer figures than it measured");
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   const std::time_t now = std::time(nullptr);

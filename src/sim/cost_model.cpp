@@ -1,9 +1,10 @@
 #include "sim/cost_model.h"
 
-#include "config/hf_model.h"
+#include "config/options.h"
+#include "core/bytes.h"
 #include "core/error.h"
-#include "engine/progress.h"
 #include "models/factory.h"
+#include "models/registry.h"
 #include "ops/cpu/onednn_matmul.h"
 #include "sim/step_replay.h"
 
@@ -173,16 +174,17 @@ struct ModelFlops {
 };
 
 ModelFlops model_flops(const config::ModelConfig& m) {
-  const bool vit = m.type == "vit", llama = m.type == "llama";
-  const double T = double(config::positions_per_sample(m));
+  const models::Anatomy& a = models::find_family(m.type).anatomy;
+  const double T = double(models::positions_per_sample(m));
   const double C = double(m.n_embd), H = m.n_head, Hkv = m.n_kv_head ? m.n_kv_head : m.n_head, hd = C / H;
-  const double F = llama ? double(config::effective_intermediate_size(m)) : 4 * C;
-  const double gemm = 2 * T * (C * (H + 2 * Hkv) * hd + H * hd * C + C * F * (llama ? 2 : 1) + F * C);
-  const bool causal = m.type == "gpt" || llama;
-  const double attention = 2 * 2 * T * T * H * hd * (causal ? 0.5 : 1.0);
+  const double F = double(a.mlp_width(m));
+  const double gemm = 2 * T * (C * (H + 2 * Hkv) * hd + H * hd * C + C * F * (a.swiglu ? 2 : 1) + F * C);
+  const double attention = 2 * 2 * T * T * H * hd * (a.causal ? 0.5 : 1.0);
   ModelFlops f;
   f.block = gemm + attention;
-  f.head = vit ? 2 * C * double(m.num_classes) : 2 * T * C * double(m.vocab_size) + (m.type == "bert" ? 2 * T * C * C : 0);
+  f.head = a.head == models::Anatomy::Head::classifier
+               ? 2 * C * double(m.num_classes)
+               : 2 * T * C * double(m.vocab_size) + (a.head == models::Anatomy::Head::masked_lm ? 2 * T * C * C : 0);
   return f;
 }
 
@@ -203,95 +205,98 @@ double capacity_of_device(const config::Config& cfg, const Hardware* hardware) {
                                          : 0.0;
 }
 
-Prediction predict(const config::Config& cfg, int world_size, const Hardware* hardware) {
-  Prediction p;
+namespace {
+
+// The layout's keys as the plan reports them (the ones that are not at their one value).
+nlohmann::json layout_of(const config::Config& cfg) {
   const config::ParallelConfig& par = cfg.parallel;
-  p.layout = {{"parallel.data", par.data},
-              {"parallel.pipeline", par.pipeline},
-              {"parallel.tensor.size", par.tensor.size},
-              {"parallel.tensor.mode", std::string(config::name_of(par.tensor.mode))},
-              {"parallel.sequence", par.sequence},
-              {"zero.stage", cfg.zero.stage}};
-  if (par.tensor.mode == parallel::TensorMode::d2p5) p.layout["parallel.tensor.depth"] = par.tensor.depth;
-  if (keeps_gathered_choice(par.tensor)) p.layout["parallel.tensor.keep_gathered"] = par.tensor.keep_gathered;
-  if (par.sequence > 1) p.layout["parallel.sequence_mode"] = std::string(config::name_of(par.sequence_mode));
-  const std::size_t device_capacity = capacity_of_device(cfg, hardware) > 0
-                                          ? std::size_t(capacity_of_device(cfg, hardware))
-                                          : std::numeric_limits<std::size_t>::max();
-  const int per_node = hardware ? hardware->devices_per_node : 0;
-  std::vector<PlannedRank> world = plan_world(cfg, world_size, cfg.parallel.ranks_per_node ? cfg.parallel.ranks_per_node : per_node, device_capacity);
-  const parallel::Layout& layout = world.front().pc->layout();
-  const std::int64_t local = cfg.train.batch_size / par.data;
-  const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
-  // The ops of the hardware planned for; without a file, of this machine.
-  const DeviceOps ops = hardware ? DeviceOps{.cpu = hardware->device == Device::Kind::cpu,
-                                             .bf16_native = hardware->bf16_native}
-                                 : DeviceOps{.cpu = cfg.train.device == Device::Kind::cpu,
-                                             .bf16_native = cfg.train.device == Device::Kind::cuda ||
-                                                            ops::cpu::onednn_bf16_native()};
-  // A step replayed once per kind of rank: ranks that differ only in their data-parallel index
-  // hold the same layers and lists and talk over groups of the same shape.
-  std::map<int, StepReplay> replays;
-  std::map<std::tuple<int, int, int>, int> first_of_kind;
-  const auto replay_of = [&](const PlannedRank& r) -> const StepReplay& {
+  nlohmann::json layout = {{"parallel.data", par.data},
+                           {"parallel.pipeline", par.pipeline},
+                           {"parallel.tensor.size", par.tensor.size},
+                           {"parallel.tensor.mode", std::string(config::name_of(par.tensor.mode))},
+                           {"parallel.sequence", par.sequence},
+                           {"zero.stage", cfg.zero.stage}};
+  if (par.tensor.mode == parallel::TensorMode::d2p5) layout["parallel.tensor.depth"] = par.tensor.depth;
+  if (keeps_gathered_choice(par.tensor)) layout["parallel.tensor.keep_gathered"] = par.tensor.keep_gathered;
+  if (par.sequence > 1) layout["parallel.sequence_mode"] = std::string(config::name_of(par.sequence_mode));
+  return layout;
+}
+
+// A step replayed once per kind of rank: ranks that differ only in their data-parallel index hold
+// the same layers and lists and talk over groups of the same shape.
+class Replays {
+ public:
+  Replays(const config::Config& cfg, const parallel::Layout& layout, const Hardware* hardware, DeviceOps ops)
+      : cfg_(cfg), layout_(layout), hardware_(hardware), ops_(ops) {}
+
+  const StepReplay& of(const PlannedRank& r) {
     const parallel::Coordinates& c = r.pc->coordinates();
-    const auto [kind, fresh] = first_of_kind.try_emplace({c.pipeline, c.tensor, c.sequence}, r.pc->rank());
+    const auto [kind, fresh] = first_of_kind_.try_emplace({c.pipeline, c.tensor, c.sequence}, r.pc->rank());
     if (fresh) {
       std::optional<Costs> costs;
-      if (hardware)
-        costs = Costs{.hardware = hardware, .dtype = cfg.train.precision, .link = link_time(*hardware, layout, r.pc->rank())};
-      replays.emplace(r.pc->rank(), replay_step(cfg, r, ops, costs ? &*costs : nullptr));
+      if (hardware_)
+        costs = Costs{.hardware = hardware_, .dtype = cfg_.train.precision,
+                      .link = link_time(*hardware_, layout_, r.pc->rank())};
+      replays_.emplace(r.pc->rank(), replay_step(cfg_, r, ops_, costs ? &*costs : nullptr));
     }
-    return replays.at(kind->second);
-  };
-  for (PlannedRank& r : world) {
-    const int rank = r.pc->rank();
-    RankMemory m;
-    m.rank = rank;
-    m.model_data = r.model_data;
-    const StepReplay& replay = replay_of(r);
-    m.activations = replay.peak_bytes;
-    m.traffic = replay.traffic.json();
-    const ModelDataBytes& md = m.model_data;
-    m.host = double(md.embedding_on_host_bytes);
-    if (!md.offload) {
-      m.device = double(md.peak() - md.embedding_on_host_bytes) + m.activations;
-    } else {
-      // memory/dynamic_memory.h: the param list beside the step's peak non-model data, then (the
-      // dynamic partition) optimizer states in the margin left, chunk by chunk in list order.
-      m.host += double(md.offload_host_bytes);
-      m.device = m.activations + double(md.param_bytes);
-      RankMemory::Offload& o = m.offload;
-      if (!md.static_partition && md.state_bytes > 0) {
-        // The margin the warm-up leaves the states: beside the peak and the rank's own chunks
-        // (ZeRO-3's fetched chunks are gone by the warm-up's end).
-        const double margin = double(device_capacity) - m.device;
-        const double fit = margin > 0 ? std::floor(margin / double(md.state_bytes)) : 0.0;
-        o.device_state_chunks = int(std::min(fit, double(md.state_chunks)));
-        m.device += o.device_state_chunks * double(md.state_bytes);
-      }
-      m.device += double(md.param_transient_bytes);
-      // The moves (RankMemory::Offload): a rank's own chunks with their states on the host, each
-      // way; evicted chunks beyond them, as many as bring the device's peak within its limit.
-      // ZeRO-3's chunks of other ranks are fetched into the device, not moved.
-      const double chunk = double(md.param_chunk_bytes);
-      o.host_state_chunks = md.state_chunks - o.device_state_chunks;
-      const double overflow = m.device - double(device_capacity);
-      if (!md.static_partition && overflow > 0 && chunk > 0) {
-        o.evictions = int(std::ceil(overflow / chunk));
-        m.device = double(device_capacity);  // the evictions keep the tier within it
-      }
-      o.bytes_each_way = (o.host_state_chunks + o.evictions) * chunk;
-    }
-    if (m.total() > p.peak_bytes) {
-      p.peak_bytes = m.total();
-      p.largest_rank = rank;
-    }
-    p.ranks.push_back(m);
+    return replays_.at(kind->second);
   }
-  // Whether every rank fits: the device within its capacity (under offload, what the warm-up needs
-  // at the least: an operator's two param chunks beside the non-model peak, or the static
-  // partition's whole param list), the host within memory.host_limit or its share of the node.
+
+ private:
+  const config::Config& cfg_;
+  const parallel::Layout& layout_;
+  const Hardware* hardware_;
+  DeviceOps ops_;
+  std::map<int, StepReplay> replays_;
+  std::map<std::tuple<int, int, int>, int> first_of_kind_;
+};
+
+// A rank's memory at its peak: its model data beside the replayed step's activations, and under
+// offload the optimizer states the device's margin takes and the chunk moves.
+RankMemory rank_memory(const PlannedRank& r, const StepReplay& replay, std::size_t device_capacity) {
+  RankMemory m;
+  m.rank = r.pc->rank();
+  m.model_data = r.model_data;
+  m.activations = replay.peak_bytes;
+  m.traffic = replay.traffic.json();
+  const ModelDataBytes& md = m.model_data;
+  m.host = double(md.embedding_on_host_bytes);
+  if (!md.offload) {
+    m.device = double(md.peak() - md.embedding_on_host_bytes) + m.activations;
+    return m;
+  }
+  // memory/dynamic_memory.h: the param list beside the step's peak non-model data, then (the
+  // dynamic partition) optimizer states in the margin left, chunk by chunk in list order.
+  m.host += double(md.offload_host_bytes);
+  m.device = m.activations + double(md.param_bytes);
+  RankMemory::Offload& o = m.offload;
+  if (!md.static_partition && md.state_bytes > 0) {
+    // The margin the warm-up leaves the states: beside the peak and the rank's own chunks
+    // (ZeRO-3's fetched chunks are gone by the warm-up's end).
+    const double margin = double(device_capacity) - m.device;
+    const double fit = margin > 0 ? std::floor(margin / double(md.state_bytes)) : 0.0;
+    o.device_state_chunks = int(std::min(fit, double(md.state_chunks)));
+    m.device += o.device_state_chunks * double(md.state_bytes);
+  }
+  m.device += double(md.param_transient_bytes);
+  // The moves (RankMemory::Offload): a rank's own chunks with their states on the host, each
+  // way; evicted chunks beyond them, as many as bring the device's peak within its limit.
+  // ZeRO-3's chunks of other ranks are fetched into the device, not moved.
+  const double chunk = double(md.param_chunk_bytes);
+  o.host_state_chunks = md.state_chunks - o.device_state_chunks;
+  const double overflow = m.device - double(device_capacity);
+  if (!md.static_partition && overflow > 0 && chunk > 0) {
+    o.evictions = int(std::ceil(overflow / chunk));
+    m.device = double(device_capacity);  // the evictions keep the tier within it
+  }
+  o.bytes_each_way = (o.host_state_chunks + o.evictions) * chunk;
+  return m;
+}
+
+// Whether every rank fits: the device within its capacity (under offload, what the warm-up needs
+// at the least: an operator's two param chunks beside the non-model peak, or the static
+// partition's whole param list), the host within memory.host_limit or its share of the node.
+void check_fits(Prediction& p, const config::Config& cfg, const Hardware* hardware, std::size_t device_capacity) {
   const double host_capacity = !cfg.memory.host_limit.empty()
                                    ? double(config::parse_bytes(cfg.memory.host_limit, "memory.host_limit"))
                                : hardware ? hardware->host_memory / hardware->devices_per_node
@@ -308,25 +313,141 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
     if (device_capacity != std::numeric_limits<std::size_t>::max() && device_needs > double(device_capacity)) {
       p.fits = false;
       p.does_not_fit = fmt::format("device: rank {} needs {}, {} more than its {}", m.rank,
-                                   engine::human_bytes(std::uint64_t(device_needs)),
-                                   engine::human_bytes(std::uint64_t(device_needs - double(device_capacity))),
-                                   engine::human_bytes(device_capacity));
-      break;
+                                   human_bytes(std::uint64_t(device_needs)),
+                                   human_bytes(std::uint64_t(device_needs - double(device_capacity))),
+                                   human_bytes(device_capacity));
+      return;
     }
     if (m.host > host_capacity) {
       p.fits = false;
       p.does_not_fit = fmt::format("host: rank {} needs {}, {} more than its {}", m.rank,
-                                   engine::human_bytes(std::uint64_t(m.host)),
-                                   engine::human_bytes(std::uint64_t(m.host - host_capacity)),
-                                   engine::human_bytes(std::uint64_t(host_capacity)));
-      break;
+                                   human_bytes(std::uint64_t(m.host)),
+                                   human_bytes(std::uint64_t(m.host - host_capacity)),
+                                   human_bytes(std::uint64_t(host_capacity)));
+      return;
     }
   }
+}
 
-  // Time: the schedule of the pipeline holding each rank simulated with its stages' action times
-  // (a stage runs its actions in order, each once its input has arrived), then what the step
-  // adds after the actions, the optimizer's pass, and the gradient buckets' all-reduce where it
-  // outlasts the last backward it overlaps.
+// A stage's step time from its replay (`ran`: the share of its action time it ran at, beside
+// fewer computing ranks or more), its pipeline's wait, and its rank's offload.
+StepTime stage_time(Prediction& p, const StepReplay& r, double ran, double wait, const RankMemory& rm,
+                    const Hardware& hardware) {
+  // The last backward's time with the links free: the gradient reductions share them with its
+  // layers' collectives, so they hide only behind the rest (its ops).
+  double last_backward = 0;
+  for (const ActionTime& a : r.actions)
+    if (!a.forward) last_backward = a.seconds - a.comm;
+  StepTime st;
+  st.rank = rm.rank;
+  st.gemm = r.gemm_seconds * ran;
+  st.attention = r.attention_seconds * ran;
+  st.compute = st.gemm + st.attention;
+  st.memory = r.memory_seconds * ran;
+  st.layer_comm = r.layer_comm_seconds * ran;
+  st.pipeline_wait = wait;
+  // The gradient reductions run beside the last backward (on a GPU their own stream and NCCL's;
+  // on a CPU MPI's progress thread), all but the share that starts after it (the last bucket's,
+  // the chunk keeper's last group's: of G groups one after the other, each beside the backward of
+  // 1/G of the layers, G - 1 hide). Measured on 2 cores (the trainer's allreduce_s and
+  // allreduce_exposed_s): ZeRO-1 over 2 ranks in 7 groups 97% hidden, data 2 x tensor 2 at ZeRO-2
+  // in 7 groups 76%, ZeRO-3 over 8 ranks in one group 1%, data 2 in one bucket none.
+  // Spread over several backwards (a micro-batch's groups beside its own), each hides its part.
+  st.hidden = (1 - r.overlap_tail) * r.overlap_passes * std::min(r.overlappable / r.overlap_passes, last_backward);
+  st.after = r.after_actions + r.overlappable - st.hidden;
+  st.optimizer = r.optimizer;
+  if (!rm.model_data.offload) return st;
+  // Each way over the host link, one after the other (down after backward, up at the next use);
+  // on a CPU a copy between allocators at the copy's rate.
+  st.offload = 2 * rm.offload.bytes_each_way / hardware.host_device_bandwidth;
+  // AdamW on each chunk where its states are: the host's share at the host's rate.
+  const int chunks = rm.offload.device_state_chunks + rm.offload.host_state_chunks;
+  const double on_host = chunks > 0 ? double(rm.offload.host_state_chunks) / chunks : 0.0;
+  if (hardware.host_optimizer_bandwidth > 0)
+    st.optimizer = r.optimizer * ((1 - on_host) + on_host * hardware.optimizer_bandwidth /
+                                                      hardware.host_optimizer_bandwidth);
+  else if (on_host > 0)
+    p.untimed = fmt::format("AdamW on the host (rank {}'s states of {} of its {} chunks there), at the "
+                            "device's rate here: {} gives no host.optimizer_gbps",
+                            rm.rank, rm.offload.host_state_chunks, chunks, hardware.name);
+  return st;
+}
+
+// The slowest rank's step time: the schedule of each kind of pipeline simulated with its stages'
+// action times (a stage runs its actions in order, each once its input has arrived), then what
+// the step adds after the actions, the optimizer's pass, and the gradient buckets' all-reduce
+// where it outlasts the last backward it overlaps.
+void predict_time(Prediction& p, const config::Config& cfg, std::vector<PlannedRank>& world, Replays& replays,
+                  const Hardware& hardware, int world_size) {
+  const config::ParallelConfig& par = cfg.parallel;
+  const parallel::Layout& layout = world.front().pc->layout();
+  const std::int64_t local = cfg.train.batch_size / par.data;
+  const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
+  const auto rate = hardware.flops.find(cfg.train.precision);
+  TIDAL_CHECK(rate != hardware.flops.end(), "the hardware file {} gives no {} rate", hardware.name,
+              dtype_name(cfg.train.precision));
+  const double e = double(dtype_size(cfg.train.precision));
+  for (const PlannedRank& first : world) {
+    const int rank = first.pc->rank();
+    const std::vector<int> stages = layout.group(parallel::GroupKind::pipeline, rank);
+    if (stages.front() != rank || first.pc->coordinates().data != 0) continue;  // one simulation per kind of pipeline
+    std::vector<const StepReplay*> stage_replays;
+    for (int s : stages) stage_replays.push_back(&replays.of(world[std::size_t(s)]));
+    // A message between stages: the hidden state (1D's scatter-gather sends 1/t of it).
+    const double positions = double(models::positions_per_sample(cfg.model)) / par.sequence;
+    const bool grid = layout.sample_parts() > 1;
+    const double samples = double(micro) / layout.sample_parts();
+    const double width = double(cfg.model.n_embd) / (grid ? layout.tensor_side() : 1) /
+                         (par.scatter_gather && !grid && par.tensor.size > 1 ? par.tensor.size : 1);
+    const double message = stages.size() > 1
+                               ? link_time(hardware, layout, rank)("pipeline", int(stages.size()), "send", 1,
+                                                                   samples * positions * width * e)
+                               : 0.0;
+    // Ranks of other pipelines run the same schedule at the same moments: of the node's ranks, a
+    // pipeline's computing stages stand for that share computing.
+    const double ranks_on_node = std::min(world_size, hardware.devices_per_node);
+    const auto speedup = [&](int computing) {
+      return hardware.sharing_speedup(computing * ranks_on_node / double(stages.size()), hardware.devices_per_node);
+    };
+    const PipelineRun run = simulate_pipeline(stage_replays, message, par.pipeline, par.virtual_stages, speedup);
+    for (std::size_t k = 0; k < stage_replays.size(); ++k) {
+      double busy = 0;
+      for (const ActionTime& a : stage_replays[k]->actions) busy += a.seconds;
+      // The actions' terms as they ran: shorter where the stage ran beside fewer computing ranks.
+      const double ran = busy > 0 ? run.running[k] / busy : 1.0;
+      const StepTime st = stage_time(p, *stage_replays[k], ran, std::max(0.0, run.finish[k] - run.running[k]),
+                                     p.ranks[std::size_t(stages[k])], hardware);
+      if (st.total() > p.time.total()) p.time = st;
+    }
+  }
+}
+
+}  // namespace
+
+Prediction predict(const config::Config& cfg, int world_size, const Hardware* hardware) {
+  Prediction p;
+  p.layout = layout_of(cfg);
+  const std::size_t device_capacity = capacity_of_device(cfg, hardware) > 0
+                                          ? std::size_t(capacity_of_device(cfg, hardware))
+                                          : std::numeric_limits<std::size_t>::max();
+  const int per_node = hardware ? hardware->devices_per_node : 0;
+  std::vector<PlannedRank> world =
+      plan_world(cfg, world_size, cfg.parallel.ranks_per_node ? cfg.parallel.ranks_per_node : per_node, device_capacity);
+  // The ops of the hardware planned for; without a file, of this machine.
+  const DeviceOps ops = hardware ? DeviceOps{.cpu = hardware->device == Device::Kind::cpu,
+                                             .bf16_native = hardware->bf16_native}
+                                 : DeviceOps{.cpu = cfg.train.device == Device::Kind::cpu,
+                                             .bf16_native = cfg.train.device == Device::Kind::cuda ||
+                                                            ops::cpu::onednn_bf16_native()};
+  Replays replays(cfg, world.front().pc->layout(), hardware, ops);
+  for (PlannedRank& r : world) {
+    p.ranks.push_back(rank_memory(r, replays.of(r), device_capacity));
+    if (p.ranks.back().total() > p.peak_bytes) {
+      p.peak_bytes = p.ranks.back().total();
+      p.largest_rank = p.ranks.back().rank;
+    }
+  }
+  check_fits(p, cfg, hardware, device_capacity);
   const ModelFlops f = model_flops(cfg.model);
   p.flops_per_step = 3 * double(cfg.train.batch_size) * (double(cfg.model.n_layer) * f.block + f.head);
   // A checkpoint's state in device memory, per rank (what an asynchronous save stages).
@@ -341,82 +462,7 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
     p.checkpoint = checkpoint_cost(cfg, world, on_device, nullptr, 0, 0);
     return p;
   }
-  const auto rate = hardware->flops.find(cfg.train.precision);
-  TIDAL_CHECK(rate != hardware->flops.end(), "the hardware file {} gives no {} rate", hardware->name,
-              dtype_name(cfg.train.precision));
-  const double e = double(dtype_size(cfg.train.precision));
-  for (const PlannedRank& first : world) {
-    const int rank = first.pc->rank();
-    const std::vector<int> stages = layout.group(parallel::GroupKind::pipeline, rank);
-    if (stages.front() != rank || first.pc->coordinates().data != 0) continue;  // one simulation per kind of pipeline
-    std::vector<const StepReplay*> replays;
-    for (int s : stages) replays.push_back(&replay_of(world[std::size_t(s)]));
-    // A message between stages: the hidden state (1D's scatter-gather sends 1/t of it).
-    const double positions = double(config::positions_per_sample(cfg.model)) / par.sequence;
-    const bool grid = layout.sample_parts() > 1;
-    const double samples = double(micro) / layout.sample_parts();
-    const double width = double(cfg.model.n_embd) / (grid ? layout.tensor_side() : 1) /
-                         (par.scatter_gather && !grid && par.tensor.size > 1 ? par.tensor.size : 1);
-    const double message = stages.size() > 1
-                               ? link_time(*hardware, layout, rank)("pipeline", int(stages.size()), "send", 1,
-                                                                    samples * positions * width * e)
-                               : 0.0;
-    // Ranks of other pipelines run the same schedule at the same moments: of the node's ranks, a
-    // pipeline's computing stages stand for that share computing.
-    const double ranks_on_node = std::min(world_size, hardware->devices_per_node);
-    const auto speedup = [&](int computing) {
-      return hardware->sharing_speedup(computing * ranks_on_node / double(stages.size()), hardware->devices_per_node);
-    };
-    const PipelineRun run = simulate_pipeline(replays, message, par.pipeline, par.virtual_stages, speedup);
-    for (std::size_t k = 0; k < replays.size(); ++k) {
-      const StepReplay& r = *replays[k];
-      // The last backward's time with the links free: the gradient reductions share them with
-      // its layers' collectives, so they hide only behind the rest (its ops).
-      double last_backward = 0;
-      for (const ActionTime& a : r.actions)
-        if (!a.forward) last_backward = a.seconds - a.comm;
-      double busy = 0;
-      for (const ActionTime& a : r.actions) busy += a.seconds;
-      // The actions' terms as they ran: shorter where the stage ran beside fewer computing ranks.
-      const double ran = busy > 0 ? run.running[k] / busy : 1.0;
-      StepTime st;
-      st.rank = stages[k];
-      st.gemm = r.gemm_seconds * ran;
-      st.attention = r.attention_seconds * ran;
-      st.compute = st.gemm + st.attention;
-      st.memory = r.memory_seconds * ran;
-      st.layer_comm = r.layer_comm_seconds * ran;
-      st.pipeline_wait = std::max(0.0, run.finish[k] - run.running[k]);
-      // The gradient reductions run beside the last backward (on a GPU their own stream and
-      // NCCL's; on a CPU MPI's progress thread), all but the share that starts after it (the
-      // last bucket's, the chunk keeper's last group's: of G groups one after the other, each
-      // beside the backward of 1/G of the layers, G - 1 hide). Measured on 2 cores (the
-      // trainer's allreduce_s and allreduce_exposed_s): ZeRO-1 over 2 ranks in 7 groups 97%
-      // hidden, data 2 x tensor 2 at ZeRO-2 in 7 groups 76%, ZeRO-3 over 8 ranks in one group 1%,
-      // data 2 in one bucket none.
-      // Spread over several backwards (a micro-batch's groups beside its own), each hides its part.
-      st.hidden = (1 - r.overlap_tail) * r.overlap_passes * std::min(r.overlappable / r.overlap_passes, last_backward);
-      st.after = r.after_actions + r.overlappable - st.hidden;
-      st.optimizer = r.optimizer;
-      const RankMemory& rm = p.ranks[std::size_t(stages[k])];
-      if (rm.model_data.offload) {
-        // Each way over the host link, one after the other (down after backward, up at the next
-        // use); on a CPU a copy between allocators at the copy's rate.
-        st.offload = 2 * rm.offload.bytes_each_way / hardware->host_device_bandwidth;
-        // AdamW on each chunk where its states are: the host's share at the host's rate.
-        const int chunks = rm.offload.device_state_chunks + rm.offload.host_state_chunks;
-        const double on_host = chunks > 0 ? double(rm.offload.host_state_chunks) / chunks : 0.0;
-        if (hardware->host_optimizer_bandwidth > 0)
-          st.optimizer = r.optimizer * ((1 - on_host) + on_host * hardware->optimizer_bandwidth /
-                                                            hardware->host_optimizer_bandwidth);
-        else if (on_host > 0)
-          p.untimed = fmt::format("AdamW on the host (rank {}'s states of {} of its {} chunks there), at the "
-                                  "device's rate here: {} gives no host.optimizer_gbps",
-                                  rm.rank, rm.offload.host_state_chunks, chunks, hardware->name);
-      }
-      if (st.total() > p.time.total()) p.time = st;
-    }
-  }
+  predict_time(p, cfg, world, replays, *hardware, world_size);
   p.checkpoint = checkpoint_cost(cfg, world, on_device, hardware, p.time.total(), p.time.optimizer);
   return p;
 }
@@ -464,7 +510,7 @@ std::vector<config::Config> layouts(const config::Config& cfg, int world_size) {
             if (pp == 1) c.parallel.virtual_stages = 1;
             try {
               config::check_layout(c);  // a ViT split by position, a schedule that cannot run
-              (void)parallel::ParallelContext::planned(c, world_size, 0);
+              (void)parallel::ParallelContext::planned(config::context_options(c), world_size, 0);
             } catch (const Error&) {
               continue;
             }
@@ -507,17 +553,17 @@ std::string explain(const Prediction& p, const Hardware* hardware) {
   const RankMemory& r = p.ranks[std::size_t(p.largest_rank)];
   out += fmt::format("memory of rank {} (the largest): model data {} ({} parameters; {}: params {}, optimizer {}{}), "
                      "activations {}, device peak {}, host {}{}\n",
-                     r.rank, engine::human_bytes(std::uint64_t(r.model_data.total())), r.model_data.parameters,
+                     r.rank, human_bytes(std::uint64_t(r.model_data.total())), r.model_data.parameters,
                      r.model_data.chunks ? fmt::format("chunks of {} elements x {}", r.model_data.chunk_elements,
                                                        r.model_data.chunks_in_lists)
                                          : std::string("fp32 tensors"),
-                     engine::human_bytes(std::uint64_t(r.model_data.param_bytes)),
-                     engine::human_bytes(std::uint64_t(r.model_data.optimizer_bytes)),
+                     human_bytes(std::uint64_t(r.model_data.param_bytes)),
+                     human_bytes(std::uint64_t(r.model_data.optimizer_bytes)),
                      r.model_data.embedding_on_host_bytes
-                         ? fmt::format(", embedding on host {}", engine::human_bytes(std::uint64_t(r.model_data.embedding_on_host_bytes)))
+                         ? fmt::format(", embedding on host {}", human_bytes(std::uint64_t(r.model_data.embedding_on_host_bytes)))
                          : std::string(),
-                     engine::human_bytes(std::uint64_t(r.activations)), engine::human_bytes(std::uint64_t(r.total())),
-                     engine::human_bytes(std::uint64_t(r.host)), p.fits ? "" : "; does not fit: " + p.does_not_fit);
+                     human_bytes(std::uint64_t(r.activations)), human_bytes(std::uint64_t(r.total())),
+                     human_bytes(std::uint64_t(r.host)), p.fits ? "" : "; does not fit: " + p.does_not_fit);
   if (hardware) {
     const StepTime& t = p.time;
     out += fmt::format("step time {:.4g} s on {}: GEMMs {:.4g} s, attention {:.4g} s, memory {:.4g} s, the layers' "
@@ -528,7 +574,7 @@ std::string explain(const Prediction& p, const Hardware* hardware) {
                        r.model_data.offload
                            ? fmt::format(", offload's moves {:.4g} s ({} each way: states of {} chunks on the host, "
                                          "{} evicted)",
-                                         t.offload, engine::human_bytes(std::uint64_t(r.offload.bytes_each_way)),
+                                         t.offload, human_bytes(std::uint64_t(r.offload.bytes_each_way)),
                                          r.offload.host_state_chunks, r.offload.evictions)
                            : std::string(),
                        t.hidden, p.untimed.empty() ? std::string() : "; not timed: " + p.untimed);
@@ -540,10 +586,10 @@ std::string explain(const Prediction& p, const Hardware* hardware) {
     largest = std::max(largest, c.bytes[i]);
     staged = std::max(staged, c.staging[i]);
   }
-  out += fmt::format("a checkpoint: {} in all, at most {} from one rank{}", engine::human_bytes(std::uint64_t(total)),
-                     engine::human_bytes(std::uint64_t(largest)),
+  out += fmt::format("a checkpoint: {} in all, at most {} from one rank{}", human_bytes(std::uint64_t(total)),
+                     human_bytes(std::uint64_t(largest)),
                      c.async ? fmt::format(", written in the background ({} staged in host memory at most)",
-                                           engine::human_bytes(std::uint64_t(staged)))
+                                           human_bytes(std::uint64_t(staged)))
                              : std::string());
   if (hardware && hardware->disk_write)
     out += fmt::format("; the write {:.4g} s, the step waits {:.4g} s\n", c.write, c.stall());

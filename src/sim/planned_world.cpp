@@ -1,8 +1,10 @@
 #include "sim/planned_world.h"
 
+#include "config/options.h"
 #include "engine/model_data.h"
 #include "engine/rank_chunks.h"
 #include "models/factory.h"
+#include "models/registry.h"
 #include "nn/on_host.h"
 #include "nn/parallel_layers.h"
 #include "pipeline/stage_costs.h"
@@ -36,9 +38,9 @@ namespace {
 PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int ranks_per_node) {
   PlannedRank r;
   r.pc = std::make_unique<parallel::ParallelContext>(
-      parallel::ParallelContext::planned(cfg, world_size, rank, ranks_per_node));
+      parallel::ParallelContext::planned(config::context_options(cfg), world_size, rank, ranks_per_node));
   r.layers = nn::make_layers(*r.pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
-  r.model = models::make_model(cfg.model, models::checkpoint_policy(cfg.train), *r.layers,
+  r.model = models::make_model(cfg.model, config::checkpoint_policy(cfg.train), *r.layers,
                                cfg.memory.embedding_on_host);
   pipeline::PipelineOptions options{.unit_costs = {},
                                     .scatter_gather = cfg.parallel.scatter_gather,
@@ -51,6 +53,45 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
   r.engine = std::make_shared<pipeline::PipelineEngine>(*r.model, *r.pc, options);
   for (const nn::Parameter* p : r.engine->parameters()) r.model_data.parameters += p->shape.numel();
   return r;
+}
+
+// The param list's bytes beyond the rank's own chunks at their peak: other ranks' chunks fetched or
+// gathered (ZeRO-3), a group packed for its reduction, micro-batches' pending sums, and under
+// offload the one chunk a replicated segment's gradient passes through.
+std::int64_t transient_param_bytes(const config::Config& cfg, const memory::ChunkOptions& options,
+                                   const memory::ChunkLayout& layout, int group_size, bool replicated) {
+  const std::int64_t chunk_bytes = layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype));
+  std::int64_t bytes = 0;
+  const bool tied_here = cfg.model.tie_embeddings && cfg.parallel.pipeline == 1 &&
+                         models::find_family(cfg.model.type).anatomy.head != models::Anatomy::Head::classifier;
+  if (group_size > 1 && options.offload && cfg.zero.stage == 3) {
+    // Under offload, ZeRO-3 fetches the other ranks' chunks of the group in use into the device
+    // tier's chunk share (no group buffer: memory/chunk_manager.cpp's ring), a tied head's
+    // table's group held from its backward to the embedding's.
+    bytes = std::int64_t(group_size - 1) * chunk_bytes * std::min(layout.chunks / group_size, tied_here ? 2 : 1);
+  }
+  if (group_size > 1 && !options.offload) {
+    // A group's chunks, packed for its all-reduce or reduce-scatter (with micro-batches at
+    // stages 2 and 3: the pending sums, and the owned chunk's); under ZeRO-3 the group being
+    // used gathered beside it, and a table used at both ends of the model (a tied head) held
+    // from its backward to the embedding's.
+    const std::int64_t group_bytes = std::int64_t(group_size) * chunk_bytes;
+    // Micro-batches summed locally: no buffer at stage 0, whose grad list is all-reduced where it
+    // lies; at stage 1 the gather after the step's (the owned chunk's fp32 sum is no larger).
+    bytes = options.accumulate && cfg.zero.stage == 0 ? 0 : group_bytes;
+    // Micro-batches at stages 2 and 3: a group's pending sums in flight (and its owned chunk's)
+    // while the next group's fill a buffer of their own; at stage 3 in the place of the remote
+    // chunks the reduced group has let go (measured: the peak stays where it was).
+    if (options.accumulate && !memory::sums_micro_batches_locally(options))
+      bytes += chunk_bytes + (cfg.zero.stage != 3 && layout.chunks / group_size > 1 ? group_bytes : 0);
+    if (cfg.zero.stage == 3) bytes += group_bytes * std::min(layout.chunks / group_size, tied_here ? 2 : 1);
+  }
+  // After backward, under offload, each owned gradient chunk of the segments other ranks hold too
+  // goes through one chunk of the device tier for its all-reduce (ChunkManager::reduce_replicas);
+  // without offload they are summed where they lie.
+  if (options.offload && replicated)
+    bytes = std::max(bytes, layout.chunk_elements * std::int64_t(options.accumulate ? 4 : dtype_size(options.compute_dtype)));
+  return bytes;
 }
 
 // The chunk keeper's lists on every rank (engine/model_data.cpp's ChunkModelData): the device's
@@ -119,46 +160,10 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
       // sum: they move together (memory/dynamic_memory.cpp's optimizer kinds).
       m.state_bytes = layout.chunk_elements * std::int64_t(sizeof(float)) * (options.accumulate ? 4 : 3);
     }
-    const bool tied_here = cfg.model.tie_embeddings && cfg.model.type != "vit" && cfg.parallel.pipeline == 1;
-    if (group_size > 1 && options.offload && cfg.zero.stage == 3) {
-      // Under offload, ZeRO-3 fetches the other ranks' chunks of the group in use into the device
-      // tier's chunk share (no group buffer: memory/chunk_manager.cpp's ring), a tied head's
-      // table's group held from its backward to the embedding's.
-      m.param_transient_bytes =
-          std::int64_t(group_size - 1) * m.param_chunk_bytes * std::min(layout.chunks / group_size, tied_here ? 2 : 1);
-    }
-    if (group_size > 1 && !options.offload) {
-      // A group's chunks, packed for its all-reduce or reduce-scatter (with micro-batches at
-      // stages 2 and 3: the pending sums, and the owned chunk's); under ZeRO-3 the group being
-      // used gathered beside it, and a table used at both ends of the model (a tied head) held
-      // from its backward to the embedding's.
-      const std::int64_t group_bytes = std::int64_t(group_size) * m.param_chunk_bytes;
-      // Micro-batches summed locally: no buffer at stage 0, whose grad list is all-reduced where it
-      // lies; at stage 1 the gather after the step's (the owned chunk's fp32 sum is no larger).
-      m.param_transient_bytes = options.accumulate && cfg.zero.stage == 0 ? 0 : group_bytes;
-      // Micro-batches at stages 2 and 3: a group's pending sums in flight (and its owned chunk's)
-      // while the next group's fill a buffer of their own; at stage 3 in the place of the remote
-      // chunks the reduced group has let go (measured: the peak stays where it was).
-      if (options.accumulate && !memory::sums_micro_batches_locally(options))
-        m.param_transient_bytes +=
-            m.param_chunk_bytes + (cfg.zero.stage != 3 && layout.chunks / group_size > 1 ? group_bytes : 0);
-      if (cfg.zero.stage == 3) {
-        const int groups = layout.chunks / group_size;
-        m.param_transient_bytes += group_bytes * std::min(groups, tied_here ? 2 : 1);
-      }
-    }
-    if (options.offload) {
-      // After backward, under offload, each owned gradient chunk of the segments other ranks hold
-      // too goes through one chunk of the device tier for its all-reduce
-      // (ChunkManager::reduce_replicas); without offload they are summed where they lie.
-      bool replicated = false;
-      for (const memory::ChunkSegment& s : lists[k]->device.segments)
-        for (const comm::Communicator* g : s.replicas) replicated = replicated || g->size() > 1;
-      if (replicated)
-        m.param_transient_bytes = std::max(
-            m.param_transient_bytes,
-            layout.chunk_elements * std::int64_t(options.accumulate ? 4 : dtype_size(options.compute_dtype)));
-    }
+    bool replicated = false;  // segments other ranks hold too (their gradients all-reduced)
+    for (const memory::ChunkSegment& seg : lists[k]->device.segments)
+      for (const comm::Communicator* g : seg.replicas) replicated = replicated || g->size() > 1;
+    m.param_transient_bytes = transient_param_bytes(cfg, options, layout, group_size, replicated);
     if (cfg.memory.embedding_on_host && !lists[k]->host.params.empty())
       m.embedding_on_host_bytes =
           memory::chunk_list_bytes(layout_of(lists[k]->host, host_options.chunk_elements), host_options).total();
@@ -172,7 +177,7 @@ std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, i
   std::vector<PlannedRank> world;
   std::map<std::pair<int, int>, std::size_t> first_of_kind;  // (stage, tensor index) -> rank
   for (int rank = 0; rank < world_size; ++rank) {
-    const parallel::Layout layout(parallel::mesh_spec(cfg, world_size, ranks_per_node));
+    const parallel::Layout layout(config::mesh_spec(cfg, world_size, ranks_per_node));
     const parallel::Coordinates c = layout.coordinates(rank);
     const auto [it, fresh] = first_of_kind.try_emplace({c.pipeline, c.tensor}, world.size());
     if (fresh) {
@@ -182,7 +187,7 @@ std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, i
     const PlannedRank& like = world[it->second];
     PlannedRank r;
     r.pc = std::make_unique<parallel::ParallelContext>(
-        parallel::ParallelContext::planned(cfg, world_size, rank, ranks_per_node));
+        parallel::ParallelContext::planned(config::context_options(cfg), world_size, rank, ranks_per_node));
     r.layers = like.layers;
     r.model = like.model;
     r.engine = like.engine;

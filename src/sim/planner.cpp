@@ -1,7 +1,8 @@
 #include "sim/planner.h"
 
+#include "config/options.h"
+#include "core/bytes.h"
 #include "core/error.h"
-#include "engine/progress.h"
 #include "parallel/context.h"
 
 #include <fmt/format.h>
@@ -47,7 +48,7 @@ std::optional<config::Config> variant(const config::Config& c, int world_size, s
   v.memory.offload = offload;
   try {
     config::check_layout(v);
-    (void)parallel::ParallelContext::planned(v, world_size, 0);
+    (void)parallel::ParallelContext::planned(config::context_options(v), world_size, 0);
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -65,8 +66,8 @@ void keep_margin(Prediction& p, const config::Config& c, const Hardware* hardwar
   p.fits = false;
   p.does_not_fit = fmt::format("device: a rank needs {}, within {:.0f}% of its {} (the margin the planner keeps: "
                                "the cost model's peaks are within 5%)",
-                               engine::human_bytes(std::uint64_t(p.needs_bytes)), 100 * kMargin,
-                               engine::human_bytes(std::uint64_t(capacity)));
+                               human_bytes(std::uint64_t(p.needs_bytes)), 100 * kMargin,
+                               human_bytes(std::uint64_t(capacity)));
 }
 
 

@@ -1,9 +1,10 @@
 #include "sim/step_replay.h"
 
-#include "config/hf_model.h"
+#include "config/options.h"
 #include "core/dtype.h"
 #include "engine/model_data.h"
 #include "models/factory.h"
+#include "models/registry.h"
 #include "ops/attention.h"
 #include "pipeline/schedule.h"
 
@@ -88,7 +89,7 @@ struct Sizes {
   bool ulysses = false;
   bool glu = false, rms = false, pre_norm = true, dropout = false, selective = false, causal = true;
   int norm_stats = 2;  // LayerNorm keeps mean and rstd per row, RMSNorm rstd
-  std::string type;
+  models::Anatomy anatomy;  // the family's parts (models/registry.h)
   int loss_chunks = 1;
   bool offload_checkpoints = false;
   // The ops widen bf16 / fp16 operands to fp32 copies (a CPU without bf16 instructions: ops/cpu/
@@ -551,9 +552,9 @@ struct Replay {
       } else {
         lookup = act(s.width);
       }
-      if (s.type == "gpt" || s.type == "vit") {
+      if (s.anatomy.embedding == models::Anatomy::Embedding::positions_added) {
         y = act(s.width);  // the positions added to a copy
-      } else if (s.type == "bert") {
+      } else if (s.anatomy.embedding == models::Anatomy::Embedding::positions_types_norm) {
         Act types = act(s.width);  // the token types' lookup, added in place
         types.reset();
         Act positioned = act(s.width);
@@ -568,9 +569,12 @@ struct Replay {
   }
   void embedding_backward(const Act& dy, Keep& k, Act& table_grad) {
     Act d = dropout_backward(dy);
-    const bool positions = s.type == "gpt" || s.type == "bert";
+    // The learned position table's gradient (s.positions_table: a token model's; a classifier's
+    // patch positions are left out, a table of patches + 1 rows).
+    const bool positions =
+        s.anatomy.embedding != models::Anatomy::Embedding::tokens && s.anatomy.head != models::Anatomy::Head::classifier;
     Act position_grad = positions ? grads(s.positions_table) : nullptr;
-    if (s.type == "bert") {
+    if (s.anatomy.embedding == models::Anatomy::Embedding::positions_types_norm) {
       Act dx = act(s.width);
     }
     if (!table_grad) table_grad = grads(s.table);
@@ -631,7 +635,7 @@ struct Replay {
   }
   Act head_forward(const Act& x, HeadKeep& k) {
     Act n = norm_forward(x, k.norm);
-    const bool vit = s.type == "vit";
+    const bool vit = s.anatomy.head == models::Anatomy::Head::classifier;
     const double rows = vit ? s.samples : s.rows;
     const double element = vit ? 4 : s.e;
     if (s.loss_chunks > 1) {  // nn/chunked_loss.cpp: one block of logits at a time
@@ -644,7 +648,7 @@ struct Replay {
       replica_mean();
       return t.make(4);
     }
-    if (s.type == "bert") {  // the MLM head's dense, GELU and LayerNorm before the decoder
+    if (s.anatomy.head == models::Anatomy::Head::masked_lm) {  // dense, GELU and LayerNorm before the decoder
       Keep d;
       Act h = linear_forward(n, s.width, s.width, 0, Role::input, d);
       Act g = act(s.width);
@@ -664,7 +668,7 @@ struct Replay {
   // `table_grad`: where a table shared with the embedding keeps its gradient until the embedding's
   // backward adds its part.
   Act head_backward(HeadKeep& k, Act& table_grad) {
-    const bool vit = s.type == "vit";
+    const bool vit = s.anatomy.head == models::Anatomy::Head::classifier;
     const double rows = vit ? s.samples : s.rows;
     const double element = vit ? 4 : s.e;
     if (!vit && s.tied) table_grad = grads(s.table);
@@ -711,7 +715,7 @@ struct Replay {
       }
     }
     dlogits.reset();
-    if (s.type == "bert") {
+    if (s.anatomy.head == models::Anatomy::Head::masked_lm) {
       Act a = norm_backward(k.bert), b = act(s.width);
       dx = act(s.width);
       k.bert.clear();
@@ -742,16 +746,15 @@ Sizes sizes_of(const config::Config& cfg, const parallel::Layout& layout, const 
             : spec.mode == parallel::TensorMode::d3 ? Split::cube
             : grid                                   ? Split::grid
                                                      : Split::d1;
-  s.type = m.type;
-  const bool vit = m.type == "vit";
-  const double T = double(config::positions_per_sample(m));
+  s.anatomy = models::find_family(m.type).anatomy;
+  const bool vit = s.anatomy.head == models::Anatomy::Head::classifier;
+  const double T = double(models::positions_per_sample(m));
   s.samples = double(micro) / layout.sample_parts();
   s.positions = T / spec.sequence;
   s.rows = s.samples * s.positions;
   s.sequence = spec.sequence;
   s.ulysses = spec.sequence_mode == parallel::SequenceMode::ulysses;
   const double C = double(m.n_embd), H = m.n_head, Hkv = m.n_kv_head ? m.n_kv_head : m.n_head, hd = C / H;
-  const bool llama = m.type == "llama";
   s.q = grid ? side : 1;
   s.depth = spec.mode == parallel::TensorMode::d2p5 ? spec.depth : 1;
   s.sliced = grid && s.depth > 1 && !cfg.parallel.tensor.keep_gathered;
@@ -760,10 +763,9 @@ Sizes sizes_of(const config::Config& cfg, const parallel::Layout& layout, const 
   s.qkv = (H + 2 * Hkv) * hd / parts;
   s.kv = 2 * Hkv * hd / parts;
   s.attention = H * hd / parts;
-  const double intermediate = llama ? double(config::effective_intermediate_size(m)) : 4 * C;
-  s.glu = llama;
-  s.hidden = intermediate / parts;
-  s.fc = (llama ? 2 : 1) * s.hidden;
+  s.glu = s.anatomy.swiglu;
+  s.hidden = double(s.anatomy.mlp_width(m)) / parts;
+  s.fc = (s.glu ? 2 : 1) * s.hidden;
   const double classes = vit ? double(m.num_classes) : double(m.vocab_size);
   // A split vocabulary is padded to a multiple of the parts (nn/tp/embedding.h's padded_vocab): the
   // table's row blocks, l^2 of them in 3D.
@@ -772,10 +774,10 @@ Sizes sizes_of(const config::Config& cfg, const parallel::Layout& layout, const 
   s.vocab = padded / parts;
   s.vocab_real = s.vocab;  // replay_step takes the rank's block
   s.e = double(dtype_size(cfg.train.precision));
-  s.rms = llama;
-  s.norm_stats = llama ? 1 : 2;
-  s.pre_norm = m.type != "bert";
-  s.causal = m.type == "gpt" || m.type == "llama";
+  s.rms = s.anatomy.rms_norm;
+  s.norm_stats = s.rms ? 1 : 2;
+  s.pre_norm = s.anatomy.pre_norm;
+  s.causal = s.anatomy.causal;
   s.dropout = m.dropout > 0;
   s.selective = cfg.train.activation_checkpointing == config::Recompute::selective;
   s.loss_chunks = cfg.train.loss_chunks;
@@ -808,7 +810,7 @@ std::vector<StageLayers> stage_layers(const config::Config& cfg, const PlannedRa
     StageLayers l;
     l.embedding = begin < model.first_block_layer();
     l.head = end > model.end_block_layer();
-    l.checkpoint_every = models::checkpoint_policy(cfg.train).every;
+    l.checkpoint_every = config::checkpoint_policy(cfg.train).every;
     for (int i = std::max(begin, model.first_block_layer()); i < std::min(end, model.end_block_layer()); ++i)
       l.blocks += model.blocks_in_layer()[std::size_t(i - model.first_block_layer())];
     out.push_back(l);
@@ -972,10 +974,10 @@ StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, co
     embedding = embedding || l.embedding;
     head = head || l.head;
   }
-  s.tied = embedding && head && cfg.model.tie_embeddings && cfg.model.type != "vit";
+  s.tied = embedding && head && cfg.model.tie_embeddings && s.anatomy.head != models::Anatomy::Head::classifier;
   // This rank's block of the padded vocabulary (the loss group's index: 1D's tensor rank, the
   // grid's column j, 3D's z) and the real classes in it.
-  if (s.split != Split::none && cfg.model.type != "vit") {
+  if (s.split != Split::none && s.anatomy.head != models::Anatomy::Head::classifier) {
     const parallel::Coordinates c = layout.coordinates(rank);
     const double block = s.split == Split::d1 ? c.tensor : s.split == Split::grid ? c.col : c.depth;
     s.vocab_real = std::clamp(double(cfg.model.vocab_size) - block * s.vocab, 0.0, s.vocab);

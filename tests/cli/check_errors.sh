@@ -74,7 +74,7 @@ expect bad-size "memory.device_limit" -- train --set memory.device_limit=lots
 expect bad-enum "model.type" -- train --set model.type=mamba
 expect bad-flag "stop-after" -- train --stop-after -3
 expect no-loss-blocks "train.loss_chunks must be >= 1" -- train --set train.loss_chunks=0
-expect loss-blocks-of-images "a ViT has one row of logits per image: set train.loss_chunks = 1" -- train \
+expect loss-blocks-of-images "classifies images, one row of logits per image: set train.loss_chunks = 1" -- train \
   --set model.type=vit --set data.kind=images --set train.loss_chunks=2
 expect calibrate-alone "launch it with two ranks or more" -- calibrate --quick --out "$dir/hw.toml"
 expect auto-alone "parallel.auto measures this machine over the launched ranks" -- train --set parallel.auto=true

@@ -2,6 +2,7 @@
 // launched world, every group's members (gathered over the group itself) are exactly
 // Layout::group(kind, rank), in order, and the communicator's rank is the rank's position.
 // (The Layout's groups are checked against hand-written tables in tests/unit.)
+#include "config/options.h"
 #include "parallel/context.h"
 #include "support/mpi.h"
 
@@ -67,7 +68,7 @@ TEST(ParallelContext, CommunicatorsMatchTheLayoutInEveryMode) {
   const auto all = cases(mpi().world_size());
   ASSERT_FALSE(all.empty()) << "no layouts for " << mpi().world_size() << " ranks";
   for (const Case& c : all) {
-    ParallelContext pc(config_for(c), &mpi());
+    ParallelContext pc(config::context_options(config_for(c)), &mpi());
     const int me = pc.rank();
     for (GroupKind kind : kAllGroupKinds) {
       comm::Communicator& g = pc.group(kind);
@@ -88,14 +89,14 @@ TEST(ParallelContext, StartUpErrorsNameTheConstraint) {
   const int w = mpi().world_size();
   config::Config cfg = config_for({"bad", w + 1});
   try {
-    ParallelContext pc(cfg, &mpi());
+    ParallelContext pc(config::context_options(cfg), &mpi());
     FAIL() << "a layout larger than the world was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("launched"), std::string::npos) << e.what();
   }
   cfg = config_for({"bad batch", w});
   cfg.train.batch_size = w * 3 + 1;
-  EXPECT_THROW(ParallelContext(cfg, &mpi()), Error);
+  EXPECT_THROW(ParallelContext(config::context_options(cfg), &mpi()), Error);
 }
 
 }  // namespace

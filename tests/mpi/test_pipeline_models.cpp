@@ -4,6 +4,7 @@
 // process's losses (whole batch, one micro-batch) within the fp32 tolerance, and after the
 // first step every gradient a stage holds, including the tied embedding summed over both end
 // stages, equals the single process's.
+#include "config/options.h"
 #include "models/factory.h"
 #include "nn/cross_entropy_loss.h"
 #include "nn/runner.h"
@@ -77,7 +78,7 @@ TEST_P(PipelineModels, MatchSingleProcess) {
   for (const Case& k : {Case{"gpipe", 1}, Case{"1f1b", 1}, Case{"interleaved", 2}}) {
     SCOPED_TRACE(std::string(k.schedule) + " with " + std::to_string(k.chunks) + " chunks");
     const config::Config cfg = config_for(GetParam(), stages, k.chunks);
-    parallel::ParallelContext pc(cfg, &mpi());
+    parallel::ParallelContext pc(config::context_options(cfg), &mpi());
     auto par = models::make_model(cfg.model);
     auto ref = models::make_model(cfg.model);
     pipeline::PipelineOptions options;

@@ -11,6 +11,7 @@
 // "+documents" cases pack documents into the sequences (Batch::positions): attention stays inside
 // each across ring blocks and Ulysses' heads, positions restart, and the results still equal the
 // single process's.
+#include "config/options.h"
 #include "engine/gradient_reducer.h"
 #include "models/factory.h"
 #include "nn/cross_entropy_loss.h"
@@ -136,7 +137,7 @@ TEST_P(SequenceParallelModels, MatchSingleProcess) {
                  (l.mode == parallel::SequenceMode::ulysses ? " Ulysses" : " ring") + (l.selective ? " selective" : "") +
                  " loss_chunks " + std::to_string(l.loss_chunks));
     const config::Config cfg = config_for(GetParam(), l);
-    parallel::ParallelContext pc(cfg, &mpi());
+    parallel::ParallelContext pc(config::context_options(cfg), &mpi());
     const auto layers = nn::make_layers(pc);
     auto par = models::make_model(cfg.model, {.selective = l.selective, .loss_chunks = l.loss_chunks}, *layers);
     auto ref = models::make_model(cfg.model);

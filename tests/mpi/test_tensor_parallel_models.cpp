@@ -7,6 +7,7 @@
 // of positions (train.loss_chunks: the head's and the loss's collectives run block by block). The
 // "+documents" cases pack documents into the sequences (Batch::positions): the attention of each
 // rank's heads stays inside them and positions restart (2D, 2.5D and 3D: on each rank's samples).
+#include "config/options.h"
 #include "models/factory.h"
 #include "nn/runner.h"
 #include "nn/parallel_layers.h"
@@ -136,7 +137,7 @@ TEST_P(TensorParallelModels, MatchSingleDevice) {
     SCOPED_TRACE(std::string(m.mode) + " depth " + std::to_string(m.depth) + (m.selective ? " selective" : "") +
                  " loss_chunks " + std::to_string(m.loss_chunks));
     const config::Config cfg = config_for(GetParam(), m, world);
-    parallel::ParallelContext pc(cfg, &mpi());
+    parallel::ParallelContext pc(config::context_options(cfg), &mpi());
     comm::Communicator& tensor = pc.group(parallel::GroupKind::tensor);
     const auto layers = nn::make_layers(pc);
     auto par = models::make_model(cfg.model, {.selective = m.selective, .loss_chunks = m.loss_chunks}, *layers);

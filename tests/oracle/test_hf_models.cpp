@@ -74,7 +74,7 @@ struct Case {
 void expect_gradients_equal(models::Model& model, const config::Config& cfg, const fs::path& grads_dir) {
   auto expected = models::make_model(cfg.model, {});
   expected->materialize(kSeed);
-  engine::load_hf_weights(grads_dir.string(), config::hf_spec(cfg.model), expected->parameters());
+  engine::load_hf_weights(grads_dir.string(), cfg.model, expected->parameters());
   for (nn::Parameter* p : model.parameters())
     EXPECT_TRUE(all_close(p->grad, expected->parameter(p->name).data, kFp32)) << "gradient of " << p->name;
 }
@@ -91,7 +91,7 @@ void check_case(const Case& c) {
       "", {"model.init_from=" + hf.string(), c.family == "vit" ? "data.kind=images" : "model.seq_len=37"});
   auto model = models::make_model(cfg.model, {});
   model->materialize(kSeed);
-  const engine::HfLoadReport report = engine::load_hf_weights(hf.string(), config::hf_spec(cfg.model), model->parameters());
+  const engine::HfLoadReport report = engine::load_hf_weights(hf.string(), cfg.model, model->parameters());
   EXPECT_EQ(report.tensors, std::int64_t(model->parameters().size()));
 
   // HF -> tidal -> HF is bitwise.

@@ -1,9 +1,9 @@
 // GPT, BERT and ViT against PyTorch models built from the same weights (exported by tidal as
 // safetensors): logits, loss, every parameter gradient, then 5 AdamW steps loss by loss. Odd
 // sizes: hidden 72 with 3 heads, sequence 37, vocab 101, batch 3.
-#include "models/bert.h"
-#include "models/gpt.h"
-#include "models/vit.h"
+#include "models/bert/bert.h"
+#include "models/gpt/gpt.h"
+#include "models/vit/vit.h"
 #include "nn/runner.h"
 #include "optim/adamw.h"
 #include "support/batches.h"

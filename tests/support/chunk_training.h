@@ -2,6 +2,7 @@
 // parameters a ChunkManager holds, trained with AdamW on fixed random batches.
 #pragma once
 
+#include "config/config.h"
 #include "memory/chunk_manager.h"
 #include "models/model.h"
 #include "nn/runner.h"

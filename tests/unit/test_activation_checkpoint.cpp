@@ -2,7 +2,7 @@
 // the Runner (hooks see each checkpointed block's forward twice, as PatrickStar needs), and the
 // loss and every gradient are bitwise those of the model without checkpointing, dropout on,
 // for single blocks, runs of blocks and host offload of the kept inputs.
-#include "models/gpt.h"
+#include "models/gpt/gpt.h"
 #include "nn/runner.h"
 #include "support/random.h"
 

@@ -6,7 +6,7 @@
 #include "engine/checkpoint/checkpointer.h"
 #include "engine/checkpoint/reader.h"
 #include "io/safetensors.h"
-#include "models/gpt.h"
+#include "models/gpt/gpt.h"
 #include "optim/adamw.h"
 
 #include <gtest/gtest.h>

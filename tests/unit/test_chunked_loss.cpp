@@ -5,9 +5,9 @@
 // adds block by block), under the same parameter names; the hooks see each block's head forward
 // twice and one end of its backward; the step's peak drops by most of the logits; evaluation
 // gives the same loss and keeps nothing.
-#include "models/bert.h"
-#include "models/gpt.h"
-#include "models/llama.h"
+#include "models/bert/bert.h"
+#include "models/gpt/gpt.h"
+#include "models/llama/llama.h"
 #include "nn/runner.h"
 #include "ops/cross_entropy.h"
 #include "support/random.h"

@@ -2,6 +2,8 @@
 #include "config/config.h"
 #include "config/hf_model.h"
 #include "core/error.h"
+#include "models/llama/family.h"
+#include "models/registry.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -80,8 +82,8 @@ TEST(Config, LlamaKeys) {
                                                     "model.n_embd=64"});
   EXPECT_FALSE(c.model.tie_embeddings);  // Llama's head is its own unless told otherwise
   EXPECT_TRUE(config::load_config("", {"model.type=llama", "model.tie_embeddings=true"}).model.tie_embeddings);
-  EXPECT_EQ(config::effective_intermediate_size(c.model), 256);  // 2/3 of 4 x 64 = 170, rounded up to 256s
-  EXPECT_DOUBLE_EQ(config::effective_ln_eps(c.model), 1e-6);
+  EXPECT_EQ(models::llama_intermediate_size(c.model), 256);  // 2/3 of 4 x 64 = 170, rounded up to 256s
+  EXPECT_DOUBLE_EQ(models::norm_eps(c.model), 1e-6);
   EXPECT_NE(message({"model.type=llama", "model.n_head=4", "model.n_kv_head=3", "model.n_embd=64"})
                 .find("model.n_kv_head (3) must divide model.n_head (4)"),
             std::string::npos);

@@ -1,6 +1,6 @@
 // The module runner: hooks see every module's forward and backward in execution order (the
 // order PatrickStar's access / release and ZeRO-3 rely on), and tied parameters are owned once.
-#include "models/gpt.h"
+#include "models/gpt/gpt.h"
 #include "nn/runner.h"
 #include "support/random.h"
 

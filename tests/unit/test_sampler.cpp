@@ -6,7 +6,8 @@
 #include "engine/checkpoint/checkpointer.h"
 #include "engine/sampler.h"
 #include "models/factory.h"
-#include "models/gpt.h"
+#include "models/gpt/family.h"
+#include "models/gpt/gpt.h"
 #include "nn/runner.h"
 #include "support/random.h"
 #include "support/tolerance.h"
@@ -189,7 +190,7 @@ TEST(Sampler, LoadsATidalCheckpoint) {
   engine::InferenceModel loaded = engine::load_for_inference(dir.string());
   EXPECT_FALSE(loaded.config.model.tie_embeddings);
   EXPECT_EQ(loaded.config.model.activation, ops::GeluForm::erf);
-  engine::Sampler sampler(engine::make_decoder(*loaded.model, loaded.config.model));
+  engine::Sampler sampler(models::make_decoder(*loaded.model, loaded.config.model));
   const Tensor tokens = testing::randint({1, kT}, 12, 0, kV);
   EXPECT_TRUE(all_close(cached_logits(sampler, tokens), forward_logits(*model, tokens), kFp32));
   std::filesystem::remove_all(dir);

@@ -1,7 +1,7 @@
 #include "engine/checkpoint/inspect.h"
 
+#include "core/bytes.h"
 #include "engine/checkpoint/reader.h"
-#include "engine/progress.h"
 #include "io/safetensors.h"
 
 #include <filesystem>

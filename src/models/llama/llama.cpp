@@ -1,4 +1,4 @@
-#include "models/llama.h"
+#include "models/llama/llama.h"
 
 #include "nn/transformer_block.h"
 
@@ -28,8 +28,13 @@ class Llama final : public Model {
     const nn::ParameterInit init = nn::ParameterInit::normal(c.init_std);
     const nn::BlockConfig b{
         .n_embd = c.n_embd,
-        .attention = {.n_head = c.n_head, .n_kv_head = c.n_kv_head, .causal = true, .bias = c.attention_bias,
-                      .rotary = c.rotary, .recompute_qkv = c.checkpointing.selective},
+        .attention = {.n_head = c.n_head,
+                      .n_kv_head = c.n_kv_head,
+                      .causal = true,
+                      .bias = c.qkv_bias,
+                      .proj_bias = c.proj_bias,
+                      .rotary = c.rotary,
+                      .recompute_qkv = c.checkpointing.selective},
         .mlp = {.kind = nn::MlpConfig::Kind::swiglu,
                 .hidden = c.intermediate_size,
                 .bias = false,

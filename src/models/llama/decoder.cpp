@@ -1,4 +1,4 @@
-#include "engine/llama_decoder.h"
+#include "models/llama/decoder.h"
 
 #include "ops/bias.h"
 #include "ops/gemm.h"
@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-namespace tidal::engine {
+namespace tidal::models {
 namespace {
 
 // y [1, out] = x [1, in] w^T (+ b), w [out, in].
@@ -20,7 +20,7 @@ void linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
 
 }  // namespace
 
-LlamaDecoder::LlamaDecoder(models::Model& model, const models::LlamaConfig& cfg, std::int64_t max_positions)
+LlamaDecoder::LlamaDecoder(Model& model, const LlamaConfig& cfg, std::int64_t max_positions)
     : C_(cfg.n_embd), V_(cfg.vocab_size), P_(max_positions), I_(cfg.intermediate_size), hd_(cfg.n_embd / cfg.n_head),
       n_head_(cfg.n_head), n_kv_head_(cfg.n_kv_head ? cfg.n_kv_head : cfg.n_head), eps_(cfg.rms_eps),
       inv_freq_(ops::rotary_inverse_frequencies(hd_, cfg.rotary.theta, cfg.rotary.scaling)) {
@@ -33,12 +33,11 @@ LlamaDecoder::LlamaDecoder(models::Model& model, const models::LlamaConfig& cfg,
   Allocator& host = host_allocator();
   for (int l = 0; l < cfg.n_layer; ++l) {
     const std::string b = fmt::format("blocks.{}.", l);
-    const bool bias = cfg.attention_bias;
     blocks_.push_back({.ln_1_w = host_weight(model, b + "ln_1.weight", {C_}),
                        .qkv_w = host_weight(model, b + "attn.qkv.weight", {qkv_rows, C_}),
-                       .qkv_b = bias ? host_weight(model, b + "attn.qkv.bias", {qkv_rows}) : Tensor{},
+                       .qkv_b = cfg.qkv_bias ? host_weight(model, b + "attn.qkv.bias", {qkv_rows}) : Tensor{},
                        .proj_w = host_weight(model, b + "attn.proj.weight", {C_, C_}),
-                       .proj_b = bias ? host_weight(model, b + "attn.proj.bias", {C_}) : Tensor{},
+                       .proj_b = cfg.proj_bias ? host_weight(model, b + "attn.proj.bias", {C_}) : Tensor{},
                        .ln_2_w = host_weight(model, b + "ln_2.weight", {C_}),
                        .fc_w = host_weight(model, b + "mlp.fc.weight", {2 * I_, C_}),
                        .down_w = host_weight(model, b + "mlp.proj.weight", {C_, I_}),
@@ -96,4 +95,4 @@ Tensor LlamaDecoder::logits() {
   return logits_.reshape({V_});
 }
 
-}  // namespace tidal::engine
+}  // namespace tidal::models

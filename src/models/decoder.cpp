@@ -1,15 +1,12 @@
-#include "engine/decoder.h"
+#include "models/decoder.h"
 
 #include "core/error.h"
-#include "engine/gpt_decoder.h"
-#include "engine/llama_decoder.h"
-#include "models/factory.h"
 #include "ops/attention.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace tidal::engine {
+namespace tidal::models {
 
 void Decoder::feed(std::int32_t token) {
   TIDAL_CHECK(positions_ < max_positions(), "the sequence fills all {} positions of the model: nothing more can be fed",
@@ -20,14 +17,7 @@ void Decoder::feed(std::int32_t token) {
   ++positions_;
 }
 
-std::unique_ptr<Decoder> make_decoder(models::Model& model, const config::ModelConfig& cfg) {
-  if (cfg.type == "gpt") return std::make_unique<GptDecoder>(model, models::gpt_config(cfg));
-  TIDAL_CHECK(cfg.type == "llama", "text generation needs a GPT or Llama model, and this is a {} model", cfg.type);
-  return std::make_unique<LlamaDecoder>(model, models::llama_config(cfg), cfg.max_positions ? cfg.max_positions
-                                                                                            : cfg.seq_len);
-}
-
-Tensor host_weight(models::Model& model, const std::string& name, const Shape& shape) {
+Tensor host_weight(Model& model, const std::string& name, const Shape& shape) {
   const nn::Parameter& p = model.parameter(name);
   std::string held = p.data.defined() ? p.data.str() : "not held as a tensor";
   if (p.full_shape.size() > 0) held += fmt::format(", a block of {}", p.full_shape.str());
@@ -63,4 +53,4 @@ void attend_cached(const float* q, const float* k, const float* v, std::int64_t 
   }
 }
 
-}  // namespace tidal::engine
+}  // namespace tidal::models

@@ -22,7 +22,8 @@ struct LlamaConfig {
   std::int64_t vocab_size = 512;
   float rms_eps = 1e-6f;
   nn::RotaryConfig rotary{.theta = 10000.0};
-  bool attention_bias = false;  // Qwen2 has q, k and v biases; Llama none
+  bool qkv_bias = false;   // biases on q, k and v (Qwen2 has them)
+  bool proj_bias = false;  // a bias on the attention's output projection
   float dropout = 0.0f;         // residual dropout (Llama trains without)
   float init_std = 0.02f;
   nn::CheckpointPolicy checkpointing{};

@@ -1,4 +1,4 @@
-#include "models/bert.h"
+#include "models/bert/bert.h"
 
 #include "nn/gelu.h"
 #include "nn/transformer_block.h"

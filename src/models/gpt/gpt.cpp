@@ -1,4 +1,4 @@
-#include "models/gpt.h"
+#include "models/gpt/gpt.h"
 
 #include "nn/transformer_block.h"
 

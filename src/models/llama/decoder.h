@@ -1,19 +1,19 @@
-// The decoder of a Llama (models/llama.h): RMSNorm, attention with rotary positions and grouped
+// The decoder of a Llama (models/llama/llama.h): RMSNorm, attention with rotary positions and grouped
 // key / value heads (the cache holds only the n_kv_head heads), a SwiGLU MLP, ln_f and the head,
-// one position at a time (engine/decoder.h).
+// one position at a time (models/decoder.h).
 #pragma once
 
-#include "engine/decoder.h"
-#include "models/llama.h"
+#include "models/decoder.h"
+#include "models/llama/llama.h"
 
 #include <vector>
 
-namespace tidal::engine {
+namespace tidal::models {
 
 class LlamaDecoder final : public Decoder {
  public:
   // `max_positions`: the longest sequence to allow (the model's context).
-  LlamaDecoder(models::Model& model, const models::LlamaConfig& cfg, std::int64_t max_positions);
+  LlamaDecoder(Model& model, const LlamaConfig& cfg, std::int64_t max_positions);
 
   std::int64_t vocab_size() const override { return V_; }
   std::int64_t max_positions() const override { return P_; }
@@ -57,4 +57,4 @@ class LlamaDecoder final : public Decoder {
   bool logits_ready_ = false;
 };
 
-}  // namespace tidal::engine
+}  // namespace tidal::models

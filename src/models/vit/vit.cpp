@@ -1,4 +1,4 @@
-#include "models/vit.h"
+#include "models/vit/vit.h"
 
 #include "nn/transformer_block.h"
 #include "ops/class_token.h"

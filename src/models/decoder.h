@@ -1,18 +1,18 @@
 // One sequence through a causal language model, a position at a time, with a KV cache, on the
-// host in fp32: the step under text generation (engine/sampler.h). A decoder computes exactly its
+// host in fp32: the step under text generation (engine/sampler.h). A family that generates text
+// gives its decoder in its spec (models/family.h). A decoder computes exactly its
 // model's training forward, so each new token costs one position through the blocks, attending
 // over the keys and values the cache holds for the positions before it.
 // Invariant: the cache holds positions [0, positions()) of the sequence fed since reset().
 #pragma once
 
-#include "config/config.h"
 #include "core/tensor.h"
 #include "models/model.h"
 
 #include <memory>
 #include <string>
 
-namespace tidal::engine {
+namespace tidal::models {
 
 class Decoder {
  public:
@@ -38,14 +38,10 @@ class Decoder {
   std::int64_t positions_ = 0;
 };
 
-// The decoder of `model` (model.type gpt or llama, held whole by one process in fp32). Its
-// weights are shared (views), except that weights on a GPU are copied to the host; a model whose
-// weights are not plainly there (chunks, shards) is a tidal::Error.
-std::unique_ptr<Decoder> make_decoder(models::Model& model, const config::ModelConfig& cfg);
-
-// A parameter's tensor for a decoder: fp32, whole, on the host (copied there from a GPU); a
-// tidal::Error naming it when the process does not hold it so.
-Tensor host_weight(models::Model& model, const std::string& name, const Shape& shape);
+// A parameter's tensor for a decoder: fp32, whole, on the host (copied there from a GPU; else a
+// view, so a decoder shares its model's weights); a tidal::Error naming it when the process does
+// not hold it so (chunks, shards).
+Tensor host_weight(Model& model, const std::string& name, const Shape& shape);
 
 // Causal attention of one position's queries q [H hd] over the cache's keys and values of
 // positions [0, t] (k, v: [P, Hkv hd] rows), query head h reading kv head h % Hkv (tidal's order
@@ -54,4 +50,4 @@ Tensor host_weight(models::Model& model, const std::string& name, const Shape& s
 void attend_cached(const float* q, const float* k, const float* v, std::int64_t t, int n_head, int n_kv_head,
                    std::int64_t head_dim, float* scores, float* y);
 
-}  // namespace tidal::engine
+}  // namespace tidal::models

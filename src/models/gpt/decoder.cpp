@@ -1,4 +1,4 @@
-#include "engine/gpt_decoder.h"
+#include "models/gpt/decoder.h"
 
 #include "ops/gelu.h"
 #include "ops/gemm.h"
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-namespace tidal::engine {
+namespace tidal::models {
 namespace {
 
 // y [1, out] = x [1, in] w^T + b, w [out, in].
@@ -17,7 +17,7 @@ void linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
 
 }  // namespace
 
-GptDecoder::GptDecoder(models::Model& model, const models::GptConfig& cfg)
+GptDecoder::GptDecoder(Model& model, const GptConfig& cfg)
     : C_(cfg.n_embd), V_(cfg.vocab_size), P_(cfg.max_positions ? cfg.max_positions : cfg.seq_len),
       n_head_(cfg.n_head), ln_eps_(cfg.ln_eps), activation_(cfg.activation) {
   TIDAL_ASSERT(n_head_ > 0 && C_ % n_head_ == 0, "n_embd {} over {} heads", C_, n_head_);
@@ -93,4 +93,4 @@ Tensor GptDecoder::logits() {
   return logits_.reshape({V_});
 }
 
-}  // namespace tidal::engine
+}  // namespace tidal::models

@@ -1,18 +1,18 @@
-// The decoder of a GPT (models/gpt.h): learned positions, pre-LN blocks with causal attention and
-// the model's GELU, ln_f, the tied or untied head, one position at a time (engine/decoder.h).
+// The decoder of a GPT (models/gpt/gpt.h): learned positions, pre-LN blocks with causal attention and
+// the model's GELU, ln_f, the tied or untied head, one position at a time (models/decoder.h).
 // A sequence never goes past the model's learned positions (wpe's rows).
 #pragma once
 
-#include "engine/decoder.h"
-#include "models/gpt.h"
+#include "models/decoder.h"
+#include "models/gpt/gpt.h"
 
 #include <vector>
 
-namespace tidal::engine {
+namespace tidal::models {
 
 class GptDecoder final : public Decoder {
  public:
-  GptDecoder(models::Model& model, const models::GptConfig& cfg);
+  GptDecoder(Model& model, const GptConfig& cfg);
 
   std::int64_t vocab_size() const override { return V_; }
   std::int64_t max_positions() const override { return P_; }
@@ -58,4 +58,4 @@ class GptDecoder final : public Decoder {
   bool logits_ready_ = false;  // logits_ belong to the last position fed
 };
 
-}  // namespace tidal::engine
+}  // namespace tidal::models

@@ -1,0 +1,66 @@
+#include "config/options.h"
+
+#include "models/registry.h"
+
+namespace tidal::config {
+
+parallel::ContextOptions context_options(const Config& cfg) {
+  const ParallelConfig& p = cfg.parallel;
+  const ModelConfig& m = cfg.model;
+  const bool images = models::find_family(m.type).task == models::ModelTask::image_classification;
+  const bool unbounded = cfg.memory.offload != Offload::none && cfg.memory.device_limit.empty();
+  return {.mesh = {.world_size = 1,
+                   .data = p.data,
+                   .pipeline = p.pipeline,
+                   .tensor = p.tensor.size,
+                   .sequence = p.sequence,
+                   .sequence_zigzag = p.sequence_zigzag,
+                   .sequence_mode = p.sequence_mode,
+                   .mode = p.tensor.mode,
+                   .depth = p.tensor.depth,
+                   .ranks_per_node = p.ranks_per_node},
+          .n_layer = m.n_layer,
+          .n_head = m.n_head,
+          .n_kv_head = m.n_kv_head,
+          .n_embd = m.n_embd,
+          .seq_len = m.seq_len,
+          .num_classes = images ? m.num_classes : 0,
+          .batch_size = cfg.train.batch_size,
+          .micro_batch_size = cfg.train.micro_batch_size,
+          .timeout_s = p.timeout_s,
+          .on_gpu = cfg.train.device == Device::Kind::cuda,
+          .gpu_collectives = p.gpu_collectives,
+          .offload_without_limit = unbounded ? std::string(name_of(cfg.memory.offload)) : std::string()};
+}
+
+parallel::MeshSpec mesh_spec(const Config& cfg, int world_size, int ranks_per_node) {
+  return parallel::mesh_spec(context_options(cfg), world_size, ranks_per_node);
+}
+
+data::DataOptions data_options(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  const DataConfig& d = cfg.data;
+  const bool masked = models::find_family(m.type).task == models::ModelTask::masked_lm;
+  return {.kind = d.kind,
+          .path = d.path,
+          .eval_path = d.eval_path,
+          .seed = d.seed,
+          .markov_branching = d.markov_branching,
+          .packing = {.documents = !d.cross_document_attention, .eod_id = std::int32_t(d.eod_id)},
+          .objective = masked ? data::Objective::masked : data::Objective::causal,
+          .seq_len = m.seq_len,
+          .vocab_size = m.vocab_size,
+          .images = {m.channels, m.image_size, m.image_size, m.num_classes}};
+}
+
+nn::CheckpointPolicy checkpoint_policy(const TrainConfig& tc) {
+  const int every = tc.activation_checkpointing == Recompute::blocks    ? 1
+                    : tc.activation_checkpointing == Recompute::every_k ? tc.activation_checkpointing_k
+                                                                        : 0;
+  return {.every = every,
+          .offload_to_host = tc.activation_offload == ActivationOffload::host,
+          .selective = tc.activation_checkpointing == Recompute::selective,
+          .loss_chunks = tc.loss_chunks};
+}
+
+}  // namespace tidal::config

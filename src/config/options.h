@@ -1,0 +1,27 @@
+// The one translation of a Config into the typed options of the layers below it: the mesh and
+// what it must fit (parallel), the data (data), the activation checkpointing of blocks (nn).
+// Nothing below config/ sees a Config; the model's [model] section is the models' own struct.
+#pragma once
+
+#include "config/config.h"
+#include "data/data_options.h"
+#include "nn/activation_checkpoint.h"
+#include "parallel/context.h"
+
+namespace tidal::config {
+
+// The ParallelContext of `cfg`: [parallel]'s mesh (its world size the launched or planned one's),
+// the model's shape and the batch it must fit, and how GPU ranks communicate.
+parallel::ContextOptions context_options(const Config& cfg);
+// The mesh of `cfg` on `world_size` ranks, `ranks_per_node` on a node (0 = unknown) unless
+// parallel.ranks_per_node says.
+parallel::MeshSpec mesh_spec(const Config& cfg, int world_size, int ranks_per_node);
+
+// The data of `cfg`: [data] with the model's objective (its family's task) and shapes.
+data::DataOptions data_options(const Config& cfg);
+
+// The activation checkpointing train.activation_checkpointing, train.activation_offload and
+// train.loss_chunks ask for.
+nn::CheckpointPolicy checkpoint_policy(const TrainConfig& tc);
+
+}  // namespace tidal::config

@@ -1,0 +1,121 @@
+#include "models/llama/hf.h"
+
+#include "models/llama/family.h"
+#include "models/registry.h"
+
+#include <fmt/format.h>
+
+namespace tidal::models {
+namespace {
+
+// transformers' LlamaConfig (4.40): its shape, attention_bias and rope_scaling as Llama 3.1 writes it.
+std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
+  std::vector<std::string> decided = read_llama_shape(k, m, {});
+  m.attention_bias = k.get<bool>("attention_bias", false);
+  k.require("mlp_bias", false, "an MLP without biases");
+  const ModelConfig defaults;
+  m.rope_scaling_factor = defaults.rope_scaling_factor;
+  m.rope_low_freq_factor = defaults.rope_low_freq_factor;
+  m.rope_high_freq_factor = defaults.rope_high_freq_factor;
+  m.rope_original_max_positions = defaults.rope_original_max_positions;
+  if (k.has("rope_scaling")) {
+    const io::HfConfigKeys r = k.object("rope_scaling");
+    const std::string type = r.get<std::string>("rope_type", r.get<std::string>("type", ""));
+    TIDAL_CHECK(type == "llama3", "{}: rope_scaling type \"{}\"; tidal builds Llama 3's (\"llama3\") only", k.file(),
+                type);
+    m.rope_scaling_factor = r.get<double>("factor", 8.0);
+    m.rope_low_freq_factor = r.get<double>("low_freq_factor", 1.0);
+    m.rope_high_freq_factor = r.get<double>("high_freq_factor", 4.0);
+    m.rope_original_max_positions = r.positive<std::int64_t>("original_max_position_embeddings", 8192);
+  }
+  decided.insert(decided.end(), {"model.rope_scaling_factor", "model.rope_low_freq_factor",
+                                 "model.rope_high_freq_factor", "model.rope_original_max_positions",
+                                 "model.attention_bias"});
+  return decided;
+}
+
+nlohmann::json write(const ModelConfig& m) {
+  nlohmann::json j = llama_shape_json(m);
+  j.update({{"model_type", "llama"},
+            {"attention_bias", m.attention_bias},
+            {"pretraining_tp", 1},
+            {"rope_scaling", nullptr}});
+  if (m.rope_scaling_factor > 0)
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", m.rope_scaling_factor},
+                         {"low_freq_factor", m.rope_low_freq_factor},
+                         {"high_freq_factor", m.rope_high_freq_factor},
+                         {"original_max_position_embeddings", m.rope_original_max_positions}};
+  return j;
+}
+
+}  // namespace
+
+std::vector<std::string> read_llama_shape(const io::HfConfigKeys& k, ModelConfig& m, const LlamaHfDefaults& d) {
+  m.n_layer = k.positive<int>("num_hidden_layers", d.n_layer);
+  m.n_head = k.positive<int>("num_attention_heads", d.n_head);
+  m.n_embd = k.positive<std::int64_t>("hidden_size", d.n_embd);
+  m.n_kv_head = k.positive<int>("num_key_value_heads", m.n_head);
+  m.intermediate_size = k.positive<std::int64_t>("intermediate_size", d.intermediate_size);
+  m.vocab_size = k.positive<std::int64_t>("vocab_size", d.vocab_size);
+  m.max_positions = k.positive<std::int64_t>("max_position_embeddings", d.max_positions);
+  m.ln_eps = k.get<double>("rms_norm_eps", 1e-6);
+  m.tie_embeddings = k.get<bool>("tie_word_embeddings", false);
+  m.rope_theta = k.get<double>("rope_theta", 10000.0);
+  k.require<std::string>("hidden_act", "silu", "a SwiGLU MLP");
+  const std::int64_t head_dim = k.get<std::int64_t>("head_dim", m.n_embd / m.n_head);
+  TIDAL_CHECK(head_dim == m.n_embd / m.n_head && m.n_embd % m.n_head == 0, "{}: \"head_dim\" is {}; tidal's heads are "
+              "hidden_size / num_attention_heads = {}", k.file(), head_dim, m.n_embd / m.n_head);
+  return {"model.n_layer",       "model.n_head",         "model.n_embd",           "model.ln_eps",
+          "model.vocab_size",    "model.max_positions",  "model.tie_embeddings",   "model.n_kv_head",
+          "model.intermediate_size", "model.rope_theta"};
+}
+
+nlohmann::json llama_shape_json(const ModelConfig& m) {
+  return {{"num_hidden_layers", m.n_layer},
+          {"num_attention_heads", m.n_head},
+          {"num_key_value_heads", m.n_kv_head ? m.n_kv_head : m.n_head},
+          {"hidden_size", m.n_embd},
+          {"intermediate_size", llama_intermediate_size(m)},
+          {"vocab_size", m.vocab_size},
+          {"max_position_embeddings", m.max_positions ? m.max_positions : m.seq_len},
+          {"rms_norm_eps", norm_eps(m)},
+          {"hidden_act", "silu"},
+          {"rope_theta", m.rope_theta},
+          {"attention_dropout", 0.0},
+          {"tie_word_embeddings", m.tie_embeddings}};
+}
+
+std::vector<io::HfTensorSource> llama_hf_tensors(const ModelConfig& m, bool qkv_bias, bool proj_bias) {
+  const std::int64_t C = m.n_embd, I = llama_intermediate_size(m), hd = m.n_embd / m.n_head;
+  const int kv = m.n_kv_head ? m.n_kv_head : m.n_head;
+  io::HfTensorSources src;
+  src.one("wte.weight", "model.embed_tokens.weight", {m.vocab_size, C});
+  for (int i = 0; i < m.n_layer; ++i) {
+    const std::string t = fmt::format("blocks.{}.", i), h = fmt::format("model.layers.{}.", i);
+    src.one(t + "ln_1.weight", h + "input_layernorm.weight", {C});
+    src.grouped_qkv(t + "attn.qkv", h + "self_attn.", m.n_head, kv, hd, "weight", C);
+    if (qkv_bias) src.grouped_qkv(t + "attn.qkv", h + "self_attn.", m.n_head, kv, hd, "bias", 0);
+    src.one(t + "attn.proj.weight", h + "self_attn.o_proj.weight", {C, C});
+    if (proj_bias) src.one(t + "attn.proj.bias", h + "self_attn.o_proj.bias", {C});
+    src.one(t + "ln_2.weight", h + "post_attention_layernorm.weight", {C});
+    src.add(t + "mlp.fc.weight", {h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"}, {{I, C}, {I, C}});
+    src.one(t + "mlp.proj.weight", h + "mlp.down_proj.weight", {C, I});
+  }
+  src.one("ln_f.weight", "model.norm.weight", {C});
+  if (!m.tie_embeddings) src.one("lm_head.weight", "lm_head.weight", {m.vocab_size, C});
+  return src.take();
+}
+
+HfAdapter llama_hf_adapter() {
+  return {.model_type = "llama",
+          .architecture = "LlamaForCausalLM",
+          .base_prefix = "model.",
+          .read = read,
+          .write = write,
+          .tensors = [](const ModelConfig& m) { return llama_hf_tensors(m, m.attention_bias, m.attention_bias); },
+          // Older checkpoints saved the rotary embedding's inverse frequencies, a buffer.
+          .ignored_on_load = [](const std::string& n) { return n.ends_with(".rotary_emb.inv_freq"); }};
+}
+
+}  // namespace tidal::models

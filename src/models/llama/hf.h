@@ -1,0 +1,26 @@
+// Llama as Hugging Face writes it (LlamaForCausalLM, model_type "llama"): config.json's keys (Llama
+// 3.1's rope_scaling included) and the state dict's names, q, k, v and gate, up separate. The
+// shape's parts are here for its kin (Qwen2) to share.
+#pragma once
+
+#include "models/hf_adapter.h"
+
+namespace tidal::models {
+
+HfAdapter llama_hf_adapter();
+
+// The config class's defaults for the keys a Llama-shaped config.json may leave out.
+struct LlamaHfDefaults {
+  int n_layer = 32, n_head = 32;
+  std::int64_t n_embd = 4096, intermediate_size = 11008, vocab_size = 32000, max_positions = 2048;
+};
+// Reads the keys every Llama-shaped config.json has (sizes, heads, rms_norm_eps, rope_theta, the
+// tied head, a SwiGLU MLP, the head size) into `m`; returns the [model] keys they decide.
+std::vector<std::string> read_llama_shape(const io::HfConfigKeys& k, ModelConfig& m, const LlamaHfDefaults& d);
+// Those keys of `m` as config.json writes them.
+nlohmann::json llama_shape_json(const ModelConfig& m);
+// Where each parameter of a Llama-shaped model of `m` lives, with biases on q, k and v and on the
+// output projection as asked.
+std::vector<io::HfTensorSource> llama_hf_tensors(const ModelConfig& m, bool qkv_bias, bool proj_bias);
+
+}  // namespace tidal::models

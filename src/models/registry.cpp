@@ -1,0 +1,130 @@
+#include "models/registry.h"
+
+#include "models/builtin_families.h"
+
+#include <filesystem>
+#include <mutex>
+#include <vector>
+
+namespace tidal::models {
+namespace {
+
+// The registered families in the order added, the built-in ones first (added on the first use).
+struct Families {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Family>> list;  // never removed: references to them stay valid
+};
+
+void add(Families& fs, Family f) {  // the caller holds the lock
+  TIDAL_CHECK(!f.name.empty(), "a model family needs a name");
+  TIDAL_CHECK(f.build != nullptr, "register_family(\"{}\"): no builder given", f.name);
+  for (const auto& g : fs.list)
+    TIDAL_CHECK(g->name != f.name, "model type \"{}\" is registered already: give your model another name", f.name);
+  fs.list.push_back(std::make_unique<Family>(std::move(f)));
+}
+
+// The families, locked for the caller.
+struct Locked {
+  std::unique_lock<std::mutex> lock;
+  const std::vector<std::unique_ptr<Family>>& list;
+};
+
+Families& families() {
+  static Families fs;
+  static const bool builtins_added = [] {
+    for (Family& f : builtin_families()) add(fs, std::move(f));
+    return true;
+  }();
+  (void)builtins_added;
+  return fs;
+}
+
+Locked locked() {
+  Families& fs = families();
+  return {std::unique_lock(fs.mutex), fs.list};
+}
+
+const Family* find(const std::vector<std::unique_ptr<Family>>& list, const std::string& type) {
+  for (const auto& f : list)
+    if (f->name == type) return f.get();
+  return nullptr;
+}
+
+std::string names(const std::vector<std::unique_ptr<Family>>& list) {
+  std::string out;
+  for (const auto& f : list) out += (out.empty() ? "" : " | ") + f->name;
+  return out;
+}
+
+}  // namespace
+
+void register_family(Family family) {
+  Families& fs = families();
+  std::lock_guard lock(fs.mutex);
+  add(fs, std::move(family));
+}
+
+void register_model(const std::string& type, ModelTask task, ModelBuilder build) {
+  register_family({.name = type, .title = "", .task = task, .build = std::move(build)});
+}
+
+const Family& find_family(const std::string& type) {
+  const Locked fs = locked();
+  const Family* f = find(fs.list, type);
+  TIDAL_CHECK(f != nullptr, "model.type = \"{}\" is not one of {} (a program of your own adds types with "
+              "models::register_model)", type, names(fs.list));
+  return *f;
+}
+
+std::string model_type_names() { return names(locked().list); }
+
+std::string generating_families() {
+  const Locked fs = locked();
+  std::vector<std::string> titles;
+  for (const auto& f : fs.list)
+    if (f->decoder) titles.push_back(f->title.empty() ? f->name : f->title);
+  std::string out;
+  for (std::size_t i = 0; i < titles.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == titles.size() ? " and " : ", ") + titles[i];
+  return out;
+}
+
+std::vector<std::string> read_hf_config(const std::string& dir, ModelConfig& m) {
+  const nlohmann::json j = io::read_hf_config_json(dir);
+  const io::HfConfigKeys keys(j, (std::filesystem::path(dir) / "config.json").string());
+  const std::string type = keys.get<std::string>("model_type", "");
+  const Family* family = nullptr;
+  std::string known;
+  {
+    const Locked fs = locked();
+    for (const auto& f : fs.list) {
+      if (!f->hf) continue;
+      if (f->hf.model_type == type) family = f.get();
+      known += fmt::format("{}{} for {}", known.empty() ? "" : ", ", f->hf.model_type, f->hf.architecture);
+    }
+  }
+  TIDAL_CHECK(family != nullptr, "{}: model_type \"{}\" is not an architecture tidal reads ({})", keys.file(), type,
+              known);
+  m.type = family->name;
+  std::vector<std::string> decided = family->hf.read(keys, m);
+  decided.insert(decided.begin(), "model.type");
+  return decided;
+}
+
+const HfAdapter& hf_adapter(const ModelConfig& m) {
+  const Family& f = find_family(m.type);
+  TIDAL_CHECK(bool(f.hf), "model.type = \"{}\" has no Hugging Face adapter: Hugging Face checkpoints "
+              "(model.init_from, tidal export --format hf) are those of families that give one in their spec "
+              "(models/registry.h)", m.type);
+  return f.hf;
+}
+
+double norm_eps(const ModelConfig& m) { return m.ln_eps > 0 ? m.ln_eps : find_family(m.type).norm_eps; }
+
+std::int64_t positions_per_sample(const ModelConfig& m) {
+  if (find_family(m.type).task != ModelTask::image_classification) return m.seq_len;
+  const std::int64_t side = m.image_size / m.patch_size;
+  return side * side + 1;
+}
+
+}  // namespace tidal::models
