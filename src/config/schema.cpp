@@ -1,6 +1,7 @@
 #include "config/schema.h"
 
 #include "core/error.h"
+#include "models/registry.h"
 
 #include <cmath>
 #include <type_traits>
@@ -62,7 +63,8 @@ Key field(std::string name, Access access, std::string help, std::int64_t least 
 
 std::vector<Key> make_schema() {
   return {
-      TIDAL_KEY(model.type, "gpt | bert | vit | llama (or a type a program registers: models/registry.h)"),
+      TIDAL_KEY(model.type, "the model family: " + models::model_type_names() +
+                                " (or a type a program registers: models/registry.h)"),
       TIDAL_KEY(model.n_layer, "transformer blocks"),
       TIDAL_KEY(model.n_head, "attention heads (must divide n_embd)"),
       TIDAL_KEY(model.n_embd, "hidden width"),
@@ -90,8 +92,9 @@ std::vector<Key> make_schema() {
                 "llama: rotary scaling's original_max_position_embeddings (Llama 3.1: 8192)"),
       TIDAL_KEY(model.attention_bias, "llama: biases on the attention's q, k, v and output projections"),
       TIDAL_KEY(model.init_from,
-                "a Hugging Face model directory (config.json + model.safetensors or its shards) for GPT-2, BERT or "
-                "ViT: its config.json fills model.* and its weights are the start"),
+                "a Hugging Face model directory (config.json + model.safetensors or its shards) of a model_type the "
+                "families read (" + models::hf_architecture_names() +
+                    "): its config.json fills model.* and its weights are the start"),
       TIDAL_KEY(model.image_size, "vit: image height and width in pixels"),
       TIDAL_KEY(model.patch_size, "vit: patch height and width"),
       TIDAL_KEY(model.channels, "vit: image channels"),

@@ -78,6 +78,14 @@ const Family& find_family(const std::string& type) {
 
 std::string model_type_names() { return names(locked().list); }
 
+std::string hf_architecture_names() {
+  const Locked fs = locked();
+  std::string out;
+  for (const auto& f : fs.list)
+    if (f->hf) out += fmt::format("{}{} for {}", out.empty() ? "" : ", ", f->hf.model_type, f->hf.architecture);
+  return out;
+}
+
 std::string generating_families() {
   const Locked fs = locked();
   std::vector<std::string> titles;
@@ -94,17 +102,13 @@ std::vector<std::string> read_hf_config(const std::string& dir, ModelConfig& m) 
   const io::HfConfigKeys keys(j, (std::filesystem::path(dir) / "config.json").string());
   const std::string type = keys.get<std::string>("model_type", "");
   const Family* family = nullptr;
-  std::string known;
   {
     const Locked fs = locked();
-    for (const auto& f : fs.list) {
-      if (!f->hf) continue;
-      if (f->hf.model_type == type) family = f.get();
-      known += fmt::format("{}{} for {}", known.empty() ? "" : ", ", f->hf.model_type, f->hf.architecture);
-    }
+    for (const auto& f : fs.list)
+      if (f->hf && f->hf.model_type == type) family = f.get();
   }
   TIDAL_CHECK(family != nullptr, "{}: model_type \"{}\" is not an architecture tidal reads ({})", keys.file(), type,
-              known);
+              hf_architecture_names());
   m.type = family->name;
   std::vector<std::string> decided = family->hf.read(keys, m);
   decided.insert(decided.begin(), "model.type");

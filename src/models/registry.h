@@ -90,6 +90,8 @@ const Family& find_family(const std::string& type);
 std::string generating_families();
 // "gpt | bert | vit | llama" and the registered ones.
 std::string model_type_names();
+// "gpt2 for GPT2LMHeadModel, ...": the Hugging Face architectures the families read and write.
+std::string hf_architecture_names();
 // Reads the Hugging Face directory `dir`'s config.json through the family whose model_type it
 // names into `m` (model.type included); returns the keys it decided, which a config may not
 // contradict. Another architecture, or a value the family cannot build, is a tidal::Error.
