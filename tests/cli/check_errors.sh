@@ -34,6 +34,8 @@ expect unknown-key "train.stpes" -- train -c "$dir/unknown.toml"
 expect wrong-type "train.steps must be an integer" -- train -c "$dir/type.toml"
 expect not-divisible "model.n_embd (100) must be divisible by model.n_head (3)" -- train -c "$dir/divisible.toml"
 expect missing-data "missing.bin" -- train -c "$dir/missing.toml"
+expect qwen2-output-bias "model.attention_bias is Llama's switch" -- train --set model.type=qwen2 \
+  --set model.attention_bias=true
 expect rank-mismatch "launched" -- train -c "$dir/ranks.toml"
 expect missing-config "nope.toml" -- train -c "$dir/nope.toml"
 expect toml-syntax "syntax.toml:1" -- train -c "$dir/syntax.toml"

@@ -8,7 +8,8 @@
 # GEMMs and all-reduced partial sums in other orders; measured worst about 1e-7), bf16 2e-3 as
 # check_composition.sh (roundings of bf16, 2^-9 each). Composed with the rest of the engine: data 2
 # x sequence 2 at ZeRO-3 with every block recomputed (bf16), data 2 x 1D tensor 2 at ZeRO-3 in
-# fp16 (dynamic loss scaling; 3e-4 as check_composition.sh), and a wider Llama at data 2, ZeRO-3
+# fp16 (dynamic loss scaling; 3e-4 as check_composition.sh), Qwen2 (the same shape with biases on
+# q, k and v) at data 2 x 1D tensor 2 x pipeline 2 in bf16 (2e-3), and a wider Llama at data 2, ZeRO-3
 # with chunks offloaded to the host under a device cap of 30% of a rank's model data, which gives
 # the uncapped run's losses bitwise, every rank moving chunks in every step. Then the error a split
 # finer than the key / value heads gives: exit 2 and a message naming model.n_kv_head.
@@ -44,6 +45,10 @@ run pipeline2_data2_zero2_bf16 4 --set parallel.pipeline=2 --set parallel.data=2
   --set train.precision=bf16
 run data2_sequence2_zero3_recomputed_bf16 4 --set parallel.data=2 --set parallel.sequence=2 --set zero.stage=3 \
   --set train.precision=bf16 --set train.activation_checkpointing=blocks
+# Qwen2 (Llama with q, k and v biases) at data 2 x 1D tensor 2 x pipeline 2 in bf16.
+run qwen2_single_bf16 1 --set model.type=qwen2 --set train.precision=bf16
+run qwen2_data2_tensor2_pipeline2_bf16 8 --set model.type=qwen2 --set train.precision=bf16 --set parallel.data=2 \
+  --set parallel.tensor.size=2 --set parallel.pipeline=2
 run single_fp16 1 --set train.precision=fp16
 run data2_tensor2_zero3_fp16 4 --set parallel.data=2 --set parallel.tensor.size=2 --set zero.stage=3 \
   --set train.precision=fp16
@@ -69,7 +74,8 @@ for name, reference, tolerance in [("tensor2_1d", "single_fp32", 1e-4), ("tensor
                                    ("sequence4", "single_fp32", 1e-4),
                                    ("pipeline2_data2_zero2_bf16", "single_bf16", 2e-3),
                                    ("data2_sequence2_zero3_recomputed_bf16", "single_bf16", 2e-3),
-                                   ("data2_tensor2_zero3_fp16", "single_fp16", 3e-4)]:
+                                   ("data2_tensor2_zero3_fp16", "single_fp16", 3e-4),
+                                   ("qwen2_data2_tensor2_pipeline2_bf16", "qwen2_single_bf16", 2e-3)]:
     w, summary = compare(d, name, reference, tolerance, all_steps=True)
     worst[tolerance] = max(worst.get(tolerance, 0.0), w)
 compare(d, "data2_zero3_offload_capped", "data2_zero3_offload_uncapped", 0.0, all_steps=True)

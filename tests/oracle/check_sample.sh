@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `tidal sample` against Hugging Face's generate(): random GPT-2 and Llama (grouped-query)
+# `tidal sample` against Hugging Face's generate(): random GPT-2, Llama and Qwen2 (grouped-query)
 # directories with sharpened logits (no near-ties), greedy decoding of 40 tokens after a prompt,
 # the ids compared token for token: prompts as ids, and as text through a tokenizer.json trained
 # with `tokenizers`. Then the errors: a
@@ -89,6 +89,13 @@ greedy sharp-short-prompt "$dir/sharp" "1 2 3" --prompt-ids "1,2,3"
   { echo "FAIL: hf_reference.py make llama"; exit 1; }
 sharpen "$dir/llama"
 greedy llama "$dir/llama" "5 17 42 101 7 199 3" --prompt-ids "5 17 42 101 7 199 3"
+
+# Qwen2: the Llama shape with biases on q, k and v (Qwen2ForCausalLM).
+"$py" "$ref" make qwen2 "$dir/qwen2" num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 hidden_size=64 \
+  intermediate_size=96 vocab_size=211 max_position_embeddings=64 rope_theta=500.0 seed=13 ||
+  { echo "FAIL: hf_reference.py make qwen2"; exit 1; }
+sharpen "$dir/qwen2"
+greedy qwen2 "$dir/qwen2" "5 17 42 101 7 199 3" --prompt-ids "5 17 42 101 7 199 3"
 
 # The fine-tuning round trip through the command line: that Llama directory -> model.init_from ->
 # tidal train 10 steps -> tidal export -> from_pretrained: HF's generate() from the export equals

@@ -6,11 +6,11 @@ Runs in the venv of scripts/oracle-venv.sh (transformers 4.40.2 over Debian's to
 Usage:
     hf_reference.py make FAMILY DIR [key=value ...]
         A randomly initialised GPT2LMHeadModel / BertForMaskedLM / ViTForImageClassification /
-        LlamaForCausalLM (family gpt2 | bert | vit | llama) saved with save_pretrained. Every parameter gets noise on top
+        LlamaForCausalLM / Qwen2ForCausalLM (family gpt2 | bert | vit | llama | qwen2) saved with save_pretrained. Every parameter gets noise on top
         of the HF init (so biases and LayerNorm are not zeros and ones). Keys: the config's sizes,
         seed, max_shard_size, peaked (gpt2: logits sharpened so greedy decoding has no near-ties).
     hf_reference.py run DIR IN.safetensors OUT.safetensors
-        from_pretrained(DIR); the inputs of IN (gpt2, llama: tokens, targets; bert: tokens,
+        from_pretrained(DIR); the inputs of IN (gpt2, llama, qwen2: tokens, targets; bert: tokens,
         token_types, attn_mask, targets; vit: images, labels) -> logits, loss. llama with
         doc_positions [B, T] (packed documents: each token's position in its document): the
         causal mask cut to each document (a 4D mask) and those positions as position_ids. With metadata lr (and
@@ -33,11 +33,11 @@ from safetensors.torch import load_file, save_file
 from safetensors import safe_open
 import transformers
 from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
-                          LlamaForCausalLM, ViTConfig, ViTForImageClassification)
+                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, ViTConfig, ViTForImageClassification)
 
 torch.set_num_threads(2)
 CLASSES = {"gpt2": GPT2LMHeadModel, "bert": BertForMaskedLM, "vit": ViTForImageClassification,
-           "llama": LlamaForCausalLM}
+           "llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM}
 
 
 def parse_kv(items):
@@ -73,6 +73,8 @@ def make(family, directory, kv):
         cfg = ViTConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=num_labels, **ints)
     elif family == "llama":
         cfg = LlamaConfig(attention_dropout=0.0, **ints)
+    elif family == "qwen2":
+        cfg = Qwen2Config(attention_dropout=0.0, **ints)
     else:
         print(f"unknown family {family!r}", file=sys.stderr)
         sys.exit(2)
@@ -104,12 +106,12 @@ def document_mask(docs):
 
 
 def forward(family, model, x):
-    if family == "llama" and "doc_positions" in x:
+    if family in ("llama", "qwen2") and "doc_positions" in x:
         docs = x["doc_positions"].long()
         logits = model(input_ids=x["tokens"].long(), attention_mask=document_mask(docs), position_ids=docs).logits.float()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x["targets"].long().reshape(-1),
                                ignore_index=-100)
-    elif family in ("gpt2", "llama"):
+    elif family in ("gpt2", "llama", "qwen2"):
         logits = model(input_ids=x["tokens"].long()).logits.float()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x["targets"].long().reshape(-1),
                                ignore_index=-100)

@@ -233,6 +233,16 @@ TEST(HfModels, LlamaPackedDocuments) {
 }
 
 TEST(HfModels, LlamaGroupedQuery) { check_case(llama_case(2, 15)); }
+
+// Qwen2 (Qwen2ForCausalLM: Llama's shape with biases on q, k and v, none on the output) at the
+// Llama cases' odd sizes, 6 query heads over 2 key / value heads: logits, loss and every gradient
+// of the first step, 5 AdamW steps, and the export opened by from_pretrained.
+TEST(HfModels, Qwen2) {
+  Case c = llama_case(2, 19);
+  c.family = "qwen2";
+  c.steps = 5;
+  check_case(c);
+}
 TEST(HfModels, LlamaMultiQuery) { check_case(llama_case(1, 16)); }
 TEST(HfModels, LlamaMultiHead) { check_case(llama_case(6, 17)); }
 

@@ -138,7 +138,8 @@ TEST(Planner, EveryLayoutOfEachModelKind) {
   for (const std::vector<std::string>& kind :
        {std::vector<std::string>{"model.type=vit", "data.kind=images", "model.image_size=64", "model.patch_size=16",
                                  "model.num_classes=16"},
-        {"model.type=bert"}, {"model.type=llama", "model.n_kv_head=2"}}) {
+        {"model.type=bert"}, {"model.type=llama", "model.n_kv_head=2"},
+        {"model.type=qwen2", "model.n_kv_head=2"}}) {
     SCOPED_TRACE(kind.front());
     const config::Config cfg = small_gpt(kind);
     const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(cfg, 4, &hw);
