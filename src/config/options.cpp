@@ -63,4 +63,24 @@ nn::CheckpointPolicy checkpoint_policy(const TrainConfig& tc) {
           .loss_chunks = tc.loss_chunks};
 }
 
+bool keeps_chunks(const Config& cfg) {
+  return !(cfg.zero.stage == 0 && cfg.train.precision == DType::f32 && cfg.memory.offload == Offload::none);
+}
+
+memory::ChunkOptions chunk_options(const Config& cfg, bool accumulate) {
+  memory::ChunkOptions o{.chunk_elements = cfg.memory.chunk_size,
+                         .compute_dtype = cfg.train.precision,
+                         .accumulate = accumulate,
+                         .zero_stage = cfg.zero.stage,
+                         .fetch = cfg.zero.fetch};
+  if (cfg.memory.offload != Offload::none)
+    o.offload = memory::OffloadOptions{
+        .partition = cfg.memory.offload == Offload::static_split ? memory::Partition::fixed
+                                                                 : memory::Partition::dynamic,
+        .eviction = cfg.memory.eviction,
+        .warmup_fraction = cfg.memory.warmup_fraction,
+        .disk_dir = cfg.memory.disk_dir};
+  return o;
+}
+
 }  // namespace tidal::config

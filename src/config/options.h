@@ -1,10 +1,12 @@
 // The one translation of a Config into the typed options of the layers below it: the mesh and
-// what it must fit (parallel), the data (data), the activation checkpointing of blocks (nn).
+// what it must fit (parallel), the data (data), the activation checkpointing of blocks (nn), the
+// chunk lists (memory).
 // Nothing below config/ sees a Config; the model's [model] section is the models' own struct.
 #pragma once
 
 #include "config/config.h"
 #include "data/data_options.h"
+#include "memory/chunk_manager.h"
 #include "nn/activation_checkpoint.h"
 #include "parallel/context.h"
 
@@ -23,5 +25,12 @@ data::DataOptions data_options(const Config& cfg);
 // The activation checkpointing train.activation_checkpointing, train.activation_offload and
 // train.loss_chunks ask for.
 nn::CheckpointPolicy checkpoint_policy(const TrainConfig& tc);
+
+// Whether `cfg`'s model data lives in chunk lists (bf16 / fp16, ZeRO, offload) rather than fp32
+// tensors: the keeper engine::make_model_data picks.
+bool keeps_chunks(const Config& cfg);
+// The chunk manager's options for `cfg` (without the communication group): memory.chunk_size,
+// the precision, zero.*, and memory.offload's; `accumulate`: micro-batches summed.
+memory::ChunkOptions chunk_options(const Config& cfg, bool accumulate);
 
 }  // namespace tidal::config

@@ -4,7 +4,7 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "engine/model_data.h"
-#include "engine/rank_chunks.h"
+#include "distributed/rank_chunks.h"
 #include "models/factory.h"
 #include "nn/on_host.h"
 #include "nn/parallel_layers.h"
@@ -53,10 +53,10 @@ ChunkSearch search_layout(const config::Config& cfg, const memory::ChunkSizeRang
   std::vector<nn::Parameter*> params;
   for (nn::Parameter* p : engine.parameters())
     if (std::find(host.begin(), host.end(), p) == host.end()) params.push_back(p);
-  const memory::ChunkParameters lists = chunk_parameters(params, engine, pc);
+  const memory::ChunkParameters lists = distributed::chunk_parameters(params, engine, pc);
   comm::Communicator& world = pc.group(parallel::GroupKind::world);
-  memory::ChunkOptions options = chunk_options(cfg, false);
-  options.group = &chunk_group(pc);
+  memory::ChunkOptions options = config::chunk_options(cfg, false);
+  options.group = &distributed::chunk_group(pc);
 
   ChunkSearch s;
   const config::ParallelConfig& p = cfg.parallel;
@@ -64,11 +64,12 @@ ChunkSearch search_layout(const config::Config& cfg, const memory::ChunkSizeRang
                         cfg.model.type, cfg.model.n_layer, cfg.model.n_embd, p.data, p.pipeline, p.tensor.size,
                         p.tensor.mode, p.sequence);
   s.parameters = model->num_parameters();
-  s.largest = world_largest_parameter(lists, pc);
+  s.largest = distributed::world_largest_parameter(lists, pc);
   s.group_size = options.group->size();
-  s.bytes_per_element = memory::chunk_list_bytes(memory::layout_chunks({1}, 1, 1), chunk_options(cfg, false)).total();
+  s.bytes_per_element =
+      memory::chunk_list_bytes(memory::layout_chunks({1}, 1, 1), config::chunk_options(cfg, false)).total();
   const std::size_t device = device_capacity(cfg);
-  s.training_size = agreed_chunk_size(lists, options, device, pc);
+  s.training_size = distributed::agreed_chunk_size(lists, options, device, pc);
   const memory::ChunkSizeRange training = memory::chunk_size_range_for({s.largest}, options, device);
   s.range = {.from = range.from ? range.from : training.from,
              .to = range.to ? range.to : std::max(training.to, range.from),
@@ -81,7 +82,7 @@ ChunkSearch search_layout(const config::Config& cfg, const memory::ChunkSizeRang
               "no chunk size from {} to {} elements holds the largest parameter ({} elements, of {}): search from at "
               "least --from {}",
               s.range.from, s.range.to, s.largest, s.model, s.largest);
-  const std::vector<double> waste = world_padding(lists, s.group_size, sizes, pc);
+  const std::vector<double> waste = distributed::world_padding(lists, s.group_size, sizes, pc);
   // Per size, the most chunks and chunk-list bytes of any rank (in MiB: float sums stay exact).
   std::vector<std::int64_t> numels;
   for (const nn::Parameter* q : lists.params) numels.push_back(q->shape.numel());
@@ -114,7 +115,7 @@ ChunkSearch chunk_search(const config::Config& cfg, const memory::ChunkSizeRange
                         cfg.memory.embedding_on_host ? ", the device's chunks (the embedding layer's on the host)" : "");
   for (std::int64_t n : numels) s.parameters += n, s.largest = std::max(s.largest, n);
   s.group_size = cfg.parallel.data;
-  const memory::ChunkOptions options = chunk_options(cfg, false);
+  const memory::ChunkOptions options = config::chunk_options(cfg, false);
   const std::size_t device = device_capacity(cfg);
   const memory::ChunkLayout one = memory::layout_chunks({1}, 1, 1);
   s.bytes_per_element = memory::chunk_list_bytes(one, options).total();

@@ -85,7 +85,7 @@ void plan_one_rank(const config::Config& cfg, int max_layers, MemoryPlan& plan) 
 
   const std::int64_t local = cfg.train.batch_size;
   const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
-  const memory::ChunkOptions options = chunk_options(cfg, local / micro > 1);
+  const memory::ChunkOptions options = config::chunk_options(cfg, local / micro > 1);
   const bool fixed = cfg.memory.offload == config::Offload::static_split;
   // memory.embedding_on_host: the embedding layer's lists live on the host whatever the layers.
   memory::ChunkOptions host_options = options;

@@ -1,10 +1,11 @@
 #include "engine/model_data.h"
 
+#include "config/options.h"
 #include "core/bytes.h"
 #include "core/gpu.h"
 #include "engine/checkpoint/reader.h"
-#include "engine/gradient_reducer.h"
-#include "engine/rank_chunks.h"
+#include "distributed/gradient_reducer.h"
+#include "distributed/rank_chunks.h"
 #include "memory/chunk_manager.h"
 #include "nn/on_host.h"
 #include "nn/tp/shard.h"
@@ -23,26 +24,6 @@ Allocator& device_tier(const config::Config& cfg) {
 
 Allocator& host_tier(const config::Config& cfg) {
   return cfg.train.device == Device::Kind::cuda ? pinned_host_allocator() : host_allocator();
-}
-
-bool keeps_chunks(const config::Config& cfg) {
-  return !(cfg.zero.stage == 0 && cfg.train.precision == DType::f32 && cfg.memory.offload == config::Offload::none);
-}
-
-memory::ChunkOptions chunk_options(const config::Config& cfg, bool accumulate) {
-  memory::ChunkOptions o{.chunk_elements = cfg.memory.chunk_size,
-                         .compute_dtype = cfg.train.precision,
-                         .accumulate = accumulate,
-                         .zero_stage = cfg.zero.stage,
-                         .fetch = cfg.zero.fetch};
-  if (cfg.memory.offload != config::Offload::none)
-    o.offload = memory::OffloadOptions{
-        .partition = cfg.memory.offload == config::Offload::static_split ? memory::Partition::fixed
-                                                                         : memory::Partition::dynamic,
-        .eviction = cfg.memory.eviction,
-        .warmup_fraction = cfg.memory.warmup_fraction,
-        .disk_dir = cfg.memory.disk_dir};
-  return o;
 }
 
 namespace {
@@ -147,16 +128,17 @@ class TensorModelData final : public ModelData {
   // gradients are each their positions' share. Their sum is the step's gradient. The buckets are
   // made before AdamW's moments: while they take the gradients over, both copies exist, and
   // beside the moments that would be the run's host peak (measured: 20 bytes a parameter, not 16).
-  static std::unique_ptr<GradientReducer> make_reducer(const config::Config& cfg, pipeline::PipelineEngine& engine,
-                                                       parallel::ParallelContext& pc) {
-    comm::Communicator& group = chunk_group(pc);
+  static std::unique_ptr<distributed::GradientReducer> make_reducer(const config::Config& cfg,
+                                                                    pipeline::PipelineEngine& engine,
+                                                                    parallel::ParallelContext& pc) {
+    comm::Communicator& group = distributed::chunk_group(pc);
     if (group.size() == 1) return nullptr;
-    return std::make_unique<GradientReducer>(engine.layers(), engine.parameters(), group,
-                                             std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
+    return std::make_unique<distributed::GradientReducer>(engine.layers(), engine.parameters(), group,
+                                                          std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
   }
 
   const std::vector<nn::Parameter*>& params_;
-  std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<distributed::GradientReducer> reducer_;
   optim::AdamW adam_;
   int replicas_;
   double bucket_mb_;
@@ -170,7 +152,7 @@ class ChunkModelData final : public ModelData {
   ChunkModelData(const config::Config& cfg, models::Model& model, pipeline::PipelineEngine& engine,
                  parallel::ParallelContext& pc, nn::Runner& runner, const std::string& resume_path, std::int64_t accum,
                  bool enforce_device_limit)
-      : engine_(engine), pc_(pc), group_(chunk_group(pc)), options_(adamw_options(cfg.train)),
+      : engine_(engine), pc_(pc), group_(distributed::chunk_group(pc)), options_(adamw_options(cfg.train)),
         device_(&device_tier(cfg)) {
     const std::vector<nn::Parameter*>& params = engine.parameters();
     // memory.embedding_on_host: the embedding layer's parameters in chunk lists of their own on the
@@ -180,7 +162,7 @@ class ChunkModelData final : public ModelData {
     std::vector<nn::Parameter*> on_host, on_device;
     for (nn::Parameter* p : params)
       (std::find(embedding.begin(), embedding.end(), p) == embedding.end() ? on_device : on_host).push_back(p);
-    memory::ChunkOptions options = chunk_options(cfg, accum > 1);
+    memory::ChunkOptions options = config::chunk_options(cfg, accum > 1);
     options.group = &group_;
     // The lists count apart from everything else. On the CPU path they are host memory of their
     // own; on a GPU, shares of its memory, and under offload the optimizer side is pinned host.
@@ -219,15 +201,16 @@ class ChunkModelData final : public ModelData {
       // (Every rank agrees on the size; the stages without the embedding hold no such list.)
       memory::ChunkOptions host_options = options;
       host_options.offload.reset();
-      memory::ChunkParameters host_params = chunk_parameters(on_host, engine, pc);
-      host_options.chunk_elements = agreed_chunk_size(host_params, host_options, optimizer_memory_->capacity(), pc);
+      memory::ChunkParameters host_params = distributed::chunk_parameters(on_host, engine, pc);
+      host_options.chunk_elements =
+          distributed::agreed_chunk_size(host_params, host_options, optimizer_memory_->capacity(), pc);
       if (!on_host.empty())
         host_chunks_.emplace(std::move(host_params), host_options, *optimizer_memory_, *optimizer_memory_);
     }
     try {
       Allocator& param_tier = options.offload ? *device_ : *param_memory_;
-      memory::ChunkParameters device_params = chunk_parameters(on_device, engine, pc);
-      options.chunk_elements = agreed_chunk_size(device_params, options, param_tier.capacity(), pc);
+      memory::ChunkParameters device_params = distributed::chunk_parameters(on_device, engine, pc);
+      options.chunk_elements = distributed::agreed_chunk_size(device_params, options, param_tier.capacity(), pc);
       chunks_.emplace(std::move(device_params), options, param_tier, *optimizer_memory_);
     } catch (const OutOfMemory& e) {  // the static partition's param list does not fit
       throw OutOfMemory(e.what() + out_of_memory_hint(e), e.needed());
@@ -545,7 +528,7 @@ std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Mo
                                            pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                                            nn::Runner& runner, const std::string& resume_path,
                                            bool enforce_device_limit) {
-  if (!keeps_chunks(cfg)) {
+  if (!config::keeps_chunks(cfg)) {
     if (cfg.train.device == Device::Kind::cuda) {
       for (nn::Parameter* p : engine.parameters()) {
         p->data = p->data.clone(gpu_allocator());

@@ -3,7 +3,7 @@
 // in which layouts they allow (both run under every data x pipeline x tensor x sequence layout):
 // - tensors (fp32 at zero.stage 0 without offload): each parameter a fp32 tensor of its own with
 //   AdamW; gradients all-reduced over the data (and sequence) ranks in buckets that overlap
-//   backward (engine/gradient_reducer.h). Kept beside the chunks because that overlap is the
+//   backward (distributed/gradient_reducer.h). Kept beside the chunks because that overlap is the
 //   fastest plain fp32 data parallelism, and fp32 tensors need no master copy.
 // - chunks (everything else: bf16 / fp16 with fp32 master weights, ZeRO stages 1-3, offload):
 //   PatrickStar's chunk lists (memory/chunk_manager.h) of the parameters this rank
@@ -86,14 +86,6 @@ class ModelData {
 // (page-locked beside a GPU, so copies to and from it are asynchronous).
 Allocator& device_tier(const config::Config& cfg);
 Allocator& host_tier(const config::Config& cfg);
-
-// Whether `cfg`'s model data lives in chunk lists (bf16 / fp16, ZeRO, offload) rather than fp32
-// tensors: the keeper make_model_data picks.
-bool keeps_chunks(const config::Config& cfg);
-
-// The chunk manager's options for `cfg` (without the communication group): memory.chunk_size,
-// the precision, zero.*, and memory.offload's.
-memory::ChunkOptions chunk_options(const config::Config& cfg, bool accumulate);
 
 // Takes the parameters of this rank's stages (materialized on the host), loads `resume_path` if given, and hooks
 // what needs the modules' hooks into `runner`. Under memory.offload the run stops after its

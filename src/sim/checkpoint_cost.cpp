@@ -1,6 +1,6 @@
 #include "sim/checkpoint_cost.h"
 
-#include "engine/rank_chunks.h"
+#include "distributed/rank_chunks.h"
 #include "io/save_plan.h"
 #include "nn/tp/shard.h"
 
@@ -14,7 +14,7 @@ namespace {
 // parameters, or with ZeRO over its chunk group those in the chunks it owns.
 std::vector<io::HeldBlockKey> held_blocks(const config::Config& cfg, const PlannedRank& r) {
   std::vector<io::HeldBlockKey> out;
-  comm::Communicator& group = engine::chunk_group(*r.pc);
+  comm::Communicator& group = distributed::chunk_group(*r.pc);
   const bool sharded = r.model_data.chunks && cfg.zero.stage > 0 && group.size() > 1 && r.chunk_layout;
   std::map<const nn::Parameter*, int> chunk_of;
   if (sharded)

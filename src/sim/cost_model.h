@@ -10,7 +10,7 @@
 // those action times (its bubble and waits; where the ranks oversubscribe a CPU's cores, a stage
 // runs faster while fewer compute, sim/hardware.h); then the model data's collectives after
 // backward, AdamW's pass over the lists, and the tensor keeper's bucketed all-reduce where it
-// outlasts the last backward it overlaps (engine/gradient_reducer.h); under memory.offload, the
+// outlasts the last backward it overlaps (distributed/gradient_reducer.h); under memory.offload, the
 // chunks' moves over the host link and AdamW on the host for the states there (RankMemory::Offload).
 #pragma once
 

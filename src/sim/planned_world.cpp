@@ -1,8 +1,7 @@
 #include "sim/planned_world.h"
 
 #include "config/options.h"
-#include "engine/model_data.h"
-#include "engine/rank_chunks.h"
+#include "distributed/rank_chunks.h"
 #include "models/factory.h"
 #include "models/registry.h"
 #include "nn/on_host.h"
@@ -113,13 +112,13 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
       std::vector<nn::Parameter*> on_host, on_device;
       for (nn::Parameter* p : r.engine->parameters())
         (std::find(embedding.begin(), embedding.end(), p) == embedding.end() ? on_device : on_host).push_back(p);
-      it->second = {engine::chunk_parameters(on_device, *r.engine, *r.pc),
-                    engine::chunk_parameters(on_host, *r.engine, *r.pc)};
+      it->second = {distributed::chunk_parameters(on_device, *r.engine, *r.pc),
+                    distributed::chunk_parameters(on_host, *r.engine, *r.pc)};
     }
     lists.push_back(&it->second);
   }
-  const int group_size = engine::chunk_group(*world.front().pc).size();
-  memory::ChunkOptions options = engine::chunk_options(cfg, local / micro > 1);
+  const int group_size = distributed::chunk_group(*world.front().pc).size();
+  memory::ChunkOptions options = config::chunk_options(cfg, local / micro > 1);
   std::vector<const memory::ChunkParameters*> device_lists, host_lists;
   for (const Lists* l : lists) {
     device_lists.push_back(&l->device);
@@ -128,11 +127,11 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
   memory::ChunkOptions host_options = options;
   host_options.offload.reset();
   if (cfg.memory.embedding_on_host)
-    host_options.chunk_elements = engine::agreed_chunk_size(host_lists, host_options, group_size, device_capacity);
-  options.chunk_elements = engine::agreed_chunk_size(device_lists, options, group_size, device_capacity);
+    host_options.chunk_elements = distributed::agreed_chunk_size(host_lists, host_options, group_size, device_capacity);
+  options.chunk_elements = distributed::agreed_chunk_size(device_lists, options, group_size, device_capacity);
   for (std::size_t k = 0; k < world.size(); ++k) {
     ModelDataBytes& m = world[k].model_data;
-    options.group = host_options.group = &engine::chunk_group(*world[k].pc);
+    options.group = host_options.group = &distributed::chunk_group(*world[k].pc);
     const auto layout_of = [&](const memory::ChunkParameters& params, std::int64_t size) {
       std::vector<std::int64_t> numels;
       for (const nn::Parameter* p : params.params) numels.push_back(p->shape.numel());
@@ -194,7 +193,7 @@ std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, i
     r.model_data.parameters = like.model_data.parameters;
     world.push_back(std::move(r));
   }
-  if (engine::keeps_chunks(cfg)) {
+  if (config::keeps_chunks(cfg)) {
     plan_chunks(cfg, world, device_capacity);
   } else {
     // fp32 tensors: each parameter and its gradient, AdamW's momentum and variance.

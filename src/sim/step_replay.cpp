@@ -2,7 +2,6 @@
 
 #include "config/options.h"
 #include "core/dtype.h"
-#include "engine/model_data.h"
 #include "models/factory.h"
 #include "models/registry.h"
 #include "ops/attention.h"
@@ -791,7 +790,7 @@ Sizes sizes_of(const config::Config& cfg, const parallel::Layout& layout, const 
   s.table = (s.split == Split::cube ? s.vocab / s.q : s.vocab) * s.width;
   s.positions_table = double(m.max_positions ? m.max_positions : m.seq_len) * s.width;
   // As engine/model_data.cpp picks its keeper: the chunks hand modules their gradients.
-  s.module_grads = engine::keeps_chunks(cfg);
+  s.module_grads = config::keeps_chunks(cfg);
   s.cpu = ops.cpu;
   s.widen = ops.cpu && cfg.train.precision != DType::f32 && !(cfg.train.precision == DType::bf16 && ops.bf16_native);
   return s;
@@ -830,108 +829,134 @@ struct Overlap {
   int passes = 1;
 };
 
-Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int micro_batches, Traffic& traffic) {
+// The groups a rank's step-level collectives run over.
+struct StepGroups {
+  int data, pipeline, tensor;
+  parallel::GroupKind chunk_kind;  // the model data's: data, or data x sequence
+  int group;                       // its size
+  std::string chunk_group;         // its name
+};
+
+StepGroups step_groups(const PlannedRank& rank) {
   const parallel::ParallelContext& pc = *rank.pc;
   const parallel::Layout& layout = pc.layout();
   const auto size = [&](parallel::GroupKind kind) { return int(layout.group(kind, pc.rank()).size()); };
-  const int data = layout.spec().data, pipeline = size(parallel::GroupKind::pipeline);
-  const int tensor = size(parallel::GroupKind::tensor);
   const parallel::GroupKind chunk_kind =
       layout.spec().sequence > 1 ? parallel::GroupKind::data_sequence : parallel::GroupKind::data;
-  const int group = size(chunk_kind);
-  const std::string chunk_group(parallel::group_name(chunk_kind));
-  traffic.add("pipeline", pipeline, "all_reduce", 1, 4);  // the pipeline's loss
-  if (data > 1) traffic.add("data", data, "all_reduce", 1, 4, 2);  // the step's targets and loss over replicas
-  if (!rank.model_data.chunks) {
-    // The bucketed all-reduce (engine/gradient_reducer.h): parameters in reverse order, a bucket
-    // closed once it holds parallel.bucket_mb.
-    double buckets = 0, last = 0;  // seconds: every bucket's, the last one's
-    if (group > 1) {
-      const double start = traffic.seconds();
-      const double bucket_bytes = std::floor(cfg.parallel.bucket_mb * 1024 * 1024);
-      const std::vector<nn::Parameter*>& params = rank.engine->parameters();
-      double bytes = 0, elements = 0;
-      bool open = false;
-      for (auto it = params.rbegin(); it != params.rend(); ++it) {
-        if (open && bytes >= bucket_bytes) {
-          traffic.add(chunk_group, group, "all_reduce", elements, 4);
-          bytes = elements = 0;
-        }
-        open = true;
-        elements += double((*it)->shape.numel());
-        bytes += 4 * double((*it)->shape.numel());
+  return {.data = layout.spec().data,
+          .pipeline = size(parallel::GroupKind::pipeline),
+          .tensor = size(parallel::GroupKind::tensor),
+          .chunk_kind = chunk_kind,
+          .group = size(chunk_kind),
+          .chunk_group = std::string(parallel::group_name(chunk_kind))};
+}
+
+// The fp32 tensor keeper's: the bucketed all-reduce (distributed/gradient_reducer.h: parameters in
+// reverse order, a bucket closed once it holds parallel.bucket_mb), a grid's replicated blocks
+// and a table tied at the pipeline's ends, then the gradient norm's sums.
+Overlap tensor_keeper_collectives(const config::Config& cfg, const PlannedRank& rank, const StepGroups& g,
+                                  Traffic& traffic) {
+  const parallel::Layout& layout = rank.pc->layout();
+  double buckets = 0, last = 0;  // seconds: every bucket's, the last one's
+  if (g.group > 1) {
+    const double start = traffic.seconds();
+    const double bucket_bytes = std::floor(cfg.parallel.bucket_mb * 1024 * 1024);
+    const std::vector<nn::Parameter*>& params = rank.engine->parameters();
+    double bytes = 0, elements = 0;
+    bool open = false;
+    for (auto it = params.rbegin(); it != params.rend(); ++it) {
+      if (open && bytes >= bucket_bytes) {
+        traffic.add(g.chunk_group, g.group, "all_reduce", elements, 4);
+        bytes = elements = 0;
       }
-      const double before_last = traffic.seconds();
-      if (open) traffic.add(chunk_group, group, "all_reduce", elements, 4);
-      buckets = traffic.seconds() - start;
-      last = traffic.seconds() - before_last;
+      open = true;
+      elements += double((*it)->shape.numel());
+      bytes += 4 * double((*it)->shape.numel());
     }
-    // A grid's replicated blocks (nn/tp/shard.h's reduce_replicated_gradients): one flat all-reduce
-    // per level and group.
-    std::map<std::pair<std::size_t, std::string>, std::pair<int, double>> replicated;
-    for (const nn::Parameter* p : rank.engine->parameters())
-      for (std::size_t level = 0; level < p->replicas.size(); ++level)
-        if (p->replicas[level]->size() > 1) {
-          auto& [n, elements] = replicated[{level, p->replicas[level]->name()}];
-          n = p->replicas[level]->size();
-          elements += double(p->shape.numel());
-        }
-    for (const auto& [key, figures] : replicated) traffic.add(key.second, figures.first, "all_reduce", figures.second, 4);
-    for (const nn::Parameter* p : rank.engine->parameters())  // tied at the pipeline's ends
-      if (layout.spec().pipeline > 1 && rank.engine->tied(*p))
-        traffic.add("pipeline_ends", size(parallel::GroupKind::pipeline_ends), "all_reduce", double(p->shape.numel()), 4);
-    traffic.add("tensor", tensor, "all_reduce", 1, 4);      // the gradient norm's sum
-    traffic.add("pipeline", pipeline, "all_reduce", 1, 4);
-    // The last bucket (the first parameters') is complete only when backward is: it starts after.
-    return {.seconds = buckets, .tail = buckets > 0 ? last / buckets : 0.0};
+    const double before_last = traffic.seconds();
+    if (open) traffic.add(g.chunk_group, g.group, "all_reduce", elements, 4);
+    buckets = traffic.seconds() - start;
+    last = traffic.seconds() - before_last;
   }
+  // A grid's replicated blocks (nn/tp/shard.h's reduce_replicated_gradients): one flat all-reduce
+  // per level and group.
+  std::map<std::pair<std::size_t, std::string>, std::pair<int, double>> replicated;
+  for (const nn::Parameter* p : rank.engine->parameters())
+    for (std::size_t level = 0; level < p->replicas.size(); ++level)
+      if (p->replicas[level]->size() > 1) {
+        auto& [n, elements] = replicated[{level, p->replicas[level]->name()}];
+        n = p->replicas[level]->size();
+        elements += double(p->shape.numel());
+      }
+  for (const auto& [key, figures] : replicated) traffic.add(key.second, figures.first, "all_reduce", figures.second, 4);
+  const int ends = int(layout.group(parallel::GroupKind::pipeline_ends, rank.pc->rank()).size());
+  for (const nn::Parameter* p : rank.engine->parameters())  // tied at the pipeline's ends
+    if (layout.spec().pipeline > 1 && rank.engine->tied(*p))
+      traffic.add("pipeline_ends", ends, "all_reduce", double(p->shape.numel()), 4);
+  traffic.add("tensor", g.tensor, "all_reduce", 1, 4);  // the gradient norm's sum
+  traffic.add("pipeline", g.pipeline, "all_reduce", 1, 4);
+  // The last bucket (the first parameters') is complete only when backward is: it starts after.
+  return {.seconds = buckets, .tail = buckets > 0 ? last / buckets : 0.0};
+}
+
+// The chunk keeper's group sums and gathers (memory/chunk_manager.h).
+Overlap chunk_group_collectives(const config::Config& cfg, const PlannedRank& rank, const StepGroups& g,
+                                int micro_batches, Traffic& traffic) {
+  const memory::ChunkLayout& chunks = *rank.chunk_layout;
+  const double C = double(chunks.chunk_elements), e = double(dtype_size(cfg.train.precision));
+  const int groups = chunks.chunks / chunks.group_size, stage = cfg.zero.stage, group = g.group;
+  const bool accumulate = micro_batches > 1;
+  const bool offload = cfg.memory.offload != config::Offload::none;
+  Overlap overlap;
+  // Each chunk group's gradients summed once it is complete (every micro-batch's at stages 2 and 3
+  // or under offload): all of them at stage 0, each rank's own chunk when sharded - under offload
+  // by a ring of sends straight between the chunks' payloads. At stages 0 and 1 with chunks that
+  // stay put, each rank sums its micro-batches in a grad list of every chunk, whose groups are
+  // reduced in fp32 once, beside the last micro-batch's backward.
+  const bool local_sums = memory::sums_micro_batches_locally(config::chunk_options(cfg, accumulate));
+  const double reductions = double(groups) * (accumulate && !local_sums ? micro_batches : 1);
+  const bool ring = offload && stage > 0;
+  const double start = traffic.seconds();
+  if (ring) {
+    traffic.add(g.chunk_group, group, "send", C, e, reductions * (group - 1));
+    traffic.add(g.chunk_group, group, "recv", C, e, reductions * (group - 1));
+  } else if (local_sums) {  // fp32, once a step
+    traffic.add(g.chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, 4, reductions);
+  } else {
+    traffic.add(g.chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, e, reductions);
+  }
+  // Without offload each group's sum runs beside the backward of the groups after it
+  // (memory/chunk_manager.h: one in flight); the last group's, after backward (with micro-batches
+  // at stages 2 and 3, after each micro-batch's).
+  if (!offload && groups > 0)
+    overlap = {.seconds = traffic.seconds() - start,
+               .tail = 1.0 / groups,
+               .passes = accumulate && !local_sums ? micro_batches : 1};
+  // The chunks other ranks updated, gathered: after the step (stages 1, 2), or for each forward and
+  // backward (stage 3).
+  const double gathers = stage == 1 || stage == 2 ? groups
+                         : stage == 3            ? double(2 * groups) * micro_batches
+                                                 : 0.0;
+  if (ring) {
+    traffic.add(g.chunk_group, group, "send", C, e, gathers * (group - 1));
+    traffic.add(g.chunk_group, group, "recv", C, e, gathers * (group - 1));
+  } else {
+    traffic.add(g.chunk_group, group, "all_gather", C, e, gathers, group * C);
+  }
+  return overlap;
+}
+
+// The chunk keeper's segments other ranks hold too (a tied table at the pipeline's ends, a grid's
+// replicas): their owned gradient chunks, one all-reduce per chunk, level by level. The first
+// level's start as each group's sum is the step's, beside the rest of backward (not under
+// offload): they join `overlap`, whose tail is still the last group's share.
+void chunk_replica_collectives(const config::Config& cfg, const PlannedRank& rank, const StepGroups& g,
+                               bool accumulate, Traffic& traffic, Overlap& overlap) {
   const memory::ChunkLayout& chunks = *rank.chunk_layout;
   const double C = double(chunks.chunk_elements), e = double(dtype_size(cfg.train.precision));
   const int groups = chunks.chunks / chunks.group_size, stage = cfg.zero.stage;
-  const bool accumulate = micro_batches > 1;
-  Overlap overlap;
   const bool offload = cfg.memory.offload != config::Offload::none;
-  if (group > 1) {
-    // Each chunk group's gradients summed once it is complete (every micro-batch's at stages 2
-    // and 3 or under offload): all of them at stage 0, each rank's own chunk when sharded - under
-    // offload by a ring of sends straight between the chunks' payloads. At stages 0 and 1 with
-    // chunks that stay put, each rank sums its micro-batches in a grad list of every chunk, whose
-    // groups are reduced in fp32 once, beside the last micro-batch's backward.
-    const bool local_sums = memory::sums_micro_batches_locally(engine::chunk_options(cfg, accumulate));
-    const double reductions = double(groups) * (accumulate && !local_sums ? micro_batches : 1);
-    const bool ring = offload && stage > 0;
-    const double start = traffic.seconds();
-    if (ring) {
-      traffic.add(chunk_group, group, "send", C, e, reductions * (group - 1));
-      traffic.add(chunk_group, group, "recv", C, e, reductions * (group - 1));
-    } else if (local_sums) {  // fp32, once a step
-      traffic.add(chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, 4, reductions);
-    } else {
-      traffic.add(chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, e, reductions);
-    }
-    // Without offload each group's sum runs beside the backward of the groups after it
-    // (memory/chunk_manager.h: one in flight); the last group's, after backward (with
-    // micro-batches at stages 2 and 3, after each micro-batch's).
-    if (!offload && groups > 0)
-      overlap = {.seconds = traffic.seconds() - start,
-                 .tail = 1.0 / groups,
-                 .passes = accumulate && !local_sums ? micro_batches : 1};
-    // The chunks other ranks updated, gathered: after the step (stages 1, 2), or for each forward
-    // and backward (stage 3).
-    const double gathers = stage == 1 || stage == 2 ? groups
-                           : stage == 3            ? double(2 * groups) * micro_batches
-                                                   : 0.0;
-    if (ring) {
-      traffic.add(chunk_group, group, "send", C, e, gathers * (group - 1));
-      traffic.add(chunk_group, group, "recv", C, e, gathers * (group - 1));
-    } else {
-      traffic.add(chunk_group, group, "all_gather", C, e, gathers, group * C);
-    }
-  }
-  // Segments other ranks hold too (a tied table at the pipeline's ends, a grid's replicas): their
-  // owned gradient chunks, one all-reduce per chunk, level by level. The first level's start as
-  // each group's sum is the step's, beside the rest of backward (not under offload): they join the
-  // overlap, whose tail is still the last group's share.
+  const int index = rank.pc->layout().group_index(g.chunk_kind, rank.pc->rank());
   std::map<std::pair<std::size_t, std::string>, std::pair<int, double>> replicas;  // (level, group) -> (size, chunks)
   for (std::size_t seg = 0; seg < rank.chunk_params.segments.size(); ++seg) {
     const std::vector<comm::Communicator*>& levels = rank.chunk_params.segments[seg].replicas;
@@ -939,7 +964,7 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
       if (levels[level]->size() == 1) continue;
       double owned = 0;
       for (int c = chunks.segment_chunks[seg]; c < chunks.segment_chunks[seg + 1]; ++c)
-        if (stage == 0 || group == 1 || c % chunks.group_size == layout.group_index(chunk_kind, pc.rank())) ++owned;
+        if (stage == 0 || g.group == 1 || c % chunks.group_size == index) ++owned;
       auto& [n, count] = replicas[{level, levels[level]->name()}];
       n = levels[level]->size();
       count += owned;
@@ -952,190 +977,242 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
     if (key.first == 0 && !offload && groups > 0)
       overlap = {.seconds = overlap.seconds + traffic.seconds() - start, .tail = 1.0 / groups};
   }
-  if (stage > 0 && group > 1) traffic.add(chunk_group, group, "all_reduce", 1, 4);  // the gradient norm
-  if (tensor > 1) traffic.add("tensor", tensor, "all_reduce", 1, 4);
-  if (pipeline > 1) traffic.add("pipeline", pipeline, "all_reduce", 1, 4);
+}
+
+Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int micro_batches, Traffic& traffic) {
+  const StepGroups g = step_groups(rank);
+  traffic.add("pipeline", g.pipeline, "all_reduce", 1, 4);  // the pipeline's loss
+  if (g.data > 1) traffic.add("data", g.data, "all_reduce", 1, 4, 2);  // the step's targets and loss over replicas
+  if (!rank.model_data.chunks) return tensor_keeper_collectives(cfg, rank, g, traffic);
+  Overlap overlap;
+  if (g.group > 1) overlap = chunk_group_collectives(cfg, rank, g, micro_batches, traffic);
+  chunk_replica_collectives(cfg, rank, g, micro_batches > 1, traffic, overlap);
+  if (cfg.zero.stage > 0 && g.group > 1) traffic.add(g.chunk_group, g.group, "all_reduce", 1, 4);  // the gradient norm
+  if (g.tensor > 1) traffic.add("tensor", g.tensor, "all_reduce", 1, 4);
+  if (g.pipeline > 1) traffic.add("pipeline", g.pipeline, "all_reduce", 1, 4);
   return overlap;
 }
 
 }  // namespace
 
-StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, const DeviceOps& ops, const Costs* costs) {
-  const parallel::Layout& layout = planned.pc->layout();
-  const int rank = planned.pc->rank();
-  const std::vector<StageLayers> stages = stage_layers(cfg, planned);
-  const std::int64_t local = cfg.train.batch_size / layout.spec().data;
-  const int micro_batches =
-      int(local / (cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local));
-  Sizes s = sizes_of(cfg, layout, ops);
-  // A table used by the embedding and the head on this rank (a tied head in one stage).
-  bool embedding = false, head = false;
-  for (const StageLayers& l : stages) {
-    embedding = embedding || l.embedding;
-    head = head || l.head;
+namespace {
+
+// One rank's step replayed: its pipeline schedule's actions in order, each stage's layers forward
+// and backward through the activation pool (Tally), the stages' messages, then what the step
+// adds after the actions.
+class StepRun {
+ public:
+  StepRun(const config::Config& cfg, const PlannedRank& planned, const DeviceOps& ops, const Costs* costs)
+      : cfg_(cfg),
+        planned_(planned),
+        costs_(costs),
+        layout_(planned.pc->layout()),
+        stages_(stage_layers(cfg, planned)),
+        s_(sizes_of(cfg, layout_, ops)),
+        r_{tally_, s_, out_.traffic, costs},
+        pipeline_(layout_.spec().pipeline),
+        stage_(layout_.coordinates(planned.pc->rank()).pipeline),
+        last_(pipeline_ * int(stages_.size()) - 1) {
+    if (costs) out_.traffic = Traffic(costs->link);
+    if (costs) tally_.rate = {.hardware = costs->hardware, .dtype = costs->dtype, .element = s_.e};
+    // A table used by the embedding and the head on this rank (a tied head in one stage).
+    bool embedding = false, head = false;
+    for (const StageLayers& l : stages_) {
+      embedding = embedding || l.embedding;
+      head = head || l.head;
+    }
+    const bool classifier = s_.anatomy.head == models::Anatomy::Head::classifier;
+    s_.tied = embedding && head && cfg.model.tie_embeddings && !classifier;
+    // This rank's block of the padded vocabulary (the loss group's index: 1D's tensor rank, the
+    // grid's column j, 3D's z) and the real classes in it.
+    if (s_.split != Split::none && !classifier) {
+      const parallel::Coordinates c = layout_.coordinates(planned.pc->rank());
+      const double block = s_.split == Split::d1 ? c.tensor : s_.split == Split::grid ? c.col : c.depth;
+      s_.vocab_real = std::clamp(double(cfg.model.vocab_size) - block * s_.vocab, 0.0, s_.vocab);
+    }
+    const bool scatter_gather = cfg.parallel.scatter_gather && s_.split == Split::d1 && pipeline_ > 1;
+    payload_ = scatter_gather ? s_.width / double(layout_.spec().tensor) : s_.width;
   }
-  s.tied = embedding && head && cfg.model.tie_embeddings && s.anatomy.head != models::Anatomy::Head::classifier;
-  // This rank's block of the padded vocabulary (the loss group's index: 1D's tensor rank, the
-  // grid's column j, 3D's z) and the real classes in it.
-  if (s.split != Split::none && s.anatomy.head != models::Anatomy::Head::classifier) {
-    const parallel::Coordinates c = layout.coordinates(rank);
-    const double block = s.split == Split::d1 ? c.tensor : s.split == Split::grid ? c.col : c.depth;
-    s.vocab_real = std::clamp(double(cfg.model.vocab_size) - block * s.vocab, 0.0, s.vocab);
+
+  StepReplay run() {
+    const std::int64_t local = cfg_.train.batch_size / layout_.spec().data;
+    const int micro_batches = int(local / (cfg_.train.micro_batch_size ? cfg_.train.micro_batch_size : local));
+    const std::vector<pipeline::Action> actions =
+        pipeline::schedule(cfg_.parallel.schedule, pipeline_, stage_, micro_batches, int(stages_.size()));
+    for (std::size_t i = 0; i < actions.size(); ++i)
+      run_action(actions[i], i + 1 < actions.size() ? &actions[i + 1] : nullptr);
+    out_.peak_bytes = tally_.peak;
+    lap();
+    after_actions(micro_batches);
+    return std::move(out_);
   }
-  StepReplay out;
-  if (costs) out.traffic = Traffic(costs->link);
-  Tally tally;
-  if (costs) tally.rate = {.hardware = costs->hardware, .dtype = costs->dtype, .element = s.e};
-  Replay r{tally, s, out.traffic, costs};
+
+ private:
   // The seconds since the last mark: GEMMs, attention, the tensors made, the layers' collectives
-  // (those alone: lap_comm).
+  // (those alone: lap_comm_).
   struct Mark {
     double gemm = 0, attention = 0, made = 0, comm = 0;
-  } mark;
-  double lap_comm = 0;
-  const auto now = [&] { return Mark{r.gemm_seconds, r.attention_seconds, tally.made_seconds, out.traffic.seconds()}; };
-  const auto lap = [&] {
-    lap_comm = 0;
-    if (!costs) return 0.0;
-    const double gemm = r.gemm_seconds - mark.gemm, attention = r.attention_seconds - mark.attention;
-    const double memory = tally.made_seconds - mark.made;
-    const double comm = out.traffic.seconds() - mark.comm;
-    out.gemm_seconds += gemm;
-    out.attention_seconds += attention;
-    out.memory_seconds += memory;
-    out.layer_comm_seconds += comm;
-    lap_comm = comm;
-    mark = now();
-    return gemm + attention + memory + comm;
   };
-  const int pipeline = layout.spec().pipeline;
-  const int stage = layout.coordinates(rank).pipeline;
-  const int chunks = int(stages.size());
-  const int last = pipeline * chunks - 1;
-  const bool scatter_gather = cfg.parallel.scatter_gather && s.split == Split::d1 && pipeline > 1;
-  std::map<std::pair<int, int>, MicroBatchKeep> live;
-  const auto forward = [&](const StageLayers& l, MicroBatchKeep& k, Act x) {
-    if (l.embedding) x = r.embedding_forward(k.embedding);
+  using Stream = std::pair<int, bool>;  // (virtual stage, backward) of a message's receiver
+
+  Mark now() const { return {r_.gemm_seconds, r_.attention_seconds, tally_.made_seconds, out_.traffic.seconds()}; }
+  double lap() {
+    lap_comm_ = 0;
+    if (!costs_) return 0.0;
+    const double gemm = r_.gemm_seconds - mark_.gemm, attention = r_.attention_seconds - mark_.attention;
+    const double memory = tally_.made_seconds - mark_.made;
+    const double comm = out_.traffic.seconds() - mark_.comm;
+    out_.gemm_seconds += gemm;
+    out_.attention_seconds += attention;
+    out_.memory_seconds += memory;
+    out_.layer_comm_seconds += comm;
+    lap_comm_ = comm;
+    mark_ = now();
+    return gemm + attention + memory + comm;
+  }
+
+  Act forward(const StageLayers& l, MicroBatchKeep& k, Act x) {
+    if (l.embedding) x = r_.embedding_forward(k.embedding);
     k.blocks.resize(std::size_t(l.blocks));
     for (int b = 0; b < l.blocks; ++b) {
       if (l.checkpoint_every > 0 && b % l.checkpoint_every == 0)
-        k.unit_inputs.push_back(s.offload_checkpoints ? Act() : x);  // a host copy: not the pool's
-      x = r.block_forward(x, k.blocks[std::size_t(b)]);
+        k.unit_inputs.push_back(s_.offload_checkpoints ? Act() : x);  // a host copy: not the pool's
+      x = r_.block_forward(x, k.blocks[std::size_t(b)]);
       if (l.checkpoint_every > 0 && ((b + 1) % l.checkpoint_every == 0 || b + 1 == l.blocks)) {
         const int first = b / l.checkpoint_every * l.checkpoint_every;
         for (int j = first; j <= b; ++j) k.blocks[std::size_t(j)] = {};
       }
     }
-    if (l.head) x = r.head_forward(x, k.head);
+    if (l.head) x = r_.head_forward(x, k.head);
     return x;
-  };
-  const auto backward = [&](const StageLayers& l, MicroBatchKeep& k, Act dy) {
-    if (l.head) dy = r.head_backward(k.head, k.table_grad);
+  }
+
+  Act backward(const StageLayers& l, MicroBatchKeep& k, Act dy) {
+    if (l.head) dy = r_.head_backward(k.head, k.table_grad);
     for (int b = l.blocks; b-- > 0;) {
       if (l.checkpoint_every > 0 && (b + 1 == l.blocks || (b + 1) % l.checkpoint_every == 0)) {
         // The run's blocks forward again from the kept input (brought back from the host if offloaded).
         const int first = b / l.checkpoint_every * l.checkpoint_every;
-        Act x = k.unit_inputs.back() ? k.unit_inputs.back() : r.act(s.width);
+        Act x = k.unit_inputs.back() ? k.unit_inputs.back() : r_.act(s_.width);
         k.unit_inputs.pop_back();
-        for (int j = first; j <= b; ++j) x = r.block_forward(x, k.blocks[std::size_t(j)]);
+        for (int j = first; j <= b; ++j) x = r_.block_forward(x, k.blocks[std::size_t(j)]);
       }
-      dy = r.block_backward(dy, k.blocks[std::size_t(b)]);
+      dy = r_.block_backward(dy, k.blocks[std::size_t(b)]);
     }
     if (l.embedding) {
-      r.embedding_backward(dy, k.embedding, k.table_grad);
+      r_.embedding_backward(dy, k.embedding, k.table_grad);
       dy = nullptr;
     }
     return dy;
-  };
+  }
+
   // pipeline/engine.cpp: a received input is a buffer posted ahead (once its stream's shape is
   // known, from the first message), all-gathered over the tensor group when 1D sends 1/t of it;
   // sends complete as the peer has its receive posted, so they hold nothing here.
-  const std::vector<pipeline::Action> actions =
-      pipeline::schedule(cfg.parallel.schedule, pipeline, stage, micro_batches, chunks);
-  const auto input_of = [&](const pipeline::Action& a) -> std::optional<std::pair<int, bool>> {
-    const int vs = a.chunk * pipeline + stage;
-    if (a.kind == pipeline::Action::forward) return vs == 0 ? std::nullopt : std::optional(std::pair{vs, false});
-    return vs == last ? std::nullopt : std::optional(std::pair{vs, true});
-  };
-  const double payload = scatter_gather ? s.width / double(layout.spec().tensor) : s.width;
-  std::map<std::pair<int, bool>, bool> known;
-  std::map<std::pair<int, bool>, Act> posted;
+  std::optional<Stream> input_of(const pipeline::Action& a) const {
+    const int vs = a.chunk * pipeline_ + stage_;
+    if (a.kind == pipeline::Action::forward) return vs == 0 ? std::nullopt : std::optional(Stream{vs, false});
+    return vs == last_ ? std::nullopt : std::optional(Stream{vs, true});
+  }
   // Each stream's first message in a step is preceded by a header (pipeline/engine.cpp's kHeader).
-  constexpr double kHeader = 9;
-  const int p = layout.spec().pipeline;
-  std::map<std::pair<int, bool>, bool> sent;
-  const auto send = [&](std::pair<int, bool> stream) {
-    if (!sent[stream]) out.traffic.add("pipeline", p, "send", kHeader, 4);
-    sent[stream] = true;
-    out.traffic.add("pipeline", p, "send", s.rows * payload, s.e);
-  };
-  const auto receive = [&](std::pair<int, bool> stream) {
+  static constexpr double kHeader = 9;
+  void send(Stream stream) {
+    if (!sent_[stream]) out_.traffic.add("pipeline", pipeline_, "send", kHeader, 4);
+    sent_[stream] = true;
+    out_.traffic.add("pipeline", pipeline_, "send", s_.rows * payload_, s_.e);
+  }
+  Act receive(Stream stream) {
     Act buffer;
-    if (auto it = posted.find(stream); it != posted.end()) {
+    if (auto it = posted_.find(stream); it != posted_.end()) {
       buffer = it->second;
-      posted.erase(it);
+      posted_.erase(it);
     } else {
-      buffer = r.act(payload);
+      buffer = r_.act(payload_);
     }
-    if (!known[stream]) out.traffic.add("pipeline", p, "recv", kHeader, 4);
-    known[stream] = true;
-    out.traffic.add("pipeline", p, "recv", s.rows * payload, s.e);
-    if (payload == s.width) return buffer;
-    out.traffic.add("tensor", int(s.tensor), "all_gather", s.rows * payload, s.e, 1, s.rows * s.width);
-    return r.act(s.width);
-  };
-  for (std::size_t i = 0; i < actions.size(); ++i) {
-    const pipeline::Action& a = actions[i];
-    const int vs = a.chunk * pipeline + stage;
-    const StageLayers& l = stages[std::size_t(a.chunk)];
+    if (!known_[stream]) out_.traffic.add("pipeline", pipeline_, "recv", kHeader, 4);
+    known_[stream] = true;
+    out_.traffic.add("pipeline", pipeline_, "recv", s_.rows * payload_, s_.e);
+    if (payload_ == s_.width) return buffer;
+    out_.traffic.add("tensor", int(s_.tensor), "all_gather", s_.rows * payload_, s_.e, 1, s_.rows * s_.width);
+    return r_.act(s_.width);
+  }
+
+  // One action of the schedule: its input received, the next action's receive posted, its
+  // stage's layers run, its output sent.
+  void run_action(const pipeline::Action& a, const pipeline::Action* next_action) {
+    const int vs = a.chunk * pipeline_ + stage_;
+    const StageLayers& l = stages_[std::size_t(a.chunk)];
     lap();  // receives and sends are the schedule's waits, not the action's work
     Act input;
     if (const auto stream = input_of(a)) input = receive(*stream);
-    if (i + 1 < actions.size())
-      if (const auto next = input_of(actions[i + 1]); next && known.count(*next) && !posted.count(*next))
-        posted[*next] = r.act(payload);
-    mark = now();
+    if (next_action)
+      if (const auto next = input_of(*next_action); next && known_.count(*next) && !posted_.count(*next))
+        posted_[*next] = r_.act(payload_);
+    mark_ = now();
     if (a.kind == pipeline::Action::forward) {
-      MicroBatchKeep& k = live[{a.micro_batch, a.chunk}];
-      const double before = tally.current;
+      MicroBatchKeep& k = live_[{a.micro_batch, a.chunk}];
+      const double before = tally_.current;
       Act y = forward(l, k, input);
       const double seconds = lap();
-      out.actions.push_back(
-          {.forward = true, .micro_batch = a.micro_batch, .chunk = a.chunk, .seconds = seconds, .comm = lap_comm});
-      if (vs != last) send({vs + 1, false});
+      out_.actions.push_back(
+          {.forward = true, .micro_batch = a.micro_batch, .chunk = a.chunk, .seconds = seconds, .comm = lap_comm_});
+      if (vs != last_) send({vs + 1, false});
       input.reset();
       y.reset();
-      out.kept_per_micro_batch = std::max(out.kept_per_micro_batch, tally.current - before);
+      out_.kept_per_micro_batch = std::max(out_.kept_per_micro_batch, tally_.current - before);
     } else {
-      auto it = live.find({a.micro_batch, a.chunk});
+      auto it = live_.find({a.micro_batch, a.chunk});
       Act dx = backward(l, it->second, input);
       const double seconds = lap();
-      out.actions.push_back(
-          {.forward = false, .micro_batch = a.micro_batch, .chunk = a.chunk, .seconds = seconds, .comm = lap_comm});
+      out_.actions.push_back(
+          {.forward = false, .micro_batch = a.micro_batch, .chunk = a.chunk, .seconds = seconds, .comm = lap_comm_});
       if (vs > 0) send({vs - 1, true});
       input.reset();
-      live.erase(it);
+      live_.erase(it);
     }
   }
-  out.peak_bytes = tally.peak;
-  lap();
-  const double before = out.traffic.seconds();
-  const Overlap overlap = step_collectives(cfg, planned, micro_batches, out.traffic);
-  out.overlappable = overlap.seconds;
-  out.overlap_tail = overlap.tail;
-  out.overlap_passes = overlap.passes;
-  out.after_actions = out.traffic.seconds() - before - out.overlappable;
-  if (costs) {
-    // The gradient norm's read of this rank's share of the gradients (4 bytes a parameter), then
-    // AdamW's pass over it: the fp32 parameters (or master copy), gradient and two moments read,
-    // three written back; the chunks' compute-precision copy written too. Clipping folds into
-    // the update (no pass of its own).
-    const ModelDataBytes& md = planned.model_data;
+
+  // The step's collectives beside the layers, and with costs the optimizer's pass: the gradient
+  // norm's read of this rank's share of the gradients (4 bytes a parameter), then AdamW's over it
+  // (the fp32 parameters or master copy, gradient and two moments read, three written back; the
+  // chunks' compute-precision copy written too). Clipping folds into the update.
+  void after_actions(int micro_batches) {
+    const double before = out_.traffic.seconds();
+    const Overlap overlap = step_collectives(cfg_, planned_, micro_batches, out_.traffic);
+    out_.overlappable = overlap.seconds;
+    out_.overlap_tail = overlap.tail;
+    out_.overlap_passes = overlap.passes;
+    out_.after_actions = out_.traffic.seconds() - before - out_.overlappable;
+    if (!costs_) return;
+    const ModelDataBytes& md = planned_.model_data;
     const double owned = md.chunks ? double(md.owned_chunks) * double(md.chunk_elements) : double(md.parameters);
-    out.optimizer = owned * (4 + 28 + (md.chunks ? double(dtype_size(cfg.train.precision)) : 0.0)) /
-                    costs->hardware->optimizer_bandwidth;
+    out_.optimizer = owned * (4 + 28 + (md.chunks ? double(dtype_size(cfg_.train.precision)) : 0.0)) /
+                     costs_->hardware->optimizer_bandwidth;
   }
-  return out;
+
+  const config::Config& cfg_;
+  const PlannedRank& planned_;
+  const Costs* costs_;
+  const parallel::Layout& layout_;
+  const std::vector<StageLayers> stages_;
+  Sizes s_;
+  StepReplay out_;
+  Tally tally_;
+  Replay r_;  // after what it refers to
+  Mark mark_;
+  double lap_comm_ = 0;
+  const int pipeline_, stage_, last_;  // stages, this rank's, the last virtual stage
+  double payload_ = 0;                 // a message's width (1D's scatter-gather: 1/t of the hidden state)
+  std::map<std::pair<int, int>, MicroBatchKeep> live_;  // (micro-batch, chunk) -> what its backward reads
+  std::map<Stream, bool> known_, sent_;
+  std::map<Stream, Act> posted_;
+};
+
+}  // namespace
+
+StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, const DeviceOps& ops,
+                       const Costs* costs) {
+  return StepRun(cfg, planned, ops, costs).run();
 }
 
 }  // namespace tidal::sim

@@ -12,7 +12,7 @@
 // each across ring blocks and Ulysses' heads, positions restart, and the results still equal the
 // single process's.
 #include "config/options.h"
-#include "engine/gradient_reducer.h"
+#include "distributed/gradient_reducer.h"
 #include "models/factory.h"
 #include "nn/cross_entropy_loss.h"
 #include "nn/parallel_layers.h"
@@ -144,7 +144,7 @@ TEST_P(SequenceParallelModels, MatchSingleProcess) {
     par->materialize(kSeed);
     ref->materialize(kSeed);
     nn::Runner par_runner, ref_runner;
-    engine::GradientReducer reducer(*par, pc.group(parallel::GroupKind::data_sequence), 1 << 12);
+    distributed::GradientReducer reducer(*par, pc.group(parallel::GroupKind::data_sequence), 1 << 12);
     par_runner.add_hooks(&reducer);
     const ops::AdamWOptions opt{.lr = 1e-2f, .weight_decay = 0.01f};
     optim::AdamW par_adam(par->parameters(), opt), ref_adam(ref->parameters(), opt);

@@ -183,7 +183,7 @@ TEST(CostModelTime, ChunkGroupsReduceBesideBackwardAllButTheLast) {
 
 TEST(CostModelTime, TheLastGradientBucketStartsAfterBackward) {
   // Data parallelism without chunks: the gradients' all-reduce in buckets of parallel.bucket_mb,
-  // each launched once backward has made all its gradients (engine/gradient_reducer.h). The
+  // each launched once backward has made all its gradients (distributed/gradient_reducer.h). The
   // last holds the first parameters, which backward completes last: it starts after backward.
   sim::Hardware gpu = two_ranks(1);
   gpu.device = Device::Kind::cuda;

@@ -1,10 +1,10 @@
-#include "engine/rank_chunks.h"
+#include "distributed/rank_chunks.h"
 
 #include <algorithm>
 #include <map>
 #include <string>
 
-namespace tidal::engine {
+namespace tidal::distributed {
 
 // The ranks that hold the same parameters and share their chunks: the data replicas, and with
 // sequence parallelism the ring's positions too (each holds every parameter and sees its share
@@ -136,4 +136,4 @@ std::int64_t agreed_chunk_size(const std::vector<const memory::ChunkParameters*>
       options, device_capacity);
 }
 
-}  // namespace tidal::engine
+}  // namespace tidal::distributed

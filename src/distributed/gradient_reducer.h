@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace tidal::engine {
+namespace tidal::distributed {
 
 class GradientReducer final : public nn::ModuleHooks {
  public:
@@ -59,4 +59,4 @@ class GradientReducer final : public nn::ModuleHooks {
   double comm_seconds_ = 0, exposed_seconds_ = 0;
 };
 
-}  // namespace tidal::engine
+}  // namespace tidal::distributed

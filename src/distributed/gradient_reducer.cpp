@@ -1,10 +1,10 @@
-#include "engine/gradient_reducer.h"
+#include "distributed/gradient_reducer.h"
 
 #include "core/error.h"
 
 #include <algorithm>
 
-namespace tidal::engine {
+namespace tidal::distributed {
 namespace {
 
 // Adds the uses of the parameters already keys of `uses`.
@@ -107,4 +107,4 @@ void GradientReducer::finish() {
   sync_ = false;
 }
 
-}  // namespace tidal::engine
+}  // namespace tidal::distributed

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace tidal::engine {
+namespace tidal::distributed {
 
 // The ranks that hold the same parameters and share their chunks: the data replicas, and with
 // sequence parallelism the ring's positions too.
@@ -43,4 +43,4 @@ std::int64_t agreed_chunk_size(const memory::ChunkParameters& params, const memo
 std::int64_t agreed_chunk_size(const std::vector<const memory::ChunkParameters*>& ranks,
                                const memory::ChunkOptions& options, int group_size, std::size_t device_capacity);
 
-}  // namespace tidal::engine
+}  // namespace tidal::distributed
