@@ -1,11 +1,11 @@
 #include "cli/memory_commands.h"
 
 #include "core/bytes.h"
-#include "engine/chunk_search.h"
-#include "engine/memory_plan.h"
+#include "engine/planning/chunk_search.h"
+#include "engine/planning/memory_plan.h"
+#include "engine/planning/tide.h"
 #include "sim/cost_model.h"
 #include "sim/planner.h"
-#include "engine/tide.h"
 
 #include <fmt/format.h>
 

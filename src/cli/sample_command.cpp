@@ -1,7 +1,7 @@
 #include "cli/sample_command.h"
 
 #include "data/bpe_tokenizer.h"
-#include "engine/sampler.h"
+#include "engine/inference/sampler.h"
 #include "models/factory.h"
 
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 // `tidal sample`: text from a GPT or Llama (a tidal checkpoint or a Hugging Face directory),
-// greedy or sampled, streamed as it is generated (engine/sampler.h). This file owns the options, the help
+// greedy or sampled, streamed as it is generated (engine/inference/sampler.h). This file owns the options, the help
 // text and what the command prints; the work is in engine/.
 #pragma once
 

@@ -1,5 +1,5 @@
 // One sequence through a causal language model, a position at a time, with a KV cache, on the
-// host in fp32: the step under text generation (engine/sampler.h). A family that generates text
+// host in fp32: the step under text generation (engine/inference/sampler.h). A family that generates text
 // gives its decoder in its spec (models/family.h). A decoder computes exactly its
 // model's training forward, so each new token costs one position through the blocks, attending
 // over the keys and values the cache holds for the positions before it.

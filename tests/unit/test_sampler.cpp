@@ -1,10 +1,10 @@
-// The KV-cache sampler (engine/sampler.h) against the model's own training forward: logits at
+// The KV-cache sampler (engine/inference/sampler.h) against the model's own training forward: logits at
 // every position within fp32 tolerance (tied and untied heads, both GELU forms), greedy picks the
 // forward's argmax, seeded draws reproduce, top_k = 1 is greedy, the positions' limit, prompt
 // errors, loading a tidal checkpoint, and sampling during training.
 #include "config/config.h"
 #include "engine/checkpoint/checkpointer.h"
-#include "engine/sampler.h"
+#include "engine/inference/sampler.h"
 #include "models/factory.h"
 #include "models/gpt/family.h"
 #include "models/gpt/gpt.h"

@@ -1,10 +1,10 @@
-#include "engine/sampler.h"
+#include "engine/inference/sampler.h"
 
 #include "core/philox.h"
 #include "engine/checkpoint/reader.h"
-#include "models/gpt/decoder.h"
 #include "engine/hf_checkpoint.h"
 #include "models/factory.h"
+#include "models/gpt/decoder.h"
 #include "models/registry.h"
 
 #include <algorithm>

@@ -1,11 +1,11 @@
-#include "engine/memory_plan.h"
+#include "engine/planning/memory_plan.h"
 
 #include "config/options.h"
 #include "core/bytes.h"
 #include "core/error.h"
-#include "engine/chunk_search.h"
 #include "engine/model_data.h"
-#include "engine/tide.h"
+#include "engine/planning/chunk_search.h"
+#include "engine/planning/tide.h"
 #include "engine/trainer.h"
 #include "parallel/context.h"
 

@@ -1,10 +1,10 @@
-#include "engine/chunk_search.h"
+#include "engine/planning/chunk_search.h"
 
 #include "config/options.h"
 #include "core/bytes.h"
 #include "core/error.h"
-#include "engine/model_data.h"
 #include "distributed/rank_chunks.h"
+#include "engine/model_data.h"
 #include "models/factory.h"
 #include "nn/on_host.h"
 #include "nn/parallel_layers.h"

@@ -1,4 +1,4 @@
-#include "engine/tide.h"
+#include "engine/planning/tide.h"
 
 #include "config/options.h"
 #include "core/bytes.h"
