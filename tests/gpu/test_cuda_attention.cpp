@@ -438,18 +438,16 @@ TEST_P(CudaRingAttention, EveryPieceMatchesCpu) {
   const std::int64_t C = c.H * c.hd, Ckv = Hkv * c.hd, blocks = std::int64_t(c.cuts.size()) - 1;
   const Tensor mask = padding_mask(c.B, c.T), gmask = to_gpu(mask);
   const Tensor docs = document_positions(c.B, c.T), gdocs = to_gpu(docs);
-  const ops::RingAttentionOptions opt{.n_head = c.H,
-                                      .n_kv_head = Hkv,
-                                      .causal = c.causal,
-                                      .first_query = c.first_query,
-                                      .key_mask = c.masked ? &mask : nullptr,
-                                      .doc_positions = c.documents ? &docs : nullptr};
-  const ops::RingAttentionOptions gopt{.n_head = c.H,
-                                       .n_kv_head = Hkv,
-                                       .causal = c.causal,
-                                       .first_query = c.first_query,
-                                       .key_mask = c.masked ? &gmask : nullptr,
-                                       .doc_positions = c.documents ? &gdocs : nullptr};
+  // The case's options over the key mask and document positions of one device.
+  const auto options = [&](const Tensor& key_mask, const Tensor& doc_positions) {
+    return ops::RingAttentionOptions{.n_head = c.H,
+                                     .n_kv_head = Hkv,
+                                     .causal = c.causal,
+                                     .first_query = c.first_query,
+                                     .key_mask = c.masked ? &key_mask : nullptr,
+                                     .doc_positions = c.documents ? &doc_positions : nullptr};
+  };
+  const ops::RingAttentionOptions opt = options(mask, docs), gopt = options(gmask, gdocs);
   const Tensor q = randn({c.B, c.Tq, C}, 31), dy = randn({c.B, c.Tq, C}, 32);
   const Tensor gq = to_gpu(q), gdy = to_gpu(dy);
   std::vector<Tensor> kv, gkv;
