@@ -7,6 +7,8 @@
 
 #include "comm/communicator.h"
 
+#include <initializer_list>
+
 namespace tidal::comm {
 
 class PlanningCommunicator final : public Communicator {
@@ -31,6 +33,7 @@ class PlanningCommunicator final : public Communicator {
 
  private:
   [[noreturn]] void refuse(const char* op) const;
+  WorkPtr planned(const char* op, std::initializer_list<const Tensor*> tensors) const;
 
   std::string name_;
   std::vector<int> members_;

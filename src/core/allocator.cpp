@@ -5,6 +5,7 @@
 #include <malloc.h>
 
 #include <cstdlib>
+#include <utility>
 
 namespace tidal {
 
@@ -76,6 +77,18 @@ void keep_freed_host_memory() {
 
 }  // namespace
 
+void* MetaAllocator::raw_allocate(std::size_t bytes) {
+  if (observe) observe(bytes);
+  void* p = reinterpret_cast<void*>(next_);
+  next_ += (bytes + 63) / 64 * 64;
+  return p;
+}
+
+Allocator& meta_allocator() {
+  static auto* a = new MetaAllocator();
+  return *a;
+}
+
 void* HostAllocator::raw_allocate(std::size_t bytes) {
   keep_freed_host_memory();
   constexpr std::size_t kAlign = 64;
@@ -95,17 +108,15 @@ Allocator& device_allocator() {
 }
 
 namespace {
-std::atomic<Allocator*> default_allocator_{nullptr};
+// The thread's: a step's scope covers the thread that runs it (the planner replays layouts on
+// threads of its own, each in its own meta memory).
+thread_local Allocator* default_allocator_ = nullptr;
 }  // namespace
 
-Allocator& default_allocator() {
-  Allocator* a = default_allocator_.load(std::memory_order_relaxed);
-  return a ? *a : host_allocator();
-}
+Allocator& default_allocator() { return default_allocator_ ? *default_allocator_ : host_allocator(); }
 
-ScopedDefaultAllocator::ScopedDefaultAllocator(Allocator& a)
-    : previous_(default_allocator_.exchange(&a, std::memory_order_relaxed)) {}
+ScopedDefaultAllocator::ScopedDefaultAllocator(Allocator& a) : previous_(std::exchange(default_allocator_, &a)) {}
 
-ScopedDefaultAllocator::~ScopedDefaultAllocator() { default_allocator_.store(previous_, std::memory_order_relaxed); }
+ScopedDefaultAllocator::~ScopedDefaultAllocator() { default_allocator_ = previous_; }
 
 }  // namespace tidal

@@ -84,6 +84,27 @@ class SubAllocator final : public Allocator {
   Allocator& parent_;
 };
 
+// Meta memory (core/device.h): every allocation counted like a tier's and given an address of its
+// own that is never read or written - tensors that are shapes and identities, for the planner to
+// run the real modules on. `observe` hears each allocation's bytes (the planner times the tensors
+// a step makes).
+class MetaAllocator final : public Allocator {
+ public:
+  MetaAllocator() : Allocator(MemoryTier::device, Device::meta(), std::numeric_limits<std::size_t>::max()) {}
+  std::function<void(std::size_t bytes)> observe;
+
+ protected:
+  void* raw_allocate(std::size_t bytes) override;
+  void raw_deallocate(void*, std::size_t) override {}
+
+ private:
+  std::uintptr_t next_ = std::uintptr_t(1) << 40;  // far from anything mapped; advanced, never reused
+};
+
+// The process's meta memory, for what a planner's step keeps beside its activations (a loss's
+// scalars that a run holds on the host).
+Allocator& meta_allocator();
+
 // The process's host tier.
 Allocator& host_allocator();
 // The process's device tier: the computing device's memory (on a machine without a GPU, host
@@ -91,8 +112,8 @@ Allocator& host_allocator();
 Allocator& device_allocator();
 
 // Where tensors go that nobody placed elsewhere: the host tier, unless a ScopedDefaultAllocator
-// says otherwise (the trainer under heterogeneous memory: activations then count in the device
-// tier, beside the chunks, as on a GPU).
+// on this thread says otherwise (the trainer under heterogeneous memory: activations then count
+// in the device tier, beside the chunks, as on a GPU).
 Allocator& default_allocator();
 class ScopedDefaultAllocator {
  public:

@@ -78,7 +78,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 
 void copy_rows(void* dst, std::size_t dst_pitch, Device dst_device, const void* src, std::size_t src_pitch,
                Device src_device, std::size_t row_bytes, std::size_t rows) {
-  if (row_bytes == 0 || rows == 0) return;
+  if (row_bytes == 0 || rows == 0 || dst_device.is_meta() || src_device.is_meta()) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     for (std::size_t r = 0; r < rows; ++r)
       std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
@@ -96,6 +96,7 @@ void copy_rows(void* dst, std::size_t dst_pitch, Device dst_device, const void* 
 }
 
 void zero_bytes(void* dst, Device device, std::size_t bytes) {
+  if (device.is_meta()) return;
   if (device.is_cpu()) {
     std::memset(dst, 0, bytes);
     return;
@@ -104,6 +105,7 @@ void zero_bytes(void* dst, Device device, std::size_t bytes) {
 }
 
 void fill_f32(float* dst, Device device, std::int64_t n, float value) {
+  if (device.is_meta()) return;
   if (device.is_cpu()) {
     for (std::int64_t i = 0; i < n; ++i) dst[i] = value;
     return;
@@ -166,17 +168,20 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 
 void copy_rows(void* dst, std::size_t dst_pitch, Device dst_device, const void* src, std::size_t src_pitch,
                Device src_device, std::size_t row_bytes, std::size_t rows) {
+  if (dst_device.is_meta() || src_device.is_meta()) return;
   if (dst_device.is_cuda() || src_device.is_cuda()) no_cuda("a copy to or from a GPU tensor");
   for (std::size_t r = 0; r < rows; ++r)
     std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
 }
 
 void zero_bytes(void* dst, Device device, std::size_t bytes) {
+  if (device.is_meta()) return;
   if (device.is_cuda()) no_cuda("zeroing a GPU tensor");
   std::memset(dst, 0, bytes);
 }
 
 void fill_f32(float* dst, Device device, std::int64_t n, float value) {
+  if (device.is_meta()) return;
   if (device.is_cuda()) no_cuda("filling a GPU tensor");
   for (std::int64_t i = 0; i < n; ++i) dst[i] = value;
 }

@@ -40,6 +40,7 @@ void for_each_in_block(const Tensor& out, const Shape& full, const Shape& offset
 }  // namespace
 
 void init_normal(Tensor& out, InitKey key, float mean, float std, const Shape& full, const Shape& offset) {
+  if (out.device().is_meta()) return;  // no values to draw
   const PhiloxKey k = key_of(key);
   const std::uint32_t hi = std::uint32_t(key.seed >> 32);
   float* p = out.data<float>();
@@ -54,6 +55,7 @@ void init_normal(Tensor& out, InitKey key, float mean, float std, const Shape& f
 }
 
 void init_uniform(Tensor& out, InitKey key, float lo, float hi_value, const Shape& full, const Shape& offset) {
+  if (out.device().is_meta()) return;
   const PhiloxKey k = key_of(key);
   const std::uint32_t hi = std::uint32_t(key.seed >> 32);
   float* p = out.data<float>();

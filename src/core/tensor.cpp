@@ -157,7 +157,7 @@ void copy_strided(std::byte* dst, const Shape& dst_strides, Device dst_device, c
 void Tensor::copy_from(const Tensor& src) {
   const OpTimer timer(OpFamily::copy_cast);
   TIDAL_ASSERT(src.shape() == shape_ && src.dtype() == dtype_, "copy {} into {}", src.str(), str());
-  if (numel() == 0) return;
+  if (numel() == 0 || device_.is_meta() || src.device().is_meta()) return;
   if (is_contiguous() && src.is_contiguous()) {
     copy_bytes(data_, device_, src.raw(), src.device(), nbytes());
   } else {
@@ -191,6 +191,8 @@ void from_host(Tensor& t, const Tensor& host) {
 Allocator& host_side(const Tensor& like, Allocator& otherwise) {
   return like.device().is_cuda() ? host_allocator() : otherwise;
 }
+
+bool has_values(const Tensor& t) { return !t.device().is_meta(); }
 
 std::string Tensor::str() const { return std::string(dtype_name(dtype_)) + shape_.str(); }
 

@@ -32,6 +32,10 @@ class Storage {
   void* data_;
 };
 
+class Tensor;
+// Whether t's values exist to be read or written (every tensor's but a meta one's: core/device.h).
+bool has_values(const Tensor& t);
+
 class Tensor {
  public:
   Tensor() = default;

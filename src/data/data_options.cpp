@@ -78,4 +78,16 @@ std::unique_ptr<Dataset> make_dataset(const DataOptions& o) {
   return std::make_unique<SeparateEval>(std::move(train), open_tokens(o, o.eval_path, "data.eval_path", false));
 }
 
+nn::Batch shaped_batch(const DataOptions& o, std::int64_t count, Allocator& memory) {
+  if (o.kind == DataKind::images) {  // data/images.cpp's batches
+    const ImageShape& i = o.images;
+    return {.images = Tensor::empty({count, i.channels, i.height, i.width}, DType::f32, memory),
+            .targets = Tensor::empty({count}, DType::i32, memory)};
+  }
+  nn::Batch b{.tokens = Tensor::empty({count, o.seq_len}, DType::i32, memory),  // data/token_dataset.cpp's
+              .targets = Tensor::empty({count, o.seq_len}, DType::i32, memory)};
+  if (o.packing.documents) b.positions = Tensor::empty({count, o.seq_len}, DType::i32, memory);
+  return b;
+}
+
 }  // namespace tidal::data

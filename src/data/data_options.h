@@ -27,4 +27,8 @@ struct DataOptions {
 
 std::unique_ptr<Dataset> make_dataset(const DataOptions& options);
 
+// `count` samples of the data's shapes whose values are never read, from `memory`: a planned
+// step's batch (on meta memory, core/device.h), with the fields its dataset's batches have.
+nn::Batch shaped_batch(const DataOptions& options, std::int64_t count, Allocator& memory);
+
 }  // namespace tidal::data

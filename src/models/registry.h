@@ -34,30 +34,6 @@ using ModelBuilder = std::function<std::unique_ptr<Model>(const ModelBuild&)>;
 // The decoder of a model of the family held whole by one process in fp32 (models/decoder.h).
 using DecoderBuilder = std::function<std::unique_ptr<Decoder>(Model&, const ModelConfig&)>;
 
-// What the planner (sim/) must know of a family's model that its modules do not tell it yet: the
-// kind of each part, for the step's replay of activations and FLOPs. (The parameters it plans
-// are the real modules' own.)
-struct Anatomy {
-  enum class Embedding {
-    positions_added,  // tokens or patches with a learned position table added (GPT-2, ViT)
-    positions_types_norm,  // word, position and token-type tables summed, then a LayerNorm (BERT)
-    tokens,           // the token table alone: positions rotate inside attention (Llama)
-  };
-  enum class Head {
-    lm,          // a table over the vocabulary, tied or untied
-    masked_lm,   // dense, GELU and LayerNorm before the vocabulary's table (BERT)
-    classifier,  // one row of class logits per image (ViT)
-  };
-  Embedding embedding = Embedding::positions_added;
-  Head head = Head::lm;
-  bool causal = true;    // attention sees only the past
-  bool pre_norm = true;  // the norm before each sublayer (false: after, as BERT)
-  bool rms_norm = false;  // RMSNorm (one statistic) rather than LayerNorm
-  bool swiglu = false;    // a gated MLP (gate and up, then down) rather than GELU's
-  // The MLP's hidden width for a model of `m`.
-  std::function<std::int64_t(const ModelConfig& m)> mlp_width = [](const ModelConfig& m) { return 4 * m.n_embd; };
-};
-
 struct Family {
   std::string name;   // model.type
   std::string title;  // for people ("GPT", "Llama"); "" = the name
@@ -77,7 +53,6 @@ struct Family {
   // runs it after the checks every model gets.
   std::function<void(const ModelConfig&)> validate{};
   HfAdapter hf{};  // Hugging Face checkpoints both ways (model.init_from, tidal export); empty: none
-  Anatomy anatomy{};
 };
 
 // Registers `family` under its name. A name already taken is an error naming it.

@@ -9,6 +9,7 @@ namespace tidal::nn {
 
 std::int64_t valid_targets(const Batch& batch) {
   const Tensor targets = on_host(batch.targets);
+  if (!has_values(targets)) return targets.numel();  // a planned step's: every target counts
   const std::int32_t* t = targets.data<std::int32_t>();
   return std::count_if(t, t + targets.numel(), [](std::int32_t v) { return v != ops::kIgnoreIndex; });
 }
@@ -19,9 +20,13 @@ Tensor Loss::targets(const Batch& batch) const {
   return mine.reshape({mine.numel()});
 }
 
-LossSum Loss::over_replica(LossSum mine) const {
+LossSum Loss::over_replica(LossSum mine, Device device) const {
   if (batch_groups_.empty()) return mine;
-  Tensor sums = Tensor::empty({2}, DType::f32, host_allocator());
+  Tensor sums = Tensor::empty({2}, DType::f32, device.is_meta() ? meta_allocator() : host_allocator());
+  if (!has_values(sums)) {  // a planned step: the sums issued, the values this rank's
+    for (comm::Communicator* g : batch_groups_) g->all_reduce(sums)->wait();
+    return mine;
+  }
   sums.data<float>()[0] = float(mine.sum);
   sums.data<float>()[1] = float(mine.count);
   for (comm::Communicator* g : batch_groups_) g->all_reduce(sums)->wait();
@@ -29,7 +34,7 @@ LossSum Loss::over_replica(LossSum mine) const {
 }
 
 Loss::Mean Loss::replica_mean(LossSum mine, Context& ctx) const {
-  const LossSum all = over_replica(mine);
+  const LossSum all = over_replica(mine, ctx.state().activations->device());
   Tensor loss = ctx.empty({1});
   loss.fill_(all.count > 0 ? float(all.sum / all.count) : 0.0f);
   return {.loss = loss, .count = float(all.count)};

@@ -43,7 +43,7 @@ class Loss : public Module {
   // when ctx holds the only reference to them.
   virtual Tensor gradient(float scale, Context& ctx) = 0;
   // `mine` summed over the replica's micro-batch (every rank holding another part of it).
-  LossSum over_replica(LossSum mine) const;
+  LossSum over_replica(LossSum mine, Device device) const;
   // The mean loss [1] over the replica's micro-batch from this rank's sums, and the replica's
   // target count, by which backward divides dloss (gradient_scale).
   struct Mean {

@@ -27,6 +27,11 @@ void Module::collect_used_parameters(std::set<Parameter*>& out) {
   for (auto& [name, child] : children_) child->collect_used_parameters(out);
 }
 
+void Module::count_parameter_users(std::map<Parameter*, int>& users) {
+  for (Parameter* p : used_parameters()) ++users[p];
+  for (auto& [name, child] : children_) child->count_parameter_users(users);
+}
+
 void Module::assign_names(const std::string& path) {
   path_ = path;
   const std::string prefix = path.empty() ? "" : path + ".";

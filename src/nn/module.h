@@ -7,6 +7,7 @@
 #include "nn/context.h"
 #include "nn/parameter.h"
 
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -34,6 +35,9 @@ class Module {
   virtual std::vector<Parameter*> used_parameters();
   // The used parameters of this module and every module below it, added to `out`.
   void collect_used_parameters(std::set<Parameter*>& out);
+  // How many modules here and below read each parameter, added to `users` (a head tied to the
+  // embedding's table: the table twice).
+  void count_parameter_users(std::map<Parameter*, int>& users);
   const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const { return children_; }
 
   // Gives every module its path and every owned parameter its full name.

@@ -82,6 +82,11 @@ void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const
 // diagonal (0.75 at 128 keys, 0.53 at 1024; 1 up to a block).
 double causal_work_share(std::int64_t keys);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void attention_forward(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOptions& opt);
+void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const Tensor& y, const Tensor& lse,
+                        const AttentionOptions& opt);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void attention_forward(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOptions& opt);

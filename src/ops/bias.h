@@ -10,6 +10,10 @@ namespace cpu {
 void bias_add(Tensor& y, const Tensor& b);
 void bias_grad(Tensor& db, const Tensor& dy);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void bias_add(Tensor& y, const Tensor& b);
+void bias_grad(Tensor& db, const Tensor& dy);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void bias_add(Tensor& y, const Tensor& b);

@@ -10,6 +10,9 @@ namespace tidal::ops {
 namespace cpu {
 void cast(Tensor& dst, const Tensor& src);
 }
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void cast(Tensor& dst, const Tensor& src);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void cast(Tensor& dst, const Tensor& src);

@@ -12,6 +12,12 @@ void prepend_token_backward(Tensor& dx, Tensor& dtoken, const Tensor& dy);
 void select_token(Tensor& y, const Tensor& x, std::int64_t index);
 void select_token_backward(Tensor& dx, const Tensor& dy, std::int64_t index);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void prepend_token(Tensor& y, const Tensor& x, const Tensor& token);
+void prepend_token_backward(Tensor& dx, Tensor& dtoken, const Tensor& dy);
+void select_token(Tensor& y, const Tensor& x, std::int64_t index);
+void select_token_backward(Tensor& dx, const Tensor& dy, std::int64_t index);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void prepend_token(Tensor& y, const Tensor& x, const Tensor& token);

@@ -18,6 +18,11 @@ void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, co
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
                             float scale);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets);
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                            float scale);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets);

@@ -22,6 +22,10 @@ namespace cpu {
 void dropout_forward(Tensor& y, const Tensor& x, float p, const DropoutKey& key);
 void dropout_backward(Tensor& dx, const Tensor& dy, float p, const DropoutKey& key);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void dropout_forward(Tensor& y, const Tensor& x, float p, const DropoutKey& key);
+void dropout_backward(Tensor& dx, const Tensor& dy, float p, const DropoutKey& key);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void dropout_forward(Tensor& y, const Tensor& x, float p, const DropoutKey& key);

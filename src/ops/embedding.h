@@ -19,6 +19,12 @@ void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids);
 void position_embedding_forward(Tensor& y, const Tensor& table, std::int64_t first_position);
 void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t first_position);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool accumulate);
+void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids);
+void position_embedding_forward(Tensor& y, const Tensor& table, std::int64_t first_position);
+void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t first_position);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool accumulate);

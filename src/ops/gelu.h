@@ -12,6 +12,10 @@ namespace cpu {
 void gelu_forward(Tensor& y, const Tensor& x, GeluForm form);
 void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x, GeluForm form);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void gelu_forward(Tensor& y, const Tensor& x, GeluForm form);
+void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x, GeluForm form);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void gelu_forward(Tensor& y, const Tensor& x, GeluForm form);

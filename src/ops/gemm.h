@@ -33,6 +33,9 @@ GemmDims gemm_dims(const Tensor& c, const Tensor& a, const Tensor& b, const Gemm
 namespace cpu {
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt);
 }
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt);

@@ -12,6 +12,9 @@ namespace tidal::ops {
 namespace cpu {
 double sum_of_squares(const Tensor& x);
 }
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+double sum_of_squares(const Tensor& x);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 double sum_of_squares(const Tensor& x);
@@ -24,6 +27,7 @@ std::vector<double> sums_of_squares(std::span<const Tensor> xs);
 // returns no value.)
 inline double sum_of_squares(const Tensor& x) {
   const OpTimer timer(OpFamily::optimizer);
+  if (x.device().is_meta()) return meta::sum_of_squares(x);
 #if TIDAL_CUDA
   if (x.device().is_cuda()) return cuda::sum_of_squares(x);
 #else

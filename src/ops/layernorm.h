@@ -12,6 +12,12 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
                         const Tensor& w, const Tensor& mean, const Tensor& rstd);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
+                       const Tensor& b, float eps);
+void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
+                        const Tensor& w, const Tensor& mean, const Tensor& rstd);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,

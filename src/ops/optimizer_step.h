@@ -32,6 +32,11 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
                 std::int64_t step);
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
+                std::int64_t step);
+void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,

@@ -11,6 +11,9 @@ namespace tidal::ops {
 namespace cpu {
 void patchify(Tensor& patches, const Tensor& images, std::int64_t patch);
 }
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void patchify(Tensor& patches, const Tensor& images, std::int64_t patch);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void patchify(Tensor& patches, const Tensor& images, std::int64_t patch);

@@ -11,6 +11,11 @@ void residual_add(Tensor& y, const Tensor& a, const Tensor& b);
 void accumulate(Tensor& y, const Tensor& x);
 void scale(Tensor& y, float s);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void residual_add(Tensor& y, const Tensor& a, const Tensor& b);
+void accumulate(Tensor& y, const Tensor& x);
+void scale(Tensor& y, float s);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void residual_add(Tensor& y, const Tensor& a, const Tensor& b);

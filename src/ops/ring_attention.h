@@ -106,6 +106,14 @@ void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Ten
                              const Tensor& dy, const Tensor& lse, std::int64_t first_key,
                              const RingAttentionOptions& opt);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q, const Tensor& kv,
+                            std::int64_t first_key, const RingAttentionOptions& opt);
+void ring_attention_finish(Tensor& y, Tensor& lse, const Tensor& sum, const RingAttentionOptions& opt);
+void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Tensor& kv, const Tensor& y,
+                             const Tensor& dy, const Tensor& lse, std::int64_t first_key,
+                             const RingAttentionOptions& opt);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q, const Tensor& kv,

@@ -11,6 +11,10 @@ namespace cpu {
 void rms_norm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
 void rms_norm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void rms_norm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
+void rms_norm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void rms_norm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);

@@ -41,6 +41,9 @@ struct RotaryOptions {
 namespace cpu {
 void rotary_apply(Tensor& qkv, const Tensor& cos, const Tensor& sin, const RotaryOptions& opt);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void rotary_apply(Tensor& qkv, const Tensor& cos, const Tensor& sin, const RotaryOptions& opt);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void rotary_apply(Tensor& qkv, const Tensor& cos, const Tensor& sin, const RotaryOptions& opt);

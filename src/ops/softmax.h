@@ -10,6 +10,10 @@ namespace cpu {
 void softmax_forward(Tensor& y, const Tensor& x);
 void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void softmax_forward(Tensor& y, const Tensor& x);
+void softmax_backward(Tensor& dx, const Tensor& dy, const Tensor& y);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void softmax_forward(Tensor& y, const Tensor& x);

@@ -11,6 +11,10 @@ namespace cpu {
 void swiglu_forward(Tensor& y, const Tensor& gate_up);
 void swiglu_backward(Tensor& dgate_up, const Tensor& dy, const Tensor& gate_up);
 }  // namespace cpu
+namespace meta {  // ops/meta/: what the op costs, on meta tensors
+void swiglu_forward(Tensor& y, const Tensor& gate_up);
+void swiglu_backward(Tensor& dgate_up, const Tensor& dy, const Tensor& gate_up);
+}  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void swiglu_forward(Tensor& y, const Tensor& gate_up);

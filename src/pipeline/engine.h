@@ -91,6 +91,12 @@ class PipelineEngine {
   // The mean loss of one micro-batch, forward only, on every rank of the pipeline.
   double evaluate(const nn::StepState& state);
 
+  // One action's work without its transfers: the layers of virtual stage vs forward from x (the
+  // batch's input on the first), or backward from dy (the loss's gradient on the last). The
+  // planner (sim/step_replay.h) runs them on meta tensors in the schedule's order.
+  Tensor run_forward(int vs, Tensor x, nn::Context& ctx);
+  Tensor run_backward(int vs, Tensor dy, nn::Context& ctx);
+
   // Whether another stage holds p too (a tied embedding at the ends).
   bool tied(const nn::Parameter& p) const { return tied_.count(const_cast<nn::Parameter*>(&p)) > 0; }
   // The model chunk of this rank whose layers use p (one of this rank's parameters).
@@ -124,8 +130,6 @@ class PipelineEngine {
   int source_of(Stream s) const { return rank_of(s.gradient ? s.virtual_stage + 1 : s.virtual_stage - 1); }
   // Elements of the message for a tensor of n elements: 1/t of it when scatter-gathering.
   std::int64_t payload_elements(std::int64_t n) const;
-  Tensor run_forward(int vs, Tensor x, nn::Context& ctx);
-  Tensor run_backward(int vs, Tensor dy, nn::Context& ctx);
 
   models::Model& model_;
   parallel::ParallelContext& pc_;

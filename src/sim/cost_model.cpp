@@ -3,8 +3,11 @@
 #include "config/options.h"
 #include "core/bytes.h"
 #include "core/error.h"
+#include "data/data_options.h"
 #include "models/factory.h"
 #include "models/registry.h"
+#include "nn/runner.h"
+#include "ops/meta/recorder.h"
 #include "ops/cpu/onednn_matmul.h"
 #include "sim/step_replay.h"
 
@@ -168,24 +171,33 @@ PipelineRun simulate_pipeline(const std::vector<const StepReplay*>& stages, doub
   return run;
 }
 
-// Forward FLOPs of one sample through the whole model (every rank's share together).
-struct ModelFlops {
-  double block = 0, head = 0;  // per sample
+// The model's FLOPs for one sample forward (MFU's numerator, a third of a step's without
+// recomputation): its modules, whole on one device, run on one meta sample and the products they
+// issue counted (ops/meta/recorder.h; attention's half under a causal mask, as FlashAttention-2
+// counts).
+class ProductFlops final : public ops::meta::Recorder {
+ public:
+  ProductFlops() : Recorder({.cpu = false}) {}
+  void gemm(DType, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) override {
+    flops += 2.0 * double(m) * double(n) * double(k) * double(batch);
+  }
+  void attention(DType, double f, std::int64_t) override { flops += f; }
+  double flops = 0;
 };
 
-ModelFlops model_flops(const config::ModelConfig& m) {
-  const models::Anatomy& a = models::find_family(m.type).anatomy;
-  const double T = double(models::positions_per_sample(m));
-  const double C = double(m.n_embd), H = m.n_head, Hkv = m.n_kv_head ? m.n_kv_head : m.n_head, hd = C / H;
-  const double F = double(a.mlp_width(m));
-  const double gemm = 2 * T * (C * (H + 2 * Hkv) * hd + H * hd * C + C * F * (a.swiglu ? 2 : 1) + F * C);
-  const double attention = 2 * 2 * T * T * H * hd * (a.causal ? 0.5 : 1.0);
-  ModelFlops f;
-  f.block = gemm + attention;
-  f.head = a.head == models::Anatomy::Head::classifier
-               ? 2 * C * double(m.num_classes)
-               : 2 * T * C * double(m.vocab_size) + (a.head == models::Anatomy::Head::masked_lm ? 2 * T * C * C : 0);
-  return f;
+double forward_flops_per_sample(const config::Config& cfg) {
+  const std::unique_ptr<models::Model> model = models::make_model(cfg.model);
+  for (nn::Parameter* p : model->parameters()) p->data = Tensor::empty(p->shape, DType::f32, meta_allocator());
+  MetaAllocator memory;
+  const nn::Batch batch = data::shaped_batch(config::data_options(cfg), 1, memory);
+  nn::Runner runner;
+  const nn::StepState state{.runner = &runner, .training = false, .batch = &batch, .activations = &memory};
+  ProductFlops counted;
+  const ScopedDefaultAllocator temporaries(memory);
+  const ops::meta::ScopedRecorder recording(counted);
+  nn::Context ctx(state);
+  model->run_forward(ctx);
+  return counted.flops;
 }
 
 }  // namespace
@@ -448,8 +460,7 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
     }
   }
   check_fits(p, cfg, hardware, device_capacity);
-  const ModelFlops f = model_flops(cfg.model);
-  p.flops_per_step = 3 * double(cfg.train.batch_size) * (double(cfg.model.n_layer) * f.block + f.head);
+  p.flops_per_step = 3 * double(cfg.train.batch_size) * forward_flops_per_sample(cfg);
   // A checkpoint's state in device memory, per rank (what an asynchronous save stages).
   std::vector<double> on_device;
   for (const RankMemory& m : p.ranks) {

@@ -3,7 +3,6 @@
 #include "config/options.h"
 #include "distributed/rank_chunks.h"
 #include "models/factory.h"
-#include "models/registry.h"
 #include "nn/on_host.h"
 #include "nn/parallel_layers.h"
 #include "pipeline/stage_costs.h"
@@ -38,6 +37,7 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
   PlannedRank r;
   r.pc = std::make_unique<parallel::ParallelContext>(
       parallel::ParallelContext::planned(config::context_options(cfg), world_size, rank, ranks_per_node));
+  r.model_pc = r.pc.get();
   r.layers = nn::make_layers(*r.pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
   r.model = models::make_model(cfg.model, config::checkpoint_policy(cfg.train), *r.layers,
                                cfg.memory.embedding_on_host);
@@ -57,12 +57,12 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
 // The param list's bytes beyond the rank's own chunks at their peak: other ranks' chunks fetched or
 // gathered (ZeRO-3), a group packed for its reduction, micro-batches' pending sums, and under
 // offload the one chunk a replicated segment's gradient passes through.
+// `tied_here`: two of the rank's modules read one parameter (a head tied to the embedding's table).
 std::int64_t transient_param_bytes(const config::Config& cfg, const memory::ChunkOptions& options,
-                                   const memory::ChunkLayout& layout, int group_size, bool replicated) {
+                                   const memory::ChunkLayout& layout, int group_size, bool replicated,
+                                   bool tied_here) {
   const std::int64_t chunk_bytes = layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype));
   std::int64_t bytes = 0;
-  const bool tied_here = cfg.model.tie_embeddings && cfg.parallel.pipeline == 1 &&
-                         models::find_family(cfg.model.type).anatomy.head != models::Anatomy::Head::classifier;
   if (group_size > 1 && options.offload && cfg.zero.stage == 3) {
     // Under offload, ZeRO-3 fetches the other ranks' chunks of the group in use into the device
     // tier's chunk share (no group buffer: memory/chunk_manager.cpp's ring), a tied head's
@@ -162,7 +162,10 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
     bool replicated = false;  // segments other ranks hold too (their gradients all-reduced)
     for (const memory::ChunkSegment& seg : lists[k]->device.segments)
       for (const comm::Communicator* g : seg.replicas) replicated = replicated || g->size() > 1;
-    m.param_transient_bytes = transient_param_bytes(cfg, options, layout, group_size, replicated);
+    std::map<nn::Parameter*, int> users;
+    for (nn::Module* layer : world[k].engine->layers()) layer->count_parameter_users(users);
+    const bool tied_here = std::any_of(users.begin(), users.end(), [](const auto& u) { return u.second > 1; });
+    m.param_transient_bytes = transient_param_bytes(cfg, options, layout, group_size, replicated, tied_here);
     if (cfg.memory.embedding_on_host && !lists[k]->host.params.empty())
       m.embedding_on_host_bytes =
           memory::chunk_list_bytes(layout_of(lists[k]->host, host_options.chunk_elements), host_options).total();
@@ -187,6 +190,7 @@ std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, i
     PlannedRank r;
     r.pc = std::make_unique<parallel::ParallelContext>(
         parallel::ParallelContext::planned(config::context_options(cfg), world_size, rank, ranks_per_node));
+    r.model_pc = like.model_pc;
     r.layers = like.layers;
     r.model = like.model;
     r.engine = like.engine;

@@ -60,6 +60,9 @@ struct ModelDataBytes {
 // (built under the first such rank's context; the groups it names have the same members' shape).
 struct PlannedRank {
   std::unique_ptr<parallel::ParallelContext> pc;
+  // The context the model's layers were built under and issue their collectives on: pc, or the
+  // first rank's with the same parameters (its groups have the same names and sizes).
+  parallel::ParallelContext* model_pc = nullptr;
   std::shared_ptr<nn::LayerFactory> layers;
   std::shared_ptr<models::Model> model;
   std::shared_ptr<pipeline::PipelineEngine> engine;

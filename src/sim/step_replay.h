@@ -1,13 +1,12 @@
-// One rank's training step replayed (the cost model's measure of a layout): each layer's forward
-// and backward as the code runs them (nn/*.cpp, nn/tp/, nn/sp/) - the tensors they make, what
-// they save for backward and when each is let go, and the collectives they issue - for every
-// micro-batch in the order the pipeline schedule runs them (pipeline/schedule.h), then what the
-// pipeline engine, the trainer and the model data keeper add for the step. Memory is tallied as
-// the activation pool counts it (engine/trainer.cpp gives the pool a step's tensors and
-// temporaries alone), so checkpointing, selective recomputation, loss blocks, dropout, the ops'
-// workspaces and the schedule's micro-batches in flight count the way they allocate; the traffic
-// as the counting communicator records it (sim/traffic.h). tests/sim/check_cost_model.py holds
-// both against runs.
+// One rank's training step replayed (the cost model's measure of a layout): the rank's real
+// modules (the planned world's, sim/planned_world.h) run forward and backward on meta tensors
+// (core/device.h) for every micro-batch in the order the pipeline schedule runs them
+// (pipeline/schedule.h), so the tensors a step makes, what its layers save for backward and when
+// each is let go, the ops' workspaces and the collectives its layers issue are the code's own;
+// then what the pipeline engine, the trainer and the model data keeper add for the step. Memory
+// is tallied in a pool as the trainer's activation pool counts it (engine/trainer.cpp gives the
+// pool a step's tensors and temporaries alone); the traffic as the counting communicator records
+// it (sim/traffic.h). tests/sim/check_cost_model.py holds both against runs.
 #pragma once
 
 #include "config/config.h"
@@ -24,17 +23,6 @@ struct DeviceOps {
   bool cpu = true;          // ops/cpu/ (else the CUDA kernels)
   bool bf16_native = true;  // bf16 GEMM and attention operands as they are (else fp32 copies)
 };
-
-// What a rank's stage holds, in the model's order: the layers of one virtual stage.
-struct StageLayers {
-  bool embedding = false;    // the model's first layer
-  int blocks = 0;            // transformer blocks
-  int checkpoint_every = 0;  // 0 = blocks keep their activations; k = runs of k recomputed
-  bool head = false;         // the final norm, the head and the loss
-};
-
-// The virtual stages of a planned rank (one per model chunk, in chunk order).
-std::vector<StageLayers> stage_layers(const config::Config& cfg, const PlannedRank& rank);
 
 // What the step's work costs on the machine planned for (sim/hardware.h): a GEMM at the rate of
 // its size for the precision, attention's products at attention's rate, every tensor made

@@ -17,6 +17,16 @@ void Traffic::add(std::string_view group, int size, std::string_view op, double 
   if (link_ && size > 1) seconds_ += link_(group, size, op, calls, calls * other.link_bytes);
 }
 
+void Traffic::add_counted(std::string_view group, int size, std::string_view op, const comm::OperationStats& counted) {
+  if (counted.calls <= 0) return;
+  comm::OperationStats& s = ops_[{std::string(group), std::string(op)}];
+  s.calls += counted.calls;
+  s.elements += counted.elements;
+  s.bytes_sent += counted.bytes_sent;
+  s.link_bytes += counted.link_bytes;
+  if (link_ && size > 1) seconds_ += link_(group, size, op, double(counted.calls), counted.link_bytes);
+}
+
 nlohmann::json Traffic::json() const {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [key, s] : ops_)

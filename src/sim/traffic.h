@@ -1,7 +1,8 @@
 // A step's communication on one rank as the counting communicator records it
 // (comm/counting_communicator.h): per group and operation the calls, elements, bytes sent and
 // link bytes, by the same formulas (comm::volume). The step replay (sim/step_replay.h) adds each
-// collective its layers, the pipeline and the model data keeper issue; tests/sim/
+// collective the pipeline and the model data keeper issue, and what the layers' own communicators
+// counted as the real modules ran on meta tensors; tests/sim/
 // check_cost_model.py compares the sums with a run's per-step `communication` record.
 #pragma once
 
@@ -31,6 +32,8 @@ class Traffic {
   // all-gather's output); `roots`: of the calls, those where this rank is the root.
   void add(std::string_view group, int size, std::string_view op, double elements, double element_bytes,
            double calls = 1, double formula_elements = -1, double roots = 0);
+  // What a counting communicator recorded (`counted`: its figures since a mark) for `op` on `group`.
+  void add_counted(std::string_view group, int size, std::string_view op, const comm::OperationStats& counted);
   // {group: {op: {calls, elements, bytes_sent, link_bytes}}}
   nlohmann::json json() const;
   const std::map<std::pair<std::string, std::string>, comm::OperationStats>& operations() const { return ops_; }

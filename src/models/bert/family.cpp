@@ -20,11 +20,7 @@ Family bert_family() {
                              b.layers);
           },
           .norm_eps = 1e-12,
-          .hf = bert_hf_adapter(),
-          .anatomy = {.embedding = Anatomy::Embedding::positions_types_norm,
-                      .head = Anatomy::Head::masked_lm,
-                      .causal = false,
-                      .pre_norm = false}};
+          .hf = bert_hf_adapter()};
 }
 
 }  // namespace tidal::models

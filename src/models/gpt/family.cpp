@@ -23,8 +23,7 @@ Family gpt_family() {
             return std::make_unique<GptDecoder>(model, gpt_config(c));
           },
           .norm_eps = 1e-5,
-          .hf = gpt2_hf_adapter(),
-          .anatomy = {.embedding = Anatomy::Embedding::positions_added, .head = Anatomy::Head::lm, .causal = true}};
+          .hf = gpt2_hf_adapter()};
 }
 
 }  // namespace tidal::models

@@ -64,13 +64,7 @@ Family llama_family() {
           .tie_embeddings = false,
           .grouped_query = true,
           .validate = validate,
-          .hf = llama_hf_adapter(),
-          .anatomy = {.embedding = Anatomy::Embedding::tokens,
-                      .head = Anatomy::Head::lm,
-                      .causal = true,
-                      .rms_norm = true,
-                      .swiglu = true,
-                      .mlp_width = llama_intermediate_size}};
+          .hf = llama_hf_adapter()};
 }
 
 }  // namespace tidal::models

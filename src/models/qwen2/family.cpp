@@ -18,7 +18,7 @@ LlamaConfig qwen2_config(const ModelConfig& c, const nn::CheckpointPolicy& check
 }  // namespace
 
 Family qwen2_family() {
-  Family f = llama_family();  // its norms, untied head, grouped queries, key checks and anatomy
+  Family f = llama_family();  // its norms, untied head, grouped queries and key checks
   f.name = "qwen2";
   f.title = "Qwen2";
   f.build = [](const ModelBuild& b) {

@@ -18,10 +18,7 @@ Family vit_family() {
                             b.layers);
           },
           .norm_eps = 1e-6,
-          .hf = vit_hf_adapter(),
-          .anatomy = {.embedding = Anatomy::Embedding::positions_added,
-                      .head = Anatomy::Head::classifier,
-                      .causal = false}};
+          .hf = vit_hf_adapter()};
 }
 
 }  // namespace tidal::models

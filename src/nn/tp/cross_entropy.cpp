@@ -23,6 +23,7 @@ void VocabParallelCrossEntropy::add_rows(LossSum& total, const Tensor& logits, c
   TIDAL_ASSERT(logits.dim(-1) == local_, "{}: logits {} for {} classes per rank", path(), logits.str(), local_);
   Tensor logits2 = logits.reshape({-1, local_});
   const std::int64_t N = logits2.dim(0);
+  const std::int64_t computed = has_values(logits) ? N : 0;  // none on meta tensors (a planned step)
   // The targets and the per-row figures (N values each) are combined on the host: copied from and
   // back to a GPU's memory.
   const Tensor global_here = on_host(mine);
@@ -31,7 +32,7 @@ void VocabParallelCrossEntropy::add_rows(LossSum& total, const Tensor& logits, c
   Tensor targets = ctx.empty({N}, DType::i32);
   Tensor targets_here = on_host(targets, false);
   std::int32_t* local = targets_here.data<std::int32_t>();
-  for (std::int64_t i = 0; i < N; ++i) {
+  for (std::int64_t i = 0; i < computed; ++i) {
     const std::int64_t t = global[i];
     TIDAL_CHECK(t == ops::kIgnoreIndex || (t >= 0 && t < classes_), "target {} at position {} is outside the {} "
                 "classes [0, {}): check model.vocab_size (or model.num_classes) against the data", t, i, classes_,
@@ -60,13 +61,14 @@ void VocabParallelCrossEntropy::add_rows(LossSum& total, const Tensor& logits, c
   Tensor target_logit = Tensor::zeros({N}, DType::f32, here);
   float *pl = lse_here.data<float>(), *pm = m.data<float>(), *ps = sum.data<float>(), *pz = target_logit.data<float>();
   const float* ploss = losses_here.data<float>();
-  for (std::int64_t i = 0; i < N; ++i) {
+  for (std::int64_t i = 0; i < computed; ++i) {
     ps[i] = std::exp(pl[i] - pm[i]);
     if (local[i] >= 0) pz[i] = pl[i] - ploss[i];
   }
   group_.all_reduce(sum)->wait();
   group_.all_reduce(target_logit)->wait();
-  for (std::int64_t i = 0; i < N; ++i) {
+  if (computed < N) total.count += double(N);  // a planned step's: every target counts
+  for (std::int64_t i = 0; i < computed; ++i) {
     pl[i] = pm[i] + std::log(ps[i]);  // lse now holds the global log-sum-exp
     if (global[i] != ops::kIgnoreIndex) {
       total.sum += double(pl[i]) - double(pz[i]);

@@ -22,7 +22,7 @@ Tensor localize_ids(const Tensor& ids, std::int64_t first, std::int64_t count, s
   Tensor local_here = on_host(local, false);
   const std::int32_t* g = ids_here.data<std::int32_t>();
   std::int32_t* l = local_here.data<std::int32_t>();
-  for (std::int64_t i = 0; i < ids.numel(); ++i) {
+  for (std::int64_t i = 0; i < (has_values(ids) ? ids.numel() : 0); ++i) {  // none on meta tensors
     TIDAL_CHECK(g[i] >= 0 && g[i] < vocab, "token id {} at position {} is outside the vocabulary [0, {}): check "
                 "model.vocab_size against the data", g[i], i, vocab);
     l[i] = g[i] >= first && g[i] < first + count ? std::int32_t(g[i] - first) : ops::kIdElsewhere;

@@ -90,12 +90,13 @@ Tensor SplitLayerNorm::forward(const Tensor& x_given, Context& ctx) {
   const Tensor x = on_host(ctx.as(x_given, DType::f32));
   const Tensor weight = on_host(ctx.as(weight_->data, DType::f32)), bias = on_host(ctx.as(bias_->data, DType::f32));
   const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
+  const std::int64_t computed = has_values(x) ? rows : 0;  // none on meta tensors (a planned step)
   const float* px = x.data<float>();
   // Per-row sum and sum of squares over this rank's features, then over the feature group.
   Tensor stats = Tensor::zeros({rows, 2}, DType::f32, host_side(x_given));
   float* ps = stats.data<float>();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = 0; r < computed; ++r) {
     double s = 0, s2 = 0;
     for (std::int64_t c = 0; c < C; ++c) {
       const double v = px[r * C + c];
@@ -113,7 +114,7 @@ Tensor SplitLayerNorm::forward(const Tensor& x_given, Context& ctx) {
   float *py = y_here.data<float>(), *ph = xhat.data<float>(), *pr = rstd.data<float>();
   const float *w = weight.data<float>(), *b = bias.data<float>();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = 0; r < computed; ++r) {
     const double mean = ps[2 * r] / double(full_);
     const double var = std::max(0.0, ps[2 * r + 1] / double(full_) - mean * mean);
     const float inv = float(1.0 / std::sqrt(var + eps_));
@@ -137,10 +138,11 @@ Tensor SplitLayerNorm::backward(const Tensor& dy_given, Context& ctx) {
   Tensor dweight_here = on_host(dweight), dbias_here = on_host(dbias);
   const Tensor &xhat = ctx.saved.at(0), &rstd = ctx.saved.at(1);
   const std::int64_t C = weight_->shape[0], rows = xhat.numel() / C;
+  const std::int64_t computed = has_values(xhat) ? rows : 0;  // none on meta tensors (a planned step)
   const float *pd = dy.data<float>(), *ph = xhat.data<float>(), *pr = rstd.data<float>();
   const float* w = weight.data<float>();
   float *dw = dweight_here.data<float>(), *db = dbias_here.data<float>();
-  for (std::int64_t r = 0; r < rows; ++r)
+  for (std::int64_t r = 0; r < computed; ++r)
     for (std::int64_t c = 0; c < C; ++c) {
       dw[c] += pd[r * C + c] * ph[r * C + c];
       db[c] += pd[r * C + c];
@@ -153,7 +155,7 @@ Tensor SplitLayerNorm::backward(const Tensor& dy_given, Context& ctx) {
   Tensor sums = Tensor::zeros({rows, 2}, DType::f32, host_side(dy_given));
   float* ps = sums.data<float>();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = 0; r < computed; ++r) {
     double s = 0, sh = 0;
     for (std::int64_t c = 0; c < C; ++c) {
       const double gr = double(pd[r * C + c]) * w[c];
@@ -168,7 +170,7 @@ Tensor SplitLayerNorm::backward(const Tensor& dy_given, Context& ctx) {
   Tensor dx_here = on_host(dx, false);
   float* px = dx_here.data<float>();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = 0; r < computed; ++r) {
     const float mg = ps[2 * r] / float(full_), mgh = ps[2 * r + 1] / float(full_);
     for (std::int64_t c = 0; c < C; ++c)
       px[r * C + c] = pr[r] * (pd[r * C + c] * w[c] - mg - ph[r * C + c] * mgh);

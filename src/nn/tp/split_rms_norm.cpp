@@ -19,11 +19,12 @@ Tensor SplitRmsNorm::forward(const Tensor& x_given, Context& ctx) {
   const Tensor x = on_host(ctx.as(x_given, DType::f32));
   const Tensor weight = on_host(ctx.as(weight_->data, DType::f32));
   const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
+  const std::int64_t computed = has_values(x) ? rows : 0;  // none on meta tensors (a planned step)
   const float* px = x.data<float>();
   Tensor squares = Tensor::zeros({rows}, DType::f32, host_side(x_given));  // this rank's features, then the group's
   float* ps = squares.data<float>();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = 0; r < computed; ++r) {
     double s2 = 0;
     for (std::int64_t c = 0; c < C; ++c) s2 += double(px[r * C + c]) * px[r * C + c];
     ps[r] = float(s2);
@@ -34,7 +35,7 @@ Tensor SplitRmsNorm::forward(const Tensor& x_given, Context& ctx) {
   float *py = y_here.data<float>(), *pr = rstd.data<float>();
   const float* w = weight.data<float>();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = 0; r < computed; ++r) {
     pr[r] = float(1.0 / std::sqrt(double(ps[r]) / double(full_) + eps_));
     for (std::int64_t c = 0; c < C; ++c) py[r * C + c] = px[r * C + c] * pr[r] * w[c];
   }
@@ -50,9 +51,10 @@ Tensor SplitRmsNorm::backward(const Tensor& dy_given, Context& ctx) {
   Tensor dweight_here = on_host(dweight);
   const Tensor &x = ctx.saved.at(0), &rstd = ctx.saved.at(1);
   const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
+  const std::int64_t computed = has_values(x) ? rows : 0;  // none on meta tensors (a planned step)
   const float *pd = dy.data<float>(), *px = x.data<float>(), *pr = rstd.data<float>(), *w = weight.data<float>();
   float* dw = dweight_here.data<float>();
-  for (std::int64_t r = 0; r < rows; ++r)
+  for (std::int64_t r = 0; r < computed; ++r)
     for (std::int64_t c = 0; c < C; ++c) dw[c] += pd[r * C + c] * px[r * C + c] * pr[r];
   from_host(dweight, dweight_here);
   if (dweight.raw() != weight_->grad.raw()) ops::cast(weight_->grad, dweight);
@@ -60,7 +62,7 @@ Tensor SplitRmsNorm::backward(const Tensor& dy_given, Context& ctx) {
   Tensor dots = Tensor::zeros({rows}, DType::f32, host_side(dy_given));
   float* pg = dots.data<float>();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = 0; r < computed; ++r) {
     double s = 0;
     for (std::int64_t c = 0; c < C; ++c) s += double(pd[r * C + c]) * w[c] * px[r * C + c] * pr[r];
     pg[r] = float(s);
@@ -70,7 +72,7 @@ Tensor SplitRmsNorm::backward(const Tensor& dy_given, Context& ctx) {
   Tensor dx_here = on_host(dx, false);
   float* pdx = dx_here.data<float>();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = 0; r < computed; ++r) {
     const float mean = pg[r] / float(full_);
     for (std::int64_t c = 0; c < C; ++c)
       pdx[r * C + c] = pr[r] * (pd[r * C + c] * w[c] - px[r * C + c] * pr[r] * mean);
