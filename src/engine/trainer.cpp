@@ -12,6 +12,7 @@
 #include "engine/metrics.h"
 #include "engine/model_data.h"
 #include "engine/progress.h"
+#include "engine/run_callbacks.h"
 #include "engine/step_profile.h"
 #include "models/factory.h"
 #include "models/registry.h"
@@ -213,8 +214,13 @@ struct Trainer::Run {
   double evaluate();
   // A checkpoint of `at` steps done.
   void save(const std::string& dir, std::int64_t at);
+  // Step `at`'s metrics record (its profile, the model data's moves, the peaks); a step after the
+  // warm-up counts in the run's timed mean.
+  nlohmann::json step_record(std::int64_t at, bool timed);
+  // Whether a callback asks to stop, agreed over the world.
+  bool agreed_stop();
   TrainSummary fit();
-  TrainSummary summarize(std::int64_t end, std::int64_t timed_steps, double timed_seconds, bool stopped_early);
+  TrainSummary summarize(std::int64_t end, bool stopped_early);
 
   config::Config cfg;
   TrainOptions options;
@@ -246,7 +252,8 @@ struct Trainer::Run {
   std::vector<Callback*> callbacks;
   std::int64_t step = 0;  // steps done
   std::int64_t skipped = 0, skipped_in_a_row = 0;
-  double train_loss = 0, comm_seconds = 0, exposed_seconds = 0;
+  double train_loss = 0, comm_seconds = 0, exposed_seconds = 0, timed_seconds = 0;
+  std::int64_t timed_steps = 0;  // steps after the warm-up, whose mean the summary gives
   StepProfile profile;
   StepProfile::Totals profile_sum;
 };
@@ -474,89 +481,86 @@ void Trainer::Run::checkpoint_written(const nlohmann::json& record) {
   for (Callback* c : callbacks) c->on_checkpoint({.step = at, .dir = dir});
 }
 
+nlohmann::json Trainer::Run::step_record(std::int64_t at, bool timed) {
+  profile.take();  // what ran between steps (evaluation, checkpoints) is no step's
+  nlohmann::json record = train_step(at);
+  const double dt = record["step_time_s"].get<double>();
+  if (timed) {
+    timed_seconds += dt;
+    ++timed_steps;
+    if (const auto reduction = model_data->gradient_reduction()) {
+      comm_seconds += reduction->in_flight;
+      exposed_seconds += reduction->exposed;
+    }
+  }
+  if (cfg.train.profile) {
+    const StepProfile::Totals totals = profile.take();
+    record["profile"] = profile_record(totals, dt, 1.0);
+    if (timed) accumulate_profile(profile_sum, totals);
+  }
+  record.update(model_data->step_record());
+  record["peak_bytes"] = {{"host", host_allocator().peak_bytes()}, {"activations", activations->peak_bytes()}};
+  record["resident_bytes"] = resident_bytes();  // as the OS counts it: a long run's leak shows here
+  return record;
+}
+
 TrainSummary Trainer::Run::fit() {
   prepare();
   const config::TrainConfig& tc = cfg.train;
   const std::int64_t start = step;
   const std::int64_t end = options.stop_after > 0 ? std::min(options.stop_after, tc.steps) : tc.steps;
   const std::int64_t warm = std::min<std::int64_t>(3, std::max<std::int64_t>(0, end - start - 1));
-  double timed_seconds = 0;
-  std::int64_t timed_steps = 0;
-  bool stopped_early = false;
-  const auto run_start = Clock::now();
   // train.profile: the steps' op and module times; the timed steps' sum goes into the summary.
   std::optional<ProfileRecording> recording;
   if (tc.profile) recording.emplace(profile);
+  // The run's own callbacks around the user's (engine/run_callbacks.h).
+  std::vector<Callback*> all;
+  StepLog log(progress, metrics, start, end, tc.steps, floor,
+              [this] { return std::pair(host_allocator().peak_bytes(), activations->peak_bytes()); });
+  PeriodicEvaluation evaluation(tc.eval_every, tc.steps, [this] { return evaluate(); }, all);
+  PeriodicSample samples([this, end](std::int64_t at) { return sampler && sampler->due(at, end); },
+                         [this](std::int64_t at) { return sampler->line(*model, pc.world_size(), at); }, progress);
+  PeriodicCheckpoint checkpoints(
+      cfg.checkpoint.dir.empty() ? 0 : cfg.checkpoint.every, [this] { checkpointer->poll(); },
+      [this](std::int64_t at) { save(cfg.checkpoint.dir, at); });
+  all.push_back(&log);
+  all.insert(all.end(), callbacks.begin(), callbacks.end());
+  all.insert(all.end(), {&evaluation, &samples, &checkpoints});
 
-  // An operator that ran out of the device tier: the model data keeper says how it uses it.
-  try {
+  bool stopped_early = false;
+  try {  // an operator that ran out of the device tier: the model data keeper says how it uses it
     for (; step < end && !stopped_early; ++step) {
-      profile.take();  // what ran between steps (evaluation, checkpoints) is no step's
-      nlohmann::json record = train_step(step);
-      const double dt = record["step_time_s"].get<double>();
-      if (step - start >= warm) {
-        timed_seconds += dt;
-        ++timed_steps;
-        if (const auto reduction = model_data->gradient_reduction()) {
-          comm_seconds += reduction->in_flight;
-          exposed_seconds += reduction->exposed;
-        }
-      }
-      if (tc.profile) {
-        const StepProfile::Totals totals = profile.take();
-        record["profile"] = profile_record(totals, dt, 1.0);
-        if (step - start >= warm) accumulate_profile(profile_sum, totals);
-      }
-      record.update(model_data->step_record());
-      record["peak_bytes"] = {{"host", host_allocator().peak_bytes()}, {"activations", activations->peak_bytes()}};
-      record["resident_bytes"] = resident_bytes();  // as the OS counts it: a long run's leak shows here
-      metrics.write(record);
-      const double eta = seconds_since(run_start) / double(step - start + 1) * double(end - step - 1);
+      const nlohmann::json record = step_record(step, step - start >= warm);
       const StepEnd done{.step = step + 1,
                          .loss = record["loss"].get<double>(),
                          .lr = record["lr"].get<double>(),
                          .grad_norm = record["grad_norm"].get<double>(),
                          .tokens_per_s = record["tokens_per_s"].get<double>(),
                          .record = record};
-      progress.step({step + 1, tc.steps, done.loss, done.lr, done.tokens_per_s, eta, host_allocator().peak_bytes(),
-                     activations->peak_bytes()});
-      for (Callback* c : callbacks) c->on_step_end(done);
-      if (tc.eval_every > 0 && (step + 1) % tc.eval_every == 0 && step + 1 < tc.steps) {
-        const double eval = evaluate();
-        metrics.write({{"step", step + 1}, {"eval_loss", eval}});
-        progress.line(fmt::format("step {}: eval loss {:.4f}{}", step + 1, eval,
-                                  floor ? fmt::format(" (floor {:.4f})", *floor) : ""));
-        for (Callback* c : callbacks) c->on_evaluation({.step = step + 1, .eval_loss = eval});
-      }
-      if (!callbacks.empty()) {
-        bool stop = false;
-        for (Callback* c : callbacks) stop = c->should_stop() || stop;
-        stopped_early = any_rank(pc, stop) && step + 1 < end;
-      }
-      if (sampler && sampler->due(step + 1, end)) {
-        const std::string line = sampler->line(*model, pc.world_size(), step + 1);
-        if (!line.empty()) progress.line(line);
-      }
-      checkpointer->poll();  // a checkpoint written in the background committed once every rank's is
-      const bool last = step + 1 == end || stopped_early;
-      const bool due = last || (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0);
-      if (!cfg.checkpoint.dir.empty() && due) save(cfg.checkpoint.dir, step + 1);
+      for (Callback* c : all) c->on_step_end(done);
+      stopped_early = agreed_stop() && step + 1 < end;
       if (stopped_early) progress.line(fmt::format("step {}: stopped by a callback", step + 1));
     }
-    // Resumed with --stop-after at the checkpoint's own step: no step to run, and the checkpoint is
-    // written again as this layout loaded it (a check that it loads under this layout).
-    if (end == start && !cfg.checkpoint.dir.empty()) save(cfg.checkpoint.dir, start);
+    // The last step's checkpoint (resumed with --stop-after at the checkpoint's own step, the
+    // checkpoint again as this layout loaded it: a check that it loads under this layout).
+    if (!cfg.checkpoint.dir.empty() && checkpoints.saved() != step) save(cfg.checkpoint.dir, step);
     checkpointer->finish();  // the last checkpoint complete before the run ends
   } catch (const OutOfMemory& e) {
     throw OutOfMemory(e.what() + model_data->out_of_memory_hint(e), e.needed());
   }
   progress.finish();
   recording.reset();
-  return summarize(step, timed_steps, timed_seconds, stopped_early);
+  return summarize(step, stopped_early);
 }
 
-TrainSummary Trainer::Run::summarize(std::int64_t end, std::int64_t timed_steps, double timed_seconds,
-                                     bool stopped_early) {
+bool Trainer::Run::agreed_stop() {
+  if (callbacks.empty()) return false;  // the run's own never stop it (every rank has the same callbacks)
+  bool stop = false;
+  for (Callback* c : callbacks) stop = c->should_stop() || stop;
+  return any_rank(pc, stop);
+}
+
+TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
   const config::TrainConfig& tc = cfg.train;
   TrainSummary summary;
   summary.steps_done = end;

@@ -301,7 +301,8 @@ class StepRun {
     const std::int64_t micro = cfg_.train.micro_batch_size ? cfg_.train.micro_batch_size : local;
     const int micro_batches = int(local / micro);
     // The batches: on the host beside a CPU's step, in the step's memory on a GPU (engine/trainer.cpp).
-    Allocator& batch_memory = cfg_.train.device == Device::Kind::cuda ? static_cast<Allocator&>(meta_.pool) : meta_allocator();
+    Allocator& batch_memory =
+        cfg_.train.device == Device::Kind::cuda ? static_cast<Allocator&>(meta_.pool) : meta_allocator();
     const data::DataOptions data = config::data_options(cfg_);
     for (int m = 0; m < micro_batches; ++m) batches_.push_back(data::shaped_batch(data, micro, batch_memory));
     for (int m = 0; m < micro_batches; ++m)
