@@ -143,10 +143,6 @@ void validate_model(const ModelConfig& m, const models::Family& family) {
                 "the sequences or leave model.max_positions at 0 (= model.seq_len)",
                 m.seq_len, m.max_positions);
   }
-  TIDAL_CHECK(family.grouped_query || m.n_kv_head == 0 || m.n_kv_head == m.n_head,
-              "model.n_kv_head = {} asks for grouped-query attention, which model.type = \"{}\" does not have: leave "
-              "model.n_kv_head at 0",
-              m.n_kv_head, m.type);
   if (family.validate) family.validate(m);  // the family's own keys
   TIDAL_CHECK(m.ln_eps >= 0.0 && m.ln_eps < 1.0, "model.ln_eps must be in [0, 1) (0 = the model's own), got {}", m.ln_eps);
   TIDAL_CHECK(m.type_vocab_size >= 1, "model.type_vocab_size must be >= 1, got {}", m.type_vocab_size);
@@ -344,6 +340,25 @@ std::uint64_t parse_bytes(const std::string& text, const std::string& key) {
 
 namespace {
 
+// A [model] key the config sets away from its default that another family reads and model.type's
+// does not (it would be ignored): an error naming where it was set, who reads it and the fix. (At
+// its default it changes nothing: a whole config written out, to_toml's, holds every key.)
+void check_family_keys(const Config& cfg, const SetBy& set_by) {
+  const models::Family& family = models::find_family(cfg.model.type);
+  if (family.keys.empty()) return;  // a program's family: it may read any key
+  const Config defaults;
+  for (const auto& [name, where] : set_by) {
+    if (!name.starts_with("model.")) continue;
+    const std::string key = name.substr(6);
+    const Key& k = *find_key(name);
+    if (std::find(family.keys.begin(), family.keys.end(), key) != family.keys.end() || k.get(cfg) == k.get(defaults))
+      continue;
+    const std::vector<std::string> readers = models::families_reading(key);
+    TIDAL_CHECK(readers.empty(), "{}: {} is read by model.type = {} only, and model.type = \"{}\" would ignore it: "
+                "remove it, or set model.type to one of those", where, name, fmt::join(readers, " or "), cfg.model.type);
+  }
+}
+
 // Reads `text` (the contents of `where`, or of the file `path` when text is null), applies the
 // overrides and validates. A stored config (text) already holds what its model.init_from gave.
 Config build_config(const std::string* text, const std::string& where, const std::vector<std::string>& overrides) {
@@ -361,6 +376,7 @@ Config build_config(const std::string* text, const std::string& where, const std
   }
   for (const std::string& o : overrides) apply_override(cfg, o, set_by);
   if (!text && !cfg.model.init_from.empty()) apply_init_from(cfg, set_by);
+  if (!text) check_family_keys(cfg, set_by);  // a stored config holds every key, at its value
   // The family's LM head reads the token table or has its own unless told otherwise (with
   // model.init_from, the directory's config.json says).
   if (cfg.model.init_from.empty() && !set_by.count("model.tie_embeddings"))

@@ -2,6 +2,7 @@
 
 #include "models/builtin_families.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <mutex>
 #include <vector>
@@ -77,6 +78,14 @@ const Family& find_family(const std::string& type) {
 }
 
 std::string model_type_names() { return names(locked().list); }
+
+std::vector<std::string> families_reading(const std::string& key) {
+  const Locked fs = locked();
+  std::vector<std::string> out;
+  for (const auto& f : fs.list)
+    if (std::find(f->keys.begin(), f->keys.end(), key) != f->keys.end()) out.push_back(f->name);
+  return out;
+}
 
 std::string hf_architecture_names() {
   const Locked fs = locked();

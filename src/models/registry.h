@@ -40,6 +40,11 @@ struct Family {
   // causal_lm trains on next-token targets of token data (markov, tokens, text) as GPT does,
   // masked_lm on BERT's masked tokens, image_classification on images.
   ModelTask task = ModelTask::causal_lm;
+  // The [model] keys the family reads beyond every family's (type, n_layer, n_head, n_embd,
+  // vocab_size, seq_len, dropout, ln_eps, init_from), without "model.": a config that sets one of
+  // another family's keys, which this one would ignore, is an error naming both. Empty: a
+  // program's family, which may read any.
+  std::vector<std::string> keys{};
   ModelBuilder build;
   DecoderBuilder decoder{};  // empty: the family does not generate text (tidal sample, train.sample_every)
   // model.ln_eps = 0 means this epsilon of the family's norms.
@@ -47,8 +52,6 @@ struct Family {
   // model.tie_embeddings when the config leaves it unset (and no model.init_from decides it):
   // whether the LM head reads the token table.
   bool tie_embeddings = true;
-  // Whether the attention may have fewer key / value heads than query heads (model.n_kv_head).
-  bool grouped_query = false;
   // Checks the family's own keys of [model] (a tidal::Error naming the key and the fix); load_config
   // runs it after the checks every model gets.
   std::function<void(const ModelConfig&)> validate{};
@@ -65,6 +68,8 @@ const Family& find_family(const std::string& type);
 std::string generating_families();
 // "gpt | bert | vit | llama" and the registered ones.
 std::string model_type_names();
+// The registered families whose own keys (Family::keys) include `key` (without "model.").
+std::vector<std::string> families_reading(const std::string& key);
 // "gpt2 for GPT2LMHeadModel, ...": the Hugging Face architectures the families read and write.
 std::string hf_architecture_names();
 // Reads the Hugging Face directory `dir`'s config.json through the family whose model_type it

@@ -89,8 +89,19 @@ TEST(Config, LlamaKeys) {
             std::string::npos);
   EXPECT_NE(message({"model.type=llama", "model.n_head=4", "model.n_embd=36"}).find("must be even"), std::string::npos);
   EXPECT_NE(message({"model.type=llama", "model.rope_theta=0.5"}).find("model.rope_theta"), std::string::npos);
-  EXPECT_NE(message({"model.n_kv_head=1"}).find("model.n_kv_head = 1 asks for grouped-query attention"),
+}
+
+TEST(Config, AnotherFamilysKeysAreErrors) {  // models::Family::keys: they would be ignored
+  EXPECT_NE(message({"model.n_kv_head=1"}).find("--set model.n_kv_head=1: model.n_kv_head is read by model.type = "
+                                                "llama or qwen2 only, and model.type = \"gpt\" would ignore it"),
             std::string::npos);
+  EXPECT_NE(message({"model.type=llama", "model.type_vocab_size=3"}).find("model.type = bert only"), std::string::npos);
+  EXPECT_NE(message({"model.type=bert", "model.patch_size=4"}).find("model.type = vit only"), std::string::npos);
+  // Every family's keys, and the family's own, are its to read; another's at its default changes
+  // nothing (a whole config written out holds every key).
+  EXPECT_NO_THROW(config::load_config("", {"model.type=llama", "model.n_kv_head=1", "model.dropout=0.1"}));
+  EXPECT_NO_THROW(config::load_config("", {"model.type=bert", "model.type_vocab_size=3", "model.activation=gelu_erf"}));
+  EXPECT_NO_THROW(config::load_config("", {"model.rope_theta=10000"}));
 }
 
 TEST(Config, Sizes) {

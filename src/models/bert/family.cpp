@@ -9,6 +9,7 @@ Family bert_family() {
   return {.name = "bert",
           .title = "BERT",
           .task = ModelTask::masked_lm,
+          .keys = {"activation", "max_positions", "tie_embeddings", "type_vocab_size"},
           .build = [](const ModelBuild& b) {
             const ModelConfig& c = b.config;
             return make_bert({.n_layer = c.n_layer, .n_head = c.n_head, .n_embd = c.n_embd,

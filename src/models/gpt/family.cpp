@@ -16,6 +16,7 @@ Family gpt_family() {
   return {.name = "gpt",
           .title = "GPT",
           .task = ModelTask::causal_lm,
+          .keys = {"activation", "max_positions", "tie_embeddings"},
           .build = [](const ModelBuild& b) {
             return make_gpt(gpt_config(b.config, b.checkpointing, b.embedding_on_host), b.layers);
           },

@@ -51,6 +51,9 @@ Family llama_family() {
   return {.name = "llama",
           .title = "Llama",
           .task = ModelTask::causal_lm,
+          .keys = {"max_positions", "tie_embeddings", "n_kv_head", "intermediate_size", "rope_theta",
+                   "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                   "rope_original_max_positions", "attention_bias"},
           .build = [](const ModelBuild& b) {
             return make_llama(llama_config(b.config, b.checkpointing, b.embedding_on_host), b.layers);
           },
@@ -62,7 +65,6 @@ Family llama_family() {
           .norm_eps = 1e-6,
           // Llama's LM head has a table of its own (Hugging Face's tie_word_embeddings = false).
           .tie_embeddings = false,
-          .grouped_query = true,
           .validate = validate,
           .hf = llama_hf_adapter()};
 }

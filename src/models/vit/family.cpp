@@ -9,6 +9,7 @@ Family vit_family() {
   return {.name = "vit",
           .title = "ViT",
           .task = ModelTask::image_classification,
+          .keys = {"activation", "image_size", "patch_size", "channels", "num_classes"},
           .build = [](const ModelBuild& b) {
             const ModelConfig& c = b.config;
             return make_vit({.n_layer = c.n_layer, .n_head = c.n_head, .n_embd = c.n_embd, .image_size = c.image_size,
