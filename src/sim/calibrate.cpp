@@ -238,7 +238,10 @@ double disk_save_time(comm::Communicator& world, const std::string& dir, std::in
 // rank 0 commits as a checkpoint does - a metadata file the same way, a directory renamed, the
 // parent fsynced, `latest` replaced; the slowest rank's time.
 double disk_commit_time(comm::Communicator& world, const std::string& dir) {
-  const std::string own = fmt::format("{}/tidal-calibrate-commit-{}", dir, ::getpid());
+  // One name for every rank: rank 0's process id (each rank's own left the others' files behind).
+  Tensor id = Tensor::full({1}, world.rank() == 0 ? float(::getpid()) : 0.0f);
+  world.all_reduce(id, {.op = comm::ReduceOp::max})->wait();
+  const std::string own = fmt::format("{}/tidal-calibrate-commit-{}", dir, std::int64_t(id.item()));
   std::filesystem::create_directories(own + ".tmp");
   world.barrier()->wait();
   const auto start = std::chrono::steady_clock::now();

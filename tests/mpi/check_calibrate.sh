@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# `tidal calibrate` measures this machine over two ranks and writes a hardware file that
-# `sim::load_hardware` reads back (every figure above zero; the GEMM rates within sight of each
-# other's order, memory faster than nothing, the op rates by dtype and size, the links by message
-# size); one process is a user error (exit 2)
-# naming the fix; parallel.auto picks a layout on that file, or on the machine measured at start-up.
+# `tidal calibrate` measures this machine over two ranks (leaving nothing in --disk-dir) and
+# writes a hardware file that `sim::load_hardware` reads back (every figure above zero; the GEMM
+# rates within sight of each other's order, memory faster than nothing, the op rates by dtype and
+# size, the links by message size); one process is a user error (exit 2) naming the fix;
+# parallel.auto picks a layout on that file, or on the machine measured at start-up.
 # usage: check_calibrate.sh path/to/tidal <mpirun command...>
 set -euo pipefail
 tidal=$1; shift
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-"$@" -np 2 "$tidal" calibrate --quick --out "$dir/hw.toml" > "$dir/log" 2>&1 || { cat "$dir/log"; echo "FAIL: calibrate"; exit 1; }
+mkdir "$dir/disk"
+"$@" -np 2 "$tidal" calibrate --quick --out "$dir/hw.toml" --disk-dir "$dir/disk" > "$dir/log" 2>&1 ||
+  { cat "$dir/log"; echo "FAIL: calibrate"; exit 1; }
 cat "$dir/log"
+# The disk's timings leave nothing behind (every rank's commit file lay in one directory, removed).
+[ -z "$(ls -A "$dir/disk")" ] || { ls -la "$dir/disk"; echo "FAIL: calibrate left files in --disk-dir"; exit 1; }
 /usr/bin/python3 - "$dir/hw.toml" <<'PY'
 import sys, tomllib
 h = tomllib.load(open(sys.argv[1], "rb"))
