@@ -89,6 +89,8 @@ Allocator& meta_allocator() {
   return *a;
 }
 
+Allocator& host_memory_for(Device device) { return device.is_meta() ? meta_allocator() : host_allocator(); }
+
 void* HostAllocator::raw_allocate(std::size_t bytes) {
   keep_freed_host_memory();
   constexpr std::size_t kAlign = 64;

@@ -104,6 +104,9 @@ class MetaAllocator final : public Allocator {
 // The process's meta memory, for what a planner's step keeps beside its activations (a loss's
 // scalars that a run holds on the host).
 Allocator& meta_allocator();
+// The host memory beside tensors on `device`: the host tier, or meta memory beside meta tensors
+// (a planned step's host side has no values either).
+Allocator& host_memory_for(Device device);
 
 // The process's host tier.
 Allocator& host_allocator();

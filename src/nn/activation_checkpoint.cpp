@@ -11,7 +11,7 @@ ActivationCheckpoint::ActivationCheckpoint(std::unique_ptr<Module> inner, bool o
 Tensor ActivationCheckpoint::forward(const Tensor& x, Context& ctx) {
   Tensor y = ctx.forward(*inner_, x, 0);
   ctx.child(0).clear();  // everything the inner backward would need is recomputed instead
-  ctx.saved = {offload_to_host_ ? x.clone(has_values(x) ? host_allocator() : meta_allocator()) : x};
+  ctx.saved = {offload_to_host_ ? x.clone(host_memory_for(x.device())) : x};
   return y;
 }
 

@@ -22,15 +22,14 @@ Tensor Loss::targets(const Batch& batch) const {
 
 LossSum Loss::over_replica(LossSum mine, Device device) const {
   if (batch_groups_.empty()) return mine;
-  Tensor sums = Tensor::empty({2}, DType::f32, device.is_meta() ? meta_allocator() : host_allocator());
-  if (!has_values(sums)) {  // a planned step: the sums issued, the values this rank's
-    for (comm::Communicator* g : batch_groups_) g->all_reduce(sums)->wait();
-    return mine;
+  Tensor sums = Tensor::empty({2}, DType::f32, host_memory_for(device));
+  const bool values = has_values(sums);  // not on meta memory: a planned step issues the sums alone
+  if (values) {
+    sums.data<float>()[0] = float(mine.sum);
+    sums.data<float>()[1] = float(mine.count);
   }
-  sums.data<float>()[0] = float(mine.sum);
-  sums.data<float>()[1] = float(mine.count);
   for (comm::Communicator* g : batch_groups_) g->all_reduce(sums)->wait();
-  return {.sum = sums.data<float>()[0], .count = sums.data<float>()[1]};
+  return values ? LossSum{.sum = sums.data<float>()[0], .count = sums.data<float>()[1]} : mine;
 }
 
 Loss::Mean Loss::replica_mean(LossSum mine, Context& ctx) const {

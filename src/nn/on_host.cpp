@@ -3,21 +3,13 @@
 #include "nn/runner.h"
 
 namespace tidal::nn {
-namespace {
-// The host's memory for a step whose activations live in `activations` (a planned step's on meta
-// memory: its host side too).
-Allocator& host_of(const Allocator& activations) {
-  return activations.device().is_meta() ? meta_allocator() : host_allocator();
-}
-}  // namespace
-
 OnHost::OnHost(std::unique_ptr<Module> layer) : layer_(&add_module("", std::move(layer))) {}
 
 Tensor OnHost::forward(const Tensor& x, Context& ctx) {
   const StepState& outer = ctx.state();
   Batch batch;
   if (outer.batch) batch = outer.activations->device().is_cuda() ? copy_batch(*outer.batch, host_allocator()) : *outer.batch;
-  Allocator& host = host_of(*outer.activations);
+  Allocator& host = host_memory_for(outer.activations->device());
   Context& placed = ctx.placed_child(0, host, std::move(batch));
   Tensor y;
   {
@@ -32,7 +24,7 @@ Tensor OnHost::forward(const Tensor& x, Context& ctx) {
 Tensor OnHost::backward(const Tensor& dy, Context& ctx) {
   Tensor dx;
   {
-    ScopedDefaultAllocator temporaries(host_of(*ctx.state().activations));
+    ScopedDefaultAllocator temporaries(host_memory_for(ctx.state().activations->device()));
     dx = ctx.state().runner->backward(*layer_, on_host(dy), ctx.child(0));
   }
   if (!dx.defined() || !ctx.state().activations->device().is_cuda()) return dx;

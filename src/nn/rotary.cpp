@@ -22,13 +22,11 @@ std::pair<Tensor, Tensor> Rotary::tables(const Tensor& like, bool by_token) {
   if (cos_.defined() && cos_.dim(0) == T && first_ == first && by_token_ == by_token &&
       cos_.device() == like.device())
     return {cos_, sin_};
-  // A planned step's (meta) tables: their shape, no values to compute.
-  Allocator& memory = has_values(like) ? host_allocator() : meta_allocator();
-  cos_ = Tensor::empty({T, half}, DType::f32, memory);
-  sin_ = Tensor::empty({T, half}, DType::f32, memory);
+  cos_ = Tensor::empty({T, half}, DType::f32, host_memory_for(like.device()));
+  sin_ = Tensor::empty({T, half}, DType::f32, host_memory_for(like.device()));
   first_ = first;
   by_token_ = by_token;
-  if (!has_values(like)) return {cos_, sin_};
+  if (!has_values(like)) return {cos_, sin_};  // a planned step's tables: their shape, no values
   for (const PositionRun& r : runs) {
     Tensor cos = cos_.slice(0, r.local, r.local + r.length), sin = sin_.slice(0, r.local, r.local + r.length);
     ops::rotary_tables(cos, sin, inv_freq_, r.global);
