@@ -98,6 +98,50 @@ class LlamaShape:
                 f"SwiGLU {self.intermediate_size}, vocab {self.vocab_size}, seq_len {self.seq_len}")
 
 
+@dataclasses.dataclass(frozen=True)
+class MixtralShape:
+    """A Mixtral: the Llama shape with `experts` SwiGLU experts of width intermediate_size in each
+    block's MLP place, experts_per_token a token, and the load-balancing loss (router_aux_loss_coef)
+    in the loss on both sides; the fields are tidal's model.* keys."""
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_kv_head: int
+    intermediate_size: int
+    vocab_size: int
+    seq_len: int
+    experts: int
+    experts_per_token: int
+    router_aux_loss_coef: float = 0.001
+    model_type = "mixtral"
+
+    def parameters(self):
+        L, C, V, I, E = self.n_layer, self.n_embd, self.vocab_size, self.intermediate_size, self.experts
+        kv = self.n_kv_head * (C // self.n_head)
+        block = C * (C + 2 * kv) + C * C + E * 3 * C * I + E * C + 2 * C  # qkv, o, experts, router, 2 RMSNorms
+        return 2 * V * C + L * block + C
+
+    def active_parameters(self):
+        """What one token multiplies: its experts_per_token experts of each block, not the rest."""
+        L, C, I, E, k = self.n_layer, self.n_embd, self.intermediate_size, self.experts, self.experts_per_token
+        return self.parameters() - L * (E - k) * 3 * C * I
+
+    def flops_per_token(self):
+        """6N + 6LCT with N the active parameters that multiply (the token table is a lookup)."""
+        L, C, T = self.n_layer, self.n_embd, self.seq_len
+        return 6 * (self.active_parameters() - self.vocab_size * C) + 6 * L * C * T
+
+    def dense(self):
+        """The Llama of the same active parameters: one SwiGLU of width experts_per_token x I."""
+        return LlamaShape(self.n_layer, self.n_embd, self.n_head, self.n_kv_head,
+                          self.experts_per_token * self.intermediate_size, self.vocab_size, self.seq_len)
+
+    def describe(self):
+        return (f"Mixtral: {self.n_layer} layers, width {self.n_embd}, {self.n_head} heads ({self.n_kv_head} kv), "
+                f"{self.experts} experts of SwiGLU {self.intermediate_size}, {self.experts_per_token} a token, vocab "
+                f"{self.vocab_size}, seq_len {self.seq_len}")
+
+
 def tidal_sets(shape, batch, steps, precision, device):
     """`tidal train --set` keys for a timing run: no evaluation but the final one on one batch."""
     sets = [f"model.{f.name}={getattr(shape, f.name)}" for f in dataclasses.fields(shape)]
@@ -157,6 +201,34 @@ def torch_llama(shape):
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
     model = Llama()
+    return model, f"{model.hf.config._attn_implementation} (transformers {__import__('transformers').__version__})"
+
+
+def torch_mixtral(shape):
+    """transformers' MixtralForCausalLM of `shape`, its loss the cross-entropy plus
+    router_aux_loss_coef times its load-balancing loss (output_router_logits), as tidal's."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    cfg = MixtralConfig(hidden_size=shape.n_embd, num_hidden_layers=shape.n_layer, num_attention_heads=shape.n_head,
+                        num_key_value_heads=shape.n_kv_head, intermediate_size=shape.intermediate_size,
+                        vocab_size=shape.vocab_size, max_position_embeddings=shape.seq_len,
+                        num_local_experts=shape.experts, num_experts_per_tok=shape.experts_per_token,
+                        router_aux_loss_coef=shape.router_aux_loss_coef, output_router_logits=True)
+
+    class Mixtral(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hf = MixtralForCausalLM(cfg)
+
+        def forward(self, tokens, targets):
+            out = self.hf(input_ids=tokens)
+            logits = out.logits
+            ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+            return ce + shape.router_aux_loss_coef * out.aux_loss
+
+    model = Mixtral()
     return model, f"{model.hf.config._attn_implementation} (transformers {__import__('transformers').__version__})"
 
 
@@ -223,7 +295,8 @@ def torch_train(shape, batch, steps, warmup, precision, device, mode, threads=No
     # On the device from the start where torch can (a 1.5B model built on the CPU takes long).
     on_device = torch.device(device) if hasattr(torch.device, "__enter__") else contextlib.nullcontext()
     with on_device:
-        model, record["attention"] = (torch_llama if isinstance(shape, LlamaShape) else torch_gpt)(shape)
+        build = {LlamaShape: torch_llama, MixtralShape: torch_mixtral}.get(type(shape), torch_gpt)
+        model, record["attention"] = build(shape)
     model.to(device)
     o = OPTIMIZER
 
@@ -284,7 +357,8 @@ def torch_train(shape, batch, steps, warmup, precision, device, mode, threads=No
 
 def main():
     job = json.loads(sys.argv[1])
-    job["shape"] = (LlamaShape if "n_kv_head" in job["shape"] else GptShape)(**job["shape"])
+    kind = MixtralShape if "experts" in job["shape"] else LlamaShape if "n_kv_head" in job["shape"] else GptShape
+    job["shape"] = kind(**job["shape"])
     try:
         record = torch_train(**job)
     except Exception as e:  # reported to the benchmark, which goes on with the other systems

@@ -37,7 +37,7 @@ void print_info() {
 
 int run(int argc, char** argv, engine::Launch& launch) {
   CLI::App app{
-      "tidal trains transformer models (GPT, BERT, ViT, Llama) on one device or many.\n"
+      "tidal trains transformer models (GPT, BERT, ViT, Llama, Qwen2, and Mixtral and Qwen2-MoE mixtures of experts) on one device or many.\n"
       "Run `tidal <command> --help` for a command's options."};
   app.require_subcommand(1);
   app.footer(
@@ -45,7 +45,8 @@ int run(int argc, char** argv, engine::Launch& launch) {
       "  tidal train                           # a small GPT on the built-in Markov language, ~1 minute\n"
       "  tidal train -c gpt.toml --set train.steps=1000 --metrics run.jsonl\n"
       "  tidal train -c configs/llama-tiny.toml  # a small Llama (RMSNorm, rotary, grouped-query, SwiGLU)\n"
-      "  tidal train --set model.init_from=gpt2   # start from a Hugging Face GPT-2, BERT, ViT or Llama directory\n"
+      "  tidal train -c configs/mixtral-tiny.toml  # a small Mixtral: 8 experts, 2 a token\n"
+      "  tidal train --set model.init_from=gpt2   # start from a Hugging Face GPT-2, BERT, ViT, Llama, Mixtral ... directory\n"
       "  tidal tokenize / sample / export      # text to tokens, a model to text, a checkpoint to Hugging Face\n"
       "  tidal checkpoint inspect ckpt          # a checkpoint's step, layout, files per rank, checksums\n"
       "  tidal trace / chunk-search / plan     # size a run beyond the device's memory (docs/memory.md)\n"

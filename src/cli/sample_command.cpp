@@ -17,7 +17,7 @@ namespace tidal::cli {
 
 void add_sample_command(CLI::App& app, SampleCommand& cmd) {
   cmd.app = app.add_subcommand(
-      "sample", "Generate text with a GPT or Llama: a tidal checkpoint or a Hugging Face GPT-2 / Llama directory, "
+      "sample", "Generate text with a GPT, Llama, Qwen2, Mixtral or Qwen2-MoE: a tidal checkpoint or a Hugging Face directory of one, "
                 "on the CPU with a KV cache");
   cmd.app->add_option("CHECKPOINT_OR_HF_DIR", cmd.model_dir,
                       "A checkpoint directory (its latest step), a step-* directory, or a Hugging Face GPT-2 / Llama "

@@ -287,6 +287,10 @@ void check_layout(const Config& c) {
               "parallel.sequence = {} splits token sequences, and model.type = \"{}\" is not split by position (it "
               "classifies images): set parallel.sequence = 1 and use parallel.data or parallel.tensor.size",
               p.sequence, c.model.type);
+  TIDAL_CHECK(!models::find_family(c.model.type).routed || p.tensor.size == 1 || p.tensor.mode == parallel::TensorMode::d1,
+              "model.type = \"{}\" routes each token by its whole hidden state, and parallel.tensor.mode = \"{}\" "
+              "splits it by features: use parallel.tensor.mode = \"1d\" (it splits each expert), or "
+              "parallel.tensor.size = 1", c.model.type, parallel::tensor_mode_name(p.tensor.mode));
   // Pipeline schedules that cannot run (pipeline/schedule.h, pipeline/partition.h say the same).
   TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == pipeline::ScheduleKind::interleaved,
               "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (it is \"{}\")", p.virtual_stages,

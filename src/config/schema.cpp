@@ -91,6 +91,25 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(model.rope_original_max_positions,
                 "llama: rotary scaling's original_max_position_embeddings (Llama 3.1: 8192)"),
       TIDAL_KEY(model.attention_bias, "llama: biases on the attention's q, k, v and output projections"),
+      TIDAL_KEY(model.experts, "mixtral, qwen2_moe: experts in each block's mixture of experts (Mixtral 8x7B: 8)"),
+      TIDAL_KEY(model.experts_per_token,
+                "mixtral, qwen2_moe: experts each token goes to (the router's top k; Mixtral: 2)"),
+      TIDAL_KEY(model.expert_intermediate_size,
+                "mixtral, qwen2_moe: each expert's SwiGLU width; 0 = model.intermediate_size"),
+      TIDAL_KEY(model.shared_expert_intermediate_size,
+                "qwen2_moe: the width of the shared expert every token passes through (Qwen2-MoE's, gated by a "
+                "sigmoid); 0 = none"),
+      TIDAL_KEY(model.norm_topk_prob,
+                "qwen2_moe: the top k experts' weights renormalized to sum 1 (Mixtral always renormalizes)"),
+      TIDAL_KEY(model.router_aux_loss_coef,
+                "mixtral, qwen2_moe: the load-balancing loss's coefficient (Switch; transformers' "
+                "router_aux_loss_coef), the loss the mean over the MoE layers; 0 = none"),
+      TIDAL_KEY(model.router_z_loss_coef,
+                "mixtral, qwen2_moe: the router z-loss's coefficient (ST-MoE: 0.001), the mean over the MoE layers; "
+                "0 = none"),
+      TIDAL_KEY(model.expert_capacity_factor,
+                "mixtral, qwen2_moe: 0 = dropless (every token reaches its k experts); > 0: an expert takes at most "
+                "ceil(factor x tokens x k / experts) picks a micro-batch, first picks first, and drops the rest"),
       TIDAL_KEY(model.init_from,
                 "a Hugging Face model directory (config.json + model.safetensors or its shards) of a model_type the "
                 "families read (" + models::hf_architecture_names() +

@@ -6,6 +6,7 @@
 #include "core/process.h"
 #include "data/data_options.h"
 #include "engine/checkpoint/checkpointer.h"
+#include "engine/expert_metrics.h"
 #include "engine/hf_checkpoint.h"
 #include "engine/inference/sampler.h"
 #include "engine/lr_schedule.h"
@@ -369,8 +370,9 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
                              .first_sample = replica * local + m * micro,
                              .loss_scale = float(all_targets > 0 ? targets[std::size_t(m)] / all_targets : 0.0),
                              .gradient_scale = float(loss_scale)});
+  nn::ExpertRecord experts;
   const nn::StepState state{.runner = &runner, .training = true, .seed = cfg.train.seed, .step = std::uint32_t(at),
-                            .activations = activations.get()};
+                            .activations = activations.get(), .experts = &experts};
   double loss = engine.train(micro_batches, state, model_data->hooks(accum));
   model_data->finish_backward();
   if (replicas > 1) loss = sum_over_replicas(pc, loss);
@@ -417,6 +419,8 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
     record["loss_scale"] = loss_scale;
     record["skipped"] = !applied;
   }
+  if (models::find_family(cfg.model.type).routed)
+    record["moe"] = expert_metrics(experts, pc, cfg.model.n_layer, cfg.model.experts);
   if (nlohmann::json drawn = dataset->record((at + 1) * B); !drawn.empty()) record["data"] = std::move(drawn);
   if (cfg.train.log_samples) record["sample_ids"] = sample_ids;
   if (pc.world_size() > 1) record["communication"] = communication_since(communication_before, pc.communication_stats());

@@ -39,6 +39,15 @@ struct ModelConfig {
   double rope_high_freq_factor = 4.0;
   std::int64_t rope_original_max_positions = 8192;
   bool attention_bias = false;           // biases on the attention's projections
+  // mixtral, qwen2_moe: a mixture of SwiGLU experts in every block's MLP place (nn/moe.h)
+  int experts = 8;
+  int experts_per_token = 2;
+  std::int64_t expert_intermediate_size = 0;         // each expert's width; 0 = the MLP's (intermediate_size)
+  std::int64_t shared_expert_intermediate_size = 0;  // qwen2_moe: the shared expert's width; 0 = none
+  bool norm_topk_prob = false;           // qwen2_moe: the k weights renormalized (Mixtral always does)
+  double router_aux_loss_coef = 0.001;   // the load-balancing loss's coefficient
+  double router_z_loss_coef = 0.0;       // the router z-loss's coefficient
+  double expert_capacity_factor = 0.0;   // > 0: an expert takes at most factor x its even share, the rest dropped
   // A Hugging Face model directory (config.json, model.safetensors) whose architecture fills the
   // keys above and whose weights are the start; "" = tidal's own init.
   std::string init_from;

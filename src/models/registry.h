@@ -55,6 +55,8 @@ struct Family {
   // Checks the family's own keys of [model] (a tidal::Error naming the key and the fix); load_config
   // runs it after the checks every model gets.
   std::function<void(const ModelConfig&)> validate{};
+  // Its blocks route tokens to model.experts experts (nn/moe.h): each step's metrics say how.
+  bool routed = false;
   HfAdapter hf{};  // Hugging Face checkpoints both ways (model.init_from, tidal export); empty: none
 };
 

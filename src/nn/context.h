@@ -6,6 +6,7 @@
 #include "core/allocator.h"
 #include "core/tensor.h"
 
+#include <any>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -14,6 +15,7 @@ namespace tidal::nn {
 
 class Module;
 class Runner;
+struct ExpertRecord;
 
 // Model inputs; the fields a model does not use stay undefined.
 struct Batch {
@@ -44,6 +46,14 @@ struct StepState {
   // and after_backward with the last block (the memory manager stores, and data parallelism
   // reduces, a gradient once).
   bool more_parts = false;
+  // This micro-batch's weight in the step's loss, and a further factor on its gradient (fp16's
+  // loss scale; pipeline::MicroBatch's loss_scale and gradient_scale): a loss the model adds
+  // inside its layers (a router's auxiliary losses, nn/moe.h) counts with the weight and takes
+  // their product as its gradient, as the loss at the top does.
+  float loss_weight = 1.0f;
+  float gradient_scale = 1.0f;
+  // Where the mixtures of experts tell what they routed this step (nn/moe.h); null: nowhere.
+  ExpertRecord* experts = nullptr;
 };
 
 // The batch's tensors copied into `memory` (the undefined ones stay undefined).
@@ -77,6 +87,7 @@ class Context {
   Tensor as(const Tensor& t, DType dtype) const;
 
   std::vector<Tensor> saved;  // what this call's backward needs
+  std::any kept;              // and what it needs that is no tensor (a router's decisions, nn/moe.h)
 
   // Drops everything saved here and below (activation checkpointing keeps only the input).
   void clear();

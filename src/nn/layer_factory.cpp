@@ -7,6 +7,7 @@
 #include "nn/layernorm.h"
 #include "nn/linear.h"
 #include "nn/lm_head.h"
+#include "nn/moe.h"
 #include "nn/rms_norm.h"
 
 namespace tidal::nn {
@@ -58,6 +59,11 @@ std::unique_ptr<Loss> SingleDeviceLayers::cross_entropy(std::int64_t) { return s
 std::unique_ptr<Module> LayerFactory::untied_head(std::int64_t num, std::int64_t dim, ParameterInit init, bool bias) {
   return std::make_unique<UntiedLmHead>(vocab_embedding(num, dim, init),
                                         [&](TableLookup& table) { return tied_head(table, bias); });
+}
+
+std::unique_ptr<Module> LayerFactory::mixture_of_experts(std::int64_t n_embd, const MoeConfig& cfg, ParameterInit init,
+                                                         ParameterInit proj_init) {
+  return std::make_unique<MixtureOfExperts>(n_embd, cfg, init, proj_init, *this, batch_groups());
 }
 
 std::unique_ptr<Module> LayerFactory::self_attention(int n_head, int n_kv_head, bool causal) {

@@ -24,6 +24,8 @@
 
 namespace tidal::nn {
 
+struct MoeConfig;
+
 class LayerFactory {
  public:
   virtual ~LayerFactory() = default;
@@ -51,6 +53,13 @@ class LayerFactory {
   virtual std::unique_ptr<Module> self_attention(int n_head, int n_kv_head, bool causal);
   // qkv F -> F, rotated in place by the global positions of batch_slice() (nn/rotary.h).
   std::unique_ptr<Module> rotary(int n_head, int n_kv_head, std::int64_t head_dim, const RotaryConfig& cfg);
+  // H -> H: a mixture of experts (nn/moe.h) in place of an MLP, its experts' linears made here, its
+  // router's statistics summed over batch_groups().
+  std::unique_ptr<Module> mixture_of_experts(std::int64_t n_embd, const MoeConfig& cfg, ParameterInit init,
+                                             ParameterInit proj_init);
+  // The ranks holding other parts of the replica's micro-batch with whole features (sequence
+  // parallelism's ring), over which a layer that counts the batch's tokens sums its counts.
+  virtual std::vector<comm::Communicator*> batch_groups() { return {}; }
   // F -> H: the linear after an input_linear (attention and MLP output projections).
   virtual std::unique_ptr<Module> output_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) = 0;
   // H -> H: a linear whose output is hidden states again (BERT's MLM transform).

@@ -102,6 +102,7 @@ Tensor Context::backward(Module& m, const Tensor& dy, std::size_t slot) {
 
 void Context::clear() {
   saved.clear();
+  kept.reset();
   children_.clear();
   forgotten_.clear();
 }

@@ -24,7 +24,9 @@ TransformerBlock::TransformerBlock(const BlockConfig& c, LayerFactory& layers)
                                                                          layers))),
       attn_drop_(&add_module("attn_drop", layers.dropout(c.dropout))),
       ln_2_(&add_module("ln_2", make_norm(layers, c.norm, c.n_embd, c.norm_eps))),
-      mlp_(&add_module("mlp", std::make_unique<Mlp>(c.n_embd, c.mlp, c.init, c.proj_init, layers))),
+      mlp_(&add_module("mlp", c.moe.experts > 0
+                                  ? layers.mixture_of_experts(c.n_embd, c.moe, c.init, c.proj_init)
+                                  : std::unique_ptr<Module>(std::make_unique<Mlp>(c.n_embd, c.mlp, c.init, c.proj_init, layers)))),
       mlp_drop_(&add_module("mlp_drop", layers.dropout(c.dropout))) {}
 
 Tensor TransformerBlock::forward(const Tensor& x, Context& ctx) {

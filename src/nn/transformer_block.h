@@ -1,12 +1,14 @@
 // A transformer block: attention and MLP sublayers with residuals, each sublayer output followed
 // by dropout, its norms before the sublayers (pre-norm: GPT-2, ViT, Llama) or after the residual
 // sums (post-norm: original BERT). The model chooses the parts: LayerNorm or RMSNorm, attention
-// with learned or rotary positions and grouped-query heads, a GELU or SwiGLU MLP; the factory
+// with learned or rotary positions and grouped-query heads, a GELU or SwiGLU MLP or a mixture of
+// SwiGLU experts; the factory
 // makes each for the parallel layout.
 #pragma once
 
 #include "nn/attention.h"
 #include "nn/mlp.h"
+#include "nn/moe.h"
 
 namespace tidal::nn {
 
@@ -16,6 +18,7 @@ struct BlockConfig {
   std::int64_t n_embd = 0;
   AttentionConfig attention{};
   MlpConfig mlp{};
+  MoeConfig moe{};  // moe.experts > 0: a mixture of experts in the MLP's place (its `mlp` unused)
   NormKind norm = NormKind::layer_norm;
   float norm_eps = 1e-5f;
   bool pre_norm = true;
@@ -40,7 +43,7 @@ class TransformerBlock final : public Module {
   MultiHeadSelfAttention* attn_;
   Module* attn_drop_;
   Module* ln_2_;
-  Mlp* mlp_;
+  Module* mlp_;  // an Mlp or a MixtureOfExperts
   Module* mlp_drop_;
 };
 

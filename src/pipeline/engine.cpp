@@ -1,5 +1,6 @@
 #include "pipeline/engine.h"
 
+#include "nn/moe.h"
 #include "nn/runner.h"
 #include "nn/tp/shard.h"
 #include "pipeline/partition.h"
@@ -187,6 +188,8 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
     nn::StepState st = state;
     st.batch = mb.batch;
     st.first_sample = mb.first_sample;
+    st.loss_weight = mb.loss_scale;
+    st.gradient_scale = mb.gradient_scale;
     states.push_back(st);
   }
   // The stream an action's input comes from, if it is received.
@@ -230,6 +233,7 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
     }
   }
   finish_sends();
+  if (state.experts != nullptr) loss += state.experts->loss;  // the routers' losses, on their stages
   Tensor total = Tensor::full({1}, float(loss));
   pipeline_.all_reduce(total)->wait();  // only the last stage holds it
   profile_.seconds = seconds_since(start);

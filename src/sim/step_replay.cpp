@@ -4,6 +4,7 @@
 #include "config/options.h"
 #include "core/dtype.h"
 #include "data/data_options.h"
+#include "models/registry.h"
 #include "nn/runner.h"
 #include "ops/meta/recorder.h"
 #include "parallel/layout.h"
@@ -264,6 +265,11 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
   const StepGroups g = step_groups(rank);
   traffic.add("pipeline", g.pipeline, "all_reduce", 1, 4);  // the pipeline's loss
   if (g.data > 1) traffic.add("data", g.data, "all_reduce", 1, 4, 2);  // the step's targets and loss over replicas
+  // The routers' metrics (engine/expert_metrics.cpp): per block each expert's rows, the dropped
+  // picks and two losses, summed over the world.
+  const int world = rank.pc->world_size();
+  if (world > 1 && models::find_family(cfg.model.type).routed)
+    traffic.add("world", world, "all_reduce", double(cfg.model.n_layer) * (cfg.model.experts + 3), 4);
   if (!rank.model_data.chunks) return tensor_keeper_collectives(cfg, rank, g, traffic);
   Overlap overlap;
   if (g.group > 1) overlap = chunk_group_collectives(cfg, rank, g, micro_batches, traffic);

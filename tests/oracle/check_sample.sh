@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `tidal sample` against Hugging Face's generate(): random GPT-2, Llama and Qwen2 (grouped-query)
+# `tidal sample` against Hugging Face's generate(): random GPT-2, Llama, Qwen2 (grouped-query),
+# Mixtral and Qwen2-MoE
 # directories with sharpened logits (no near-ties), greedy decoding of 40 tokens after a prompt,
 # the ids compared token for token: prompts as ids, and as text through a tokenizer.json trained
 # with `tokenizers`. Then the errors: a
@@ -96,6 +97,20 @@ greedy llama "$dir/llama" "5 17 42 101 7 199 3" --prompt-ids "5 17 42 101 7 199 
   { echo "FAIL: hf_reference.py make qwen2"; exit 1; }
 sharpen "$dir/qwen2"
 greedy qwen2 "$dir/qwen2" "5 17 42 101 7 199 3" --prompt-ids "5 17 42 101 7 199 3"
+
+# Mixtral and Qwen2-MoE: each position's tokens routed to their top experts (Qwen2-MoE's weights
+# not renormalized, its shared expert behind a sigmoid gate).
+"$py" "$ref" make mixtral "$dir/mixtral" num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 \
+  hidden_size=64 intermediate_size=96 vocab_size=211 max_position_embeddings=64 rope_theta=500.0 num_local_experts=4 \
+  num_experts_per_tok=2 seed=23 || { echo "FAIL: hf_reference.py make mixtral"; exit 1; }
+sharpen "$dir/mixtral"
+greedy mixtral "$dir/mixtral" "5 17 42 101 7 199 3" --prompt-ids "5 17 42 101 7 199 3"
+"$py" "$ref" make qwen2_moe "$dir/qwen2_moe" num_hidden_layers=2 num_attention_heads=4 num_key_value_heads=2 \
+  hidden_size=64 intermediate_size=96 vocab_size=211 max_position_embeddings=64 rope_theta=500.0 num_experts=6 \
+  num_experts_per_tok=3 moe_intermediate_size=48 shared_expert_intermediate_size=64 seed=17 ||
+  { echo "FAIL: hf_reference.py make qwen2_moe"; exit 1; }
+sharpen "$dir/qwen2_moe"
+greedy qwen2_moe "$dir/qwen2_moe" "5 17 42 101 7 199 3" --prompt-ids "5 17 42 101 7 199 3"
 
 # The fine-tuning round trip through the command line: that Llama directory -> model.init_from ->
 # tidal train 10 steps -> tidal export -> from_pretrained: HF's generate() from the export equals

@@ -6,12 +6,16 @@ Runs in the venv of scripts/oracle-venv.sh (transformers 4.40.2 over Debian's to
 Usage:
     hf_reference.py make FAMILY DIR [key=value ...]
         A randomly initialised GPT2LMHeadModel / BertForMaskedLM / ViTForImageClassification /
-        LlamaForCausalLM / Qwen2ForCausalLM (family gpt2 | bert | vit | llama | qwen2) saved with save_pretrained. Every parameter gets noise on top
+        LlamaForCausalLM / Qwen2ForCausalLM / MixtralForCausalLM / Qwen2MoeForCausalLM (family gpt2 |
+        bert | vit | llama | qwen2 | mixtral | qwen2_moe) saved with save_pretrained. Every parameter gets noise on top
         of the HF init (so biases and LayerNorm are not zeros and ones). Keys: the config's sizes,
         seed, max_shard_size, peaked (gpt2: logits sharpened so greedy decoding has no near-ties).
     hf_reference.py run DIR IN.safetensors OUT.safetensors
         from_pretrained(DIR); the inputs of IN (gpt2, llama, qwen2: tokens, targets; bert: tokens,
-        token_types, attn_mask, targets; vit: images, labels) -> logits, loss. llama with
+        token_types, attn_mask, targets; vit: images, labels) -> logits, loss. mixtral and qwen2_moe:
+        the loss adds router_aux_loss_coef times the mean over the layers of each layer's
+        load-balancing loss (transformers' load_balancing_loss_func over that layer's router
+        logits; with one layer, the model's own aux_loss). llama with
         doc_positions [B, T] (packed documents: each token's position in its document): the
         causal mask cut to each document (a 4D mask) and those positions as position_ids. With metadata lr (and
         beta1, beta2, adam_eps, weight_decay): `steps` (default 1) AdamW steps on the same batch,
@@ -33,11 +37,15 @@ from safetensors.torch import load_file, save_file
 from safetensors import safe_open
 import transformers
 from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
-                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, ViTConfig, ViTForImageClassification)
+                          LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen2MoeConfig, Qwen2MoeForCausalLM, ViTConfig, ViTForImageClassification)
+from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
 
 torch.set_num_threads(2)
 CLASSES = {"gpt2": GPT2LMHeadModel, "bert": BertForMaskedLM, "vit": ViTForImageClassification,
-           "llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM}
+           "llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "mixtral": MixtralForCausalLM,
+           "qwen2_moe": Qwen2MoeForCausalLM}
+MOE = ("mixtral", "qwen2_moe")
 
 
 def parse_kv(items):
@@ -75,6 +83,10 @@ def make(family, directory, kv):
         cfg = LlamaConfig(attention_dropout=0.0, **ints)
     elif family == "qwen2":
         cfg = Qwen2Config(attention_dropout=0.0, **ints)
+    elif family == "mixtral":
+        cfg = MixtralConfig(attention_dropout=0.0, output_router_logits=True, **ints)
+    elif family == "qwen2_moe":
+        cfg = Qwen2MoeConfig(attention_dropout=0.0, output_router_logits=True, **ints)
     else:
         print(f"unknown family {family!r}", file=sys.stderr)
         sys.exit(2)
@@ -105,8 +117,25 @@ def document_mask(docs):
     return (same & causal).view(B, 1, T, T).float()
 
 
+def router_loss(model, out):
+    """router_aux_loss_coef x the mean over the layers of each layer's load-balancing loss."""
+    cfg = model.config
+    experts = cfg.num_local_experts if hasattr(cfg, "num_local_experts") else cfg.num_experts
+    layers = out.router_logits
+    if len(layers) == 1:
+        balance = out.aux_loss
+    else:
+        balance = sum(load_balancing_loss_func((g,), experts, cfg.num_experts_per_tok) for g in layers) / len(layers)
+    return cfg.router_aux_loss_coef * balance
+
+
 def forward(family, model, x):
-    if family in ("llama", "qwen2") and "doc_positions" in x:
+    if family in MOE:
+        out = model(input_ids=x["tokens"].long(), output_router_logits=True)
+        logits = out.logits.float()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x["targets"].long().reshape(-1),
+                               ignore_index=-100) + router_loss(model, out)
+    elif family in ("llama", "qwen2") and "doc_positions" in x:
         docs = x["doc_positions"].long()
         logits = model(input_ids=x["tokens"].long(), attention_mask=document_mask(docs), position_ids=docs).logits.float()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x["targets"].long().reshape(-1),
@@ -171,6 +200,9 @@ def save_gradients(model, directory, grads_dir):
 def generate(directory, path_in, path_out):
     _, model = load(directory)
     model.eval()
+    # Decoding needs no router losses (and transformers 4.40's Qwen2-MoE fails computing them
+    # under a growing attention mask).
+    model.config.output_router_logits = False
     x, meta = read_inputs(path_in)
     prompt = x["prompt"].long()
     ids = model.generate(prompt, do_sample=False, max_new_tokens=int(meta["tokens"]), min_new_tokens=int(meta["tokens"]),

@@ -11,6 +11,7 @@
 #include "engine/hf_checkpoint.h"
 #include "io/hf_weights.h"
 #include "models/factory.h"
+#include "nn/moe.h"
 #include "nn/runner.h"
 #include "optim/adamw.h"
 #include "support/batches.h"
@@ -111,27 +112,33 @@ void check_case(const Case& c) {
   ASSERT_EQ(ref.at("losses").numel(), c.steps);
 
   nn::Runner runner;
-  nn::StepState state{.runner = &runner, .training = true, .seed = kSeed, .batch = &c.batch};
+  nn::ExpertRecord experts;  // a mixture of experts' router losses (nn/moe.h), told in backward
+  nn::StepState state{.runner = &runner, .training = true, .seed = kSeed, .batch = &c.batch, .experts = &experts};
   optim::AdamW adam(model->parameters(), kAdam);
   for (int step = 0; step < c.steps; ++step) {
     state.step = std::uint32_t(step);
     nn::Context ctx(state);
     model->zero_grad();
+    experts = {};
     const models::ModelOutput out = model->run_forward(ctx);
     model->run_backward(ctx);
+    const float loss = out.loss + float(experts.loss);
     if (step == 0) {
       EXPECT_TRUE(all_close(out.logits, ref.at("logits"), kFp32)) << "logits";
-      EXPECT_TRUE(all_close(Tensor::full({1}, out.loss), ref.at("loss"), kFp32)) << "loss";
+      EXPECT_TRUE(all_close(Tensor::full({1}, loss), ref.at("loss"), kFp32)) << "loss";
       if (c.gradients) expect_gradients_equal(*model, cfg, grads);
     }
-    EXPECT_TRUE(all_close(Tensor::full({1}, out.loss), ref.at("losses").slice(0, step, step + 1).clone(), kFp32))
+    EXPECT_TRUE(all_close(Tensor::full({1}, loss), ref.at("losses").slice(0, step, step + 1).clone(), kFp32))
         << "loss of step " << step;
     adam.step();
   }
   state.step = std::uint32_t(c.steps);
   nn::Context ctx(state);
-  const models::ModelOutput after = model->run_forward(ctx);
+  experts = {};
+  models::ModelOutput after = model->run_forward(ctx);
   const Tensor after_logits = after.logits.clone();  // the step's activation memory is reused below
+  model->run_backward(ctx);  // the routers tell their losses in backward
+  after.loss += float(experts.loss);
   // After several steps AdamW's m / sqrt(v) turns fp32 rounding differences of gradients near zero
   // into whole update steps; Llama multi-head after 5 steps measured max |diff| 4.95e-5 on logits
   // of ~0.02 (the losses of every step agree within kFp32 above).
@@ -240,6 +247,39 @@ TEST(HfModels, LlamaGroupedQuery) { check_case(llama_case(2, 15)); }
 TEST(HfModels, Qwen2) {
   Case c = llama_case(2, 19);
   c.family = "qwen2";
+  c.steps = 5;
+  check_case(c);
+}
+// Mixtral (MixtralForCausalLM) at the Llama cases' odd sizes: 4 experts of SwiGLU width 160, 2 a
+// token, renormalized, a load-balancing loss of coefficient 0.02 in the loss; 2 layers (the
+// loss's router part is the mean of each layer's load_balancing_loss_func). Logits, the loss,
+// every gradient of the first step (router and experts included), 5 AdamW steps, the export.
+TEST(HfModels, Mixtral) {
+  Case c = llama_case(2, 21);
+  c.family = "mixtral";
+  c.make_args.insert(c.make_args.end(), {"num_local_experts=4", "num_experts_per_tok=2", "router_aux_loss_coef=0.02"});
+  c.steps = 5;
+  check_case(c);
+}
+
+// Qwen2-MoE (Qwen2MoeForCausalLM): 6 experts of width 64, 3 a token, weights not renormalized, a
+// shared expert of width 80 behind its sigmoid gate, q, k and v biases; one layer, so the loss is
+// compared with the model's own aux_loss. Then two layers with norm_topk_prob.
+TEST(HfModels, Qwen2Moe) {
+  Case c = llama_case(2, 22);
+  c.family = "qwen2_moe";
+  c.make_args[0] = "num_hidden_layers=1";
+  c.make_args.insert(c.make_args.end(), {"num_experts=6", "num_experts_per_tok=3", "moe_intermediate_size=64",
+                                         "shared_expert_intermediate_size=80", "router_aux_loss_coef=0.02"});
+  c.steps = 5;
+  check_case(c);
+}
+TEST(HfModels, Qwen2MoeRenormalized) {
+  Case c = llama_case(2, 23);
+  c.family = "qwen2_moe";
+  c.make_args.insert(c.make_args.end(), {"num_experts=4", "num_experts_per_tok=2", "moe_intermediate_size=48",
+                                         "shared_expert_intermediate_size=64", "norm_topk_prob=true",
+                                         "router_aux_loss_coef=0.05"});
   c.steps = 5;
   check_case(c);
 }

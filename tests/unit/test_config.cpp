@@ -93,7 +93,12 @@ TEST(Config, LlamaKeys) {
 
 TEST(Config, AnotherFamilysKeysAreErrors) {  // models::Family::keys: they would be ignored
   EXPECT_NE(message({"model.n_kv_head=1"}).find("--set model.n_kv_head=1: model.n_kv_head is read by model.type = "
-                                                "llama or qwen2 only, and model.type = \"gpt\" would ignore it"),
+                                                "llama or qwen2 or mixtral or qwen2_moe only, and model.type = \"gpt\" "
+                                                "would ignore it"),
+            std::string::npos);
+  EXPECT_NE(message({"model.type=llama", "model.experts=4"}).find("model.type = mixtral or qwen2_moe only"),
+            std::string::npos);
+  EXPECT_NE(message({"model.type=mixtral", "model.shared_expert_intermediate_size=64"}).find("qwen2_moe only"),
             std::string::npos);
   EXPECT_NE(message({"model.type=llama", "model.type_vocab_size=3"}).find("model.type = bert only"), std::string::npos);
   EXPECT_NE(message({"model.type=bert", "model.patch_size=4"}).find("model.type = vit only"), std::string::npos);

@@ -1,5 +1,6 @@
 #include "models/llama/decoder.h"
 
+#include "nn/router.h"
 #include "ops/bias.h"
 #include "ops/gemm.h"
 #include "ops/residual.h"
@@ -8,6 +9,8 @@
 #include "ops/swiglu.h"
 
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace tidal::models {
 namespace {
@@ -31,6 +34,9 @@ LlamaDecoder::LlamaDecoder(Model& model, const LlamaConfig& cfg, std::int64_t ma
   head_ = cfg.tie_embeddings ? wte_ : host_weight(model, "lm_head.weight", {V_, C_});
   ln_f_w_ = host_weight(model, "ln_f.weight", {C_});
   Allocator& host = host_allocator();
+  const bool moe = cfg.moe.experts > 0;
+  moe_ = cfg.moe;
+  const std::int64_t Ie = cfg.moe.expert_hidden, Is = cfg.moe.shared_hidden;
   for (int l = 0; l < cfg.n_layer; ++l) {
     const std::string b = fmt::format("blocks.{}.", l);
     blocks_.push_back({.ln_1_w = host_weight(model, b + "ln_1.weight", {C_}),
@@ -39,10 +45,31 @@ LlamaDecoder::LlamaDecoder(Model& model, const LlamaConfig& cfg, std::int64_t ma
                        .proj_w = host_weight(model, b + "attn.proj.weight", {C_, C_}),
                        .proj_b = cfg.proj_bias ? host_weight(model, b + "attn.proj.bias", {C_}) : Tensor{},
                        .ln_2_w = host_weight(model, b + "ln_2.weight", {C_}),
-                       .fc_w = host_weight(model, b + "mlp.fc.weight", {2 * I_, C_}),
-                       .down_w = host_weight(model, b + "mlp.proj.weight", {C_, I_}),
+                       .fc_w = moe ? Tensor{} : host_weight(model, b + "mlp.fc.weight", {2 * I_, C_}),
+                       .down_w = moe ? Tensor{} : host_weight(model, b + "mlp.proj.weight", {C_, I_}),
                        .k_cache = Tensor::empty({P_, kv}, DType::f32, host),
                        .v_cache = Tensor::empty({P_, kv}, DType::f32, host)});
+    if (!moe) continue;
+    Block& block = blocks_.back();
+    block.router_w = host_weight(model, b + "mlp.gate.weight", {cfg.moe.experts, C_});
+    for (int e = 0; e < cfg.moe.experts; ++e) {
+      const std::string x = fmt::format("{}mlp.experts.{}.", b, e);
+      block.expert_fc.push_back(host_weight(model, x + "fc.weight", {2 * Ie, C_}));
+      block.expert_down.push_back(host_weight(model, x + "proj.weight", {C_, Ie}));
+    }
+    if (Is > 0) {
+      block.shared_fc = host_weight(model, b + "mlp.shared_expert.fc.weight", {2 * Is, C_});
+      block.shared_down = host_weight(model, b + "mlp.shared_expert.proj.weight", {C_, Is});
+      block.shared_gate_w = host_weight(model, b + "mlp.shared_expert_gate.weight", {1, C_});
+    }
+  }
+  if (moe) {
+    router_ = Tensor::empty({1, cfg.moe.experts}, DType::f32, host);
+    expert_gate_up_ = Tensor::empty({1, 2 * Ie}, DType::f32, host);
+    expert_h_ = Tensor::empty({1, Ie}, DType::f32, host);
+    shared_gate_up_ = Tensor::empty({1, 2 * Is}, DType::f32, host);
+    shared_h_ = Tensor::empty({1, Is}, DType::f32, host);
+    expert_o_ = Tensor::empty({1, C_}, DType::f32, host);
   }
   x_ = Tensor::empty({1, C_}, DType::f32, host);
   a_ = Tensor::empty({1, C_}, DType::f32, host);
@@ -77,12 +104,39 @@ void LlamaDecoder::step(std::int32_t token, std::int64_t t) {
     ops::accumulate(x_, o_);
     // x += down(swiglu(fc(rms_norm_2(x))))
     ops::rms_norm_forward(a_, rstd_, x_, b.ln_2_w, eps_);
-    ops::gemm(gate_up_, a_, b.fc_w, {.trans_b = true});
-    ops::swiglu_forward(h_, gate_up_);
-    ops::gemm(o_, h_, b.down_w, {.trans_b = true});
+    if (moe_.experts > 0) mixture(b);
+    else swiglu_mlp(o_, b.fc_w, b.down_w, gate_up_, h_);
     ops::accumulate(x_, o_);
   }
   logits_ready_ = false;
+}
+
+void LlamaDecoder::swiglu_mlp(Tensor& out, const Tensor& fc, const Tensor& down, Tensor& gate_up, Tensor& h) {
+  ops::gemm(gate_up, a_, fc, {.trans_b = true});
+  ops::swiglu_forward(h, gate_up);
+  ops::gemm(out, h, down, {.trans_b = true});
+}
+
+// The token's k experts' outputs summed by the router's weights, plus the gated shared expert's.
+void LlamaDecoder::mixture(const Block& b) {
+  ops::gemm(router_, a_, b.router_w, {.trans_b = true});
+  const nn::Routing r = nn::route(router_.data<float>(), 1,
+                                  {.experts = moe_.experts, .top_k = moe_.experts_per_token,
+                                   .normalize = moe_.normalize_top_k});
+  float* o = o_.data<float>();
+  const float* e_o = expert_o_.data<float>();
+  std::fill_n(o, C_, 0.0f);
+  for (std::size_t j = 0; j < r.expert.size(); ++j) {
+    const std::size_t e = std::size_t(r.expert[j]);
+    swiglu_mlp(expert_o_, b.expert_fc[e], b.expert_down[e], expert_gate_up_, expert_h_);
+    for (std::int64_t c = 0; c < C_; ++c) o[c] += r.weight[j] * e_o[c];
+  }
+  if (!b.shared_fc.defined()) return;
+  swiglu_mlp(expert_o_, b.shared_fc, b.shared_down, shared_gate_up_, shared_h_);
+  float g = 0.0f;
+  for (std::int64_t c = 0; c < C_; ++c) g += a_.data<float>()[c] * b.shared_gate_w.data<float>()[c];
+  g = 1.0f / (1.0f + std::exp(-g));
+  for (std::int64_t c = 0; c < C_; ++c) o[c] += g * e_o[c];
 }
 
 Tensor LlamaDecoder::logits() {

@@ -86,7 +86,15 @@ nlohmann::json llama_shape_json(const ModelConfig& m) {
           {"tie_word_embeddings", m.tie_embeddings}};
 }
 
-std::vector<io::HfTensorSource> llama_hf_tensors(const ModelConfig& m, bool qkv_bias, bool proj_bias) {
+void llama_hf_mlp(io::HfTensorSources& src, const std::string& tidal, const std::string& hf, std::int64_t n_embd,
+                  std::int64_t width, const std::string& hf_mlp) {
+  const std::string h = hf + hf_mlp;
+  src.add(tidal + "fc.weight", {h + "gate_proj.weight", h + "up_proj.weight"}, {{width, n_embd}, {width, n_embd}});
+  src.one(tidal + "proj.weight", h + "down_proj.weight", {n_embd, width});
+}
+
+std::vector<io::HfTensorSource> llama_hf_tensors(const ModelConfig& m, bool qkv_bias, bool proj_bias,
+                                                 const HfMlpTensors& mlp) {
   const std::int64_t C = m.n_embd, I = llama_intermediate_size(m), hd = m.n_embd / m.n_head;
   const int kv = m.n_kv_head ? m.n_kv_head : m.n_head;
   io::HfTensorSources src;
@@ -99,8 +107,8 @@ std::vector<io::HfTensorSource> llama_hf_tensors(const ModelConfig& m, bool qkv_
     src.one(t + "attn.proj.weight", h + "self_attn.o_proj.weight", {C, C});
     if (proj_bias) src.one(t + "attn.proj.bias", h + "self_attn.o_proj.bias", {C});
     src.one(t + "ln_2.weight", h + "post_attention_layernorm.weight", {C});
-    src.add(t + "mlp.fc.weight", {h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"}, {{I, C}, {I, C}});
-    src.one(t + "mlp.proj.weight", h + "mlp.down_proj.weight", {C, I});
+    if (mlp) mlp(src, t + "mlp.", h);
+    else llama_hf_mlp(src, t + "mlp.", h, C, I);
   }
   src.one("ln_f.weight", "model.norm.weight", {C});
   if (!m.tie_embeddings) src.one("lm_head.weight", "lm_head.weight", {m.vocab_size, C});

@@ -19,8 +19,15 @@ struct LlamaHfDefaults {
 std::vector<std::string> read_llama_shape(const io::HfConfigKeys& k, ModelConfig& m, const LlamaHfDefaults& d);
 // Those keys of `m` as config.json writes them.
 nlohmann::json llama_shape_json(const ModelConfig& m);
+// Where one block's MLP lives: tidal's names under `tidal` ("blocks.3.mlp."), Hugging Face's under
+// `hf` ("model.layers.3.").
+using HfMlpTensors = std::function<void(io::HfTensorSources& src, const std::string& tidal, const std::string& hf)>;
+// Llama's: mlp.gate_proj | mlp.up_proj as tidal's fused fc, mlp.down_proj as its proj.
+void llama_hf_mlp(io::HfTensorSources& src, const std::string& tidal, const std::string& hf, std::int64_t n_embd,
+                  std::int64_t width, const std::string& hf_mlp = "mlp.");
 // Where each parameter of a Llama-shaped model of `m` lives, with biases on q, k and v and on the
-// output projection as asked.
-std::vector<io::HfTensorSource> llama_hf_tensors(const ModelConfig& m, bool qkv_bias, bool proj_bias);
+// output projection as asked, each block's MLP where `mlp` says (default: Llama's).
+std::vector<io::HfTensorSource> llama_hf_tensors(const ModelConfig& m, bool qkv_bias, bool proj_bias,
+                                                 const HfMlpTensors& mlp = {});
 
 }  // namespace tidal::models

@@ -39,13 +39,21 @@ class Llama final : public Model {
                 .hidden = c.intermediate_size,
                 .bias = false,
                 .recompute_activation = c.checkpointing.selective},
+        .moe = c.moe,
         .norm = nn::NormKind::rms_norm,
         .norm_eps = c.rms_eps,
         .pre_norm = true,
         .dropout = c.dropout,
         .init = init,
         .proj_init = init};
-    add_blocks(c.n_layer, [&] { return std::make_unique<nn::TransformerBlock>(b, layers); }, c.checkpointing);
+    int layer = 0;
+    add_blocks(c.n_layer, [&] {
+      nn::BlockConfig block = b;
+      block.moe.layer = layer++;
+      block.moe.moe_layers = c.n_layer;
+      block.moe.recompute_activation = c.checkpointing.selective;
+      return std::make_unique<nn::TransformerBlock>(block, layers);
+    }, c.checkpointing);
     add_layer("ln_f", layers.rms_norm(c.n_embd, c.rms_eps));
     add_head_and_loss("lm_head",
                       c.tie_embeddings ? layers.tied_head(wte, false)

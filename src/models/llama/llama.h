@@ -1,6 +1,6 @@
 // The Llama family (Llama 2 / 3, Mistral, Qwen2 and their kin share this shape): token embedding,
 // pre-norm blocks of RMSNorm, causal attention with rotary positions and grouped-query heads,
-// and a SwiGLU MLP, none with biases; a final RMSNorm and an LM head of its own (tied to the
+// and a SwiGLU MLP (or a mixture of SwiGLU experts), none with biases; a final RMSNorm and an LM head of its own (tied to the
 // token table if asked). Parameter names follow tidal's GPT (wte, blocks.{i}.{ln_1, attn.qkv,
 // attn.proj, ln_2, mlp.fc, mlp.proj}, ln_f, lm_head); io/hf_layout maps them to
 // LlamaForCausalLM's.
@@ -9,6 +9,7 @@
 #include "models/model.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/layer_factory.h"
+#include "nn/moe.h"
 #include "nn/rotary.h"
 
 namespace tidal::models {
@@ -29,6 +30,9 @@ struct LlamaConfig {
   nn::CheckpointPolicy checkpointing{};
   bool tie_embeddings = false;
   bool embedding_on_host = false;  // the embedding layer runs on the host CPU (nn/on_host.h)
+  // moe.experts > 0: a mixture of SwiGLU experts in each block's MLP place (Mixtral, Qwen2-MoE;
+  // its layer and moe_layers filled per block).
+  nn::MoeConfig moe{};
 };
 
 std::unique_ptr<Model> make_llama(const LlamaConfig& cfg, nn::LayerFactory& layers = nn::single_device_layers());

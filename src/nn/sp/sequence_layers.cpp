@@ -36,6 +36,7 @@ class SequenceLayers final : public SingleDeviceLayers {
   std::unique_ptr<Loss> cross_entropy(std::int64_t) override {
     return std::make_unique<CrossEntropyLoss>(positions_, std::vector<comm::Communicator*>{&ring_});
   }
+  std::vector<comm::Communicator*> batch_groups() override { return {&ring_}; }
   void split_hidden(Parameter&) override { throw Error(no_images()); }
   BatchSlice batch_slice() const override { return positions_; }
   // [B, T / N, ...] on each rank -> [B, T, ...] in the sequence's order.

@@ -7,6 +7,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
+#include "ops/expert_rows.h"
 #include "ops/gelu.h"
 #include "ops/grad_norm.h"
 #include "ops/layernorm.h"
@@ -35,6 +36,9 @@ void dropout_backward(Tensor&, const Tensor&, float, const DropoutKey&) {}
 void embedding_forward(Tensor&, const Tensor&, const Tensor&, bool) {}
 void position_embedding_forward(Tensor&, const Tensor&, std::int64_t) {}
 void position_embedding_backward(Tensor&, const Tensor&, std::int64_t) {}
+void gather_rows(Tensor&, const Tensor&, const Tensor&, const Tensor&) {}
+void combine_rows(Tensor&, const Tensor&, const Tensor&, const Tensor&) {}
+void slot_dots(Tensor&, const Tensor&, const Tensor&, const Tensor&) {}
 void gelu_forward(Tensor&, const Tensor&, GeluForm) {}
 void gelu_backward(Tensor&, const Tensor&, const Tensor&, GeluForm) {}
 void layernorm_forward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, float) {}

@@ -1,0 +1,75 @@
+#include "models/qwen2_moe/hf.h"
+
+#include "models/llama/hf.h"
+
+namespace tidal::models {
+namespace {
+
+// transformers' Qwen2MoeConfig defaults (4.40).
+constexpr LlamaHfDefaults kQwen2Moe{.n_layer = 24,
+                                    .n_head = 16,
+                                    .n_embd = 2048,
+                                    .intermediate_size = 5632,
+                                    .vocab_size = 151936,
+                                    .max_positions = 32768};
+
+std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
+  std::vector<std::string> decided = read_llama_shape(k, m, kQwen2Moe);
+  k.require("use_sliding_window", false, "attention over every earlier position");
+  k.require("decoder_sparse_step", 1, "a mixture of experts in every block");
+  TIDAL_CHECK(!k.has("mlp_only_layers") || k.get<std::vector<int>>("mlp_only_layers", {}).empty(),
+              "{}: \"mlp_only_layers\" names dense blocks; tidal builds a mixture of experts in every block", k.file());
+  m.experts = k.positive<int>("num_experts", 60);
+  m.experts_per_token = k.positive<int>("num_experts_per_tok", 4);
+  m.expert_intermediate_size = k.positive<std::int64_t>("moe_intermediate_size", 1408);
+  m.shared_expert_intermediate_size = k.positive<std::int64_t>("shared_expert_intermediate_size", 5632);
+  m.norm_topk_prob = k.get<bool>("norm_topk_prob", false);
+  m.router_aux_loss_coef = k.get<double>("router_aux_loss_coef", 0.001);
+  decided.insert(decided.end(), {"model.experts", "model.experts_per_token", "model.expert_intermediate_size",
+                                 "model.shared_expert_intermediate_size", "model.norm_topk_prob",
+                                 "model.router_aux_loss_coef"});
+  return decided;
+}
+
+// sliding_window: the model's positions, as for Qwen2 (models/qwen2/hf.cpp).
+nlohmann::json write(const ModelConfig& m) {
+  nlohmann::json j = llama_shape_json(m);
+  j.update({{"model_type", "qwen2_moe"},
+            {"use_sliding_window", false},
+            {"sliding_window", m.max_positions ? m.max_positions : m.seq_len},
+            {"max_window_layers", m.n_layer},
+            {"decoder_sparse_step", 1},
+            {"num_experts", m.experts},
+            {"num_experts_per_tok", m.experts_per_token},
+            {"moe_intermediate_size", m.expert_intermediate_size > 0 ? m.expert_intermediate_size : j["intermediate_size"].get<std::int64_t>()},
+            {"shared_expert_intermediate_size", m.shared_expert_intermediate_size},
+            {"norm_topk_prob", m.norm_topk_prob},
+            {"router_aux_loss_coef", m.router_aux_loss_coef},
+            {"output_router_logits", m.router_aux_loss_coef > 0}});
+  return j;
+}
+
+}  // namespace
+
+HfAdapter qwen2_moe_hf_adapter() {
+  return {.model_type = "qwen2_moe",
+          .architecture = "Qwen2MoeForCausalLM",
+          .base_prefix = "model.",
+          .read = read,
+          .write = write,
+          .tensors = [](const ModelConfig& m) {
+            const std::int64_t C = m.n_embd, I = write(m)["moe_intermediate_size"].get<std::int64_t>();
+            return llama_hf_tensors(m, true, false, [&](io::HfTensorSources& src, const std::string& t,
+                                                        const std::string& h) {
+              src.one(t + "gate.weight", h + "mlp.gate.weight", {m.experts, C});
+              for (int e = 0; e < m.experts; ++e)
+                llama_hf_mlp(src, fmt::format("{}experts.{}.", t, e), h, C, I, fmt::format("mlp.experts.{}.", e));
+              if (m.shared_expert_intermediate_size > 0) {
+                llama_hf_mlp(src, t + "shared_expert.", h, C, m.shared_expert_intermediate_size, "mlp.shared_expert.");
+                src.one(t + "shared_expert_gate.weight", h + "mlp.shared_expert_gate.weight", {1, C});
+              }
+            });
+          }};
+}
+
+}  // namespace tidal::models

@@ -1,0 +1,81 @@
+// A mixture of experts in place of a transformer block's MLP (Shazeer et al. 2017; Mixtral,
+// Jiang et al. 2024; Qwen2-MoE): a router (nn/router.h) sends each token to its k experts, SwiGLU
+// MLPs of their own, and sums their outputs by the router's weights; Qwen2-MoE adds a shared
+// expert every token passes through, scaled by a sigmoid gate. Dropless by default: an expert's
+// batch is every token routed to it, of any size (a GEMM per expert on its rows; every expert
+// runs every micro-batch, with no rows if none came, so the memory manager's and data
+// parallelism's hooks see the same modules on every rank).
+//
+// The router's two losses are added inside the layer: their value, times the micro-batch's
+// weight (StepState::loss_weight), goes to the step's ExpertRecord, and their gradient (times
+// loss_weight x gradient_scale) joins the router's in backward. Each is the mean over the model's
+// MoE layers of the layer's loss (transformers' load_balancing_loss_func over one layer's
+// logits) times its coefficient.
+//
+// Parameters: gate.weight [E, C]; experts.{e}.fc.weight [2I, C] (gate | up) and
+// experts.{e}.proj.weight [C, I]; shared_expert.{fc, proj}.weight and shared_expert_gate.weight
+// [1, C] with a shared expert.
+#pragma once
+
+#include "comm/communicator.h"
+#include "nn/layer_factory.h"
+#include "nn/router.h"
+
+#include <map>
+#include <vector>
+
+namespace tidal::nn {
+
+struct MoeConfig {
+  int experts = 0;  // 0: the block has a dense MLP
+  int experts_per_token = 2;
+  std::int64_t expert_hidden = 0;  // each expert's SwiGLU width
+  std::int64_t shared_hidden = 0;  // the shared expert's SwiGLU width; 0 = none
+  bool normalize_top_k = true;     // the k weights renormalized to sum 1 (Mixtral; Qwen2-MoE's norm_topk_prob)
+  double capacity_factor = 0.0;    // > 0: an expert takes at most ceil(factor N k / E) picks, the rest dropped
+  double aux_loss_coef = 0.0;      // the load-balancing loss's coefficient
+  double z_loss_coef = 0.0;        // the router z-loss's coefficient
+  int moe_layers = 1;              // the model's MoE layers: each adds 1/moe_layers of its losses
+  int layer = 0;                   // this one's block index (the metrics' key)
+  bool recompute_activation = false;  // the experts' SwiGLU outputs remade in backward
+};
+
+// What one MoE layer routed over a step's micro-batches on this rank.
+struct ExpertLoad {
+  std::vector<double> tokens;  // [E]: rows each expert ran
+  double dropped = 0;          // picks past capacity
+  double balance_loss = 0;     // the layer's load-balancing loss, weighted by the micro-batches' shares
+  double z_loss = 0;           // its z-loss, as weighted
+};
+
+// A step's routing, by block index, and the auxiliary losses' part of the step's loss.
+struct ExpertRecord {
+  std::map<int, ExpertLoad> layers;
+  double loss = 0;
+};
+
+class MixtureOfExperts final : public Module {
+ public:
+  // batch_groups: the ranks holding other parts of the replica's micro-batch (sequence
+  // parallelism), over which the router's statistics are summed.
+  MixtureOfExperts(std::int64_t n_embd, const MoeConfig& cfg, ParameterInit init, ParameterInit proj_init,
+                   LayerFactory& layers, std::vector<comm::Communicator*> batch_groups = {});
+
+  Tensor forward(const Tensor& x, Context& ctx) override;  // [..., C] -> [..., C]
+  Tensor backward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  // The replica's router statistics from this rank's (nn/router.h: replica_statistics).
+  std::vector<double> over_replica(std::vector<double> mine, Device device) const;
+  RouterOptions router_options() const;
+
+  MoeConfig cfg_;
+  std::int64_t C_;
+  Module* gate_;
+  std::vector<Module*> experts_;
+  Module* shared_ = nullptr;
+  Module* shared_gate_ = nullptr;
+  std::vector<comm::Communicator*> batch_groups_;
+};
+
+}  // namespace tidal::nn

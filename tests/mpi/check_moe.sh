@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Mixtral and Qwen2-MoE (configs/mixtral-tiny.toml made small: 4 layers, width 64, 8 query heads
+# over 4 key / value heads, 4 experts of SwiGLU width 48, 2 a token, the load-balancing loss at
+# 0.02 and the z-loss at 0.001 in the loss) in the engine's layouts, each 10 steps whose per-step,
+# eval and final losses equal one process's of the same model and precision within the declared
+# tolerance (relative; fp32 1e-4 and bf16 2e-3 as check_llama.sh). Every run takes micro-batches of
+# 4 samples, so the routers' statistics (means over a micro-batch) cover the same tokens in every
+# layout: data 2, pipeline 2, 1D tensor 2 (each expert split), sequence 2 (ring; the statistics
+# summed over the ring), data 2 x ZeRO-3 in bf16 with every block recomputed, Qwen2-MoE (its shared
+# expert) at data 2 x pipeline 2 x 1D tensor 2 in bf16, and chunks offloaded under a device cap,
+# bitwise equal to uncapped. Then a 2D tensor layout: exit 2 naming parallel.tensor.mode.
+# usage: check_moe.sh path/to/tidal <mpirun command...>
+set -euo pipefail
+tidal=$1; shift
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+config=$(cd "$(dirname "$0")/../.." && pwd)/configs/mixtral-tiny.toml
+common=(-c "$config" --set train.steps=10 --set train.batch_size=8 --set train.micro_batch_size=4
+        --set model.n_layer=4 --set model.n_embd=64 --set model.n_head=8 --set model.n_kv_head=4
+        --set model.intermediate_size=48 --set model.experts=4 --set model.vocab_size=130 --set model.seq_len=32
+        --set model.router_aux_loss_coef=0.02 --set model.router_z_loss_coef=0.001 --set train.eval_every=5
+        --set train.eval_batches=1 --set train.warmup_steps=2 --set train.grad_clip=0.5 --set train.lr=3e-3)
+MPIRUN=("$@")
+support=$(cd "$(dirname "$0")/../support" && pwd)
+source "$support/expect_error.sh"
+# run <name> <ranks> <arguments...>: metrics in $dir/<name>.jsonl.
+run() {
+  local name=$1 np=$2; shift 2
+  local launch=()
+  [ "$np" = 1 ] || launch=("${MPIRUN[@]}" -np "$np")
+  "${launch[@]}" "$tidal" train "${common[@]}" "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.log" 2>&1 ||
+    { cat "$dir/$name.log"; echo "FAIL: $name"; exit 1; }
+}
+run single_fp32 1
+run single_bf16 1 --set train.precision=bf16
+run data2 2 --set parallel.data=2
+run pipeline2 2 --set parallel.pipeline=2
+run tensor2_1d 2 --set parallel.tensor.size=2
+run sequence2 2 --set parallel.sequence=2
+run data2_zero3_recomputed_bf16 2 --set parallel.data=2 --set zero.stage=3 --set train.precision=bf16 \
+  --set train.activation_checkpointing=blocks
+qwen=(--set model.type=qwen2_moe --set model.expert_intermediate_size=32 --set model.shared_expert_intermediate_size=48
+      --set train.precision=bf16)
+run qwen2_moe_single_bf16 1 "${qwen[@]}"
+run qwen2_moe_data2_pipeline2_tensor2_bf16 8 "${qwen[@]}" --set parallel.data=2 --set parallel.pipeline=2 \
+  --set parallel.tensor.size=2
+offload=(--set parallel.data=2 --set zero.stage=3 --set memory.offload=chunk --set memory.chunk_size=150000
+         --set model.n_embd=128 --set model.intermediate_size=128 --set model.seq_len=16 --set train.batch_size=4
+         --set train.micro_batch_size=2 --set train.steps=6 --set train.eval_every=3)
+run data2_zero3_offload_uncapped 2 "${offload[@]}" --set memory.device_limit=64GiB
+cap=$(/usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(int(max(rows[-1]['model_data']['model_data_bytes_per_rank']) * 0.3))" "$dir/data2_zero3_offload_uncapped.jsonl")
+run data2_zero3_offload_capped 2 "${offload[@]}" --set memory.device_limit="$cap"
+/usr/bin/python3 - "$dir" "$support" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from runs import compare
+d = sys.argv[1]
+worst = {}
+for name, reference, tolerance in [("data2", "single_fp32", 1e-4), ("pipeline2", "single_fp32", 1e-4),
+                                   ("tensor2_1d", "single_fp32", 1e-4), ("sequence2", "single_fp32", 1e-4),
+                                   ("data2_zero3_recomputed_bf16", "single_bf16", 2e-3),
+                                   ("qwen2_moe_data2_pipeline2_tensor2_bf16", "qwen2_moe_single_bf16", 2e-3)]:
+    w, summary = compare(d, name, reference, tolerance, all_steps=True)
+    worst[tolerance] = max(worst.get(tolerance, 0.0), w)
+compare(d, "data2_zero3_offload_capped", "data2_zero3_offload_uncapped", 0.0, all_steps=True)
+# The routing the metrics report is the same in every fp32 layout: tokens per expert (max / mean)
+# and the load-balancing loss of step 1.
+def first(name):
+    return [json.loads(l) for l in open(f"{d}/{name}.jsonl") if '"moe"' in l][0]["moe"]
+ref = first("single_fp32")
+for name in ("data2", "pipeline2", "tensor2_1d", "sequence2"):
+    got = first(name)
+    for key in ("tokens_per_expert_max_over_mean", "aux_loss", "z_loss"):
+        assert abs(got[key] - ref[key]) <= 1e-4 * abs(ref[key]), f"{name}: moe {key} {got[key]} vs {ref[key]}"
+print(f"step 1 routing in every fp32 layout: tokens per expert max/mean {ref['tokens_per_expert_max_over_mean']:.4f}, "
+      f"aux loss {ref['aux_loss']:.5f}, z-loss {ref['z_loss']:.5f}")
+print("PASS: Mixtral in data, pipeline, 1D tensor, sequence and data x ZeRO-3 recomputed (bf16), Qwen2-MoE in data x "
+      "pipeline x tensor (bf16) = one process (worst relative difference fp32 "
+      f"{worst[1e-4]:.2e} <= 1e-4, bf16 {worst[2e-3]:.2e} <= 2e-3); chunks offloaded under a device cap = uncapped, "
+      "bitwise")
+PY
+expect_error "parallel.tensor.mode = \"1d\"" 4 "${common[@]}" --set parallel.tensor.size=4 --set parallel.tensor.mode=2d
+echo "PASS: a 2D tensor layout exits 2 naming parallel.tensor.mode"
