@@ -1,6 +1,7 @@
 #include "config/config.h"
 
 #include "config/hf_model.h"
+#include "config/options.h"
 #include "config/schema.h"
 #include "core/error.h"
 #include "models/registry.h"
@@ -291,6 +292,19 @@ void check_layout(const Config& c) {
               "model.type = \"{}\" routes each token by its whole hidden state, and parallel.tensor.mode = \"{}\" "
               "splits it by features: use parallel.tensor.mode = \"1d\" (it splits each expert), or "
               "parallel.tensor.size = 1", c.model.type, parallel::tensor_mode_name(p.tensor.mode));
+  TIDAL_CHECK(p.expert == 1 || models::find_family(c.model.type).routed,
+              "parallel.expert = {} spreads a mixture's experts over ranks, and model.type = \"{}\" has none: use "
+              "model.type = \"mixtral\" or \"qwen2_moe\", or parallel.expert = 1", p.expert, c.model.type);
+  TIDAL_CHECK(p.expert == 1 || c.model.experts % p.expert == 0,
+              "parallel.expert = {} must divide model.experts = {}: each rank of an expert group holds as many "
+              "experts", p.expert, c.model.experts);
+  TIDAL_CHECK(p.expert == 1 || p.sequence == 1,
+              "parallel.expert = {} with parallel.sequence = {}: expert parallelism does not yet run beside sequence "
+              "parallelism; set one of them to 1", p.expert, p.sequence);
+  TIDAL_CHECK(p.expert == 1 || !keeps_chunks(c),
+              "parallel.expert = {} runs with fp32 model data in tensors for now (zero.stage = 0, "
+              "train.precision = \"fp32\", memory.offload = \"none\"): the chunk lists share one layout over "
+              "the data ranks, and an expert group's ranks hold different experts", p.expert);
   // Pipeline schedules that cannot run (pipeline/schedule.h, pipeline/partition.h say the same).
   TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == pipeline::ScheduleKind::interleaved,
               "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (it is \"{}\")", p.virtual_stages,

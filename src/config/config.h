@@ -72,6 +72,7 @@ struct TensorParallelConfig {
 
 struct ParallelConfig {
   int data = 1;
+  int expert = 1;  // data ranks that split each mixture of experts' experts (parallel::MeshSpec::expert)
   int pipeline = 1;
   int sequence = 1;
   // Ring positions zig-zag: rank r of N holds chunks r and 2N - 1 - r of the sequence's 2N, so

@@ -14,6 +14,7 @@ parallel::ContextOptions context_options(const Config& cfg) {
                    .pipeline = p.pipeline,
                    .tensor = p.tensor.size,
                    .sequence = p.sequence,
+                   .expert = p.expert,
                    .sequence_zigzag = p.sequence_zigzag,
                    .sequence_mode = p.sequence_mode,
                    .mode = p.tensor.mode,

@@ -197,6 +197,10 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(parallel.data, "data-parallel replicas"),
       TIDAL_KEY(parallel.pipeline, "pipeline stages"),
       TIDAL_KEY(parallel.sequence, "sequence-parallel ranks (ring self-attention)"),
+      TIDAL_KEY(parallel.expert,
+                "mixtral, qwen2_moe: expert parallelism, carved from parallel.data: groups of this many data ranks "
+                "each hold 1/expert of every mixture's experts, and tokens travel to their experts' ranks and back "
+                "by all-to-all (must divide parallel.data and model.experts)"),
       TIDAL_KEY(parallel.sequence_zigzag,
                 "true: ring rank r of N holds chunks r and 2N-1-r of 2N, so causal attention work is equal on every "
                 "rank (model.seq_len divisible by 2N); false: chunk r of N"),

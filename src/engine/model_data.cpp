@@ -49,15 +49,15 @@ class TensorModelData final : public ModelData {
  public:
   TensorModelData(const config::Config& cfg, pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                   nn::Runner& runner, const std::string& resume_path)
-      : engine_(engine), pc_(pc), params_(engine.parameters()), reducer_(make_reducer(cfg, engine, pc)),
-        adam_(params_, adamw_options(cfg.train)), replicas_(pc.layout().spec().data),
-        bucket_mb_(cfg.parallel.bucket_mb) {
+      : engine_(engine), pc_(pc), params_(engine.parameters()), reducer_(make_reducer(cfg, engine, pc, false)),
+        expert_reducer_(make_reducer(cfg, engine, pc, true)), adam_(params_, adamw_options(cfg.train)),
+        replicas_(pc.layout().spec().data), bucket_mb_(cfg.parallel.bucket_mb) {
     if (!resume_path.empty()) {
       CheckpointReader reader(resume_path);
       load_tensors(reader, params_, adam_);
       resumed_ = reader.info();
     }
-    if (reducer_) runner.add_hooks(&*reducer_);
+    for (distributed::GradientReducer* r : reducers()) runner.add_hooks(r);
   }
 
   void zero_grad() override { engine_.zero_grad(); }
@@ -65,18 +65,18 @@ class TensorModelData final : public ModelData {
   pipeline::ActionHooks hooks(std::int64_t micro_batches) override {
     // With one chunk per rank the reducer overlaps with the last micro-batch's backward; with
     // several, chunks finish at different times and it all-reduces after backward.
-    if (!reducer_ || engine_.chunks() > 1) return {};
+    if (reducers().empty() || engine_.chunks() > 1) return {};
     pipeline::ActionHooks hooks;
     hooks.before_backward = [this, micro_batches](const pipeline::Action& a) {
-      reducer_->set_sync(a.micro_batch + 1 == micro_batches);
+      for (distributed::GradientReducer* r : reducers()) r->set_sync(a.micro_batch + 1 == micro_batches);
     };
     return hooks;
   }
 
   void finish_backward() override {
-    if (reducer_) {
-      if (engine_.chunks() > 1) reducer_->set_sync(true);
-      reducer_->finish();
+    for (distributed::GradientReducer* r : reducers()) {
+      if (engine_.chunks() > 1) r->set_sync(true);
+      r->finish();
     }
     engine_.reduce_tied_gradients();
     // Parameters held by several ranks of a tensor grid that saw different samples.
@@ -128,17 +128,28 @@ class TensorModelData final : public ModelData {
   // gradients are each their positions' share. Their sum is the step's gradient. The buckets are
   // made before AdamW's moments: while they take the gradients over, both copies exist, and
   // beside the moments that would be the run's host peak (measured: 20 bytes a parameter, not 16).
+  // A mixture's experts under expert parallelism (nn::Parameter::expert_group) are summed over the
+  // data ranks holding the same experts (`experts`), the rest over the chunk group.
   static std::unique_ptr<distributed::GradientReducer> make_reducer(const config::Config& cfg,
                                                                     pipeline::PipelineEngine& engine,
-                                                                    parallel::ParallelContext& pc) {
-    comm::Communicator& group = distributed::chunk_group(pc);
-    if (group.size() == 1) return nullptr;
-    return std::make_unique<distributed::GradientReducer>(engine.layers(), engine.parameters(), group,
+                                                                    parallel::ParallelContext& pc, bool experts) {
+    comm::Communicator& group = experts ? pc.group(parallel::GroupKind::expert_data) : distributed::chunk_group(pc);
+    std::vector<nn::Parameter*> params;
+    for (nn::Parameter* p : engine.parameters())
+      if ((p->expert_group != nullptr) == experts) params.push_back(p);
+    if (group.size() == 1 || params.empty()) return nullptr;
+    return std::make_unique<distributed::GradientReducer>(engine.layers(), params, group,
                                                           std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
+  }
+  std::vector<distributed::GradientReducer*> reducers() {
+    std::vector<distributed::GradientReducer*> out;
+    for (auto* r : {&reducer_, &expert_reducer_})
+      if (*r) out.push_back(r->get());
+    return out;
   }
 
   const std::vector<nn::Parameter*>& params_;
-  std::unique_ptr<distributed::GradientReducer> reducer_;
+  std::unique_ptr<distributed::GradientReducer> reducer_, expert_reducer_;
   optim::AdamW adam_;
   int replicas_;
   double bucket_mb_;

@@ -78,7 +78,9 @@ void Model::zero_grad() {
 
 std::int64_t Model::num_parameters() {
   std::int64_t n = 0;
-  for (nn::Parameter* p : parameters()) n += (p->full_shape.size() ? p->full_shape : p->shape).numel();
+  // An expert's parameters stand for the group's other ranks' experts too (nn/moe.h).
+  for (nn::Parameter* p : parameters())
+    n += (p->full_shape.size() ? p->full_shape : p->shape).numel() * (p->expert_group ? p->expert_group->size() : 1);
   return n;
 }
 

@@ -63,7 +63,7 @@ std::unique_ptr<Module> LayerFactory::untied_head(std::int64_t num, std::int64_t
 
 std::unique_ptr<Module> LayerFactory::mixture_of_experts(std::int64_t n_embd, const MoeConfig& cfg, ParameterInit init,
                                                          ParameterInit proj_init) {
-  return std::make_unique<MixtureOfExperts>(n_embd, cfg, init, proj_init, *this, batch_groups());
+  return std::make_unique<MixtureOfExperts>(n_embd, cfg, init, proj_init, *this, batch_groups(), expert_group_);
 }
 
 std::unique_ptr<Module> LayerFactory::self_attention(int n_head, int n_kv_head, bool causal) {

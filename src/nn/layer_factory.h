@@ -60,6 +60,9 @@ class LayerFactory {
   // The ranks holding other parts of the replica's micro-batch with whole features (sequence
   // parallelism's ring), over which a layer that counts the batch's tokens sums its counts.
   virtual std::vector<comm::Communicator*> batch_groups() { return {}; }
+  // The ranks that split each mixture's experts (parallel.expert; nn/moe.h); null: each rank
+  // holds them all.
+  void set_expert_group(comm::Communicator* group) { expert_group_ = group; }
   // F -> H: the linear after an input_linear (attention and MLP output projections).
   virtual std::unique_ptr<Module> output_linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init) = 0;
   // H -> H: a linear whose output is hidden states again (BERT's MLM transform).
@@ -87,6 +90,9 @@ class LayerFactory {
   // The replica's whole [B, ..., out] from this rank's F-layout part (logits, to inspect or
   // compare them). Collective over the tensor group.
   virtual Tensor gather_features(const Tensor& part) = 0;
+
+ private:
+  comm::Communicator* expert_group_ = nullptr;
 };
 
 // Plain single-device layers (nn::Linear, nn::LayerNorm, ...). A layout that keeps weights whole

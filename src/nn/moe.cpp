@@ -1,5 +1,6 @@
 #include "nn/moe.h"
 
+#include "comm/all_to_all.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
 #include "ops/cast.h"
@@ -9,17 +10,36 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 namespace tidal::nn {
 namespace {
 
 enum Slot : std::size_t { kGate, kShared, kSharedGate, kExperts };
 
+constexpr int kExchangeTag = 4;  // apart from the sequence ring's and Ulysses' transfers (nn/sp/)
+
+}  // namespace
+
+// Where expert parallelism moves rows: this rank's slots go to the expert group's ranks in blocks
+// (rank q's experts' slots are contiguous), and the rows that come in from each rank are put in
+// this rank's experts' batches, each expert's rows in rank order, padded.
+struct MixtureOfExperts::Exchange {
+  std::vector<std::int64_t> sent;      // [G]: slots sent to each rank (this rank's for its experts)
+  std::vector<std::int64_t> received;  // [G]: rows received from each rank
+  std::vector<std::int64_t> offset;    // [El + 1]: this rank's experts' batches in the rows L
+  std::vector<std::int32_t> place;     // [L]: each batch row's received row (ranks in order), -1 padding
+  std::vector<std::int32_t> back;      // [received]: each received row's batch row
+};
+
+namespace {
+
 // What a forward keeps for its backward besides tensors.
 struct Kept {
   Routing routing;
   std::vector<double> replica;     // the replica's router statistics (nn/router.h)
   std::vector<float> shared_gate;  // [N]: sigmoid of the shared expert's gate
+  std::optional<MixtureOfExperts::Exchange> exchange;  // under expert parallelism
 };
 
 // t's values as fp32 on the host (zeros for a meta tensor).
@@ -68,8 +88,10 @@ float sigmoid(float g) { return 1.0f / (1.0f + std::exp(-g)); }
 }  // namespace
 
 MixtureOfExperts::MixtureOfExperts(std::int64_t n_embd, const MoeConfig& c, ParameterInit init, ParameterInit proj_init,
-                                   LayerFactory& layers, std::vector<comm::Communicator*> batch_groups)
-    : cfg_(c), C_(n_embd), batch_groups_(std::move(batch_groups)) {
+                                   LayerFactory& layers, std::vector<comm::Communicator*> batch_groups,
+                                   comm::Communicator* expert_group)
+    : cfg_(c), C_(n_embd), batch_groups_(std::move(batch_groups)),
+      expert_group_(expert_group != nullptr && expert_group->size() > 1 ? expert_group : nullptr) {
   TIDAL_ASSERT(c.experts > 0 && c.experts_per_token > 0 && c.experts_per_token <= c.experts && c.expert_hidden > 0,
                "a mixture of {} experts, {} a token, width {}", c.experts, c.experts_per_token, c.expert_hidden);
   gate_ = &add_module("gate", std::make_unique<Linear>(n_embd, c.experts, false, init));
@@ -79,7 +101,15 @@ MixtureOfExperts::MixtureOfExperts(std::int64_t n_embd, const MoeConfig& c, Para
                                            .recompute_activation = c.recompute_activation},
                                  init, proj_init, layers);
   };
-  for (int e = 0; e < c.experts; ++e) experts_.push_back(&add_module("experts." + std::to_string(e), swiglu(c.expert_hidden)));
+  const int G = expert_group_ ? expert_group_->size() : 1;
+  TIDAL_CHECK(c.experts % G == 0, "{} experts over an expert group of {} ranks: parallel.expert must divide model.experts",
+              c.experts, G);
+  first_expert_ = expert_group_ ? expert_group_->rank() * (c.experts / G) : 0;
+  for (int e = first_expert_; e < first_expert_ + c.experts / G; ++e) {
+    experts_.push_back(&add_module("experts." + std::to_string(e), swiglu(c.expert_hidden)));
+    if (expert_group_)
+      for (Parameter* p : experts_.back()->parameters()) p->expert_group = expert_group_;
+  }
   if (c.shared_hidden > 0) {
     shared_ = &add_module("shared_expert", swiglu(c.shared_hidden));
     shared_gate_ = &add_module("shared_expert_gate", std::make_unique<Linear>(n_embd, 1, false, init));
@@ -88,7 +118,94 @@ MixtureOfExperts::MixtureOfExperts(std::int64_t n_embd, const MoeConfig& c, Para
 
 RouterOptions MixtureOfExperts::router_options() const {
   return {.experts = cfg_.experts, .top_k = cfg_.experts_per_token, .normalize = cfg_.normalize_top_k,
-          .capacity_factor = cfg_.capacity_factor};
+          .capacity_factor = cfg_.capacity_factor, .pad = expert_group_ == nullptr};
+}
+
+// The counts first: each rank tells each other how many rows of each of its experts it sends.
+MixtureOfExperts::Exchange MixtureOfExperts::plan_exchange(const Routing& r, Device device) const {
+  comm::Communicator& group = *expert_group_;
+  const int G = group.size(), El = int(experts_.size());
+  Exchange x;
+  std::vector<Tensor> send, recv;
+  Allocator& host = host_memory_for(device);
+  for (int q = 0; q < G; ++q) {
+    Tensor counts = Tensor::empty({El}, DType::i32, host);
+    if (has_values(counts))
+      for (int j = 0; j < El; ++j) counts.data<std::int32_t>()[j] = std::int32_t(r.kept[std::size_t(q * El + j)]);
+    x.sent.push_back(r.offset[std::size_t((q + 1) * El)] - r.offset[std::size_t(q * El)]);
+    send.push_back(counts);
+    recv.push_back(Tensor::empty({El}, DType::i32, host));
+  }
+  comm::all_to_all(group, send, recv, kExchangeTag);
+  // from[s][j]: rows of this rank's expert j from rank s (a plan assumes every rank sends what
+  // this one does: the planned routing is the same everywhere).
+  std::vector<std::vector<std::int64_t>> from(static_cast<std::size_t>(G),
+                                              std::vector<std::int64_t>(static_cast<std::size_t>(El)));
+  for (int s = 0; s < G; ++s)
+    for (int j = 0; j < El; ++j)
+      from[std::size_t(s)][std::size_t(j)] = has_values(recv[std::size_t(s)]) ? recv[std::size_t(s)].data<std::int32_t>()[j]
+                                                                             : r.kept[std::size_t(first_expert_ + j)];
+  std::vector<std::int64_t> start(std::size_t(G), 0);  // each rank's first row among the received
+  for (int s = 0; s < G; ++s) {
+    x.received.push_back(std::accumulate(from[std::size_t(s)].begin(), from[std::size_t(s)].end(), std::int64_t(0)));
+    if (s + 1 < G) start[std::size_t(s + 1)] = start[std::size_t(s)] + x.received.back();
+  }
+  x.offset.assign(std::size_t(El + 1), 0);
+  x.back.assign(std::size_t(start.back() + x.received.back()), 0);
+  for (int j = 0; j < El; ++j) {
+    std::int64_t rows = 0;
+    for (int s = 0; s < G; ++s) {
+      // Rank s's rows of expert j: after its rows of experts 0 .. j-1.
+      std::int64_t at = start[std::size_t(s)];
+      for (int i = 0; i < j; ++i) at += from[std::size_t(s)][std::size_t(i)];
+      for (std::int64_t n = 0; n < from[std::size_t(s)][std::size_t(j)]; ++n) {
+        x.back[std::size_t(at + n)] = std::int32_t(x.offset[std::size_t(j)] + rows);
+        x.place.push_back(std::int32_t(at + n));
+        ++rows;
+      }
+    }
+    const std::int64_t padded = padded_rows(rows);
+    x.place.insert(x.place.end(), std::size_t(padded - rows), -1);
+    x.offset[std::size_t(j + 1)] = x.offset[std::size_t(j)] + padded;
+  }
+  return x;
+}
+
+Tensor MixtureOfExperts::to_experts(const Tensor& slots, const Exchange& x, Context& ctx) const {
+  const int G = expert_group_->size();
+  const std::int64_t received = std::accumulate(x.received.begin(), x.received.end(), std::int64_t(0));
+  Tensor in = ctx.empty({received, C_}, slots.dtype());
+  std::vector<Tensor> send, recv;
+  std::int64_t at = 0, got = 0;
+  for (int q = 0; q < G; ++q) {
+    send.push_back(slots.slice(0, at, at + x.sent[std::size_t(q)]));
+    recv.push_back(in.slice(0, got, got + x.received[std::size_t(q)]));
+    at += x.sent[std::size_t(q)];
+    got += x.received[std::size_t(q)];
+  }
+  comm::all_to_all(*expert_group_, send, recv, kExchangeTag);
+  Tensor rows = ctx.empty({std::int64_t(x.place.size()), C_}, slots.dtype());
+  ops::gather_rows(rows, in, upload(x.place, {std::int64_t(x.place.size())}, ctx));
+  return rows;
+}
+
+Tensor MixtureOfExperts::from_experts(const Tensor& rows, const Exchange& x, Context& ctx) const {
+  const int G = expert_group_->size();
+  const std::int64_t received = std::int64_t(x.back.size());
+  Tensor out = ctx.empty({received, C_}, rows.dtype());
+  ops::gather_rows(out, rows, upload(x.back, {received}, ctx));
+  const std::int64_t P = std::accumulate(x.sent.begin(), x.sent.end(), std::int64_t(0));
+  Tensor slots = ctx.empty({P, C_}, rows.dtype());
+  std::vector<Tensor> send, recv;
+  std::int64_t at = 0, got = 0;
+  for (int q = 0; q < G; ++q) {
+    send.push_back(out.slice(0, got, got + x.received[std::size_t(q)]));
+    recv.push_back(slots.slice(0, at, at + x.sent[std::size_t(q)]));
+    at += x.sent[std::size_t(q)];
+    got += x.received[std::size_t(q)];
+  }
+  comm::all_to_all(*expert_group_, send, recv, kExchangeTag);
+  return slots;
 }
 
 std::vector<double> MixtureOfExperts::over_replica(std::vector<double> mine, Device device) const {
@@ -114,14 +231,18 @@ Tensor MixtureOfExperts::forward(const Tensor& x, Context& ctx) {
   const std::int64_t P = r.offset.back();
   const Tensor rows = upload(r.token, {P}, ctx), slot_weights = upload(r.slot_weight, {P}, ctx),
                slots = upload(r.slot, {N, K}, ctx), weights = upload(r.weight, {N, K}, ctx);
-  // Each expert on its rows: gathered, run, and put back in slot order.
-  Tensor xs = ctx.empty({P, C_}, x.dtype()), ys = ctx.empty({P, C_}, x.dtype());
+  // Each expert on its rows: gathered (and sent to its rank), run, and put back in slot order.
+  Tensor xs = ctx.empty({P, C_}, x.dtype());
   ops::gather_rows(xs, x2, rows);
+  if (expert_group_) kept.exchange = plan_exchange(r, x.device());
+  const std::vector<std::int64_t>& offset = kept.exchange ? kept.exchange->offset : r.offset;
+  const Tensor xl = kept.exchange ? to_experts(xs, *kept.exchange, ctx) : xs;
+  Tensor yl = ctx.empty(xl.shape(), x.dtype());
   for (std::size_t e = 0; e < experts_.size(); ++e) {
-    const std::int64_t begin = r.offset[e], end = r.offset[e + 1];
-    Tensor out = ys.slice(0, begin, end);
-    out.copy_from(ctx.forward(*experts_[e], xs.slice(0, begin, end), kExperts + e));
+    Tensor out = yl.slice(0, offset[e], offset[e + 1]);
+    out.copy_from(ctx.forward(*experts_[e], xl.slice(0, offset[e], offset[e + 1]), kExperts + e));
   }
+  const Tensor ys = kept.exchange ? from_experts(yl, *kept.exchange, ctx) : yl;
   Tensor y = ctx.empty(x.shape(), x.dtype()), y2 = y.reshape({N, C_});
   ops::combine_rows(y2, ys, slots, weights);
   ctx.saved = {ys, slots, rows, slot_weights};
@@ -153,13 +274,16 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, Context& ctx) {
   // The weights' gradient, then each expert's rows' (dy times their weight), experts in reverse.
   Tensor dweights = ctx.empty({N, K}, DType::f32);
   ops::slot_dots(dweights, dy2, ys, slots);
-  Tensor dys = ctx.empty({P, C_}, dy.dtype()), dxs = ctx.empty({P, C_}, dy.dtype());
+  Tensor dys = ctx.empty({P, C_}, dy.dtype());
   ops::gather_rows(dys, dy2, rows, slot_weights);
+  const std::vector<std::int64_t>& offset = kept.exchange ? kept.exchange->offset : r.offset;
+  const Tensor dyl = kept.exchange ? to_experts(dys, *kept.exchange, ctx) : dys;
+  Tensor dxl = ctx.empty(dyl.shape(), dy.dtype());
   for (std::size_t e = experts_.size(); e-- > 0;) {
-    const std::int64_t begin = r.offset[e], end = r.offset[e + 1];
-    Tensor out = dxs.slice(0, begin, end);
-    out.copy_from(ctx.backward(*experts_[e], dys.slice(0, begin, end), kExperts + e));
+    Tensor out = dxl.slice(0, offset[e], offset[e + 1]);
+    out.copy_from(ctx.backward(*experts_[e], dyl.slice(0, offset[e], offset[e + 1]), kExperts + e));
   }
+  const Tensor dxs = kept.exchange ? from_experts(dxl, *kept.exchange, ctx) : dxl;
   Tensor dx = ctx.empty(dy.shape(), dy.dtype()), dx2 = dx.reshape({N, C_});
   ops::combine_rows(dx2, dxs, slots);
   // The router: the weights' gradient and the auxiliary losses' through the softmax.

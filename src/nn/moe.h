@@ -12,9 +12,16 @@
 // MoE layers of the layer's loss (transformers' load_balancing_loss_func over one layer's
 // logits) times its coefficient.
 //
+// Expert parallelism (an expert group of G ranks, parallel.expert; Lepikhin et al. 2021, GShard):
+// each rank holds experts [g E/G, (g+1) E/G) of the group's index g and routes its own tokens
+// over all E; an all-to-all sends each expert's rows to its rank (their counts first), which runs
+// each of its experts on the rows of every rank in rank order (padded where they meet), and a
+// second all-to-all brings the outputs back; backward retraces both. The ranks' orders are fixed,
+// so a run is deterministic.
+//
 // Parameters: gate.weight [E, C]; experts.{e}.fc.weight [2I, C] (gate | up) and
-// experts.{e}.proj.weight [C, I]; shared_expert.{fc, proj}.weight and shared_expert_gate.weight
-// [1, C] with a shared expert.
+// experts.{e}.proj.weight [C, I] (a rank's own experts only under expert parallelism);
+// shared_expert.{fc, proj}.weight and shared_expert_gate.weight [1, C] with a shared expert.
 #pragma once
 
 #include "comm/communicator.h"
@@ -58,16 +65,25 @@ class MixtureOfExperts final : public Module {
  public:
   // batch_groups: the ranks holding other parts of the replica's micro-batch (sequence
   // parallelism), over which the router's statistics are summed.
+  // expert_group: the ranks that split the experts (null: this rank holds them all).
   MixtureOfExperts(std::int64_t n_embd, const MoeConfig& cfg, ParameterInit init, ParameterInit proj_init,
-                   LayerFactory& layers, std::vector<comm::Communicator*> batch_groups = {});
+                   LayerFactory& layers, std::vector<comm::Communicator*> batch_groups = {},
+                   comm::Communicator* expert_group = nullptr);
 
   Tensor forward(const Tensor& x, Context& ctx) override;  // [..., C] -> [..., C]
   Tensor backward(const Tensor& dy, Context& ctx) override;
+
+  struct Exchange;  // expert parallelism's moves of one forward (nn/moe.cpp)
 
  private:
   // The replica's router statistics from this rank's (nn/router.h: replica_statistics).
   std::vector<double> over_replica(std::vector<double> mine, Device device) const;
   RouterOptions router_options() const;
+  Exchange plan_exchange(const Routing& r, Device device) const;
+  // This rank's experts' rows [L, C] from every rank's rows for them (expert-major slots), and
+  // back: rows [L, C] -> this rank's slots [P, C].
+  Tensor to_experts(const Tensor& slots, const Exchange& x, Context& ctx) const;
+  Tensor from_experts(const Tensor& rows, const Exchange& x, Context& ctx) const;
 
   MoeConfig cfg_;
   std::int64_t C_;
@@ -76,6 +92,8 @@ class MixtureOfExperts final : public Module {
   Module* shared_ = nullptr;
   Module* shared_gate_ = nullptr;
   std::vector<comm::Communicator*> batch_groups_;
+  comm::Communicator* expert_group_;
+  int first_expert_ = 0;  // this rank's experts: [first_expert_, first_expert_ + experts_.size())
 };
 
 }  // namespace tidal::nn

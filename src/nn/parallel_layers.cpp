@@ -7,7 +7,9 @@
 
 namespace tidal::nn {
 
-std::unique_ptr<LayerFactory> make_layers(parallel::ParallelContext& pc, const TensorOptions& options) {
+namespace {
+
+std::unique_ptr<LayerFactory> layout_layers(parallel::ParallelContext& pc, const TensorOptions& options) {
   const parallel::MeshSpec& spec = pc.layout().spec();
   if (spec.sequence > 1) return sp::layers_sequence(pc.group(parallel::GroupKind::sequence), spec.sequence_zigzag,
                                                      spec.sequence_mode);
@@ -19,6 +21,14 @@ std::unique_ptr<LayerFactory> make_layers(parallel::ParallelContext& pc, const T
     case parallel::TensorMode::d3: return tp::layers_3d(pc, options.keep_gathered);
   }
   throw Error(fmt::format("tensor mode {} has no layers", int(spec.mode)));
+}
+
+}  // namespace
+
+std::unique_ptr<LayerFactory> make_layers(parallel::ParallelContext& pc, const TensorOptions& options) {
+  std::unique_ptr<LayerFactory> layers = layout_layers(pc, options);
+  if (pc.layout().spec().expert > 1) layers->set_expert_group(&pc.group(parallel::GroupKind::expert));
+  return layers;
 }
 
 }  // namespace tidal::nn

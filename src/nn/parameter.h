@@ -48,6 +48,11 @@ struct Parameter {
   // depth): its gradient is the sum over each of these groups, taken once per step
   // (reduce_replicated_gradients, nn/tp/shard.h).
   std::vector<comm::Communicator*> replicas;
+  // A mixture's expert under expert parallelism (nn/moe.h): the other ranks of this group hold the
+  // mixture's other experts. The gradient norm sums it over the group, and data parallelism sums
+  // its gradient over the data ranks holding the same experts (parallel::GroupKind::expert_data)
+  // rather than all of them. Null: every data rank holds it.
+  comm::Communicator* expert_group = nullptr;
 };
 
 // The rows of p's block that lie inside the full parameter: shape[0], fewer in the last block of a

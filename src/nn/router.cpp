@@ -34,7 +34,8 @@ void assign_slots(Routing& r, const RouterOptions& opt) {
   r.offset.assign(std::size_t(E + 1), 0);
   r.kept = taken;
   for (std::int64_t e = 0; e < E; ++e)
-    r.offset[std::size_t(e + 1)] = r.offset[std::size_t(e)] + padded_rows(taken[std::size_t(e)]);
+    r.offset[std::size_t(e + 1)] =
+        r.offset[std::size_t(e)] + (opt.pad ? padded_rows(taken[std::size_t(e)]) : taken[std::size_t(e)]);
   const std::int64_t P = r.offset[std::size_t(E)];
   r.token.assign(std::size_t(P), -1);
   r.slot_weight.assign(std::size_t(P), 0.0f);

@@ -17,6 +17,8 @@ struct RouterOptions {
   int top_k = 1;
   bool normalize = true;         // the top k weights divided by their sum
   double capacity_factor = 0.0;  // > 0: an expert takes at most ceil(factor N k / E) picks; 0 = every pick
+  bool pad = true;               // each expert's rows padded to padded_rows (false: expert parallelism pads
+                                 // an expert's rows where they meet, nn/moe.h)
 };
 
 // The routing of N tokens. Slots are expert-major: expert e's rows are [offset[e], offset[e+1]),

@@ -63,6 +63,10 @@ void check_sizes(const MeshSpec& s) {
                                                {"parallel.tensor.depth", s.depth}};
   for (const auto& [key, value] : sizes)
     TIDAL_CHECK(value >= 1, "{} must be >= 1 (1 = no parallelism along that axis), got {}", key, value);
+  TIDAL_CHECK(s.expert >= 1 && s.data % s.expert == 0,
+              "parallel.expert = {} must divide parallel.data = {}: the experts are spread over groups of that many "
+              "data ranks (Megatron's and DeepSpeed's expert parallelism); raise parallel.data or lower "
+              "parallel.expert", s.expert, s.data);
   TIDAL_CHECK(s.ranks_per_node >= 0, "ranks per node must be >= 0 (0 = unknown), got {}", s.ranks_per_node);
 
   const std::int64_t ranks = std::int64_t(s.data) * s.pipeline * s.tensor * s.sequence;
@@ -125,6 +129,8 @@ std::string_view group_name(GroupKind kind) {
     case GroupKind::model: return "model";
     case GroupKind::data_sequence: return "data_sequence";
     case GroupKind::pipeline_ends: return "pipeline_ends";
+    case GroupKind::expert: return "expert";
+    case GroupKind::expert_data: return "expert_data";
   }
   TIDAL_ASSERT(false, "unknown group kind {}", int(kind));
 }
@@ -261,6 +267,18 @@ std::vector<int> Layout::group(GroupKind kind, int rank) const {
       std::vector<int> out;
       for (int d = 0; d < spec_.data; ++d)
         for (int s = 0; s < spec_.sequence; ++s) out.push_back(rank_from(c.tensor, s, d, c.pipeline));
+      return out;
+    }
+    case GroupKind::expert: {
+      std::vector<int> out;
+      const int first = c.data / spec_.expert * spec_.expert;
+      for (int d = first; d < first + spec_.expert; ++d) out.push_back(rank_from(c.tensor, c.sequence, d, c.pipeline));
+      return out;
+    }
+    case GroupKind::expert_data: {
+      std::vector<int> out;
+      for (int d = c.data % spec_.expert; d < spec_.data; d += spec_.expert)
+        out.push_back(rank_from(c.tensor, c.sequence, d, c.pipeline));
       return out;
     }
     case GroupKind::tensor_row: return grid ? along(cols_, &Coordinates::col) : std::vector<int>{rank};

@@ -54,6 +54,10 @@ enum class GroupKind {
   model,         // pipeline x tensor x sequence: one model replica (same data); ascending rank
   data_sequence,  // data x sequence: the ranks holding the same parameters (same stage and
                   // tensor index) whose gradients are summed; ascending rank
+  expert,        // parallel.expert consecutive data ranks (same other coordinates) that share a
+                 // mixture's experts, each holding 1/expert of them; ordered by data coordinate
+  expert_data,   // the data ranks holding the same experts (data coordinates equal modulo
+                 // parallel.expert), whose experts' gradients are summed; ordered by data coordinate
   pipeline_ends,  // the first and the last stage of one pipeline (they share tied embeddings);
                   // a middle stage alone; ordered by stage
 };
@@ -63,7 +67,7 @@ inline constexpr GroupKind kAllGroupKinds[] = {
     GroupKind::world,      GroupKind::data,       GroupKind::pipeline,     GroupKind::tensor,
     GroupKind::tensor_row, GroupKind::tensor_col, GroupKind::tensor_depth, GroupKind::tensor_x,
     GroupKind::tensor_y,   GroupKind::tensor_z,   GroupKind::sequence,     GroupKind::model,
-    GroupKind::data_sequence, GroupKind::pipeline_ends,
+    GroupKind::data_sequence, GroupKind::pipeline_ends, GroupKind::expert, GroupKind::expert_data,
 };
 
 // "world", "data", "tensor_row", ... (the enumerator's name).
@@ -73,6 +77,7 @@ std::string_view group_name(GroupKind kind);
 struct MeshSpec {
   int world_size = 1;
   int data = 1, pipeline = 1, tensor = 1, sequence = 1;
+  int expert = 1;  // parallel.expert: data ranks that split a mixture's experts (a divisor of data)
   bool sequence_zigzag = false;  // ring rank r holds chunks r and 2N - 1 - r of 2N (nn/batch_slice.h)
   SequenceMode sequence_mode = SequenceMode::ring;
   TensorMode mode = TensorMode::d1;

@@ -267,10 +267,17 @@ void PipelineEngine::reduce_tied_gradients() {
 }
 
 double PipelineEngine::squared_gradient_norm() {
-  std::vector<nn::Parameter*> counted;
+  std::vector<nn::Parameter*> counted, experts;  // experts: other ranks of their group hold the others
   for (nn::Parameter* p : params_)
-    if (!tied_.count(p) || stage_ == 0) counted.push_back(p);
-  Tensor sum = Tensor::full({1}, float(nn::tp::squared_gradient_norm(counted, pc_.group(parallel::GroupKind::tensor))));
+    if (!tied_.count(p) || stage_ == 0) (p->expert_group ? experts : counted).push_back(p);
+  comm::Communicator& tensor = pc_.group(parallel::GroupKind::tensor);
+  double squares = nn::tp::squared_gradient_norm(counted, tensor);
+  if (!experts.empty()) {
+    Tensor e = Tensor::full({1}, float(nn::tp::squared_gradient_norm(experts, tensor)));
+    experts.front()->expert_group->all_reduce(e)->wait();
+    squares += double(e.item());
+  }
+  Tensor sum = Tensor::full({1}, float(squares));
   pipeline_.all_reduce(sum)->wait();
   return double(sum.item());
 }

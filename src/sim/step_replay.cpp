@@ -140,15 +140,22 @@ Overlap tensor_keeper_collectives(const config::Config& cfg, const PlannedRank& 
                                   Traffic& traffic) {
   const parallel::Layout& layout = rank.pc->layout();
   double buckets = 0, last = 0;  // seconds: every bucket's, the last one's
-  if (g.group > 1) {
+  // A mixture's experts under expert parallelism are summed over the ranks holding the same
+  // experts, in buckets of their own (engine/model_data.cpp), the rest over the chunk group.
+  const int expert_data = int(layout.group(parallel::GroupKind::expert_data, rank.pc->rank()).size());
+  for (const bool experts : {false, true}) {
+    const int size = experts ? expert_data : g.group;
+    const std::string name = experts ? "expert_data" : g.chunk_group;
+    if (size == 1) continue;
     const double start = traffic.seconds();
     const double bucket_bytes = std::floor(cfg.parallel.bucket_mb * 1024 * 1024);
     const std::vector<nn::Parameter*>& params = rank.engine->parameters();
     double bytes = 0, elements = 0;
     bool open = false;
     for (auto it = params.rbegin(); it != params.rend(); ++it) {
+      if (((*it)->expert_group != nullptr) != experts) continue;
       if (open && bytes >= bucket_bytes) {
-        traffic.add(g.chunk_group, g.group, "all_reduce", elements, 4);
+        traffic.add(name, size, "all_reduce", elements, 4);
         bytes = elements = 0;
       }
       open = true;
@@ -156,9 +163,9 @@ Overlap tensor_keeper_collectives(const config::Config& cfg, const PlannedRank& 
       bytes += 4 * double((*it)->shape.numel());
     }
     const double before_last = traffic.seconds();
-    if (open) traffic.add(g.chunk_group, g.group, "all_reduce", elements, 4);
-    buckets = traffic.seconds() - start;
-    last = traffic.seconds() - before_last;
+    if (open) traffic.add(name, size, "all_reduce", elements, 4);
+    buckets += traffic.seconds() - start;
+    if (!experts) last = traffic.seconds() - before_last;
   }
   // A grid's replicated blocks (nn/tp/shard.h's reduce_replicated_gradients): one flat all-reduce
   // per level and group.
@@ -176,6 +183,12 @@ Overlap tensor_keeper_collectives(const config::Config& cfg, const PlannedRank& 
     if (layout.spec().pipeline > 1 && rank.engine->tied(*p))
       traffic.add("pipeline_ends", ends, "all_reduce", double(p->shape.numel()), 4);
   traffic.add("tensor", g.tensor, "all_reduce", 1, 4);  // the gradient norm's sum
+  const auto expert = std::find_if(rank.engine->parameters().begin(), rank.engine->parameters().end(),
+                                   [](const nn::Parameter* p) { return p->expert_group != nullptr; });
+  if (expert != rank.engine->parameters().end()) {  // the experts' part of it, over their group too
+    traffic.add("tensor", g.tensor, "all_reduce", 1, 4);
+    traffic.add("expert", (*expert)->expert_group->size(), "all_reduce", 1, 4);
+  }
   traffic.add("pipeline", g.pipeline, "all_reduce", 1, 4);
   // The last bucket (the first parameters') is complete only when backward is: it starts after.
   return {.seconds = buckets, .tail = buckets > 0 ? last / buckets : 0.0};

@@ -51,6 +51,8 @@ RUNS = [  # name, ranks, settings
                                      "train.precision=bf16"]),
     ("mixtral_tensor2_1d", 2, ["model.type=mixtral", "model.n_kv_head=2", "model.experts=4",
                                "model.intermediate_size=96", "parallel.tensor.size=2"]),
+    ("mixtral_expert2", 2, ["model.type=mixtral", "model.n_kv_head=2", "model.experts=4", "model.intermediate_size=96",
+                            "parallel.data=2", "parallel.expert=2"]),
     ("mixtral_ring2", 2, ["model.type=mixtral", "model.n_kv_head=2", "model.experts=4", "model.intermediate_size=96",
                           "parallel.sequence=2"]),
     ("ulysses2", 2, ["parallel.sequence=2", "parallel.sequence_mode=ulysses"]),
@@ -98,8 +100,13 @@ TRAFFIC_GAPS = {
 }
 
 
-def traffic_differences(predicted, measured):
-    """Where rank 0's predicted collectives differ from its last step's `communication` record."""
+def traffic_differences(predicted, measured, tolerance, routed):
+    """Where rank 0's predicted collectives differ from its last step's `communication` record.
+    In a mixture of experts (`routed`) an expert's rows are the tokens the router sends it, padded
+    (nn/router.h), which the plan cannot know: it spreads them evenly. So the volumes that follow
+    the rows - expert parallelism's sends and receives, a 1D tensor group's all-reduces of the
+    experts' outputs - are held to the memory's tolerance there; every count of calls, and every
+    other volume, exactly."""
     out = []
     for group in sorted(set(predicted) | set(measured)):
         for op in sorted(set(predicted.get(group, {})) | set(measured.get(group, {}))):
@@ -108,7 +115,9 @@ def traffic_differences(predicted, measured):
                 out.append(f"{group}.{op}: predicted {p}, measured {m}")
                 continue
             for key in ("calls", "elements", "bytes_sent", "link_bytes"):
-                if abs(p[key] - m[key]) > 1e-6 * max(1.0, abs(m[key])):
+                rows = routed and key != "calls" and (group, op) in (("expert", "send"), ("expert", "recv"),
+                                                                     ("tensor", "all_reduce"))
+                if abs(p[key] - m[key]) > (tolerance if rows else 1e-6) * max(1.0, abs(m[key])):
                     out.append(f"{group}.{op}.{key}: predicted {p[key]}, measured {m[key]}")
     return out
 
@@ -184,7 +193,8 @@ def main():
             if not (p.get("compute_s", 0) > 0 and p.get("wait_s", -1) >= 0):
                 failed.append(f"{name}: no pipeline compute_s / wait_s in the step record")
         if last_step:
-            differences = traffic_differences(plan["ranks"][0]["communication"], last_step["communication"])
+            differences = traffic_differences(plan["ranks"][0]["communication"], last_step["communication"],
+                                              a.tolerance, any(t in " ".join(settings) for t in ("mixtral", "qwen2_moe")))
             for d in differences:
                 print(f"{name:<20} traffic: {d}")
             if differences and name in TRAFFIC_GAPS:
