@@ -301,10 +301,10 @@ void check_layout(const Config& c) {
   TIDAL_CHECK(p.expert == 1 || p.sequence == 1,
               "parallel.expert = {} with parallel.sequence = {}: expert parallelism does not yet run beside sequence "
               "parallelism; set one of them to 1", p.expert, p.sequence);
-  TIDAL_CHECK(p.expert == 1 || !keeps_chunks(c),
-              "parallel.expert = {} runs with fp32 model data in tensors for now (zero.stage = 0, "
-              "train.precision = \"fp32\", memory.offload = \"none\"): the chunk lists share one layout over "
-              "the data ranks, and an expert group's ranks hold different experts", p.expert);
+  TIDAL_CHECK(p.expert == 1 || c.memory.offload == Offload::none,
+              "parallel.expert = {} with memory.offload = \"{}\": the experts' chunk lists do not yet move "
+              "between tiers; set memory.offload = \"none\", or parallel.expert = 1", p.expert,
+              name_of(c.memory.offload));
   // Pipeline schedules that cannot run (pipeline/schedule.h, pipeline/partition.h say the same).
   TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == pipeline::ScheduleKind::interleaved,
               "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (it is \"{}\")", p.virtual_stages,

@@ -170,9 +170,14 @@ class ChunkModelData final : public ModelData {
     // host (patrickstar-v1 sec. 8.2 keeps them out of chunks; lists of their own give them the
     // same mixed precision, gradient norm, optimizer and checkpoints as the rest).
     const std::vector<nn::Parameter*> embedding = nn::parameters_on_host(model);
-    std::vector<nn::Parameter*> on_host, on_device;
+    // A mixture's experts under expert parallelism (nn::Parameter::expert_group) in lists of their
+    // own, shared by the data ranks holding the same experts (parallel::GroupKind::expert_data).
+    std::vector<nn::Parameter*> on_host, on_device, experts;
     for (nn::Parameter* p : params)
-      (std::find(embedding.begin(), embedding.end(), p) == embedding.end() ? on_device : on_host).push_back(p);
+      (std::find(embedding.begin(), embedding.end(), p) != embedding.end() ? on_host
+       : p->expert_group != nullptr                                       ? experts
+                                                                          : on_device)
+          .push_back(p);
     memory::ChunkOptions options = config::chunk_options(cfg, accum > 1);
     options.group = &group_;
     // The lists count apart from everything else. On the CPU path they are host memory of their
@@ -223,6 +228,15 @@ class ChunkModelData final : public ModelData {
       memory::ChunkParameters device_params = distributed::chunk_parameters(on_device, engine, pc);
       options.chunk_elements = distributed::agreed_chunk_size(device_params, options, param_tier.capacity(), pc);
       chunks_.emplace(std::move(device_params), options, param_tier, *optimizer_memory_);
+      if (pc.layout().spec().expert > 1) {  // every rank agrees on the experts' chunk size too
+        memory::ChunkOptions expert_options = options;
+        expert_options.group = &pc.group(parallel::GroupKind::expert_data);
+        memory::ChunkParameters expert_params = distributed::chunk_parameters(experts, engine, pc);
+        expert_options.chunk_elements =
+            distributed::agreed_chunk_size(expert_params, expert_options, param_tier.capacity(), pc);
+        if (!experts.empty())
+          expert_chunks_.emplace(std::move(expert_params), expert_options, param_tier, *optimizer_memory_);
+      }
     } catch (const OutOfMemory& e) {  // the static partition's param list does not fit
       throw OutOfMemory(e.what() + out_of_memory_hint(e), e.needed());
     }
@@ -238,6 +252,7 @@ class ChunkModelData final : public ModelData {
     if (options.offload && !device_->device().is_cuda()) on_device_.emplace(*device_);
     runner.add_hooks(&*chunks_);
     if (host_chunks_) runner.add_hooks(&*host_chunks_);
+    if (expert_chunks_) runner.add_hooks(&*expert_chunks_);
     stage_ = cfg.zero.stage;
     fetch_ = cfg.zero.fetch;
     precision_ = cfg.train.precision;
@@ -291,7 +306,15 @@ class ChunkModelData final : public ModelData {
       return engine_.tied(p) && !first_stage ? 0.0 : 1.0 / double(p.copies);
     };
     double sum = 0;
-    for (memory::ChunkManager* c : keepers()) sum = c->local_squared_gradient_norm(sum, weight);
+    for (memory::ChunkManager* c : keepers())
+      if (c != expert_keeper()) sum = c->local_squared_gradient_norm(sum, weight);
+    if (memory::ChunkManager* experts = expert_keeper()) {  // summed over their owners and the expert group
+      Tensor part = Tensor::full({1}, float(experts->local_squared_gradient_norm(0, weight)));
+      comm::Communicator& owners = pc_.group(parallel::GroupKind::expert_data);
+      if (stage_ > 0 && owners.size() > 1) owners.all_reduce(part)->wait();
+      pc_.group(parallel::GroupKind::expert).all_reduce(part)->wait();
+      sum += double(part.item());
+    }
     std::vector<comm::Communicator*> over;
     if (stage_ > 0 && group_.size() > 1) over.push_back(&group_);
     for (parallel::GroupKind kind : {parallel::GroupKind::tensor, parallel::GroupKind::pipeline})
@@ -366,6 +389,13 @@ class ChunkModelData final : public ModelData {
       tiers += fmt::format("; the optimizer states of the last {} chunks ({}) beyond memory.host_limit in {}",
                            disk->chunks().size(), human_bytes(std::uint64_t(disk->store().file_bytes())),
                            disk->store().path());
+    if (expert_chunks_) {
+      const memory::ChunkLayout& x = expert_chunks_->layout();
+      tiers += fmt::format("; this rank's experts in lists of their own ({} chunks of {} elements, {}) over the {} "
+                           "data ranks holding them", x.chunks, x.chunk_elements,
+                           human_bytes(std::uint64_t(expert_chunks_->model_data_bytes())),
+                           pc_.group(parallel::GroupKind::expert_data).size());
+    }
     if (host_chunks_) {
       const memory::ChunkLayout& h = host_chunks_->layout();
       tiers += fmt::format("; the embedding layer's {} parameters on the host ({} chunks of {} elements, {}), its "
@@ -459,14 +489,17 @@ class ChunkModelData final : public ModelData {
   }
 
  private:
-  // The chunk managers, the host's (memory.embedding_on_host) first.
+  // The chunk managers, the host's (memory.embedding_on_host) first, the experts' last.
   std::vector<memory::ChunkManager*> keepers() {
     std::vector<memory::ChunkManager*> out;
     if (host_chunks_) out.push_back(&*host_chunks_);
     out.push_back(&*chunks_);
+    if (expert_chunks_) out.push_back(&*expert_chunks_);
     return out;
   }
+  memory::ChunkManager* expert_keeper() { return expert_chunks_ ? &*expert_chunks_ : nullptr; }
   memory::ChunkManager& keeper_of(const nn::Parameter& p) {
+    if (expert_chunks_ && expert_chunks_->manages(p)) return *expert_chunks_;
     return host_chunks_ && host_chunks_->manages(p) ? *host_chunks_ : *chunks_;
   }
   // The moments of the parameters whose optimizer states this rank keeps, one parameter's at a
@@ -508,7 +541,8 @@ class ChunkModelData final : public ModelData {
   }
 
   std::int64_t model_data_bytes() const {
-    return chunks_->model_data_bytes() + (host_chunks_ ? host_chunks_->model_data_bytes() : 0);
+    return chunks_->model_data_bytes() + (host_chunks_ ? host_chunks_->model_data_bytes() : 0) +
+           (expert_chunks_ ? expert_chunks_->model_data_bytes() : 0);
   }
 
   pipeline::PipelineEngine& engine_;
@@ -521,6 +555,7 @@ class ChunkModelData final : public ModelData {
   std::optional<ScopedDefaultAllocator> on_device_;  // with offload: the step's tensors in the device tier
   std::optional<memory::ChunkManager> chunks_;
   std::optional<memory::ChunkManager> host_chunks_;  // memory.embedding_on_host: the embedding layer's
+  std::optional<memory::ChunkManager> expert_chunks_;  // parallel.expert: this rank's experts
   memory::MoveStats reported_;  // moves up to the last step's record
   std::int64_t param_list_bytes_ = 0;
   config::Offload offload_ = config::Offload::none;

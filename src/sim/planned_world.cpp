@@ -97,6 +97,10 @@ std::int64_t transient_param_bytes(const config::Config& cfg, const memory::Chun
 // lists and, under memory.embedding_on_host, the embedding's own, each with the chunk size every
 // rank agrees on.
 void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std::size_t device_capacity) {
+  TIDAL_CHECK(cfg.parallel.expert == 1,
+              "the cost model does not yet plan expert parallelism over chunk lists (parallel.expert = {} with "
+              "zero.stage > 0, or bf16 / fp16): plan the layout at zero.stage = 0 in fp32, whose model data it "
+              "plans exactly", cfg.parallel.expert);
   const std::int64_t local = cfg.train.batch_size / cfg.parallel.data;
   const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
   struct Lists {
