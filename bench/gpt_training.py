@@ -99,19 +99,12 @@ class LlamaShape:
 
 
 @dataclasses.dataclass(frozen=True)
-class MixtralShape:
+class MixtralShape(LlamaShape):
     """A Mixtral: the Llama shape with `experts` SwiGLU experts of width intermediate_size in each
     block's MLP place, experts_per_token a token, and the load-balancing loss (router_aux_loss_coef)
     in the loss on both sides; the fields are tidal's model.* keys."""
-    n_layer: int
-    n_embd: int
-    n_head: int
-    n_kv_head: int
-    intermediate_size: int
-    vocab_size: int
-    seq_len: int
-    experts: int
-    experts_per_token: int
+    experts: int = 8
+    experts_per_token: int = 2
     router_aux_loss_coef: float = 0.001
     model_type = "mixtral"
 

@@ -298,9 +298,6 @@ void check_layout(const Config& c) {
   TIDAL_CHECK(p.expert == 1 || c.model.experts % p.expert == 0,
               "parallel.expert = {} must divide model.experts = {}: each rank of an expert group holds as many "
               "experts", p.expert, c.model.experts);
-  TIDAL_CHECK(p.expert == 1 || p.sequence == 1,
-              "parallel.expert = {} with parallel.sequence = {}: expert parallelism does not yet run beside sequence "
-              "parallelism; set one of them to 1", p.expert, p.sequence);
   TIDAL_CHECK(p.expert == 1 || c.memory.offload == Offload::none,
               "parallel.expert = {} with memory.offload = \"{}\": the experts' chunk lists do not yet move "
               "between tiers; set memory.offload = \"none\", or parallel.expert = 1", p.expert,

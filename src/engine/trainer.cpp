@@ -210,6 +210,9 @@ struct Trainer::Run {
   nlohmann::json train_step(std::int64_t step);
   // What was not finite in step `at`: the loss, or the first of this rank's parameters whose
   // gradient is not; and the whole message of a run that stops there.
+  // A step whose gradient is not finite (train.on_nonfinite, the fp16 loss scaler): no update,
+  // counted, stopped where the config says.
+  void skip_step(std::int64_t at, double loss, double norm, double loss_scale);
   std::string what_is_not_finite(double loss, double norm);
   std::string diverged(std::int64_t at, double loss, double norm);
   double evaluate();
@@ -388,17 +391,7 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
     model_data->step(float(lr), float(loss_scale), norm, cfg.train.grad_clip);
     skipped_in_a_row = 0;
   } else {
-    model_data->skip_step();
-    ++skipped;
-    ++skipped_in_a_row;
-    if (!scaler && cfg.train.on_nonfinite == config::OnNonfinite::stop) throw Diverged(diverged(at, loss, norm));
-    progress.line(scaler ? fmt::format("step {}: gradient overflowed in fp16 at loss scale {}: step skipped, scale now {}",
-                                       at + 1, loss_scale, scaler->scale())
-                         : fmt::format("step {}: {}; step skipped (train.on_nonfinite = \"skip\")", at + 1,
-                                       what_is_not_finite(loss, norm)));
-    if (skipped_in_a_row >= cfg.train.max_skipped_steps)
-      throw Diverged(fmt::format("{} steps in a row skipped (train.max_skipped_steps = {}); {}", skipped_in_a_row,
-                                 cfg.train.max_skipped_steps, diverged(at, loss, norm)));
+    skip_step(at, loss, norm, loss_scale);
   }
   step_temporaries.reset();
   train_loss = loss;
@@ -429,6 +422,20 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
     record["pipeline"] = {{"seconds", p.seconds}, {"compute_s", p.compute_seconds}, {"wait_s", p.wait_seconds}};
   }
   return record;
+}
+
+void Trainer::Run::skip_step(std::int64_t at, double loss, double norm, double loss_scale) {
+  model_data->skip_step();
+  ++skipped;
+  ++skipped_in_a_row;
+  if (!scaler && cfg.train.on_nonfinite == config::OnNonfinite::stop) throw Diverged(diverged(at, loss, norm));
+  progress.line(scaler ? fmt::format("step {}: gradient overflowed in fp16 at loss scale {}: step skipped, scale now {}",
+                                     at + 1, loss_scale, scaler->scale())
+                       : fmt::format("step {}: {}; step skipped (train.on_nonfinite = \"skip\")", at + 1,
+                                     what_is_not_finite(loss, norm)));
+  if (skipped_in_a_row >= cfg.train.max_skipped_steps)
+    throw Diverged(fmt::format("{} steps in a row skipped (train.max_skipped_steps = {}); {}", skipped_in_a_row,
+                               cfg.train.max_skipped_steps, diverged(at, loss, norm)));
 }
 
 std::string Trainer::Run::what_is_not_finite(double loss, double norm) {

@@ -278,7 +278,7 @@ std::vector<int> Layout::group(GroupKind kind, int rank) const {
     case GroupKind::expert_data: {
       std::vector<int> out;
       for (int d = c.data % spec_.expert; d < spec_.data; d += spec_.expert)
-        out.push_back(rank_from(c.tensor, c.sequence, d, c.pipeline));
+        for (int s = 0; s < spec_.sequence; ++s) out.push_back(rank_from(c.tensor, s, d, c.pipeline));
       return out;
     }
     case GroupKind::tensor_row: return grid ? along(cols_, &Coordinates::col) : std::vector<int>{rank};

@@ -56,8 +56,10 @@ enum class GroupKind {
                   // tensor index) whose gradients are summed; ascending rank
   expert,        // parallel.expert consecutive data ranks (same other coordinates) that share a
                  // mixture's experts, each holding 1/expert of them; ordered by data coordinate
-  expert_data,   // the data ranks holding the same experts (data coordinates equal modulo
-                 // parallel.expert), whose experts' gradients are summed; ordered by data coordinate
+  expert_data,   // the ranks holding the same experts: data coordinates equal modulo
+                 // parallel.expert, and every sequence position (whose positions' gradients are
+                 // parts of the sum, as data_sequence's); their experts' gradients are summed;
+                 // ascending rank
   pipeline_ends,  // the first and the last stage of one pipeline (they share tied embeddings);
                   // a middle stage alone; ordered by stage
 };

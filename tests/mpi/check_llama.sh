@@ -58,10 +58,7 @@ offload=(--set parallel.data=2 --set zero.stage=3 --set memory.offload=chunk --s
          --set model.n_embd=256 --set model.intermediate_size=512 --set model.seq_len=16 --set train.batch_size=2
          --set train.steps=6 --set train.eval_every=3)
 run data2_zero3_offload_uncapped 2 "${offload[@]}" --set memory.device_limit=64GiB
-cap=$(/usr/bin/python3 -c "
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-print(int(max(rows[-1]['model_data']['model_data_bytes_per_rank']) * 0.3))" "$dir/data2_zero3_offload_uncapped.jsonl")
+cap=$(/usr/bin/python3 "$support/runs.py" device-cap "$dir" data2_zero3_offload_uncapped 0.3)
 run data2_zero3_offload_capped 2 "${offload[@]}" --set memory.device_limit="$cap"
 /usr/bin/python3 - "$dir" "$support" <<'PY'
 import sys

@@ -9,7 +9,8 @@
 # summed over the ring), data 2 x ZeRO-3 in bf16 with every block recomputed, Qwen2-MoE (its shared
 # expert) at data 2 x pipeline 2 x 1D tensor 2 in bf16, and chunks offloaded under a device cap,
 # bitwise equal to uncapped. Expert parallelism (parallel.expert, carved from the data ranks): expert
-# 2, 4 and 8, expert 2 x data 4, expert 2 x pipeline 2, expert 2 x 1D tensor 2 (fp32 tensors), and on
+# 2, 4 and 8, expert 2 x data 4, expert 2 x pipeline 2, expert 2 x 1D tensor 2, expert 2 x sequence 2
+# (fp32 tensors), and on
 # chunks expert 4 at ZeRO-1 (fp32) and expert 2 x data 4 at ZeRO-3 (bf16). Then the errors: a 2D
 # tensor layout, expert parallelism under offload, an expert group larger than the data ranks, each
 # exit 2 naming the key.
@@ -51,6 +52,7 @@ run expert8 8 --set parallel.data=8 --set parallel.expert=8 --set train.batch_si
 run expert2_data4 4 --set parallel.data=4 --set parallel.expert=2 --set train.batch_size=16
 run expert2_pipeline2 4 --set parallel.data=2 --set parallel.expert=2 --set parallel.pipeline=2
 run expert2_tensor2 4 --set parallel.data=2 --set parallel.expert=2 --set parallel.tensor.size=2
+run expert2_sequence2 4 --set parallel.data=2 --set parallel.expert=2 --set parallel.sequence=2
 # ... and on chunks: the experts in lists of their own, shared by the ranks holding them.
 run expert2_data4_zero3_bf16 4 --set parallel.data=4 --set parallel.expert=2 --set zero.stage=3 \
   --set train.precision=bf16 --set train.batch_size=16
@@ -67,10 +69,7 @@ offload=(--set parallel.data=2 --set zero.stage=3 --set memory.offload=chunk --s
          --set model.n_embd=128 --set model.intermediate_size=128 --set model.seq_len=16 --set train.batch_size=4
          --set train.micro_batch_size=2 --set train.steps=6 --set train.eval_every=3)
 run data2_zero3_offload_uncapped 2 "${offload[@]}" --set memory.device_limit=64GiB
-cap=$(/usr/bin/python3 -c "
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-print(int(max(rows[-1]['model_data']['model_data_bytes_per_rank']) * 0.3))" "$dir/data2_zero3_offload_uncapped.jsonl")
+cap=$(/usr/bin/python3 "$support/runs.py" device-cap "$dir" data2_zero3_offload_uncapped 0.3)
 run data2_zero3_offload_capped 2 "${offload[@]}" --set memory.device_limit="$cap"
 /usr/bin/python3 - "$dir" "$support" <<'PY'
 import json, sys
@@ -83,6 +82,7 @@ for name, reference, tolerance in [("data2", "single_fp32", 1e-4), ("pipeline2",
                                    ("expert2", "single_fp32", 1e-4), ("expert4", "single_fp32_b16", 1e-4),
                                    ("expert8", "single_fp32_b32_e8", 1e-4), ("expert2_data4", "single_fp32_b16", 1e-4),
                                    ("expert2_pipeline2", "single_fp32", 1e-4), ("expert2_tensor2", "single_fp32", 1e-4),
+                                   ("expert2_sequence2", "single_fp32", 1e-4),
                                    ("expert4_zero1", "single_fp32_b16", 1e-4),
                                    ("expert2_data4_zero3_bf16", "single_bf16_b16", 2e-3),
                                    ("data2_zero3_recomputed_bf16", "single_bf16", 2e-3),
@@ -102,7 +102,7 @@ for name in ("data2", "pipeline2", "tensor2_1d", "sequence2"):
 print(f"step 1 routing in every fp32 layout: tokens per expert max/mean {ref['tokens_per_expert_max_over_mean']:.4f}, "
       f"aux loss {ref['aux_loss']:.5f}, z-loss {ref['z_loss']:.5f}")
 print("PASS: Mixtral in data, pipeline, 1D tensor, sequence, expert 2 / 4 / 8, expert x data, expert x pipeline, "
-      "expert x tensor, expert x ZeRO-1 and expert x data x ZeRO-3 (bf16), data x ZeRO-3 recomputed (bf16), Qwen2-MoE in data x "
+      "expert x tensor, expert x sequence, expert x ZeRO-1 and expert x data x ZeRO-3 (bf16), data x ZeRO-3 recomputed (bf16), Qwen2-MoE in data x "
       "pipeline x tensor (bf16) = one process (worst relative difference fp32 "
       f"{worst[1e-4]:.2e} <= 1e-4, bf16 {worst[2e-3]:.2e} <= 2e-3); chunks offloaded under a device cap = uncapped, "
       "bitwise")

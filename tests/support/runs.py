@@ -42,6 +42,13 @@ def compare(directory, name, reference, tolerance, all_steps=False):
     return worst, summary
 
 
+def device_cap(directory, name, fraction):
+    """`fraction` of the largest rank's model data (bytes) in run `name`'s summary: a memory.device_limit
+    under which chunks must move."""
+    rows = [json.loads(line) for line in open(os.path.join(directory, name + ".jsonl"))]
+    return int(max(rows[-1]["model_data"]["model_data_bytes_per_rank"]) * fraction)
+
+
 def tensors(path):
     """name -> (dtype, shape, raw bytes) of a safetensors file: what a bitwise comparison needs."""
     blob = open(path, "rb").read()
@@ -50,3 +57,10 @@ def tensors(path):
     header.pop("__metadata__", None)
     return {k: (v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
             for k, v in header.items()}
+
+
+if __name__ == "__main__":
+    import sys
+    # runs.py device-cap DIR NAME FRACTION: prints device_cap's bytes (for the scripts under tests/mpi).
+    assert len(sys.argv) == 5 and sys.argv[1] == "device-cap", sys.argv
+    print(device_cap(sys.argv[2], sys.argv[3], float(sys.argv[4])))

@@ -29,10 +29,14 @@ using Tables = std::map<GroupKind, Table>;
 
 // Compares every kind's groups with `tables`; a kind the case does not list must be one group
 // per rank. Also checks group(kind, r) and group_index for every rank, and the round trip.
-// Without a sequence split, data_sequence is the data group, and with two stages pipeline_ends
-// is the pipeline group (so cases list them only otherwise).
+// Without a sequence split, data_sequence is the data group, without expert parallelism
+// expert_data is data_sequence, and with two stages pipeline_ends is the pipeline group (so cases
+// list them only otherwise).
 void expect_groups(const MeshSpec& spec, Tables tables) {
   if (spec.sequence == 1 && tables.count(GroupKind::data)) tables[GroupKind::data_sequence] = tables[GroupKind::data];
+  // Without expert parallelism every data (and sequence) rank holds the same experts.
+  if (spec.expert == 1 && tables.count(GroupKind::data_sequence))
+    tables[GroupKind::expert_data] = tables[GroupKind::data_sequence];
   if (spec.pipeline == 2) tables[GroupKind::pipeline_ends] = tables.at(GroupKind::pipeline);
   const Layout layout(spec);
   const int world = layout.world_size();
@@ -95,6 +99,25 @@ std::string fit_error(const MeshSpec& spec, int n_layer, int n_head, std::int64_
 }
 
 constexpr TensorMode k1d = TensorMode::d1, k2d = TensorMode::d2, k2p5d = TensorMode::d2p5, k3d = TensorMode::d3;
+
+// Expert parallelism carved from the data ranks: expert groups of consecutive data coordinates,
+// expert_data the data coordinates equal modulo parallel.expert with every sequence position.
+TEST(ParallelLayout, ExpertGroups) {
+  const Table all4 = {{0, 1, 2, 3}}, all8 = {{0, 1, 2, 3, 4, 5, 6, 7}};
+  expect_groups({.world_size = 4, .data = 4, .expert = 2},
+                {{GroupKind::world, all4}, {GroupKind::data, all4}, {GroupKind::expert, {{0, 1}, {2, 3}}},
+                 {GroupKind::expert_data, {{0, 2}, {1, 3}}}});
+  // rank = s + 2 d with 4 data and 2 sequence coordinates.
+  expect_groups({.world_size = 8, .data = 4, .sequence = 2, .expert = 2},
+                {{GroupKind::world, all8},
+                 {GroupKind::data, {{0, 2, 4, 6}, {1, 3, 5, 7}}},
+                 {GroupKind::sequence, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
+                 {GroupKind::model, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
+                 {GroupKind::data_sequence, all8},
+                 {GroupKind::expert, {{0, 2}, {1, 3}, {4, 6}, {5, 7}}},
+                 {GroupKind::expert_data, {{0, 1, 4, 5}, {2, 3, 6, 7}}}});
+  EXPECT_THROW(Layout({.world_size = 2, .data = 2, .expert = 4}), Error);
+}
 
 TEST(ParallelLayout, FourRanks) {
   const Table all = {{0, 1, 2, 3}};
