@@ -306,6 +306,10 @@ void Trainer::Run::describe_layout() {
     progress.line(fmt::format("data parallel: {} replicas of {} sequences{}", replicas, local,
                               accum > 1 ? fmt::format(" ({} micro-batches)", accum) : ""));
   }
+  if (const int experts = pc.layout().spec().expert; experts > 1)
+    progress.line(fmt::format("expert parallel: groups of {} data ranks, each rank {} of the {} experts of every "
+                              "mixture, rows to their experts' ranks and back by all-to-all",
+                              experts, cfg.model.experts / experts, cfg.model.experts));
   if (const std::string line = model_data->describe(); !line.empty()) progress.line(line);
   if (scaler) progress.line(fmt::format("fp16: dynamic loss scale from {}", scaler->scale()));
   if (const parallel::MeshSpec& spec = pc.layout().spec(); spec.sequence > 1) {

@@ -195,6 +195,7 @@ nlohmann::json ParallelContext::describe() const {
                         {"pipeline", s.pipeline},             {"tensor", s.tensor},
                         {"tensor_mode", std::string(tensor_mode_name(s.mode))}, {"sequence", s.sequence},
                         {"ranks_per_node", s.ranks_per_node}};
+  if (s.expert > 1) out["expert"] = s.expert;
   if (!gpu_collectives_.empty()) out["gpu_collectives"] = gpu_collectives_;
   return out;
 }

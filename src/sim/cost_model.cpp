@@ -231,6 +231,7 @@ nlohmann::json layout_of(const config::Config& cfg) {
   if (par.tensor.mode == parallel::TensorMode::d2p5) layout["parallel.tensor.depth"] = par.tensor.depth;
   if (keeps_gathered_choice(par.tensor)) layout["parallel.tensor.keep_gathered"] = par.tensor.keep_gathered;
   if (par.sequence > 1) layout["parallel.sequence_mode"] = std::string(config::name_of(par.sequence_mode));
+  if (par.expert > 1) layout["parallel.expert"] = par.expert;
   return layout;
 }
 
@@ -535,6 +536,8 @@ std::string layout_words(const nlohmann::json& l) {
   std::vector<std::string> parts;
   for (const auto& [key, word] : {std::pair{"parallel.data", "data"}, {"parallel.pipeline", "pipeline"}}) {
     if (l.at(key).get<int>() > 1) parts.push_back(fmt::format("{} {}", word, l.at(key).get<int>()));
+    if (word == std::string_view("data") && l.value("parallel.expert", 1) > 1)
+      parts.back() += fmt::format(" (expert {})", l.at("parallel.expert").get<int>());
   }
   if (l.at("parallel.tensor.size").get<int>() > 1)
     parts.push_back(fmt::format("{} {}{}", l.at("parallel.tensor.mode").get<std::string>(),
