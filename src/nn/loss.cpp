@@ -20,16 +20,20 @@ Tensor Loss::targets(const Batch& batch) const {
   return mine.reshape({mine.numel()});
 }
 
+std::vector<double> sum_over_groups(std::vector<double> values, const std::vector<comm::Communicator*>& groups,
+                                    Device device) {
+  if (groups.empty()) return values;
+  Tensor sums = Tensor::empty({std::int64_t(values.size())}, DType::f32, host_memory_for(device));
+  const bool held = has_values(sums);  // not on meta memory: a planned step issues the sums alone
+  if (held) std::copy(values.begin(), values.end(), sums.data<float>());
+  for (comm::Communicator* g : groups) g->all_reduce(sums)->wait();
+  if (held) std::copy_n(sums.data<float>(), values.size(), values.begin());
+  return values;
+}
+
 LossSum Loss::over_replica(LossSum mine, Device device) const {
-  if (batch_groups_.empty()) return mine;
-  Tensor sums = Tensor::empty({2}, DType::f32, host_memory_for(device));
-  const bool values = has_values(sums);  // not on meta memory: a planned step issues the sums alone
-  if (values) {
-    sums.data<float>()[0] = float(mine.sum);
-    sums.data<float>()[1] = float(mine.count);
-  }
-  for (comm::Communicator* g : batch_groups_) g->all_reduce(sums)->wait();
-  return values ? LossSum{.sum = sums.data<float>()[0], .count = sums.data<float>()[1]} : mine;
+  const std::vector<double> all = sum_over_groups({mine.sum, mine.count}, batch_groups_, device);
+  return {.sum = all[0], .count = all[1]};
 }
 
 Loss::Mean Loss::replica_mean(LossSum mine, Context& ctx) const {

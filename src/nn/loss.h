@@ -26,6 +26,11 @@ struct LossSum {
   double count = 0;
 };
 
+// `values` summed over each of `groups` in turn (in fp32, on the host memory beside `device`'s
+// tensors); on meta memory (a planned step) the collectives are issued and `values` returned.
+std::vector<double> sum_over_groups(std::vector<double> values, const std::vector<comm::Communicator*>& groups,
+                                    Device device);
+
 class Loss : public Module {
  public:
   Loss(BatchSlice part, std::vector<comm::Communicator*> batch_groups)

@@ -171,51 +171,39 @@ MixtureOfExperts::Exchange MixtureOfExperts::plan_exchange(const Routing& r, Dev
   return x;
 }
 
-Tensor MixtureOfExperts::to_experts(const Tensor& slots, const Exchange& x, Context& ctx) const {
-  const int G = expert_group_->size();
-  const std::int64_t received = std::accumulate(x.received.begin(), x.received.end(), std::int64_t(0));
-  Tensor in = ctx.empty({received, C_}, slots.dtype());
+namespace {
+
+// Rank q of `group` gets rows [sum of out[< q], + out[q]) of `from`; rank s's rows land in rows
+// [sum of in[< s], + in[s]) of the returned tensor.
+Tensor exchange_rows(comm::Communicator& group, const Tensor& from, const std::vector<std::int64_t>& out,
+                     const std::vector<std::int64_t>& in, Context& ctx) {
+  Tensor to = ctx.empty({std::accumulate(in.begin(), in.end(), std::int64_t(0)), from.dim(1)}, from.dtype());
   std::vector<Tensor> send, recv;
   std::int64_t at = 0, got = 0;
-  for (int q = 0; q < G; ++q) {
-    send.push_back(slots.slice(0, at, at + x.sent[std::size_t(q)]));
-    recv.push_back(in.slice(0, got, got + x.received[std::size_t(q)]));
-    at += x.sent[std::size_t(q)];
-    got += x.received[std::size_t(q)];
+  for (std::size_t q = 0; q < out.size(); ++q) {
+    send.push_back(from.slice(0, at, at + out[q]));
+    recv.push_back(to.slice(0, got, got + in[q]));
+    at += out[q];
+    got += in[q];
   }
-  comm::all_to_all(*expert_group_, send, recv, kExchangeTag);
+  comm::all_to_all(group, send, recv, kExchangeTag);
+  return to;
+}
+
+}  // namespace
+
+Tensor MixtureOfExperts::to_experts(const Tensor& slots, const Exchange& x, Context& ctx) const {
+  const Tensor in = exchange_rows(*expert_group_, slots, x.sent, x.received, ctx);
   Tensor rows = ctx.empty({std::int64_t(x.place.size()), C_}, slots.dtype());
   ops::gather_rows(rows, in, upload(x.place, {std::int64_t(x.place.size())}, ctx));
   return rows;
 }
 
 Tensor MixtureOfExperts::from_experts(const Tensor& rows, const Exchange& x, Context& ctx) const {
-  const int G = expert_group_->size();
   const std::int64_t received = std::int64_t(x.back.size());
   Tensor out = ctx.empty({received, C_}, rows.dtype());
   ops::gather_rows(out, rows, upload(x.back, {received}, ctx));
-  const std::int64_t P = std::accumulate(x.sent.begin(), x.sent.end(), std::int64_t(0));
-  Tensor slots = ctx.empty({P, C_}, rows.dtype());
-  std::vector<Tensor> send, recv;
-  std::int64_t at = 0, got = 0;
-  for (int q = 0; q < G; ++q) {
-    send.push_back(out.slice(0, got, got + x.received[std::size_t(q)]));
-    recv.push_back(slots.slice(0, at, at + x.sent[std::size_t(q)]));
-    at += x.sent[std::size_t(q)];
-    got += x.received[std::size_t(q)];
-  }
-  comm::all_to_all(*expert_group_, send, recv, kExchangeTag);
-  return slots;
-}
-
-std::vector<double> MixtureOfExperts::over_replica(std::vector<double> mine, Device device) const {
-  if (batch_groups_.empty()) return mine;
-  Tensor sums = Tensor::empty({std::int64_t(mine.size())}, DType::f32, host_memory_for(device));
-  const bool values = has_values(sums);  // a planned step issues the sums alone
-  if (values) std::copy(mine.begin(), mine.end(), sums.data<float>());
-  for (comm::Communicator* g : batch_groups_) g->all_reduce(sums)->wait();
-  if (values) std::copy_n(sums.data<float>(), mine.size(), mine.begin());
-  return mine;
+  return exchange_rows(*expert_group_, out, x.received, x.sent, ctx);
 }
 
 Tensor MixtureOfExperts::forward(const Tensor& x, Context& ctx) {
@@ -226,7 +214,7 @@ Tensor MixtureOfExperts::forward(const Tensor& x, Context& ctx) {
   Kept kept;
   kept.routing = has_values(logits) ? route(host_values(logits).data(), N, router_options())
                                     : planned_routing(N, router_options());
-  kept.replica = over_replica(replica_statistics(kept.routing), x.device());
+  kept.replica = sum_over_groups(replica_statistics(kept.routing), batch_groups_, x.device());
   const Routing& r = kept.routing;
   const std::int64_t P = r.offset.back();
   const Tensor rows = upload(r.token, {P}, ctx), slot_weights = upload(r.slot_weight, {P}, ctx),

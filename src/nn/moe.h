@@ -26,6 +26,7 @@
 
 #include "comm/communicator.h"
 #include "nn/layer_factory.h"
+#include "nn/loss.h"
 #include "nn/router.h"
 
 #include <map>
@@ -76,8 +77,6 @@ class MixtureOfExperts final : public Module {
   struct Exchange;  // expert parallelism's moves of one forward (nn/moe.cpp)
 
  private:
-  // The replica's router statistics from this rank's (nn/router.h: replica_statistics).
-  std::vector<double> over_replica(std::vector<double> mine, Device device) const;
   RouterOptions router_options() const;
   Exchange plan_exchange(const Routing& r, Device device) const;
   // This rank's experts' rows [L, C] from every rank's rows for them (expert-major slots), and
