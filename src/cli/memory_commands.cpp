@@ -65,7 +65,8 @@ void add_plan_command(CLI::App& app, PlanCommand& cmd) {
   plan->add_flag("--json", cmd.json, "Print the plan as one JSON object (with --world: one JSON line per layout)");
   plan->add_option("--world", cmd.world,
                    "Predict instead: every layout of this many ranks (data x pipeline x tensor mode and size x "
-                   "sequence x zero.stage, 2.5D and 3D with and without parallel.tensor.keep_gathered) for the "
+                   "sequence x zero.stage, 2.5D and 3D with and without parallel.tensor.keep_gathered, a "
+                   "mixture's parallel.expert groups of the data ranks) for the "
                    "configured model, with each rank's peak memory and the step time, ranked. Each layout gets the "
                    "choices that run it fastest within 95% of the device's memory: a pipeline's micro-batches "
                    "where train.micro_batch_size is unset; where it does not fit as configured, activation "

@@ -9,9 +9,11 @@ namespace tidal::distributed {
 // The ranks that hold the same parameters and share their chunks: the data replicas, and with
 // sequence parallelism the ring's positions too (each holds every parameter and sees its share
 // of the positions; DeepSpeed-Ulysses shards ZeRO over the same data x sequence group).
-comm::Communicator& chunk_group(parallel::ParallelContext& pc) {
-  return pc.group(pc.layout().spec().sequence > 1 ? parallel::GroupKind::data_sequence : parallel::GroupKind::data);
+parallel::GroupKind chunk_group_kind(const parallel::ParallelContext& pc) {
+  return pc.layout().spec().sequence > 1 ? parallel::GroupKind::data_sequence : parallel::GroupKind::data;
 }
+
+comm::Communicator& chunk_group(parallel::ParallelContext& pc) { return pc.group(chunk_group_kind(pc)); }
 
 // `params` for a chunk manager, in segments (memory/chunk_manager.h): by the model chunk whose
 // layers use them, then by the groups beyond the chunk group that hold them too - a tensor

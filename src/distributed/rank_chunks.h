@@ -15,6 +15,7 @@ namespace tidal::distributed {
 
 // The ranks that hold the same parameters and share their chunks: the data replicas, and with
 // sequence parallelism the ring's positions too.
+parallel::GroupKind chunk_group_kind(const parallel::ParallelContext& pc);
 comm::Communicator& chunk_group(parallel::ParallelContext& pc);
 
 // `params` (this rank's, in the model's order) for a chunk manager, in segments.

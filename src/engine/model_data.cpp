@@ -226,10 +226,10 @@ class ChunkModelData final : public ModelData {
     try {
       Allocator& param_tier = options.offload ? *device_ : *param_memory_;
       memory::ChunkParameters device_params = distributed::chunk_parameters(on_device, engine, pc);
+      memory::ChunkOptions expert_options = options;  // the configured size, or a search of their own
       options.chunk_elements = distributed::agreed_chunk_size(device_params, options, param_tier.capacity(), pc);
       chunks_.emplace(std::move(device_params), options, param_tier, *optimizer_memory_);
       if (pc.layout().spec().expert > 1) {  // every rank agrees on the experts' chunk size too
-        memory::ChunkOptions expert_options = options;
         expert_options.group = &pc.group(parallel::GroupKind::expert_data);
         memory::ChunkParameters expert_params = distributed::chunk_parameters(experts, engine, pc);
         expert_options.chunk_elements =

@@ -36,7 +36,7 @@ namespace {
 
 // What a forward keeps for its backward besides tensors.
 struct Kept {
-  Routing routing;
+  std::shared_ptr<const Routing> routing;  // a run's, or a plan's (shared by its blocks)
   std::vector<double> replica;     // the replica's router statistics (nn/router.h)
   std::vector<float> shared_gate;  // [N]: sigmoid of the shared expert's gate
   std::optional<MixtureOfExperts::Exchange> exchange;  // under expert parallelism
@@ -212,10 +212,11 @@ Tensor MixtureOfExperts::forward(const Tensor& x, Context& ctx) {
   const std::int64_t N = x2.dim(0), K = cfg_.experts_per_token;
   const Tensor logits = ctx.forward(*gate_, x2, kGate);  // [N, E]
   Kept kept;
-  kept.routing = has_values(logits) ? route(host_values(logits).data(), N, router_options())
-                                    : planned_routing(N, router_options());
-  kept.replica = sum_over_groups(replica_statistics(kept.routing), batch_groups_, x.device());
-  const Routing& r = kept.routing;
+  kept.routing = has_values(logits)
+                     ? std::make_shared<const Routing>(route(host_values(logits).data(), N, router_options()))
+                     : planned_routing(N, router_options());
+  kept.replica = sum_over_groups(replica_statistics(*kept.routing), batch_groups_, x.device());
+  const Routing& r = *kept.routing;
   const std::int64_t P = r.offset.back();
   const Tensor rows = upload(r.token, {P}, ctx), slot_weights = upload(r.slot_weight, {P}, ctx),
                slots = upload(r.slot, {N, K}, ctx), weights = upload(r.weight, {N, K}, ctx);
@@ -252,7 +253,7 @@ Tensor MixtureOfExperts::forward(const Tensor& x, Context& ctx) {
 Tensor MixtureOfExperts::backward(const Tensor& dy, Context& ctx) {
   TIDAL_ASSERT(ctx.saved.size() >= 4 && ctx.kept.has_value(), "{}: backward without its forward", path());
   const Kept& kept = std::any_cast<const Kept&>(ctx.kept);
-  const Routing& r = kept.routing;
+  const Routing& r = *kept.routing;
   const Tensor& ys = ctx.saved[0];
   const Tensor& slots = ctx.saved[1];
   const Tensor& rows = ctx.saved[2];

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
+#include <tuple>
 
 namespace tidal::nn {
 namespace {
@@ -101,20 +103,25 @@ Routing route(const float* logits, std::int64_t N, const RouterOptions& opt) {
   return r;
 }
 
-Routing planned_routing(std::int64_t N, const RouterOptions& opt) {
+std::shared_ptr<const Routing> planned_routing(std::int64_t N, const RouterOptions& opt) {
+  using Key = std::tuple<std::int64_t, int, int, bool, double, bool>;
+  const Key key{N, opt.experts, opt.top_k, opt.normalize, opt.capacity_factor, opt.pad};
+  thread_local std::map<Key, std::shared_ptr<const Routing>> made;
+  if (const auto it = made.find(key); it != made.end()) return it->second;
   const std::int64_t E = opt.experts, k = opt.top_k;
-  Routing r;
-  r.tokens = N;
-  r.expert.resize(std::size_t(N * k));
-  r.weight.assign(std::size_t(N * k), 1.0f / float(k));
-  r.chosen.assign(std::size_t(E), 0.0);
-  r.prob_sum.assign(std::size_t(E), double(N) / double(E));
+  auto r = std::make_shared<Routing>();
+  r->tokens = N;
+  r->expert.resize(std::size_t(N * k));
+  r->weight.assign(std::size_t(N * k), 1.0f / float(k));
+  r->chosen.assign(std::size_t(E), 0.0);
+  r->prob_sum.assign(std::size_t(E), double(N) / double(E));
   for (std::int64_t i = 0; i < N * k; ++i) {  // token n's picks are k consecutive experts: all distinct
-    r.expert[std::size_t(i)] = std::int32_t(i % E);
-    r.chosen[std::size_t(i % E)] += 1;
+    r->expert[std::size_t(i)] = std::int32_t(i % E);
+    r->chosen[std::size_t(i % E)] += 1;
   }
-  assign_slots(r, opt);
-  return r;
+  assign_slots(*r, opt);
+  if (made.size() >= 8) made.clear();  // a plan's few sizes (micro-batches, sequence shares)
+  return made[key] = std::move(r);
 }
 
 std::vector<double> replica_statistics(const Routing& r) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace tidal::nn {
@@ -49,8 +50,10 @@ std::int64_t padded_rows(std::int64_t picks);
 // Routes N tokens by their logits [N, E] (row-major fp32).
 Routing route(const float* logits, std::int64_t N, const RouterOptions& opt);
 // The routing of N tokens spread evenly, as a plan assumes it (no logits: the cost model's meta
-// step): each expert takes N k / E picks (the first N k mod E one more), within capacity.
-Routing planned_routing(std::int64_t N, const RouterOptions& opt);
+// step): each expert takes N k / E picks (the first N k mod E one more), within capacity. The
+// same for every block and micro-batch of a plan, so each thread keeps the last few it made (a
+// plan's layouts route up to millions of tokens in every block: most of the planner's time).
+std::shared_ptr<const Routing> planned_routing(std::int64_t N, const RouterOptions& opt);
 
 // What the auxiliary losses read of a replica's tokens: chosen and prob_sum per expert, the
 // tokens and the summed lse^2, as one vector to sum over the ranks holding other parts of it

@@ -1,29 +1,30 @@
 #include "sim/checkpoint_cost.h"
 
-#include "distributed/rank_chunks.h"
 #include "io/save_plan.h"
 #include "nn/tp/shard.h"
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace tidal::sim {
 namespace {
 
 // The blocks whose state rank `r` keeps (engine/model_data.h's held_state): every block of its
-// parameters, or with ZeRO over its chunk group those in the chunks it owns.
+// parameters, or with ZeRO over a list's group (the chunk group, the experts' owners) those in
+// the chunks of the list it owns.
 std::vector<io::HeldBlockKey> held_blocks(const config::Config& cfg, const PlannedRank& r) {
   std::vector<io::HeldBlockKey> out;
-  comm::Communicator& group = distributed::chunk_group(*r.pc);
-  const bool sharded = r.model_data.chunks && cfg.zero.stage > 0 && group.size() > 1 && r.chunk_layout;
-  std::map<const nn::Parameter*, int> chunk_of;
-  if (sharded)
-    for (std::size_t i = 0; i < r.chunk_params.params.size(); ++i)
-      chunk_of[r.chunk_params.params[i]] = r.chunk_layout->places[i].chunk;
+  std::set<const nn::Parameter*> others;  // in chunks other ranks own
+  if (r.model_data.chunks && cfg.zero.stage > 0)
+    for (const PlannedChunkList& list : r.chunk_lists) {
+      const int index = r.pc->layout().group_index(list.group, r.pc->rank());
+      for (std::size_t i = 0; i < list.params.params.size(); ++i)
+        if (list.layout.owner_of(list.layout.places[i].chunk) != index) others.insert(list.params.params[i]);
+    }
   for (const nn::Parameter* p : r.engine->parameters()) {
     // Parameters outside the device lists (memory.embedding_on_host's) count as held whole.
-    const auto c = chunk_of.find(p);
-    if (sharded && c != chunk_of.end() && r.chunk_layout->owner_of(c->second) != group.rank()) continue;
+    if (others.count(p)) continue;
     const io::HeldBlockKey key = nn::tp::save_block_key(*p);
     if (key.bytes > 0) out.push_back(key);
   }

@@ -504,30 +504,38 @@ std::vector<config::Config> layouts(const config::Config& cfg, int world_size) {
       std::vector<std::pair<Tensor, int>> splits;  // (tensor, sequence)
       for (const Tensor& t : tensors) splits.push_back({t, 1});
       if (rest > 1) splits.push_back({{1, parallel::TensorMode::d1, 1}, rest});
+      // A mixture's experts spread over groups of data ranks (parallel.expert): each divisor of
+      // the data ranks that divides the experts.
+      std::vector<int> experts = {1};
+      if (models::find_family(cfg.model.type).routed)
+        for (int e : divisors(data))
+          if (e > 1 && cfg.model.experts % e == 0) experts.push_back(e);
       for (const auto& [t, seq] : splits)
         for (int zero = 0; zero <= (data * seq > 1 ? 3 : 0); ++zero)
-          for (bool keep : {false, true}) {
-            config::Config c = cfg;
-            c.parallel.data = data;
-            c.parallel.pipeline = pp;
-            c.parallel.tensor.size = t.size;
-            c.parallel.tensor.mode = t.mode;
-            c.parallel.tensor.depth = t.depth;
-            // 2.5D and 3D each way: less traffic for more memory (a 2.5D depth layer's whole
-            // weight blocks, colossal-ai.txt Table I's S_w; a 3D linear's gathered input kept).
-            c.parallel.tensor.keep_gathered = keep;
-            if (keep && !keeps_gathered_choice(c.parallel.tensor)) continue;
-            c.parallel.sequence = seq;
-            c.zero.stage = zero;
-            if (pp == 1) c.parallel.virtual_stages = 1;
-            try {
-              config::check_layout(c);  // a ViT split by position, a schedule that cannot run
-              (void)parallel::ParallelContext::planned(config::context_options(c), world_size, 0);
-            } catch (const Error&) {
-              continue;
+          for (int expert : experts)
+            for (bool keep : {false, true}) {
+              config::Config c = cfg;
+              c.parallel.data = data;
+              c.parallel.pipeline = pp;
+              c.parallel.tensor.size = t.size;
+              c.parallel.tensor.mode = t.mode;
+              c.parallel.tensor.depth = t.depth;
+              // 2.5D and 3D each way: less traffic for more memory (a 2.5D depth layer's whole
+              // weight blocks, colossal-ai.txt Table I's S_w; a 3D linear's gathered input kept).
+              c.parallel.tensor.keep_gathered = keep;
+              if (keep && !keeps_gathered_choice(c.parallel.tensor)) continue;
+              c.parallel.sequence = seq;
+              c.parallel.expert = expert;
+              c.zero.stage = zero;
+              if (pp == 1) c.parallel.virtual_stages = 1;
+              try {
+                config::check_layout(c);  // a ViT split by position, a schedule that cannot run
+                (void)parallel::ParallelContext::planned(config::context_options(c), world_size, 0);
+              } catch (const Error&) {
+                continue;
+              }
+              out.push_back(std::move(c));
             }
-            out.push_back(std::move(c));
-          }
     }
   return out;
 }

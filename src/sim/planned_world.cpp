@@ -93,18 +93,22 @@ std::int64_t transient_param_bytes(const config::Config& cfg, const memory::Chun
   return bytes;
 }
 
+// How `params` lie in chunks of `o`'s size over its group.
+memory::ChunkLayout layout_of(const memory::ChunkParameters& params, const memory::ChunkOptions& o) {
+  std::vector<std::int64_t> numels;
+  for (const nn::Parameter* p : params.params) numels.push_back(p->shape.numel());
+  return memory::layout_chunks(numels, o.chunk_elements, o.group->size(), params.segment);
+}
+
 // The chunk keeper's lists on every rank (engine/model_data.cpp's ChunkModelData): the device's
-// lists and, under memory.embedding_on_host, the embedding's own, each with the chunk size every
-// rank agrees on.
+// lists, under memory.embedding_on_host the embedding's own, and under parallel.expert the
+// experts' own (shared by the data ranks holding the same experts), each with the chunk size
+// every rank agrees on.
 void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std::size_t device_capacity) {
-  TIDAL_CHECK(cfg.parallel.expert == 1,
-              "the cost model does not yet plan expert parallelism over chunk lists (parallel.expert = {} with "
-              "zero.stage > 0, or bf16 / fp16): plan the layout at zero.stage = 0 in fp32, whose model data it "
-              "plans exactly", cfg.parallel.expert);
   const std::int64_t local = cfg.train.batch_size / cfg.parallel.data;
   const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
   struct Lists {
-    memory::ChunkParameters device, host;
+    memory::ChunkParameters device, host, experts;
   };
   // One set of lists per model (ranks sharing a model lay their lists out alike).
   std::map<const models::Model*, Lists> by_model;
@@ -113,66 +117,88 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
     auto [it, fresh] = by_model.try_emplace(r.model.get());
     if (fresh) {
       const std::vector<nn::Parameter*> embedding = nn::parameters_on_host(*r.model);
-      std::vector<nn::Parameter*> on_host, on_device;
+      std::vector<nn::Parameter*> on_host, on_device, experts;
       for (nn::Parameter* p : r.engine->parameters())
-        (std::find(embedding.begin(), embedding.end(), p) == embedding.end() ? on_device : on_host).push_back(p);
+        (std::find(embedding.begin(), embedding.end(), p) != embedding.end() ? on_host
+         : p->expert_group != nullptr                                       ? experts
+                                                                            : on_device)
+            .push_back(p);
       it->second = {distributed::chunk_parameters(on_device, *r.engine, *r.pc),
-                    distributed::chunk_parameters(on_host, *r.engine, *r.pc)};
+                    distributed::chunk_parameters(on_host, *r.engine, *r.pc),
+                    distributed::chunk_parameters(experts, *r.engine, *r.pc)};
     }
     lists.push_back(&it->second);
   }
-  const int group_size = distributed::chunk_group(*world.front().pc).size();
+  const parallel::ParallelContext& first = *world.front().pc;
+  const parallel::GroupKind chunk_kind = distributed::chunk_group_kind(first);
+  const auto group_size = [&](parallel::GroupKind kind) {
+    return int(first.layout().group(kind, first.rank()).size());
+  };
   memory::ChunkOptions options = config::chunk_options(cfg, local / micro > 1);
-  std::vector<const memory::ChunkParameters*> device_lists, host_lists;
+  std::vector<const memory::ChunkParameters*> device_lists, host_lists, expert_lists;
   for (const Lists* l : lists) {
     device_lists.push_back(&l->device);
     host_lists.push_back(&l->host);
+    expert_lists.push_back(&l->experts);
   }
-  memory::ChunkOptions host_options = options;
+  memory::ChunkOptions host_options = options, expert_options = options;
   host_options.offload.reset();
   if (cfg.memory.embedding_on_host)
-    host_options.chunk_elements = distributed::agreed_chunk_size(host_lists, host_options, group_size, device_capacity);
-  options.chunk_elements = distributed::agreed_chunk_size(device_lists, options, group_size, device_capacity);
+    host_options.chunk_elements =
+        distributed::agreed_chunk_size(host_lists, host_options, group_size(chunk_kind), device_capacity);
+  if (cfg.parallel.expert > 1)
+    expert_options.chunk_elements = distributed::agreed_chunk_size(
+        expert_lists, expert_options, group_size(parallel::GroupKind::expert_data), device_capacity);
+  options.chunk_elements =
+      distributed::agreed_chunk_size(device_lists, options, group_size(chunk_kind), device_capacity);
   for (std::size_t k = 0; k < world.size(); ++k) {
-    ModelDataBytes& m = world[k].model_data;
-    options.group = host_options.group = &distributed::chunk_group(*world[k].pc);
-    const auto layout_of = [&](const memory::ChunkParameters& params, std::int64_t size) {
-      std::vector<std::int64_t> numels;
-      for (const nn::Parameter* p : params.params) numels.push_back(p->shape.numel());
-      return memory::layout_chunks(numels, size, group_size, params.segment);
+    PlannedRank& r = world[k];
+    ModelDataBytes& m = r.model_data;
+    // A list of `params` over the ranks of `kind` at `o`'s chunk size: its layout, its bytes
+    // (param and optimizer) counted, its place in the step beyond them.
+    const auto plan_list = [&](const memory::ChunkParameters& params, memory::ChunkOptions o,
+                               parallel::GroupKind kind, bool tied_here) {
+      o.group = &r.pc->group(kind);
+      const memory::ChunkLayout layout = layout_of(params, o);
+      const memory::ChunkListBytes bytes = memory::chunk_list_bytes(layout, o);
+      m.param_bytes += bytes.param;
+      m.optimizer_bytes += bytes.optimizer;
+      m.owned_elements += memory::list_share(layout, o).optimizer * layout.chunk_elements;
+      bool replicated = false;  // segments other ranks hold too (their gradients all-reduced)
+      for (const memory::ChunkSegment& seg : params.segments)
+        for (const comm::Communicator* g : seg.replicas) replicated = replicated || g->size() > 1;
+      m.param_transient_bytes += transient_param_bytes(cfg, o, layout, o.group->size(), replicated, tied_here);
+      r.chunk_lists.push_back({.params = params, .layout = layout, .group = kind});
+      return bytes;
     };
-    const memory::ChunkLayout layout = layout_of(lists[k]->device, options.chunk_elements);
-    world[k].chunk_layout = layout;
-    world[k].chunk_params = lists[k]->device;
-    const memory::ChunkListBytes bytes = memory::chunk_list_bytes(layout, options);
+    std::map<nn::Parameter*, int> users;
+    for (nn::Module* layer : r.engine->layers()) layer->count_parameter_users(users);
+    const bool tied_here = std::any_of(users.begin(), users.end(), [](const auto& u) { return u.second > 1; });
+    const memory::ChunkListBytes bytes = plan_list(lists[k]->device, options, chunk_kind, tied_here);
+    const memory::ChunkLayout& layout = r.chunk_lists.front().layout;
     m.chunks = true;
     m.chunk_elements = layout.chunk_elements;
     m.param_chunk_bytes = layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype));
     m.chunks_in_lists = layout.chunks;
-    m.param_bytes = bytes.param;
-    m.optimizer_bytes = bytes.optimizer;
-    m.owned_chunks = memory::list_share(layout, options).optimizer;
     if (options.offload) {
       m.offload = true;
       m.static_partition = options.offload->partition == memory::Partition::fixed;
       // Every list starts on the host; under the static partition the param list too, until its
       // chunks move to the device (measured: the host's peak holds it, not only the optimizer's).
       m.offload_host_bytes = bytes.total();
+      options.group = &r.pc->group(chunk_kind);
       m.state_chunks = memory::list_share(layout, options).optimizer;
       // AdamW's fp32 master copy, momentum and variance, and with micro-batches the gradient
       // sum: they move together (memory/dynamic_memory.cpp's optimizer kinds).
       m.state_bytes = layout.chunk_elements * std::int64_t(sizeof(float)) * (options.accumulate ? 4 : 3);
     }
-    bool replicated = false;  // segments other ranks hold too (their gradients all-reduced)
-    for (const memory::ChunkSegment& seg : lists[k]->device.segments)
-      for (const comm::Communicator* g : seg.replicas) replicated = replicated || g->size() > 1;
-    std::map<nn::Parameter*, int> users;
-    for (nn::Module* layer : world[k].engine->layers()) layer->count_parameter_users(users);
-    const bool tied_here = std::any_of(users.begin(), users.end(), [](const auto& u) { return u.second > 1; });
-    m.param_transient_bytes = transient_param_bytes(cfg, options, layout, group_size, replicated, tied_here);
-    if (cfg.memory.embedding_on_host && !lists[k]->host.params.empty())
+    if (cfg.parallel.expert > 1 && !lists[k]->experts.params.empty())
+      plan_list(lists[k]->experts, expert_options, parallel::GroupKind::expert_data, false);
+    if (cfg.memory.embedding_on_host && !lists[k]->host.params.empty()) {
+      host_options.group = &r.pc->group(chunk_kind);
       m.embedding_on_host_bytes =
-          memory::chunk_list_bytes(layout_of(lists[k]->host, host_options.chunk_elements), host_options).total();
+          memory::chunk_list_bytes(layout_of(lists[k]->host, host_options), host_options).total();
+    }
   }
 }
 

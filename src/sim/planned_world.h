@@ -30,7 +30,7 @@ struct ModelDataBytes {
   std::int64_t chunk_elements = 0;
   std::int64_t param_chunk_bytes = 0;  // one chunk of the param list, in the compute precision
   std::int64_t chunks_in_lists = 0;  // chunks per list (every rank's, padding included)
-  std::int64_t owned_chunks = 0;     // of them, the optimizer's chunks this rank keeps and updates
+  std::int64_t owned_elements = 0;   // the optimizer's chunks this rank keeps and updates (every list's)
   // The chunk keeper: this rank's share of the param list (in the compute precision) and of the
   // optimizer's lists (fp32 master copy, momentum, variance, the gradient sum). The tensor keeper:
   // the fp32 parameters and their gradients, and AdamW's two moments.
@@ -54,6 +54,15 @@ struct ModelDataBytes {
   nlohmann::json json() const;
 };
 
+// One of a rank's chunk lists on the device (engine/model_data.cpp's ChunkModelData): its
+// parameters in segments, how they lie in chunks, and the ranks that share it - the chunk group,
+// or for a mixture's experts under expert parallelism the data ranks holding the same experts.
+struct PlannedChunkList {
+  memory::ChunkParameters params;
+  memory::ChunkLayout layout;
+  parallel::GroupKind group;
+};
+
 // One rank of a planned world and what it was built from (kept alive together: the model's layers
 // hold the layer factory and the context, the chunk parameters the context's groups). Ranks that
 // differ only in their data or sequence index hold the same parameters: they share one model
@@ -67,9 +76,8 @@ struct PlannedRank {
   std::shared_ptr<models::Model> model;
   std::shared_ptr<pipeline::PipelineEngine> engine;
   ModelDataBytes model_data;
-  // The chunk keeper's device lists: their parameters in segments, and how they lie in chunks.
-  memory::ChunkParameters chunk_params;
-  std::optional<memory::ChunkLayout> chunk_layout;
+  // The chunk keeper's device lists: the model's, then (parallel.expert) the experts'.
+  std::vector<PlannedChunkList> chunk_lists;
 };
 
 // Every rank of `cfg`'s layout on `world_size` ranks (`ranks_per_node` per node, 0 = one node).

@@ -4,6 +4,7 @@
 #include "config/options.h"
 #include "core/dtype.h"
 #include "data/data_options.h"
+#include "distributed/rank_chunks.h"
 #include "models/registry.h"
 #include "nn/runner.h"
 #include "ops/meta/recorder.h"
@@ -123,8 +124,7 @@ StepGroups step_groups(const PlannedRank& rank) {
   const parallel::ParallelContext& pc = *rank.pc;
   const parallel::Layout& layout = pc.layout();
   const auto size = [&](parallel::GroupKind kind) { return int(layout.group(kind, pc.rank()).size()); };
-  const parallel::GroupKind chunk_kind =
-      layout.spec().sequence > 1 ? parallel::GroupKind::data_sequence : parallel::GroupKind::data;
+  const parallel::GroupKind chunk_kind = distributed::chunk_group_kind(pc);
   return {.data = layout.spec().data,
           .pipeline = size(parallel::GroupKind::pipeline),
           .tensor = size(parallel::GroupKind::tensor),
@@ -194,12 +194,12 @@ Overlap tensor_keeper_collectives(const config::Config& cfg, const PlannedRank& 
   return {.seconds = buckets, .tail = buckets > 0 ? last / buckets : 0.0};
 }
 
-// The chunk keeper's group sums and gathers (memory/chunk_manager.h).
-Overlap chunk_group_collectives(const config::Config& cfg, const PlannedRank& rank, const StepGroups& g,
-                                int micro_batches, Traffic& traffic) {
-  const memory::ChunkLayout& chunks = *rank.chunk_layout;
+// The chunk keeper's group sums and gathers (memory/chunk_manager.h) of one list over its group
+// (`name`, `group` ranks).
+Overlap chunk_group_collectives(const config::Config& cfg, const memory::ChunkLayout& chunks, const std::string& name,
+                                int group, int micro_batches, Traffic& traffic) {
   const double C = double(chunks.chunk_elements), e = double(dtype_size(cfg.train.precision));
-  const int groups = chunks.chunks / chunks.group_size, stage = cfg.zero.stage, group = g.group;
+  const int groups = chunks.chunks / chunks.group_size, stage = cfg.zero.stage;
   const bool accumulate = micro_batches > 1;
   const bool offload = cfg.memory.offload != config::Offload::none;
   Overlap overlap;
@@ -213,12 +213,12 @@ Overlap chunk_group_collectives(const config::Config& cfg, const PlannedRank& ra
   const bool ring = offload && stage > 0;
   const double start = traffic.seconds();
   if (ring) {
-    traffic.add(g.chunk_group, group, "send", C, e, reductions * (group - 1));
-    traffic.add(g.chunk_group, group, "recv", C, e, reductions * (group - 1));
+    traffic.add(name, group, "send", C, e, reductions * (group - 1));
+    traffic.add(name, group, "recv", C, e, reductions * (group - 1));
   } else if (local_sums) {  // fp32, once a step
-    traffic.add(g.chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, 4, reductions);
+    traffic.add(name, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, 4, reductions);
   } else {
-    traffic.add(g.chunk_group, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, e, reductions);
+    traffic.add(name, group, stage > 0 ? "reduce_scatter" : "all_reduce", group * C, e, reductions);
   }
   // Without offload each group's sum runs beside the backward of the groups after it
   // (memory/chunk_manager.h: one in flight); the last group's, after backward (with micro-batches
@@ -233,33 +233,33 @@ Overlap chunk_group_collectives(const config::Config& cfg, const PlannedRank& ra
                          : stage == 3            ? double(2 * groups) * micro_batches
                                                  : 0.0;
   if (ring) {
-    traffic.add(g.chunk_group, group, "send", C, e, gathers * (group - 1));
-    traffic.add(g.chunk_group, group, "recv", C, e, gathers * (group - 1));
+    traffic.add(name, group, "send", C, e, gathers * (group - 1));
+    traffic.add(name, group, "recv", C, e, gathers * (group - 1));
   } else {
-    traffic.add(g.chunk_group, group, "all_gather", C, e, gathers, group * C);
+    traffic.add(name, group, "all_gather", C, e, gathers, group * C);
   }
   return overlap;
 }
 
-// The chunk keeper's segments other ranks hold too (a tied table at the pipeline's ends, a grid's
+// A list's segments other ranks hold too (a tied table at the pipeline's ends, a grid's
 // replicas): their owned gradient chunks, one all-reduce per chunk, level by level. The first
 // level's start as each group's sum is the step's, beside the rest of backward (not under
 // offload): they join `overlap`, whose tail is still the last group's share.
-void chunk_replica_collectives(const config::Config& cfg, const PlannedRank& rank, const StepGroups& g,
+void chunk_replica_collectives(const config::Config& cfg, const PlannedRank& rank, const PlannedChunkList& list,
                                bool accumulate, Traffic& traffic, Overlap& overlap) {
-  const memory::ChunkLayout& chunks = *rank.chunk_layout;
+  const memory::ChunkLayout& chunks = list.layout;
   const double C = double(chunks.chunk_elements), e = double(dtype_size(cfg.train.precision));
   const int groups = chunks.chunks / chunks.group_size, stage = cfg.zero.stage;
   const bool offload = cfg.memory.offload != config::Offload::none;
-  const int index = rank.pc->layout().group_index(g.chunk_kind, rank.pc->rank());
+  const int index = rank.pc->layout().group_index(list.group, rank.pc->rank());
   std::map<std::pair<std::size_t, std::string>, std::pair<int, double>> replicas;  // (level, group) -> (size, chunks)
-  for (std::size_t seg = 0; seg < rank.chunk_params.segments.size(); ++seg) {
-    const std::vector<comm::Communicator*>& levels = rank.chunk_params.segments[seg].replicas;
+  for (std::size_t seg = 0; seg < list.params.segments.size(); ++seg) {
+    const std::vector<comm::Communicator*>& levels = list.params.segments[seg].replicas;
     for (std::size_t level = 0; level < levels.size(); ++level) {
       if (levels[level]->size() == 1) continue;
       double owned = 0;
       for (int c = chunks.segment_chunks[seg]; c < chunks.segment_chunks[seg + 1]; ++c)
-        if (stage == 0 || g.group == 1 || c % chunks.group_size == index) ++owned;
+        if (stage == 0 || chunks.group_size == 1 || c % chunks.group_size == index) ++owned;
       auto& [n, count] = replicas[{level, levels[level]->name()}];
       n = levels[level]->size();
       count += owned;
@@ -284,10 +284,31 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
   if (world > 1 && models::find_family(cfg.model.type).routed)
     traffic.add("world", world, "all_reduce", double(cfg.model.n_layer) * (cfg.model.experts + 3), 4);
   if (!rank.model_data.chunks) return tensor_keeper_collectives(cfg, rank, g, traffic);
+  // Each list over its group: the model's first, then the experts', whose sums all run beside the
+  // backward of the layers before them (the tail stays the model's list's last group).
   Overlap overlap;
-  if (g.group > 1) overlap = chunk_group_collectives(cfg, rank, g, micro_batches, traffic);
-  chunk_replica_collectives(cfg, rank, g, micro_batches > 1, traffic, overlap);
+  for (const PlannedChunkList& list : rank.chunk_lists) {
+    const parallel::Layout& layout = rank.pc->layout();
+    const int size = int(layout.group(list.group, rank.pc->rank()).size());
+    Overlap mine;
+    if (size > 1)
+      mine = chunk_group_collectives(cfg, list.layout, std::string(parallel::group_name(list.group)), size,
+                                     micro_batches, traffic);
+    chunk_replica_collectives(cfg, rank, list, micro_batches > 1, traffic, mine);
+    if (&list == &rank.chunk_lists.front()) {
+      overlap = mine;
+    } else if (mine.seconds > 0) {
+      overlap.tail = overlap.seconds * overlap.tail / (overlap.seconds + mine.seconds);
+      overlap.seconds += mine.seconds;
+    }
+  }
   if (cfg.zero.stage > 0 && g.group > 1) traffic.add(g.chunk_group, g.group, "all_reduce", 1, 4);  // the gradient norm
+  if (rank.chunk_lists.size() > 1) {  // the experts' part of it: over their owners, then the expert group
+    const parallel::Layout& layout = rank.pc->layout();
+    const int owners = int(layout.group(parallel::GroupKind::expert_data, rank.pc->rank()).size());
+    if (cfg.zero.stage > 0 && owners > 1) traffic.add("expert_data", owners, "all_reduce", 1, 4);
+    traffic.add("expert", int(layout.group(parallel::GroupKind::expert, rank.pc->rank()).size()), "all_reduce", 1, 4);
+  }
   if (g.tensor > 1) traffic.add("tensor", g.tensor, "all_reduce", 1, 4);
   if (g.pipeline > 1) traffic.add("pipeline", g.pipeline, "all_reduce", 1, 4);
   return overlap;
@@ -505,7 +526,7 @@ class StepRun {
     out_.after_actions = out_.traffic.seconds() - before - out_.overlappable;
     if (!costs_) return;
     const ModelDataBytes& md = planned_.model_data;
-    const double owned = md.chunks ? double(md.owned_chunks) * double(md.chunk_elements) : double(md.parameters);
+    const double owned = md.chunks ? double(md.owned_elements) : double(md.parameters);
     out_.optimizer = owned * (4 + 28 + (md.chunks ? double(dtype_size(cfg_.train.precision)) : 0.0)) /
                      costs_->hardware->optimizer_bandwidth;
   }

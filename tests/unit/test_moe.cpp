@@ -51,8 +51,8 @@ TEST(Router, SlotsAreExpertMajorAndCapacityDropsLaterPicks) {
   EXPECT_EQ(c.dropped, 2);
   EXPECT_EQ(c.slot[2 * 2 + 1], -1) << "token 2's second pick (expert 0) is past capacity";
   EXPECT_EQ(c.chosen, r.chosen) << "the balance loss counts picks before capacity";
-  const nn::Routing plan = nn::planned_routing(5, {.experts = 3, .top_k = 2});
-  EXPECT_EQ(plan.kept, (std::vector<std::int64_t>{4, 3, 3}));
+  const std::shared_ptr<const nn::Routing> plan = nn::planned_routing(5, {.experts = 3, .top_k = 2});
+  EXPECT_EQ(plan->kept, (std::vector<std::int64_t>{4, 3, 3}));
 }
 
 TEST(Router, ExpertBatchesArePaddedToAFewSizesAnOctave) {

@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <set>
+
 namespace tidal {
 namespace {
 
@@ -139,7 +141,8 @@ TEST(Planner, EveryLayoutOfEachModelKind) {
        {std::vector<std::string>{"model.type=vit", "data.kind=images", "model.image_size=64", "model.patch_size=16",
                                  "model.num_classes=16"},
         {"model.type=bert"}, {"model.type=llama", "model.n_kv_head=2"},
-        {"model.type=qwen2", "model.n_kv_head=2"}}) {
+        {"model.type=qwen2", "model.n_kv_head=2"},
+        {"model.type=mixtral", "model.n_kv_head=2", "model.experts=4", "model.intermediate_size=96"}}) {
     SCOPED_TRACE(kind.front());
     const config::Config cfg = small_gpt(kind);
     const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(cfg, 4, &hw);
@@ -157,6 +160,38 @@ TEST(Planner, EveryLayoutOfEachModelKind) {
       EXPECT_EQ(alone[k].prediction.time.total(), planned[k].prediction.time.total()) << k;
     }
   }
+}
+
+TEST(Planner, MixturesGetExpertParallelLayouts) {
+  // parallel.expert where the data ranks split the experts (of 4: groups of 2 and 4), in every
+  // ZeRO stage over the experts' own chunk lists (bf16); a dense model gets none.
+  const sim::Hardware hw = h100();
+  const config::Config moe =
+      small_gpt({"model.type=mixtral", "model.n_kv_head=2", "model.experts=4", "model.intermediate_size=96"});
+  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(moe, 4, &hw);
+  std::set<std::pair<int, int>> expert_zero;  // (parallel.expert, zero.stage) of data 4
+  const sim::PlannedLayout* whole = nullptr;  // data 4, every expert on every rank
+  const sim::PlannedLayout* split = nullptr;  // data 4 (expert 4)
+  for (const sim::PlannedLayout& p : planned) {
+    if (p.cfg.parallel.data != 4) continue;
+    expert_zero.insert({p.cfg.parallel.expert, p.cfg.zero.stage});
+    if (p.cfg.zero.stage == 0 && p.cfg.parallel.expert == 1) whole = &p;
+    if (p.cfg.zero.stage == 0 && p.cfg.parallel.expert == 4) split = &p;
+  }
+  for (int expert : {1, 2, 4})
+    for (int zero = 0; zero <= 3; ++zero) EXPECT_TRUE(expert_zero.count({expert, zero})) << expert << " " << zero;
+  ASSERT_NE(whole, nullptr);
+  ASSERT_NE(split, nullptr);
+  EXPECT_NE(sim::layout_words(split->prediction.layout).find("data 4 (expert 4)"), std::string::npos);
+  // A rank holds a quarter of the experts: 14 B (bf16 weight, fp32 master copy and moments) for
+  // each parameter of the other 3/4 less, within the whole model's list's padding.
+  const std::int64_t expert_params = std::int64_t(moe.model.n_layer) * 4 * 3 * moe.model.n_embd * 96;
+  const sim::ModelDataBytes& all = whole->prediction.ranks.front().model_data;
+  EXPECT_EQ(all.parameters - split->prediction.ranks.front().model_data.parameters, expert_params * 3 / 4);
+  const double saved = double(all.total() - split->prediction.ranks.front().model_data.total());
+  const double padding = 14.0 * double(all.chunks_in_lists * all.chunk_elements - all.parameters);
+  EXPECT_NEAR(saved, 14.0 * double(expert_params * 3 / 4), padding);
+  for (const sim::PlannedLayout& p : sim::plan_layouts(small_gpt(), 4, &hw)) EXPECT_EQ(p.cfg.parallel.expert, 1);
 }
 
 TEST(Planner, OnlyLayoutsTheScheduleCanRun) {
