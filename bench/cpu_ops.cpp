@@ -116,6 +116,16 @@ int main(int argc, char** argv) {
       {"lm head fwd (vocab 512)", 2048, 512, 384, false, true},
       {"gpt2-small mlp.fc fwd", 2048, 3072, 768, false, true},
       {"odd shape", 111, 101, 72, false, true},
+      // A mixture's expert (bench/moe_train.py's wider shape: 1024 tokens, width 512, 8 experts of
+      // 704, 2 a token: 256 rows an expert) against the dense SwiGLU of the same active width.
+      {"dense swiglu fwd gate|up", 1024, 2816, 512, false, true},
+      {"expert swiglu fwd gate|up", 256, 1408, 512, false, true},
+      {"dense swiglu fwd down", 1024, 512, 1408, false, true},
+      {"expert swiglu fwd down", 256, 512, 704, false, true},
+      {"dense swiglu bwd dW gate|up", 2816, 512, 1024, true, false},
+      {"expert swiglu bwd dW gate|up", 1408, 512, 256, true, false},
+      {"dense swiglu bwd dx gate|up", 1024, 512, 2816, false, false},
+      {"expert swiglu bwd dx gate|up", 256, 512, 1408, false, false},
   };
   for (const Case& k : cases) {
     Tensor ga = random_tensor(k.ta ? Shape{k.k, k.m} : Shape{k.m, k.k}, 3);

@@ -43,8 +43,11 @@ nlohmann::json expert_metrics(const nn::ExpertRecord& record, parallel::Parallel
     balance += row[E + 1] / loss_copies / n_layer;
     z += row[E + 2] / loss_copies / n_layer;
   }
-  return {{"tokens_per_expert_max_over_mean", worst}, {"dropped_tokens", dropped}, {"aux_loss", balance},
-          {"z_loss", z}, {"layers", layers}};
+  nlohmann::json out = {{"tokens_per_expert_max_over_mean", worst}, {"dropped_tokens", dropped}, {"aux_loss", balance},
+                        {"z_loss", z}, {"layers", layers}};
+  if (spec.expert > 1)  // this rank's, as the step's communication record is
+    out["exchange"] = {{"rows_sent", record.rows_sent}, {"rows_received", record.rows_received}};
+  return out;
 }
 
 }  // namespace tidal::engine

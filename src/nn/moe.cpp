@@ -305,6 +305,12 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, Context& ctx) {
     load.z_loss += state.loss_weight * losses.z;
     state.experts->loss +=
         state.loss_weight * (cfg_.aux_loss_coef * losses.balance + cfg_.z_loss_coef * losses.z) / cfg_.moe_layers;
+    if (kept.exchange)
+      for (int q = 0; q < expert_group_->size(); ++q)
+        if (q != expert_group_->rank()) {
+          state.experts->rows_sent += double(kept.exchange->sent[std::size_t(q)]);
+          state.experts->rows_received += double(kept.exchange->received[std::size_t(q)]);
+        }
   }
   ctx.saved.clear();
   ctx.kept.reset();

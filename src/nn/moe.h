@@ -60,6 +60,10 @@ struct ExpertLoad {
 struct ExpertRecord {
   std::map<int, ExpertLoad> layers;
   double loss = 0;
+  // Under expert parallelism, this rank's rows that crossed to other ranks of its expert group
+  // (its picks of their experts) and came from them (their picks of its experts), summed over the
+  // step's layers and micro-batches: each row goes out and back in forward and again in backward.
+  double rows_sent = 0, rows_received = 0;
 };
 
 class MixtureOfExperts final : public Module {

@@ -13,7 +13,8 @@
 # (fp32 tensors), and on
 # chunks expert 4 at ZeRO-1 (fp32) and expert 2 x data 4 at ZeRO-3 (bf16). Then the errors: a 2D
 # tensor layout, expert parallelism under offload, an expert group larger than the data ranks, each
-# exit 2 naming the key.
+# exit 2 naming the key. Every step's all-to-all bytes equal the formula over the rows the metrics
+# report.
 # usage: check_moe.sh path/to/tidal <mpirun command...>
 set -euo pipefail
 tidal=$1; shift
@@ -99,6 +100,24 @@ for name in ("data2", "pipeline2", "tensor2_1d", "sequence2"):
     got = first(name)
     for key in ("tokens_per_expert_max_over_mean", "aux_loss", "z_loss"):
         assert abs(got[key] - ref[key]) <= 1e-4 * abs(ref[key]), f"{name}: moe {key} {got[key]} vs {ref[key]}"
+# The all-to-all's bytes of every step on rank 0 (the counting communicator's record) against the
+# formula: each row it sent other ranks' experts, and each it received for its own, goes out and
+# back in forward and again in backward (width 64, 4 B in fp32, 2 in bf16), and each layer's
+# micro-batch first sends each other rank the counts of its experts' rows (experts / G int32).
+for name, group, data, batch, experts, value in [("expert2", 2, 2, 8, 4, 4), ("expert4", 4, 4, 16, 4, 4),
+                                                  ("expert8", 8, 8, 32, 8, 4), ("expert2_data4", 2, 4, 16, 4, 4),
+                                                  ("expert2_data4_zero3_bf16", 2, 4, 16, 4, 2)]:
+    micro_batches = batch // data // 4
+    steps = [json.loads(l) for l in open(f"{d}/{name}.jsonl") if '"exchange"' in l]
+    assert len(steps) == 10, f"{name}: {len(steps)} steps with the exchange's rows"
+    for r in steps:
+        x = r["moe"]["exchange"]
+        expected = (2 * (x["rows_sent"] + x["rows_received"]) * 64 * value
+                    + 4 * micro_batches * (group - 1) * (experts // group) * 4)
+        sent = r["communication"]["expert"]["send"]["bytes_sent"]
+        assert sent == expected, f"{name} step {r['step']}: the all-to-all sent {sent} bytes, the formula {expected}"
+print("all-to-all bytes of every step = 2 (rows sent + received) x width x bytes + the counts, in expert 2, 4, 8, "
+      "expert 2 x data 4 and its ZeRO-3 in bf16")
 print(f"step 1 routing in every fp32 layout: tokens per expert max/mean {ref['tokens_per_expert_max_over_mean']:.4f}, "
       f"aux loss {ref['aux_loss']:.5f}, z-loss {ref['z_loss']:.5f}")
 print("PASS: Mixtral in data, pipeline, 1D tensor, sequence, expert 2 / 4 / 8, expert x data, expert x pipeline, "
