@@ -100,22 +100,20 @@ memory::ChunkLayout layout_of(const memory::ChunkParameters& params, const memor
   return memory::layout_chunks(numels, o.chunk_elements, o.group->size(), params.segment);
 }
 
-// The chunk keeper's lists on every rank (engine/model_data.cpp's ChunkModelData): the device's
-// lists, under memory.embedding_on_host the embedding's own, and under parallel.expert the
-// experts' own (shared by the data ranks holding the same experts), each with the chunk size
-// every rank agrees on.
-void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std::size_t device_capacity) {
-  const std::int64_t local = cfg.train.batch_size / cfg.parallel.data;
-  const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
-  struct Lists {
-    memory::ChunkParameters device, host, experts;
-  };
-  // One set of lists per model (ranks sharing a model lay their lists out alike).
-  std::map<const models::Model*, Lists> by_model;
-  std::vector<const Lists*> lists;
-  for (PlannedRank& r : world) {
-    auto [it, fresh] = by_model.try_emplace(r.model.get());
-    if (fresh) {
+// A rank's parameters by the chunk lists that keep them (engine/model_data.cpp's ChunkModelData):
+// the device's, under memory.embedding_on_host the embedding's, and under parallel.expert the
+// experts' (shared by the data ranks holding the same experts).
+struct RankLists {
+  memory::ChunkParameters device, host, experts;
+};
+
+// Each rank's lists, one set per model (ranks sharing a model lay their lists out alike).
+std::vector<std::shared_ptr<const RankLists>> rank_lists(const std::vector<PlannedRank>& world) {
+  std::map<const models::Model*, std::shared_ptr<const RankLists>> by_model;
+  std::vector<std::shared_ptr<const RankLists>> out;
+  for (const PlannedRank& r : world) {
+    std::shared_ptr<const RankLists>& lists = by_model[r.model.get()];
+    if (!lists) {
       const std::vector<nn::Parameter*> embedding = nn::parameters_on_host(*r.model);
       std::vector<nn::Parameter*> on_host, on_device, experts;
       for (nn::Parameter* p : r.engine->parameters())
@@ -123,58 +121,64 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
          : p->expert_group != nullptr                                       ? experts
                                                                             : on_device)
             .push_back(p);
-      it->second = {distributed::chunk_parameters(on_device, *r.engine, *r.pc),
-                    distributed::chunk_parameters(on_host, *r.engine, *r.pc),
-                    distributed::chunk_parameters(experts, *r.engine, *r.pc)};
+      lists = std::make_shared<const RankLists>(RankLists{distributed::chunk_parameters(on_device, *r.engine, *r.pc),
+                                                          distributed::chunk_parameters(on_host, *r.engine, *r.pc),
+                                                          distributed::chunk_parameters(experts, *r.engine, *r.pc)});
     }
-    lists.push_back(&it->second);
+    out.push_back(lists);
   }
+  return out;
+}
+
+// A list of `params` on rank `r` over its ranks of `kind` at `o`'s chunk size: its layout (in
+// r.chunk_lists), its bytes (param and optimizer) counted in r's model data, and its place in the
+// step beyond them. `tied_here`: two of the rank's modules read one parameter.
+memory::ChunkListBytes plan_list(const config::Config& cfg, PlannedRank& r, const memory::ChunkParameters& params,
+                                 memory::ChunkOptions o, parallel::GroupKind kind, bool tied_here) {
+  ModelDataBytes& m = r.model_data;
+  o.group = &r.pc->group(kind);
+  const memory::ChunkLayout layout = layout_of(params, o);
+  const memory::ChunkListBytes bytes = memory::chunk_list_bytes(layout, o);
+  m.param_bytes += bytes.param;
+  m.optimizer_bytes += bytes.optimizer;
+  m.owned_elements += memory::list_share(layout, o).optimizer * layout.chunk_elements;
+  bool replicated = false;  // segments other ranks hold too (their gradients all-reduced)
+  for (const memory::ChunkSegment& seg : params.segments)
+    for (const comm::Communicator* g : seg.replicas) replicated = replicated || g->size() > 1;
+  m.param_transient_bytes += transient_param_bytes(cfg, o, layout, o.group->size(), replicated, tied_here);
+  r.chunk_lists.push_back({.params = params, .layout = layout, .group = kind});
+  return bytes;
+}
+
+// The chunk keeper's lists on every rank (RankLists), each kind with the chunk size every rank
+// agrees on.
+void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std::size_t device_capacity) {
+  const std::int64_t local = cfg.train.batch_size / cfg.parallel.data;
+  const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
+  const std::vector<std::shared_ptr<const RankLists>> lists = rank_lists(world);
   const parallel::ParallelContext& first = *world.front().pc;
   const parallel::GroupKind chunk_kind = distributed::chunk_group_kind(first);
-  const auto group_size = [&](parallel::GroupKind kind) {
-    return int(first.layout().group(kind, first.rank()).size());
+  const auto agreed = [&](memory::ChunkParameters RankLists::*list, const memory::ChunkOptions& o,
+                          parallel::GroupKind kind) {
+    std::vector<const memory::ChunkParameters*> all;
+    for (const std::shared_ptr<const RankLists>& l : lists) all.push_back(&((*l).*list));
+    return distributed::agreed_chunk_size(all, o, int(first.layout().group(kind, first.rank()).size()),
+                                          device_capacity);
   };
   memory::ChunkOptions options = config::chunk_options(cfg, local / micro > 1);
-  std::vector<const memory::ChunkParameters*> device_lists, host_lists, expert_lists;
-  for (const Lists* l : lists) {
-    device_lists.push_back(&l->device);
-    host_lists.push_back(&l->host);
-    expert_lists.push_back(&l->experts);
-  }
   memory::ChunkOptions host_options = options, expert_options = options;
   host_options.offload.reset();
-  if (cfg.memory.embedding_on_host)
-    host_options.chunk_elements =
-        distributed::agreed_chunk_size(host_lists, host_options, group_size(chunk_kind), device_capacity);
+  if (cfg.memory.embedding_on_host) host_options.chunk_elements = agreed(&RankLists::host, host_options, chunk_kind);
   if (cfg.parallel.expert > 1)
-    expert_options.chunk_elements = distributed::agreed_chunk_size(
-        expert_lists, expert_options, group_size(parallel::GroupKind::expert_data), device_capacity);
-  options.chunk_elements =
-      distributed::agreed_chunk_size(device_lists, options, group_size(chunk_kind), device_capacity);
+    expert_options.chunk_elements = agreed(&RankLists::experts, expert_options, parallel::GroupKind::expert_data);
+  options.chunk_elements = agreed(&RankLists::device, options, chunk_kind);
   for (std::size_t k = 0; k < world.size(); ++k) {
     PlannedRank& r = world[k];
     ModelDataBytes& m = r.model_data;
-    // A list of `params` over the ranks of `kind` at `o`'s chunk size: its layout, its bytes
-    // (param and optimizer) counted, its place in the step beyond them.
-    const auto plan_list = [&](const memory::ChunkParameters& params, memory::ChunkOptions o,
-                               parallel::GroupKind kind, bool tied_here) {
-      o.group = &r.pc->group(kind);
-      const memory::ChunkLayout layout = layout_of(params, o);
-      const memory::ChunkListBytes bytes = memory::chunk_list_bytes(layout, o);
-      m.param_bytes += bytes.param;
-      m.optimizer_bytes += bytes.optimizer;
-      m.owned_elements += memory::list_share(layout, o).optimizer * layout.chunk_elements;
-      bool replicated = false;  // segments other ranks hold too (their gradients all-reduced)
-      for (const memory::ChunkSegment& seg : params.segments)
-        for (const comm::Communicator* g : seg.replicas) replicated = replicated || g->size() > 1;
-      m.param_transient_bytes += transient_param_bytes(cfg, o, layout, o.group->size(), replicated, tied_here);
-      r.chunk_lists.push_back({.params = params, .layout = layout, .group = kind});
-      return bytes;
-    };
     std::map<nn::Parameter*, int> users;
     for (nn::Module* layer : r.engine->layers()) layer->count_parameter_users(users);
     const bool tied_here = std::any_of(users.begin(), users.end(), [](const auto& u) { return u.second > 1; });
-    const memory::ChunkListBytes bytes = plan_list(lists[k]->device, options, chunk_kind, tied_here);
+    const memory::ChunkListBytes bytes = plan_list(cfg, r, lists[k]->device, options, chunk_kind, tied_here);
     const memory::ChunkLayout& layout = r.chunk_lists.front().layout;
     m.chunks = true;
     m.chunk_elements = layout.chunk_elements;
@@ -193,7 +197,7 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
       m.state_bytes = layout.chunk_elements * std::int64_t(sizeof(float)) * (options.accumulate ? 4 : 3);
     }
     if (cfg.parallel.expert > 1 && !lists[k]->experts.params.empty())
-      plan_list(lists[k]->experts, expert_options, parallel::GroupKind::expert_data, false);
+      plan_list(cfg, r, lists[k]->experts, expert_options, parallel::GroupKind::expert_data, false);
     if (cfg.memory.embedding_on_host && !lists[k]->host.params.empty()) {
       host_options.group = &r.pc->group(chunk_kind);
       m.embedding_on_host_bytes =
