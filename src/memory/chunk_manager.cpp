@@ -723,17 +723,17 @@ void ChunkManager::zero_grad() {
 }
 
 void ChunkManager::adamw_step(const ops::AdamWOptions& options, std::int64_t step) {
-  finish_step([&](nn::Parameter& p) {
+  finish_step([&](nn::Parameter& p, Tensor& param) {
     Tensor master = slot(ChunkKind::master, p), m = slot(ChunkKind::momentum, p), v = slot(ChunkKind::variance, p);
-    ops::adamw_step(master, gradient(p), m, v, options, step);
+    ops::adamw_step(master, gradient(p), m, v, options, step, &param);  // the param copy in the same pass
   });
 }
 
 void ChunkManager::skip_step() {
-  finish_step([](nn::Parameter&) {});
+  finish_step([&](nn::Parameter& p, Tensor& param) { ops::cast(param, slot(ChunkKind::master, p)); });
 }
 
-void ChunkManager::finish_step(const std::function<void(nn::Parameter&)>& update) {
+void ChunkManager::finish_step(const std::function<void(nn::Parameter&, Tensor&)>& update) {
   if (dmm_) dmm_->begin_moment("optimizer step");
   for (Tracked& t : tracked_) {
     nn::Parameter& p = *t.param;
@@ -741,10 +741,8 @@ void ChunkManager::finish_step(const std::function<void(nn::Parameter&)>& update
     if (!owns(chunk)) continue;
     if (dmm_) dmm_->to_optimizer_side(chunk);  // hybrid Adam: where the states are
     set_state(t, TensorState::compute);  // HOLD_AFTER_BWD: the gradient is complete
-    update(p);
-    Tensor master = slot(ChunkKind::master, p);
     Tensor param = slot(ChunkKind::param, p);
-    ops::cast(param, master);  // the gradient it held is spent
+    update(p, param);  // the master copy into it: the gradient it held is spent
     set_state(t, TensorState::hold);
   }
   if (dmm_) {

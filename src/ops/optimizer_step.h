@@ -29,26 +29,29 @@ struct SgdOptions {
 
 namespace cpu {
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
-                std::int64_t step);
+                std::int64_t step, Tensor* low);
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step);
 }  // namespace cpu
 namespace meta {  // ops/meta/: what the op costs, on meta tensors
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
-                std::int64_t step);
+                std::int64_t step, Tensor* low);
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step);
 }  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
-                std::int64_t step);
+                std::int64_t step, Tensor* low);
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step);
 }  // namespace cuda
 #endif
 
-// step counts from 1 (the bias corrections use it).
+// step counts from 1 (the bias corrections use it). `low`, when given: the updated parameter in
+// low's dtype too (a chunk's compute-precision copy, ops::cast's rounding), written in the same
+// pass over the memory; it may be the gradient's own storage (the param chunk holds the
+// gradient until the step), each element read before it is written.
 inline void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
-                       std::int64_t step) {
-  TIDAL_OPS_DISPATCH(param, adamw_step, param, grad, m, v, opt, step);
+                       std::int64_t step, Tensor* low = nullptr) {
+  TIDAL_OPS_DISPATCH(param, adamw_step, param, grad, m, v, opt, step, low);
 }
 // On the first step the buffer is set to the gradient (PyTorch's SGD, dampening 0).
 inline void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt,

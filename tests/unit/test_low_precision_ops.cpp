@@ -6,6 +6,7 @@
 #include "ops/embedding.h"
 #include "ops/gelu.h"
 #include "ops/layernorm.h"
+#include "ops/optimizer_step.h"
 #include "ops/residual.h"
 #include "ops/rms_norm.h"
 #include "ops/rotary.h"
@@ -14,6 +15,8 @@
 #include "support/tolerance.h"
 
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 namespace tidal {
 namespace {
@@ -142,6 +145,26 @@ TEST_P(LowPrecision, SwiGluMatchesFp32OnRoundedInputs) {
 
 INSTANTIATE_TEST_SUITE_P(Storage, LowPrecision, ::testing::Values(DType::bf16, DType::f16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST_P(LowPrecision, AdamWWritesTheCopyAsACastAfterItWould) {
+  // A chunk's step: the gradient in the param slot's storage, the update's copy written over it in
+  // the same pass; bitwise the update then ops::cast. Odd length: the vector loop's tail too.
+  const DType dt = GetParam();
+  const std::int64_t n = 1037;
+  const ops::AdamWOptions opt{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f, .grad_scale = 4.0f};
+  for (const bool shared : {true, false}) {
+    SCOPED_TRACE(shared ? "the copy over the gradient" : "the copy apart");
+    Tensor p = testing::randn({n}, 1), m = testing::randn({n}, 2, 0.1f), v = testing::rand_uniform({n}, 3, 0.0f, 0.01f);
+    Tensor p_ref = p.clone(), m_ref = m.clone(), v_ref = v.clone();
+    const Tensor g = cast_to(testing::randn({n}, 4), dt);
+    Tensor slot = g.clone(), copy = shared ? slot : Tensor::empty({n}, dt);
+    ops::adamw_step(p, slot, m, v, opt, 3, &copy);
+    ops::adamw_step(p_ref, g, m_ref, v_ref, opt, 3);
+    const Tensor want = cast_to(p_ref, dt);
+    for (const auto& [got, ref] : {std::pair{p, p_ref}, {m, m_ref}, {v, v_ref}, {copy, want}})
+      EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), got.nbytes()), 0);
+  }
+}
 
 TEST(Residual, ClosedForm) {
   Tensor a = Tensor::empty({5}), b = Tensor::empty({5}), y = Tensor::empty({5});

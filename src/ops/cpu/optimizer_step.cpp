@@ -8,12 +8,18 @@
 
 namespace tidal::ops::cpu {
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt, std::int64_t step) {
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt, std::int64_t step,
+                Tensor* low) {
   expect_cpu_contiguous({&param, &grad, &m, &v}, "adamw operand");
   TIDAL_ASSERT(param.dtype() == DType::f32 && m.dtype() == DType::f32 && v.dtype() == DType::f32 &&
                    grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
                "adamw param {} grad {} m {} v {}", param.str(), grad.str(), m.str(), v.str());
   TIDAL_ASSERT(step >= 1, "adamw step {} (counts from 1)", step);
+  if (low != nullptr) {
+    expect_cpu_contiguous(*low, "adamw low-precision copy");
+    TIDAL_ASSERT(low->numel() == param.numel(), "adamw param {} copy {}", param.str(), low->str());
+    if (low->raw() == param.raw()) low = nullptr;  // the parameter itself
+  }
   // Every constant in a local: the loop then vectorises (sqrt included: the build does not keep
   // errno for math functions), and the threads split it evenly.
   const float beta1 = opt.beta1, beta2 = opt.beta2, eps = opt.eps;
@@ -28,16 +34,29 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
   float* __restrict pm = m.data<float>();
   float* __restrict pv = v.data<float>();
   with_float_type(grad.dtype(), [&]<class G>() {
-    const G* __restrict pg = grad.data<G>();
+    // The gradient and the copy may share storage: no __restrict on them (omp simd vectorises
+    // the loop all the same; an element is read before it is written).
+    const auto update = [&](auto write_low) {
+      const G* pg = grad.data<G>();
 #pragma omp parallel for simd schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float g = to_float(pg[i]) * unscale;
-      const float mi = beta1 * pm[i] + (1.0f - beta1) * g;
-      const float vi = beta2 * pv[i] + (1.0f - beta2) * g * g;
-      pm[i] = mi;
-      pv[i] = vi;
-      p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float g = to_float(pg[i]) * unscale;
+        const float mi = beta1 * pm[i] + (1.0f - beta1) * g;
+        const float vi = beta2 * pv[i] + (1.0f - beta2) * g * g;
+        pm[i] = mi;
+        pv[i] = vi;
+        p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+        write_low(i, p[i]);
+      }
+    };
+    if (low == nullptr) {
+      update([](std::int64_t, float) {});
+      return;
     }
+    with_float_type(low->dtype(), [&]<class L>() {
+      L* pl = low->data<L>();
+      update([pl](std::int64_t i, float value) { pl[i] = from_float<L>(value); });
+    });
   });
 }
 

@@ -6,6 +6,7 @@
 // whether offload put its optimizer states on the host or the GPU.
 #include "ops/optimizer_step.h"
 
+#include "ops/cast.h"
 #include "ops/cuda/common.cuh"
 
 #include <cmath>
@@ -57,7 +58,8 @@ __global__ void sgd_kernel(float* __restrict__ p, const G* __restrict__ grad, fl
 
 // ---- launchers ----
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt, std::int64_t step) {
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt, std::int64_t step,
+                Tensor* low) {
   expect_cuda_contiguous({&param, &grad, &m, &v}, "adamw operand");
   TIDAL_ASSERT(param.dtype() == DType::f32 && m.dtype() == DType::f32 && v.dtype() == DType::f32 &&
                    grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
@@ -81,6 +83,9 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
                                                                                 ptr<float>(m), ptr<float>(v), k, n);
   });
   TIDAL_CUDA_CHECK_LAUNCH("adamw_kernel");
+  // The copy in a pass of its own here (the CPU's fuses it), after the update on the same stream:
+  // it reads the gradient's storage only after the kernel has.
+  if (low != nullptr && low->raw() != param.raw()) cast(*low, param);
 }
 
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step) {

@@ -44,7 +44,7 @@ void gelu_backward(Tensor&, const Tensor&, const Tensor&, GeluForm) {}
 void layernorm_forward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, float) {}
 void layernorm_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                         const Tensor&) {}
-void adamw_step(Tensor&, const Tensor&, Tensor&, Tensor&, const AdamWOptions&, std::int64_t) {}
+void adamw_step(Tensor&, const Tensor&, Tensor&, Tensor&, const AdamWOptions&, std::int64_t, Tensor*) {}
 void sgd_step(Tensor&, const Tensor&, Tensor&, const SgdOptions&, bool) {}
 void patchify(Tensor&, const Tensor&, std::int64_t) {}
 void residual_add(Tensor&, const Tensor&, const Tensor&) {}
