@@ -55,6 +55,30 @@ TEST_P(CudaOptim, AdamWMatchesCpuStepByStep) {
   }
 }
 
+TEST_P(CudaOptim, AdamWWritesTheCopyAsACastAfterItWould) {
+  // A chunk's step on the GPU: the copy over the gradient's storage (a 16-bit gradient) or apart,
+  // bitwise the update then ops::cast on the GPU.
+  TIDAL_REQUIRE_GPU();
+  const DType grad_dtype = GetParam(), copy_dtype = grad_dtype == DType::f32 ? DType::bf16 : grad_dtype;
+  const Shape shape{37, 101};
+  const ops::AdamWOptions opt{.lr = 1e-2f, .weight_decay = 0.1f, .grad_scale = 8.0f};
+  for (const bool shared : {true, false}) {
+    if (shared && grad_dtype == DType::f32) continue;  // a 16-bit copy cannot lie over an fp32 gradient
+    SCOPED_TRACE(shared ? "the copy over the gradient" : "the copy apart");
+    Tensor p = to_gpu(randn(shape, 41)), m = to_gpu(randn(shape, 42)), v = to_gpu(Tensor::zeros(shape));
+    Tensor p_ref = to_gpu(randn(shape, 41)), m_ref = to_gpu(randn(shape, 42)), v_ref = to_gpu(Tensor::zeros(shape));
+    const Tensor g = to_gpu(testing::randn_as(shape, 43, grad_dtype, 8.0f));
+    Tensor slot = to_gpu(testing::randn_as(shape, 43, grad_dtype, 8.0f));
+    Tensor copy = shared ? slot : to_gpu(Tensor::zeros(shape, copy_dtype));
+    ops::adamw_step(p, slot, m, v, opt, 2, &copy);
+    ops::adamw_step(p_ref, g, m_ref, v_ref, opt, 2);
+    Tensor want = to_gpu(Tensor::zeros(shape, copy_dtype));
+    ops::cast(want, p_ref);
+    EXPECT_TRUE(all_close(p, p_ref, {0, 0}));
+    EXPECT_TRUE(all_close(copy, want, {0, 0}));
+  }
+}
+
 TEST_P(CudaOptim, SgdMatchesCpuStepByStep) {
   TIDAL_REQUIRE_GPU();
   const DType grad_dtype = GetParam();

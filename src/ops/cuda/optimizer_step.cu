@@ -6,7 +6,6 @@
 // whether offload put its optimizer states on the host or the GPU.
 #include "ops/optimizer_step.h"
 
-#include "ops/cast.h"
 #include "ops/cuda/common.cuh"
 
 #include <cmath>
@@ -27,9 +26,11 @@ struct AdamWConstants {
 
 // ---- kernels ----
 
-template <class G>
-__global__ void adamw_kernel(float* __restrict__ p, const G* __restrict__ grad, float* __restrict__ m,
-                             float* __restrict__ v, AdamWConstants k, std::int64_t n) {
+// `low` (may be null): the updated parameter in L too, over the gradient's storage or apart (no
+// __restrict__ on them: a thread reads its element's gradient before it writes the copy).
+template <class G, class L>
+__global__ void adamw_kernel(float* __restrict__ p, const G* grad, float* __restrict__ m, float* __restrict__ v,
+                             L* low, AdamWConstants k, std::int64_t n) {
   TIDAL_CUDA_FOR(i, n) {
     const float g = __fmul_rn(load(grad[i]), k.unscale);
     const float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(k.one_minus_beta1, g));
@@ -37,7 +38,9 @@ __global__ void adamw_kernel(float* __restrict__ p, const G* __restrict__ grad, 
     m[i] = mi;
     v[i] = vi;
     const float denominator = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
-    p[i] = __fsub_rn(__fmul_rn(p[i], k.decay), __fdiv_rn(__fmul_rn(k.step_size, mi), denominator));
+    const float updated = __fsub_rn(__fmul_rn(p[i], k.decay), __fdiv_rn(__fmul_rn(k.step_size, mi), denominator));
+    p[i] = updated;
+    if (low != nullptr) low[i] = store<L>(updated);
   }
 }
 
@@ -78,14 +81,19 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
                          .bc2_sqrt = std::sqrt(bc2),
                          .decay = 1.0f - opt.lr * opt.weight_decay,
                          .unscale = 1.0f / opt.grad_scale};
+  if (low != nullptr) {
+    expect_cuda_contiguous({low}, "adamw low-precision copy");
+    TIDAL_ASSERT(low->numel() == n, "adamw param {} copy {}", param.str(), low->str());
+    if (low->raw() == param.raw()) low = nullptr;  // the parameter itself
+  }
   with_float_type(grad.dtype(), [&]<class G>() {
-    adamw_kernel<G><<<blocks_for(n, kThreads), kThreads, 0, compute_stream()>>>(ptr<float>(param), ptr<G>(grad),
-                                                                                ptr<float>(m), ptr<float>(v), k, n);
+    with_float_type(low != nullptr ? low->dtype() : DType::f32, [&]<class L>() {
+      adamw_kernel<G, L><<<blocks_for(n, kThreads), kThreads, 0, compute_stream()>>>(
+          ptr<float>(param), ptr<G>(grad), ptr<float>(m), ptr<float>(v), low != nullptr ? ptr<L>(*low) : nullptr, k,
+          n);
+    });
   });
   TIDAL_CUDA_CHECK_LAUNCH("adamw_kernel");
-  // The copy in a pass of its own here (the CPU's fuses it), after the update on the same stream:
-  // it reads the gradient's storage only after the kernel has.
-  if (low != nullptr && low->raw() != param.raw()) cast(*low, param);
 }
 
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step) {
