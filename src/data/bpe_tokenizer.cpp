@@ -302,13 +302,25 @@ void BpeTokenizer::read_vocab(const nlohmann::json& model, const std::string& pa
   TIDAL_CHECK(model.contains("vocab") && model["vocab"].is_object() && !model["vocab"].empty(),
               "tokenizer.json '{}': model.vocab must be an object of token -> id", path);
   byte_ids_.fill(-1);
+  // The ids index a table of every token's bytes (0 .. N-1 in every released tokenizer.json):
+  // past 2^20 slots, holes past as many as the tokens themselves are refused before the table is
+  // made (one id near 2^31 would ask for 64 GiB).
+  std::uint64_t largest = 0;
   for (const auto& [token, id_json] : model["vocab"].items()) {
     TIDAL_CHECK(id_json.is_number_unsigned() && id_json.get<std::uint64_t>() <= kMaxId,
                 "tokenizer.json '{}': model.vocab[\"{}\"] must be an id in [0, 2^31), got {}", path, token,
                 id_json.dump());
+    largest = std::max(largest, id_json.get<std::uint64_t>());
+  }
+  const std::uint64_t tokens = model["vocab"].size();
+  TIDAL_CHECK(largest < std::max<std::uint64_t>(2 * tokens, 1 << 20),
+              "tokenizer.json '{}': model.vocab's ids run to {} for {} tokens; a vocabulary numbers its tokens "
+              "0 .. N-1: renumber them",
+              path, largest, tokens);
+  token_bytes_.resize(std::size_t(largest) + 1);
+  vocab_size_ = std::uint32_t(largest) + 1;
+  for (const auto& [token, id_json] : model["vocab"].items()) {
     const auto id = id_json.get<std::uint32_t>();
-    vocab_size_ = std::max(vocab_size_, id + 1);
-    token_bytes_.resize(vocab_size_);
     TIDAL_CHECK(!token.empty(), "tokenizer.json '{}': model.vocab has an empty token", path);
     TIDAL_CHECK(token_bytes_[id].empty(),
                 "tokenizer.json '{}': model.vocab gives id {} to two tokens (\"{}\" and "

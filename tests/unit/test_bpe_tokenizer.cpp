@@ -288,6 +288,10 @@ TEST_F(BpeTokenizer, UnsupportedFilesAreErrorsNamingTheFileAndKey) {
   j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {tiny_json()["pre_tokenizer"], {{"type", "Digits"}}}}};
   EXPECT_NE(load_error(j, "seq.json").find("pre_tokenizer is a Sequence of 2 pre-tokenizers"), std::string::npos);
   j = tiny_json();
+  j["model"]["vocab"]["7"] = 666666655;  // one id far past the rest (a fuzzer's 21 GiB table)
+  EXPECT_NE(load_error(j, "sparse.json").find("sparse.json': model.vocab's ids run to 666666655 for"),
+            std::string::npos);
+  j = tiny_json();
   j["model"]["type"] = 5;
   EXPECT_NE(load_error(j, "type.json").find("type.json' is not laid out as a Hugging Face tokenizer.json"),
             std::string::npos);
