@@ -1,4 +1,5 @@
-// `tidal export`: a checkpoint as a Hugging Face model directory (engine/hf_checkpoint.h). This
+// `tidal export`: a checkpoint as a Hugging Face model directory (engine/hf_checkpoint.h), or its
+// LoRA adapters as PEFT's (engine/finetune.h). This
 // file owns the options, the help text and what the command prints.
 #pragma once
 
@@ -14,6 +15,7 @@ struct ExportCommand {
   CLI::App* app = nullptr;
   std::string format = "hf", checkpoint, out;
   double max_shard_gb = 2.0;
+  bool merge = false;
 };
 
 void add_export_command(CLI::App& app, ExportCommand& cmd);

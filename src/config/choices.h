@@ -35,6 +35,8 @@ using parallel::GpuCollectives;  // parallel.gpu_collectives
 // A switch whose default depends on the run (checkpoint.async: on with more than one rank): a
 // TOML boolean, or "auto".
 enum class Toggle { automatic, on, off };
+// finetune.method: every parameter trained, or low-rank adapters on a frozen base (nn/lora.h).
+enum class FinetuneMethod { full, lora };
 
 // Names<E>::table: every value of E with its config name.
 template <class E>
@@ -52,6 +54,11 @@ template <>
 struct Names<Toggle> {
   static constexpr std::pair<Toggle, std::string_view> table[] = {
       {Toggle::automatic, "auto"}, {Toggle::on, "true"}, {Toggle::off, "false"}};
+};
+template <>
+struct Names<FinetuneMethod> {
+  static constexpr std::pair<FinetuneMethod, std::string_view> table[] = {{FinetuneMethod::full, "full"},
+                                                                          {FinetuneMethod::lora, "lora"}};
 };
 template <>
 struct Names<DataKind> {

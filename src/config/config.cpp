@@ -4,6 +4,7 @@
 #include "config/options.h"
 #include "config/schema.h"
 #include "core/error.h"
+#include "models/lora.h"
 #include "models/registry.h"
 
 #include <toml++/toml.h>
@@ -267,6 +268,27 @@ void validate_memory(const Config& c, bool images) {
   }
 }
 
+void validate_finetune(const Config& c) {
+  const FinetuneConfig& f = c.finetune;
+  if (f.method == FinetuneMethod::full) {
+    TIDAL_CHECK(f.adapters_from.empty(),
+                "finetune.adapters_from = \"{}\" gives adapters, and finetune.method = \"full\" trains none: set "
+                "finetune.method = \"lora\", or leave finetune.adapters_from unset", f.adapters_from);
+    return;
+  }
+  TIDAL_CHECK(f.lora_alpha > 0, "finetune.lora_alpha must be > 0, got {}", f.lora_alpha);
+  TIDAL_CHECK(f.lora_dropout >= 0 && f.lora_dropout < 1, "finetune.lora_dropout must be in [0, 1), got {}",
+              f.lora_dropout);
+  TIDAL_CHECK(c.parallel.tensor.size == 1 || c.parallel.tensor.mode == parallel::TensorMode::d1,
+              "finetune.method = \"lora\" splits its adapters as 1D tensor parallelism splits their linears, and "
+              "parallel.tensor.mode = \"{}\": use parallel.tensor.mode = \"1d\" (or parallel.tensor.size = 1)",
+              parallel::tensor_mode_name(c.parallel.tensor.mode));
+  TIDAL_CHECK(models::find_family(c.model.type).hf,
+              "finetune.method = \"lora\" finds the linears by their Hugging Face names, and model.type = \"{}\" has "
+              "no Hugging Face layout", c.model.type);
+  models::lora_targets(c.model, f.lora_targets);
+}
+
 void validate(const Config& c) {
   const models::Family& family = models::find_family(c.model.type);  // an unknown type is an error listing the known
   const bool images = family.task == models::ModelTask::image_classification;
@@ -275,6 +297,7 @@ void validate(const Config& c) {
   validate_train(c, family);
   check_layout(c);
   validate_memory(c, images);
+  validate_finetune(c);
 }
 }  // namespace
 

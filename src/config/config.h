@@ -119,6 +119,16 @@ struct CheckpointConfig {
   std::string buffer_size = "256MiB";  // each rank's staging buffer for writing device state
 };
 
+// [finetune]: how a pretrained model (model.init_from) is fine-tuned.
+struct FinetuneConfig {
+  FinetuneMethod method = FinetuneMethod::full;  // full | lora
+  int lora_rank = 8;
+  double lora_alpha = 16;   // the adapters' term scales by lora_alpha / lora_rank
+  double lora_dropout = 0;  // on the adapters' input
+  std::string lora_targets;  // Hugging Face module names, "q_proj,v_proj"; "" = PEFT's default for the family
+  std::string adapters_from;  // a PEFT adapter directory to start the adapters from; "" = PEFT's init
+};
+
 struct Config {
   ModelConfig model;
   DataConfig data;
@@ -127,6 +137,7 @@ struct Config {
   ZeroConfig zero;
   MemoryConfig memory;
   CheckpointConfig checkpoint;
+  FinetuneConfig finetune;
 };
 
 // Reads `path` ("" = defaults only), applies overrides ("section.key=value", value in TOML

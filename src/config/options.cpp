@@ -84,4 +84,12 @@ memory::ChunkOptions chunk_options(const Config& cfg, bool accumulate) {
   return o;
 }
 
+std::optional<models::LoraSpec> lora_spec(const Config& cfg) {
+  const FinetuneConfig& f = cfg.finetune;
+  if (f.method != FinetuneMethod::lora) return std::nullopt;
+  return models::LoraSpec{
+      .targets = models::lora_targets(cfg.model, f.lora_targets),
+      .options = {.rank = f.lora_rank, .alpha = float(f.lora_alpha), .dropout = float(f.lora_dropout)}};
+}
+
 }  // namespace tidal::config

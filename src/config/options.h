@@ -1,14 +1,17 @@
 // The one translation of a Config into the typed options of the layers below it: the mesh and
 // what it must fit (parallel), the data (data), the activation checkpointing of blocks (nn), the
-// chunk lists (memory).
+// chunk lists (memory), the adapters (models).
 // Nothing below config/ sees a Config; the model's [model] section is the models' own struct.
 #pragma once
 
 #include "config/config.h"
 #include "data/data_options.h"
 #include "memory/chunk_manager.h"
+#include "models/lora.h"
 #include "nn/activation_checkpoint.h"
 #include "parallel/context.h"
+
+#include <optional>
 
 namespace tidal::config {
 
@@ -33,4 +36,6 @@ bool keeps_chunks(const Config& cfg);
 // the precision, zero.*, and memory.offload's; `accumulate`: micro-batches summed.
 memory::ChunkOptions chunk_options(const Config& cfg, bool accumulate);
 
+// The low-rank adapters of [finetune] (models/lora.h); none under finetune.method = "full".
+std::optional<models::LoraSpec> lora_spec(const Config& cfg);
 }  // namespace tidal::config

@@ -274,6 +274,19 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(checkpoint.buffer_size,
                 "each rank's staging buffer for the state it writes from device memory or the disk tier, e.g. "
                 "\"256MiB\""),
+      TIDAL_KEY(finetune.method,
+                "full (every parameter trained) | lora (low-rank adapters on the linears of finetune.lora_targets "
+                "train in fp32 master weights; the rest of the model is frozen: no gradient, no optimizer state)"),
+      TIDAL_KEY_FROM(finetune.lora_rank, 1, "lora: the adapters' rank r"),
+      TIDAL_KEY(finetune.lora_alpha, "lora: the adapters' term is scaled by lora_alpha / lora_rank (PEFT's alpha)"),
+      TIDAL_KEY(finetune.lora_dropout, "lora: dropout probability on the adapters' input"),
+      TIDAL_KEY(finetune.lora_targets,
+                "lora: the linears adapted, by Hugging Face module names separated by commas (q_proj, k_proj, "
+                "v_proj, o_proj, gate_proj, up_proj, down_proj; GPT-2's c_attn, c_proj, c_fc); \"\" = PEFT's "
+                "default for the family (q_proj,v_proj; GPT-2: c_attn)"),
+      TIDAL_KEY(finetune.adapters_from,
+                "lora: a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) whose adapters "
+                "start the run, on the base of model.init_from (\"\" = PEFT's init: A random, B zeros)"),
   };
 }
 

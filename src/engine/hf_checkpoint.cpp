@@ -3,6 +3,8 @@
 #include "config/config.h"
 #include "core/process.h"
 #include "engine/checkpoint/reader.h"
+#include "engine/finetune.h"
+#include "models/lora.h"
 #include "io/atomic_file.h"
 #include "io/hf_weights.h"
 #include "models/registry.h"
@@ -69,6 +71,31 @@ std::vector<Tensor> query_heads_in_tidal_order(const std::vector<Tensor>& rows, 
 
 }  // namespace
 
+void copy_from_hf(nn::Parameter& p, const io::HfTensorSource& src, const std::vector<Tensor>& views) {
+  const Shape& full = p.full_shape.size() ? p.full_shape : p.shape;
+  // Each HF tensor as rows of tidal's whole tensor: transposed (a strided view of the mapped
+  // file) or reshaped ([1, 1, D] -> [D], [D, C, P, P] -> [D, C*P*P]).
+  std::vector<Tensor> rows;
+  for (const Tensor& v : views) {
+    if (src.transposed) {
+      rows.push_back(v.transpose(0, 1));
+    } else {
+      Shape s = full;
+      s[0] = v.numel() / (full.numel() / full[0]);
+      rows.push_back(v.reshape(s));
+    }
+  }
+  if (src.query_heads) rows = query_heads_in_tidal_order(rows, src);
+  // Straight into the parameter when the file holds its dtype; else through a block to convert.
+  if (rows[0].dtype() == p.data.dtype()) {
+    nn::tp::copy_shard(p, rows, p.data);
+  } else {
+    Tensor block = Tensor::empty(p.shape, rows[0].dtype());
+    nn::tp::copy_shard(p, rows, block);
+    ops::cast(p.data, block);
+  }
+}
+
 HfLoadReport load_hf_weights(const std::string& dir, const models::ModelConfig& model,
                              std::span<nn::Parameter* const> params) {
   const auto start = std::chrono::steady_clock::now();
@@ -86,32 +113,12 @@ HfLoadReport load_hf_weights(const std::string& dir, const models::ModelConfig& 
     const auto found = by_name.find(p->name);
     TIDAL_ASSERT(found != by_name.end(), "parameter {} has no place in the Hugging Face layout", p->name);
     const io::HfTensorSource& src = *found->second;
-    const Shape& full = p->full_shape.size() ? p->full_shape : p->shape;
-    // Each HF tensor as rows of tidal's whole tensor: transposed (a strided view of the mapped
-    // file) or reshaped ([1, 1, D] -> [D], [D, C, P, P] -> [D, C*P*P]).
-    std::vector<Tensor> rows;
-    for (const std::string& hf : src.hf_names) {
-      const Tensor v = files.view(raw_of.at(hf));
-      if (src.transposed) {
-        rows.push_back(v.transpose(0, 1));
-      } else {
-        Shape s = full;
-        s[0] = v.numel() / (full.numel() / full[0]);
-        rows.push_back(v.reshape(s));
-      }
-    }
-    if (src.query_heads) rows = query_heads_in_tidal_order(rows, src);
-    // Straight into the parameter when the file holds fp32; else through a block to convert.
-    if (rows[0].dtype() == p->data.dtype()) {
-      nn::tp::copy_shard(*p, rows, p->data);
-    } else {
-      Tensor block = Tensor::empty(p->shape, rows[0].dtype());
-      nn::tp::copy_shard(*p, rows, block);
-      ops::cast(p->data, block);
-    }
+    std::vector<Tensor> views;
+    for (const std::string& hf : src.hf_names) views.push_back(files.view(raw_of.at(hf)));
+    copy_from_hf(*p, src, views);
     for (const std::string& hf : src.hf_names) files.release(raw_of.at(hf));
     ++report.tensors;
-    report.copied_bytes += std::uint64_t(p->shape.numel()) * dtype_size(rows[0].dtype());
+    report.copied_bytes += std::uint64_t(p->shape.numel()) * dtype_size(views[0].dtype());
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.peak_rss_bytes = peak_resident_bytes();
@@ -165,29 +172,22 @@ void write_piece(io::SafetensorsWriter& file, const HfPiece& piece, const Tensor
 
 }  // namespace
 
-HfExportReport export_hf(const std::string& checkpoint, const std::string& out_dir, std::uint64_t max_shard_bytes,
-                         comm::Communicator* world) {
-  CheckpointReader reader(checkpoint);
-  const config::Config cfg = reader.stored_config();
-  const models::HfAdapter& hf = models::hf_adapter(cfg.model);
-  const std::vector<io::HfTensorSource> sources = hf.tensors(cfg.model);
+HfExportReport write_hf_tensors(const std::vector<io::HfTensorSource>& sources, const WholeTensor& whole,
+                                const std::string& out_dir, const HfFiles& files, comm::Communicator* world) {
   HfExportReport report;
-  report.architecture = hf.architecture;
   // Every HF tensor in order, then the shards: each closed before it would pass max_shard_bytes
   // (a larger tensor alone), as save_pretrained cuts them.
   std::vector<std::vector<HfPiece>> shards(1);
   std::uint64_t in_shard = 0;
   for (const io::HfTensorSource& src : sources) {
-    TIDAL_CHECK(reader.has(src.tidal_name), "'{}' has no tensor '{}' that its config's {} model has",
-                reader.step_dir(), src.tidal_name, cfg.model.type);
-    const StoredTensor& t = reader.metadata().tensors.at(src.tidal_name);
-    report.largest_tensor_bytes = std::max(report.largest_tensor_bytes, std::uint64_t(t.shape.numel()) * sizeof(float));
+    const Shape shape_of = whole.shape(src.tidal_name);
+    report.largest_tensor_bytes = std::max(report.largest_tensor_bytes, std::uint64_t(shape_of.numel()) * sizeof(float));
     std::int64_t row = 0;  // tidal's rows are the HF tensors stacked
     for (std::size_t i = 0; i < src.hf_names.size(); ++i) {
       const Shape& shape = src.hf_shapes[i];
-      const std::int64_t n = src.transposed ? shape[0] : shape.numel() / (t.shape.numel() / t.shape[0]);
+      const std::int64_t n = src.transposed ? shape[0] : shape.numel() / (shape_of.numel() / shape_of[0]);
       const HfPiece piece{.src = &src, .index = i, .row = row, .rows = n};
-      if (in_shard > 0 && in_shard + piece.bytes() > max_shard_bytes) {
+      if (in_shard > 0 && in_shard + piece.bytes() > files.max_shard_bytes) {
         shards.emplace_back();
         in_shard = 0;
       }
@@ -202,8 +202,8 @@ HfExportReport export_hf(const std::string& checkpoint, const std::string& out_d
   fs::create_directories(out_dir, ec);
   TIDAL_CHECK(!ec, "cannot create '{}': {}", out_dir, ec.message());
   const auto file_name = [&](std::size_t k) {
-    return shards.size() == 1 ? std::string("model.safetensors")
-                              : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
+    return shards.size() == 1 ? files.stem + ".safetensors"
+                              : fmt::format("{}-{:05d}-of-{:05d}.safetensors", files.stem, k + 1, shards.size());
   };
   // Each rank its shards (k % ranks), tidal's tensors read whole one at a time.
   HostAllocator memory;
@@ -218,7 +218,7 @@ HfExportReport export_hf(const std::string& checkpoint, const std::string& out_d
     for (const HfPiece& p : shards[k]) {
       if (held_name != p.src->tidal_name) {
         held = Tensor();  // the last one's memory back first
-        held = reader.read_whole(p.src->tidal_name, memory);
+        held = whole.read(p.src->tidal_name, memory);
         held_name = p.src->tidal_name;
       }
       write_piece(file, p, held, buffer, memory);
@@ -238,14 +238,50 @@ HfExportReport export_hf(const std::string& checkpoint, const std::string& out_d
       for (const HfPiece& p : shards[k]) map[p.src->hf_names[p.index]] = file_name(k);
     const std::string index =
         nlohmann::json{{"metadata", {{"total_size", report.bytes}}}, {"weight_map", map}}.dump(2) + "\n";
-    io::AtomicFile out((fs::path(out_dir) / "model.safetensors.index.json").string());
+    io::AtomicFile out((fs::path(out_dir) / (files.stem + ".safetensors.index.json")).string());
     out.write(index.data(), index.size());
     out.commit();
   }
-  const std::string json = io::hf_config_text(hf.write(cfg.model), hf.architecture);
-  io::AtomicFile config_file((fs::path(out_dir) / "config.json").string());
-  config_file.write(json.data(), json.size());
-  config_file.commit();
+  return report;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  io::AtomicFile file(path);
+  file.write(text.data(), text.size());
+  file.commit();
+}
+
+HfExportReport export_hf(const std::string& checkpoint, const std::string& out_dir, std::uint64_t max_shard_bytes,
+                         comm::Communicator* world, bool merge) {
+  CheckpointReader reader(checkpoint);
+  const config::Config cfg = reader.stored_config();
+  const models::HfAdapter& hf = models::hf_adapter(cfg.model);
+  const std::vector<io::HfTensorSource> sources = hf.tensors(cfg.model);
+  const bool adapted = cfg.finetune.method == config::FinetuneMethod::lora;
+  TIDAL_CHECK(adapted || !merge, "--merge folds LoRA adapters into their base, and '{}' was trained in full "
+              "(finetune.method = \"full\"): leave --merge out", reader.step_dir());
+  TIDAL_CHECK(!adapted || merge, "'{}' holds LoRA adapters (finetune.method = \"lora\"), not a whole model: export "
+              "them with --format peft, or the base with the adapters folded in with --merge", reader.step_dir());
+  std::unique_ptr<models::Model> merged;
+  if (adapted) {  // the whole model in memory, its adapters folded in
+    merged = load_adapted_model(reader);
+    models::merge_lora(*merged);
+  }
+  const WholeTensor whole{
+      .shape = [&](const std::string& name) {
+        if (merged) return merged->parameter(name).shape;
+        TIDAL_CHECK(reader.has(name), "'{}' has no tensor '{}' that its config's {} model has", reader.step_dir(), name,
+                    cfg.model.type);
+        return reader.metadata().tensors.at(name).shape;
+      },
+      .read = [&](const std::string& name, Allocator& memory) {
+        return merged ? merged->parameter(name).data.clone(memory) : reader.read_whole(name, memory);
+      }};
+  HfExportReport report = write_hf_tensors(sources, whole, out_dir, {.max_shard_bytes = max_shard_bytes}, world);
+  report.architecture = hf.architecture;
+  if (!world || world->rank() == 0)
+    write_text_file((fs::path(out_dir) / "config.json").string(),
+                    io::hf_config_text(hf.write(cfg.model), hf.architecture));
   return report;
 }
 

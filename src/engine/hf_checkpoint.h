@@ -7,10 +7,12 @@
 #pragma once
 
 #include "comm/communicator.h"
+#include "io/hf_layout.h"
 #include "models/model_config.h"
 #include "nn/parameter.h"
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -32,6 +34,10 @@ struct HfLoadReport {
 HfLoadReport load_hf_weights(const std::string& dir, const models::ModelConfig& model,
                              std::span<nn::Parameter* const> params);
 
+// p's block (p materialized) from `views`, the files' tensors of src.hf_names in order, laid out
+// as src says (transposed, stacked, query heads reordered) and converted to p's dtype.
+void copy_from_hf(nn::Parameter& p, const io::HfTensorSource& src, const std::vector<Tensor>& views);
+
 struct HfExportReport {
   std::string architecture;
   std::int64_t tensors = 0;
@@ -45,13 +51,37 @@ struct HfExportReport {
 // The staging buffer of an export's transposed tensors (GPT-2's Conv1D weights), at most.
 inline constexpr std::size_t kExportBufferBytes = std::size_t(64) << 20;
 
+// Where an export's tidal tensors come from: each whole tensor's shape, and its values in fp32 on
+// the host (read one at a time).
+struct WholeTensor {
+  std::function<Shape(const std::string& tidal_name)> shape;
+  std::function<Tensor(const std::string& tidal_name, Allocator& memory)> read;
+};
+// How the weights are cut into files: `stem`.safetensors, or numbered shards and an index above
+// max_shard_bytes.
+struct HfFiles {
+  std::string stem = "model";
+  std::uint64_t max_shard_bytes = std::uint64_t(2) << 30;
+};
+// Writes the Hugging Face tensors of `sources` from `whole` into out_dir (created) as `files`
+// says, streaming: at most one tidal tensor and a 64 MiB buffer held. With `world`, every rank of
+// it calls this and writes every world-size-th shard; rank 0 the index.
+HfExportReport write_hf_tensors(const std::vector<io::HfTensorSource>& sources, const WholeTensor& whole,
+                                const std::string& out_dir, const HfFiles& files, comm::Communicator* world);
+
+// `text` as the file `path`, atomically.
+void write_text_file(const std::string& path, const std::string& text);
+
 // Writes `checkpoint` (a step directory, or a checkpoint directory and its `latest`, saved under
 // any layout) to `out_dir` as config.json and model.safetensors (numbered shards and
 // model.safetensors.index.json above max_shard_bytes), loadable with from_pretrained. Streaming:
 // tidal's tensors are read whole one at a time and written piece by piece, so a rank holds at
 // most the largest tensor and a 64 MiB buffer. With `world`, every rank of it calls this and
 // writes every world-size-th shard; rank 0 writes the index and config.json.
+// A checkpoint of LoRA adapters (finetune.method = "lora") exports with `merge`: its base (from
+// model.init_from) with the adapters folded in, the whole model held in memory.
 HfExportReport export_hf(const std::string& checkpoint, const std::string& out_dir,
-                         std::uint64_t max_shard_bytes = std::uint64_t(2) << 30, comm::Communicator* world = nullptr);
+                         std::uint64_t max_shard_bytes = std::uint64_t(2) << 30, comm::Communicator* world = nullptr,
+                         bool merge = false);
 
 }  // namespace tidal::engine

@@ -111,6 +111,13 @@ class TensorModelData final : public ModelData {
     return out;
   }
 
+  std::int64_t optimizer_state_bytes() const override {
+    std::int64_t bytes = 0;
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      bytes += std::int64_t(params_[i]->data.nbytes() + adam_.momentum(i).nbytes() + adam_.variance(i).nbytes());
+    return bytes;
+  }
+
   std::string describe() const override {
     if (replicas_ == 1) return "";
     return fmt::format("gradients all-reduced over the {} data replicas in {} buckets of {} MiB during backward",
@@ -414,6 +421,12 @@ class ChunkModelData final : public ModelData {
                        human_bytes(std::uint64_t(model_data_bytes())), tiers);
   }
 
+  std::int64_t optimizer_state_bytes() const override {
+    std::int64_t owned = chunks_->owned_parameter_elements();
+    if (host_chunks_) owned += host_chunks_->owned_parameter_elements();
+    return owned * 3 * std::int64_t(sizeof(float));  // fp32 master, momentum, variance
+  }
+
   nlohmann::json memory() const override {
     nlohmann::json out = {{"param_bytes_peak", param_memory_->peak_bytes()},
                           {"optimizer_bytes_peak", optimizer_memory_->peak_bytes()},
@@ -574,6 +587,13 @@ std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Mo
                                            pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                                            nn::Runner& runner, const std::string& resume_path,
                                            bool enforce_device_limit) {
+  // A frozen base (finetune.method = "lora") is held outside the keepers, in the compute dtype
+  // (pipeline::PipelineEngine::materialize made it so) on the device tier: read in forward and
+  // backward, never updated. One parameter at a time crosses.
+  for (nn::Parameter* p : engine.frozen_parameters()) {
+    TIDAL_ASSERT(p->data.dtype() == cfg.train.precision, "{}: a frozen base of {}", p->name, p->data.str());
+    p->data = p->data.clone(device_tier(cfg));
+  }
   if (!config::keeps_chunks(cfg)) {
     if (cfg.train.device == Device::Kind::cuda) {
       for (nn::Parameter* p : engine.parameters()) {

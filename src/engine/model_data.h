@@ -71,6 +71,10 @@ class ModelData {
   // the tensor keeper (its tensors live in the host allocator). Every rank calls it (the
   // per-rank figures are gathered).
   virtual nlohmann::json memory() const { return nlohmann::json::object(); }
+  // Bytes of this rank's optimizer state: the fp32 master weights (the parameters themselves where
+  // they are fp32 tensors), momentum and variance of the parameters it updates (a chunk list's
+  // padding not counted; the lists' whole bytes are memory()'s).
+  virtual std::int64_t optimizer_state_bytes() const = 0;
   // What to add to an out-of-memory error of the step (how this keeper uses the device tier).
   virtual std::string out_of_memory_hint(const OutOfMemory&) const { return ""; }
   // Keys for this step's metrics record (chunk moves under memory.offload, disk transfers under

@@ -7,6 +7,7 @@
 #include "data/data_options.h"
 #include "engine/checkpoint/checkpointer.h"
 #include "engine/expert_metrics.h"
+#include "engine/finetune.h"
 #include "engine/hf_checkpoint.h"
 #include "engine/inference/sampler.h"
 #include "engine/lr_schedule.h"
@@ -16,6 +17,7 @@
 #include "engine/run_callbacks.h"
 #include "engine/step_profile.h"
 #include "models/factory.h"
+#include "models/lora.h"
 #include "models/registry.h"
 #include "nn/cross_entropy_loss.h"
 #include "nn/parallel_layers.h"
@@ -23,6 +25,8 @@
 #include "optim/loss_scaler.h"
 #include "pipeline/engine.h"
 #include "pipeline/stage_costs.h"
+
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -183,7 +187,7 @@ struct Trainer::Run {
         metrics(pc.is_main() ? options.metrics_path : "", pc.is_main() ? cfg.train.tensorboard_dir : ""),
         dataset(data::make_dataset(config::data_options(cfg))),
         layers(nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered})),
-        model(models::make_model(cfg.model, config::checkpoint_policy(cfg.train), *layers, cfg.memory.embedding_on_host)),
+        model(build_model(cfg, *layers, &pc.group(parallel::GroupKind::tensor))),
         replicas(pc.layout().spec().data),
         replica(pc.coordinates().data),
         B(cfg.train.batch_size),
@@ -196,7 +200,8 @@ struct Trainer::Run {
         schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps},
         floor(dataset->entropy_floor()) {
     if (cfg.train.sample_every > 0) sampler.emplace(cfg);  // its prompt and tokenizer checked before training
-    engine.materialize(cfg.train.seed);  // on the host: the Philox init writes there
+    // On the host: the Philox init writes there. A frozen base in the compute precision at once.
+    engine.materialize(cfg.train.seed, host_allocator(), cfg.train.precision);
     // fp16: dynamic loss scaling; the other precisions train unscaled.
     if (cfg.train.precision == DType::f16)
       scaler.emplace(optim::LossScalerOptions{.initial = cfg.train.loss_scale, .window = cfg.train.loss_scale_window});
@@ -265,10 +270,17 @@ struct Trainer::Run {
 void Trainer::Run::prepare() {
   if (model_data) return;
   std::string init_line;
-  if (!cfg.model.init_from.empty() && options.resume_path.empty()) {
-    init_line = hf_load_line(cfg.model.init_from, models::hf_adapter(cfg.model).architecture,
-                             load_hf_weights(cfg.model.init_from, cfg.model, engine.parameters()), pc);
+  // Under adapters the checkpoint holds them alone: the base comes from model.init_from again.
+  const bool adapters = cfg.finetune.method == config::FinetuneMethod::lora;
+  if (!cfg.model.init_from.empty() && (options.resume_path.empty() || adapters)) {
+    init_line = hf_load_line(
+        cfg.model.init_from, models::hf_adapter(cfg.model).architecture,
+        load_hf_weights(cfg.model.init_from, cfg.model, adapters ? engine.frozen_parameters() : engine.parameters()),
+        pc);
   }
+  std::string adapters_line;
+  if (adapters && options.resume_path.empty() && !cfg.finetune.adapters_from.empty())
+    adapters_line = load_peft_adapters(cfg.finetune.adapters_from, cfg, engine.parameters());
   model_data = make_model_data(cfg, *model, engine, pc, runner, options.resume_path, options.enforce_device_limit);
   checkpointer = std::make_unique<Checkpointer>(
       CheckpointOptions{.keep = cfg.checkpoint.keep,
@@ -292,8 +304,14 @@ void Trainer::Run::prepare() {
   progress.line(fmt::format("tidal: {} with {} parameters ({} layers, width {}, {} heads), batch {} x {} positions{}",
                             cfg.model.type, model->num_parameters(), cfg.model.n_layer, cfg.model.n_embd,
                             cfg.model.n_head, B, T, accum > 1 ? fmt::format(" in {} micro-batches", accum) : ""));
+  if (adapters)
+    progress.line(fmt::format("LoRA: {} parameters trained, rank {} adapters on {}; the base frozen in {}",
+                              model->num_parameters(true), cfg.finetune.lora_rank,
+                              fmt::join(models::lora_targets(cfg.model, cfg.finetune.lora_targets), ", "),
+                              config::name_of(cfg.train.precision)));
   progress.line("data: " + dataset->describe());
   if (!init_line.empty()) progress.line(init_line);
+  if (!adapters_line.empty()) progress.line(adapters_line);
   describe_layout();
 }
 
@@ -585,6 +603,8 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
   summary.tokens_per_s = timed_steps ? double(timed_steps * B * T) / timed_seconds : 0.0;
   summary.entropy_floor = floor;
   summary.model_data = model_data->memory();
+  std::int64_t frozen_bytes = 0;  // a frozen base (finetune.method = "lora") on the device tier
+  for (const nn::Parameter* p : engine.frozen_parameters()) frozen_bytes += std::int64_t(p->data.nbytes());
   nlohmann::json record = {{"summary", true},
                            {"completed", end == tc.steps},
                            {"steps", end},
@@ -592,6 +612,9 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
                            {"final_train_loss", summary.final_train_loss},
                            {"tokens_per_s", summary.tokens_per_s},
                            {"parameters", model->num_parameters()},
+                           {"parameters_trained", model->num_parameters(true)},
+                           {"optimizer_state_bytes", model_data->optimizer_state_bytes()},
+                           {"frozen_bytes", frozen_bytes},
                            {"peak_bytes", {{"host", host_allocator().peak_bytes()}, {"activations", activations->peak_bytes()}}},
                            {"activation_checkpointing", config::name_of(tc.activation_checkpointing)},
                            {"precision", config::name_of(tc.precision)},

@@ -858,6 +858,13 @@ std::int64_t ChunkManager::host_bytes_needed(bool disk) const {
   return memory::host_bytes_needed(layout_, options_, disk ? list_share(layout_, options_).optimizer : 0);
 }
 
+std::int64_t ChunkManager::owned_parameter_elements() const {
+  std::int64_t n = 0;
+  for (const auto& [p, i] : index_)
+    if (owns(layout_.places[i].chunk)) n += p->shape.numel();
+  return n;
+}
+
 std::int64_t ChunkManager::model_data_bytes() const {
   std::int64_t bytes = 0;
   for (const auto& [kind, chunks] : lists_)

@@ -279,6 +279,9 @@ class ChunkManager final : public nn::ModuleHooks {
   // Bytes held in memory by every chunk of every list (the model data), remote chunks in flight
   // included; optimizer states on disk not.
   std::int64_t model_data_bytes() const;
+  // Elements of the parameters in the chunks this rank owns: those whose optimizer states it
+  // keeps (fp32 master, momentum, variance; chunk padding not counted).
+  std::int64_t owned_parameter_elements() const;
   bool owns(int chunk) const { return !sharded() || layout_.owner_of(chunk) == rank_; }
   bool resident(int chunk) const { return lists_.at(ChunkKind::param)[std::size_t(chunk)].defined(); }
   // The dynamic memory manager (null without ChunkOptions::offload).

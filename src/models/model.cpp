@@ -73,14 +73,16 @@ void Model::add_head_and_loss(std::string head_name, std::unique_ptr<nn::Module>
 }
 
 void Model::zero_grad() {
-  for (nn::Parameter* p : parameters()) p->grad.zero_();
+  for (nn::Parameter* p : parameters())
+    if (!p->frozen) p->grad.zero_();
 }
 
-std::int64_t Model::num_parameters() {
+std::int64_t Model::num_parameters(bool trained_only) {
   std::int64_t n = 0;
   // An expert's parameters stand for the group's other ranks' experts too (nn/moe.h).
   for (nn::Parameter* p : parameters())
-    n += (p->full_shape.size() ? p->full_shape : p->shape).numel() * (p->expert_group ? p->expert_group->size() : 1);
+    if (!trained_only || !p->frozen)
+      n += (p->full_shape.size() ? p->full_shape : p->shape).numel() * (p->expert_group ? p->expert_group->size() : 1);
   return n;
 }
 

@@ -39,8 +39,9 @@ class Model : public nn::Module {
   // (seed, parameter name). Call once, after construction.
   void materialize(std::uint64_t seed, Allocator& alloc = host_allocator());
   void zero_grad();
-  // Elements of the whole model (a shard counts as its full parameter).
-  std::int64_t num_parameters();
+  // Elements of the whole model (a shard counts as its full parameter); of its trained parameters
+  // alone (not nn::Parameter::frozen) when `trained_only`.
+  std::int64_t num_parameters(bool trained_only = false);
   nn::Parameter& parameter(const std::string& name);
   const std::vector<nn::Module*>& layers() const { return layers_; }
   // The layers holding the transformer blocks, [begin, end) of layers(): one block each, or a

@@ -72,6 +72,9 @@ class Context {
   // A new context in `slot` for a child run over one block of rows (StepState::more_parts).
   Context& part_child(std::size_t slot, bool more_parts);
 
+  // The context of this call's module's adapter (Module::adapter; made on first use).
+  Context& adapter_child();
+
   // Run a child module through the runner, in this call's child context `slot`. Outside training
   // (evaluation, sampling) the child keeps nothing once its forward returns.
   Tensor forward(Module& m, const Tensor& x, std::size_t slot);
@@ -107,6 +110,7 @@ class Context {
   const StepState* state_;
   std::unique_ptr<Placement> placement_;
   std::vector<std::unique_ptr<Context>> children_;
+  std::unique_ptr<Context> adapter_;
   std::vector<Tensor*> forgotten_;  // the saved entries forget() emptied
 };
 

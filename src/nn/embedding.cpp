@@ -19,7 +19,7 @@ Tensor Embedding::forward(const Tensor& batch_ids, Context& ctx) {
 }
 
 Tensor Embedding::backward(const Tensor& dy, Context& ctx) {
-  ops::embedding_backward(table_->grad, dy, ctx.saved.at(0));
+  if (!table_->frozen) ops::embedding_backward(table_->grad, dy, ctx.saved.at(0));
   ctx.saved.clear();
   return {};
 }
@@ -55,6 +55,7 @@ Tensor PositionEmbedding::forward(const Tensor& x, Context& ctx) {
 }
 
 Tensor PositionEmbedding::backward(const Tensor& dy, Context& ctx) {
+  if (table_->frozen) return dy;
   if (const Tensor positions = token_positions(ctx); positions.defined()) {
     ops::embedding_backward(table_->grad, dy, positions);
     return dy;

@@ -23,7 +23,8 @@ Tensor LayerNorm::backward(const Tensor& dy, Context& ctx) {
   const std::int64_t rows = x.numel() / features_;
   Tensor dx = ctx.empty(x.shape(), x.dtype());
   Tensor dx2 = dx.reshape({rows, features_});
-  ops::layernorm_backward(dx2, weight_->grad, bias_->grad, dy.reshape({rows, features_}), x.reshape({rows, features_}),
+  Tensor dweight = gradient_or_scratch(*weight_, ctx), dbias = gradient_or_scratch(*bias_, ctx);
+  ops::layernorm_backward(dx2, dweight, dbias, dy.reshape({rows, features_}), x.reshape({rows, features_}),
                           weight_->data, mean, rstd);
   ctx.saved.clear();
   return dx;

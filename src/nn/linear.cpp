@@ -9,9 +9,9 @@ void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const
 }
 
 void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter& weight, Parameter* bias) {
-  ops::gemm(dx2, dy2, weight.data);                                  // dx = dy W
-  ops::gemm(weight.grad, dy2, x2, {.trans_a = true, .beta = 1.0f});  // dW += dy^T x
-  if (bias) ops::bias_grad(bias->grad, dy2);
+  ops::gemm(dx2, dy2, weight.data);                                                     // dx = dy W
+  if (!weight.frozen) ops::gemm(weight.grad, dy2, x2, {.trans_a = true, .beta = 1.0f});  // dW += dy^T x
+  if (bias && !bias->frozen) ops::bias_grad(bias->grad, dy2);
 }
 
 Linear::Linear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init)

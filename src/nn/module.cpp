@@ -3,8 +3,16 @@
 #include "core/profile.h"
 #include "nn/runner.h"
 #include "ops/cast.h"
+#include "ops/residual.h"
 
 namespace tidal::nn {
+
+Tensor gradient_or_scratch(Parameter& p, const Context& ctx) {
+  if (!p.frozen) return p.grad;
+  Tensor scratch = ctx.empty(p.shape, p.data.dtype());
+  scratch.zero_();
+  return scratch;
+}
 
 std::vector<Parameter*> Module::parameters() {
   std::vector<Parameter*> out;
@@ -39,6 +47,12 @@ void Module::assign_names(const std::string& path) {
   // A child registered under "" is transparent: its parameters are named as if they were ours
   // (GPT-2's flat "wte.weight", "ln_f.weight" while the embedding is its own module).
   for (auto& [name, child] : children_) child->assign_names(name.empty() ? path : prefix + name);
+}
+
+void Module::attach_adapter(std::unique_ptr<Module> adapter) {
+  TIDAL_ASSERT(adapter_ == nullptr, "{} has an adapter already", path_);
+  adapter_ = &add_module("lora", std::move(adapter));
+  adapter_->assign_names(path_ + ".lora");
 }
 
 Parameter& Module::add_parameter(std::string local_name, Shape shape, ParameterInit init) {
@@ -100,10 +114,16 @@ Tensor Context::backward(Module& m, const Tensor& dy, std::size_t slot) {
   return state_->runner->backward(m, dy, child(slot));
 }
 
+Context& Context::adapter_child() {
+  if (!adapter_) adapter_ = std::make_unique<Context>(*state_);
+  return *adapter_;
+}
+
 void Context::clear() {
   saved.clear();
   kept.reset();
   children_.clear();
+  adapter_.reset();
   forgotten_.clear();
 }
 
@@ -114,15 +134,17 @@ std::size_t Context::forget(const Tensor& t) {
   };
   forgotten_.clear();
   const auto search = [&](auto& self, Context& c) -> void {
-    for (auto& child : c.children_) {
-      if (!child) continue;
-      for (Tensor& s : child->saved)
+    const auto visit = [&](Context& child) {
+      for (Tensor& s : child.saved)
         if (same(s)) {
           s = Tensor();
           forgotten_.push_back(&s);
         }
-      self(self, *child);
-    }
+      self(self, child);
+    };
+    for (auto& child : c.children_)
+      if (child) visit(*child);
+    if (c.adapter_) visit(*c.adapter_);
   };
   search(search, *this);
   return forgotten_.size();
@@ -135,6 +157,25 @@ void Context::remember(const Tensor& t) {
 }
 
 Tensor Runner::forward(Module& m, const Tensor& x, Context& ctx) {
+  Tensor y = run_forward(m, x, ctx);
+  if (Module* adapter = m.adapter()) {
+    // The base's output gains the adapter's term (its own context; x is unchanged by the base).
+    const Tensor term = run_forward(*adapter, x, ctx.adapter_child());
+    ops::accumulate(y, term);
+  }
+  return y;
+}
+
+Tensor Runner::backward(Module& m, const Tensor& dy, Context& ctx) {
+  // The adapter first: the base's backward may write its input gradient over dy.
+  Tensor dx_adapter;
+  if (Module* adapter = m.adapter()) dx_adapter = run_backward(*adapter, dy, ctx.adapter_child());
+  Tensor dx = run_backward(m, dy, ctx);
+  if (dx_adapter.defined()) ops::accumulate(dx, dx_adapter);
+  return dx;
+}
+
+Tensor Runner::run_forward(Module& m, const Tensor& x, Context& ctx) {
   const ModuleTimer timer(typeid(m));
   for (auto* h : hooks_) h->before_forward(m);
   Tensor y = m.forward(x, ctx);
@@ -142,7 +183,7 @@ Tensor Runner::forward(Module& m, const Tensor& x, Context& ctx) {
   return y;
 }
 
-Tensor Runner::backward(Module& m, const Tensor& dy, Context& ctx) {
+Tensor Runner::run_backward(Module& m, const Tensor& dy, Context& ctx) {
   const ModuleTimer timer(typeid(m));
   for (auto* h : hooks_) h->before_backward(m);
   Tensor dx = m.backward(dy, ctx);

@@ -16,6 +16,11 @@
 
 namespace tidal::nn {
 
+// Where a backward whose op always writes a parameter gradient (a norm's scale) puts p's: p.grad,
+// or for a frozen p (nn/parameter.h) zeros of its data's dtype among the step's activations, which
+// nothing reads.
+Tensor gradient_or_scratch(Parameter& p, const Context& ctx);
+
 class Module {
  public:
   Module() = default;
@@ -43,6 +48,12 @@ class Module {
   // Gives every module its path and every owned parameter its full name.
   void assign_names(const std::string& path);
 
+  // A low-rank adapter on this module (nn/lora.h): a module of the same input whose output the
+  // Runner adds to this one's, and its input gradient to this one's. Owned as the child "lora" and
+  // named under this module's path (attach after assign_names). Null: none.
+  void attach_adapter(std::unique_ptr<Module> adapter);
+  Module* adapter() const { return adapter_; }
+
  protected:
   Parameter& add_parameter(std::string local_name, Shape shape, ParameterInit init);
   template <class M>
@@ -57,6 +68,7 @@ class Module {
   std::string path_;
   std::vector<std::unique_ptr<Parameter>> params_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  Module* adapter_ = nullptr;
 };
 
 }  // namespace tidal::nn

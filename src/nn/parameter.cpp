@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/init.h"
 #include "core/philox.h"
+#include "ops/cast.h"
 
 #include <algorithm>
 
@@ -17,11 +18,18 @@ std::int64_t rows_inside(const Parameter& p) {
   return inside;
 }
 
-void materialize(Parameter& p, std::uint64_t seed, Allocator& alloc) {
+void materialize(Parameter& p, std::uint64_t seed, Allocator& alloc, DType frozen_dtype) {
+  if (p.frozen && frozen_dtype != DType::f32) {  // initialised in fp32 beside, then rounded
+    materialize(p, seed, alloc);
+    Tensor low = Tensor::empty(p.shape, frozen_dtype, alloc);
+    ops::cast(low, p.data);
+    p.data = low;
+    return;
+  }
   TIDAL_ASSERT(!p.data.defined(), "parameter {} materialized twice", p.name);
   TIDAL_ASSERT(!p.name.empty(), "parameter '{}' has no full name: assign names first", p.local_name);
   p.data = Tensor::empty(p.shape, DType::f32, alloc);
-  p.grad = Tensor::zeros(p.shape, DType::f32, alloc);
+  if (!p.frozen) p.grad = Tensor::zeros(p.shape, DType::f32, alloc);
   switch (p.init.kind) {
     case ParameterInit::Kind::normal: {
       const InitKey key{seed, fnv1a64(p.name.data(), p.name.size())};
@@ -40,6 +48,12 @@ void materialize(Parameter& p, std::uint64_t seed, Allocator& alloc) {
         offset[0] += m * S;
         init_normal(block, key, 0.0f, p.init.std, p.full_shape, offset);
       }
+      break;
+    }
+    case ParameterInit::Kind::uniform: {  // a block of the full parameter, as normal's
+      TIDAL_ASSERT(p.segments == 1, "{}: a uniform init in segments", p.name);
+      init_uniform(p.data, {seed, fnv1a64(p.name.data(), p.name.size())}, -p.init.std, p.init.std,
+                   p.full_shape.size() ? p.full_shape : p.shape, p.offset);
       break;
     }
     case ParameterInit::Kind::zeros: p.data.zero_(); break;

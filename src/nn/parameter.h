@@ -1,4 +1,4 @@
-// A trainable parameter: its full dotted name (which keys its initialisation, so every parallel
+// A parameter: its full dotted name (which keys its initialisation, so every parallel
 // layout generates the same values), its shape, how it is initialised, and its fp32 data and
 // gradient. data and grad may be views into memory owned elsewhere (chunks).
 #pragma once
@@ -15,11 +15,12 @@ class Communicator;
 namespace tidal::nn {
 
 struct ParameterInit {
-  enum class Kind { normal, zeros, ones };
+  enum class Kind { normal, zeros, ones, uniform };
   Kind kind = Kind::normal;
-  float std = 0.02f;
+  float std = 0.02f;  // normal's standard deviation; uniform's bound b of [-b, b)
 
   static ParameterInit normal(float std) { return {Kind::normal, std}; }
+  static ParameterInit uniform(float bound) { return {Kind::uniform, bound}; }
   static ParameterInit zeros() { return {Kind::zeros, 0.0f}; }
   static ParameterInit ones() { return {Kind::ones, 0.0f}; }
 };
@@ -30,7 +31,10 @@ struct Parameter {
   Shape shape;             // what this rank holds
   ParameterInit init;
   Tensor data;  // fp32
-  Tensor grad;  // fp32, accumulated by backward
+  Tensor grad;  // fp32, accumulated by backward; undefined when frozen
+  // Not trained (the base under low-rank adapters, nn/lora.h): no gradient is computed or kept, no
+  // optimizer state; its data is held in the compute dtype, never updated.
+  bool frozen = false;
   // A shard of a larger parameter (tensor parallelism): the full shape and where this block
   // starts in it. Empty when the rank holds the whole parameter. A block may run past the end of
   // dimension 0 (a vocabulary split into equal blocks that do not divide it): the rows outside
@@ -60,7 +64,8 @@ struct Parameter {
 std::int64_t rows_inside(const Parameter& p);
 
 // Allocates p's data and gradient (fp32, from alloc) and initialises the data from (seed, full
-// name): a shard gets exactly its block of the full parameter's values.
-void materialize(Parameter& p, std::uint64_t seed, Allocator& alloc);
+// name): a shard gets exactly its block of the full parameter's values. A frozen p gets no
+// gradient and its data in `frozen_dtype` (the fp32 values rounded once).
+void materialize(Parameter& p, std::uint64_t seed, Allocator& alloc, DType frozen_dtype = DType::f32);
 
 }  // namespace tidal::nn

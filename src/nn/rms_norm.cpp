@@ -25,10 +25,10 @@ Tensor RmsNorm::backward(const Tensor& dy, Context& ctx) {
   Tensor dx2 = dx.reshape({rows, features_});
   // The op's scale and its gradient are fp32: a bf16 / fp16 parameter (mixed precision's chunks)
   // is widened for it, and its gradient accumulated in fp32 and rounded back once.
-  Tensor dweight = ctx.as(weight_->grad, DType::f32);
+  Tensor grad = gradient_or_scratch(*weight_, ctx), dweight = ctx.as(grad, DType::f32);
   ops::rms_norm_backward(dx2, dweight, dy.reshape({rows, features_}), x.reshape({rows, features_}),
                          ctx.as(weight_->data, DType::f32), rstd);
-  if (dweight.raw() != weight_->grad.raw()) ops::cast(weight_->grad, dweight);
+  if (dweight.raw() != grad.raw()) ops::cast(grad, dweight);
   ctx.saved.clear();
   return dx;
 }

@@ -27,10 +27,15 @@ class ModuleHooks {
 class Runner {
  public:
   void add_hooks(ModuleHooks* hooks) { hooks_.push_back(hooks); }
+  // m's forward / backward with the hooks around it; a module's adapter (Module::adapter) runs
+  // beside it, its output added to m's and its input gradient to m's.
   Tensor forward(Module& m, const Tensor& x, Context& ctx);
   Tensor backward(Module& m, const Tensor& dy, Context& ctx);
 
  private:
+  Tensor run_forward(Module& m, const Tensor& x, Context& ctx);
+  Tensor run_backward(Module& m, const Tensor& dy, Context& ctx);
+
   std::vector<ModuleHooks*> hooks_;
 };
 

@@ -24,6 +24,8 @@ class AdamW {
   const std::vector<nn::Parameter*>& parameters() const { return params_; }
   Tensor& momentum(std::size_t i) { return m_.at(i); }
   Tensor& variance(std::size_t i) { return v_.at(i); }
+  const Tensor& momentum(std::size_t i) const { return m_.at(i); }
+  const Tensor& variance(std::size_t i) const { return v_.at(i); }
 
  private:
   std::vector<nn::Parameter*> params_;

@@ -55,7 +55,7 @@ PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& 
     }
   }
   for (nn::Parameter* p : model_.parameters())
-    if (chunk_of_.count(p)) params_.push_back(p);
+    if (chunk_of_.count(p)) (p->frozen ? frozen_ : params_).push_back(p);
   for (int s = 0; s < stages_; ++s) {
     if (s == stage_) continue;
     for (nn::Parameter* p : parameters_of(s))
@@ -73,7 +73,7 @@ std::vector<nn::Parameter*> PipelineEngine::parameters_of(int stage) const {
   }
   std::vector<nn::Parameter*> out;
   for (nn::Parameter* p : model_.parameters())
-    if (used.count(p)) out.push_back(p);
+    if (used.count(p) && !p->frozen) out.push_back(p);
   return out;
 }
 
@@ -92,8 +92,9 @@ std::vector<nn::Module*> PipelineEngine::layers() const {
   return out;
 }
 
-void PipelineEngine::materialize(std::uint64_t seed, Allocator& alloc) {
+void PipelineEngine::materialize(std::uint64_t seed, Allocator& alloc, DType frozen_dtype) {
   for (nn::Parameter* p : params_) nn::materialize(*p, seed, alloc);
+  for (nn::Parameter* p : frozen_) nn::materialize(*p, seed, alloc, frozen_dtype);
 }
 
 void PipelineEngine::zero_grad() {

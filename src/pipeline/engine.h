@@ -65,9 +65,12 @@ class PipelineEngine {
  public:
   PipelineEngine(models::Model& model, parallel::ParallelContext& pc, const PipelineOptions& options = {});
 
-  // This rank's parameters (used by its chunks' layers), in the model's order.
+  // This rank's trained parameters (used by its chunks' layers), in the model's order: what the
+  // optimizer, the gradient reductions and checkpoints hold.
   const std::vector<nn::Parameter*>& parameters() const { return params_; }
-  // The parameters pipeline stage `stage` holds, in the model's order (the same on every rank).
+  // This rank's frozen parameters (nn::Parameter::frozen: a base under adapters), in the model's order.
+  const std::vector<nn::Parameter*>& frozen_parameters() const { return frozen_; }
+  // The trained parameters pipeline stage `stage` holds, in the model's order (the same on every rank).
   std::vector<nn::Parameter*> parameters_of(int stage) const;
   // The layers of this rank's chunks, in order.
   std::vector<nn::Module*> layers() const;
@@ -79,7 +82,7 @@ class PipelineEngine {
   bool scatter_gather() const { return scatter_gather_; }
 
   // Allocates and initialises this rank's parameters as Model::materialize does.
-  void materialize(std::uint64_t seed, Allocator& alloc = host_allocator());
+  void materialize(std::uint64_t seed, Allocator& alloc = host_allocator(), DType frozen_dtype = DType::f32);
   void zero_grad();
 
   // Forward and backward of every micro-batch in the schedule's order. `state` gives the runner,
@@ -140,7 +143,7 @@ class PipelineEngine {
   bool scatter_gather_;
   std::vector<int> bounds_;
   std::vector<double> stage_costs_;
-  std::vector<nn::Parameter*> params_;
+  std::vector<nn::Parameter*> params_, frozen_;
   std::set<nn::Parameter*> tied_;  // held by another stage too
   std::map<const nn::Parameter*, int> chunk_of_;  // this rank's parameters' model chunks
   std::vector<comm::WorkPtr> sends_;

@@ -17,13 +17,14 @@ nlohmann::json ModelDataBytes::json() const {
                         {"parameters", parameters},
                         {"param_bytes", param_bytes},
                         {"optimizer_bytes", optimizer_bytes},
-                        {"model_data_bytes", total()},
+                        {"model_data_bytes", lists()},
                         {"peak_bytes", peak()}};
   if (chunks) {
     out["chunk_elements"] = chunk_elements;
     out["chunks"] = chunks_in_lists;
   }
   if (embedding_on_host_bytes) out["embedding_on_host_bytes"] = embedding_on_host_bytes;
+  if (frozen_bytes) out["frozen_bytes"] = frozen_bytes;
   if (offload) {
     out["offload_host_bytes"] = offload_host_bytes;
     out["state_chunk_bytes"] = state_bytes;
@@ -41,6 +42,8 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
   r.layers = nn::make_layers(*r.pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
   r.model = models::make_model(cfg.model, config::checkpoint_policy(cfg.train), *r.layers,
                                cfg.memory.embedding_on_host);
+  if (const std::optional<models::LoraSpec> lora = config::lora_spec(cfg))
+    models::attach_lora(*r.model, cfg.model, *lora, &r.pc->group(parallel::GroupKind::tensor));
   pipeline::PipelineOptions options{.unit_costs = {},
                                     .scatter_gather = cfg.parallel.scatter_gather,
                                     .schedule = cfg.parallel.schedule,
@@ -51,6 +54,9 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
                                                             : cfg.parallel.partition);
   r.engine = std::make_shared<pipeline::PipelineEngine>(*r.model, *r.pc, options);
   for (const nn::Parameter* p : r.engine->parameters()) r.model_data.parameters += p->shape.numel();
+  // A frozen base (finetune.method = "lora") in the compute precision on the device tier.
+  for (const nn::Parameter* p : r.engine->frozen_parameters())
+    r.model_data.frozen_bytes += p->shape.numel() * std::int64_t(dtype_size(cfg.train.precision));
   return r;
 }
 
@@ -229,6 +235,7 @@ std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, i
     r.model = like.model;
     r.engine = like.engine;
     r.model_data.parameters = like.model_data.parameters;
+    r.model_data.frozen_bytes = like.model_data.frozen_bytes;
     world.push_back(std::move(r));
   }
   if (config::keeps_chunks(cfg)) {

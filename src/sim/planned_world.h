@@ -48,7 +48,12 @@ struct ModelDataBytes {
   int state_chunks = 0;
   // memory.embedding_on_host: the embedding layer's lists, on the host.
   std::int64_t embedding_on_host_bytes = 0;
-  std::int64_t total() const { return param_bytes + optimizer_bytes + embedding_on_host_bytes; }
+  // A frozen base under adapters (finetune.method = "lora"): its parameters in the compute
+  // precision on the device tier, beside the lists (engine/model_data.cpp's make_model_data).
+  std::int64_t frozen_bytes = 0;
+  // The lists (what the run reports as model_data_bytes), and with the frozen base.
+  std::int64_t lists() const { return param_bytes + optimizer_bytes + embedding_on_host_bytes; }
+  std::int64_t total() const { return lists() + frozen_bytes; }
   // The param tier and the optimizer's lists at their peak.
   std::int64_t peak() const { return total() + param_transient_bytes; }
   nlohmann::json json() const;

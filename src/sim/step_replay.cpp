@@ -71,7 +71,7 @@ class PlannedKeeper final : public nn::ModuleHooks {
     for (nn::Module* layer : engine.layers()) layer->count_parameter_users(users_);
     for (nn::Parameter* p : model_.parameters()) {
       p->data = Tensor::empty(p->shape, compute_, meta_allocator());
-      p->grad = chunks_ ? Tensor() : Tensor::empty(p->shape, DType::f32, meta_allocator());
+      p->grad = chunks_ || p->frozen ? Tensor() : Tensor::empty(p->shape, DType::f32, meta_allocator());
     }
     left_ = users_;
   }
@@ -84,12 +84,12 @@ class PlannedKeeper final : public nn::ModuleHooks {
   void before_backward(nn::Module& m) override {
     if (!chunks_) return;
     for (nn::Parameter* p : m.used_parameters())
-      if (!p->grad.defined()) p->grad = Tensor::zeros(p->shape, compute_);
+      if (!p->grad.defined() && !p->frozen) p->grad = Tensor::zeros(p->shape, compute_);
   }
   void after_backward(nn::Module& m) override {
     if (!chunks_) return;
     for (nn::Parameter* p : m.used_parameters())
-      if (--left_.at(p) == 0) {
+      if (!p->frozen && --left_.at(p) == 0) {
         p->grad = Tensor();  // stored into the chunks
         left_[p] = users_.at(p);
       }

@@ -22,6 +22,16 @@ Usage:
         then logits_after, loss_after, and losses [steps] (each step's loss before its update).
         With metadata grads_dir: the first step's gradients saved there as model.safetensors under
         the parameters' names, beside a copy of config.json (a directory init_from can read).
+    hf_reference.py lora-make DIR ADAPTERS [r=8 alpha=16 targets=q_proj,v_proj seed=1]
+        PEFT's (0.11.1) LoRA adapters on the model of DIR, A and B both random (init_lora_weights=False,
+        B then scaled by 0.1), saved with save_pretrained in ADAPTERS.
+    hf_reference.py lora-run DIR ADAPTERS IN.safetensors OUT.safetensors
+        PeftModel.from_pretrained(from_pretrained(DIR), ADAPTERS, is_trainable=True) on IN's tokens and
+        targets -> logits, loss; with metadata lr (as run): `steps` AdamW steps over the adapters,
+        losses, logits_after, loss_after, the first step's adapter gradients as "grad:" + the adapter
+        file's tensor names, and "changed": 1 if any base weight changed, else 0.
+    hf_reference.py lora-generate DIR ADAPTERS IN.safetensors OUT.safetensors
+        generate as below, of PeftModel.from_pretrained(from_pretrained(DIR), ADAPTERS).
     hf_reference.py generate DIR IN.safetensors OUT.safetensors
         Greedy generate(do_sample=False) from the prompt `prompt` (int32 [1, n]) for metadata
         `tokens` new tokens -> ids.
@@ -197,8 +207,57 @@ def save_gradients(model, directory, grads_dir):
               f"{grads_dir}/model.safetensors")
 
 
-def generate(directory, path_in, path_out):
+def lora_make(directory, adapters, kv):
+    from peft import LoraConfig, get_peft_model
+    torch.manual_seed(int(kv.get("seed", "1")))
     _, model = load(directory)
+    cfg = LoraConfig(r=int(kv.get("r", "8")), lora_alpha=float(kv.get("alpha", "16")), lora_dropout=0.0,
+                     target_modules=kv.get("targets", "q_proj,v_proj").split(","), init_lora_weights=False)
+    peft_model = get_peft_model(model, cfg)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(0.1)
+    peft_model.save_pretrained(adapters)
+
+
+def lora_run(directory, adapters, path_in, path_out):
+    from peft import PeftModel
+    family, base = load(directory)
+    before = {n: p.detach().clone() for n, p in base.named_parameters()}
+    model = PeftModel.from_pretrained(base, adapters, is_trainable=True)
+    model.train()
+    x, meta = read_inputs(path_in)
+    trained = [(n.replace(".default", ""), p) for n, p in model.named_parameters() if p.requires_grad]
+    opt = torch.optim.AdamW([p for _, p in trained], lr=float(meta["lr"]),
+                            betas=(float(meta["beta1"]), float(meta["beta2"])), eps=float(meta["adam_eps"]),
+                            weight_decay=float(meta["weight_decay"]))
+    out, losses = {}, []
+    for step in range(int(meta.get("steps", "1"))):
+        opt.zero_grad()
+        logits, loss = forward(family, model, x)
+        if step == 0:
+            out["logits"] = logits.detach().float().contiguous()
+            out["loss"] = loss.detach().float().reshape(1)
+        losses.append(loss.item())
+        loss.backward()
+        if step == 0:
+            out.update({"grad:" + n: p.grad.detach().float().clone() for n, p in trained})
+        opt.step()
+    out["losses"] = torch.tensor(losses, dtype=torch.float32)
+    logits2, loss2 = forward(family, model, x)
+    out["logits_after"] = logits2.detach().float().contiguous()
+    out["loss_after"] = loss2.detach().float().reshape(1)
+    changed = any(not torch.equal(p, before[n]) for n, p in base.named_parameters() if "lora_" not in n and n in before)
+    out["changed"] = torch.tensor([1 if changed else 0], dtype=torch.int32)
+    save_file(out, path_out)
+
+
+def generate(directory, path_in, path_out, adapters=None):
+    _, model = load(directory)
+    if adapters is not None:
+        from peft import PeftModel
+        model = PeftModel.from_pretrained(model, adapters)
     model.eval()
     # Decoding needs no router losses (and transformers 4.40's Qwen2-MoE fails computing them
     # under a growing attention mask).
@@ -215,6 +274,12 @@ def main(argv):
         make(argv[1], argv[2], parse_kv(argv[3:]))
     elif len(argv) == 4 and argv[0] == "run":
         run(argv[1], argv[2], argv[3])
+    elif len(argv) >= 3 and argv[0] == "lora-make":
+        lora_make(argv[1], argv[2], parse_kv(argv[3:]))
+    elif len(argv) == 5 and argv[0] == "lora-run":
+        lora_run(argv[1], argv[2], argv[3], argv[4])
+    elif len(argv) == 5 and argv[0] == "lora-generate":
+        generate(argv[1], argv[3], argv[4], adapters=argv[2])
     elif len(argv) == 4 and argv[0] == "generate":
         generate(argv[1], argv[2], argv[3])
     else:

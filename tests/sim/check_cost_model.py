@@ -93,6 +93,15 @@ RUNS = [  # name, ranks, settings
     ("d2_p2_bf16", 4, ["parallel.data=2", "parallel.pipeline=2", "train.precision=bf16", "train.micro_batch_size=1"]),
     ("interleaved", 2, ["parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2",
                         "train.micro_batch_size=1"]),
+    # LoRA (adapters on every linear of a Llama): the frozen base in the compute precision beside
+    # the adapters' lists.
+    ("lora", 1, ["model.type=llama", "model.n_kv_head=2", "finetune.method=lora",
+                 "finetune.lora_targets=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"]),
+    ("lora_bf16", 1, ["model.type=llama", "model.n_kv_head=2", "finetune.method=lora", "train.precision=bf16",
+                      "finetune.lora_targets=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"]),
+    ("lora_data2_tensor2_zero2_bf16", 4, ["model.type=llama", "model.n_kv_head=2", "finetune.method=lora",
+                                          "train.precision=bf16", "parallel.data=2", "parallel.tensor.size=2",
+                                          "zero.stage=2", "finetune.lora_targets=q_proj,v_proj,down_proj"]),
     ("tensor8_2p5d", 8, ["parallel.tensor.size=8", "parallel.tensor.mode=2.5d", "parallel.tensor.depth=2"]),
     ("tensor8_3d", 8, ["parallel.tensor.size=8", "parallel.tensor.mode=3d"]),
 ]
@@ -163,6 +172,10 @@ def measured(summary, ranks):
             # keeper's fp32 tensors in the host allocator
             m["model_data"] = pick(md, "param_bytes_peak") + pick(md, "optimizer_bytes_peak") if md \
                 else pick(peaks, "host")
+            # A frozen base (finetune.method = "lora") beside the chunk lists, on the device tier (the
+            # tensor keeper's host peak has it: it is made there, in the compute precision).
+            if md:
+                m["model_data"] += summary.get("frozen_bytes", 0)
             m["device"] = m["model_data"] + m["activations"]
         out.append(m)
     return out

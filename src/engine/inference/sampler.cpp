@@ -2,7 +2,9 @@
 
 #include "core/philox.h"
 #include "engine/checkpoint/reader.h"
+#include "engine/finetune.h"
 #include "engine/hf_checkpoint.h"
+#include "models/lora.h"
 #include "models/factory.h"
 #include "models/gpt/decoder.h"
 #include "models/registry.h"
@@ -28,10 +30,16 @@ InferenceModel load_tidal_checkpoint(const std::string& path) {
   InferenceModel m;
   m.config = reader.stored_config();
   require_generative(m.config, path);
+  m.source = fmt::format("tidal checkpoint {}", reader.step_dir());
+  if (m.config.finetune.method == config::FinetuneMethod::lora) {  // the decoders read the merged weights
+    m.model = load_adapted_model(reader);
+    models::merge_lora(*m.model);
+    m.source += " (LoRA adapters folded into the base)";
+    return m;
+  }
   m.model = models::make_model(m.config.model);
   m.model->materialize(m.config.train.seed);
   for (nn::Parameter* p : m.model->parameters()) reader.read_block(p->name, *p, p->data);
-  m.source = fmt::format("tidal checkpoint {}", reader.step_dir());
   return m;
 }
 
@@ -244,7 +252,10 @@ std::string TrainingSampler::text_of(std::span<const std::int32_t> ids) const {
 std::string TrainingSampler::line(models::Model& model, int world_size, std::int64_t step) {
   std::optional<Sampler> sampler;
   std::string unavailable = fmt::format("this run has {} ranks", world_size);
-  if (world_size == 1) {
+  const std::vector<nn::Parameter*> params = model.parameters();
+  const bool adapted = std::any_of(params.begin(), params.end(), [](const nn::Parameter* p) { return p->frozen; });
+  if (adapted) unavailable = "this run trains LoRA adapters, which the decoders read folded into the base";
+  if (world_size == 1 && !adapted) {
     try {
       sampler.emplace(models::make_decoder(model, model_));
     } catch (const Error&) {  // the weights are not plain fp32 tensors: the chunks hold them

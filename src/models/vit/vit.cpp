@@ -44,9 +44,10 @@ class PatchEmbedding final : public nn::Module {
   }
   Tensor backward(const Tensor& dy, nn::Context& ctx) override {
     Tensor d = ctx.backward(*drop_, dy, kDrop);
-    ops::position_embedding_backward(pos_->grad, d);
+    if (!pos_->frozen) ops::position_embedding_backward(pos_->grad, d);
     Tensor de = ctx.empty({d.dim(0), d.dim(1) - 1, d.dim(2)}, d.dtype());
-    ops::prepend_token_backward(de, cls_->grad, d);
+    Tensor dcls = nn::gradient_or_scratch(*cls_, ctx);
+    ops::prepend_token_backward(de, dcls, d);
     ctx.backward(*split_, ctx.backward(*patch_, de, kPatch), kSplit);
     return {};
   }

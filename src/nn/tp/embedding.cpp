@@ -42,7 +42,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids, Context& ctx) {
 }
 
 Tensor VocabParallelEmbedding::backward(const Tensor& dy, Context& ctx) {
-  ops::embedding_backward(table_->grad, ReduceFromGroup::backward(dy, group_), ctx.saved.at(0));
+  if (!table_->frozen) ops::embedding_backward(table_->grad, ReduceFromGroup::backward(dy, group_), ctx.saved.at(0));
   ctx.saved.clear();
   return {};
 }

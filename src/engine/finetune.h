@@ -1,0 +1,39 @@
+// Fine-tuning a pretrained model (the [finetune] section): the model a run trains, with low-rank
+// adapters on its frozen base under finetune.method = "lora" (models/lora.h), and the adapters in
+// Hugging Face PEFT's files (adapter_config.json, adapter_model.safetensors), which peft's
+// PeftModel.from_pretrained loads onto the base model.
+#pragma once
+
+#include "config/config.h"
+#include "engine/checkpoint/reader.h"
+#include "engine/hf_checkpoint.h"
+#include "models/model.h"
+#include "nn/layer_factory.h"
+
+#include <memory>
+#include <span>
+#include <string>
+
+namespace tidal::engine {
+
+// The run's model from `layers`: the family's, with its adapters attached and the rest frozen
+// under finetune.method = "lora" (split over `tensor_group` beside 1D tensor-parallel linears).
+std::unique_ptr<models::Model> build_model(const config::Config& cfg, nn::LayerFactory& layers,
+                                           comm::Communicator* tensor_group = nullptr);
+
+// Fills the adapters among `params` (this rank's, materialized) from the PEFT directory `dir`,
+// whose adapter_config.json must agree with the [finetune] section (rank, alpha, targets); returns
+// a progress line. A directory that disagrees or lacks a tensor is a tidal::Error naming it.
+std::string load_peft_adapters(const std::string& dir, const config::Config& cfg,
+                               std::span<nn::Parameter* const> params);
+
+// The whole model of an adapted run's checkpoint (finetune.method = "lora"), on the host in fp32:
+// the base from the stored config's model.init_from (else its seed's initialisation, as the run
+// had it), the adapters from the checkpoint.
+std::unique_ptr<models::Model> load_adapted_model(CheckpointReader& reader);
+
+// Writes an adapted run's checkpoint as PEFT's adapter directory in out_dir: adapter_config.json
+// and adapter_model.safetensors (B's query rows in Hugging Face's head order).
+HfExportReport export_peft(const std::string& checkpoint, const std::string& out_dir);
+
+}  // namespace tidal::engine
