@@ -32,6 +32,7 @@ MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::f32: return MPI_FLOAT;
     case DType::i32: return MPI_INT32_T;
+    case DType::u8: return MPI_UINT8_T;
     case DType::bf16:
     case DType::f16: return MPI_UINT16_T;
   }
@@ -60,7 +61,8 @@ std::function<void()> scale_after(ReduceOp op, Tensor t, int size) {
       case DType::f32: for (std::int64_t i = 0; i < n; ++i) t.data<float>()[i] *= s; break;
       case DType::bf16: for (std::int64_t i = 0; i < n; ++i) t.data<bf16>()[i] = to_bf16(to_float(t.data<bf16>()[i]) * s); break;
       case DType::f16: for (std::int64_t i = 0; i < n; ++i) t.data<f16>()[i] = to_f16(to_float(t.data<f16>()[i]) * s); break;
-      case DType::i32: break;
+      case DType::i32:
+      case DType::u8: break;
     }
   };
 }

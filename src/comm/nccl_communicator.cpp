@@ -27,6 +27,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::bf16: return ncclBfloat16;
     case DType::f16: return ncclFloat16;
     case DType::i32: return ncclInt32;
+    case DType::u8: return ncclUint8;
   }
   TIDAL_ASSERT(false, "no NCCL type for {}", dtype_name(t));
 }

@@ -37,6 +37,8 @@ using parallel::GpuCollectives;  // parallel.gpu_collectives
 enum class Toggle { automatic, on, off };
 // finetune.method: every parameter trained, or low-rank adapters on a frozen base (nn/lora.h).
 enum class FinetuneMethod { full, lora };
+// finetune.base_dtype: a LoRA run's frozen base in the compute precision, or its linears in NF4 (QLoRA).
+enum class BaseDType { compute, nf4 };
 
 // Names<E>::table: every value of E with its config name.
 template <class E>
@@ -59,6 +61,11 @@ template <>
 struct Names<FinetuneMethod> {
   static constexpr std::pair<FinetuneMethod, std::string_view> table[] = {{FinetuneMethod::full, "full"},
                                                                           {FinetuneMethod::lora, "lora"}};
+};
+template <>
+struct Names<BaseDType> {
+  static constexpr std::pair<BaseDType, std::string_view> table[] = {{BaseDType::compute, "compute"},
+                                                                     {BaseDType::nf4, "nf4"}};
 };
 template <>
 struct Names<DataKind> {

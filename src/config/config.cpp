@@ -274,6 +274,9 @@ void validate_finetune(const Config& c) {
     TIDAL_CHECK(f.adapters_from.empty(),
                 "finetune.adapters_from = \"{}\" gives adapters, and finetune.method = \"full\" trains none: set "
                 "finetune.method = \"lora\", or leave finetune.adapters_from unset", f.adapters_from);
+    TIDAL_CHECK(f.base_dtype == BaseDType::compute,
+                "finetune.base_dtype = \"nf4\" holds a frozen base, and finetune.method = \"full\" trains every "
+                "parameter: set finetune.method = \"lora\" (QLoRA), or leave finetune.base_dtype unset");
     return;
   }
   TIDAL_CHECK(f.lora_alpha > 0, "finetune.lora_alpha must be > 0, got {}", f.lora_alpha);

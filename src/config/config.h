@@ -127,6 +127,7 @@ struct FinetuneConfig {
   double lora_dropout = 0;  // on the adapters' input
   std::string lora_targets;  // Hugging Face module names, "q_proj,v_proj"; "" = PEFT's default for the family
   std::string adapters_from;  // a PEFT adapter directory to start the adapters from; "" = PEFT's init
+  BaseDType base_dtype = BaseDType::compute;  // compute (train.precision) | nf4 (QLoRA)
 };
 
 struct Config {

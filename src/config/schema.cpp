@@ -284,6 +284,10 @@ std::vector<Key> make_schema() {
                 "lora: the linears adapted, by Hugging Face module names separated by commas (q_proj, k_proj, "
                 "v_proj, o_proj, gate_proj, up_proj, down_proj; GPT-2's c_attn, c_proj, c_fc); \"\" = PEFT's "
                 "default for the family (q_proj,v_proj; GPT-2: c_attn)"),
+      TIDAL_KEY(finetune.base_dtype,
+                "lora: how the frozen base is held: compute (in train.precision) | nf4 (QLoRA: the transformer "
+                "blocks' linears in 4-bit NormalFloat, blocks of 64 with double-quantized scales, about 0.52 bytes a "
+                "parameter, dequantized for each product; embeddings, norms and the head in train.precision)"),
       TIDAL_KEY(finetune.adapters_from,
                 "lora: a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) whose adapters "
                 "start the run, on the base of model.init_from (\"\" = PEFT's init: A random, B zeros)"),

@@ -9,10 +9,10 @@
 
 namespace tidal {
 
-enum class DType : std::uint8_t { f32, bf16, f16, i32 };
+enum class DType : std::uint8_t { f32, bf16, f16, i32, u8 };  // u8: bytes (NF4's packed codes, ops/nf4.h)
 
 std::size_t dtype_size(DType t);
-std::string_view dtype_name(DType t);  // "f32", "bf16", "f16", "i32"
+std::string_view dtype_name(DType t);  // "f32", "bf16", "f16", "i32", "u8"
 
 struct bf16 {
   std::uint16_t bits;
@@ -92,5 +92,7 @@ template <>
 constexpr DType dtype_of<f16>() { return DType::f16; }
 template <>
 constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
+template <>
+constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
 
 }  // namespace tidal

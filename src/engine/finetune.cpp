@@ -90,6 +90,9 @@ std::string load_peft_adapters(const std::string& dir, const config::Config& cfg
     const auto entry = reader.entries().find(name);
     TIDAL_CHECK(entry != reader.entries().end(), "'{}' has no tensor '{}', which adapters of {} on this model have",
                 file.string(), name, cfg.finetune.lora_targets);
+    TIDAL_CHECK(entry->second.dtype != DType::i32 && entry->second.dtype != DType::u8,
+                "'{}': tensor '{}' is {}; adapters are F32, BF16 or F16", file.string(), name,
+                dtype_name(entry->second.dtype));
     TIDAL_CHECK(entry->second.shape == src.hf_shapes.front(), "'{}': tensor '{}' is {} but these adapters make it {}",
                 file.string(), name, entry->second.shape.str(), src.hf_shapes.front().str());
     copy_from_hf(*p, src, {reader.view(name)});

@@ -46,8 +46,8 @@ std::map<std::string, std::string> check_directory(const std::string& dir, const
     const io::TensorEntry& e = at.second;
     TIDAL_CHECK(e.shape == expected.at(name), "'{}': tensor '{}' is {} but {}/config.json makes it {}",
                 files.file_of(raw), raw, e.shape.str(), dir, expected.at(name).str());
-    TIDAL_CHECK(e.dtype != DType::i32, "'{}': tensor '{}' is int32; weights are F32, BF16 or F16", files.file_of(raw),
-                raw);
+    TIDAL_CHECK(e.dtype != DType::i32 && e.dtype != DType::u8, "'{}': tensor '{}' is {}; weights are F32, BF16 or F16",
+                files.file_of(raw), raw, dtype_name(e.dtype));
     TIDAL_CHECK(raw_of.emplace(name, raw).second, "{}: tensors '{}' and '{}' are the same weight twice", dir,
                 raw_of[name], raw);
   }

@@ -308,7 +308,9 @@ void Trainer::Run::prepare() {
     progress.line(fmt::format("LoRA: {} parameters trained, rank {} adapters on {}; the base frozen in {}",
                               model->num_parameters(true), cfg.finetune.lora_rank,
                               fmt::join(models::lora_targets(cfg.model, cfg.finetune.lora_targets), ", "),
-                              config::name_of(cfg.train.precision)));
+                              cfg.finetune.base_dtype == config::BaseDType::nf4
+                                  ? fmt::format("NF4 (its linears; the rest in {})", config::name_of(cfg.train.precision))
+                                  : std::string(config::name_of(cfg.train.precision))));
   progress.line("data: " + dataset->describe());
   if (!init_line.empty()) progress.line(init_line);
   if (!adapters_line.empty()) progress.line(adapters_line);
@@ -604,7 +606,8 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
   summary.entropy_floor = floor;
   summary.model_data = model_data->memory();
   std::int64_t frozen_bytes = 0;  // a frozen base (finetune.method = "lora") on the device tier
-  for (const nn::Parameter* p : engine.frozen_parameters()) frozen_bytes += std::int64_t(p->data.nbytes());
+  for (const nn::Parameter* p : engine.frozen_parameters())
+    frozen_bytes += p->nf4 ? p->nf4->bytes() : std::int64_t(p->data.nbytes());
   nlohmann::json record = {{"summary", true},
                            {"completed", end == tc.steps},
                            {"steps", end},

@@ -12,7 +12,7 @@ namespace {
 
 DType parse_dtype(const std::string& s, const std::string& path, const std::string& name) {
   const std::optional<DType> t = parse_safetensors_dtype(s);
-  TIDAL_CHECK(t, "{}: tensor '{}' has dtype {}, which tidal does not read (F32, BF16, F16, I32)", path, name, s);
+  TIDAL_CHECK(t, "{}: tensor '{}' has dtype {}, which tidal does not read (F32, BF16, F16, I32, U8)", path, name, s);
   return *t;
 }
 
@@ -64,12 +64,13 @@ const char* safetensors_dtype(DType t) {
     case DType::bf16: return "BF16";
     case DType::f16: return "F16";
     case DType::i32: return "I32";
+    case DType::u8: return "U8";
   }
   TIDAL_ASSERT(false, "dtype {}", int(t));
 }
 
 std::optional<DType> parse_safetensors_dtype(const std::string& name) {
-  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32})
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u8})
     if (name == safetensors_dtype(t)) return t;
   return std::nullopt;
 }

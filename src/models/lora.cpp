@@ -21,6 +21,12 @@ std::string hf_module(const std::string& weight_name) {
   return weight_name.substr(begin + 1, end - begin - 1);
 }
 
+// Whether Hugging Face's module `name` (of a 2-D weight) is a linear layer: not an embedding table
+// (embed_tokens, word_embeddings, GPT-2's wte and wpe), not the LM head.
+bool is_linear(const std::string& name) {
+  return name.find("embed") == std::string::npos && name != "wte" && name != "wpe" && name != "lm_head";
+}
+
 // The module that reads `weight` itself (the linear, not a block above it).
 nn::Module* user_of(nn::Module& root, const nn::Parameter& weight) {
   const std::vector<nn::Parameter*> used = root.used_parameters();
@@ -71,7 +77,7 @@ std::vector<AdaptedLinear> adapted_linears(const ModelConfig& m, const std::vect
     for (std::size_t j = 0; j < s.hf_names.size(); ++j) {
       const std::string name = hf_module(s.hf_names[j]);
       const std::int64_t rows = s.hf_shapes[j][s.transposed ? 1 : 0];
-      if (name != "embed_tokens" && name != "wte" && name != "lm_head") linears.insert(name);
+      if (is_linear(name)) linears.insert(name);
       if (std::find(targets.begin(), targets.end(), name) != targets.end()) {
         a.blocks.push_back({.name = name, .first_row = row, .rows = rows});
         a.hf_index.push_back(j);
@@ -90,6 +96,14 @@ std::vector<AdaptedLinear> adapted_linears(const ModelConfig& m, const std::vect
 std::int64_t in_features(const io::HfTensorSource& s) { return s.hf_shapes.front()[s.transposed ? 0 : 1]; }
 
 }  // namespace
+
+std::set<std::string> linear_weights(const ModelConfig& m) {
+  std::set<std::string> out;
+  for (const io::HfTensorSource& s : hf_adapter(m).tensors(m))
+    if (s.tidal_name.ends_with(".weight") && s.hf_shapes.front().size() == 2 && is_linear(hf_module(s.hf_names.front())))
+      out.insert(s.tidal_name);
+  return out;
+}
 
 std::vector<io::HfTensorSource> lora_hf_tensors(const ModelConfig& m, const std::vector<std::string>& targets,
                                                 int rank) {

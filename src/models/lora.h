@@ -10,6 +10,7 @@
 #include "models/model_config.h"
 #include "nn/lora.h"
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct LoraSpec {
 // finetune.lora_targets as a list: names separated by commas or spaces; "" = PEFT's default for
 // the family's model_type (q_proj and v_proj; GPT-2's c_attn; BERT's and ViT's query and value).
 std::vector<std::string> lora_targets(const ModelConfig& m, const std::string& text);
+
+// The tidal names of the model's linear weights (what QLoRA holds in NF4): every 2-D weight of the
+// family's Hugging Face layout but the embedding tables and the LM head.
+std::set<std::string> linear_weights(const ModelConfig& m);
 
 // Where each adapter's A and B live in a PEFT adapter file (adapter_model.safetensors), in the
 // model's order: "base_model.model." + the Hugging Face module + ".lora_A.weight" [r, in] and

@@ -1,15 +1,23 @@
 #include "nn/linear.h"
 
+#include "core/gpu.h"
 #include "ops/bias.h"
 #include "ops/gemm.h"
 
 namespace tidal::nn {
+Tensor linear_weight(const Parameter& weight, DType dtype) {
+  if (!weight.nf4) return weight.data;
+  Tensor w = Tensor::empty(weight.shape, dtype, allocator_on(weight.nf4->codes.device()));
+  ops::nf4_dequantize(w, *weight.nf4);
+  return w;
+}
+
 void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const Parameter* bias) {
-  ops::gemm(y2, x2, weight.data, {.trans_b = true, .bias = bias ? &bias->data : nullptr});
+  ops::gemm(y2, x2, linear_weight(weight, x2.dtype()), {.trans_b = true, .bias = bias ? &bias->data : nullptr});
 }
 
 void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter& weight, Parameter* bias) {
-  ops::gemm(dx2, dy2, weight.data);                                                     // dx = dy W
+  ops::gemm(dx2, dy2, linear_weight(weight, dy2.dtype()));                              // dx = dy W
   if (!weight.frozen) ops::gemm(weight.grad, dy2, x2, {.trans_a = true, .beta = 1.0f});  // dW += dy^T x
   if (bias && !bias->frozen) ops::bias_grad(bias->grad, dy2);
 }

@@ -5,6 +5,11 @@
 
 namespace tidal::nn {
 
+// The weight's values for a product in `dtype`: its data, or an NF4 weight (Parameter::nf4)
+// dequantized whole into memory of its own, for this product only (QLoRA's "dequantize, then
+// multiply in the compute dtype").
+Tensor linear_weight(const Parameter& weight, DType dtype);
+
 // The matrix products of a linear layer on 2-D views, shared by Linear and the tensor-parallel
 // linears: y2 [N, out] = x2 [N, in] W^T (+ b); and dx2 = dy2 W, dW += dy2^T x2 (db += column sums).
 void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const Parameter* bias);

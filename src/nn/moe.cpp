@@ -51,7 +51,8 @@ std::vector<float> host_values(const Tensor& t) {
     case DType::f32: std::copy_n(h.data<float>(), out.size(), out.begin()); break;
     case DType::bf16: std::transform(h.data<bf16>(), h.data<bf16>() + out.size(), out.begin(), [](bf16 v) { return to_float(v); }); break;
     case DType::f16: std::transform(h.data<f16>(), h.data<f16>() + out.size(), out.begin(), [](f16 v) { return to_float(v); }); break;
-    case DType::i32: TIDAL_ASSERT(false, "host_values of {}", h.str());
+    case DType::i32:
+    case DType::u8: TIDAL_ASSERT(false, "host_values of {}", h.str());
   }
   return out;
 }

@@ -4,6 +4,9 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/nf4.h"
+
+#include <memory>
 
 #include <string>
 #include <vector>
@@ -35,6 +38,9 @@ struct Parameter {
   // Not trained (the base under low-rank adapters, nn/lora.h): no gradient is computed or kept, no
   // optimizer state; its data is held in the compute dtype, never updated.
   bool frozen = false;
+  // A frozen linear's weight held in NF4 instead (finetune.base_dtype = "nf4"; data then
+  // undefined): the linears dequantize it for each product (linear_weight, nn/linear.h).
+  std::shared_ptr<const ops::Nf4Weight> nf4;
   // A shard of a larger parameter (tensor parallelism): the full shape and where this block
   // starts in it. Empty when the rank holds the whole parameter. A block may run past the end of
   // dimension 0 (a vocabulary split into equal blocks that do not divide it): the rows outside

@@ -4,6 +4,7 @@
 #include "distributed/rank_chunks.h"
 #include "models/factory.h"
 #include "nn/on_host.h"
+#include "ops/nf4.h"
 #include "nn/parallel_layers.h"
 #include "pipeline/stage_costs.h"
 
@@ -54,9 +55,13 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
                                                             : cfg.parallel.partition);
   r.engine = std::make_shared<pipeline::PipelineEngine>(*r.model, *r.pc, options);
   for (const nn::Parameter* p : r.engine->parameters()) r.model_data.parameters += p->shape.numel();
-  // A frozen base (finetune.method = "lora") in the compute precision on the device tier.
+  // A frozen base (finetune.method = "lora") in the compute precision on the device tier, its
+  // linears in NF4 under finetune.base_dtype = "nf4" (ops/nf4.h).
+  const std::set<std::string> nf4 = cfg.finetune.base_dtype == config::BaseDType::nf4
+                                        ? models::linear_weights(cfg.model) : std::set<std::string>{};
   for (const nn::Parameter* p : r.engine->frozen_parameters())
-    r.model_data.frozen_bytes += p->shape.numel() * std::int64_t(dtype_size(cfg.train.precision));
+    r.model_data.frozen_bytes += nf4.count(p->name) ? ops::nf4_bytes(p->shape.numel())
+                                                    : p->shape.numel() * std::int64_t(dtype_size(cfg.train.precision));
   return r;
 }
 

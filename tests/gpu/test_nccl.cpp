@@ -35,6 +35,7 @@ void upload(Tensor& dev, const std::function<double(std::int64_t)>& value) {
       case DType::bf16: host.data<bf16>()[i] = to_bf16(v); break;
       case DType::f16: host.data<f16>()[i] = to_f16(v); break;
       case DType::i32: host.data<std::int32_t>()[i] = std::int32_t(v); break;
+      case DType::u8: host.data<std::uint8_t>()[i] = std::uint8_t(v); break;
     }
   }
   ASSERT_EQ(cudaMemcpy(dev.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
@@ -50,6 +51,7 @@ void expect_values(const Tensor& dev, const std::function<double(std::int64_t)>&
       case DType::bf16: got = to_float(host.data<bf16>()[i]); break;
       case DType::f16: got = to_float(host.data<f16>()[i]); break;
       case DType::i32: got = host.data<std::int32_t>()[i]; break;
+      case DType::u8: got = host.data<std::uint8_t>()[i]; break;
     }
     ASSERT_EQ(got, want(i)) << what << " element " << i;
   }

@@ -26,14 +26,7 @@ common=(-c "$config" --set train.steps=10 --set train.batch_size=8 --set model.n
 MPIRUN=("$@")
 support=$(cd "$(dirname "$0")/../support" && pwd)
 source "$support/expect_error.sh"
-# run <name> <ranks> <arguments...>: metrics in $dir/<name>.jsonl.
-run() {
-  local name=$1 np=$2; shift 2
-  local launch=()
-  [ "$np" = 1 ] || launch=("${MPIRUN[@]}" -np "$np")
-  "${launch[@]}" "$tidal" train "${common[@]}" "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.log" 2>&1 ||
-    { cat "$dir/$name.log"; echo "FAIL: $name"; exit 1; }
-}
+source "$support/run_train.sh"
 run single_fp32 1
 run single_bf16 1 --set train.precision=bf16
 run tensor2_1d 2 --set parallel.tensor.size=2

@@ -26,6 +26,7 @@ Tensor filled(std::int64_t n, DType dtype, const std::function<double(std::int64
       case DType::bf16: t.data<bf16>()[i] = to_bf16(float(v)); break;
       case DType::f16: t.data<f16>()[i] = to_f16(float(v)); break;
       case DType::i32: t.data<std::int32_t>()[i] = std::int32_t(v); break;
+      case DType::u8: t.data<std::uint8_t>()[i] = std::uint8_t(v); break;
     }
   }
   return t;
@@ -37,6 +38,7 @@ double at(const Tensor& t, std::int64_t i) {
     case DType::bf16: return to_float(t.data<bf16>()[i]);
     case DType::f16: return to_float(t.data<f16>()[i]);
     case DType::i32: return t.data<std::int32_t>()[i];
+    case DType::u8: return t.data<std::uint8_t>()[i];
   }
   return 0;
 }

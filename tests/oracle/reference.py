@@ -281,6 +281,60 @@ def case_cast(inp):
             "bf16_back": out32(bf), "f16_back": out32(hf)}
 
 
+# QLoRA's NF4 values (Dettmers et al. 2023, appendix E), as bitsandbytes holds them.
+NF4 = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+       -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+       0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0]
+
+
+def dynamic_map():
+    """bitsandbytes' create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8)."""
+    data = []
+    for i in range(7):
+        boundaries = torch.linspace(0.1, 1, 2 ** i + 1)
+        means = (boundaries[:-1] + boundaries[1:]) / 2.0
+        data += ((10 ** (-6 + i)) * means).tolist()
+        data += (-(10 ** (-6 + i)) * means).tolist()
+    data += [0.0, 1.0]
+    assert len(data) == 256
+    return torch.tensor(sorted(data), dtype=torch.float32)
+
+
+def nearest(x, values):
+    """The index of the nearest of `values` to each of x (the first of equally near), in float64."""
+    return (x.double().unsqueeze(-1) - values.double()).abs().argmin(dim=-1)
+
+
+def blockwise(x, block, values):
+    """x [n] in blocks of `block`: each block's absolute maximum, and each element times its reciprocal
+    (in float32, as bitsandbytes scales) mapped to the nearest of `values`."""
+    n = x.numel()
+    blocks = (n + block - 1) // block
+    padded = torch.zeros(blocks * block, dtype=torch.float32)
+    padded[:n] = x
+    padded = padded.view(blocks, block)
+    absmax = padded.abs().max(dim=1).values
+    scaled = padded * (1.0 / absmax).unsqueeze(1)
+    return absmax, nearest(scaled, values).reshape(-1)[:n]
+
+
+def case_nf4(inp):
+    """Input x fp32 (any shape). QLoRA's NF4 with double quantization, as bitsandbytes stores it:
+    codes (U8, two a byte, the first in the high nibble) of the nearest NF4 value to each element
+    over its block of 64's absmax; the absmax values less their mean (offset), in blocks of 256, each
+    the nearest of bitsandbytes' signed dynamic 8-bit code (absmax_codes, U8) over its block's
+    maximum (absmax_scales)."""
+    x = inp.f32("x").reshape(-1)
+    absmax, codes = blockwise(x, 64, torch.tensor(NF4, dtype=torch.float32))
+    if codes.numel() % 2:
+        codes = torch.cat([codes, torch.zeros(1, dtype=codes.dtype)])
+    packed = (codes[0::2] << 4) | codes[1::2]
+    offset = torch.tensor([absmax.double().mean().item()], dtype=torch.float32)
+    scales, absmax_codes = blockwise(absmax - offset, 256, dynamic_map())
+    return {"codes": packed.to(torch.uint8).contiguous(), "absmax_codes": absmax_codes.to(torch.uint8).contiguous(),
+            "absmax_scales": scales.contiguous(), "offset": offset}
+
+
 def _steps_of(grads, p0):
     if grads.dim() != 2 or grads.shape[1] != p0.shape[0]:
         raise OracleInputError(f"grads shape {list(grads.shape)} must be [S, {p0.shape[0]}]")
@@ -679,6 +733,7 @@ CASES = {
     "embedding": case_embedding,
     "cross_entropy": case_cross_entropy,
     "cast": case_cast,
+    "nf4": case_nf4,
     "adamw": case_adamw,
     "sgd": case_sgd,
     "grad_norm": case_grad_norm,

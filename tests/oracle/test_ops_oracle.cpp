@@ -8,6 +8,7 @@
 #include "ops/gemm.h"
 #include "ops/grad_norm.h"
 #include "ops/layernorm.h"
+#include "ops/nf4.h"
 #include "ops/optimizer_step.h"
 #include "ops/softmax.h"
 #include "support/oracle.h"
@@ -348,6 +349,29 @@ TEST(OpsOracle, CastsMatchTorchBitForBit) {
   EXPECT_TRUE(all_close(h_back, ref.at("f16_back"), {0, 0}));
   EXPECT_EQ(std::memcmp(b16.raw(), ref.at("bf16").raw(), b16.nbytes()), 0);
   EXPECT_EQ(std::memcmp(h16.raw(), ref.at("f16").raw(), h16.nbytes()), 0);
+}
+
+// NF4 with double quantization (ops/nf4.h) against reference.py's own implementation of QLoRA's
+// algorithm (the paper's NF4 table, bitsandbytes' dynamic code and layouts): every code byte,
+// every absmax code and scale, the offset, bitwise; an odd size ends in a partial block and a half
+// byte. Dequantized, each element is within half the widest NF4 gap of its block's absmax.
+TEST(OpsOracle, Nf4Quantization) {
+  const Tensor x = randn({301, 67}, 41, 0.02f);
+  const ops::Nf4Weight q = ops::nf4_quantize(x);
+  auto ref = run_oracle("nf4", {{"x", x}});
+  ASSERT_EQ(q.codes.nbytes(), ref.at("codes").nbytes());
+  EXPECT_EQ(std::memcmp(q.codes.raw(), ref.at("codes").raw(), q.codes.nbytes()), 0) << "NF4 codes";
+  ASSERT_EQ(q.absmax_codes.nbytes(), ref.at("absmax_codes").nbytes());
+  EXPECT_EQ(std::memcmp(q.absmax_codes.raw(), ref.at("absmax_codes").raw(), q.absmax_codes.nbytes()), 0)
+      << "absmax codes";
+  EXPECT_TRUE(all_close(q.absmax_scales, ref.at("absmax_scales"), {0, 0})) << "absmax scales";
+  EXPECT_EQ(q.absmax_offset, ref.at("offset").data<float>()[0]);
+  Tensor back = Tensor::empty(x.shape());
+  ops::nf4_dequantize(back, q);
+  const Tensor absmax = ops::nf4_absmax(q);
+  for (std::int64_t i = 0; i < x.numel(); ++i)  // the widest gap: -1 to -0.696 (0.304), and the absmax's own error
+    ASSERT_LE(std::fabs(back.data<float>()[i] - x.data<float>()[i]), 0.16f * absmax.data<float>()[i / ops::kNf4Block] + 1e-4f)
+        << "element " << i;
 }
 
 TEST(OpsOracle, AdamWFiveSteps) {

@@ -1,8 +1,8 @@
 // LoRA's mechanism without the PEFT oracle (tests/oracle/test_lora_oracle.cpp has that): an
 // adapter's output is x W^T + s x A^T B^T on its block of rows, computed here by plain GEMMs; a
-// frozen base keeps no gradient and comes out of backward unchanged; folding the adapters into the
-// base (merge_lora) gives the adapted model's logits; a target that names no linear is an error
-// listing the family's linears.
+// frozen base keeps no gradient and comes out of backward unchanged; an NF4 base's products are
+// those of its dequantized weight; folding the adapters into the base (merge_lora) gives the
+// adapted model's logits; a target that names no linear is an error listing the family's linears.
 #include "config/config.h"
 #include "engine/finetune.h"
 #include "models/lora.h"
@@ -10,6 +10,7 @@
 #include "nn/runner.h"
 #include "ops/gemm.h"
 #include "ops/grad_norm.h"
+#include "ops/nf4.h"
 #include "support/random.h"
 #include "support/tolerance.h"
 
@@ -69,6 +70,33 @@ TEST(Lora, AdapterAddsItsTermToItsBlockOfRows) {
   EXPECT_EQ(std::memcmp(w.data.raw(), before.raw(), before.nbytes()), 0);
   EXPECT_GT(ops::sum_of_squares(adapter->a(0).grad), 0.0);
   EXPECT_GT(ops::sum_of_squares(adapter->b(0).grad), 0.0);
+}
+
+// QLoRA's linear: a weight held in NF4 (Parameter::nf4, data undefined) gives the products of its
+// dequantized values, forward (y = x W^T + b) and backward (dx = dy W), bitwise.
+TEST(Lora, Nf4LinearIsDequantizeThenMatmul) {
+  nn::Linear linear(128, 96, true, nn::ParameterInit::normal(0.05f));
+  linear.assign_names("lin");
+  nn::Parameter& w = linear.weight();
+  for (nn::Parameter* p : linear.parameters()) nn::materialize(*p, 2, host_allocator());
+  w.frozen = true;
+  w.grad = Tensor();
+  w.nf4 = std::make_shared<const ops::Nf4Weight>(ops::nf4_quantize(w.data));
+  Tensor dequantized = Tensor::empty(w.shape);
+  ops::nf4_dequantize(dequantized, *w.nf4);
+  w.data = Tensor();
+
+  const Tensor x = testing::randn({7, 128}, 3), dy = testing::randn({7, 96}, 4);
+  nn::Runner runner;
+  nn::StepState state{.runner = &runner};
+  nn::Context ctx(state);
+  const Tensor y = runner.forward(linear, x, ctx);
+  const Tensor dx = runner.backward(linear, dy, ctx);
+  Tensor expected_y = Tensor::empty({7, 96}), expected_dx = Tensor::empty({7, 128});
+  ops::gemm(expected_y, x, dequantized, {.trans_b = true, .bias = &linear.parameters()[1]->data});
+  ops::gemm(expected_dx, dy, dequantized);
+  EXPECT_TRUE(all_close(y, expected_y, {0, 0}));
+  EXPECT_TRUE(all_close(dx, expected_dx, {0, 0}));
 }
 
 config::Config llama_lora(const std::string& targets) {

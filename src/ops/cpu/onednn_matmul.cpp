@@ -33,7 +33,8 @@ std::optional<dt> onednn_type(DType t) {
     case DType::f32: return dt::f32;
     case DType::bf16: return dt::bf16;
     case DType::f16: return dt::f16;
-    case DType::i32: break;
+    case DType::i32:
+    case DType::u8: break;
   }
   return std::nullopt;
 }

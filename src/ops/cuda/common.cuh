@@ -39,7 +39,8 @@ void with_float_type(DType dtype, F&& f) {
     case DType::f32: f.template operator()<float>(); return;
     case DType::bf16: f.template operator()<__nv_bfloat16>(); return;
     case DType::f16: f.template operator()<__half>(); return;
-    case DType::i32: break;
+    case DType::i32:
+    case DType::u8: break;
   }
   TIDAL_ASSERT(false, "floating-point op called on {}", dtype_name(dtype));
 }

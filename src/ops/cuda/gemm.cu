@@ -32,7 +32,8 @@ cudaDataType_t cuda_data_type(DType dtype) {
     case DType::f32: return CUDA_R_32F;
     case DType::bf16: return CUDA_R_16BF;
     case DType::f16: return CUDA_R_16F;
-    case DType::i32: break;
+    case DType::i32:
+    case DType::u8: break;
   }
   TIDAL_ASSERT(false, "gemm called on {}", dtype_name(dtype));
 }

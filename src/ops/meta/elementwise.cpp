@@ -11,6 +11,7 @@
 #include "ops/gelu.h"
 #include "ops/grad_norm.h"
 #include "ops/layernorm.h"
+#include "ops/nf4.h"
 #include "ops/meta/recorder.h"
 #include "ops/optimizer_step.h"
 #include "ops/patchify.h"
@@ -25,6 +26,7 @@ namespace tidal::ops::meta {
 void bias_add(Tensor&, const Tensor&) {}
 void bias_grad(Tensor&, const Tensor&) {}
 void cast(Tensor&, const Tensor&) {}
+void nf4_dequantize(Tensor&, const Nf4Weight&) {}
 void prepend_token(Tensor&, const Tensor&, const Tensor&) {}
 void prepend_token_backward(Tensor&, Tensor&, const Tensor&) {}
 void select_token(Tensor&, const Tensor&, std::int64_t) {}
