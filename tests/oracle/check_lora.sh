@@ -5,7 +5,8 @@
 # `tidal export --format peft` and `--merge`. Greedy decoding of 30 tokens is then the same ids
 # three ways: PeftModel.from_pretrained(base, the export).generate(), the merged export's
 # generate(), and `tidal sample` of the checkpoint. The checkpoint holds the adapters alone, and
-# their optimizer state is 12 bytes an adapter parameter. Then the errors (exit 2): --format hf
+# their optimizer state is 12 bytes an adapter parameter; a run stopped and resumed from it gives
+# the straight run's losses bitwise. Then the errors (exit 2): --format hf
 # without --merge, --format peft of a full run, adapters of another rank.
 # usage: check_lora.sh path/to/tidal path/to/oracle-venv/python path/to/hf_reference.py
 set -u
@@ -39,6 +40,19 @@ if ! "$tidal" train "${lora[@]}" --set finetune.adapters_from="$dir/start" --set
      --set checkpoint.dir="$dir/ckpt" --metrics "$dir/metrics.jsonl" >"$dir/train.log" 2>&1; then
   cat "$dir/train.log"; echo "FAIL: tidal train with LoRA"; exit 1
 fi
+# Stopped after step 3 and resumed (the base from model.init_from again, the adapters and their
+# optimizer state from the checkpoint): the same losses as the straight run, bitwise.
+"$tidal" train "${lora[@]}" --set finetune.adapters_from="$dir/start" --set train.steps=6 --stop-after 3 \
+  --set checkpoint.dir="$dir/part" --metrics "$dir/part.jsonl" >"$dir/part.log" 2>&1 || { cat "$dir/part.log"; fail "the first half"; }
+"$tidal" train "${lora[@]}" --set finetune.adapters_from="$dir/start" --set train.steps=6 --resume "$dir/part" \
+  --set checkpoint.dir="$dir/part" --metrics "$dir/part.jsonl" >"$dir/resume.log" 2>&1 || { cat "$dir/resume.log"; fail "the resume"; }
+"$py" - "$dir/metrics.jsonl" "$dir/part.jsonl" <<'EOF' || fail "resumed losses"
+import json, sys
+losses = lambda f: [(r["step"], r["loss"]) for r in map(json.loads, open(f)) if "loss" in r and not r.get("summary")]
+straight, parts = losses(sys.argv[1]), losses(sys.argv[2])
+assert straight == parts, f"straight {straight}\nstopped and resumed {parts}"
+print("ok   stopped after step 3 and resumed: the 6 losses bitwise the straight run's")
+EOF
 # Every adapter tensor in the checkpoint, nothing of the base; 12 B of optimizer state each.
 "$py" - "$dir/ckpt" "$dir/metrics.jsonl" <<'EOF' || fail "the checkpoint's tensors or the metrics"
 import json, os, sys

@@ -4,8 +4,8 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "distributed/rank_chunks.h"
+#include "engine/finetune.h"
 #include "engine/model_data.h"
-#include "models/factory.h"
 #include "nn/on_host.h"
 #include "nn/parallel_layers.h"
 #include "pipeline/engine.h"
@@ -19,12 +19,17 @@
 namespace tidal::engine {
 
 std::vector<std::int64_t> parameter_numels(const config::Config& cfg, bool on_host) {
-  const auto model = models::make_model(cfg.model, {}, nn::single_device_layers(), cfg.memory.embedding_on_host);
+  const auto model = build_model(cfg, nn::single_device_layers());
   const std::vector<nn::Parameter*> host = nn::parameters_on_host(*model);
   std::vector<std::int64_t> numels;
-  for (const nn::Parameter* p : model->parameters())
-    if ((std::find(host.begin(), host.end(), p) != host.end()) == on_host) numels.push_back(p->shape.numel());
+  for (const nn::Parameter* p : model->parameters())  // a frozen base (LoRA) is in no list
+    if (!p->frozen && (std::find(host.begin(), host.end(), p) != host.end()) == on_host)
+      numels.push_back(p->shape.numel());
   return numels;
+}
+
+std::int64_t model_parameters(const config::Config& cfg) {
+  return build_model(cfg, nn::single_device_layers())->num_parameters();
 }
 
 namespace {
@@ -44,7 +49,7 @@ namespace {
 ChunkSearch search_layout(const config::Config& cfg, const memory::ChunkSizeRange& range, comm::MpiRuntime& mpi) {
   parallel::ParallelContext pc(config::context_options(cfg), &mpi);
   const auto layers = nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
-  const auto model = models::make_model(cfg.model, {}, *layers, cfg.memory.embedding_on_host);
+  const auto model = build_model(cfg, *layers, &pc.group(parallel::GroupKind::tensor));
   pipeline::PipelineOptions po;
   po.schedule = cfg.parallel.schedule;
   po.chunks = cfg.parallel.virtual_stages;

@@ -19,10 +19,12 @@ class MpiRuntime;  // comm/mpi_runtime.h (in a build with MPI)
 
 namespace tidal::engine {
 
-// The configured model's parameter sizes in initialisation order (the chunks' order): the model
-// is built, never materialized. Under memory.embedding_on_host, the parameters of the device's
+// The configured model's parameter sizes in initialisation order (the chunks' order; a frozen base
+// under LoRA is in no list): the model is built, never materialized. Under memory.embedding_on_host, the parameters of the device's
 // chunks, or with `on_host` those of the embedding layer (in chunk lists of their own).
 std::vector<std::int64_t> parameter_numels(const config::Config& cfg, bool on_host = false);
+// The configured model's parameters, all of them (a frozen base under LoRA included).
+std::int64_t model_parameters(const config::Config& cfg);
 
 struct ChunkSizeRow {
   std::int64_t size = 0;  // elements

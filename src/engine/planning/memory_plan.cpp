@@ -64,8 +64,7 @@ void plan_traced(const config::Config& cfg, int max_layers, comm::MpiRuntime& mp
     const nlohmann::json& md = run.model_data;
     PlanRow row{.layers = n, .chunk_size = md.at("chunk_elements").get<std::int64_t>(),
                 .model_data_bytes = largest(md, "model_data_bytes")};
-    for (std::int64_t e : parameter_numels(probe)) row.parameters += e;
-    for (std::int64_t e : parameter_numels(probe, true)) row.parameters += e;
+    row.parameters = model_parameters(probe);
     row.host_needs = largest(md, disk ? "host_needs_with_disk_bytes" : "host_needs_bytes");
     row.device_needs = largest(md, "least_device_limit_bytes");
     row.traced = true;
@@ -91,12 +90,11 @@ void plan_one_rank(const config::Config& cfg, int max_layers, MemoryPlan& plan) 
   memory::ChunkOptions host_options = options;
   host_options.offload.reset();
   const std::vector<std::int64_t> host_numels = parameter_numels(cfg, true);
-  std::int64_t host_lists = 0, host_parameters = 0;
+  std::int64_t host_lists = 0;
   if (!host_numels.empty()) {
     const memory::ChunkLayout layout =
         memory::layout_chunks(host_numels, memory::chunk_size_for(host_numels, 1, host_options, 0), 1);
     host_lists = memory::chunk_list_bytes(layout, host_options).total();
-    for (std::int64_t e : host_numels) host_parameters += e;
   }
   for (int n = 1; n <= max_layers; ++n) {
     const std::vector<std::int64_t> numels = parameter_numels(with_layers(cfg, n));
@@ -105,9 +103,8 @@ void plan_one_rank(const config::Config& cfg, int max_layers, MemoryPlan& plan) 
     const memory::ChunkListBytes bytes = memory::chunk_list_bytes(layout, options);
     const std::int64_t non_model = plan.non_model_one + per_layer * (n - 1);
     const std::int64_t two_chunks = 2 * size * std::int64_t(dtype_size(options.compute_dtype));
-    PlanRow row{.layers = n, .parameters = host_parameters, .chunk_size = size,
+    PlanRow row{.layers = n, .parameters = model_parameters(with_layers(cfg, n)), .chunk_size = size,
                 .model_data_bytes = bytes.total() + host_lists};
-    for (std::int64_t e : numels) row.parameters += e;
     // The disk tier takes any amount of optimizer states: the host needs the rest of the lists
     // and the staging buffers (when that is less than everything).
     row.host_needs = memory::host_bytes_needed(layout, options, 0);
