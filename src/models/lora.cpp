@@ -135,8 +135,12 @@ std::vector<nn::LowRankAdapter*> attach_lora(Model& model, const ModelConfig& m,
   const std::vector<io::HfTensorSource> sources = hf_adapter(m).tensors(m);
   model.assign_names("");  // the linears are found by their weights' names
   std::vector<nn::LowRankAdapter*> adapters;
+  std::map<std::string, const nn::Parameter*> held;  // under expert parallelism, this rank's experts only
+  for (const nn::Parameter* p : model.parameters()) held.emplace(p->name, p);
   for (AdaptedLinear& a : adapted_linears(m, sources, spec.targets)) {
-    const nn::Parameter& w = model.parameter(a.base->tidal_name);
+    const auto found = held.find(a.base->tidal_name);
+    if (found == held.end()) continue;  // another rank's expert
+    const nn::Parameter& w = *found->second;
     nn::Module* linear = user_of(model, w);
     TIDAL_ASSERT(linear != nullptr, "{}: no module reads {}", m.type, w.name);
     TIDAL_ASSERT(w.shape.size() == 2, "{}: {}", w.name, w.shape.str());

@@ -42,6 +42,8 @@ LowRankAdapter::LowRankAdapter(const Parameter& weight, std::vector<LoraTarget> 
       a.offset = {0, weight.offset[1]};
       b.copies = group_->size();
     }
+    // A mixture's expert (nn/moe.h): its adapters go where it goes, summed over the same ranks.
+    a.expert_group = b.expert_group = weight.expert_group;
     a_.push_back(&a);
     b_.push_back(&b);
   }

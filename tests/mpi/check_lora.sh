@@ -2,7 +2,8 @@
 # LoRA (finetune.method = "lora", adapters on all seven of Llama's linears, rank 4) in parallel
 # layouts through the CLI, on configs/llama-tiny.toml made small (4 layers, width 64, 8 query heads
 # over 4 key / value heads, SwiGLU 96, a vocabulary of 130): 1D tensor 2 and pipeline 2 (fp32),
-# data 2 x 1D tensor 2 at ZeRO-2 and pipeline 2 x data 2 at ZeRO-3 (bf16) each train 10 steps
+# data 2 x 1D tensor 2 at ZeRO-2 and pipeline 2 x data 2 at ZeRO-3 (bf16), and a Mixtral with
+# adapters on its experts (w1, w2, w3) at data 2 x expert 2 (fp32) each train 10 steps
 # whose per-step, eval and final losses equal one process's of the same precision within the
 # declared tolerance (relative; as check_llama.sh: fp32 1e-4, bf16 2e-3), and every run trains the
 # same number of parameters (the adapters'). Then the error a 2D tensor split gives: exit 2 naming
@@ -30,6 +31,10 @@ run data2_tensor2_zero2_bf16 4 --set parallel.data=2 --set parallel.tensor.size=
   --set train.precision=bf16
 run pipeline2_data2_zero3_bf16 4 --set parallel.pipeline=2 --set parallel.data=2 --set zero.stage=3 \
   --set train.precision=bf16
+# Mixtral's experts adapted (w1, w2, w3) beside q_proj, the experts spread over 2 ranks.
+mixtral=(--set model.type=mixtral --set model.experts=4 --set finetune.lora_targets=q_proj,w1,w2,w3)
+run mixtral_single 1 "${mixtral[@]}"
+run mixtral_expert2 2 "${mixtral[@]}" --set parallel.data=2 --set parallel.expert=2
 /usr/bin/python3 - "$dir" "$support" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[2])
@@ -38,7 +43,8 @@ d = sys.argv[1]
 worst = {}
 for name, reference, tolerance in [("tensor2_1d", "single_fp32", 1e-4), ("pipeline2", "single_fp32", 1e-4),
                                    ("data2_tensor2_zero2_bf16", "single_bf16", 2e-3),
-                                   ("pipeline2_data2_zero3_bf16", "single_bf16", 2e-3)]:
+                                   ("pipeline2_data2_zero3_bf16", "single_bf16", 2e-3),
+                                   ("mixtral_expert2", "mixtral_single", 1e-4)]:
     w, summary = compare(d, name, reference, tolerance, all_steps=True)
     worst[tolerance] = max(worst.get(tolerance, 0.0), w)
 trained = {json.loads(l).get("parameters_trained") for n in ("single_fp32", "tensor2_1d", "data2_tensor2_zero2_bf16")
@@ -50,7 +56,7 @@ assert trained == {expected}, f"trained parameters {trained}, expected {expected
 first = [json.loads(l)["loss"] for l in open(f"{d}/single_fp32.jsonl") if '"loss"' in l and '"summary"' not in l]
 assert first[-1] < first[0], f"the adapters did not learn: losses {first}"
 print(f"PASS: LoRA in 1D tensor 2, pipeline 2, data 2 x tensor 2 x ZeRO-2 (bf16), pipeline 2 x data 2 x ZeRO-3 "
-      f"(bf16) = one process (worst relative difference fp32 {worst[1e-4]:.2e} <= 1e-4, bf16 {worst[2e-3]:.2e} <= "
+      f"(bf16), Mixtral's experts under expert 2 = one process (worst relative difference fp32 {worst[1e-4]:.2e} <= 1e-4, bf16 {worst[2e-3]:.2e} <= "
       f"2e-3), {expected} parameters trained in each")
 PY
 expect_error 'use parallel.tensor.mode = "1d"' 4 "${common[@]}" --set parallel.tensor.size=4 --set parallel.tensor.mode=2d

@@ -1,5 +1,5 @@
 // LoRA against Hugging Face PEFT (0.11.1 over transformers 4.40.2): a randomly initialised
-// LlamaForCausalLM / GPT2LMHeadModel saved with save_pretrained, PEFT adapters on it with A and B
+// LlamaForCausalLM / MixtralForCausalLM / GPT2LMHeadModel saved with save_pretrained, PEFT adapters on it with A and B
 // both random (so every gradient is nonzero) saved with PEFT's save_pretrained -> model.init_from
 // and finetune.adapters_from: tidal's logits and loss equal PeftModel's, every adapter gradient of
 // the first step equals PEFT's, the losses of 5 AdamW steps over the adapters agree, and the base
@@ -8,6 +8,7 @@
 #include "engine/finetune.h"
 #include "engine/hf_checkpoint.h"
 #include "models/lora.h"
+#include "nn/moe.h"
 #include "nn/runner.h"
 #include "optim/adamw.h"
 #include "support/oracle.h"
@@ -92,14 +93,17 @@ void check_lora(const LoraCase& c) {
   ASSERT_EQ(expected_grads.size(), trained.size());
 
   nn::Runner runner;
-  nn::StepState state{.runner = &runner, .training = true, .seed = kSeed, .batch = &batch};
+  nn::ExpertRecord experts;  // a mixture's router losses (nn/moe.h), told in backward
+  nn::StepState state{.runner = &runner, .training = true, .seed = kSeed, .batch = &batch, .experts = &experts};
   optim::AdamW adam(trained, kAdam);
   for (int step = 0; step < kSteps; ++step) {
     state.step = std::uint32_t(step);
     nn::Context ctx(state);
     model->zero_grad();
-    const models::ModelOutput out = model->run_forward(ctx);
+    experts = {};
+    models::ModelOutput out = model->run_forward(ctx);
     model->run_backward(ctx);
+    out.loss += float(experts.loss);
     if (step == 0) {
       EXPECT_TRUE(all_close(out.logits, ref.at("logits"), kFp32)) << "logits with the adapters";
       EXPECT_TRUE(all_close(Tensor::full({1}, out.loss), ref.at("loss"), kFp32)) << "loss";
@@ -143,6 +147,17 @@ TEST(LoraOracle, LlamaQueryValue) {
               .vocab = 83,
               .rank = 8,
               .alpha = 16});
+}
+
+// Mixtral's experts (w1, w3 as tidal's fused fc, w2 as its proj) and q_proj, the router's
+// load-balancing loss in the loss: every expert's adapters get their gradient through the routing.
+TEST(LoraOracle, MixtralExperts) {
+  check_lora({.family = "mixtral",
+              .make_args = {"num_hidden_layers=2", "num_attention_heads=4", "num_key_value_heads=2", "hidden_size=64",
+                            "intermediate_size=96", "vocab_size=71", "max_position_embeddings=64", "num_local_experts=4",
+                            "num_experts_per_tok=2", "router_aux_loss_coef=0.02", "seed=34"},
+              .targets = "q_proj,w1,w2,w3",
+              .vocab = 71});
 }
 
 // GPT-2's Conv1D linears ([in, out] in the files); c_proj names both the attention's and the MLP's.
