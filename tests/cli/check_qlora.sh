@@ -5,8 +5,9 @@
 # at least 0.3 nats below the first step's). Its frozen base is the NF4 linears (about 0.52 bytes
 # a parameter) beside the bf16 embedding, norms and head: the summary's frozen_bytes equal
 # `tidal plan`'s prediction exactly and are under half the bf16 base's (the embedding and head, a
-# large share of so small a model, stay bf16). Then the error finetune.base_dtype = "nf4" gives
-# without adapters: exit 2 naming finetune.method.
+# large share of so small a model, stay bf16). Under a device cap the largest QLoRA model `tidal
+# plan` finds trains and one layer more does not (more layers than on a bf16 base). Then the error
+# finetune.base_dtype = "nf4" gives without adapters: exit 2 naming finetune.method.
 # usage: check_qlora.sh path/to/tidal
 set -euo pipefail
 tidal=$1
@@ -45,6 +46,25 @@ assert nf4 == plan, "the plan's frozen base differs from the run's"
 assert nf4 < 0.5 * bf16, "the NF4 base is not smaller"
 print("PASS: QLoRA within 2% of LoRA after 300 steps; its NF4 base as planned")
 PY
+# The largest QLoRA model under a device cap (tidal plan without --world: layers added one at a
+# time, the frozen NF4 base traced on the device tier) trains there, and one layer more stops with
+# an out-of-memory error; the same cap fits fewer layers of a bf16 base.
+caps=(--set model.type=llama --set model.n_embd=512 --set model.n_head=8 --set model.seq_len=32
+      --set train.batch_size=2 --set memory.offload=chunk --set memory.device_limit=48MiB --set memory.host_limit=96MiB
+      --set finetune.method=lora --set train.precision=bf16 --set train.steps=2 --set train.eval_every=0)
+largest() { "$tidal" plan "${caps[@]}" --set finetune.base_dtype="$1" --max-layers 40 | sed -n 's/^largest: \([0-9]*\) layers.*/\1/p'; }
+n_nf4=$(largest nf4)
+n_bf16=$(largest compute)
+[[ -n "$n_nf4" && -n "$n_bf16" && $n_nf4 -gt $n_bf16 ]] || { echo "FAIL: largest QLoRA $n_nf4 layers, LoRA $n_bf16"; exit 1; }
+"$tidal" train "${caps[@]}" --set finetune.base_dtype=nf4 --set model.n_layer="$n_nf4" > "$dir/fits.log" 2>&1 ||
+  { cat "$dir/fits.log"; echo "FAIL: the planned $n_nf4 layers do not train under the cap"; exit 1; }
+set +e
+"$tidal" train "${caps[@]}" --set finetune.base_dtype=nf4 --set model.n_layer=$((n_nf4 + 1)) > "$dir/over.log" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 2 ]] && grep -q "out of device memory" "$dir/over.log" ||
+  { cat "$dir/over.log"; echo "FAIL: $((n_nf4 + 1)) layers exit $rc under the cap"; exit 1; }
+echo "PASS: under a 48 MiB device cap tidal plan's largest QLoRA model ($n_nf4 layers; $n_bf16 on a bf16 base) trains, one layer more does not"
 set +e
 out=$("$tidal" train "${common[@]}" --set finetune.method=full --set finetune.base_dtype=nf4 --set train.steps=1 2>&1)
 rc=$?
