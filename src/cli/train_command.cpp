@@ -33,7 +33,10 @@ void add_train_command(CLI::App& app, TrainCommand& cmd) {
                 "\nExamples:\n"
                 "  tidal train --set checkpoint.dir=ckpt --stop-after 10   # stop at step 10 with a checkpoint\n"
                 "  tidal train --set checkpoint.dir=ckpt --resume ckpt     # ... and continue, bitwise identically\n"
-                "  tidal train --set model.type=bert --set model.n_layer=4 --metrics bert.jsonl --tensorboard tb");
+                "  tidal train --set model.type=bert --set model.n_layer=4 --metrics bert.jsonl --tensorboard tb\n"
+                "  tidal train --set model.init_from=llama-dir --set finetune.method=lora   # LoRA on q_proj, v_proj\n"
+                "  tidal train --set model.init_from=llama-dir --set finetune.method=lora --set finetune.base_dtype=nf4 "
+                "--set train.precision=bf16   # QLoRA");
 }
 
 void run_train_command(TrainCommand& cmd, engine::Launch& launch, bool& shared) {
