@@ -282,10 +282,6 @@ void validate_finetune(const Config& c) {
   TIDAL_CHECK(f.lora_alpha > 0, "finetune.lora_alpha must be > 0, got {}", f.lora_alpha);
   TIDAL_CHECK(f.lora_dropout >= 0 && f.lora_dropout < 1, "finetune.lora_dropout must be in [0, 1), got {}",
               f.lora_dropout);
-  TIDAL_CHECK(c.parallel.tensor.size == 1 || c.parallel.tensor.mode == parallel::TensorMode::d1,
-              "finetune.method = \"lora\" splits its adapters as 1D tensor parallelism splits their linears, and "
-              "parallel.tensor.mode = \"{}\": use parallel.tensor.mode = \"1d\" (or parallel.tensor.size = 1)",
-              parallel::tensor_mode_name(c.parallel.tensor.mode));
   TIDAL_CHECK(models::find_family(c.model.type).hf,
               "finetune.method = \"lora\" finds the linears by their Hugging Face names, and model.type = \"{}\" has "
               "no Hugging Face layout", c.model.type);
@@ -318,6 +314,11 @@ void check_layout(const Config& c) {
               "model.type = \"{}\" routes each token by its whole hidden state, and parallel.tensor.mode = \"{}\" "
               "splits it by features: use parallel.tensor.mode = \"1d\" (it splits each expert), or "
               "parallel.tensor.size = 1", c.model.type, parallel::tensor_mode_name(p.tensor.mode));
+  TIDAL_CHECK(c.finetune.method != FinetuneMethod::lora || p.tensor.size == 1 ||
+                  p.tensor.mode == parallel::TensorMode::d1,
+              "finetune.method = \"lora\" splits its adapters as 1D tensor parallelism splits their linears, and "
+              "parallel.tensor.mode = \"{}\": use parallel.tensor.mode = \"1d\" (or parallel.tensor.size = 1)",
+              parallel::tensor_mode_name(p.tensor.mode));
   TIDAL_CHECK(p.expert == 1 || models::find_family(c.model.type).routed,
               "parallel.expert = {} spreads a mixture's experts over ranks, and model.type = \"{}\" has none: use "
               "model.type = \"mixtral\" or \"qwen2_moe\", or parallel.expert = 1", p.expert, c.model.type);

@@ -4,6 +4,7 @@
 // the ranking (those that fit first, fastest first). Checked against the cost model's own
 // predictions of the same configs.
 #include "config/config.h"
+#include "models/factory.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
 #include "sim/planner.h"
@@ -160,6 +161,29 @@ TEST(Planner, EveryLayoutOfEachModelKind) {
       EXPECT_EQ(alone[k].prediction.time.total(), planned[k].prediction.time.total()) << k;
     }
   }
+}
+
+TEST(Planner, LoraLayoutsKeepAFrozenBase) {
+  // LoRA: only 1D tensor splits (the adapters split as its linears do; 2D, 2.5D and 3D are refused),
+  // and each rank's model data is the adapters' lists beside the frozen base in bf16 (2 B a
+  // parameter of the rank's block of the base).
+  const sim::Hardware hw = h100();
+  const config::Config lora = small_gpt({"finetune.method=lora", "finetune.lora_targets=c_attn,c_fc"});
+  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(lora, 4, &hw);
+  ASSERT_FALSE(planned.empty());
+  bool tensor = false;
+  for (const sim::PlannedLayout& p : planned) {
+    EXPECT_TRUE(p.cfg.parallel.tensor.size == 1 || p.cfg.parallel.tensor.mode == parallel::TensorMode::d1);
+    tensor = tensor || p.cfg.parallel.tensor.size > 1;
+  }
+  EXPECT_TRUE(tensor) << "no 1D tensor layout planned";
+  const sim::PlannedLayout* data4 = find(planned, 4, 1, 0);
+  ASSERT_NE(data4, nullptr);
+  const sim::ModelDataBytes& md = data4->prediction.ranks.front().model_data;
+  // rank 8 x (c_attn: A [8, 256], B [768, 8]; c_fc: A [8, 256], B [1024, 8]) x 4 layers
+  EXPECT_EQ(md.parameters, 4 * 8 * (256 + 768 + 256 + 1024));
+  const auto model = models::make_model(lora.model);
+  EXPECT_EQ(md.frozen_bytes, 2 * model->num_parameters());
 }
 
 TEST(Planner, MixturesGetExpertParallelLayouts) {
