@@ -3,10 +3,12 @@
 #include "config/options.h"
 #include "core/error.h"
 #include "engine/hf_checkpoint.h"
+#include "core/process.h"
 #include "io/safetensors.h"
 #include "models/factory.h"
 #include "models/lora.h"
 #include "models/registry.h"
+#include "ops/nf4.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -68,6 +70,33 @@ std::unique_ptr<models::Model> build_model(const config::Config& cfg, nn::LayerF
   if (const std::optional<models::LoraSpec> lora = config::lora_spec(cfg))
     models::attach_lora(*model, cfg.model, *lora, tensor_group);
   return model;
+}
+
+std::optional<HfLoadReport> hold_frozen_base(const config::Config& cfg, std::span<nn::Parameter* const> frozen,
+                                             Allocator& device) {
+  const std::set<std::string> quantized =
+      cfg.finetune.base_dtype == config::BaseDType::nf4 ? models::linear_weights(cfg.model) : std::set<std::string>{};
+  std::optional<HfLoadReport> loaded;
+  if (!cfg.model.init_from.empty()) loaded.emplace().rss_before_bytes = resident_bytes();
+  for (nn::Parameter* p : frozen) {
+    if (loaded) p->data = Tensor::empty(p->shape, cfg.train.precision, host_allocator());  // the file's values
+    else nn::materialize(*p, cfg.train.seed, host_allocator(), cfg.train.precision);
+    if (loaded) {
+      const HfLoadReport r = load_hf_weights(cfg.model.init_from, cfg.model, {&p, 1});
+      loaded->tensors += r.tensors;
+      loaded->file_bytes = r.file_bytes;
+      loaded->copied_bytes += r.copied_bytes;
+      loaded->seconds += r.seconds;
+      loaded->peak_rss_bytes = std::max(loaded->peak_rss_bytes, r.peak_rss_bytes);
+    }
+    if (quantized.count(p->name)) {
+      p->nf4 = std::make_shared<const ops::Nf4Weight>(ops::nf4_quantize(p->data).to(device));
+      p->data = Tensor();
+    } else {
+      p->data = p->data.clone(device);
+    }
+  }
+  return loaded;
 }
 
 std::string load_peft_adapters(const std::string& dir, const config::Config& cfg,

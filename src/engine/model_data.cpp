@@ -9,9 +9,7 @@
 #include "memory/chunk_manager.h"
 #include "nn/on_host.h"
 #include "nn/tp/shard.h"
-#include "models/lora.h"
 #include "ops/grad_norm.h"
-#include "ops/nf4.h"
 #include "optim/adamw.h"
 
 #include <algorithm>
@@ -589,21 +587,6 @@ std::unique_ptr<ModelData> make_model_data(const config::Config& cfg, models::Mo
                                            pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                                            nn::Runner& runner, const std::string& resume_path,
                                            bool enforce_device_limit) {
-  // A frozen base (finetune.method = "lora") is held outside the keepers, in the compute dtype
-  // (pipeline::PipelineEngine::materialize made it so) on the device tier: read in forward and
-  // backward, never updated. One parameter at a time crosses.
-  // Under finetune.base_dtype = "nf4" (QLoRA) the linears' weights are quantized here, on the host.
-  const std::set<std::string> quantized =
-      cfg.finetune.base_dtype == config::BaseDType::nf4 ? models::linear_weights(cfg.model) : std::set<std::string>{};
-  for (nn::Parameter* p : engine.frozen_parameters()) {
-    TIDAL_ASSERT(p->data.dtype() == cfg.train.precision, "{}: a frozen base of {}", p->name, p->data.str());
-    if (quantized.count(p->name)) {
-      p->nf4 = std::make_shared<const ops::Nf4Weight>(ops::nf4_quantize(p->data).to(device_tier(cfg)));
-      p->data = Tensor();
-      continue;
-    }
-    p->data = p->data.clone(device_tier(cfg));
-  }
   if (!config::keeps_chunks(cfg)) {
     if (cfg.train.device == Device::Kind::cuda) {
       for (nn::Parameter* p : engine.parameters()) {

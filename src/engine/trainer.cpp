@@ -200,8 +200,7 @@ struct Trainer::Run {
         schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps},
         floor(dataset->entropy_floor()) {
     if (cfg.train.sample_every > 0) sampler.emplace(cfg);  // its prompt and tokenizer checked before training
-    // On the host: the Philox init writes there. A frozen base in the compute precision at once.
-    engine.materialize(cfg.train.seed, host_allocator(), cfg.train.precision);
+    engine.materialize(cfg.train.seed);  // on the host: the Philox init writes there
     // fp16: dynamic loss scaling; the other precisions train unscaled.
     if (cfg.train.precision == DType::f16)
       scaler.emplace(optim::LossScalerOptions{.initial = cfg.train.loss_scale, .window = cfg.train.loss_scale_window});
@@ -272,12 +271,11 @@ void Trainer::Run::prepare() {
   std::string init_line;
   // Under adapters the checkpoint holds them alone: the base comes from model.init_from again.
   const bool adapters = cfg.finetune.method == config::FinetuneMethod::lora;
-  if (!cfg.model.init_from.empty() && (options.resume_path.empty() || adapters)) {
-    init_line = hf_load_line(
-        cfg.model.init_from, models::hf_adapter(cfg.model).architecture,
-        load_hf_weights(cfg.model.init_from, cfg.model, adapters ? engine.frozen_parameters() : engine.parameters()),
-        pc);
-  }
+  std::optional<HfLoadReport> loaded;
+  if (adapters) loaded = hold_frozen_base(cfg, engine.frozen_parameters(), device_tier(cfg));
+  else if (!cfg.model.init_from.empty() && options.resume_path.empty())
+    loaded = load_hf_weights(cfg.model.init_from, cfg.model, engine.parameters());
+  if (loaded) init_line = hf_load_line(cfg.model.init_from, models::hf_adapter(cfg.model).architecture, *loaded, pc);
   std::string adapters_line;
   if (adapters && options.resume_path.empty() && !cfg.finetune.adapters_from.empty())
     adapters_line = load_peft_adapters(cfg.finetune.adapters_from, cfg, engine.parameters());

@@ -92,9 +92,8 @@ std::vector<nn::Module*> PipelineEngine::layers() const {
   return out;
 }
 
-void PipelineEngine::materialize(std::uint64_t seed, Allocator& alloc, DType frozen_dtype) {
+void PipelineEngine::materialize(std::uint64_t seed, Allocator& alloc) {
   for (nn::Parameter* p : params_) nn::materialize(*p, seed, alloc);
-  for (nn::Parameter* p : frozen_) nn::materialize(*p, seed, alloc, frozen_dtype);
 }
 
 void PipelineEngine::zero_grad() {

@@ -81,8 +81,9 @@ class PipelineEngine {
   int chunks() const { return chunks_; }
   bool scatter_gather() const { return scatter_gather_; }
 
-  // Allocates and initialises this rank's parameters as Model::materialize does.
-  void materialize(std::uint64_t seed, Allocator& alloc = host_allocator(), DType frozen_dtype = DType::f32);
+  // Allocates and initialises this rank's trained parameters as Model::materialize does (a frozen
+  // base is made by whoever holds it: engine/finetune.h's hold_frozen_base).
+  void materialize(std::uint64_t seed, Allocator& alloc = host_allocator());
   void zero_grad();
 
   // Forward and backward of every micro-batch in the schedule's order. `state` gives the runner,

@@ -172,10 +172,9 @@ def measured(summary, ranks):
             # keeper's fp32 tensors in the host allocator
             m["model_data"] = pick(md, "param_bytes_peak") + pick(md, "optimizer_bytes_peak") if md \
                 else pick(peaks, "host")
-            # A frozen base (finetune.method = "lora") beside the chunk lists, on the device tier (the
-            # tensor keeper's host peak has it: it is made there, in the compute precision).
-            if md:
-                m["model_data"] += summary.get("frozen_bytes", 0)
+            # A frozen base (finetune.method = "lora") beside either keeper's model data, on the
+            # device tier (made there one parameter at a time).
+            m["model_data"] += summary.get("frozen_bytes", 0)
             m["device"] = m["model_data"] + m["activations"]
         out.append(m)
     return out
