@@ -96,6 +96,15 @@ put("fuzz_tokenizer", "tiny.json", json.dumps({
               "merges": [f"{l} {r}" for l, r in merges]}}))
 
 
+# fuzz_chat_data: conversations, one a line (a system prompt, several turns, a blank line).
+put("fuzz_chat_data", "chats.jsonl", "\n".join(json.dumps(c) for c in [
+    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+                  {"role": "assistant", "content": "4"}]},
+    {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello\nthere"},
+                  {"role": "user", "content": "caf\u00e9?"}, {"role": "assistant", "content": " yes "}]},
+    {"messages": [{"role": "user", "content": "no answer"}]}]) + "\n\n")
+
+
 # fuzz_checkpoint: a step directory's metadata.json over the harness's rank file ("w.a", "w.b":
 # two blocks of rows of "w" [4, 3], as io::save_safetensors writes them); checksums left out
 # (the parser takes them as optional).

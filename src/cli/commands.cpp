@@ -6,6 +6,7 @@
 
 #include "cli/calibrate_command.h"
 #include "cli/checkpoint_command.h"
+#include "cli/data_command.h"
 #include "cli/export_command.h"
 #include "cli/memory_commands.h"
 #include "cli/sample_command.h"
@@ -48,6 +49,7 @@ int run(int argc, char** argv, engine::Launch& launch) {
       "  tidal train -c configs/mixtral-tiny.toml  # a small Mixtral: 8 experts, 2 a token\n"
       "  tidal train --set model.init_from=gpt2   # start from a Hugging Face GPT-2, BERT, ViT, Llama, Mixtral ... directory\n"
       "  tidal tokenize / sample / export      # text to tokens, a model to text, a checkpoint to Hugging Face\n"
+      "  tidal data -c sft.toml                # the samples a run trains on, trained targets marked\n"
       "  tidal checkpoint inspect ckpt          # a checkpoint's step, layout, files per rank, checksums\n"
       "  tidal trace / chunk-search / plan     # size a run beyond the device's memory (docs/memory.md)\n"
       "  tidal plan --world 8 --hardware configs/hardware/h100-8x.toml   # every layout of 8 ranks, ranked\n"
@@ -58,6 +60,8 @@ int run(int argc, char** argv, engine::Launch& launch) {
   add_sample_command(app, sample);
   TokenizeCommand tokenize;
   add_tokenize_command(app, tokenize);
+  DataCommand data;
+  add_data_command(app, data);
   TrainCommand train;
   add_train_command(app, train);
   ChunkSearchCommand search;
@@ -86,6 +90,7 @@ int run(int argc, char** argv, engine::Launch& launch) {
         if (info->parsed()) print_info();
         if (sample.app->parsed() && launch.is_main()) run_sample_command(sample);
         if (tokenize.app->parsed()) run_tokenize_command(tokenize);
+        if (data.app->parsed() && launch.is_main()) run_data_command(data);
         if (export_cmd.app->parsed()) run_export_command(export_cmd, launch);
         if (checkpoint.app->parsed() && launch.is_main()) run_checkpoint_command(checkpoint);
         if (trace.app->parsed()) run_trace_command(trace, launch);

@@ -36,7 +36,9 @@ void add_train_command(CLI::App& app, TrainCommand& cmd) {
                 "  tidal train --set model.type=bert --set model.n_layer=4 --metrics bert.jsonl --tensorboard tb\n"
                 "  tidal train --set model.init_from=llama-dir --set finetune.method=lora   # LoRA on q_proj, v_proj\n"
                 "  tidal train --set model.init_from=llama-dir --set finetune.method=lora --set finetune.base_dtype=nf4 "
-                "--set train.precision=bf16   # QLoRA");
+                "--set train.precision=bf16   # QLoRA\n"
+                "  tidal train --set model.init_from=llama-dir --set finetune.method=lora --set data.kind=chat "
+                "--set data.path=chats.jsonl --set data.tokenizer=llama-dir/tokenizer.json   # on the answers alone");
 }
 
 void run_train_command(TrainCommand& cmd, engine::Launch& launch, bool& shared) {

@@ -35,10 +35,14 @@ using parallel::GpuCollectives;  // parallel.gpu_collectives
 // A switch whose default depends on the run (checkpoint.async: on with more than one rank): a
 // TOML boolean, or "auto".
 enum class Toggle { automatic, on, off };
+// data.chat_template: the tokenizer directory's (tokenizer_config.json), or a built-in one.
+enum class ChatFormat { tokenizer, chatml, llama3 };
 // finetune.method: every parameter trained, or low-rank adapters on a frozen base (nn/lora.h).
 enum class FinetuneMethod { full, lora };
 // finetune.base_dtype: a LoRA run's frozen base in the compute precision, or its linears in NF4 (QLoRA).
 enum class BaseDType { compute, nf4 };
+// finetune.base_offload: a LoRA run's frozen base on the device tier, or on the host, streamed.
+enum class BaseOffload { none, host };
 
 // Names<E>::table: every value of E with its config name.
 template <class E>
@@ -68,10 +72,20 @@ struct Names<BaseDType> {
                                                                      {BaseDType::nf4, "nf4"}};
 };
 template <>
+struct Names<ChatFormat> {
+  static constexpr std::pair<ChatFormat, std::string_view> table[] = {
+      {ChatFormat::tokenizer, "tokenizer"}, {ChatFormat::chatml, "chatml"}, {ChatFormat::llama3, "llama3"}};
+};
+template <>
+struct Names<BaseOffload> {
+  static constexpr std::pair<BaseOffload, std::string_view> table[] = {{BaseOffload::none, "none"},
+                                                                       {BaseOffload::host, "host"}};
+};
+template <>
 struct Names<DataKind> {
   static constexpr std::pair<DataKind, std::string_view> table[] = {
       {DataKind::markov, "markov"}, {DataKind::tokens, "tokens"}, {DataKind::indexed, "indexed"},
-      {DataKind::text, "text"},     {DataKind::images, "images"}};
+      {DataKind::text, "text"},     {DataKind::chat, "chat"},       {DataKind::images, "images"}};
 };
 template <>
 struct Names<Device::Kind> {

@@ -150,13 +150,18 @@ void validate_model(const ModelConfig& m, const models::Family& family) {
   TIDAL_CHECK(m.type_vocab_size >= 1, "model.type_vocab_size must be >= 1, got {}", m.type_vocab_size);
 }
 
-void validate_data(const Config& c, bool images) {
+void validate_data(const Config& c, models::ModelTask task) {
   const ModelConfig& m = c.model;
   const DataConfig& d = c.data;
+  const bool images = task == models::ModelTask::image_classification;
   TIDAL_CHECK(images == (d.kind == DataKind::images),
               "model.type = \"{}\" cannot train on data.kind = \"{}\" (vit trains on images; the language models on "
-              "markov, tokens or text)",
+              "markov, tokens, indexed, text or chat)",
               m.type, d.kind);
+  TIDAL_CHECK(d.kind != DataKind::chat || task == models::ModelTask::causal_lm,
+              "data.kind = \"chat\" trains a causal language model on the answers, and model.type = \"{}\" is a "
+              "masked language model: use a gpt, llama, qwen2, mixtral or qwen2_moe model",
+              m.type);
   if (d.kind == DataKind::markov) {
     TIDAL_CHECK(d.markov_branching >= 1 && d.markov_branching <= m.vocab_size,
                 "data.markov_branching must be in [1, model.vocab_size], got {}", d.markov_branching);
@@ -165,9 +170,11 @@ void validate_data(const Config& c, bool images) {
   }
   // The files themselves are the dataset's to open (data/dataset.h), where a run starts.
   TIDAL_CHECK(d.eval_path.empty() || d.kind == DataKind::tokens || d.kind == DataKind::indexed ||
-                  d.kind == DataKind::text,
+                  d.kind == DataKind::text || d.kind == DataKind::chat,
               "data.eval_path names token data to evaluate on, and data.kind is \"{}\": leave it unset", d.kind);
-  const bool tokens = d.kind == DataKind::tokens || d.kind == DataKind::indexed || d.kind == DataKind::text;
+  // Chat data packs its conversations as documents whatever data.cross_document_attention says.
+  const bool tokens = d.kind == DataKind::tokens || d.kind == DataKind::indexed || d.kind == DataKind::text ||
+                      d.kind == DataKind::chat;
   TIDAL_CHECK(d.cross_document_attention || tokens,
               "data.cross_document_attention = false packs documents of token data, and data.kind is \"{}\", whose "
               "samples are one sequence each: leave it unset",
@@ -175,7 +182,7 @@ void validate_data(const Config& c, bool images) {
   TIDAL_CHECK(d.eod_id >= -1 && d.eod_id < m.vocab_size,
               "data.eod_id must be a token id below model.vocab_size ({}), or -1 for none; got {}", m.vocab_size,
               d.eod_id);
-  TIDAL_CHECK(d.cross_document_attention || d.kind == DataKind::indexed || d.eod_id >= 0,
+  TIDAL_CHECK(d.cross_document_attention || d.kind == DataKind::indexed || d.kind == DataKind::chat || d.eod_id >= 0,
               "data.cross_document_attention = false needs the documents' ends: data.kind = \"{}\" does not record "
               "them, so set data.eod_id to the tokenizer's end-of-text id (GPT-2: 50256), or use data.kind = "
               "\"indexed\" (Megatron's .idx records each document)",
@@ -277,6 +284,10 @@ void validate_finetune(const Config& c) {
     TIDAL_CHECK(f.base_dtype == BaseDType::compute,
                 "finetune.base_dtype = \"nf4\" holds a frozen base, and finetune.method = \"full\" trains every "
                 "parameter: set finetune.method = \"lora\" (QLoRA), or leave finetune.base_dtype unset");
+    TIDAL_CHECK(f.base_offload == BaseOffload::none,
+                "finetune.base_offload = \"host\" streams a frozen base, and finetune.method = \"full\" trains every "
+                "parameter (memory.offload moves those): set finetune.method = \"lora\", or leave "
+                "finetune.base_offload unset");
     return;
   }
   TIDAL_CHECK(f.lora_alpha > 0, "finetune.lora_alpha must be > 0, got {}", f.lora_alpha);
@@ -292,7 +303,7 @@ void validate(const Config& c) {
   const models::Family& family = models::find_family(c.model.type);  // an unknown type is an error listing the known
   const bool images = family.task == models::ModelTask::image_classification;
   validate_model(c.model, family);
-  validate_data(c, images);
+  validate_data(c, family.task);
   validate_train(c, family);
   check_layout(c);
   validate_memory(c, images);

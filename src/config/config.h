@@ -16,7 +16,7 @@ namespace tidal::config {
 using ModelConfig = models::ModelConfig;
 
 struct DataConfig {
-  DataKind kind = DataKind::markov;  // markov | tokens | indexed | text | images
+  DataKind kind = DataKind::markov;  // markov | tokens | indexed | text | chat | images
   std::string path;             // the data (data/dataset.h: shards, a prefix, a file, or a blend of them)
   std::string eval_path;        // token data to evaluate on; "" = held out from `path`
   std::uint64_t seed = 1;
@@ -26,6 +26,7 @@ struct DataConfig {
   // (data/token_dataset.h); true: a sequence is a window of the stream, whatever it spans.
   bool cross_document_attention = true;
   std::int64_t eod_id = -1;  // the end-of-text id that ends a document in token shards and text; -1 = none
+  ChatFormat chat_template = ChatFormat::tokenizer;  // data.kind = "chat": how conversations render
 };
 
 struct TrainConfig {
@@ -128,6 +129,7 @@ struct FinetuneConfig {
   std::string lora_targets;  // Hugging Face module names, "q_proj,v_proj"; "" = PEFT's default for the family
   std::string adapters_from;  // a PEFT adapter directory to start the adapters from; "" = PEFT's init
   BaseDType base_dtype = BaseDType::compute;  // compute (train.precision) | nf4 (QLoRA)
+  BaseOffload base_offload = BaseOffload::none;  // none (the device tier) | host (streamed to each module)
 };
 
 struct Config {

@@ -47,7 +47,12 @@ data::DataOptions data_options(const Config& cfg) {
           .eval_path = d.eval_path,
           .seed = d.seed,
           .markov_branching = d.markov_branching,
-          .packing = {.documents = !d.cross_document_attention, .eod_id = std::int32_t(d.eod_id)},
+          .packing = {.documents = !d.cross_document_attention || d.kind == DataKind::chat,
+                      .eod_id = std::int32_t(d.eod_id)},
+          .chat = {.tokenizer = d.tokenizer,
+                   .chat_template = d.chat_template == ChatFormat::chatml   ? std::optional(data::ChatTemplate::chatml)
+                                    : d.chat_template == ChatFormat::llama3 ? std::optional(data::ChatTemplate::llama3)
+                                                                            : std::nullopt},
           .objective = masked ? data::Objective::masked : data::Objective::causal,
           .seq_len = m.seq_len,
           .vocab_size = m.vocab_size,

@@ -119,10 +119,13 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(model.channels, "vit: image channels"),
       TIDAL_KEY(model.num_classes, "vit: classes"),
       TIDAL_KEY(data.kind,
-                "markov | tokens (llm.c shards) | indexed (Megatron's .bin / .idx) | text (a file's bytes) | images"),
+                "markov | tokens (llm.c shards) | indexed (Megatron's .bin / .idx) | text (a file's bytes) | chat "
+                "(JSON lines of {\"messages\": [{\"role\", \"content\"}, ...]}: rendered with data.chat_template, "
+                "tokenized with data.tokenizer, the loss on the assistant's answers alone, conversations packed whole "
+                "and attending only inside each) | images"),
       TIDAL_KEY(data.path,
                 "the data: tokens: a shard, a directory of them or a glob; indexed: the prefix of PREFIX.bin and "
-                "PREFIX.idx; text, images: a file; any token kind may be a blend by weight, \"0.7 a.bin 0.3 b.bin\""),
+                "PREFIX.idx; text, chat, images: a file; any token kind may be a blend by weight, \"0.7 a.bin 0.3 b.bin\""),
       TIDAL_KEY(data.eval_path,
                 "token data to evaluate on, as data.path names it (\"\" = hold out the last 1/20 of data.path's "
                 "sequences)"),
@@ -136,8 +139,13 @@ std::vector<Key> make_schema() {
                 "the end-of-text id that ends a document of data.kind = \"tokens\" or \"text\" (GPT-2: 50256; the "
                 "token belongs to the document it ends); -1 = none"),
       TIDAL_KEY(data.tokenizer,
-                "a Hugging Face tokenizer.json (byte-level BPE) that turns train.sample_prompt into ids and the "
-                "samples into text (\"\" = none: data.kind = \"text\" is then byte-level, other kinds show ids)"),
+                "a Hugging Face tokenizer.json (byte-level BPE) that tokenizes chat data and turns "
+                "train.sample_prompt into ids and the samples into text (\"\" = none: data.kind = \"text\" is then "
+                "byte-level, other kinds show ids)"),
+      TIDAL_KEY(data.chat_template,
+                "chat: tokenizer (the chat_template of tokenizer_config.json beside data.tokenizer, when it is one of "
+                "these) | chatml (<|im_start|>role\\ncontent<|im_end|>\\n) | llama3 (<|begin_of_text|>, "
+                "<|start_header_id|>role<|end_header_id|>\\n\\ncontent<|eot_id|>); `tidal data` shows the samples"),
       TIDAL_KEY(train.steps, "optimizer steps"),
       TIDAL_KEY(train.batch_size, "global batch, in sequences"),
       TIDAL_KEY(train.micro_batch_size, "sequences per forward/backward (0 = batch_size); the rest accumulate"),
@@ -288,6 +296,10 @@ std::vector<Key> make_schema() {
                 "lora: how the frozen base is held: compute (in train.precision) | nf4 (QLoRA: the transformer "
                 "blocks' linears in 4-bit NormalFloat, blocks of 64 with double-quantized scales, about 0.52 bytes a "
                 "parameter, dequantized for each product; embeddings, norms and the head in train.precision)"),
+      TIDAL_KEY(finetune.base_offload,
+                "lora: where the frozen base lives: none (on the device tier, all along) | host (in host memory, each "
+                "module's weights copied into the step's memory while it runs and dropped after: the device holds the "
+                "adapters, their optimizer state, the activations and one module's weights at a time)"),
       TIDAL_KEY(finetune.adapters_from,
                 "lora: a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) whose adapters "
                 "start the run, on the base of model.init_from (\"\" = PEFT's init: A random, B zeros)"),

@@ -1,6 +1,7 @@
 #include "data/data_options.h"
 
 #include "core/error.h"
+#include "data/chat_dataset.h"
 #include "data/images.h"
 #include "data/indexed_dataset.h"
 #include "data/markov.h"
@@ -70,6 +71,13 @@ std::unique_ptr<Dataset> make_dataset(const DataOptions& o) {
   if (o.kind == DataKind::images) {
     if (o.path.empty()) return std::make_unique<ImageDataset>(o.images, o.seed);
     return std::make_unique<ImageDataset>(o.path, o.images, o.seed);
+  }
+  if (o.kind == DataKind::chat) {
+    auto chat = [&](const std::string& path, const std::string& key, bool hold_out_eval) {
+      return std::make_unique<ChatDataset>(path, key, o.chat, hold_out_eval, o.seq_len, o.vocab_size, o.seed);
+    };
+    if (o.eval_path.empty()) return chat(o.path, "data.path", true);
+    return std::make_unique<SeparateEval>(chat(o.path, "data.path", false), chat(o.eval_path, "data.eval_path", false));
   }
   TIDAL_CHECK(o.kind != DataKind::text || o.vocab_size >= 256 + (masked ? 1 : 0),
               "data.kind = \"text\" uses byte tokens 0..255: model.vocab_size must be at least {}", 256 + (masked ? 1 : 0));

@@ -2,6 +2,7 @@
 // them (its objective and shapes). config/options.h makes them from a Config.
 #pragma once
 
+#include "data/chat_dataset.h"
 #include "data/data_kind.h"
 #include "data/dataset.h"
 #include "data/images.h"
@@ -20,6 +21,7 @@ struct DataOptions {
   std::uint64_t seed = 1;
   int markov_branching = 4;  // successors per state of the synthetic Markov language
   Packing packing{};         // documents kept apart (data.cross_document_attention = false, data.eod_id)
+  ChatOptions chat{};        // kind = chat: data.tokenizer, data.chat_template
   Objective objective = Objective::causal;  // masked for a masked language model
   std::int64_t seq_len = 64, vocab_size = 128;
   ImageShape images{3, 32, 32, 10};  // kind = images

@@ -89,7 +89,9 @@ TokenSample MarkovDataset::sample(std::int64_t index, Split split) const {
     s = next_[std::size_t(s * branching_ + k)];
     seq[std::size_t(t)] = std::int32_t(s);
   }
-  return {seq, {}};
+  TokenSample out;
+  out.tokens = std::move(seq);
+  return out;
 }
 
 std::string MarkovDataset::describe() const {

@@ -39,7 +39,8 @@ std::vector<std::int64_t> StreamDataset::sample_ids(std::int64_t first, std::int
 }
 
 TokenSample StreamDataset::sample(std::int64_t index, Split split) const {
-  TokenSample s{std::vector<std::int32_t>(std::size_t(seq_len_ + 1)), {}};
+  TokenSample s;
+  s.tokens.resize(std::size_t(seq_len_ + 1));
   std::vector<std::int32_t>& out = s.tokens;
   const std::int64_t first = window(index, split) * (seq_len_ + 1);
   stream_->read(first, seq_len_ + 1, out.data());

@@ -38,7 +38,7 @@ nn::Batch TokenDataset::batch(std::int64_t first, std::int64_t count, Split spli
       const std::int64_t k = i * seq_len_ + t;
       if (objective_ == Objective::causal) {
         tok[k] = seq[std::size_t(t)];
-        tgt[k] = seq[std::size_t(t + 1)];
+        tgt[k] = s.trained.empty() || s.trained[std::size_t(t + 1)] ? seq[std::size_t(t + 1)] : ops::kIgnoreIndex;
         continue;
       }
       const std::uint64_t index = std::uint64_t(first + i);

@@ -24,10 +24,12 @@ struct Packing {
 };
 
 // A sample: seq_len + 1 tokens and, under Packing::documents, where documents start in it
-// (offsets in (0, seq_len], ascending: token t begins one).
+// (offsets in (0, seq_len], ascending: token t begins one); `trained` says which tokens are
+// targets to learn (chat data: the answers; empty: every token).
 struct TokenSample {
   std::vector<std::int32_t> tokens;
   std::vector<std::int64_t> document_starts;
+  std::vector<std::uint8_t> trained;  // [seq_len + 1] or empty
 };
 
 class TokenDataset : public Dataset {

@@ -73,7 +73,7 @@ std::unique_ptr<models::Model> build_model(const config::Config& cfg, nn::LayerF
 }
 
 std::optional<HfLoadReport> hold_frozen_base(const config::Config& cfg, std::span<nn::Parameter* const> frozen,
-                                             Allocator& device) {
+                                             Allocator& tier) {
   const std::set<std::string> quantized =
       cfg.finetune.base_dtype == config::BaseDType::nf4 ? models::linear_weights(cfg.model) : std::set<std::string>{};
   std::optional<HfLoadReport> loaded;
@@ -90,10 +90,10 @@ std::optional<HfLoadReport> hold_frozen_base(const config::Config& cfg, std::spa
       loaded->peak_rss_bytes = std::max(loaded->peak_rss_bytes, r.peak_rss_bytes);
     }
     if (quantized.count(p->name)) {
-      p->nf4 = std::make_shared<const ops::Nf4Weight>(ops::nf4_quantize(p->data).to(device));
+      p->nf4 = std::make_shared<const ops::Nf4Weight>(ops::nf4_quantize(p->data).to(tier));
       p->data = Tensor();
     } else {
-      p->data = p->data.clone(device);
+      p->data = p->data.clone(tier);
     }
   }
   return loaded;

@@ -23,12 +23,12 @@ std::unique_ptr<models::Model> build_model(const config::Config& cfg, nn::LayerF
                                            comm::Communicator* tensor_group = nullptr);
 
 // Makes this rank's frozen base (finetune.method = "lora") one parameter at a time, so the host
-// never holds more of it than one parameter: in the compute precision from model.init_from's tensor
-// (else initialised from the seed), then held on `device` - quantized to NF4 under
-// finetune.base_dtype = "nf4" (its linears), as it is otherwise. Returns what was loaded from
-// model.init_from (nothing without it).
+// never holds more of it than one parameter beside it: in the compute precision from model.init_from's
+// tensor (else initialised from the seed), then held in `tier` (the device tier, or the host's under
+// finetune.base_offload = "host") - quantized to NF4 under finetune.base_dtype = "nf4" (its
+// linears), as it is otherwise. Returns what was loaded from model.init_from (nothing without it).
 std::optional<HfLoadReport> hold_frozen_base(const config::Config& cfg, std::span<nn::Parameter* const> frozen,
-                                             Allocator& device);
+                                             Allocator& tier);
 
 // Fills the adapters among `params` (this rank's, materialized) from the PEFT directory `dir`,
 // whose adapter_config.json must agree with the [finetune] section (rank, alpha, targets); returns

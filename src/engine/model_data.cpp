@@ -28,6 +28,15 @@ Allocator& host_tier(const config::Config& cfg) {
 
 namespace {
 
+// The bytes of a LoRA run's frozen base held on the device tier (finetune.base_offload = "none").
+std::int64_t frozen_base_on_device(const config::Config& cfg, const pipeline::PipelineEngine& engine) {
+  std::int64_t bytes = 0;
+  if (cfg.finetune.base_offload == config::BaseOffload::none)
+    for (const nn::Parameter* p : engine.frozen_parameters())
+      bytes += p->nf4 ? p->nf4->bytes() : std::int64_t(p->data.nbytes());
+  return bytes;
+}
+
 ops::AdamWOptions adamw_options(const config::TrainConfig& tc) {
   return {.lr = float(tc.lr), .beta1 = float(tc.beta1), .beta2 = float(tc.beta2), .eps = 1e-8f,
           .weight_decay = float(tc.weight_decay)};
@@ -171,7 +180,7 @@ class ChunkModelData final : public ModelData {
                  parallel::ParallelContext& pc, nn::Runner& runner, const std::string& resume_path, std::int64_t accum,
                  bool enforce_device_limit)
       : engine_(engine), pc_(pc), group_(distributed::chunk_group(pc)), options_(adamw_options(cfg.train)),
-        device_(&device_tier(cfg)) {
+        device_(&device_tier(cfg)), frozen_on_device_(frozen_base_on_device(cfg, engine)) {
     const std::vector<nn::Parameter*>& params = engine.parameters();
     // memory.embedding_on_host: the embedding layer's parameters in chunk lists of their own on the
     // host (patrickstar-v1 sec. 8.2 keeps them out of chunks; lists of their own give them the
@@ -541,9 +550,13 @@ class ChunkModelData final : public ModelData {
     const int worst = int(std::max_element(least.begin(), least.end()) - least.begin());
     const std::int64_t L = dmm->device_limit(), need = least[std::size_t(worst)];
     if (need <= L) return;
-    const std::string why = worst == pc_.rank() ? dmm->least_device_limit_reason()
-                                                : "the warm-up iteration needs more than on any other rank (that "
-                                                  "rank's error says what)";
+    std::string why = worst == pc_.rank() ? dmm->least_device_limit_reason()
+                                          : "the warm-up iteration needs more than on any other rank (that "
+                                            "rank's error says what)";
+    if (frozen_on_device_ > 0)
+      why += fmt::format(" ({} of it the frozen base: finetune.base_offload = \"host\" keeps that in host memory, "
+                         "each module's weights brought in as it runs)",
+                         human_bytes(std::uint64_t(frozen_on_device_)));
     throw OutOfMemory(fmt::format("out of device memory: memory.device_limit = {} bytes ({}) is too small for this "
                                   "run: {}{}; the device tier needs at least {} bytes ({}): raise memory.device_limit "
                                   "to that, or make the batch (train.micro_batch_size) or memory.chunk_size smaller",
@@ -578,6 +591,7 @@ class ChunkModelData final : public ModelData {
   memory::ChunkFetch fetch_ = memory::ChunkFetch::all_gather;
   DType precision_ = DType::f32;
   bool enforce_device_limit_ = true;   // false: a probe reports the least device cap instead
+  std::int64_t frozen_on_device_ = 0;  // a LoRA run's frozen base on the device tier (finetune.base_offload = "none")
   bool device_limit_checked_ = false;
 };
 

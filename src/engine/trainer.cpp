@@ -16,6 +16,7 @@
 #include "engine/progress.h"
 #include "engine/run_callbacks.h"
 #include "engine/step_profile.h"
+#include "memory/frozen_stream.h"
 #include "models/factory.h"
 #include "models/lora.h"
 #include "models/registry.h"
@@ -253,6 +254,8 @@ struct Trainer::Run {
   std::optional<optim::LossScaler> scaler;
   LrSchedule schedule;
   std::optional<double> floor;
+  // finetune.base_offload = "host": the frozen base on the host, each module's weights fetched as it runs.
+  std::unique_ptr<memory::FrozenBaseStream> base_stream;
   std::unique_ptr<ModelData> model_data;  // made by prepare()
   // Checkpoints (engine/checkpoint/checkpointer.h); declared after the model data, so it goes
   // first: a write in flight never outlives the state it reads.
@@ -272,9 +275,16 @@ void Trainer::Run::prepare() {
   // Under adapters the checkpoint holds them alone: the base comes from model.init_from again.
   const bool adapters = cfg.finetune.method == config::FinetuneMethod::lora;
   std::optional<HfLoadReport> loaded;
-  if (adapters) loaded = hold_frozen_base(cfg, engine.frozen_parameters(), device_tier(cfg));
-  else if (!cfg.model.init_from.empty() && options.resume_path.empty())
+  const bool streamed = cfg.finetune.base_offload == config::BaseOffload::host;
+  if (adapters) {
+    loaded = hold_frozen_base(cfg, engine.frozen_parameters(), streamed ? host_tier(cfg) : device_tier(cfg));
+    if (streamed) {
+      base_stream = std::make_unique<memory::FrozenBaseStream>(engine.frozen_parameters());
+      runner.add_hooks(base_stream.get());
+    }
+  } else if (!cfg.model.init_from.empty() && options.resume_path.empty()) {
     loaded = load_hf_weights(cfg.model.init_from, cfg.model, engine.parameters());
+  }
   if (loaded) init_line = hf_load_line(cfg.model.init_from, models::hf_adapter(cfg.model).architecture, *loaded, pc);
   std::string adapters_line;
   if (adapters && options.resume_path.empty() && !cfg.finetune.adapters_from.empty())
@@ -532,6 +542,7 @@ nlohmann::json Trainer::Run::step_record(std::int64_t at, bool timed) {
     if (timed) accumulate_profile(profile_sum, totals);
   }
   record.update(model_data->step_record());
+  if (base_stream) record["base_stream_bytes"] = base_stream->take_streamed_bytes();
   record["peak_bytes"] = {{"host", host_allocator().peak_bytes()}, {"activations", activations->peak_bytes()}};
   record["resident_bytes"] = resident_bytes();  // as the OS counts it: a long run's leak shows here
   return record;
@@ -603,7 +614,7 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
   summary.tokens_per_s = timed_steps ? double(timed_steps * B * T) / timed_seconds : 0.0;
   summary.entropy_floor = floor;
   summary.model_data = model_data->memory();
-  std::int64_t frozen_bytes = 0;  // a frozen base (finetune.method = "lora") on the device tier
+  std::int64_t frozen_bytes = 0;  // a frozen base (finetune.method = "lora"), on the tier frozen_on names
   for (const nn::Parameter* p : engine.frozen_parameters())
     frozen_bytes += p->nf4 ? p->nf4->bytes() : std::int64_t(p->data.nbytes());
   nlohmann::json record = {{"summary", true},
@@ -616,6 +627,7 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
                            {"parameters_trained", model->num_parameters(true)},
                            {"optimizer_state_bytes", model_data->optimizer_state_bytes()},
                            {"frozen_bytes", frozen_bytes},
+                           {"frozen_on", base_stream ? "host" : "device"},
                            {"peak_bytes", {{"host", host_allocator().peak_bytes()}, {"activations", activations->peak_bytes()}}},
                            {"activation_checkpointing", config::name_of(tc.activation_checkpointing)},
                            {"precision", config::name_of(tc.precision)},

@@ -7,7 +7,10 @@
 namespace tidal::nn {
 Tensor linear_weight(const Parameter& weight, DType dtype) {
   if (!weight.nf4) return weight.data;
-  Tensor w = Tensor::empty(weight.shape, dtype, allocator_on(weight.nf4->codes.device()));
+  // A temporary of the step (its memory's peak counts it) where the step's memory is the codes'.
+  const Device device = weight.nf4->codes.device();
+  Allocator& step = default_allocator();
+  Tensor w = Tensor::empty(weight.shape, dtype, step.device() == device ? step : allocator_on(device));
   ops::nf4_dequantize(w, *weight.nf4);
   return w;
 }

@@ -125,6 +125,16 @@ Tensor nf4_absmax(const Nf4Weight& w) {
   return out;
 }
 
+Nf4Weight nf4_shaped(const Shape& shape, Allocator& alloc) {
+  Nf4Weight q;
+  q.shape = shape;
+  const std::int64_t blocks = q.blocks();
+  q.codes = Tensor::empty({(shape.numel() + 1) / 2}, DType::u8, alloc);
+  q.absmax_codes = Tensor::empty({blocks}, DType::u8, alloc);
+  q.absmax_scales = Tensor::empty({(blocks + kNf4StatsBlock - 1) / kNf4StatsBlock}, DType::f32, alloc);
+  return q;
+}
+
 Nf4Weight Nf4Weight::to(Allocator& alloc) const {
   return {.shape = shape,
           .codes = codes.clone(alloc),

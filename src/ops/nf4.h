@@ -45,6 +45,9 @@ struct Nf4Weight {
 
 // Quantizes w (host, any float dtype, contiguous) into host memory.
 Nf4Weight nf4_quantize(const Tensor& w);
+// An NF4 weight of `shape` in memory from `alloc` whose codes are never read: a planned step's
+// (on meta memory, core/device.h).
+Nf4Weight nf4_shaped(const Shape& shape, Allocator& alloc);
 // Each block's absmax as dequantizing reads it (host, f32 [blocks]).
 Tensor nf4_absmax(const Nf4Weight& w);
 

@@ -273,7 +273,7 @@ RankMemory rank_memory(const PlannedRank& r, const StepReplay& replay, std::size
   m.activations = replay.peak_bytes;
   m.traffic = replay.traffic.json();
   const ModelDataBytes& md = m.model_data;
-  m.host = double(md.embedding_on_host_bytes);
+  m.host = double(md.embedding_on_host_bytes) + double(md.frozen_bytes - md.frozen_on_device());
   if (!md.offload) {
     m.device = double(md.peak() - md.embedding_on_host_bytes) + m.activations;
     return m;
@@ -281,7 +281,7 @@ RankMemory rank_memory(const PlannedRank& r, const StepReplay& replay, std::size
   // memory/dynamic_memory.h: the param list beside the step's peak non-model data, then (the
   // dynamic partition) optimizer states in the margin left, chunk by chunk in list order.
   m.host += double(md.offload_host_bytes);
-  m.device = m.activations + double(md.param_bytes);
+  m.device = m.activations + double(md.param_bytes) + double(md.frozen_on_device());
   RankMemory::Offload& o = m.offload;
   if (!md.static_partition && md.state_bytes > 0) {
     // The margin the warm-up leaves the states: beside the peak and the rank's own chunks

@@ -49,11 +49,15 @@ struct ModelDataBytes {
   // memory.embedding_on_host: the embedding layer's lists, on the host.
   std::int64_t embedding_on_host_bytes = 0;
   // A frozen base under adapters (finetune.method = "lora"): its parameters in the compute
-  // precision on the device tier, beside the lists (engine/model_data.cpp's make_model_data).
+  // precision (its linears in NF4 under finetune.base_dtype = "nf4"), on the device tier beside the
+  // lists, or on the host under finetune.base_offload = "host" (each module's weights then in the
+  // step's memory while it runs: the replayed activations count them).
   std::int64_t frozen_bytes = 0;
-  // The lists (what the run reports as model_data_bytes), and with the frozen base.
+  bool frozen_on_host = false;
+  std::int64_t frozen_on_device() const { return frozen_on_host ? 0 : frozen_bytes; }
+  // The lists (what the run reports as model_data_bytes), and with the frozen base on the device.
   std::int64_t lists() const { return param_bytes + optimizer_bytes + embedding_on_host_bytes; }
-  std::int64_t total() const { return lists() + frozen_bytes; }
+  std::int64_t total() const { return lists() + frozen_on_device(); }
   // The param tier and the optimizer's lists at their peak.
   std::int64_t peak() const { return total() + param_transient_bytes; }
   nlohmann::json json() const;

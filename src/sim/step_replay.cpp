@@ -5,6 +5,8 @@
 #include "core/dtype.h"
 #include "data/data_options.h"
 #include "distributed/rank_chunks.h"
+#include "memory/frozen_stream.h"
+#include "models/lora.h"
 #include "models/registry.h"
 #include "nn/runner.h"
 #include "ops/meta/recorder.h"
@@ -64,19 +66,29 @@ class MetaStep final : public ops::meta::Recorder {
 // precision from the step's memory (memory/chunk_manager.cpp's access) and takes each once its last
 // user's backward on this rank is done; its parameters are views of the chunks, and the tensor
 // keeper's fp32 parameters and gradients model data, held all along - neither in the step's memory.
+// A frozen base's NF4 linears (`nf4`: their names) hold codes, which each product dequantizes into
+// the step's memory (nn/linear.h).
 class PlannedKeeper final : public nn::ModuleHooks {
  public:
-  PlannedKeeper(models::Model& model, const pipeline::PipelineEngine& engine, bool chunks, DType compute)
+  PlannedKeeper(models::Model& model, const pipeline::PipelineEngine& engine, bool chunks, DType compute,
+                const std::set<std::string>& nf4)
       : model_(model), chunks_(chunks), compute_(chunks ? compute : DType::f32) {
     for (nn::Module* layer : engine.layers()) layer->count_parameter_users(users_);
     for (nn::Parameter* p : model_.parameters()) {
-      p->data = Tensor::empty(p->shape, compute_, meta_allocator());
+      if (p->frozen && nf4.count(p->name)) {
+        p->nf4 = std::make_shared<const ops::Nf4Weight>(ops::nf4_shaped(p->shape, meta_allocator()));
+        continue;
+      }
+      p->data = Tensor::empty(p->shape, p->frozen ? compute : compute_, meta_allocator());
       p->grad = chunks_ || p->frozen ? Tensor() : Tensor::empty(p->shape, DType::f32, meta_allocator());
     }
     left_ = users_;
   }
   ~PlannedKeeper() override {
-    for (nn::Parameter* p : model_.parameters()) p->data = p->grad = Tensor();  // shapes again
+    for (nn::Parameter* p : model_.parameters()) {  // shapes again
+      p->data = p->grad = Tensor();
+      p->nf4.reset();
+    }
   }
   PlannedKeeper(const PlannedKeeper&) = delete;
   PlannedKeeper& operator=(const PlannedKeeper&) = delete;
@@ -348,9 +360,17 @@ class StepRun {
     for (int m = 0; m < micro_batches; ++m)
       states_.push_back({.runner = &runner_, .training = true, .seed = cfg_.train.seed, .first_sample = m * micro,
                          .batch = &batches_[std::size_t(m)], .activations = &meta_.pool});
-    PlannedKeeper keeper(model_, engine_, planned_.model_data.chunks, cfg_.train.precision);
+    const bool nf4 = cfg_.finetune.base_dtype == config::BaseDType::nf4;
+    PlannedKeeper keeper(model_, engine_, planned_.model_data.chunks, cfg_.train.precision,
+                         nf4 ? models::linear_weights(cfg_.model) : std::set<std::string>{});
     message_ = hidden_state();
     runner_.add_hooks(&keeper);
+    // finetune.base_offload = "host": each module's frozen weights fetched into the step's memory.
+    std::optional<memory::FrozenBaseStream> base_stream;
+    if (cfg_.finetune.base_offload == config::BaseOffload::host) {
+      base_stream.emplace(engine_.frozen_parameters());
+      runner_.add_hooks(&*base_stream);
+    }
     const ScopedDefaultAllocator temporaries(meta_.pool);
     const ops::meta::ScopedRecorder recording(meta_);
     meta_.pool.reset_peak();

@@ -99,6 +99,15 @@ RUNS = [  # name, ranks, settings
                  "finetune.lora_targets=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"]),
     ("lora_bf16", 1, ["model.type=llama", "model.n_kv_head=2", "finetune.method=lora", "train.precision=bf16",
                       "finetune.lora_targets=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"]),
+    # QLoRA: each product's dequantized weight a temporary of the step; the base streamed from the host.
+    ("qlora", 1, ["model.type=llama", "model.n_kv_head=2", "finetune.method=lora", "train.precision=bf16",
+                  "finetune.base_dtype=nf4", "finetune.lora_targets=q_proj,v_proj,down_proj"]),
+    ("lora_base_host_bf16", 1, ["model.type=llama", "model.n_kv_head=2", "finetune.method=lora",
+                                "train.precision=bf16", "finetune.base_offload=host",
+                                "finetune.lora_targets=q_proj,v_proj,down_proj"]),
+    ("qlora_base_host", 1, ["model.type=llama", "model.n_kv_head=2", "finetune.method=lora", "train.precision=bf16",
+                            "finetune.base_dtype=nf4", "finetune.base_offload=host",
+                            "finetune.lora_targets=q_proj,v_proj,down_proj"]),
     ("lora_data2_tensor2_zero2_bf16", 4, ["model.type=llama", "model.n_kv_head=2", "finetune.method=lora",
                                           "train.precision=bf16", "parallel.data=2", "parallel.tensor.size=2",
                                           "zero.stage=2", "finetune.lora_targets=q_proj,v_proj,down_proj"]),
@@ -173,8 +182,12 @@ def measured(summary, ranks):
             m["model_data"] = pick(md, "param_bytes_peak") + pick(md, "optimizer_bytes_peak") if md \
                 else pick(peaks, "host")
             # A frozen base (finetune.method = "lora") beside either keeper's model data, on the
-            # device tier (made there one parameter at a time).
-            m["model_data"] += summary.get("frozen_bytes", 0)
+            # device tier (made there one parameter at a time), or on the host under
+            # finetune.base_offload = "host" (each module's weights in the activations' pool as it runs).
+            if summary.get("frozen_on") == "host":
+                m["host"] = summary["frozen_bytes"]
+            else:
+                m["model_data"] += summary.get("frozen_bytes", 0)
             m["device"] = m["model_data"] + m["activations"]
         out.append(m)
     return out
