@@ -10,26 +10,11 @@
 
 namespace {
 
-// GPT-2's character for a byte.
-std::string byte_char(unsigned b) {
-  unsigned c = b, extra = 256;
-  for (unsigned x = 0; x < 256; ++x) {
-    const bool printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174;
-    if (printable) continue;
-    if (x == b) c = extra;
-    ++extra;
-  }
-  std::string out;
-  if (c < 0x80) return out += char(c);
-  out += char(0xC0 | (c >> 6));
-  return out += char(0x80 | (c & 0x3F));
-}
-
 // The tokenizer.json, written once: 256 byte tokens, no merges, the special tokens after them.
 const std::string& tokenizer_path() {
   static const std::string path = [] {
     nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
-    for (unsigned b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+    for (unsigned b = 0; b < 256; ++b) vocab[tidal::data::byte_level_spelling(static_cast<unsigned char>(b))] = b;
     const char* special[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"};
     for (unsigned i = 0; i < 3; ++i)
       added.push_back({{"id", 256 + i}, {"content", special[i]}, {"special", true}, {"normalized", false}});

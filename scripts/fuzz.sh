@@ -9,6 +9,5 @@ budget=${1:-60}
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DTIDAL_FUZZ=ON -DTIDAL_CUDA=OFF -DTIDAL_MPI=OFF -DTIDAL_PYTHON=OFF \
   -DTIDAL_TESTS=OFF -DTIDAL_FUZZ_SECONDS="$budget" > /dev/null
-cmake --build build-fuzz -j "$(nproc)" --target fuzz_config fuzz_safetensors fuzz_token_file fuzz_images \
-  fuzz_hf_config fuzz_hf_index fuzz_tokenizer fuzz_checkpoint
+cmake --build build-fuzz -j "$(nproc)" --target fuzz_harnesses
 ctest --test-dir build-fuzz -L fuzz --output-on-failure -j "$(nproc)"

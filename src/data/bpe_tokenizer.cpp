@@ -160,6 +160,17 @@ std::array<char32_t, 256> byte_to_unicode() {
   return map;
 }
 
+}  // namespace
+
+std::string byte_level_spelling(unsigned char b) {
+  static const std::array<char32_t, 256> map = byte_to_unicode();
+  std::string out;
+  gpt2::append_utf8(out, map[b]);
+  return out;
+}
+
+namespace {
+
 struct TokenBytes {
   std::string bytes;
   bool byte_level;  // every character was one of the 256 byte characters

@@ -39,6 +39,10 @@ class InvalidUtf8 : public Error {
   std::size_t offset_;
 };
 
+// How tokenizer.json spells byte `b` in a byte-level vocabulary (GPT-2's map: printable Latin-1
+// as itself, the other 68 bytes as U+0100 onwards), in UTF-8: "Ġ" for a space.
+std::string byte_level_spelling(unsigned char b);
+
 class BpeTokenizer {
  public:
   // Reads a tokenizer.json; every problem is a tidal::Error naming the file and the key.

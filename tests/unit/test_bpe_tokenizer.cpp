@@ -21,26 +21,6 @@ namespace {
 using Ids = std::vector<std::uint32_t>;
 namespace fs = std::filesystem;
 
-// GPT-2's character for a byte: printable Latin-1 as itself, the rest from U+0100 on.
-std::string byte_char(unsigned b) {
-  unsigned c = b, extra = 256;
-  for (unsigned x = 0; x < 256; ++x) {
-    const bool printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174;
-    if (!printable) {
-      if (x == b) c = extra;
-      ++extra;
-    }
-  }
-  std::string out;
-  if (c < 0x80) {
-    out += char(c);
-  } else {
-    out += char(0xC0 | (c >> 6));
-    out += char(0x80 | (c & 0x3F));
-  }
-  return out;
-}
-
 // Merges in rank order, in tokenizer.json's spelling (Ġ is a space, ĉ a tab, Ċ a newline).
 const std::vector<std::pair<std::string, std::string>> kMerges = {
     {"Ġ", "t"},   {"h", "e"},  {"Ġt", "he"}, {"i", "n"},  {"n", "g"}, {"in", "g"}, {"a", "a"},
@@ -60,7 +40,7 @@ class BpeTokenizer : public ::testing::Test {
   // The tokenizer.json: the 256 byte tokens (id = byte), the merges' tokens, then <|endoftext|>.
   static nlohmann::json tiny_json() {
     nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
-    for (unsigned b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+    for (unsigned b = 0; b < 256; ++b) vocab[data::byte_level_spelling(static_cast<unsigned char>(b))] = b;
     for (const auto& [l, r] : kMerges) {
       if (!vocab.contains(l + r)) vocab[l + r] = vocab.size();
       merges.push_back(l + " " + r);

@@ -73,26 +73,12 @@ const std::vector<std::string> kSpecial = {"<|im_start|>", "<|im_end|>", "<|begi
                                            "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
 constexpr std::int32_t kImStart = 256, kImEnd = 257;
 
-std::string byte_char(unsigned b) {  // GPT-2's character for a byte
-  unsigned c = b, extra = 256;
-  for (unsigned x = 0; x < 256; ++x) {
-    const bool printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174;
-    if (printable) continue;
-    if (x == b) c = extra;
-    ++extra;
-  }
-  std::string out;
-  if (c < 0x80) return out += char(c);
-  out += char(0xC0 | (c >> 6));
-  return out += char(0x80 | (c & 0x3F));
-}
-
 class ChatData : public ::testing::Test {
  protected:
   ChatData() : dir_(fs::temp_directory_path() / ("chat-data-" + std::to_string(::getpid()))) {
     fs::create_directories(dir_);
     nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
-    for (unsigned b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+    for (unsigned b = 0; b < 256; ++b) vocab[data::byte_level_spelling(static_cast<unsigned char>(b))] = b;
     for (std::size_t i = 0; i < kSpecial.size(); ++i)
       added.push_back({{"id", 256 + i}, {"content", kSpecial[i]}, {"special", true}, {"normalized", false}});
     const nlohmann::json tokenizer{
