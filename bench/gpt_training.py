@@ -348,16 +348,22 @@ def torch_train(shape, batch, steps, warmup, precision, device, mode, threads=No
     return record
 
 
+def print_job(train, job):
+    """One run of a side-by-side benchmark in its own process: train(**job)'s record as one JSON line,
+    or what failed (the benchmark reports it and goes on with the other systems)."""
+    try:
+        record = train(**job)
+    except Exception as e:
+        traceback.print_exc()
+        record = {"failed": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"}
+    print(json.dumps(record))
+
+
 def main():
     job = json.loads(sys.argv[1])
     kind = MixtralShape if "experts" in job["shape"] else LlamaShape if "n_kv_head" in job["shape"] else GptShape
     job["shape"] = kind(**job["shape"])
-    try:
-        record = torch_train(**job)
-    except Exception as e:  # reported to the benchmark, which goes on with the other systems
-        traceback.print_exc()
-        record = {"failed": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"}
-    print(json.dumps(record))
+    print_job(torch_train, job)
 
 
 if __name__ == "__main__":

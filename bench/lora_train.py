@@ -25,11 +25,10 @@ import os
 import subprocess
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cpu_train_vs_torch import DEFAULT_VENV, blas_kernels, median_run, torch2_python  # noqa: E402
-from gpt_training import OPTIMIZER, LlamaShape, run_tidal, tidal_sets, torch_llama  # noqa: E402
+from gpt_training import OPTIMIZER, LlamaShape, print_job, run_tidal, tidal_sets, torch_llama  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP = 3
@@ -124,13 +123,7 @@ def main():
         ap.add_argument("--" + key.replace("_", "-"), type=int, default=0)
     args = ap.parse_args()
     if args.peft_job:
-        job = json.loads(args.peft_job)
-        try:
-            record = peft_train(**job)
-        except Exception as e:  # reported to the benchmark, which goes on with the other systems
-            traceback.print_exc()
-            record = {"failed": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"}
-        print(json.dumps(record))
+        print_job(peft_train, json.loads(args.peft_job))
         return
     shape, batch = LlamaShape.from_toml(os.path.join(ROOT, "configs", "llama-tiny.toml"))
     changes = {k: v for k, v in {"n_layer": args.layers, "n_embd": args.width, "intermediate_size": args.intermediate,

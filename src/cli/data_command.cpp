@@ -18,8 +18,7 @@ namespace {
 // One token as text: its bytes through the tokenizer, else its id.
 std::string token_text(const std::optional<data::BpeTokenizer>& tokenizer, std::int32_t id) {
   if (!tokenizer) return fmt::format("{} ", id);
-  const auto u = std::uint32_t(id);
-  return tokenizer->decode(std::span(&u, 1));
+  return std::string(tokenizer->bytes_of(std::uint32_t(id)));
 }
 
 // Sample `row` of the batch: each document on lines of its own, trained targets between marks.

@@ -625,6 +625,12 @@ std::string BpeTokenizer::decode(std::span<const std::uint32_t> ids) const {
   return out;
 }
 
+std::string_view BpeTokenizer::bytes_of(std::uint32_t id) const {
+  TIDAL_CHECK(id < token_bytes_.size() && !token_bytes_[id].empty(), "id {} is not in the vocabulary (vocab_size {})",
+              id, vocab_size_);
+  return token_bytes_[id];
+}
+
 std::optional<std::uint32_t> BpeTokenizer::token_id(std::string_view token) const {
   const auto it = token_ids_.find(std::string(token));
   if (it == token_ids_.end()) return std::nullopt;

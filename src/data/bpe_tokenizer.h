@@ -55,6 +55,10 @@ class BpeTokenizer {
   // The bytes of the ids, added tokens as their content. An id outside the vocabulary is an error.
   std::string decode(std::span<const std::uint32_t> ids) const;
 
+  // The bytes of one id (an added token's content), as decode() gives them; an id outside the
+  // vocabulary is an error.
+  std::string_view bytes_of(std::uint32_t id) const;
+
   // Largest id + 1 over the vocabulary and the added tokens.
   std::uint32_t vocab_size() const { return vocab_size_; }
   // The id of a token as tokenizer.json spells it (a vocabulary key such as "Ġthe", or an added

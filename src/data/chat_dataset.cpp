@@ -165,7 +165,7 @@ ChatDataset::Encoded ChatDataset::encode(const Line& line) const {
     while (answer < chat.answers.size() && chat.answers[answer].second <= offset) ++answer;
     e.tokens.push_back(std::int32_t(id));
     e.trained.push_back(answer < chat.answers.size() && chat.answers[answer].first <= offset);
-    offset += tokenizer_.decode(std::span(&id, 1)).size();
+    offset += tokenizer_.bytes_of(id).size();
   }
   TIDAL_CHECK(offset == chat.text.size(),
               "{} line {}: the tokens of the rendered conversation do not spell its {} bytes (an added token of the "

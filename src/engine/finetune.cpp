@@ -99,6 +99,12 @@ std::optional<HfLoadReport> hold_frozen_base(const config::Config& cfg, std::spa
   return loaded;
 }
 
+std::int64_t frozen_base_bytes(std::span<nn::Parameter* const> frozen) {
+  std::int64_t bytes = 0;
+  for (const nn::Parameter* p : frozen) bytes += p->nf4 ? p->nf4->bytes() : std::int64_t(p->data.nbytes());
+  return bytes;
+}
+
 std::string load_peft_adapters(const std::string& dir, const config::Config& cfg,
                                std::span<nn::Parameter* const> params) {
   check_adapter_config(dir, cfg);

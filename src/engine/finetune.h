@@ -30,6 +30,9 @@ std::unique_ptr<models::Model> build_model(const config::Config& cfg, nn::LayerF
 std::optional<HfLoadReport> hold_frozen_base(const config::Config& cfg, std::span<nn::Parameter* const> frozen,
                                              Allocator& tier);
 
+// The bytes the frozen base holds as hold_frozen_base left it: NF4 codes, or the compute-dtype tensors.
+std::int64_t frozen_base_bytes(std::span<nn::Parameter* const> frozen);
+
 // Fills the adapters among `params` (this rank's, materialized) from the PEFT directory `dir`,
 // whose adapter_config.json must agree with the [finetune] section (rank, alpha, targets); returns
 // a progress line. A directory that disagrees or lacks a tensor is a tidal::Error naming it.

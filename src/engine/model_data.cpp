@@ -4,6 +4,7 @@
 #include "core/bytes.h"
 #include "core/gpu.h"
 #include "engine/checkpoint/reader.h"
+#include "engine/finetune.h"
 #include "distributed/gradient_reducer.h"
 #include "distributed/rank_chunks.h"
 #include "memory/chunk_manager.h"
@@ -27,15 +28,6 @@ Allocator& host_tier(const config::Config& cfg) {
 }
 
 namespace {
-
-// The bytes of a LoRA run's frozen base held on the device tier (finetune.base_offload = "none").
-std::int64_t frozen_base_on_device(const config::Config& cfg, const pipeline::PipelineEngine& engine) {
-  std::int64_t bytes = 0;
-  if (cfg.finetune.base_offload == config::BaseOffload::none)
-    for (const nn::Parameter* p : engine.frozen_parameters())
-      bytes += p->nf4 ? p->nf4->bytes() : std::int64_t(p->data.nbytes());
-  return bytes;
-}
 
 ops::AdamWOptions adamw_options(const config::TrainConfig& tc) {
   return {.lr = float(tc.lr), .beta1 = float(tc.beta1), .beta2 = float(tc.beta2), .eps = 1e-8f,
@@ -180,7 +172,8 @@ class ChunkModelData final : public ModelData {
                  parallel::ParallelContext& pc, nn::Runner& runner, const std::string& resume_path, std::int64_t accum,
                  bool enforce_device_limit)
       : engine_(engine), pc_(pc), group_(distributed::chunk_group(pc)), options_(adamw_options(cfg.train)),
-        device_(&device_tier(cfg)), frozen_on_device_(frozen_base_on_device(cfg, engine)) {
+        device_(&device_tier(cfg)), frozen_on_device_(cfg.finetune.base_offload == config::BaseOffload::none
+                              ? frozen_base_bytes(engine.frozen_parameters()) : 0) {
     const std::vector<nn::Parameter*>& params = engine.parameters();
     // memory.embedding_on_host: the embedding layer's parameters in chunk lists of their own on the
     // host (patrickstar-v1 sec. 8.2 keeps them out of chunks; lists of their own give them the

@@ -614,9 +614,6 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
   summary.tokens_per_s = timed_steps ? double(timed_steps * B * T) / timed_seconds : 0.0;
   summary.entropy_floor = floor;
   summary.model_data = model_data->memory();
-  std::int64_t frozen_bytes = 0;  // a frozen base (finetune.method = "lora"), on the tier frozen_on names
-  for (const nn::Parameter* p : engine.frozen_parameters())
-    frozen_bytes += p->nf4 ? p->nf4->bytes() : std::int64_t(p->data.nbytes());
   nlohmann::json record = {{"summary", true},
                            {"completed", end == tc.steps},
                            {"steps", end},
@@ -626,7 +623,7 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
                            {"parameters", model->num_parameters()},
                            {"parameters_trained", model->num_parameters(true)},
                            {"optimizer_state_bytes", model_data->optimizer_state_bytes()},
-                           {"frozen_bytes", frozen_bytes},
+                           {"frozen_bytes", frozen_base_bytes(engine.frozen_parameters())},  // on the tier frozen_on names
                            {"frozen_on", base_stream ? "host" : "device"},
                            {"peak_bytes", {{"host", host_allocator().peak_bytes()}, {"activations", activations->peak_bytes()}}},
                            {"activation_checkpointing", config::name_of(tc.activation_checkpointing)},
