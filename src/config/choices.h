@@ -41,8 +41,8 @@ enum class ChatFormat { tokenizer, chatml, llama3 };
 enum class FinetuneMethod { full, lora };
 // finetune.base_dtype: a LoRA run's frozen base in the compute precision, or its linears in NF4 (QLoRA).
 enum class BaseDType { compute, nf4 };
-// finetune.base_offload: a LoRA run's frozen base on the device tier, or on the host, streamed.
-enum class BaseOffload { none, host };
+// finetune.base_offload: a LoRA run's frozen base on the device tier, or on the host or disk, streamed.
+enum class BaseOffload { none, host, disk };
 
 // Names<E>::table: every value of E with its config name.
 template <class E>
@@ -78,8 +78,8 @@ struct Names<ChatFormat> {
 };
 template <>
 struct Names<BaseOffload> {
-  static constexpr std::pair<BaseOffload, std::string_view> table[] = {{BaseOffload::none, "none"},
-                                                                       {BaseOffload::host, "host"}};
+  static constexpr std::pair<BaseOffload, std::string_view> table[] = {
+      {BaseOffload::none, "none"}, {BaseOffload::host, "host"}, {BaseOffload::disk, "disk"}};
 };
 template <>
 struct Names<DataKind> {

@@ -255,10 +255,11 @@ void validate_memory(const Config& c, bool images) {
   TIDAL_CHECK(offload || c.memory.host_limit.empty(),
               "memory.host_limit caps the chunks the host holds beside a device tier: set memory.offload to \"chunk\" "
               "or \"static\" (it is \"none\"), or leave memory.host_limit unset");
-  TIDAL_CHECK(c.memory.disk_dir.empty() || (offload && !c.memory.host_limit.empty()),
+  TIDAL_CHECK(c.memory.disk_dir.empty() || (offload && !c.memory.host_limit.empty()) ||
+                  c.finetune.base_offload == BaseOffload::disk,
               "memory.disk_dir keeps the optimizer states that do not fit under memory.host_limit in a file: set "
-              "memory.offload to \"chunk\" or \"static\" (it is \"{}\") and memory.host_limit (it is \"{}\"), or leave "
-              "memory.disk_dir unset",
+              "memory.offload to \"chunk\" or \"static\" (it is \"{}\") and memory.host_limit (it is \"{}\"), or "
+              "finetune.base_offload = \"disk\" (a LoRA run's frozen base), or leave memory.disk_dir unset",
               c.memory.offload, c.memory.host_limit);
   if (c.memory.embedding_on_host) {
     TIDAL_CHECK(offload,
@@ -285,11 +286,14 @@ void validate_finetune(const Config& c) {
                 "finetune.base_dtype = \"nf4\" holds a frozen base, and finetune.method = \"full\" trains every "
                 "parameter: set finetune.method = \"lora\" (QLoRA), or leave finetune.base_dtype unset");
     TIDAL_CHECK(f.base_offload == BaseOffload::none,
-                "finetune.base_offload = \"host\" streams a frozen base, and finetune.method = \"full\" trains every "
+                "finetune.base_offload = \"{}\" streams a frozen base, and finetune.method = \"full\" trains every "
                 "parameter (memory.offload moves those): set finetune.method = \"lora\", or leave "
-                "finetune.base_offload unset");
+                "finetune.base_offload unset", f.base_offload);
     return;
   }
+  TIDAL_CHECK(f.base_offload != BaseOffload::disk || !c.memory.disk_dir.empty(),
+              "finetune.base_offload = \"disk\" keeps the frozen base in a file: set memory.disk_dir to a directory "
+              "with room for it (tidal plan gives frozen_bytes), e.g. --set memory.disk_dir=/tmp");
   TIDAL_CHECK(f.lora_alpha > 0, "finetune.lora_alpha must be > 0, got {}", f.lora_alpha);
   TIDAL_CHECK(f.lora_dropout >= 0 && f.lora_dropout < 1, "finetune.lora_dropout must be in [0, 1), got {}",
               f.lora_dropout);
@@ -325,11 +329,6 @@ void check_layout(const Config& c) {
               "model.type = \"{}\" routes each token by its whole hidden state, and parallel.tensor.mode = \"{}\" "
               "splits it by features: use parallel.tensor.mode = \"1d\" (it splits each expert), or "
               "parallel.tensor.size = 1", c.model.type, parallel::tensor_mode_name(p.tensor.mode));
-  TIDAL_CHECK(c.finetune.method != FinetuneMethod::lora || p.tensor.size == 1 ||
-                  p.tensor.mode == parallel::TensorMode::d1,
-              "finetune.method = \"lora\" splits its adapters as 1D tensor parallelism splits their linears, and "
-              "parallel.tensor.mode = \"{}\": use parallel.tensor.mode = \"1d\" (or parallel.tensor.size = 1)",
-              parallel::tensor_mode_name(p.tensor.mode));
   TIDAL_CHECK(p.expert == 1 || models::find_family(c.model.type).routed,
               "parallel.expert = {} spreads a mixture's experts over ranks, and model.type = \"{}\" has none: use "
               "model.type = \"mixtral\" or \"qwen2_moe\", or parallel.expert = 1", p.expert, c.model.type);

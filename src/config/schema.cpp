@@ -262,7 +262,8 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(memory.disk_dir,
                 "directory of the disk tier under memory.offload and memory.host_limit: the optimizer states (fp32 "
                 "master, momentum, variance) of the last chunks the host cannot hold live in a file there, read and "
-                "written back at each step (\"\" = none)"),
+                "written back at each step; and a LoRA run's frozen base under finetune.base_offload = \"disk\" "
+                "(\"\" = none)"),
       TIDAL_KEY(memory.chunk_size, "chunk elements (0 = searched)"),
       TIDAL_KEY(memory.eviction, "belady (the chunk used again furthest ahead, from the trace) | lru"),
       TIDAL_KEY(memory.warmup_fraction,
@@ -299,7 +300,8 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(finetune.base_offload,
                 "lora: where the frozen base lives: none (on the device tier, all along) | host (in host memory, each "
                 "module's weights copied into the step's memory while it runs and dropped after: the device holds the "
-                "adapters, their optimizer state, the activations and one module's weights at a time)"),
+                "adapters, their optimizer state, the activations and one module's weights at a time) | disk (in a "
+                "file in memory.disk_dir, read into the step's memory the same way: the host holds none of it)"),
       TIDAL_KEY(finetune.adapters_from,
                 "lora: a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) whose adapters "
                 "start the run, on the base of model.init_from (\"\" = PEFT's init: A random, B zeros)"),

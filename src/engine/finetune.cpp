@@ -2,8 +2,9 @@
 
 #include "config/options.h"
 #include "core/error.h"
-#include "engine/hf_checkpoint.h"
 #include "core/process.h"
+#include "engine/hf_checkpoint.h"
+#include "engine/model_data.h"
 #include "io/safetensors.h"
 #include "models/factory.h"
 #include "models/lora.h"
@@ -63,20 +64,28 @@ void check_adapter_config(const std::string& dir, const config::Config& cfg) {
 
 }  // namespace
 
-std::unique_ptr<models::Model> build_model(const config::Config& cfg, nn::LayerFactory& layers,
-                                           comm::Communicator* tensor_group) {
+std::unique_ptr<models::Model> build_model(const config::Config& cfg, nn::LayerFactory& layers) {
   auto model = models::make_model(cfg.model, config::checkpoint_policy(cfg.train), layers,
                                   cfg.memory.embedding_on_host);
   if (const std::optional<models::LoraSpec> lora = config::lora_spec(cfg))
-    models::attach_lora(*model, cfg.model, *lora, tensor_group);
+    models::attach_lora(*model, cfg.model, *lora);
   return model;
 }
 
-std::optional<HfLoadReport> hold_frozen_base(const config::Config& cfg, std::span<nn::Parameter* const> frozen,
-                                             Allocator& tier) {
+HeldBase hold_frozen_base(const config::Config& cfg, std::span<nn::Parameter* const> frozen, int rank) {
   const std::set<std::string> quantized =
       cfg.finetune.base_dtype == config::BaseDType::nf4 ? models::linear_weights(cfg.model) : std::set<std::string>{};
-  std::optional<HfLoadReport> loaded;
+  HeldBase held;
+  std::optional<HfLoadReport>& loaded = held.loaded;
+  const config::BaseOffload where = cfg.finetune.base_offload;
+  if (where == config::BaseOffload::disk) {
+    std::int64_t bytes = 0;
+    for (const nn::Parameter* p : frozen)
+      bytes += quantized.count(p->name) ? ops::nf4_bytes(p->shape.numel())
+                                        : p->shape.numel() * std::int64_t(dtype_size(cfg.train.precision));
+    held.stream = std::make_unique<memory::FrozenBaseStream>(cfg.memory.disk_dir, rank, bytes);
+  }
+  Allocator& tier = where == config::BaseOffload::host ? host_tier(cfg) : device_tier(cfg);
   if (!cfg.model.init_from.empty()) loaded.emplace().rss_before_bytes = resident_bytes();
   for (nn::Parameter* p : frozen) {
     if (loaded) p->data = Tensor::empty(p->shape, cfg.train.precision, host_allocator());  // the file's values
@@ -90,13 +99,19 @@ std::optional<HfLoadReport> hold_frozen_base(const config::Config& cfg, std::spa
       loaded->peak_rss_bytes = std::max(loaded->peak_rss_bytes, r.peak_rss_bytes);
     }
     if (quantized.count(p->name)) {
-      p->nf4 = std::make_shared<const ops::Nf4Weight>(ops::nf4_quantize(p->data).to(tier));
+      p->nf4 = std::make_shared<const ops::Nf4Weight>(ops::nf4_quantize(p->data));
       p->data = Tensor();
+    }
+    if (held.stream) {
+      held.stream->store(*p);  // into the file; the host copy goes
+    } else if (p->nf4) {
+      p->nf4 = std::make_shared<const ops::Nf4Weight>(p->nf4->to(tier));
     } else {
       p->data = p->data.clone(tier);
     }
   }
-  return loaded;
+  if (where == config::BaseOffload::host) held.stream = std::make_unique<memory::FrozenBaseStream>(frozen);
+  return held;
 }
 
 std::int64_t frozen_base_bytes(std::span<nn::Parameter* const> frozen) {

@@ -7,6 +7,7 @@
 #include "config/config.h"
 #include "engine/checkpoint/reader.h"
 #include "engine/hf_checkpoint.h"
+#include "memory/frozen_stream.h"
 #include "models/model.h"
 #include "nn/layer_factory.h"
 
@@ -18,17 +19,22 @@
 namespace tidal::engine {
 
 // The run's model from `layers`: the family's, with its adapters attached and the rest frozen
-// under finetune.method = "lora" (split over `tensor_group` beside 1D tensor-parallel linears).
-std::unique_ptr<models::Model> build_model(const config::Config& cfg, nn::LayerFactory& layers,
-                                           comm::Communicator* tensor_group = nullptr);
+// under finetune.method = "lora" (split as their linears are: models/lora.h).
+std::unique_ptr<models::Model> build_model(const config::Config& cfg, nn::LayerFactory& layers);
+
+// This rank's frozen base as hold_frozen_base left it: what came from model.init_from (nothing
+// without it), and the stream that brings it to each module (null when it is on the device tier).
+struct HeldBase {
+  std::optional<HfLoadReport> loaded;
+  std::unique_ptr<memory::FrozenBaseStream> stream;
+};
 
 // Makes this rank's frozen base (finetune.method = "lora") one parameter at a time, so the host
 // never holds more of it than one parameter beside it: in the compute precision from model.init_from's
-// tensor (else initialised from the seed), then held in `tier` (the device tier, or the host's under
-// finetune.base_offload = "host") - quantized to NF4 under finetune.base_dtype = "nf4" (its
-// linears), as it is otherwise. Returns what was loaded from model.init_from (nothing without it).
-std::optional<HfLoadReport> hold_frozen_base(const config::Config& cfg, std::span<nn::Parameter* const> frozen,
-                                             Allocator& tier);
+// tensor (else initialised from the seed), quantized to NF4 under finetune.base_dtype = "nf4" (its
+// linears), then held where finetune.base_offload says - the device tier, the host tier, or a file
+// in memory.disk_dir (the last two streamed).
+HeldBase hold_frozen_base(const config::Config& cfg, std::span<nn::Parameter* const> frozen, int rank);
 
 // The bytes the frozen base holds as hold_frozen_base left it: NF4 codes, or the compute-dtype tensors.
 std::int64_t frozen_base_bytes(std::span<nn::Parameter* const> frozen);

@@ -188,7 +188,7 @@ struct Trainer::Run {
         metrics(pc.is_main() ? options.metrics_path : "", pc.is_main() ? cfg.train.tensorboard_dir : ""),
         dataset(data::make_dataset(config::data_options(cfg))),
         layers(nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered})),
-        model(build_model(cfg, *layers, &pc.group(parallel::GroupKind::tensor))),
+        model(build_model(cfg, *layers)),
         replicas(pc.layout().spec().data),
         replica(pc.coordinates().data),
         B(cfg.train.batch_size),
@@ -254,7 +254,7 @@ struct Trainer::Run {
   std::optional<optim::LossScaler> scaler;
   LrSchedule schedule;
   std::optional<double> floor;
-  // finetune.base_offload = "host": the frozen base on the host, each module's weights fetched as it runs.
+  // finetune.base_offload = "host" or "disk": the frozen base there, each module's weights fetched as it runs.
   std::unique_ptr<memory::FrozenBaseStream> base_stream;
   std::unique_ptr<ModelData> model_data;  // made by prepare()
   // Checkpoints (engine/checkpoint/checkpointer.h); declared after the model data, so it goes
@@ -275,13 +275,11 @@ void Trainer::Run::prepare() {
   // Under adapters the checkpoint holds them alone: the base comes from model.init_from again.
   const bool adapters = cfg.finetune.method == config::FinetuneMethod::lora;
   std::optional<HfLoadReport> loaded;
-  const bool streamed = cfg.finetune.base_offload == config::BaseOffload::host;
   if (adapters) {
-    loaded = hold_frozen_base(cfg, engine.frozen_parameters(), streamed ? host_tier(cfg) : device_tier(cfg));
-    if (streamed) {
-      base_stream = std::make_unique<memory::FrozenBaseStream>(engine.frozen_parameters());
-      runner.add_hooks(base_stream.get());
-    }
+    HeldBase base = hold_frozen_base(cfg, engine.frozen_parameters(), pc.rank());
+    loaded = std::move(base.loaded);
+    base_stream = std::move(base.stream);
+    if (base_stream) runner.add_hooks(base_stream.get());
   } else if (!cfg.model.init_from.empty() && options.resume_path.empty()) {
     loaded = load_hf_weights(cfg.model.init_from, cfg.model, engine.parameters());
   }
@@ -624,7 +622,7 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
                            {"parameters_trained", model->num_parameters(true)},
                            {"optimizer_state_bytes", model_data->optimizer_state_bytes()},
                            {"frozen_bytes", frozen_base_bytes(engine.frozen_parameters())},  // on the tier frozen_on names
-                           {"frozen_on", base_stream ? "host" : "device"},
+                           {"frozen_on", base_stream ? config::name_of(cfg.finetune.base_offload) : "device"},
                            {"peak_bytes", {{"host", host_allocator().peak_bytes()}, {"activations", activations->peak_bytes()}}},
                            {"activation_checkpointing", config::name_of(tc.activation_checkpointing)},
                            {"precision", config::name_of(tc.precision)},

@@ -57,22 +57,25 @@ std::int64_t DiskStore::offset_of(int record) const {
   return std::int64_t(record) * std::int64_t(record_bytes_);
 }
 
-void DiskStore::write(int record, const void* from) {
-  const std::int64_t at = offset_of(record);
+void DiskStore::write(int record, const void* from) { write(record, 0, record_bytes_, from); }
+
+void DiskStore::write(int record, std::size_t offset, std::size_t bytes, const void* from) {
+  TIDAL_ASSERT(offset + bytes <= record_bytes_, "bytes [{}, +{}) of a record of {}", offset, bytes, record_bytes_);
+  const std::int64_t at = offset_of(record) + std::int64_t(offset);
   const char* p = static_cast<const char*>(from);
   std::size_t done = 0;
-  while (done < record_bytes_) {
-    const ssize_t n = ::pwrite(fd_, p + done, record_bytes_ - done, off_t(at + std::int64_t(done)));
+  while (done < bytes) {
+    const ssize_t n = ::pwrite(fd_, p + done, bytes - done, off_t(at + std::int64_t(done)));
     if (n < 0 && errno == EINTR) continue;
     // pwrite returns 0 only for a zero-length request; a short count continues where it stopped.
     if (n <= 0)
       throw Error(fmt::format("the disk tier could not write {} bytes at offset {} of {} ({}): free room in "
                               "memory.disk_dir = \"{}\", or point it at another disk",
-                              record_bytes_ - done, at + std::int64_t(done), path_,
+                              bytes - done, at + std::int64_t(done), path_,
                               n < 0 ? errno_text(errno) : "no progress", dir_));
     done += std::size_t(n);
   }
-  bytes_written_.fetch_add(std::int64_t(record_bytes_), std::memory_order_relaxed);
+  bytes_written_.fetch_add(std::int64_t(bytes), std::memory_order_relaxed);
 }
 
 void DiskStore::read(int record, void* into) { read(record, 0, record_bytes_, into); }

@@ -1,5 +1,6 @@
 // The disk tier's file: fixed-size records of bytes in one file per process, the memory the
-// disk tier (disk_tier.h) keeps optimizer states in. PatrickStar stops at the host
+// disk tier (disk_tier.h) keeps optimizer states in, and a LoRA run's frozen base streamed from
+// disk (frozen_stream.h) in one record. PatrickStar stops at the host
 // (patrickstar-v2 sec. 7.4: "has not yet explore NVMe memory space"); ZeRO-Infinity goes on to
 // NVMe, and so does this.
 //
@@ -32,6 +33,7 @@ class DiskStore {
   void write(int record, const void* from);
   void read(int record, void* into);
   // Bytes [offset, offset + bytes) of a record.
+  void write(int record, std::size_t offset, std::size_t bytes, const void* from);
   void read(int record, std::size_t offset, std::size_t bytes, void* into);
 
   const std::string& path() const { return path_; }

@@ -130,8 +130,7 @@ std::vector<io::HfTensorSource> lora_hf_tensors(const ModelConfig& m, const std:
   return out;
 }
 
-std::vector<nn::LowRankAdapter*> attach_lora(Model& model, const ModelConfig& m, const LoraSpec& spec,
-                                             comm::Communicator* tensor_group) {
+std::vector<nn::LowRankAdapter*> attach_lora(Model& model, const ModelConfig& m, const LoraSpec& spec) {
   const std::vector<io::HfTensorSource> sources = hf_adapter(m).tensors(m);
   model.assign_names("");  // the linears are found by their weights' names
   std::vector<nn::LowRankAdapter*> adapters;
@@ -144,7 +143,7 @@ std::vector<nn::LowRankAdapter*> attach_lora(Model& model, const ModelConfig& m,
     nn::Module* linear = user_of(model, w);
     TIDAL_ASSERT(linear != nullptr, "{}: no module reads {}", m.type, w.name);
     TIDAL_ASSERT(w.shape.size() == 2, "{}: {}", w.name, w.shape.str());
-    auto adapter = std::make_unique<nn::LowRankAdapter>(w, std::move(a.blocks), spec.options, tensor_group);
+    auto adapter = std::make_unique<nn::LowRankAdapter>(w, std::move(a.blocks), spec.options, linear->adapter_split());
     adapters.push_back(adapter.get());
     linear->attach_adapter(std::move(adapter));
   }

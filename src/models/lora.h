@@ -37,10 +37,9 @@ std::vector<io::HfTensorSource> lora_hf_tensors(const ModelConfig& m, const std:
                                                 int rank);
 
 // Attaches the adapters to `model` (built, not yet materialized) and freezes the rest;
-// returns them in the model's order. A target that names none of the family's linears is an error
-// that lists them. `tensor_group`: the group a 1D tensor-parallel model's linears are split over.
-std::vector<nn::LowRankAdapter*> attach_lora(Model& model, const ModelConfig& m, const LoraSpec& spec,
-                                             comm::Communicator* tensor_group = nullptr);
+// returns them in the model's order, each split as its linear says (Module::adapter_split). A
+// target that names none of the family's linears is an error that lists them.
+std::vector<nn::LowRankAdapter*> attach_lora(Model& model, const ModelConfig& m, const LoraSpec& spec);
 
 // Folds every adapter into its linear's weight: W[block] += (alpha / r) B A, on the host in fp32
 // (what PEFT's merge_and_unload computes). The adapters stay attached: call it on a model that

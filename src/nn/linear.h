@@ -7,7 +7,7 @@ namespace tidal::nn {
 
 // The weight's values for a product in `dtype`: its data, or an NF4 weight (Parameter::nf4)
 // dequantized whole into memory of its own, for this product only (QLoRA's "dequantize, then
-// multiply in the compute dtype").
+// multiply in the compute dtype"; the grid's and the cube's SUMMA products, which send the block).
 Tensor linear_weight(const Parameter& weight, DType dtype);
 
 // The matrix products of a linear layer on 2-D views, shared by Linear and the tensor-parallel

@@ -9,17 +9,25 @@
 
 namespace tidal::nn {
 
+namespace {
+
+int parts(const AdapterSplit::Features& f) { return f.group ? f.group->size() : 1; }
+int block_index(const AdapterSplit::Features& f) { return f.group ? f.group->rank() : 0; }
+
+}  // namespace
+
 LowRankAdapter::LowRankAdapter(const Parameter& weight, std::vector<LoraTarget> targets, const LoraOptions& options,
-                               comm::Communicator* group)
-    : group_(group), in_(weight.shape[1]), out_(weight.shape[0]), rank_(options.rank),
-      scale_(options.alpha / float(options.rank)), targets_(std::move(targets)) {
+                               const AdapterSplit& split)
+    : split_(split), rank_(options.rank), scale_(options.alpha / float(options.rank)), targets_(std::move(targets)) {
   TIDAL_ASSERT(rank_ > 0 && !targets_.empty(), "an adapter of rank {} over {} targets", rank_, targets_.size());
   const Shape full = weight.full_shape.size() ? weight.full_shape : weight.shape;
-  if (full[0] != out_) split_ = Split::rows;
-  else if (full[1] != in_) split_ = Split::columns;
-  TIDAL_ASSERT(split_ == Split::none || group_ != nullptr, "{}: a split weight's adapter without its group", weight.name);
-  // A split by rows: each segment's slice of s rows of S (the weight's own block, nn/parameter.h).
-  const std::int64_t S = full[0] / weight.segments, s = out_ / weight.segments;
+  const int segments = weight.segments;
+  TIDAL_ASSERT(full[1] % parts(split_.in) == 0 && full[0] % (segments * parts(split_.out)) == 0,
+               "{}: {} over {} input and {} output blocks", weight.name, full.str(), parts(split_.in), parts(split_.out));
+  in_ = full[1] / parts(split_.in);
+  out_ = full[0] / parts(split_.out);
+  // B's rows split: each segment's block of s rows of S, as the linear's output features (nn/parameter.h).
+  const std::int64_t S = full[0] / segments, s = S / parts(split_.out);
   std::int64_t end = 0;
   for (LoraTarget& t : targets_) {
     TIDAL_ASSERT(t.first_row >= end && t.rows > 0 && t.first_row + t.rows <= full[0], "{}: rows [{}, {}) of {}",
@@ -28,26 +36,43 @@ LowRankAdapter::LowRankAdapter(const Parameter& weight, std::vector<LoraTarget> 
     // PEFT: nn.init.kaiming_uniform_(A, a=sqrt(5)), a bound of sqrt(6 / ((1 + 5) in)) = 1 / sqrt(in).
     Parameter& a = add_parameter(t.name + ".A", {rank_, in_}, ParameterInit::uniform(1.0f / std::sqrt(float(full[1]))));
     Parameter& b = add_parameter(t.name + ".B", {t.rows, rank_}, ParameterInit::zeros());
-    if (split_ == Split::rows) {  // A whole on every rank; B's rows as the weight's, whole segments
+    if (parts(split_.in) > 1) {
+      a.full_shape = {rank_, full[1]};
+      a.offset = {0, block_index(split_.in) * in_};
+    }
+    if (parts(split_.out) > 1) {
       TIDAL_ASSERT(t.first_row % S == 0 && t.rows % S == 0, "{}: rows [{}, {}) are not whole segments of {}", t.name,
                    t.first_row, t.first_row + t.rows, S);
-      a.copies = group_->size();
       b.full_shape = {t.rows, rank_};
-      b.offset = {weight.offset[0], 0};
+      b.offset = {block_index(split_.out) * s, 0};
       b.segments = int(t.rows / S);
       b.shape = {b.segments * s, rank_};
       t = {.name = t.name, .first_row = t.first_row / S * s, .rows = b.segments * s};
-    } else if (split_ == Split::columns) {  // A's columns as the weight's; B whole on every rank
-      a.full_shape = {rank_, full[1]};
-      a.offset = {0, weight.offset[1]};
-      b.copies = group_->size();
     }
+    a.copies = split_.in.copies;
+    a.replicas = split_.in.replicas;
+    b.copies = split_.out.copies;
+    b.replicas = split_.out.replicas;
     // A mixture's expert (nn/moe.h): its adapters go where it goes, summed over the same ranks.
     a.expert_group = b.expert_group = weight.expert_group;
     a_.push_back(&a);
     b_.push_back(&b);
   }
   if (options.dropout > 0.0f) dropout_ = &add_module("dropout", std::make_unique<Dropout>(options.dropout));
+}
+
+Tensor LowRankAdapter::to_output(Tensor h) const {
+  if (split_.samples_cross)
+    return tp::reduce_scatter_along(tp::all_gather_along(h, *split_.out.group, 0), *split_.in.group, 0);
+  if (parts(split_.in) > 1) return tp::ReduceFromGroup::forward(std::move(h), *split_.in.group);  // the parts summed
+  return h;
+}
+
+Tensor LowRankAdapter::to_input(Tensor dh) const {
+  if (split_.samples_cross)
+    return tp::reduce_scatter_along(tp::all_gather_along(dh, *split_.in.group, 0), *split_.out.group, 0);
+  if (parts(split_.out) > 1) return tp::CopyToGroup::backward(std::move(dh), *split_.out.group);  // every block's rows
+  return dh;
 }
 
 Tensor LowRankAdapter::forward(const Tensor& x, Context& ctx) {
@@ -63,7 +88,7 @@ Tensor LowRankAdapter::forward(const Tensor& x, Context& ctx) {
     const LoraTarget& t = targets_[i];
     Tensor h = ctx.empty({N, rank_}, x.dtype());
     ops::gemm(h, x2, a_[i]->data, {.trans_b = true});  // h = x A^T
-    if (split_ == Split::columns) h = tp::ReduceFromGroup::forward(std::move(h), *group_);  // the ranks' parts summed
+    h = to_output(std::move(h));
     if (whole(i)) {
       ops::gemm(y2, h, b_[i]->data, {.trans_b = true, .alpha = scale_});
     } else {  // the block's columns of y, by way of a contiguous block
@@ -94,7 +119,7 @@ Tensor LowRankAdapter::backward(const Tensor& dy, Context& ctx) {
     ops::gemm(b_[i]->grad, dyi, h, {.trans_a = true, .alpha = scale_, .beta = 1.0f});  // dB += s dy^T h
     Tensor dh = ctx.empty({N, rank_}, dy.dtype());
     ops::gemm(dh, dyi, b_[i]->data, {.alpha = scale_});                              // dh = s dy B
-    if (split_ == Split::rows) dh = tp::CopyToGroup::backward(std::move(dh), *group_);  // over every rank's rows
+    dh = to_input(std::move(dh));
     ops::gemm(a_[i]->grad, dh, x2, {.trans_a = true, .beta = 1.0f});                 // dA += dh^T x
     ops::gemm(dx2, dh, a_[i]->data, {.beta = i == 0 ? 0.0f : 1.0f});                 // dx (+)= dh A
   }

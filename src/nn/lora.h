@@ -8,15 +8,12 @@
 // linear's, so no linear knows about it, and the memory manager sees A and B as the parameters of
 // a module of their own.
 //
-// Under 1D tensor parallelism (nn/tp/linear_1d.h) the adapter splits as its weight does: beside a
-// column-parallel weight (rows split) A is whole on every rank and B's rows split as the weight's,
-// the rank's term its block of rows, and dh = dy B summed over the group in backward (copy_to_group
-// on h); beside a row-parallel weight (columns split) A's columns split as the weight's and B is
-// whole, h = x A^T summed over the group in forward (reduce_from_group). Either way two collectives
-// of [tokens, r] beside the linear's own.
+// Under tensor parallelism the adapter splits as its linear does (nn/adapter_split.h): A's columns
+// as the linear's input features, B's rows as its output features, h = x A^T made whole by a
+// collective of [tokens, r] in forward and dh by one in backward where the features are split.
 #pragma once
 
-#include "comm/communicator.h"
+#include "nn/adapter_split.h"
 #include "nn/module.h"
 
 #include <string>
@@ -39,19 +36,20 @@ struct LoraTarget {
 
 class LowRankAdapter final : public Module {
  public:
-  // The adapter of `weight` [out, in] (this rank's block of it: its full_shape, offset and segments
-  // say how it is split over `group`, the tensor group; null when whole) on `targets`, blocks of
-  // the full weight's rows, in order, not overlapping; a split weight's targets are whole segments
-  // of it. A is initialised as PEFT does (Kaiming-uniform: U(-1/sqrt(in), 1/sqrt(in))), B as zeros,
-  // so the adapted model starts as the base. Parameters: "<name>.A" [r, in] and "<name>.B" [rows, r].
+  // The adapter of `weight` [out, in] (full_shape and segments: the whole weight's) on `targets`,
+  // blocks of the full weight's rows, in order, not overlapping, split as `split` says (its
+  // linear's Module::adapter_split); under a split of the output features a target is whole
+  // segments of the weight. A is initialised as PEFT does (Kaiming-uniform: U(-1/sqrt(in),
+  // 1/sqrt(in))), B as zeros, so the adapted model starts as the base. Parameters: "<name>.A"
+  // [r, in] and "<name>.B" [rows, r] (this rank's blocks of them).
   LowRankAdapter(const Parameter& weight, std::vector<LoraTarget> targets, const LoraOptions& options,
-                 comm::Communicator* group = nullptr);
+                 const AdapterSplit& split = {});
 
   // x [..., in] -> the term [..., out] (zero outside the targets' rows).
   Tensor forward(const Tensor& x, Context& ctx) override;
   Tensor backward(const Tensor& dy, Context& ctx) override;
 
-  // The targets in this rank's rows of the weight (all of them when it is whole).
+  // The targets in this rank's output features (all of the weight's rows when they are whole).
   const std::vector<LoraTarget>& targets() const { return targets_; }
   float scale() const { return scale_; }
   Parameter& a(std::size_t i) { return *a_[i]; }
@@ -61,10 +59,12 @@ class LowRankAdapter final : public Module {
   // Whether target i's rows are all of the output (its term written in place, not into a block).
   bool whole(std::size_t i) const { return targets_[i].rows == out_; }
 
-  enum class Split { none, rows, columns };
-  Split split_ = Split::none;
-  comm::Communicator* group_ = nullptr;
-  std::int64_t in_, out_;  // this rank's block of the weight
+  // h [N, r], this rank's part of x A^T, -> whole for the output's samples; dh back to the input's.
+  Tensor to_output(Tensor h) const;
+  Tensor to_input(Tensor dh) const;
+
+  AdapterSplit split_;
+  std::int64_t in_, out_;  // this rank's input and output features
   int rank_;
   float scale_;
   std::vector<LoraTarget> targets_;

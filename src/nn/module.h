@@ -4,6 +4,7 @@
 // forward directly, so the hooks of the memory manager and ZeRO see every module.
 #pragma once
 
+#include "nn/adapter_split.h"
 #include "nn/context.h"
 #include "nn/parameter.h"
 
@@ -53,6 +54,9 @@ class Module {
   // named under this module's path (attach after assign_names). Null: none.
   void attach_adapter(std::unique_ptr<Module> adapter);
   Module* adapter() const { return adapter_; }
+  // How an adapter of this module splits as its tensor mode splits it (nn/adapter_split.h): whole
+  // unless a tensor-parallel linear says otherwise.
+  virtual AdapterSplit adapter_split() const { return {}; }
 
  protected:
   Parameter& add_parameter(std::string local_name, Shape shape, ParameterInit init);

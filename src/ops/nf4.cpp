@@ -125,6 +125,16 @@ Tensor nf4_absmax(const Nf4Weight& w) {
   return out;
 }
 
+std::int64_t nf4_row_length(const Tensor& out, const Nf4Weight& w, Nf4Tile at) {
+  const std::int64_t row = w.shape.size() && w.shape[0] ? w.shape.numel() / w.shape[0] : 0;
+  const bool whole = out.shape() == w.shape && at.first_row == 0 && at.first_col == 0;
+  TIDAL_ASSERT(whole || (out.ndim() == 2 && at.first_row >= 0 && at.first_col >= 0 &&
+                         at.first_row + out.dim(0) <= w.shape[0] && at.first_col + out.dim(1) <= row),
+               "nf4_dequantize of {} at row {}, column {} into {}", w.shape.str(), at.first_row, at.first_col,
+               out.str());
+  return row;
+}
+
 Nf4Weight nf4_shaped(const Shape& shape, Allocator& alloc) {
   Nf4Weight q;
   q.shape = shape;

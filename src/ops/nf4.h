@@ -50,20 +50,31 @@ Nf4Weight nf4_quantize(const Tensor& w);
 Nf4Weight nf4_shaped(const Shape& shape, Allocator& alloc);
 // Each block's absmax as dequantizing reads it (host, f32 [blocks]).
 Tensor nf4_absmax(const Nf4Weight& w);
+// Where a block of the weight starts: its first row and column (of the weight as a matrix
+// [shape[0], the rest]).
+struct Nf4Tile {
+  std::int64_t first_row = 0, first_col = 0;
+};
+// The weight's row length; checks that out is the whole weight (at {0, 0}) or a block of the
+// matrix [rows, columns] inside it.
+std::int64_t nf4_row_length(const Tensor& out, const Nf4Weight& w, Nf4Tile at);
 
 namespace cpu {
-void nf4_dequantize(Tensor& out, const Nf4Weight& w);
+void nf4_dequantize(Tensor& out, const Nf4Weight& w, Nf4Tile at);
 }
 namespace meta {
-void nf4_dequantize(Tensor& out, const Nf4Weight& w);
+void nf4_dequantize(Tensor& out, const Nf4Weight& w, Nf4Tile at);
 }
 #if TIDAL_CUDA
 namespace cuda {
-void nf4_dequantize(Tensor& out, const Nf4Weight& w);
+void nf4_dequantize(Tensor& out, const Nf4Weight& w, Nf4Tile at);
 }
 #endif
 
-// out (w.shape, f32 / bf16 / f16, on w's codes' device) = the weight w stands for.
-inline void nf4_dequantize(Tensor& out, const Nf4Weight& w) { TIDAL_OPS_DISPATCH(out, nf4_dequantize, out, w); }
+// out (f32 / bf16 / f16, contiguous, on w's codes' device) = the weight w stands for, or the block
+// of it at `at` of out's shape (nn/linear.h's products of an NF4 weight, a tile at a time).
+inline void nf4_dequantize(Tensor& out, const Nf4Weight& w, Nf4Tile at = {}) {
+  TIDAL_OPS_DISPATCH(out, nf4_dequantize, out, w, at);
+}
 
 }  // namespace tidal::ops

@@ -273,7 +273,7 @@ RankMemory rank_memory(const PlannedRank& r, const StepReplay& replay, std::size
   m.activations = replay.peak_bytes;
   m.traffic = replay.traffic.json();
   const ModelDataBytes& md = m.model_data;
-  m.host = double(md.embedding_on_host_bytes) + double(md.frozen_bytes - md.frozen_on_device());
+  m.host = double(md.embedding_on_host_bytes) + double(md.frozen_on_host());
   if (!md.offload) {
     m.device = double(md.peak() - md.embedding_on_host_bytes) + m.activations;
     return m;

@@ -26,7 +26,7 @@ nlohmann::json ModelDataBytes::json() const {
   }
   if (embedding_on_host_bytes) out["embedding_on_host_bytes"] = embedding_on_host_bytes;
   if (frozen_bytes) out["frozen_bytes"] = frozen_bytes;
-  if (frozen_bytes && frozen_on_host) out["frozen_on"] = "host";
+  if (frozen_bytes && frozen_on != config::BaseOffload::none) out["frozen_on"] = std::string(config::name_of(frozen_on));
   if (offload) {
     out["offload_host_bytes"] = offload_host_bytes;
     out["state_chunk_bytes"] = state_bytes;
@@ -45,7 +45,7 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
   r.model = models::make_model(cfg.model, config::checkpoint_policy(cfg.train), *r.layers,
                                cfg.memory.embedding_on_host);
   if (const std::optional<models::LoraSpec> lora = config::lora_spec(cfg))
-    models::attach_lora(*r.model, cfg.model, *lora, &r.pc->group(parallel::GroupKind::tensor));
+    models::attach_lora(*r.model, cfg.model, *lora);
   pipeline::PipelineOptions options{.unit_costs = {},
                                     .scatter_gather = cfg.parallel.scatter_gather,
                                     .schedule = cfg.parallel.schedule,
@@ -60,7 +60,7 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
   // linears in NF4 under finetune.base_dtype = "nf4" (ops/nf4.h).
   const std::set<std::string> nf4 = cfg.finetune.base_dtype == config::BaseDType::nf4
                                         ? models::linear_weights(cfg.model) : std::set<std::string>{};
-  r.model_data.frozen_on_host = cfg.finetune.base_offload == config::BaseOffload::host;
+  r.model_data.frozen_on = cfg.finetune.base_offload;
   for (const nn::Parameter* p : r.engine->frozen_parameters())
     r.model_data.frozen_bytes += nf4.count(p->name) ? ops::nf4_bytes(p->shape.numel())
                                                     : p->shape.numel() * std::int64_t(dtype_size(cfg.train.precision));
@@ -243,7 +243,7 @@ std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, i
     r.engine = like.engine;
     r.model_data.parameters = like.model_data.parameters;
     r.model_data.frozen_bytes = like.model_data.frozen_bytes;
-    r.model_data.frozen_on_host = like.model_data.frozen_on_host;
+    r.model_data.frozen_on = like.model_data.frozen_on;
     world.push_back(std::move(r));
   }
   if (config::keeps_chunks(cfg)) {

@@ -50,11 +50,12 @@ struct ModelDataBytes {
   std::int64_t embedding_on_host_bytes = 0;
   // A frozen base under adapters (finetune.method = "lora"): its parameters in the compute
   // precision (its linears in NF4 under finetune.base_dtype = "nf4"), on the device tier beside the
-  // lists, or on the host under finetune.base_offload = "host" (each module's weights then in the
+  // lists, or on the host or disk under finetune.base_offload (each module's weights then in the
   // step's memory while it runs: the replayed activations count them).
   std::int64_t frozen_bytes = 0;
-  bool frozen_on_host = false;
-  std::int64_t frozen_on_device() const { return frozen_on_host ? 0 : frozen_bytes; }
+  config::BaseOffload frozen_on = config::BaseOffload::none;
+  std::int64_t frozen_on_device() const { return frozen_on == config::BaseOffload::none ? frozen_bytes : 0; }
+  std::int64_t frozen_on_host() const { return frozen_on == config::BaseOffload::host ? frozen_bytes : 0; }
   // The lists (what the run reports as model_data_bytes), and with the frozen base on the device.
   std::int64_t lists() const { return param_bytes + optimizer_bytes + embedding_on_host_bytes; }
   std::int64_t total() const { return lists() + frozen_on_device(); }

@@ -365,9 +365,10 @@ class StepRun {
                          nf4 ? models::linear_weights(cfg_.model) : std::set<std::string>{});
     message_ = hidden_state();
     runner_.add_hooks(&keeper);
-    // finetune.base_offload = "host": each module's frozen weights fetched into the step's memory.
+    // finetune.base_offload = "host" or "disk": each module's frozen weights fetched into the step's
+    // memory (from meta memory here, whichever it is).
     std::optional<memory::FrozenBaseStream> base_stream;
-    if (cfg_.finetune.base_offload == config::BaseOffload::host) {
+    if (cfg_.finetune.base_offload != config::BaseOffload::none) {
       base_stream.emplace(engine_.frozen_parameters());
       runner_.add_hooks(&*base_stream);
     }

@@ -23,6 +23,12 @@ TEST(CudaNf4, DequantizeAgainstTheCpu) {
     ops::nf4_dequantize(got, device);
     const Tensor back = testing::to_host(got);
     EXPECT_EQ(std::memcmp(back.raw(), expected.raw(), expected.nbytes()), 0) << dtype_name(dtype);
+    // A block crossing rows and NF4's blocks of 64 (nn/linear.cpp's tiles).
+    Tensor block = Tensor::empty({100, 70}, dtype), got_block = testing::gpu_empty({100, 70}, dtype);
+    ops::nf4_dequantize(block, host, {.first_row = 150, .first_col = 61});
+    ops::nf4_dequantize(got_block, device, {.first_row = 150, .first_col = 61});
+    const Tensor back_block = testing::to_host(got_block);
+    EXPECT_EQ(std::memcmp(back_block.raw(), block.raw(), block.nbytes()), 0) << dtype_name(dtype);
   }
 }
 

@@ -111,6 +111,14 @@ RUNS = [  # name, ranks, settings
     ("lora_data2_tensor2_zero2_bf16", 4, ["model.type=llama", "model.n_kv_head=2", "finetune.method=lora",
                                           "train.precision=bf16", "parallel.data=2", "parallel.tensor.size=2",
                                           "zero.stage=2", "finetune.lora_targets=q_proj,v_proj,down_proj"]),
+    # Adapters split as a grid's and a cube's linears (nn/adapter_split.h): their blocks replicated
+    # over the grid's rows and depth, h = x A^T summed over the row (gathered, reduce-scattered in 3D).
+    ("lora_tensor4_2d_bf16", 4, ["model.type=llama", "model.n_kv_head=2", "finetune.method=lora",
+                                 "train.precision=bf16", "parallel.tensor.size=4", "parallel.tensor.mode=2d",
+                                 "finetune.lora_targets=q_proj,v_proj,down_proj"]),
+    ("qlora_tensor8_3d", 8, ["model.type=llama", "model.n_kv_head=2", "finetune.method=lora", "train.precision=bf16",
+                             "finetune.base_dtype=nf4", "parallel.tensor.size=8", "parallel.tensor.mode=3d",
+                             "finetune.lora_targets=q_proj,v_proj,down_proj"]),
     ("tensor8_2p5d", 8, ["parallel.tensor.size=8", "parallel.tensor.mode=2.5d", "parallel.tensor.depth=2"]),
     ("tensor8_3d", 8, ["parallel.tensor.size=8", "parallel.tensor.mode=3d"]),
 ]

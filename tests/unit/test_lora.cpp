@@ -1,7 +1,7 @@
 // LoRA's mechanism without the PEFT oracle (tests/oracle/test_lora_oracle.cpp has that): an
 // adapter's output is x W^T + s x A^T B^T on its block of rows, computed here by plain GEMMs; a
 // frozen base keeps no gradient and comes out of backward unchanged; an NF4 base's products are
-// those of its dequantized weight; folding the adapters into the base (merge_lora) gives the
+// those of its dequantized weight, whole or a tile at a time; folding the adapters into the base (merge_lora) gives the
 // adapted model's logits; a target that names no linear is an error listing the family's linears.
 #include "config/config.h"
 #include "engine/finetune.h"
@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 
 namespace tidal {
@@ -97,6 +98,51 @@ TEST(Lora, Nf4LinearIsDequantizeThenMatmul) {
   ops::gemm(expected_dx, dy, dequantized);
   EXPECT_TRUE(all_close(y, expected_y, {0, 0}));
   EXPECT_TRUE(all_close(dx, expected_dx, {0, 0}));
+}
+
+TEST(Lora, Nf4BlockIsItsPartOfTheWhole) {
+  // Blocks that start and end inside NF4's blocks of 64 and cross rows: the whole's elements.
+  const Tensor x = testing::randn({37, 131}, 6, 0.05f);
+  const ops::Nf4Weight q = ops::nf4_quantize(x);
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Tensor whole = Tensor::empty(x.shape(), dtype);
+    ops::nf4_dequantize(whole, q);
+    for (const auto& [r, c, rows, cols] : {std::array<std::int64_t, 4>{0, 0, 37, 60}, {5, 3, 11, 67},
+                                           {36, 130, 1, 1}, {2, 0, 35, 131}}) {
+      Tensor block = Tensor::empty({rows, cols}, dtype);
+      ops::nf4_dequantize(block, q, {.first_row = r, .first_col = c});
+      const Tensor expected = whole.slice(0, r, r + rows).slice(1, c, c + cols).clone();
+      EXPECT_EQ(std::memcmp(block.raw(), expected.raw(), expected.nbytes()), 0) << r << " " << c << " " << dtype_name(dtype);
+    }
+  }
+}
+
+TEST(Lora, TiledNf4LinearIsDequantizeThenMatmul) {
+  // [2100, 2048]: past the 4 Mi elements of a tile, so forward takes 2 tiles of rows (2048 + 52)
+  // and backward 3 of columns (1997 + 51 ...); each output element is still one product.
+  nn::Linear linear(2048, 2100, true, nn::ParameterInit::normal(0.02f));
+  linear.assign_names("lin");
+  nn::Parameter& w = linear.weight();
+  for (nn::Parameter* p : linear.parameters()) nn::materialize(*p, 3, host_allocator());
+  linear.parameters()[1]->data.copy_from(testing::randn({2100}, 9, 0.1f));
+  w.frozen = true;
+  w.grad = Tensor();
+  w.nf4 = std::make_shared<const ops::Nf4Weight>(ops::nf4_quantize(w.data));
+  Tensor dequantized = Tensor::empty(w.shape);
+  ops::nf4_dequantize(dequantized, *w.nf4);
+  w.data = Tensor();
+
+  const Tensor x = testing::randn({5, 2048}, 7), dy = testing::randn({5, 2100}, 8);
+  nn::Runner runner;
+  nn::StepState state{.runner = &runner};
+  nn::Context ctx(state);
+  const Tensor y = runner.forward(linear, x, ctx);
+  const Tensor dx = runner.backward(linear, dy, ctx);
+  Tensor expected_y = Tensor::empty({5, 2100}), expected_dx = Tensor::empty({5, 2048});
+  ops::gemm(expected_y, x, dequantized, {.trans_b = true, .bias = &linear.parameters()[1]->data});
+  ops::gemm(expected_dx, dy, dequantized);
+  EXPECT_TRUE(all_close(y, expected_y, kFp32));
+  EXPECT_TRUE(all_close(dx, expected_dx, kFp32));
 }
 
 config::Config llama_lora(const std::string& targets) {

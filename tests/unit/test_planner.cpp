@@ -164,19 +164,23 @@ TEST(Planner, EveryLayoutOfEachModelKind) {
 }
 
 TEST(Planner, LoraLayoutsKeepAFrozenBase) {
-  // LoRA: only 1D tensor splits (the adapters split as its linears do; 2D, 2.5D and 3D are refused),
-  // and each rank's model data is the adapters' lists beside the frozen base in bf16 (2 B a
-  // parameter of the rank's block of the base).
+  // LoRA: the adapters split as their linears do under every tensor mode (1D and, at 4 ranks, 2D
+  // are planned), and each rank's model data is the adapters' lists beside the frozen base in bf16
+  // (2 B a parameter of the rank's block of the base).
   const sim::Hardware hw = h100();
   const config::Config lora = small_gpt({"finetune.method=lora", "finetune.lora_targets=c_attn,c_fc"});
   const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(lora, 4, &hw);
   ASSERT_FALSE(planned.empty());
-  bool tensor = false;
+  std::set<parallel::TensorMode> modes;
+  const sim::PlannedLayout* grid = nullptr;  // 2D over all 4 ranks
   for (const sim::PlannedLayout& p : planned) {
-    EXPECT_TRUE(p.cfg.parallel.tensor.size == 1 || p.cfg.parallel.tensor.mode == parallel::TensorMode::d1);
-    tensor = tensor || p.cfg.parallel.tensor.size > 1;
+    if (p.cfg.parallel.tensor.size > 1) modes.insert(p.cfg.parallel.tensor.mode);
+    if (p.cfg.parallel.tensor.size == 4 && p.cfg.parallel.tensor.mode == parallel::TensorMode::d2) grid = &p;
   }
-  EXPECT_TRUE(tensor) << "no 1D tensor layout planned";
+  EXPECT_TRUE(modes.count(parallel::TensorMode::d1)) << "no 1D tensor layout planned";
+  ASSERT_NE(grid, nullptr) << "no 2D tensor layout planned";
+  // A's columns and B's rows halved on the 2 x 2 grid (features block j)
+  EXPECT_EQ(grid->prediction.ranks.front().model_data.parameters, 4 * 8 * (128 + 384 + 128 + 512));
   const sim::PlannedLayout* data4 = find(planned, 4, 1, 0);
   ASSERT_NE(data4, nullptr);
   const sim::ModelDataBytes& md = data4->prediction.ranks.front().model_data;

@@ -49,7 +49,7 @@ namespace {
 ChunkSearch search_layout(const config::Config& cfg, const memory::ChunkSizeRange& range, comm::MpiRuntime& mpi) {
   parallel::ParallelContext pc(config::context_options(cfg), &mpi);
   const auto layers = nn::make_layers(pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
-  const auto model = build_model(cfg, *layers, &pc.group(parallel::GroupKind::tensor));
+  const auto model = build_model(cfg, *layers);
   pipeline::PipelineOptions po;
   po.schedule = cfg.parallel.schedule;
   po.chunks = cfg.parallel.virtual_stages;

@@ -134,7 +134,8 @@ Tensor SplitLayerNorm::backward(const Tensor& dy_given, Context& ctx) {
   const Tensor dy = on_host(ctx.as(dy_given, DType::f32));
   const Tensor weight = on_host(ctx.as(weight_->data, DType::f32));
   // The gradients accumulate in fp32 and are rounded into the parameters' once.
-  Tensor dweight = ctx.as(weight_->grad, DType::f32), dbias = ctx.as(bias_->grad, DType::f32);
+  Tensor grad_w = gradient_or_scratch(*weight_, ctx), grad_b = gradient_or_scratch(*bias_, ctx);
+  Tensor dweight = ctx.as(grad_w, DType::f32), dbias = ctx.as(grad_b, DType::f32);
   Tensor dweight_here = on_host(dweight), dbias_here = on_host(dbias);
   const Tensor &xhat = ctx.saved.at(0), &rstd = ctx.saved.at(1);
   const std::int64_t C = weight_->shape[0], rows = xhat.numel() / C;
@@ -149,8 +150,8 @@ Tensor SplitLayerNorm::backward(const Tensor& dy_given, Context& ctx) {
     }
   from_host(dweight, dweight_here);
   from_host(dbias, dbias_here);
-  if (dweight.raw() != weight_->grad.raw()) ops::cast(weight_->grad, dweight);
-  if (dbias.raw() != bias_->grad.raw()) ops::cast(bias_->grad, dbias);
+  if (dweight.raw() != grad_w.raw()) ops::cast(grad_w, dweight);
+  if (dbias.raw() != grad_b.raw()) ops::cast(grad_b, dbias);
   // dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, means over all C features.
   Tensor sums = Tensor::zeros({rows, 2}, DType::f32, host_side(dy_given));
   float* ps = sums.data<float>();

@@ -1,5 +1,6 @@
 #include "nn/tp/layers_3d.h"
 
+#include "nn/linear.h"
 #include "nn/tp/cross_entropy.h"
 #include "nn/tp/embedding.h"
 #include "nn/tp/feature_split.h"
@@ -91,8 +92,9 @@ class Linear3d final : public Module {
     Tensor p = Tensor::empty(xg.shape().with_last(out), x.dtype());
     Tensor p2 = p.reshape({-1, out});
     Tensor panel = Tensor::empty({rows, s * segments_}, x.dtype());
+    const Tensor mine = linear_weight(*weight_, x.dtype());
     for (int r = 0; r < cube_.l; ++r) {
-      const Tensor w = weight_block(r);  // W_bc's rows of block r
+      const Tensor w = weight_block(mine, r);  // W_bc's rows of block r
       ops::gemm(panel, xg2, w, {.trans_b = true});
       copy_part_columns(panel, p2, r, cube_.l, segments_, true);  // columns [segments][l][s]
     }
@@ -108,16 +110,18 @@ class Linear3d final : public Module {
   Tensor backward(const Tensor& dy, Context& ctx) override {
     const Tensor xg = cube_.keep_gathered ? ctx.saved.at(0) : all_gather_along(ctx.saved.at(0), *o_.c, 0);
     const std::int64_t in = weight_->shape[1], s = weight_->shape[0] / segments_, out = s * segments_ * cube_.l;
-    if (bias_) ops::bias_grad(bias_->grad, dy.reshape({-1, out}));
+    if (bias_ && !bias_->frozen) ops::bias_grad(bias_->grad, dy.reshape({-1, out}));
     const Tensor dp = all_gather_along(dy, *o_.b, 0);
     const Tensor dp2 = dp.reshape({-1, out}), xg2 = xg.reshape({-1, in});
     const std::int64_t rows = dp2.dim(0);
     Tensor dxg = Tensor::empty(xg.shape(), xg.dtype());
     Tensor dxg2 = dxg.reshape({-1, in});
     Tensor panel = Tensor::empty({rows, s * segments_}, dy.dtype());
+    const Tensor mine = linear_weight(*weight_, dy.dtype());
     for (int r = 0; r < cube_.l; ++r) {
       copy_part_columns(panel, dp2, r, cube_.l, segments_, false);
-      ops::gemm(dxg2, panel, weight_block(r), {.beta = r == 0 ? 0.0f : 1.0f});  // dX_ab += dP_r W_r
+      ops::gemm(dxg2, panel, weight_block(mine, r), {.beta = r == 0 ? 0.0f : 1.0f});  // dX_ab += dP_r W_r
+      if (weight_->frozen) continue;  // no gradient, none of its reduces
       // dW_r, summed at its owner: the owner adds its share to its gradient and the reduce adds
       // the others' (one block of buffer at a time: W_r is gone before dW_r exists).
       if (r == cube_.x) {
@@ -138,11 +142,18 @@ class Linear3d final : public Module {
     if (bias_) out.push_back(bias_);
     return out;
   }
+  // A's columns as the input's features (block b), B's rows as the output's (block c, like the
+  // bias); the output's samples are the input's crossed (nn/adapter_split.h).
+  AdapterSplit adapter_split() const override {
+    return {.in = {.group = o_.b, .replicas = {&cube_.gx, o_.c}, .copies = cube_.l * cube_.l},
+            .out = {.group = o_.c, .replicas = {&cube_.gx, o_.b}, .copies = cube_.l * cube_.l},
+            .samples_cross = true};
+  }
 
  private:
-  // Row block r of the weight: this rank's own, or rank r's received over gx.
-  Tensor weight_block(int r) const {
-    Tensor block = r == cube_.x ? weight_->data : Tensor::empty(weight_->shape, weight_->data.dtype());
+  // Row block r of the weight: this rank's own (`mine`), or rank r's received over gx.
+  Tensor weight_block(const Tensor& mine, int r) const {
+    Tensor block = r == cube_.x ? mine : Tensor::empty(mine.shape(), mine.dtype());
     cube_.gx.broadcast(block, {.root = r})->wait();
     return block;
   }
@@ -216,6 +227,10 @@ class VocabEmbedding3d final : public TableLookup {
     return reduce_scatter_along(reduce_scatter_along(partial, cube_.gx, 0), cube_.gz, 0);
   }
   Tensor backward(const Tensor& dy, Context& ctx) override {
+    if (table_->frozen) {
+      ctx.saved.clear();
+      return {};
+    }
     const Tensor all = all_gather_along(all_gather_along(dy, cube_.gz, 0), cube_.gx, 0);
     ops::embedding_backward(table_->grad, all, ctx.saved.at(0));
     ctx.saved.clear();

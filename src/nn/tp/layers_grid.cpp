@@ -1,5 +1,6 @@
 #include "nn/tp/layers_grid.h"
 
+#include "nn/linear.h"
 #include "nn/tp/cross_entropy.h"
 #include "nn/tp/embedding.h"
 #include "nn/tp/feature_split.h"
@@ -88,10 +89,11 @@ class GridLinear final : public Module {
     TIDAL_ASSERT(x.dim(-1) == in, "{}: input {} for {} features per rank", path(), x.str(), in);
     Tensor y = ctx.empty(x.shape().with_last(out), x.dtype());
     Tensor y2 = y.reshape({-1, out});
+    const Tensor w = linear_weight(*weight_, x.dtype());
     if (sliced_)
-      summa_forward(y2, x.reshape({-1, in}), weight_->data, g_.row, g_.col, {&g_.depth, segments_});
+      summa_forward(y2, x.reshape({-1, in}), w, g_.row, g_.col, {&g_.depth, segments_});
     else
-      summa_forward(y2, x.reshape({-1, in}), weight_->data, g_.row, g_.col);
+      summa_forward(y2, x.reshape({-1, in}), w, g_.row, g_.col);
     if (bias_) ops::bias_add(y2, bias_->data);
     ctx.saved = {x};
     return y;
@@ -102,12 +104,12 @@ class GridLinear final : public Module {
     Tensor dx = ctx.empty(x.shape(), x.dtype());
     Tensor dx2 = dx.reshape({-1, in});
     const Tensor dy2 = dy.reshape({-1, out});
+    const Tensor w = linear_weight(*weight_, dy.dtype());
     if (sliced_)
-      summa_backward(dx2, weight_->grad, dy2, x.reshape({-1, in}), weight_->data, g_.row, g_.col,
-                     {&g_.depth, segments_});
+      summa_backward(dx2, weight_->grad, dy2, x.reshape({-1, in}), w, g_.row, g_.col, {&g_.depth, segments_});
     else
-      summa_backward(dx2, weight_->grad, dy2, x.reshape({-1, in}), weight_->data, g_.row, g_.col);
-    if (bias_) ops::bias_grad(bias_->grad, dy2);
+      summa_backward(dx2, weight_->grad, dy2, x.reshape({-1, in}), w, g_.row, g_.col);
+    if (bias_ && !bias_->frozen) ops::bias_grad(bias_->grad, dy2);
     ctx.saved.clear();
     return dx;
   }
@@ -115,6 +117,11 @@ class GridLinear final : public Module {
     std::vector<Parameter*> out{weight_};
     if (bias_) out.push_back(bias_);
     return out;
+  }
+  // A's columns and B's rows as the hidden states' features: block j, every row and depth layer.
+  AdapterSplit adapter_split() const override {
+    const AdapterSplit::Features features{.group = &g_.row, .replicas = {&g_.col, &g_.depth}, .copies = g_.q * g_.d};
+    return {.in = features, .out = features};
   }
 
  private:
@@ -151,7 +158,8 @@ class GridVocabEmbedding final : public TableLookup {
     return ReduceScatterGroup::forward(partial, g_.col, 0);
   }
   Tensor backward(const Tensor& dy, Context& ctx) override {
-    ops::embedding_backward(table_->grad, ReduceScatterGroup::backward(dy, g_.col, 0), ctx.saved.at(0));
+    if (!table_->frozen)
+      ops::embedding_backward(table_->grad, ReduceScatterGroup::backward(dy, g_.col, 0), ctx.saved.at(0));
     ctx.saved.clear();
     return {};
   }

@@ -58,6 +58,12 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy, Context& ctx) {
   return CopyToGroup::backward(std::move(dx), group_);  // sum of the ranks' parts
 }
 
+AdapterSplit ColumnParallelLinear::adapter_split() const {
+  const AdapterSplit::Features whole{.group = nullptr, .replicas = {}, .copies = group_.size()};
+  if (gather_output_) return {.in = whole, .out = whole};  // the input and the output replicated
+  return {.in = whole, .out = {.group = &group_, .replicas = {}, .copies = 1}};
+}
+
 RowParallelLinear::RowParallelLinear(std::int64_t in, std::int64_t out, bool bias, ParameterInit init,
                                      comm::Communicator& group, bool split_input)
     : group_(group), in_local_(part(in, group, "row-parallel linear")), out_(out), split_input_(split_input) {
@@ -92,6 +98,12 @@ Tensor RowParallelLinear::backward(const Tensor& dy, Context& ctx) {
   linear_backward(dx2, dy2, x2, *weight_, bias_);  // dx_r = dy W_r; dW_r += dy^T x_r
   ctx.saved.clear();
   return split_input_ ? ScatterToGroup::backward(dx, group_, -1) : dx;
+}
+
+AdapterSplit RowParallelLinear::adapter_split() const {
+  const AdapterSplit::Features whole{.group = nullptr, .replicas = {}, .copies = group_.size()};
+  if (split_input_) return {.in = whole, .out = whole};  // the input and the output replicated
+  return {.in = {.group = &group_, .replicas = {}, .copies = 1}, .out = whole};
 }
 
 }  // namespace tidal::nn::tp

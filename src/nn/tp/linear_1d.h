@@ -27,6 +27,7 @@ class ColumnParallelLinear final : public Module {
 
   Tensor forward(const Tensor& x, Context& ctx) override;  // x [..., in] -> [..., out/p] (or [..., out])
   Tensor backward(const Tensor& dy, Context& ctx) override;
+  AdapterSplit adapter_split() const override;  // B's rows as the weight's (A whole)
 
  private:
   comm::Communicator& group_;
@@ -43,6 +44,7 @@ class RowParallelLinear final : public Module {
 
   Tensor forward(const Tensor& x, Context& ctx) override;  // x [..., in/p] (or [..., in]) -> [..., out]
   Tensor backward(const Tensor& dy, Context& ctx) override;
+  AdapterSplit adapter_split() const override;  // A's columns as the weight's (B whole)
 
  private:
   comm::Communicator& group_;

@@ -47,7 +47,8 @@ Tensor SplitRmsNorm::forward(const Tensor& x_given, Context& ctx) {
 Tensor SplitRmsNorm::backward(const Tensor& dy_given, Context& ctx) {
   const Tensor dy = on_host(ctx.as(dy_given, DType::f32));
   const Tensor weight = on_host(ctx.as(weight_->data, DType::f32));
-  Tensor dweight = ctx.as(weight_->grad, DType::f32);  // accumulates in fp32, rounded once
+  Tensor grad = gradient_or_scratch(*weight_, ctx);
+  Tensor dweight = ctx.as(grad, DType::f32);  // accumulates in fp32, rounded once
   Tensor dweight_here = on_host(dweight);
   const Tensor &x = ctx.saved.at(0), &rstd = ctx.saved.at(1);
   const std::int64_t C = weight_->shape[0], rows = x.numel() / C;
@@ -57,7 +58,7 @@ Tensor SplitRmsNorm::backward(const Tensor& dy_given, Context& ctx) {
   for (std::int64_t r = 0; r < computed; ++r)
     for (std::int64_t c = 0; c < C; ++c) dw[c] += pd[r * C + c] * px[r * C + c] * pr[r];
   from_host(dweight, dweight_here);
-  if (dweight.raw() != weight_->grad.raw()) ops::cast(weight_->grad, dweight);
+  if (dweight.raw() != grad.raw()) ops::cast(grad, dweight);
   // dx = rstd (g - xhat mean(g xhat)), g = dy w, xhat = x rstd, the mean over all C features.
   Tensor dots = Tensor::zeros({rows}, DType::f32, host_side(dy_given));
   float* pg = dots.data<float>();

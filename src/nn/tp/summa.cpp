@@ -44,6 +44,7 @@ void summa_backward(Tensor& dx2, Tensor& dw, const Tensor& dy2, const Tensor& x2
     for (int k = 0; k < d; ++k) {
       copy_part_columns(panel, dy_l, k, d, slices.segments, false);  // dY_il's columns of slice k
       ops::gemm(dx2, panel, broadcast_block(mine, depth, k), {.beta = l == 0 && k == 0 ? 0.0f : 1.0f});
+      if (!dw.defined()) continue;  // a frozen weight
       // Slice k of dW_lj (once the slice of W is gone): summed over the depth group, then down
       // the column of layer k to (l, j).
       Tensor dw_part = Tensor::empty(dw.shape(), dw.dtype());
@@ -70,11 +71,12 @@ void summa_forward(Tensor& y2, const Tensor& x2, const Tensor& w, comm::Communic
 void summa_backward(Tensor& dx2, Tensor& dw, const Tensor& dy2, const Tensor& x2, const Tensor& w,
                     comm::Communicator& row, comm::Communicator& col) {
   const int q = row.size();
-  Tensor dw_part = Tensor::empty(dw.shape(), dw.dtype());
+  Tensor dw_part = dw.defined() ? Tensor::empty(dw.shape(), dw.dtype()) : Tensor();
   for (int l = 0; l < q; ++l) {
     const Tensor dy_l = broadcast_block(dy2, row, l);  // dY_il
     const Tensor w_l = broadcast_block(w, col, l);     // W_lj
     ops::gemm(dx2, dy_l, w_l, {.beta = l == 0 ? 0.0f : 1.0f});  // dX_ij += dY_il W_lj
+    if (!dw.defined()) continue;                                // a frozen weight
     ops::gemm(dw_part, dy_l, x2, {.trans_a = true});            // dY_il^T X_ij, summed over i at (l, j)
     col.reduce(dw_part, {.op = comm::ReduceOp::sum, .root = l})->wait();
     if (col.rank() == l) ops::accumulate(dw, dw_part);

@@ -30,7 +30,8 @@ namespace tidal::nn::tp {
 // y2 [N, out/q] = this rank's block of X W^T; x2 [N, in/q] and w [out/q, in/q] its blocks.
 void summa_forward(Tensor& y2, const Tensor& x2, const Tensor& w, comm::Communicator& row, comm::Communicator& col);
 
-// dx2 [N, in/q] = this rank's block of dY W; dw [out/q, in/q] += its block of dY^T X.
+// dx2 [N, in/q] = this rank's block of dY W; dw [out/q, in/q] += its block of dY^T X (dw undefined:
+// a frozen weight, no gradient and none of its collectives).
 void summa_backward(Tensor& dx2, Tensor& dw, const Tensor& dy2, const Tensor& x2, const Tensor& w,
                     comm::Communicator& row, comm::Communicator& col);
 

@@ -4,30 +4,35 @@
 
 namespace tidal::ops::cpu {
 
-// Block by block: the block's 16 values NF4[k] x absmax rounded once into the output type, then
-// each byte's two codes looked up (the high nibble first) - a table lookup an element.
-void nf4_dequantize(Tensor& out, const Nf4Weight& w) {
+// Row by row of the block: each NF4 block's 16 values NF4[k] x absmax rounded once into the output
+// type (the absmax from its double-quantized code) as the row's elements reach it, then each
+// element's code looked up (the high nibble first) - a table lookup an element.
+void nf4_dequantize(Tensor& out, const Nf4Weight& w, Nf4Tile at) {
   expect_cpu_contiguous(out, "nf4_dequantize out");
-  TIDAL_ASSERT(out.shape() == w.shape, "nf4_dequantize of {} into {}", w.shape.str(), out.str());
-  const Tensor absmax = nf4_absmax(w);
-  const float* scale = absmax.data<float>();
+  const std::int64_t row = nf4_row_length(out, w, at);
+  const std::int64_t rows = out.numel() ? out.dim(0) : 0, cols = rows ? out.numel() / rows : 0;
   const std::uint8_t* codes = w.codes.data<std::uint8_t>();
+  const std::uint8_t* absmax_codes = w.absmax_codes.data<std::uint8_t>();
+  const float* scales = w.absmax_scales.data<float>();
   const std::array<float, 16>& values = nf4_values();
-  const std::int64_t n = out.numel(), blocks = w.blocks();
+  const std::array<float, 256>& dynamic = dynamic_code();
   with_float_type(out.dtype(), [&]<class T>() {
-    T* y = out.data<T>();
 #pragma omp parallel for schedule(static)
-    for (std::int64_t b = 0; b < blocks; ++b) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* y = out.data<T>() + r * cols;
+      const std::int64_t begin = (at.first_row + r) * row + at.first_col;
       T table[16];
-      for (int k = 0; k < 16; ++k) table[k] = from_float<T>(values[std::size_t(k)] * scale[b]);
-      const std::int64_t begin = b * kNf4Block, end = std::min(n, begin + kNf4Block);
-      std::int64_t i = begin;
-      for (; i + 1 < end; i += 2) {  // blocks start on even elements: whole bytes
+      std::int64_t block = -1;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const std::int64_t i = begin + c;
+        if (i / kNf4Block != block) {
+          block = i / kNf4Block;
+          const float absmax = dynamic[absmax_codes[block]] * scales[block / kNf4StatsBlock] + w.absmax_offset;
+          for (int k = 0; k < 16; ++k) table[k] = from_float<T>(values[std::size_t(k)] * absmax);
+        }
         const std::uint8_t byte = codes[i / 2];
-        y[i] = table[byte >> 4];
-        y[i + 1] = table[byte & 0xf];
+        y[c] = table[i % 2 == 0 ? byte >> 4 : byte & 0xf];
       }
-      if (i < end) y[i] = table[codes[i / 2] >> 4];  // an odd size's last element
     }
   });
 }

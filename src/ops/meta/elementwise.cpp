@@ -26,7 +26,7 @@ namespace tidal::ops::meta {
 void bias_add(Tensor&, const Tensor&) {}
 void bias_grad(Tensor&, const Tensor&) {}
 void cast(Tensor&, const Tensor&) {}
-void nf4_dequantize(Tensor&, const Nf4Weight&) {}
+void nf4_dequantize(Tensor&, const Nf4Weight&, Nf4Tile) {}
 void prepend_token(Tensor&, const Tensor&, const Tensor&) {}
 void prepend_token_backward(Tensor&, Tensor&, const Tensor&) {}
 void select_token(Tensor&, const Tensor&, std::int64_t) {}
