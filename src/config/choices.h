@@ -130,7 +130,8 @@ struct Names<pipeline::ScheduleKind> {
   static constexpr std::pair<pipeline::ScheduleKind, std::string_view> table[] = {
       {pipeline::ScheduleKind::gpipe, "gpipe"},
       {pipeline::ScheduleKind::one_f_one_b, "1f1b"},
-      {pipeline::ScheduleKind::interleaved, "interleaved"}};
+      {pipeline::ScheduleKind::interleaved, "interleaved"},
+      {pipeline::ScheduleKind::zb_h1, "zb-h1"}};
 };
 template <>
 struct Names<pipeline::PartitionBy> {

@@ -343,6 +343,12 @@ void check_layout(const Config& c) {
   TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == pipeline::ScheduleKind::interleaved,
               "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (it is \"{}\")", p.virtual_stages,
               p.schedule);
+  TIDAL_CHECK(!pipeline::splits_backward(p.schedule) ||
+                  (c.zero.stage == 0 && c.train.precision == DType::f32 && c.memory.offload == Offload::none),
+              "parallel.schedule = \"{}\" runs its weight-gradient passes on fp32 tensors for now: it needs "
+              "train.precision = \"fp32\", zero.stage = 0 and memory.offload = \"none\" (the chunks' gradient "
+              "hooks do not yet wait for the W passes); or use parallel.schedule = \"1f1b\"",
+              p.schedule);
   TIDAL_CHECK(p.virtual_stages == 1 || p.pipeline > 1,
               "parallel.virtual_stages = {} interleaves the model chunks of several pipeline stages, and "
               "parallel.pipeline is 1: set parallel.pipeline > 1, or parallel.virtual_stages = 1",

@@ -80,7 +80,7 @@ struct ParallelConfig {
   // every rank does the same causal attention work (false: chunk r of N, contiguous).
   bool sequence_zigzag = true;
   parallel::SequenceMode sequence_mode = parallel::SequenceMode::ring;  // ring | ulysses
-  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;  // gpipe | 1f1b | interleaved
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;  // gpipe | 1f1b | interleaved | zb-h1
   int virtual_stages = 1;
   pipeline::PartitionBy partition = pipeline::PartitionBy::layers;  // layers | parameters | time: what stages balance
   bool scatter_gather = true;         // pipeline x 1D tensor: send 1/t of each activation

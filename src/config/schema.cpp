@@ -215,7 +215,9 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(parallel.sequence_mode,
                 "ring (ring self-attention: key/value blocks travel the ring) | ulysses (DeepSpeed-Ulysses: an "
                 "all-to-all of heads around attention; heads divisible by parallel.sequence)"),
-      TIDAL_KEY(parallel.schedule, "gpipe | 1f1b | interleaved"),
+      TIDAL_KEY(parallel.schedule,
+                "gpipe | 1f1b | interleaved | zb-h1 (zero bubble: each backward as its input gradient, which the "
+                "stage before waits for, and its weight gradient, run where 1F1B idles; fp32 tensors for now)"),
       TIDAL_KEY(parallel.virtual_stages, "interleaved: model chunks per pipeline rank"),
       TIDAL_KEY(parallel.partition, "pipeline stages balance: layers | parameters | time (measured at start-up)"),
       TIDAL_KEY(parallel.scatter_gather,

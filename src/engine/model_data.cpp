@@ -65,8 +65,9 @@ class TensorModelData final : public ModelData {
 
   pipeline::ActionHooks hooks(std::int64_t micro_batches) override {
     // With one chunk per rank the reducer overlaps with the last micro-batch's backward; with
-    // several, chunks finish at different times and it all-reduces after backward.
-    if (reducers().empty() || engine_.chunks() > 1) return {};
+    // several, chunks finish at different times, and under B and W the gradients at the last W:
+    // it all-reduces after backward.
+    if (reducers().empty() || reduces_after_backward()) return {};
     pipeline::ActionHooks hooks;
     hooks.before_backward = [this, micro_batches](const pipeline::Action& a) {
       for (distributed::GradientReducer* r : reducers()) r->set_sync(a.micro_batch + 1 == micro_batches);
@@ -76,7 +77,7 @@ class TensorModelData final : public ModelData {
 
   void finish_backward() override {
     for (distributed::GradientReducer* r : reducers()) {
-      if (engine_.chunks() > 1) r->set_sync(true);
+      if (reduces_after_backward()) r->set_sync(true);
       r->finish();
     }
     engine_.reduce_tied_gradients();
@@ -149,6 +150,8 @@ class TensorModelData final : public ModelData {
     return std::make_unique<distributed::GradientReducer>(engine.layers(), params, group,
                                                           std::int64_t(cfg.parallel.bucket_mb * 1024 * 1024));
   }
+  // Whether the gradients are complete only after every action (model chunks, B and W passes).
+  bool reduces_after_backward() const { return engine_.chunks() > 1 || engine_.splits_backward(); }
   std::vector<distributed::GradientReducer*> reducers() {
     std::vector<distributed::GradientReducer*> out;
     for (auto* r : {&reducer_, &expert_reducer_})

@@ -265,6 +265,7 @@ struct Trainer::Run {
   std::int64_t skipped = 0, skipped_in_a_row = 0;
   double train_loss = 0, comm_seconds = 0, exposed_seconds = 0, timed_seconds = 0;
   std::int64_t timed_steps = 0;  // steps after the warm-up, whose mean the summary gives
+  pipeline::StepProfile pipeline_sum;  // this rank's schedule over the timed steps (pipeline > 1)
   StepProfile profile;
   StepProfile::Totals profile_sum;
 };
@@ -449,7 +450,8 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
   if (pc.world_size() > 1) record["communication"] = communication_since(communication_before, pc.communication_stats());
   if (pc.layout().spec().pipeline > 1) {  // where this rank's schedule went: its actions, and waiting for inputs
     const pipeline::StepProfile& p = engine.last_step();
-    record["pipeline"] = {{"seconds", p.seconds}, {"compute_s", p.compute_seconds}, {"wait_s", p.wait_seconds}};
+    record["pipeline"] = {{"seconds", p.seconds}, {"compute_s", p.compute_seconds}, {"weight_s", p.weight_seconds},
+                          {"wait_s", p.wait_seconds}};
   }
   return record;
 }
@@ -529,6 +531,11 @@ nlohmann::json Trainer::Run::step_record(std::int64_t at, bool timed) {
   if (timed) {
     timed_seconds += dt;
     ++timed_steps;
+    const pipeline::StepProfile& p = engine.last_step();
+    pipeline_sum.seconds += p.seconds;
+    pipeline_sum.compute_seconds += p.compute_seconds;
+    pipeline_sum.weight_seconds += p.weight_seconds;
+    pipeline_sum.wait_seconds += p.wait_seconds;
     if (const auto reduction = model_data->gradient_reduction()) {
       comm_seconds += reduction->in_flight;
       exposed_seconds += reduction->exposed;
@@ -633,6 +640,20 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
   if (pc.world_size() > 1)  // every rank's peaks (the cost model's check compares each: sim/cost_model.h)
     record["peak_bytes"].update(pc.per_rank({{"host", std::int64_t(host_allocator().peak_bytes())},
                                              {"activations", std::int64_t(activations->peak_bytes())}}));
+  if (pc.layout().spec().pipeline > 1 && timed_steps > 0) {
+    // Every rank's schedule over the timed steps (microseconds): compute (of which W passes) and
+    // waiting for inputs; the idle fraction is the ranks' mean of wait over the whole.
+    const auto us = [](double s) { return std::int64_t(s * 1e6); };
+    nlohmann::json p = pc.per_rank({{"seconds_us", us(pipeline_sum.seconds)},
+                                    {"compute_us", us(pipeline_sum.compute_seconds)},
+                                    {"weight_us", us(pipeline_sum.weight_seconds)},
+                                    {"wait_us", us(pipeline_sum.wait_seconds)}});
+    double idle = 0;
+    for (std::size_t r = 0; r < p["wait_us_per_rank"].size(); ++r)
+      idle += p["wait_us_per_rank"][r].get<double>() / std::max(1.0, p["seconds_us_per_rank"][r].get<double>());
+    p["idle_fraction"] = idle / double(p["wait_us_per_rank"].size());
+    record["pipeline"] = std::move(p);
+  }
   if (stopped_early) record["stopped_early"] = true;
   if (floor) record["entropy_floor"] = *floor;
   if (scaler) {

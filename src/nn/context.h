@@ -8,6 +8,7 @@
 
 #include <any>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -54,6 +55,10 @@ struct StepState {
   float gradient_scale = 1.0f;
   // Where the mixtures of experts tell what they routed this step (nn/moe.h); null: nowhere.
   ExpertRecord* experts = nullptr;
+  // A zero-bubble schedule's input-gradient pass (pipeline/schedule.h's B): the linears leave
+  // their weight gradients' products here, in order, for the micro-batch's W pass to run; null:
+  // computed in the backward (and always in one over blocks of rows: more_parts).
+  std::vector<std::function<void()>>* weight_gradients = nullptr;
 };
 
 // The batch's tensors copied into `memory` (the undefined ones stay undefined).

@@ -77,10 +77,16 @@ void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const
   ops::gemm(y2, x2, linear_weight(weight, x2.dtype()), {.trans_b = true, .bias = bias ? &bias->data : nullptr});
 }
 
-void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter& weight, Parameter* bias) {
+void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter& weight, Parameter* bias,
+                     const Context& ctx) {
   if (tiled(weight)) nf4_input_gradient(dx2, dy2, *weight.nf4);
-  else ops::gemm(dx2, dy2, linear_weight(weight, dy2.dtype()));                          // dx = dy W
-  if (!weight.frozen) ops::gemm(weight.grad, dy2, x2, {.trans_a = true, .beta = 1.0f});  // dW += dy^T x
+  else ops::gemm(dx2, dy2, linear_weight(weight, dy2.dtype()));  // dx = dy W
+  if (!weight.frozen) {
+    auto dw = [&weight, dy2, x2] { ops::gemm(weight.grad, dy2, x2, {.trans_a = true, .beta = 1.0f}); };  // dW += dy^T x
+    const StepState& state = ctx.state();
+    if (state.weight_gradients && !state.more_parts) state.weight_gradients->push_back(std::move(dw));
+    else dw();
+  }
   if (bias && !bias->frozen) ops::bias_grad(bias->grad, dy2);
 }
 
@@ -102,7 +108,7 @@ Tensor Linear::backward(const Tensor& dy, Context& ctx) {
   Tensor x2 = x.reshape({-1, in_}), dy2 = dy.reshape({-1, out_});
   Tensor dx = ctx.empty(x.shape(), x.dtype());
   Tensor dx2 = dx.reshape({-1, in_});
-  linear_backward(dx2, dy2, x2, *weight_, bias_);
+  linear_backward(dx2, dy2, x2, *weight_, bias_, ctx);
   ctx.saved.clear();
   return dx;
 }

@@ -11,9 +11,13 @@ namespace tidal::nn {
 Tensor linear_weight(const Parameter& weight, DType dtype);
 
 // The matrix products of a linear layer on 2-D views, shared by Linear and the tensor-parallel
-// linears: y2 [N, out] = x2 [N, in] W^T (+ b); and dx2 = dy2 W, dW += dy2^T x2 (db += column sums).
+// linears: y2 [N, out] = x2 [N, in] W^T (+ b); and dx2 = dy2 W, dW += dy2^T x2 (db += column sums),
+// dW left for the W pass under a zero-bubble schedule's B (StepState::weight_gradients). An NF4
+// weight of more than 4 Mi elements is dequantized a tile at a time, each tile's product written
+// into its columns of y2 (its rows of W) or dx2 (its columns of W): a step holds one tile of it.
 void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const Parameter* bias);
-void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter& weight, Parameter* bias);
+void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter& weight, Parameter* bias,
+                     const Context& ctx);
 
 class Linear final : public Module {
  public:

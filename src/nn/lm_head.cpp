@@ -32,7 +32,7 @@ Tensor TiedLmHead::backward(const Tensor& dy, Context& ctx) {
   const Tensor& x = ctx.saved.at(0);
   Tensor dx = ctx.empty(x.shape(), x.dtype());
   Tensor dx2 = dx.reshape({-1, C});
-  linear_backward(dx2, dy.reshape({-1, V}), x.reshape({-1, C}), table_, bias_);
+  linear_backward(dx2, dy.reshape({-1, V}), x.reshape({-1, C}), table_, bias_, ctx);
   ctx.saved.clear();
   return dx;
 }

@@ -196,10 +196,13 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
   auto input_of = [&](const Action& a) -> std::optional<Stream> {
     const int vs = a.chunk * stages_ + stage_;
     if (a.kind == Action::forward) return vs == 0 ? std::nullopt : std::optional<Stream>({vs, false});
+    if (a.kind == Action::weight_gradient) return std::nullopt;
     return vs == last ? std::nullopt : std::optional<Stream>({vs, true});
   };
   const std::vector<Action> actions = schedule(kind_, stages_, stage_, int(micro_batches.size()), chunks_);
   std::map<std::pair<int, int>, std::unique_ptr<nn::Context>> live;  // (micro-batch, chunk) -> its forward's context
+  // (micro-batch, chunk) -> the weight gradients its B left for its W (zero-bubble schedules)
+  std::map<std::pair<int, int>, std::vector<std::function<void()>>> weight_gradients;
   double loss = 0;
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
@@ -220,13 +223,25 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
       profile_.compute_seconds += seconds_since(t0);
       if (vs != last) send(y, {vs + 1, false});
       live[{a.micro_batch, a.chunk}] = std::move(ctx);
+    } else if (a.kind == Action::weight_gradient) {
+      auto it = weight_gradients.find({a.micro_batch, a.chunk});
+      TIDAL_ASSERT(it != weight_gradients.end(), "W of micro-batch {} before its B", a.micro_batch);
+      const auto t0 = Clock::now();
+      for (const std::function<void()>& dw : it->second) dw();
+      const double seconds = seconds_since(t0);
+      profile_.compute_seconds += seconds;
+      profile_.weight_seconds += seconds;
+      weight_gradients.erase(it);
     } else {
       auto it = live.find({a.micro_batch, a.chunk});
       TIDAL_ASSERT(it != live.end(), "backward of micro-batch {} before its forward", a.micro_batch);
       if (hooks.before_backward) hooks.before_backward(a);
+      nn::StepState& st = states[std::size_t(a.micro_batch)];
+      if (a.kind == Action::input_gradient) st.weight_gradients = &weight_gradients[{a.micro_batch, a.chunk}];
       const auto t0 = Clock::now();
       const Tensor dx = run_backward(vs, vs == last ? Tensor::full({1}, mb.loss_scale * mb.gradient_scale) : input, *it->second);
       profile_.compute_seconds += seconds_since(t0);
+      st.weight_gradients = nullptr;
       if (vs > 0) send(dx, {vs - 1, true});
       live.erase(it);
       if (hooks.after_backward) hooks.after_backward(a);

@@ -58,6 +58,7 @@ struct ActionHooks {
 struct StepProfile {
   double seconds = 0;          // the whole call, from entry until the pipeline's loss is known
   double compute_seconds = 0;  // forward and backward of its chunks
+  double weight_seconds = 0;   // of which the W passes (zero-bubble schedules)
   double wait_seconds = 0;     // blocked on receives (and the scatter-gather all-gather)
 };
 
@@ -79,6 +80,9 @@ class PipelineEngine {
   // The summed unit costs of each virtual stage (PipelineOptions::unit_costs).
   const std::vector<double>& stage_costs() const { return stage_costs_; }
   int chunks() const { return chunks_; }
+  // Whether backwards run as B and W (pipeline/schedule.h): a parameter's gradient is complete
+  // only after the step's last W, not its last backward.
+  bool splits_backward() const { return pipeline::splits_backward(kind_); }
   bool scatter_gather() const { return scatter_gather_; }
 
   // Allocates and initialises this rank's trained parameters as Model::materialize does (a frozen

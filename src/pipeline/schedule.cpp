@@ -16,6 +16,23 @@ Action interleaved_action(Action::Kind kind, int k, int p, int v) {
   return {kind, (k / (p * v)) * p + k % p, kind == Action::forward ? chunk : v - 1 - chunk};
 }
 
+// ZB-H1: 1F1B's forwards and B's, rank s keeping the W's of its last s B's pending.
+std::vector<Action> zero_bubble_h1(int p, int s, int m) {
+  std::vector<Action> out;
+  const int warmup = std::min(p - s - 1, m);
+  for (int i = 0; i < warmup; ++i) out.push_back({Action::forward, i});
+  int next_w = 0;  // the oldest micro-batch whose W has not run
+  for (int i = 0; i < m; ++i) {
+    if (warmup + i < m) out.push_back({Action::forward, warmup + i});
+    out.push_back({Action::input_gradient, i});
+    // While forwards come between the B's, s W's stay pending; in the cool-down each B brings one.
+    const int pending = warmup + i < m ? s : 0;
+    if (i + 1 - next_w > pending) out.push_back({Action::weight_gradient, next_w++});
+  }
+  while (next_w < m) out.push_back({Action::weight_gradient, next_w++});
+  return out;
+}
+
 }  // namespace
 
 std::vector<Action> schedule(ScheduleKind kind, int stages, int stage, int micro_batches, int chunks) {
@@ -25,6 +42,7 @@ std::vector<Action> schedule(ScheduleKind kind, int stages, int stage, int micro
   TIDAL_CHECK(kind == ScheduleKind::interleaved || chunks == 1,
               "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\"", chunks);
   std::vector<Action> out;
+  if (kind == ScheduleKind::zb_h1) return zero_bubble_h1(p, s, m);
   if (kind == ScheduleKind::gpipe) {
     for (int i = 0; i < m; ++i) out.push_back({Action::forward, i});
     for (int i = 0; i < m; ++i) out.push_back({Action::backward, i});

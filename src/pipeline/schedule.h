@@ -6,6 +6,10 @@
 //
 // Model chunk c of rank s is virtual stage c * p + s of the p * v virtual stages (v = 1 outside
 // the interleaved schedule): chunk 0 of every rank, then chunk 1, ...
+//
+// The zero-bubble schedule (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024) splits a
+// backward into its input gradient B, which the previous stage waits for, and its weight
+// gradient W, which nobody waits for, and runs the W's where 1F1B would idle.
 #pragma once
 
 #include <string>
@@ -13,10 +17,12 @@
 
 namespace tidal::pipeline {
 
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
 
 struct Action {
-  enum Kind { forward, backward } kind;
+  // backward: the input and the weight gradients at once; input_gradient (B) and weight_gradient
+  // (W): the two halves of one, W after its B (zero-bubble schedules).
+  enum Kind { forward, backward, input_gradient, weight_gradient } kind;
   int micro_batch;
   int chunk = 0;  // model chunk on this rank
   friend bool operator==(const Action&, const Action&) = default;
@@ -27,6 +33,14 @@ struct Action {
 // warm-up forwards, then one forward one backward, then the remaining backwards (at most
 // p - s micro-batches' activations alive). Interleaved: the same with micro-batches in groups
 // of p per chunk; needs micro_batches divisible by stages (a tidal::Error naming the keys).
+// ZB-H1 (the paper's sec. 3.1): 1F1B's warm-up and order of forwards and B's, each W as late as
+// keeps the stage's activations at 1F1B's first stage's (p micro-batches): rank s holds the W's
+// of its last s B's back, so the W's of the end stages fill what 1F1B leaves idle at the start
+// and the end. With forward, B and W a unit each, its idle time is (p-1) units against 1F1B's
+// 3(p-1) (B and W fused).
 std::vector<Action> schedule(ScheduleKind kind, int stages, int stage, int micro_batches, int chunks = 1);
+
+// Whether a schedule splits backwards into input_gradient and weight_gradient actions.
+inline bool splits_backward(ScheduleKind kind) { return kind == ScheduleKind::zb_h1; }
 
 }  // namespace tidal::pipeline

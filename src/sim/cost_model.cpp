@@ -112,8 +112,8 @@ struct PipelineRun {
 };
 
 // One pipeline simulated: a stage runs its actions in its schedule's order, a forward once the
-// previous virtual stage's output has arrived (`message` seconds after it), a backward once the
-// next one's gradient has. An action's seconds are at the rates of every rank computing; while
+// previous virtual stage's output has arrived (`message` seconds after it), a backward (or B) once
+// the next one's gradient has, a W when the stage is free (its B ran before it). An action's seconds are at the rates of every rank computing; while
 // `computing` of the pipeline's stages run an action, each runs `speedup(computing)` times as
 // fast (processor sharing where the ranks share too few cores, sim/hardware.h; 1 elsewhere).
 PipelineRun simulate_pipeline(const std::vector<const StepReplay*>& stages, double message, int p, int v,
@@ -128,7 +128,7 @@ PipelineRun simulate_pipeline(const std::vector<const StepReplay*>& stages, doub
   const auto start_of = [&](int s) {
     const ActionTime& a = stages[std::size_t(s)]->actions[next[std::size_t(s)]];
     const int vs = a.chunk * p + s;
-    if (a.forward ? vs == 0 : vs == last) return free_at[std::size_t(s)];
+    if (a.weight || (a.forward ? vs == 0 : vs == last)) return free_at[std::size_t(s)];
     const auto it = done.find({a.forward, a.micro_batch, a.forward ? vs - 1 : vs + 1});
     return it == done.end() ? std::numeric_limits<double>::infinity()
                              : std::max(free_at[std::size_t(s)], it->second + message);
@@ -162,7 +162,7 @@ PipelineRun simulate_pipeline(const std::vector<const StepReplay*>& stages, doub
       l -= step * speed;
       if (l > 1e-12 * now) continue;
       const ActionTime& a = stages[std::size_t(s)]->actions[next[std::size_t(s)]];
-      done[{a.forward, a.micro_batch, a.chunk * p + s}] = now;
+      if (!a.weight) done[{a.forward, a.micro_batch, a.chunk * p + s}] = now;
       free_at[std::size_t(s)] = now;
       l = -1.0;
       ++next[std::size_t(s)];

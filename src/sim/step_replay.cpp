@@ -496,6 +496,7 @@ class StepRun {
   std::optional<Stream> input_of(const pipeline::Action& a) const {
     const int vs = a.chunk * pipeline_ + stage_;
     if (a.kind == pipeline::Action::forward) return vs == 0 ? std::nullopt : std::optional(Stream{vs, false});
+    if (a.kind == pipeline::Action::weight_gradient) return std::nullopt;
     return vs == last_ ? std::nullopt : std::optional(Stream{vs, true});
   }
 
@@ -522,9 +523,20 @@ class StepRun {
       input = y = Tensor();
       live_[{a.micro_batch, a.chunk}] = std::move(ctx);
       out_.kept_per_micro_batch = std::max(out_.kept_per_micro_batch, double(meta_.pool.current_bytes()) - before);
+    } else if (a.kind == pipeline::Action::weight_gradient) {
+      auto it = weight_gradients_.find({a.micro_batch, a.chunk});
+      for (const std::function<void()>& dw : it->second) dw();
+      const double seconds = lap();
+      out_.actions.push_back({.forward = false, .weight = true, .micro_batch = a.micro_batch, .chunk = a.chunk,
+                              .seconds = seconds, .comm = lap_comm_});
+      weight_gradients_.erase(it);
     } else {
       auto it = live_.find({a.micro_batch, a.chunk});
+      nn::StepState& state = states_[std::size_t(a.micro_batch)];
+      if (a.kind == pipeline::Action::input_gradient)
+        state.weight_gradients = &weight_gradients_[{a.micro_batch, a.chunk}];
       Tensor dx = engine_.run_backward(vs, vs == last_ ? Tensor::full({1}, 1.0f) : input, *it->second);
+      state.weight_gradients = nullptr;
       const double seconds = lap();
       out_.actions.push_back(
           {.forward = false, .micro_batch = a.micro_batch, .chunk = a.chunk, .seconds = seconds, .comm = lap_comm_});
@@ -571,6 +583,8 @@ class StepRun {
   std::map<std::string, int> sizes_;
   Tensor message_;  // the hidden state the stages send each other (its shape and type)
   std::map<std::pair<int, int>, std::unique_ptr<nn::Context>> live_;  // (micro-batch, chunk) -> its forward's context
+  // (micro-batch, chunk) -> the weight gradients its B left for its W (zero-bubble schedules)
+  std::map<std::pair<int, int>, std::vector<std::function<void()>>> weight_gradients_;
   std::set<Stream> known_, sent_;
   std::map<Stream, Tensor> posted_;
 };

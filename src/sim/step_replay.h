@@ -38,6 +38,7 @@ struct Costs {
 // `comm` of them).
 struct ActionTime {
   bool forward = true;
+  bool weight = false;  // a W pass (zero-bubble schedules): waits for its own B only, and nothing waits for it
   int micro_batch = 0, chunk = 0;
   double seconds = 0, comm = 0;
 };

@@ -42,6 +42,8 @@ RUNS = [  # name, ranks, settings
     ("data2_zero3_8_layers", 2, ["parallel.data=2", "zero.stage=3", "model.n_layer=8"]),
     ("data2_zero3_2_layers", 2, ["parallel.data=2", "zero.stage=3", "model.n_layer=2"]),
     ("pipeline2_1f1b", 2, ["parallel.pipeline=2", "train.micro_batch_size=2"]),
+    # Zero bubble: each backward as B and W, the W's held back (pipeline/schedule.h).
+    ("pipeline2_zb_h1", 2, ["parallel.pipeline=2", "train.micro_batch_size=2", "parallel.schedule=zb-h1"]),
     ("pipeline2_gpipe", 2, ["parallel.pipeline=2", "train.micro_batch_size=2", "parallel.schedule=gpipe"]),
     ("tensor2_1d", 2, ["parallel.tensor.size=2"]),
     ("qwen2_tensor2_1d", 2, ["model.type=qwen2", "model.n_kv_head=2", "parallel.tensor.size=2"]),

@@ -3,8 +3,9 @@
 // virtual stage before it, a backward for the gradient of the one after; sends never block):
 // each schedule finishes on every rank, runs every forward and backward once, and with forward
 // 1 and backward 2 time units its idle fraction per rank is the closed form, (p-1)/(m+p-1) for
-// GPipe and 1F1B and (p-1)/(vm+p-1) interleaved. 1F1B keeps at most p - s micro-batches'
-// activations alive on rank s; GPipe keeps all m.
+// GPipe and 1F1B and (p-1)/(vm+p-1) interleaved, and with B and W 1 each (p-1)/(3m+p-1) for
+// ZB-H1. 1F1B keeps at most p - s micro-batches' activations alive on rank s, ZB-H1 p; GPipe
+// keeps all m.
 #include "config/config.h"
 #include "core/error.h"
 #include "pipeline/partition.h"
@@ -14,17 +15,19 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <tuple>
 
 namespace tidal::pipeline {
 namespace {
 
 struct Simulation {
   std::vector<double> idle_fraction;  // per rank: time not computing / the step's length
-  std::vector<int> peak_alive;        // per rank: most forwards whose backward has not run yet
+  std::vector<int> peak_alive;        // per rank: most forwards whose backward (or W) has not run yet
 };
 
+// Forward 1 time unit; a backward 2, or its B and W 1 each.
 Simulation simulate(ScheduleKind kind, int p, int m, int v) {
-  constexpr double kForward = 1, kBackward = 2;
   const int V = p * v;
   std::vector<std::vector<Action>> lists;
   for (int s = 0; s < p; ++s) lists.push_back(schedule(kind, p, s, m, v));
@@ -33,31 +36,33 @@ Simulation simulate(ScheduleKind kind, int p, int m, int v) {
   std::vector<std::size_t> next(p, 0);
   std::vector<double> clock(p, 0), busy(p, 0);
   std::vector<int> alive(p, 0), peak(p, 0);
+  // What an action waits for: the previous virtual stage's forward, the next one's backward or B
+  // (the last one's own forward), or the action's own B.
+  const auto input_of = [&](const Action& a, int vs) -> std::optional<std::tuple<int, int, int>> {
+    const int gradient = splits_backward(kind) ? Action::input_gradient : Action::backward;
+    if (a.kind == Action::forward) return vs > 0 ? std::optional(std::tuple{int(Action::forward), a.micro_batch, vs - 1}) : std::nullopt;
+    if (a.kind == Action::weight_gradient) return std::tuple{int(Action::input_gradient), a.micro_batch, vs};
+    return vs + 1 < V ? std::tuple{gradient, a.micro_batch, vs + 1} : std::tuple{int(Action::forward), a.micro_batch, vs};
+  };
   for (bool progressed = true; progressed;) {
     progressed = false;
     for (int s = 0; s < p; ++s) {
       while (next[s] < lists[s].size()) {
         const Action a = lists[s][next[s]];
         const int vs = a.chunk * p + s;
-        const bool fwd = a.kind == Action::forward;
         double ready = clock[s];
-        if (fwd && vs > 0) {
-          auto it = finish.find({Action::forward, a.micro_batch, vs - 1});
+        if (const auto in = input_of(a, vs)) {
+          auto it = finish.find(*in);
           if (it == finish.end()) break;
           ready = std::max(ready, it->second);
         }
-        if (!fwd) {
-          auto it = vs + 1 < V ? finish.find({Action::backward, a.micro_batch, vs + 1})
-                               : finish.find({Action::forward, a.micro_batch, vs});
-          if (it == finish.end()) break;
-          ready = std::max(ready, it->second);
-        }
-        const double t = fwd ? kForward : kBackward;
+        const double t = a.kind == Action::backward ? 2 : 1;
         EXPECT_TRUE(finish.emplace(std::tuple{int(a.kind), a.micro_batch, vs}, ready + t).second)
             << "action run twice on virtual stage " << vs;
         clock[s] = ready + t;
         busy[s] += t;
-        alive[s] += fwd ? 1 : -1;
+        if (a.kind == Action::forward) ++alive[s];
+        if (a.kind == Action::backward || a.kind == Action::weight_gradient) --alive[s];
         peak[s] = std::max(peak[s], alive[s]);
         ++next[s];
         progressed = true;
@@ -65,7 +70,7 @@ Simulation simulate(ScheduleKind kind, int p, int m, int v) {
     }
   }
   for (int s = 0; s < p; ++s) EXPECT_EQ(next[s], lists[s].size()) << "rank " << s << " is stuck: the schedule deadlocks";
-  EXPECT_EQ(finish.size(), std::size_t(2 * m * V));
+  EXPECT_EQ(finish.size(), std::size_t((splits_backward(kind) ? 3 : 2) * m * V));
   const double length = *std::max_element(clock.begin(), clock.end());
   Simulation out;
   for (int s = 0; s < p; ++s) out.idle_fraction.push_back(1.0 - busy[s] / length);
@@ -93,6 +98,38 @@ TEST(PipelineSchedule, BubblesMatchTheClosedForms) {
       }
     }
   }
+}
+
+TEST(PipelineSchedule, ZeroBubbleH1HasAThirdOfTheBubble) {
+  // ZB-H1: (p-1) units idle against 1F1B's 3(p-1) over a step of 3m units of work, every rank
+  // holding at most p micro-batches' activations (1F1B's first rank's), and m < p too.
+  for (int p : {2, 4, 8}) {
+    for (int m : {1, 3, 4, 8, 12}) {
+      SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m));
+      const Simulation zb = simulate(ScheduleKind::zb_h1, p, m, 1);
+      const Simulation f1b = simulate(ScheduleKind::one_f_one_b, p, m, 1);
+      for (int s = 0; s < p; ++s) {
+        if (m >= p) {
+          EXPECT_NEAR(zb.idle_fraction[s], double(p - 1) / double(3 * m + p - 1), 1e-12) << "rank " << s;
+        }
+        EXPECT_LE(zb.idle_fraction[s], f1b.idle_fraction[s] + 1e-12) << "rank " << s;
+        EXPECT_LE(zb.peak_alive[s], std::min(m, p)) << "rank " << s;
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, ZeroBubbleH1Order) {
+  // Rank 1 of 4, 6 micro-batches: 1F1B's 2 warm-up forwards and pairs, one W held back while
+  // forwards remain, then a W after each B of the cool-down.
+  using A = Action;
+  const std::vector<Action> want = {
+      {A::forward, 0},         {A::forward, 1},         {A::forward, 2},         {A::input_gradient, 0},
+      {A::forward, 3},         {A::input_gradient, 1},  {A::weight_gradient, 0}, {A::forward, 4},
+      {A::input_gradient, 2},  {A::weight_gradient, 1}, {A::forward, 5},         {A::input_gradient, 3},
+      {A::weight_gradient, 2}, {A::input_gradient, 4},  {A::weight_gradient, 3}, {A::input_gradient, 5},
+      {A::weight_gradient, 4}, {A::weight_gradient, 5}};
+  EXPECT_EQ(schedule(ScheduleKind::zb_h1, 4, 1, 6), want);
 }
 
 TEST(PipelineSchedule, OneFOneBOrder) {

@@ -53,7 +53,7 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy, Context& ctx) {
   Tensor x2 = x.reshape({-1, in_}), dy2 = dy_local.reshape({-1, out_local_});
   Tensor dx = ctx.empty(x.shape(), x.dtype());
   Tensor dx2 = dx.reshape({-1, in_});
-  linear_backward(dx2, dy2, x2, *weight_, bias_);  // this rank's part of dx; dW_r += dy_r^T x
+  linear_backward(dx2, dy2, x2, *weight_, bias_, ctx);  // this rank's part of dx; dW_r += dy_r^T x
   ctx.saved.clear();
   return CopyToGroup::backward(std::move(dx), group_);  // sum of the ranks' parts
 }
@@ -95,7 +95,7 @@ Tensor RowParallelLinear::backward(const Tensor& dy, Context& ctx) {
   Tensor x2 = xr.reshape({-1, in_local_}), dy2 = g.reshape({-1, out_});
   Tensor dx = ctx.empty(xr.shape(), xr.dtype());
   Tensor dx2 = dx.reshape({-1, in_local_});
-  linear_backward(dx2, dy2, x2, *weight_, bias_);  // dx_r = dy W_r; dW_r += dy^T x_r
+  linear_backward(dx2, dy2, x2, *weight_, bias_, ctx);  // dx_r = dy W_r; dW_r += dy^T x_r
   ctx.saved.clear();
   return split_input_ ? ScatterToGroup::backward(dx, group_, -1) : dx;
 }
