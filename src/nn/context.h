@@ -57,7 +57,8 @@ struct StepState {
   ExpertRecord* experts = nullptr;
   // A zero-bubble schedule's input-gradient pass (pipeline/schedule.h's B): the linears leave
   // their weight gradients' products here, in order, for the micro-batch's W pass to run; null:
-  // computed in the backward (and always in one over blocks of rows: more_parts).
+  // computed in the backward (and always in one over blocks of rows: more_parts, or for a head
+  // whose output gradient is many times its input: nn/linear.cpp).
   std::vector<std::function<void()>>* weight_gradients = nullptr;
 };
 

@@ -63,6 +63,12 @@ void nf4_input_gradient(Tensor& dx2, const Tensor& dy2, const ops::Nf4Weight& w)
 // Whether w's products go a tile at a time.
 bool tiled(const Parameter& w) { return w.nf4 && w.shape.numel() > kNf4TileElements; }
 
+// A W pass holds the layer's output gradient beside the input it keeps anyway: where that is more
+// than this many times the input (an LM head's: vocabulary / width), its W runs in B instead, or a
+// stage holding W's back would hold logits gradients (5.8 GB at GPT-2 medium's 7 W's of 4 x 1024
+// tokens).
+constexpr std::int64_t kDeferredGradientRatio = 8;
+
 }  // namespace
 
 Tensor linear_weight(const Parameter& weight, DType dtype) {
@@ -84,7 +90,8 @@ void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter
   if (!weight.frozen) {
     auto dw = [&weight, dy2, x2] { ops::gemm(weight.grad, dy2, x2, {.trans_a = true, .beta = 1.0f}); };  // dW += dy^T x
     const StepState& state = ctx.state();
-    if (state.weight_gradients && !state.more_parts) state.weight_gradients->push_back(std::move(dw));
+    if (state.weight_gradients && !state.more_parts && dy2.numel() <= kDeferredGradientRatio * x2.numel())
+      state.weight_gradients->push_back(std::move(dw));
     else dw();
   }
   if (bias && !bias->frozen) ops::bias_grad(bias->grad, dy2);
