@@ -131,7 +131,8 @@ struct Names<pipeline::ScheduleKind> {
       {pipeline::ScheduleKind::gpipe, "gpipe"},
       {pipeline::ScheduleKind::one_f_one_b, "1f1b"},
       {pipeline::ScheduleKind::interleaved, "interleaved"},
-      {pipeline::ScheduleKind::zb_h1, "zb-h1"}};
+      {pipeline::ScheduleKind::zb_h1, "zb-h1"},
+      {pipeline::ScheduleKind::zb_v, "zb-v"}};
 };
 template <>
 struct Names<pipeline::PartitionBy> {

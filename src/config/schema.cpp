@@ -217,8 +217,9 @@ std::vector<Key> make_schema() {
                 "all-to-all of heads around attention; heads divisible by parallel.sequence)"),
       TIDAL_KEY(parallel.schedule,
                 "gpipe | 1f1b | interleaved | zb-h1 (zero bubble: each backward as its input gradient, which the "
-                "stage before waits for, and its weight gradient, run where 1F1B idles; fp32 tensors for now)"),
-      TIDAL_KEY(parallel.virtual_stages, "interleaved: model chunks per pipeline rank"),
+                "stage before waits for, and its weight gradient, run where 1F1B idles) | zb-v (zero bubble in a V: two "
+                "model chunks per rank, down the ranks and back, parallel.virtual_stages = 2)"),
+      TIDAL_KEY(parallel.virtual_stages, "interleaved: model chunks per pipeline rank; zb-v: 2"),
       TIDAL_KEY(parallel.partition, "pipeline stages balance: layers | parameters | time (measured at start-up)"),
       TIDAL_KEY(parallel.scatter_gather,
                 "pipeline x 1D tensor: each tensor rank sends 1/t of the activation, the next stage all-gathers"),

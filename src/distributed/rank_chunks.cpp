@@ -30,6 +30,8 @@ memory::ChunkParameters chunk_parameters(const std::vector<nn::Parameter*>& para
       if (g->size() > 1) replicas.push_back(g);
     if (comm::Communicator& ends = pc.group(parallel::GroupKind::pipeline_ends); engine.tied(*p) && ends.size() > 1)
       replicas.push_back(&ends);
+    TIDAL_ASSERT(!engine.shared_by_chunks(*p), "{}: used by both model chunks of a rank (config::check_layout "
+                 "refuses it under chunks)", p->name);
     Key key{engine.chunk_of(*p), {}};
     for (const comm::Communicator* g : replicas) key.second.push_back(g->name());
     segments.emplace(key, replicas);

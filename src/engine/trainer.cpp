@@ -450,8 +450,14 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
   if (pc.world_size() > 1) record["communication"] = communication_since(communication_before, pc.communication_stats());
   if (pc.layout().spec().pipeline > 1) {  // where this rank's schedule went: its actions, and waiting for inputs
     const pipeline::StepProfile& p = engine.last_step();
-    record["pipeline"] = {{"seconds", p.seconds}, {"compute_s", p.compute_seconds}, {"weight_s", p.weight_seconds},
-                          {"wait_s", p.wait_seconds}};
+    record["pipeline"] = {{"seconds", p.seconds},
+                          {"compute_s", p.compute_seconds},
+                          {"forward_s", p.forward_seconds},
+                          {"backward_s", p.backward_seconds},
+                          {"weight_s", p.weight_seconds},
+                          {"wait_s", p.wait_seconds},
+                          {"forward_wait_s", p.forward_wait_seconds},
+                          {"backward_wait_s", p.backward_wait_seconds}};
   }
   return record;
 }
@@ -534,8 +540,12 @@ nlohmann::json Trainer::Run::step_record(std::int64_t at, bool timed) {
     const pipeline::StepProfile& p = engine.last_step();
     pipeline_sum.seconds += p.seconds;
     pipeline_sum.compute_seconds += p.compute_seconds;
+    pipeline_sum.forward_seconds += p.forward_seconds;
+    pipeline_sum.backward_seconds += p.backward_seconds;
     pipeline_sum.weight_seconds += p.weight_seconds;
     pipeline_sum.wait_seconds += p.wait_seconds;
+    pipeline_sum.forward_wait_seconds += p.forward_wait_seconds;
+    pipeline_sum.backward_wait_seconds += p.backward_wait_seconds;
     if (const auto reduction = model_data->gradient_reduction()) {
       comm_seconds += reduction->in_flight;
       exposed_seconds += reduction->exposed;
@@ -641,13 +651,18 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
     record["peak_bytes"].update(pc.per_rank({{"host", std::int64_t(host_allocator().peak_bytes())},
                                              {"activations", std::int64_t(activations->peak_bytes())}}));
   if (pc.layout().spec().pipeline > 1 && timed_steps > 0) {
-    // Every rank's schedule over the timed steps (microseconds): compute (of which W passes) and
-    // waiting for inputs; the idle fraction is the ranks' mean of wait over the whole.
+    // Every rank's schedule over the timed steps (microseconds): compute (forwards, backwards or
+    // B's, W passes) and waiting for inputs (before forwards, before backwards); the idle
+    // fraction is the ranks' mean of wait over the whole.
     const auto us = [](double s) { return std::int64_t(s * 1e6); };
     nlohmann::json p = pc.per_rank({{"seconds_us", us(pipeline_sum.seconds)},
                                     {"compute_us", us(pipeline_sum.compute_seconds)},
+                                    {"forward_us", us(pipeline_sum.forward_seconds)},
+                                    {"backward_us", us(pipeline_sum.backward_seconds)},
                                     {"weight_us", us(pipeline_sum.weight_seconds)},
-                                    {"wait_us", us(pipeline_sum.wait_seconds)}});
+                                    {"wait_us", us(pipeline_sum.wait_seconds)},
+                                    {"forward_wait_us", us(pipeline_sum.forward_wait_seconds)},
+                                    {"backward_wait_us", us(pipeline_sum.backward_wait_seconds)}});
     double idle = 0;
     for (std::size_t r = 0; r < p["wait_us_per_rank"].size(); ++r)
       idle += p["wait_us_per_rank"][r].get<double>() / std::max(1.0, p["seconds_us_per_rank"][r].get<double>());

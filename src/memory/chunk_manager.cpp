@@ -303,11 +303,10 @@ void ChunkManager::release(nn::Parameter& p, TensorState target) {  // patrickst
   const int group = layout_.group_of(layout_.places[index_.at(&p)].chunk);
   if (!distributed()) {
     // The group's gradients are the step's once its last micro-batch's backward completes them.
-    if (target == TensorState::hold_after_bwd && sync_ && group_all(group, TensorState::hold_after_bwd))
-      start_replica_sums(group);
+    if (target == TensorState::hold_after_bwd && sync_ && group_complete(group)) start_replica_sums(group);
     return;
   }
-  if (target == TensorState::hold_after_bwd && group_all(group, TensorState::hold_after_bwd)) reduce_group(group);
+  if (target == TensorState::hold_after_bwd && group_complete(group)) reduce_group(group);
   // Alg. 2's training_stage: in forward a group is done when its tensors are all HOLD_AFTER_FWD;
   // in backward (a recomputed forward releases to HOLD_AFTER_FWD too) only once it is reduced,
   // so that a checkpointed block's backward does not fetch again what its recomputation fetched.
@@ -321,6 +320,20 @@ bool ChunkManager::group_resident(int group) const {
   for (int c = group * layout_.group_size; c < (group + 1) * layout_.group_size; ++c)
     if (!resident(c)) return false;
   return true;
+}
+
+bool ChunkManager::group_complete(int group) const {
+  for (int c = group * layout_.group_size; c < (group + 1) * layout_.group_size; ++c)
+    for (std::size_t i : tensors_of(c))
+      if (tracked_[i].state != TensorState::hold_after_bwd || tracked_[i].weights_pending > 0) return false;
+  return true;
+}
+
+bool ChunkManager::weights_pending(int group) const {
+  for (int c = group * layout_.group_size; c < (group + 1) * layout_.group_size; ++c)
+    for (std::size_t i : tensors_of(c))
+      if (tracked_[i].weights_pending > 0) return true;
+  return false;
 }
 
 bool ChunkManager::group_all(int group, TensorState s) const {
@@ -518,11 +531,13 @@ void ChunkManager::ring_reduce_scatter(int group) {
 void ChunkManager::store_gradient(Tracked& t) {
   nn::Parameter& p = *t.param;
   if (options_.accumulate && distributed() && !sums_locally()) {
-    // Waits in the group's buffer until the group is reduced.
+    // Waits in the group's buffer until the group is reduced: added to what is there, which is
+    // nothing unless B and W passes of several micro-batches store into the group before it is
+    // complete (zero-bubble schedules).
     const ChunkLayout::Place& place = layout_.places[index_.at(&p)];
     const std::int64_t at = std::int64_t(place.chunk % layout_.group_size) * layout_.chunk_elements + place.offset;
     Tensor into = pending(layout_.group_of(place.chunk)).slice(0, at, at + p.shape.numel()).reshape(p.shape);
-    ops::cast(into, p.grad);
+    ops::accumulate(into, p.grad);
   } else if (options_.accumulate) {
     add_into(slot(ChunkKind::grad, p), p.grad);
   } else {
@@ -541,20 +556,24 @@ bool ChunkManager::busy(int chunk) const {
   return false;
 }
 
-void ChunkManager::access_all(nn::Module& m, bool backward) {
+void ChunkManager::access_all(std::span<nn::Parameter* const> params, const std::string& moment, bool backward) {
   bool any = false;
-  for (nn::Parameter* p : m.used_parameters()) any = any || index_.count(p);
+  for (nn::Parameter* p : params) any = any || index_.count(p);
   if (!any) return;
   if (dmm_) {
-    dmm_->begin_moment((backward ? "backward " : "forward ") + m.path());
+    dmm_->begin_moment(moment);
     std::vector<int> chunks;
-    for (nn::Parameter* p : m.used_parameters())
+    for (nn::Parameter* p : params)
       if (index_.count(p)) chunks.push_back(layout_.places[index_.at(p)].chunk);
     dmm_->to_device(chunks);
   }
-  for (nn::Parameter* p : m.used_parameters())
+  for (nn::Parameter* p : params)
     if (index_.count(p)) access(*p, backward);
   if (dmm_) dmm_->end_moment();
+}
+
+void ChunkManager::access_all(nn::Module& m, bool backward) {
+  access_all(m.used_parameters(), (backward ? "backward " : "forward ") + m.path(), backward);
 }
 
 void ChunkManager::before_forward(nn::Module& m) { access_all(m, false); }
@@ -567,12 +586,46 @@ void ChunkManager::after_forward(nn::Module& m) {
 void ChunkManager::before_backward(nn::Module& m) { access_all(m, true); }
 
 void ChunkManager::after_backward(nn::Module& m) {
+  for (nn::Parameter* p : m.used_parameters())
+    if (index_.count(p)) complete_use(tracked(*p));
+}
+
+void ChunkManager::complete_use(Tracked& t) {
+  TIDAL_ASSERT(t.backward_left > 0, "{}: more backward uses than users (end_forward not called?)", t.param->name);
+  if (--t.backward_left == 0) store_gradient(t);
+  else release(*t.param, TensorState::hold);  // another user's backward adds to its gradient
+}
+
+// B and W (zero-bubble pipelines): a deferred parameter's gradient is made and stored by its W
+// pass, one micro-batch's at a time, while later micro-batches' forwards and B's go on beside it
+// (weights_pending counts the W's to come). Its B handed it a gradient buffer that stays unused:
+// dropped here, and W takes a fresh one.
+void ChunkManager::after_input_gradient(nn::Module& m, std::span<nn::Parameter* const> deferred) {
   for (nn::Parameter* p : m.used_parameters()) {
     if (!index_.count(p)) continue;
     Tracked& t = tracked(*p);
-    TIDAL_ASSERT(t.backward_left > 0, "{}: more backward uses than users (end_forward not called?)", p->name);
-    if (--t.backward_left == 0) store_gradient(t);
-    else release(*p, TensorState::hold);  // another user's backward adds to its gradient
+    if (std::find(deferred.begin(), deferred.end(), p) == deferred.end()) {
+      complete_use(t);
+      continue;
+    }
+    TIDAL_ASSERT(t.users == 1, "{}: a weight gradient left for the W pass, and {} modules use it", p->name, t.users);
+    ++t.weights_pending;
+    p->grad = Tensor();
+    release(*p, TensorState::hold);
+  }
+}
+
+void ChunkManager::before_weight_gradient(nn::Module& m, std::span<nn::Parameter* const> deferred) {
+  access_all(deferred, "weight gradient " + m.path(), true);
+}
+
+void ChunkManager::after_weight_gradient(nn::Module&, std::span<nn::Parameter* const> deferred) {
+  for (nn::Parameter* p : deferred) {
+    if (!index_.count(p)) continue;
+    Tracked& t = tracked(*p);
+    TIDAL_ASSERT(t.weights_pending > 0, "{}: a W pass without its B", p->name);
+    --t.weights_pending;
+    store_gradient(t);
   }
 }
 
@@ -618,6 +671,7 @@ void ChunkManager::end_backward(int phase) {
   if (dmm_) dmm_->begin_moment("end of backward");
   for (std::size_t g = 0; g < reduced_.size(); ++g) {
     if (!in_phase(phase, phase_of_group(int(g))) || (distributed() && reduced_[g])) continue;
+    if (weights_pending(int(g))) continue;  // a later micro-batch's W completes it
     if (!group_resident(int(g))) fetch_group(int(g));
     for (int c = int(g) * layout_.group_size; c < int(g + 1) * layout_.group_size; ++c)
       for (std::size_t i : tensors_of(c)) {

@@ -18,6 +18,10 @@
 // backward counts;
 // the hooks run backward (a recomputed forward inside it releases to HOLD_AFTER_FWD as in the
 // forward pass); end_backward() completes the gradients of parameters this pass did not use.
+// Under B and W (zero-bubble pipelines: nn/runner.h's after_input_gradient) a linear's weight
+// gradient comes in its micro-batch's W pass, after later micro-batches' forwards and B's: the
+// tensor waits HOLD for it (Tracked::weights_pending), W takes a fresh gradient buffer, and its
+// group is complete only when no W is to come; end_backward runs after the W.
 // Between access and release a parameter's `data` (and in backward its `grad`) is a tensor of
 // its own shape; outside, both are undefined (Alg. 2 line 38), so a use without access fails
 // loudly instead of reading a stale place.
@@ -77,6 +81,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 namespace tidal::memory {
@@ -194,6 +200,9 @@ class ChunkManager final : public nn::ModuleHooks {
   void before_backward(nn::Module& m) override;
   void after_backward(nn::Module& m) override;
   void after_backward_part(nn::Module& m) override;
+  void after_input_gradient(nn::Module& m, std::span<nn::Parameter* const> deferred) override;
+  void before_weight_gradient(nn::Module& m, std::span<nn::Parameter* const> deferred) override;
+  void after_weight_gradient(nn::Module& m, std::span<nn::Parameter* const> deferred) override;
   // Around the forward and the backward of one micro-batch through the model chunk `phase`
   // (kAllPhases: every one). begin_forward is needed only when forwards of several micro-batches
   // may run before their backwards (a pipeline schedule): it returns what an earlier forward left
@@ -296,6 +305,7 @@ class ChunkManager final : public nn::ModuleHooks {
     TensorState state = TensorState::hold;
     int users = 0;          // modules that use it (a forward or backward each)
     int backward_left = 0;  // users whose backward is still to come in this pass
+    int weights_pending = 0;  // W passes to come of micro-batches whose B deferred its gradient
     int phase = 0;          // its segment's
   };
   Tracked& tracked(const nn::Parameter& p);
@@ -322,6 +332,11 @@ class ChunkManager final : public nn::ModuleHooks {
   // the param list's.
   Tensor& gradient_chunk(int chunk);
   bool group_all(int group, TensorState s) const;
+  // Every tensor of the group HOLD_AFTER_BWD and no W pass to come: its gradients are complete.
+  bool group_complete(int group) const;
+  bool weights_pending(int group) const;
+  // One backward use of t done: the gradient stored after its last user's.
+  void complete_use(Tracked& t);
   bool group_resident(int group) const;
   // Alg. 1's FetchRemoteChunks (stage 3; stages 1 and 2 after the step) and Alg. 2's release of
   // the remote chunks (stage 3).
@@ -360,6 +375,7 @@ class ChunkManager final : public nn::ModuleHooks {
   void take_parameters(const std::vector<nn::Module*>& user_modules, const std::vector<int>& segment);
   // A moment of the memory tracer around placing the chunks of `m`'s parameters.
   void access_all(nn::Module& m, bool backward);
+  void access_all(std::span<nn::Parameter* const> params, const std::string& moment, bool backward);
   // Param chunk c holds a tensor in COMPUTE (it must stay on the device).
   bool busy(int chunk) const;
   // The param chunks of a group, packed contiguous (for a collective), and back.

@@ -47,6 +47,9 @@ class FrozenBaseStream final : public nn::ModuleHooks {
   void before_backward(nn::Module& m) override { fetch(m); }
   void after_backward(nn::Module& m) override { release(m); }
   void after_backward_part(nn::Module& m) override { release(m); }
+  // A W pass reads no frozen weight: the base goes after B.
+  void after_input_gradient(nn::Module& m, std::span<nn::Parameter* const>) override { release(m); }
+  void after_weight_gradient(nn::Module&, std::span<nn::Parameter* const>) override {}
 
   // Bytes copied into the step's memory since the last call (the metrics' base_stream_bytes).
   std::int64_t take_streamed_bytes();

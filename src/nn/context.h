@@ -17,6 +17,22 @@ namespace tidal::nn {
 class Module;
 class Runner;
 struct ExpertRecord;
+struct Parameter;
+
+// A zero-bubble schedule's B pass (pipeline/schedule.h) leaves the products of weight gradients
+// here for the micro-batch's W pass.
+struct WeightGradients {
+  // What the module now in backward left: each product completes `param`'s gradient
+  // (nn/linear.cpp). The runner takes them when the module's backward returns.
+  struct Product {
+    Parameter* param;
+    std::function<void()> run;
+  };
+  std::vector<Product> products;
+  // The W pass: one per module that left products, in the order of their backwards, each run
+  // inside that module's weight-gradient hooks (nn/runner.h).
+  std::vector<std::function<void()>> passes;
+};
 
 // Model inputs; the fields a model does not use stay undefined.
 struct Batch {
@@ -56,10 +72,10 @@ struct StepState {
   // Where the mixtures of experts tell what they routed this step (nn/moe.h); null: nowhere.
   ExpertRecord* experts = nullptr;
   // A zero-bubble schedule's input-gradient pass (pipeline/schedule.h's B): the linears leave
-  // their weight gradients' products here, in order, for the micro-batch's W pass to run; null:
-  // computed in the backward (and always in one over blocks of rows: more_parts, or for a head
-  // whose output gradient is many times its input: nn/linear.cpp).
-  std::vector<std::function<void()>>* weight_gradients = nullptr;
+  // their weight gradients' products here for the micro-batch's W pass; null: computed in the
+  // backward (and always in one over blocks of rows: more_parts, or for a head whose output
+  // gradient is many times its input: nn/linear.cpp).
+  WeightGradients* weight_gradients = nullptr;
 };
 
 // The batch's tensors copied into `memory` (the undefined ones stay undefined).

@@ -91,7 +91,7 @@ void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter
     auto dw = [&weight, dy2, x2] { ops::gemm(weight.grad, dy2, x2, {.trans_a = true, .beta = 1.0f}); };  // dW += dy^T x
     const StepState& state = ctx.state();
     if (state.weight_gradients && !state.more_parts && dy2.numel() <= kDeferredGradientRatio * x2.numel())
-      state.weight_gradients->push_back(std::move(dw));
+      state.weight_gradients->products.push_back({&weight, std::move(dw)});
     else dw();
   }
   if (bias && !bias->frozen) ops::bias_grad(bias->grad, dy2);

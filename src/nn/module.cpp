@@ -186,7 +186,24 @@ Tensor Runner::run_forward(Module& m, const Tensor& x, Context& ctx) {
 Tensor Runner::run_backward(Module& m, const Tensor& dy, Context& ctx) {
   const ModuleTimer timer(typeid(m));
   for (auto* h : hooks_) h->before_backward(m);
+  WeightGradients* later = ctx.state().weight_gradients;
+  const std::size_t mark = later ? later->products.size() : 0;  // a parent's own products come before
   Tensor dx = m.backward(dy, ctx);
+  if (later && later->products.size() > mark) {  // m left weight gradients for the W pass
+    std::vector<WeightGradients::Product> products(std::make_move_iterator(later->products.begin() + std::ptrdiff_t(mark)),
+                                                   std::make_move_iterator(later->products.end()));
+    later->products.resize(mark);
+    std::vector<Parameter*> deferred;
+    for (const WeightGradients::Product& p : products) deferred.push_back(p.param);
+    for (auto* h : hooks_) h->after_input_gradient(m, deferred);
+    later->passes.push_back([this, &m, products = std::move(products), deferred = std::move(deferred)] {
+      const ModuleTimer timer(typeid(m));
+      for (auto* h : hooks_) h->before_weight_gradient(m, deferred);
+      for (const WeightGradients::Product& p : products) p.run();
+      for (auto* h : hooks_) h->after_weight_gradient(m, deferred);
+    });
+    return dx;
+  }
   for (auto* h : hooks_) {
     if (ctx.state().more_parts) h->after_backward_part(m);
     else h->after_backward(m);

@@ -5,12 +5,14 @@
 
 #include "core/tensor.h"
 
+#include <span>
 #include <vector>
 
 namespace tidal::nn {
 
 class Module;
 class Context;
+struct Parameter;
 
 class ModuleHooks {
  public:
@@ -22,6 +24,14 @@ class ModuleHooks {
   // but the last with after_backward_part (StepState::more_parts), its gradient not yet whole.
   virtual void after_backward(Module&) {}
   virtual void after_backward_part(Module&) {}
+  // Under a zero-bubble schedule's B (StepState::weight_gradients) a backward may leave the
+  // gradients of some of m's parameters (`deferred`) to a W pass later: after_input_gradient
+  // follows that backward instead of after_backward (the other parameters' gradients are
+  // complete), and the W pass runs between before_weight_gradient and after_weight_gradient, whose
+  // default is after_backward: m's gradients are all complete then.
+  virtual void after_input_gradient(Module&, std::span<Parameter* const> /*deferred*/) {}
+  virtual void before_weight_gradient(Module&, std::span<Parameter* const> /*deferred*/) {}
+  virtual void after_weight_gradient(Module& m, std::span<Parameter* const> /*deferred*/) { after_backward(m); }
 };
 
 class Runner {

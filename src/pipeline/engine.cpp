@@ -46,12 +46,13 @@ PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& 
   }
   // This rank's parameters, each with the model chunk whose layers use it, in the model's order.
   for (int c = 0; c < chunks_; ++c) {
-    const int vs = c * stages_ + stage_;
+    const int vs = virtual_stage(c);
     std::set<nn::Parameter*> used;
     for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i) model_.layers()[std::size_t(i)]->collect_used_parameters(used);
     for (const nn::Parameter* p : used) {
       const auto [at, fresh] = chunk_of_.emplace(p, c);
-      TIDAL_ASSERT(fresh, "{} is used by model chunks {} and {} of one rank", p->name, at->second, c);
+      // ZB-V's rank 0 holds both ends: a tied embedding is used by its two chunks.
+      if (!fresh) shared_.insert(p);
     }
   }
   for (nn::Parameter* p : model_.parameters())
@@ -68,7 +69,7 @@ PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& 
 std::vector<nn::Parameter*> PipelineEngine::parameters_of(int stage) const {
   std::set<nn::Parameter*> used;
   for (int c = 0; c < chunks_; ++c) {
-    const int vs = c * stages_ + stage;
+    const int vs = pipeline::virtual_stage(kind_, stages_, stage, c);
     for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i) model_.layers()[std::size_t(i)]->collect_used_parameters(used);
   }
   std::vector<nn::Parameter*> out;
@@ -86,7 +87,7 @@ int PipelineEngine::chunk_of(const nn::Parameter& p) const {
 std::vector<nn::Module*> PipelineEngine::layers() const {
   std::vector<nn::Module*> out;
   for (int c = 0; c < chunks_; ++c) {
-    const int vs = c * stages_ + stage_;
+    const int vs = virtual_stage(c);
     for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i) out.push_back(model_.layers()[std::size_t(i)]);
   }
   return out;
@@ -117,6 +118,11 @@ std::int64_t PipelineEngine::payload_elements(std::int64_t n) const {
 void PipelineEngine::send(const Tensor& t, Stream to) {
   TIDAL_ASSERT(t.ndim() < kHeader - 1, "pipeline transfer of {}", t.str());
   const int dst = rank_of(to.virtual_stage), tag = tag_of(to);
+  if (dst == stage_) {  // ZB-V's turn at the last rank: the next virtual stage is this rank's
+    TIDAL_ASSERT(!handed_.count(to), "two transfers in flight on one stream within a rank");
+    handed_[to] = t;
+    return;
+  }
   auto [it, first] = sent_shapes_.try_emplace(to, Message{t.shape(), t.dtype()});
   if (first) {
     Tensor header = Tensor::zeros({kHeader}, DType::i32, host_allocator());  // read by the host
@@ -143,6 +149,11 @@ void PipelineEngine::post_receive(Stream s, Allocator& alloc) {
 }
 
 Tensor PipelineEngine::receive(Stream s, Allocator& alloc) {
+  if (const auto it = handed_.find(s); it != handed_.end()) {
+    Tensor t = std::move(it->second);
+    handed_.erase(it);
+    return t;
+  }
   const auto t0 = Clock::now();
   if (!received_shapes_.count(s)) {
     Tensor header = Tensor::empty({kHeader}, DType::i32, host_allocator());
@@ -166,7 +177,7 @@ Tensor PipelineEngine::receive(Stream s, Allocator& alloc) {
 }
 
 void PipelineEngine::begin_call() {
-  TIDAL_ASSERT(sends_.empty() && pending_.empty(), "a pipeline call began with transfers in flight");
+  TIDAL_ASSERT(sends_.empty() && pending_.empty() && handed_.empty(), "a pipeline call began with transfers in flight");
   sent_shapes_.clear();
   received_shapes_.clear();
 }
@@ -194,7 +205,7 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
   }
   // The stream an action's input comes from, if it is received.
   auto input_of = [&](const Action& a) -> std::optional<Stream> {
-    const int vs = a.chunk * stages_ + stage_;
+    const int vs = virtual_stage(a.chunk);
     if (a.kind == Action::forward) return vs == 0 ? std::nullopt : std::optional<Stream>({vs, false});
     if (a.kind == Action::weight_gradient) return std::nullopt;
     return vs == last ? std::nullopt : std::optional<Stream>({vs, true});
@@ -202,14 +213,17 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
   const std::vector<Action> actions = schedule(kind_, stages_, stage_, int(micro_batches.size()), chunks_);
   std::map<std::pair<int, int>, std::unique_ptr<nn::Context>> live;  // (micro-batch, chunk) -> its forward's context
   // (micro-batch, chunk) -> the weight gradients its B left for its W (zero-bubble schedules)
-  std::map<std::pair<int, int>, std::vector<std::function<void()>>> weight_gradients;
+  std::map<std::pair<int, int>, nn::WeightGradients> weight_gradients;
   double loss = 0;
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    const int vs = a.chunk * stages_ + stage_;
+    const int vs = virtual_stage(a.chunk);
     const MicroBatch& mb = micro_batches[std::size_t(a.micro_batch)];
     Tensor input;
+    const double waited = profile_.wait_seconds;
     if (const auto s = input_of(a)) input = receive(*s, alloc);
+    (a.kind == Action::forward ? profile_.forward_wait_seconds : profile_.backward_wait_seconds) +=
+        profile_.wait_seconds - waited;
     // The next action's input, when its size is known, is received while this one computes.
     if (i + 1 < actions.size())
       if (const auto next = input_of(actions[i + 1]); next && received_shapes_.count(*next) && !pending_.count(*next))
@@ -220,18 +234,23 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
       const auto t0 = Clock::now();
       const Tensor y = run_forward(vs, vs == 0 ? model_.input(*mb.batch) : input, *ctx);
       if (vs == last) loss += double(y.item()) * mb.loss_scale;
-      profile_.compute_seconds += seconds_since(t0);
+      const double seconds = seconds_since(t0);
+      profile_.compute_seconds += seconds;
+      profile_.forward_seconds += seconds;
       if (vs != last) send(y, {vs + 1, false});
       live[{a.micro_batch, a.chunk}] = std::move(ctx);
     } else if (a.kind == Action::weight_gradient) {
       auto it = weight_gradients.find({a.micro_batch, a.chunk});
       TIDAL_ASSERT(it != weight_gradients.end(), "W of micro-batch {} before its B", a.micro_batch);
+      TIDAL_ASSERT(it->second.products.empty(), "weight gradients of micro-batch {} left outside a module", a.micro_batch);
       const auto t0 = Clock::now();
-      for (const std::function<void()>& dw : it->second) dw();
+      for (const std::function<void()>& pass : it->second.passes) pass();
       const double seconds = seconds_since(t0);
       profile_.compute_seconds += seconds;
       profile_.weight_seconds += seconds;
       weight_gradients.erase(it);
+      // The micro-batch's gradients are complete.
+      if (hooks.after_backward) hooks.after_backward(a);
     } else {
       auto it = live.find({a.micro_batch, a.chunk});
       TIDAL_ASSERT(it != live.end(), "backward of micro-batch {} before its forward", a.micro_batch);
@@ -240,11 +259,13 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
       if (a.kind == Action::input_gradient) st.weight_gradients = &weight_gradients[{a.micro_batch, a.chunk}];
       const auto t0 = Clock::now();
       const Tensor dx = run_backward(vs, vs == last ? Tensor::full({1}, mb.loss_scale * mb.gradient_scale) : input, *it->second);
-      profile_.compute_seconds += seconds_since(t0);
+      const double seconds = seconds_since(t0);
+      profile_.compute_seconds += seconds;
+      profile_.backward_seconds += seconds;
       st.weight_gradients = nullptr;
       if (vs > 0) send(dx, {vs - 1, true});
       live.erase(it);
-      if (hooks.after_backward) hooks.after_backward(a);
+      if (hooks.after_backward && a.kind == Action::backward) hooks.after_backward(a);
     }
   }
   finish_sends();
@@ -261,7 +282,7 @@ double PipelineEngine::evaluate(const nn::StepState& state) {
   const int last = stages_ * chunks_ - 1;
   double loss = 0;
   for (int c = 0; c < chunks_; ++c) {
-    const int vs = c * stages_ + stage_;
+    const int vs = virtual_stage(c);
     nn::Context ctx(state);
     const Tensor x = vs == 0 ? model_.input(*state.batch) : receive({vs, false}, alloc);
     const Tensor y = run_forward(vs, x, ctx);

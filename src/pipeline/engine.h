@@ -50,6 +50,8 @@ struct PipelineOptions {
 // Called around the actions of train(): a gradient reducer arms itself for the last
 // micro-batch; a chunk manager opens each forward pass (an earlier micro-batch's forward may have
 // left its tensors HOLD_AFTER_FWD), closes it before the backward and completes the gradients.
+// Under B and W (splits_backward) before_backward comes before a B and after_backward after its
+// W: a micro-batch's gradients are complete only then.
 struct ActionHooks {
   std::function<void(const Action&)> before_forward, before_backward, after_backward;
 };
@@ -58,8 +60,12 @@ struct ActionHooks {
 struct StepProfile {
   double seconds = 0;          // the whole call, from entry until the pipeline's loss is known
   double compute_seconds = 0;  // forward and backward of its chunks
-  double weight_seconds = 0;   // of which the W passes (zero-bubble schedules)
-  double wait_seconds = 0;     // blocked on receives (and the scatter-gather all-gather)
+  // of which by action kind: forwards, backwards (or B's), and W passes (zero-bubble schedules)
+  double forward_seconds = 0, backward_seconds = 0, weight_seconds = 0;
+  double wait_seconds = 0;  // blocked on receives (and the scatter-gather all-gather)
+  // of which before a forward (its activation) and before a backward or B (its gradient); a W
+  // waits for nothing
+  double forward_wait_seconds = 0, backward_wait_seconds = 0;
 };
 
 class PipelineEngine {
@@ -80,6 +86,10 @@ class PipelineEngine {
   // The summed unit costs of each virtual stage (PipelineOptions::unit_costs).
   const std::vector<double>& stage_costs() const { return stage_costs_; }
   int chunks() const { return chunks_; }
+  // The virtual stage of this rank's model chunk `chunk` (pipeline/schedule.h), and the pipeline
+  // rank holding a virtual stage.
+  int virtual_stage(int chunk) const { return pipeline::virtual_stage(kind_, stages_, stage_, chunk); }
+  int stage_of(int virtual_stage) const { return pipeline::stage_of(kind_, stages_, virtual_stage); }
   // Whether backwards run as B and W (pipeline/schedule.h): a parameter's gradient is complete
   // only after the step's last W, not its last backward.
   bool splits_backward() const { return pipeline::splits_backward(kind_); }
@@ -107,8 +117,10 @@ class PipelineEngine {
 
   // Whether another stage holds p too (a tied embedding at the ends).
   bool tied(const nn::Parameter& p) const { return tied_.count(const_cast<nn::Parameter*>(&p)) > 0; }
-  // The model chunk of this rank whose layers use p (one of this rank's parameters).
+  // The model chunk of this rank whose layers use p (one of this rank's parameters); the first,
+  // where both of ZB-V's use it (shared_by_chunks).
   int chunk_of(const nn::Parameter& p) const;
+  bool shared_by_chunks(const nn::Parameter& p) const { return shared_.count(&p) > 0; }
   // Sums the gradients of the parameters both end stages hold (tied embeddings) between them.
   void reduce_tied_gradients();
   // The squared gradient norm of the whole model: this rank's parameters (a tied one counted on
@@ -132,7 +144,7 @@ class PipelineEngine {
   void send(const Tensor& t, Stream to);
   void begin_call();
   void finish_sends();
-  int rank_of(int virtual_stage) const { return virtual_stage % stages_; }
+  int rank_of(int virtual_stage) const { return pipeline::stage_of(kind_, stages_, virtual_stage); }
   int tag_of(Stream s) const { return s.gradient ? 2 * s.virtual_stage + 1 : 2 * s.virtual_stage; }
   // The stage that sends on stream s.
   int source_of(Stream s) const { return rank_of(s.gradient ? s.virtual_stage + 1 : s.virtual_stage - 1); }
@@ -150,7 +162,8 @@ class PipelineEngine {
   std::vector<double> stage_costs_;
   std::vector<nn::Parameter*> params_, frozen_;
   std::set<nn::Parameter*> tied_;  // held by another stage too
-  std::map<const nn::Parameter*, int> chunk_of_;  // this rank's parameters' model chunks
+  std::map<const nn::Parameter*, int> chunk_of_;  // this rank's parameters' model chunks (the first)
+  std::set<const nn::Parameter*> shared_;         // used by both chunks (ZB-V's rank 0: a tied embedding)
   std::vector<comm::WorkPtr> sends_;
   // Per call: the shape of each stream this rank sends on and receives from (the first message
   // carries it), and receives posted ahead of the action that needs them.
@@ -160,6 +173,7 @@ class PipelineEngine {
   };
   std::map<Stream, Message> sent_shapes_, received_shapes_;
   std::map<Stream, PendingReceive> pending_;
+  std::map<Stream, Tensor> handed_;  // sent to this rank's next virtual stage (ZB-V's turn)
   StepProfile profile_;
 };
 

@@ -5,7 +5,8 @@
 // rank's list to prove the schedules finish and to count their bubbles.
 //
 // Model chunk c of rank s is virtual stage c * p + s of the p * v virtual stages (v = 1 outside
-// the interleaved schedule): chunk 0 of every rank, then chunk 1, ...
+// the interleaved schedule): chunk 0 of every rank, then chunk 1, ...; under ZB-V chunk 1 of rank
+// s is virtual stage 2p - 1 - s (a V: rank 0 holds the first and the last).
 //
 // The zero-bubble schedule (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024) splits a
 // backward into its input gradient B, which the previous stage waits for, and its weight
@@ -17,7 +18,7 @@
 
 namespace tidal::pipeline {
 
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1, zb_v };
 
 struct Action {
   // backward: the input and the weight gradients at once; input_gradient (B) and weight_gradient
@@ -38,9 +39,16 @@ struct Action {
 // of its last s B's back, so the W's of the end stages fill what 1F1B leaves idle at the start
 // and the end. With forward, B and W a unit each, its idle time is (p-1) units against 1F1B's
 // 3(p-1) (B and W fused).
+// ZB-V (sec. 4): two chunks per rank in a V; its order is found by running the pipeline with a
+// unit per F, B and W, each rank keeping at most 2p chunks' activations (those of 1F1B's first
+// rank), its W's where it would otherwise idle (schedule.cpp says how).
 std::vector<Action> schedule(ScheduleKind kind, int stages, int stage, int micro_batches, int chunks = 1);
 
 // Whether a schedule splits backwards into input_gradient and weight_gradient actions.
-inline bool splits_backward(ScheduleKind kind) { return kind == ScheduleKind::zb_h1; }
+inline bool splits_backward(ScheduleKind kind) { return kind == ScheduleKind::zb_h1 || kind == ScheduleKind::zb_v; }
+
+// The virtual stage of model chunk `chunk` on rank `stage`, and the rank holding a virtual stage.
+int virtual_stage(ScheduleKind kind, int stages, int stage, int chunk);
+int stage_of(ScheduleKind kind, int stages, int virtual_stage);
 
 }  // namespace tidal::pipeline

@@ -117,7 +117,7 @@ struct PipelineRun {
 // `computing` of the pipeline's stages run an action, each runs `speedup(computing)` times as
 // fast (processor sharing where the ranks share too few cores, sim/hardware.h; 1 elsewhere).
 PipelineRun simulate_pipeline(const std::vector<const StepReplay*>& stages, double message, int p, int v,
-                              const std::function<double(int)>& speedup) {
+                              pipeline::ScheduleKind kind, const std::function<double(int)>& speedup) {
   const int n = int(stages.size()), last = p * v - 1;
   std::map<std::tuple<bool, int, int>, double> done;  // (forward, micro-batch, virtual stage) -> finish
   std::vector<std::size_t> next(std::size_t(n), 0);
@@ -127,11 +127,14 @@ PipelineRun simulate_pipeline(const std::vector<const StepReplay*>& stages, doub
   // When stage s may start its next action: its input's arrival (infinity: not made yet).
   const auto start_of = [&](int s) {
     const ActionTime& a = stages[std::size_t(s)]->actions[next[std::size_t(s)]];
-    const int vs = a.chunk * p + s;
+    const int vs = pipeline::virtual_stage(kind, p, s, a.chunk);
     if (a.weight || (a.forward ? vs == 0 : vs == last)) return free_at[std::size_t(s)];
-    const auto it = done.find({a.forward, a.micro_batch, a.forward ? vs - 1 : vs + 1});
+    const int from = a.forward ? vs - 1 : vs + 1;
+    const auto it = done.find({a.forward, a.micro_batch, from});
+    // ZB-V's turn at the last rank hands the tensor over within the rank.
+    const double sent = pipeline::stage_of(kind, p, from) == s ? 0.0 : message;
     return it == done.end() ? std::numeric_limits<double>::infinity()
-                             : std::max(free_at[std::size_t(s)], it->second + message);
+                             : std::max(free_at[std::size_t(s)], it->second + sent);
   };
   for (double now = 0;;) {
     // The stages running at `now`, and the next moment another may start.
@@ -162,7 +165,7 @@ PipelineRun simulate_pipeline(const std::vector<const StepReplay*>& stages, doub
       l -= step * speed;
       if (l > 1e-12 * now) continue;
       const ActionTime& a = stages[std::size_t(s)]->actions[next[std::size_t(s)]];
-      if (!a.weight) done[{a.forward, a.micro_batch, a.chunk * p + s}] = now;
+      if (!a.weight) done[{a.forward, a.micro_batch, pipeline::virtual_stage(kind, p, s, a.chunk)}] = now;
       free_at[std::size_t(s)] = now;
       l = -1.0;
       ++next[std::size_t(s)];
@@ -422,7 +425,7 @@ void predict_time(Prediction& p, const config::Config& cfg, std::vector<PlannedR
     const auto speedup = [&](int computing) {
       return hardware.sharing_speedup(computing * ranks_on_node / double(stages.size()), hardware.devices_per_node);
     };
-    const PipelineRun run = simulate_pipeline(stage_replays, message, par.pipeline, par.virtual_stages, speedup);
+    const PipelineRun run = simulate_pipeline(stage_replays, message, par.pipeline, par.virtual_stages, par.schedule, speedup);
     for (std::size_t k = 0; k < stage_replays.size(); ++k) {
       double busy = 0;
       for (const ActionTime& a : stage_replays[k]->actions) busy += a.seconds;

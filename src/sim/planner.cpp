@@ -39,11 +39,14 @@ std::int64_t micro_batches_of(const config::Config& c) {
 // The layout's config with `micro_batches` micro-batches per step, `recompute` and `offload`, if
 // the ranks can run it (the micro-batch divides as the layout needs, the schedule takes that many).
 std::optional<config::Config> variant(const config::Config& c, int world_size, std::int64_t micro_batches,
-                                      config::Recompute recompute, config::Offload offload) {
+                                      config::Recompute recompute, config::Offload offload,
+                                      pipeline::ScheduleKind schedule) {
   const std::int64_t local = c.train.batch_size / c.parallel.data;
   if (micro_batches < 1 || local % micro_batches != 0) return std::nullopt;
   config::Config v = c;
   v.train.micro_batch_size = micro_batches == 1 ? c.train.micro_batch_size : local / micro_batches;
+  v.parallel.schedule = schedule;
+  if (schedule == pipeline::ScheduleKind::zb_v) v.parallel.virtual_stages = 2;
   v.train.activation_checkpointing = recompute;
   v.memory.offload = offload;
   try {
@@ -79,6 +82,10 @@ void note_choices(Prediction& p, const config::Config& planned, const config::Co
     p.layout["train.activation_checkpointing"] = std::string(config::name_of(planned.train.activation_checkpointing));
   if (planned.memory.offload != asked.memory.offload)
     p.layout["memory.offload"] = std::string(config::name_of(planned.memory.offload));
+  if (planned.parallel.schedule != asked.parallel.schedule)
+    p.layout["parallel.schedule"] = std::string(config::name_of(planned.parallel.schedule));
+  if (planned.parallel.virtual_stages != asked.parallel.virtual_stages)
+    p.layout["parallel.virtual_stages"] = planned.parallel.virtual_stages;
 }
 
 // One layout planned: its micro-batches where the config leaves them, and memory savers where it
@@ -88,9 +95,9 @@ std::optional<PlannedLayout> plan_layout(const config::Config& layout, int world
   const std::int64_t configured = micro_batches_of(layout);
   std::optional<PlannedLayout> best;
   // Predicts a variant, kept if it ranks first so far; whether it fits.
-  const auto consider = [&](std::int64_t micro_batches, config::Recompute recompute,
-                            config::Offload offload) {
-    std::optional<config::Config> v = variant(layout, world_size, micro_batches, recompute, offload);
+  const auto consider = [&](std::int64_t micro_batches, config::Recompute recompute, config::Offload offload,
+                            pipeline::ScheduleKind schedule) {
+    std::optional<config::Config> v = variant(layout, world_size, micro_batches, recompute, offload, schedule);
     if (!v) return false;
     Prediction p = predict(*v, world_size, hardware);
     keep_margin(p, *v, hardware);
@@ -104,8 +111,13 @@ std::optional<PlannedLayout> plan_layout(const config::Config& layout, int world
   const int p = layout.parallel.pipeline;
   if (p > 1 && layout.train.micro_batch_size == 0)
     for (std::int64_t m : {std::int64_t(p), 2 * std::int64_t(p), 4 * std::int64_t(p)}) counts.push_back(m);
+  // And the zero-bubble schedules beside 1F1B (the default): at 1F1B's activations, W's where it idles.
+  std::vector<pipeline::ScheduleKind> schedules = {layout.parallel.schedule};
+  if (p > 1 && layout.parallel.schedule == pipeline::ScheduleKind::one_f_one_b)
+    for (pipeline::ScheduleKind zb : {pipeline::ScheduleKind::zb_h1, pipeline::ScheduleKind::zb_v}) schedules.push_back(zb);
   const config::Offload offload = layout.memory.offload;
-  for (std::int64_t m : counts) consider(m, layout.train.activation_checkpointing, offload);
+  for (std::int64_t m : counts)
+    for (pipeline::ScheduleKind schedule : schedules) consider(m, layout.train.activation_checkpointing, offload, schedule);
   if (!best) return std::nullopt;
   // Memory savers where it does not fit: each recomputation (none, selective, blocks) with the
   // fewest micro-batches that fit it (more only shrink the products further); the fastest. Where
@@ -113,6 +125,7 @@ std::optional<PlannedLayout> plan_layout(const config::Config& layout, int world
   // "chunk", PatrickStar's dynamic partition), its moves and host AdamW in the time.
   if (!best->prediction.fits) {
     const std::int64_t m = micro_batches_of(best->cfg);
+    const pipeline::ScheduleKind schedule = best->cfg.parallel.schedule;
     using config::Recompute;
     const Recompute asked = layout.train.activation_checkpointing;
     std::vector<Recompute> recomputes = {asked};
@@ -122,7 +135,7 @@ std::optional<PlannedLayout> plan_layout(const config::Config& layout, int world
       for (Recompute r : recomputes)
         for (std::int64_t more : {m, 2 * m, 4 * m, 8 * m}) {
           if (r == asked && more == m && o == offload) continue;  // tried above
-          if (consider(more, r, o)) break;
+          if (consider(more, r, o, schedule)) break;
         }
     };
     savers(offload);

@@ -3,6 +3,8 @@
 // fastest within memory, as a user tuning it by hand would set them:
 //   - a pipeline's micro-batches where train.micro_batch_size is unset: p, 2p or 4p of them over
 //     p stages (a smaller bubble against smaller products and more messages), the fastest;
+//   - a pipeline's schedule where it is 1F1B (the default): that, ZB-H1 or ZB-V (the zero-bubble
+//     schedules: W passes where 1F1B idles, at about its activations), the fastest;
 //   - where a layout does not fit as configured: activation checkpointing (selective, then
 //     blocks) and more micro-batches (gradient accumulation: activations of fewer samples at a
 //     time), the fastest variant that fits, else the one nearest to fitting;

@@ -101,13 +101,33 @@ class PlannedKeeper final : public nn::ModuleHooks {
   void after_backward(nn::Module& m) override {
     if (!chunks_) return;
     for (nn::Parameter* p : m.used_parameters())
-      if (!p->frozen && --left_.at(p) == 0) {
-        p->grad = Tensor();  // stored into the chunks
-        left_[p] = users_.at(p);
-      }
+      if (!p->frozen) complete_use(p);
+  }
+  // B and W: a deferred gradient's buffer goes after B and comes again for its W pass.
+  void after_input_gradient(nn::Module& m, std::span<nn::Parameter* const> deferred) override {
+    if (!chunks_) return;
+    for (nn::Parameter* p : m.used_parameters()) {
+      if (p->frozen) continue;
+      if (std::find(deferred.begin(), deferred.end(), p) == deferred.end()) complete_use(p);
+      else p->grad = Tensor();
+    }
+  }
+  void before_weight_gradient(nn::Module&, std::span<nn::Parameter* const> deferred) override {
+    if (!chunks_) return;
+    for (nn::Parameter* p : deferred) p->grad = Tensor::zeros(p->shape, compute_);
+  }
+  void after_weight_gradient(nn::Module&, std::span<nn::Parameter* const> deferred) override {
+    if (!chunks_) return;
+    for (nn::Parameter* p : deferred) p->grad = Tensor();  // stored into the chunks
   }
 
  private:
+  void complete_use(nn::Parameter* p) {
+    if (--left_.at(p) > 0) return;
+    p->grad = Tensor();  // stored into the chunks
+    left_[p] = users_.at(p);
+  }
+
   models::Model& model_;
   const bool chunks_;
   const DType compute_;
@@ -468,6 +488,10 @@ class StepRun {
     return engine_.scatter_gather() && n % t == 0 ? n / t : n;
   }
   void send(const Tensor& y, Stream stream) {
+    if (engine_.stage_of(stream.first) == stage_) {  // ZB-V's turn: handed over within the rank
+      handed_[stream] = y;
+      return;
+    }
     if (sent_.insert(stream).second) {
       Tensor header = Tensor::empty({kHeader}, DType::i32, meta_allocator());
       pipeline_group().send(header, 0);
@@ -481,6 +505,11 @@ class StepRun {
     posted_[stream] = buffer;
   }
   Tensor receive(Stream stream) {
+    if (const auto it = handed_.find(stream); it != handed_.end()) {
+      Tensor t = std::move(it->second);
+      handed_.erase(it);
+      return t;
+    }
     if (known_.insert(stream).second) {
       Tensor header = Tensor::empty({kHeader}, DType::i32, meta_allocator());
       pipeline_group().recv(header, 0);
@@ -494,7 +523,7 @@ class StepRun {
     return whole.reshape(message_.shape());
   }
   std::optional<Stream> input_of(const pipeline::Action& a) const {
-    const int vs = a.chunk * pipeline_ + stage_;
+    const int vs = engine_.virtual_stage(a.chunk);
     if (a.kind == pipeline::Action::forward) return vs == 0 ? std::nullopt : std::optional(Stream{vs, false});
     if (a.kind == pipeline::Action::weight_gradient) return std::nullopt;
     return vs == last_ ? std::nullopt : std::optional(Stream{vs, true});
@@ -503,7 +532,7 @@ class StepRun {
   // One action of the schedule: its input received, the next action's receive posted, its
   // virtual stage's layers run, its output sent.
   void run_action(const pipeline::Action& a, const pipeline::Action* next_action) {
-    const int vs = a.chunk * pipeline_ + stage_;
+    const int vs = engine_.virtual_stage(a.chunk);
     lap();  // receives and sends are the schedule's waits, not the action's work
     Tensor input;
     if (const auto stream = input_of(a)) input = receive(*stream);
@@ -525,7 +554,7 @@ class StepRun {
       out_.kept_per_micro_batch = std::max(out_.kept_per_micro_batch, double(meta_.pool.current_bytes()) - before);
     } else if (a.kind == pipeline::Action::weight_gradient) {
       auto it = weight_gradients_.find({a.micro_batch, a.chunk});
-      for (const std::function<void()>& dw : it->second) dw();
+      for (const std::function<void()>& pass : it->second.passes) pass();
       const double seconds = lap();
       out_.actions.push_back({.forward = false, .weight = true, .micro_batch = a.micro_batch, .chunk = a.chunk,
                               .seconds = seconds, .comm = lap_comm_});
@@ -584,9 +613,10 @@ class StepRun {
   Tensor message_;  // the hidden state the stages send each other (its shape and type)
   std::map<std::pair<int, int>, std::unique_ptr<nn::Context>> live_;  // (micro-batch, chunk) -> its forward's context
   // (micro-batch, chunk) -> the weight gradients its B left for its W (zero-bubble schedules)
-  std::map<std::pair<int, int>, std::vector<std::function<void()>>> weight_gradients_;
+  std::map<std::pair<int, int>, nn::WeightGradients> weight_gradients_;
   std::set<Stream> known_, sent_;
   std::map<Stream, Tensor> posted_;
+  std::map<Stream, Tensor> handed_;  // ZB-V's turn at the last rank
 };
 
 }  // namespace

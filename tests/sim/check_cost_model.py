@@ -44,6 +44,10 @@ RUNS = [  # name, ranks, settings
     ("pipeline2_1f1b", 2, ["parallel.pipeline=2", "train.micro_batch_size=2"]),
     # Zero bubble: each backward as B and W, the W's held back (pipeline/schedule.h).
     ("pipeline2_zb_h1", 2, ["parallel.pipeline=2", "train.micro_batch_size=2", "parallel.schedule=zb-h1"]),
+    ("pipeline2_zb_h1_bf16_zero2", 2, ["parallel.pipeline=2", "train.micro_batch_size=2", "parallel.schedule=zb-h1",
+                                       "train.precision=bf16", "zero.stage=2"]),
+    ("pipeline2_zb_v", 2, ["parallel.pipeline=2", "train.micro_batch_size=2", "parallel.schedule=zb-v",
+                           "parallel.virtual_stages=2"]),
     ("pipeline2_gpipe", 2, ["parallel.pipeline=2", "train.micro_batch_size=2", "parallel.schedule=gpipe"]),
     ("tensor2_1d", 2, ["parallel.tensor.size=2"]),
     ("qwen2_tensor2_1d", 2, ["model.type=qwen2", "model.n_kv_head=2", "parallel.tensor.size=2"]),

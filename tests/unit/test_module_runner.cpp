@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 namespace tidal {
 namespace {
 
@@ -15,8 +18,24 @@ class RecordingHooks final : public nn::ModuleHooks {
   void after_forward(nn::Module& m) override { log.push_back("F- " + m.path()); }
   void before_backward(nn::Module& m) override { log.push_back("B+ " + m.path()); }
   void after_backward(nn::Module& m) override { log.push_back("B- " + m.path()); }
+  void after_input_gradient(nn::Module& m, std::span<nn::Parameter* const> deferred) override {
+    log.push_back("I- " + m.path() + names(deferred));
+  }
+  void before_weight_gradient(nn::Module& m, std::span<nn::Parameter* const> deferred) override {
+    log.push_back("W+ " + m.path() + names(deferred));
+  }
+  void after_weight_gradient(nn::Module& m, std::span<nn::Parameter* const> deferred) override {
+    log.push_back("W- " + m.path() + names(deferred));
+  }
+  static std::string names(std::span<nn::Parameter* const> params) {
+    std::string out;
+    for (const nn::Parameter* p : params) out += " " + p->name;
+    return out;
+  }
   std::vector<std::string> log;
 };
+
+std::vector<float> values(const Tensor& t) { return {t.data<float>(), t.data<float>() + t.numel()}; }
 
 std::size_t index_of(const std::vector<std::string>& v, const std::string& s) {
   auto it = std::find(v.begin(), v.end(), s);
@@ -47,6 +66,47 @@ TEST(ModuleRunner, HooksSeeEveryModuleInExecutionOrder) {
   std::size_t forwards = 0, backwards = 0;
   for (auto& e : log) forwards += e.starts_with("F+"), backwards += e.starts_with("B+");
   EXPECT_EQ(forwards, backwards);
+}
+
+// B and W (zero-bubble pipelines): under StepState::weight_gradients each linear leaves its weight
+// gradient's product for the W pass, its hooks hear after_input_gradient (naming the weight)
+// instead of after_backward, and the W pass runs inside before / after_weight_gradient; the head's
+// product stays in B (its output gradient is vocabulary / width times its input). The gradients
+// after W are the fused backward's, bit for bit.
+TEST(ModuleRunner, WeightGradientPassRunsInsideItsHooks) {
+  const models::GptConfig config{.n_layer = 2, .n_head = 2, .n_embd = 8, .vocab_size = 101, .seq_len = 5};
+  nn::Batch batch{.tokens = testing::randint({2, 5}, 1, 0, 101), .targets = testing::randint({2, 5}, 2, 0, 101)};
+  std::map<std::string, std::vector<float>> fused;
+  for (const bool split : {false, true}) {
+    auto model = models::make_gpt(config);
+    model->materialize(1);
+    RecordingHooks hooks;
+    nn::Runner runner;
+    runner.add_hooks(&hooks);
+    nn::WeightGradients later;
+    nn::StepState state{.runner = &runner, .batch = &batch, .weight_gradients = split ? &later : nullptr};
+    nn::Context ctx(state);
+    model->run_forward(ctx);
+    model->run_backward(ctx);
+    if (!split) {
+      for (nn::Parameter* p : model->parameters()) fused[p->name] = values(p->grad);
+      continue;
+    }
+    const std::vector<std::string> input_gradients = hooks.log;
+    EXPECT_TRUE(later.products.empty());
+    ASSERT_EQ(later.passes.size(), 8u);  // 4 linears a block
+    EXPECT_NE(std::find(input_gradients.begin(), input_gradients.end(), "I- blocks.1.mlp.fc blocks.1.mlp.fc.weight"),
+              input_gradients.end());
+    EXPECT_EQ(std::count(input_gradients.begin(), input_gradients.end(), "B- blocks.1.mlp.fc"), 0);
+    EXPECT_EQ(std::count(input_gradients.begin(), input_gradients.end(), "B- lm_head"), 1);
+    for (float g : values(model->parameter("blocks.0.attn.qkv.weight").grad)) ASSERT_EQ(g, 0.0f);  // not yet
+    for (const auto& pass : later.passes) pass();
+    const std::vector<std::string> w(hooks.log.begin() + std::ptrdiff_t(input_gradients.size()), hooks.log.end());
+    ASSERT_EQ(w.size(), 16u);
+    EXPECT_EQ(w[0], "W+ blocks.1.mlp.proj blocks.1.mlp.proj.weight");  // in the order of the backwards
+    EXPECT_EQ(w[1], "W- blocks.1.mlp.proj blocks.1.mlp.proj.weight");
+    for (nn::Parameter* p : model->parameters()) EXPECT_EQ(values(p->grad), fused[p->name]) << p->name;
+  }
 }
 
 TEST(ModuleRunner, ForwardOutsideTrainingKeepsOnlyTheLogits) {

@@ -4,8 +4,8 @@
 // each schedule finishes on every rank, runs every forward and backward once, and with forward
 // 1 and backward 2 time units its idle fraction per rank is the closed form, (p-1)/(m+p-1) for
 // GPipe and 1F1B and (p-1)/(vm+p-1) interleaved, and with B and W 1 each (p-1)/(3m+p-1) for
-// ZB-H1. 1F1B keeps at most p - s micro-batches' activations alive on rank s, ZB-H1 p; GPipe
-// keeps all m.
+// ZB-H1, (p-1)/(6m+p-1) for ZB-V (two chunks of a unit each per rank). 1F1B keeps at most p - s
+// micro-batches' activations alive on rank s, ZB-H1 p, ZB-V 2p chunks'; GPipe keeps all m.
 #include "config/config.h"
 #include "core/error.h"
 #include "pipeline/partition.h"
@@ -49,7 +49,7 @@ Simulation simulate(ScheduleKind kind, int p, int m, int v) {
     for (int s = 0; s < p; ++s) {
       while (next[s] < lists[s].size()) {
         const Action a = lists[s][next[s]];
-        const int vs = a.chunk * p + s;
+        const int vs = virtual_stage(kind, p, s, a.chunk);
         double ready = clock[s];
         if (const auto in = input_of(a, vs)) {
           auto it = finish.find(*in);
@@ -114,6 +114,37 @@ TEST(PipelineSchedule, ZeroBubbleH1HasAThirdOfTheBubble) {
         }
         EXPECT_LE(zb.idle_fraction[s], f1b.idle_fraction[s] + 1e-12) << "rank " << s;
         EXPECT_LE(zb.peak_alive[s], std::min(m, p)) << "rank " << s;
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, ZeroBubbleVNearlyFillsTheStep) {
+  // ZB-V: two chunks per rank in a V (rank 0 holds virtual stages 0 and 2p - 1), each chunk's F,
+  // B and W a unit (half a stage's). From 2p micro-batches on its idle time is (p-1) units of a
+  // step of 6m, half of ZB-H1's share and under a quarter of 1F1B's, and every rank holds at most
+  // 2p chunks' activations (1F1B's first rank's p micro-batches), no more than interleaved 1F1B's
+  // first rank does with two chunks.
+  for (int p : {2, 4, 8}) {
+    EXPECT_EQ(virtual_stage(ScheduleKind::zb_v, p, 0, 1), 2 * p - 1);
+    EXPECT_EQ(stage_of(ScheduleKind::zb_v, p, p), p - 1);
+    for (int m : {1, 3, p, 2 * p, 12, 24}) {
+      SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m));
+      const Simulation zb = simulate(ScheduleKind::zb_v, p, m, 2);
+      const Simulation h1 = simulate(ScheduleKind::zb_h1, p, m, 1);
+      const Simulation f1b = simulate(ScheduleKind::one_f_one_b, p, m, 1);
+      for (int s = 0; s < p; ++s) {
+        EXPECT_LE(zb.peak_alive[s], 2 * p) << "rank " << s;
+        EXPECT_LE(zb.idle_fraction[s], h1.idle_fraction[s] + 1e-12) << "rank " << s;
+        if (m >= 2 * p) {
+          EXPECT_NEAR(zb.idle_fraction[s], double(p - 1) / double(6 * m + p - 1), 1e-12) << "rank " << s;
+          EXPECT_LE(zb.idle_fraction[s], f1b.idle_fraction[s] / 4) << "rank " << s;
+        }
+      }
+      if (m % p == 0) {
+        const Simulation inter = simulate(ScheduleKind::interleaved, p, m, 2);
+        EXPECT_LE(*std::max_element(zb.peak_alive.begin(), zb.peak_alive.end()),
+                  *std::max_element(inter.peak_alive.begin(), inter.peak_alive.end()));
       }
     }
   }
