@@ -242,12 +242,7 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
     } else if (a.kind == Action::weight_gradient) {
       auto it = weight_gradients.find({a.micro_batch, a.chunk});
       TIDAL_ASSERT(it != weight_gradients.end(), "W of micro-batch {} before its B", a.micro_batch);
-      TIDAL_ASSERT(it->second.products.empty(), "weight gradients of micro-batch {} left outside a module", a.micro_batch);
-      const auto t0 = Clock::now();
-      for (const std::function<void()>& pass : it->second.passes) pass();
-      const double seconds = seconds_since(t0);
-      profile_.compute_seconds += seconds;
-      profile_.weight_seconds += seconds;
+      run_weight_gradient(it->second);
       weight_gradients.erase(it);
       // The micro-batch's gradients are complete.
       if (hooks.after_backward) hooks.after_backward(a);
@@ -274,6 +269,15 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
   pipeline_.all_reduce(total)->wait();  // only the last stage holds it
   profile_.seconds = seconds_since(start);
   return double(total.item());
+}
+
+void PipelineEngine::run_weight_gradient(const nn::WeightGradients& left) {
+  TIDAL_ASSERT(left.products.empty(), "weight gradients left outside a module (nn::Runner packs them)");
+  const auto t0 = Clock::now();
+  for (const std::function<void()>& pass : left.passes) pass();
+  const double seconds = seconds_since(t0);
+  profile_.compute_seconds += seconds;
+  profile_.weight_seconds += seconds;
 }
 
 double PipelineEngine::evaluate(const nn::StepState& state) {

@@ -144,6 +144,8 @@ class PipelineEngine {
   void send(const Tensor& t, Stream to);
   void begin_call();
   void finish_sends();
+  // A W action: the passes its micro-batch's B left (zero-bubble schedules), timed.
+  void run_weight_gradient(const nn::WeightGradients& left);
   int rank_of(int virtual_stage) const { return pipeline::stage_of(kind_, stages_, virtual_stage); }
   int tag_of(Stream s) const { return s.gradient ? 2 * s.virtual_stage + 1 : 2 * s.virtual_stage; }
   // The stage that sends on stream s.

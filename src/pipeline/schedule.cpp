@@ -3,6 +3,8 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <array>
+#include <deque>
 #include <optional>
 
 namespace tidal::pipeline {
@@ -42,63 +44,96 @@ std::vector<Action> zero_bubble_h1(int p, int s, int m) {
 // yet: 1F1B's first rank's p micro-batches of whole stages), else its oldest pending W. Each
 // rank's list is its actions in the order of their start: a receive's sender started earlier,
 // so the lists cannot deadlock.
-std::vector<Action> zero_bubble_v(int p, int s, int m) {
-  const int V = 2 * p, limit = 2 * p;
-  constexpr int kNotYet = -1;
-  // done[kind][vs][i]: the unit at whose end F (kind 0) or B (kind 1) of micro-batch i on virtual
-  // stage vs finished.
-  std::vector<std::vector<std::vector<int>>> done(2, std::vector<std::vector<int>>(V, std::vector<int>(m, kNotYet)));
+class VPipeline {
+ public:
+  VPipeline(int p, int m) : p_(p), m_(m), ranks_(std::size_t(p)) {
+    for (auto& kind : done_) kind.assign(std::size_t(2 * p), std::vector<int>(std::size_t(m), kNotYet));
+  }
+
+  // Runs every rank until each has run F, B and W of every micro-batch on its two chunks.
+  void run() {
+    for (int t = 0, left = 6 * p_ * m_; left > 0; ++t) {
+      TIDAL_ASSERT(t < 48 * (m_ + p_), "ZB-V's run of {} stages and {} micro-batches does not finish", p_, m_);
+      std::vector<std::pair<int, Action>> started;  // (rank, action): their results count from t + 1
+      for (int r = 0; r < p_; ++r)
+        if (const std::optional<Action> a = take(r, t)) {
+          started.emplace_back(r, *a);
+          --left;
+        }
+      for (const auto& [r, a] : started)
+        if (a.kind != Action::weight_gradient)
+          done_[a.kind == Action::forward ? 0 : 1][std::size_t(vs(r, a.chunk))][std::size_t(a.micro_batch)] = t + 1;
+    }
+  }
+  const std::vector<Action>& actions(int rank) const { return ranks_[std::size_t(rank)].actions; }
+
+ private:
+  static constexpr int kNotYet = -1;
   struct Rank {
     int next_forward[2] = {0, 0}, next_b[2] = {0, 0}, alive = 0;
-    std::vector<Action> actions, pending_w;  // its list, and the W's whose B ran
+    std::vector<Action> actions;
+    std::deque<Action> pending_w;  // the W's whose B ran, oldest first
   };
-  std::vector<Rank> ranks(p);
-  const auto finished = [&](int kind, int vs, int i, int t) { return done[kind][vs][i] != kNotYet && done[kind][vs][i] <= t; };
-  int left = 3 * V * m;  // F, B and W of every micro-batch on every virtual stage
-  for (int t = 0; left > 0; ++t) {
-    TIDAL_ASSERT(t < 16 * (m + p) * 3, "ZB-V's simulation of {} stages and {} micro-batches does not finish", p, m);
-    std::vector<std::pair<int, Action>> started;  // (rank, action): their results count from t + 1
-    for (int r = 0; r < p; ++r) {
-      Rank& rank = ranks[std::size_t(r)];
-      std::optional<Action> pick;
-      // The oldest ready B.
-      for (int c = 0; c < 2; ++c) {
-        const int i = rank.next_b[c], vs = virtual_stage(ScheduleKind::zb_v, p, r, c);
-        if (i >= m || done[0][vs][i] == kNotYet || done[0][vs][i] > t) continue;
-        if (vs + 1 < V && !finished(1, vs + 1, i, t)) continue;
-        if (!pick || i < pick->micro_batch) pick = Action{Action::input_gradient, i, c};
-      }
-      if (!pick && rank.alive < limit)
-        for (int c : {1, 0}) {
-          const int i = rank.next_forward[c], vs = virtual_stage(ScheduleKind::zb_v, p, r, c);
-          if (i >= m || (vs > 0 && !finished(0, vs - 1, i, t))) continue;
-          pick = Action{Action::forward, i, c};
-          break;
-        }
-      if (!pick && !rank.pending_w.empty()) {
-        pick = rank.pending_w.front();
-        rank.pending_w.erase(rank.pending_w.begin());
-      }
-      if (!pick) continue;
-      rank.actions.push_back(*pick);
-      started.emplace_back(r, *pick);
-      --left;
-      if (pick->kind == Action::forward) {
-        ++rank.next_forward[pick->chunk];
-        ++rank.alive;
-      } else if (pick->kind == Action::input_gradient) {
-        ++rank.next_b[pick->chunk];
-        rank.pending_w.push_back({Action::weight_gradient, pick->micro_batch, pick->chunk});
-      } else {
-        --rank.alive;
-      }
-    }
-    for (const auto& [r, a] : started)
-      if (a.kind != Action::weight_gradient)
-        done[a.kind == Action::forward ? 0 : 1][std::size_t(virtual_stage(ScheduleKind::zb_v, p, r, a.chunk))]
-            [std::size_t(a.micro_batch)] = t + 1;
+
+  int vs(int rank, int chunk) const { return virtual_stage(ScheduleKind::zb_v, p_, rank, chunk); }
+  // F (kind 0) or B (kind 1) of micro-batch i on virtual stage v finished by the start of unit t.
+  bool finished(int kind, int v, int i, int t) const {
+    const int at = done_[std::size_t(kind)][std::size_t(v)][std::size_t(i)];
+    return at != kNotYet && at <= t;
   }
-  return ranks[std::size_t(s)].actions;
+  std::optional<Action> oldest_ready_b(int r, int t) const {
+    const Rank& rank = ranks_[std::size_t(r)];
+    std::optional<Action> pick;
+    for (int c = 0; c < 2; ++c) {
+      const int i = rank.next_b[c], v = vs(r, c);
+      if (i >= m_ || !finished(0, v, i, t) || (v + 1 < 2 * p_ && !finished(1, v + 1, i, t))) continue;
+      if (!pick || i < pick->micro_batch) pick = Action{Action::input_gradient, i, c};
+    }
+    return pick;
+  }
+  std::optional<Action> ready_forward(int r, int t) const {
+    const Rank& rank = ranks_[std::size_t(r)];
+    if (rank.alive >= 2 * p_) return std::nullopt;
+    for (int c : {1, 0}) {
+      const int i = rank.next_forward[c], v = vs(r, c);
+      if (i < m_ && (v == 0 || finished(0, v - 1, i, t))) return Action{Action::forward, i, c};
+    }
+    return std::nullopt;
+  }
+  // Rank r's action of unit t (none: it idles), its state advanced.
+  std::optional<Action> take(int r, int t) {
+    Rank& rank = ranks_[std::size_t(r)];
+    std::optional<Action> a = oldest_ready_b(r, t);
+    if (!a) a = ready_forward(r, t);
+    if (!a && !rank.pending_w.empty()) {
+      a = rank.pending_w.front();
+      rank.pending_w.pop_front();
+    }
+    if (!a) return std::nullopt;
+    rank.actions.push_back(*a);
+    if (a->kind == Action::forward) {
+      ++rank.next_forward[a->chunk];
+      ++rank.alive;
+    } else if (a->kind == Action::input_gradient) {
+      ++rank.next_b[a->chunk];
+      rank.pending_w.push_back({Action::weight_gradient, a->micro_batch, a->chunk});
+    } else {
+      --rank.alive;
+    }
+    return a;
+  }
+
+  const int p_, m_;
+  std::vector<Rank> ranks_;
+  // done_[kind][vs][i]: the unit at whose end F (kind 0) or B (kind 1) of micro-batch i on
+  // virtual stage vs finished.
+  std::array<std::vector<std::vector<int>>, 2> done_;
+};
+
+std::vector<Action> zero_bubble_v(int p, int s, int m) {
+  VPipeline run(p, m);
+  run.run();
+  return run.actions(s);
 }
 
 }  // namespace
