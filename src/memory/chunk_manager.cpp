@@ -323,10 +323,7 @@ bool ChunkManager::group_resident(int group) const {
 }
 
 bool ChunkManager::group_complete(int group) const {
-  for (int c = group * layout_.group_size; c < (group + 1) * layout_.group_size; ++c)
-    for (std::size_t i : tensors_of(c))
-      if (tracked_[i].state != TensorState::hold_after_bwd || tracked_[i].weights_pending > 0) return false;
-  return true;
+  return group_all(group, TensorState::hold_after_bwd) && !weights_pending(group);
 }
 
 bool ChunkManager::weights_pending(int group) const {
