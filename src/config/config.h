@@ -80,8 +80,11 @@ struct ParallelConfig {
   // every rank does the same causal attention work (false: chunk r of N, contiguous).
   bool sequence_zigzag = true;
   parallel::SequenceMode sequence_mode = parallel::SequenceMode::ring;  // ring | ulysses
-  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;  // gpipe | 1f1b | interleaved | zb-h1
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;  // gpipe | 1f1b | interleaved | zb-h1 | zb-v
   int virtual_stages = 1;
+  // zb-h1: the activation memory a stage may reach holding W's back, as a multiple of 1F1B's
+  // largest stage's (pipeline::held_weight_gradients)
+  double zb_memory = pipeline::kZeroBubbleMemory;
   pipeline::PartitionBy partition = pipeline::PartitionBy::layers;  // layers | parameters | time: what stages balance
   bool scatter_gather = true;         // pipeline x 1D tensor: send 1/t of each activation
   double bucket_mb = 25.0;   // data parallel: gradient bucket size (MiB) for the overlapped all-reduce

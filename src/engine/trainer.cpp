@@ -151,6 +151,7 @@ pipeline::PipelineOptions pipeline_options(const config::Config& cfg, models::Mo
   o.scatter_gather = cfg.parallel.scatter_gather;
   o.schedule = cfg.parallel.schedule;
   o.chunks = cfg.parallel.virtual_stages;
+  o.zb_memory = cfg.parallel.zb_memory;
   if (pc.layout().spec().pipeline > 1) {
     HostAllocator probe_activations;
     const nn::Batch probe_batch = data.batch(first, micro, data::Split::train);
@@ -458,6 +459,7 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
                           {"wait_s", p.wait_seconds},
                           {"forward_wait_s", p.forward_wait_seconds},
                           {"backward_wait_s", p.backward_wait_seconds}};
+    if (p.held_weight_gradients >= 0) record["pipeline"]["held_weight_gradients"] = p.held_weight_gradients;
   }
   return record;
 }
@@ -667,6 +669,8 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
     for (std::size_t r = 0; r < p["wait_us_per_rank"].size(); ++r)
       idle += p["wait_us_per_rank"][r].get<double>() / std::max(1.0, p["seconds_us_per_rank"][r].get<double>());
     p["idle_fraction"] = idle / double(p["wait_us_per_rank"].size());
+    if (const int held = engine.last_step().held_weight_gradients; held >= 0)
+      p.update(pc.per_rank({{"held_weight_gradients", held}}));
     record["pipeline"] = std::move(p);
   }
   if (stopped_early) record["stopped_early"] = true;

@@ -32,7 +32,8 @@ PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& 
       stage_(pc.coordinates().pipeline),
       chunks_(options.chunks),
       scatter_gather_(options.scatter_gather && stages_ > 1 && pc.layout().spec().mode == parallel::TensorMode::d1 &&
-                      tensor_.size() > 1) {
+                      tensor_.size() > 1),
+      zb_memory_(options.zb_memory) {
   model_.assign_names("");
   const std::vector<int> units = unit_bounds(model_);
   const std::vector<double> costs =
@@ -187,97 +188,121 @@ void PipelineEngine::finish_sends() {
   sends_.clear();
 }
 
+std::optional<PipelineEngine::Stream> PipelineEngine::input_of(const Action& a) const {
+  const int vs = virtual_stage(a.chunk);
+  if (a.kind == Action::forward) return vs == 0 ? std::nullopt : std::optional<Stream>({vs, false});
+  if (a.kind == Action::weight_gradient) return std::nullopt;
+  return vs == stages_ * chunks_ - 1 ? std::nullopt : std::optional<Stream>({vs, true});
+}
+
+std::vector<Action> PipelineEngine::actions_of(int micro_batches) {
+  if (kind_ == ScheduleKind::zb_h1) profile_.held_weight_gradients = measuring() ? 0 : held_[std::size_t(stage_)];
+  const ScheduleKind kind = measuring() && fused_peak_ < 0 ? ScheduleKind::one_f_one_b : kind_;
+  return schedule(kind, stages_, stage_, micro_batches, chunks_, profile_.held_weight_gradients);
+}
+
 double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const nn::StepState& state,
                              const ActionHooks& hooks) {
   const auto start = Clock::now();
   profile_ = {};
   begin_call();
-  Allocator& alloc = state.activations ? *state.activations : host_allocator();
-  const int last = stages_ * chunks_ - 1;
-  std::vector<nn::StepState> states;
+  Call call{.micro_batches = micro_batches, .hooks = hooks,
+            .alloc = state.activations ? *state.activations : host_allocator()};
   for (const MicroBatch& mb : micro_batches) {
     nn::StepState st = state;
     st.batch = mb.batch;
     st.first_sample = mb.first_sample;
     st.loss_weight = mb.loss_scale;
     st.gradient_scale = mb.gradient_scale;
-    states.push_back(st);
+    call.states.push_back(st);
   }
-  // The stream an action's input comes from, if it is received.
-  auto input_of = [&](const Action& a) -> std::optional<Stream> {
-    const int vs = virtual_stage(a.chunk);
-    if (a.kind == Action::forward) return vs == 0 ? std::nullopt : std::optional<Stream>({vs, false});
-    if (a.kind == Action::weight_gradient) return std::nullopt;
-    return vs == last ? std::nullopt : std::optional<Stream>({vs, true});
-  };
-  const std::vector<Action> actions = schedule(kind_, stages_, stage_, int(micro_batches.size()), chunks_);
-  std::map<std::pair<int, int>, std::unique_ptr<nn::Context>> live;  // (micro-batch, chunk) -> its forward's context
-  // (micro-batch, chunk) -> the weight gradients its B left for its W (zero-bubble schedules)
-  std::map<std::pair<int, int>, nn::WeightGradients> weight_gradients;
-  double loss = 0;
+  const bool measuring = this->measuring();
+  const std::vector<Action> actions = actions_of(int(micro_batches.size()));
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    const int vs = virtual_stage(a.chunk);
-    const MicroBatch& mb = micro_batches[std::size_t(a.micro_batch)];
     Tensor input;
     const double waited = profile_.wait_seconds;
-    if (const auto s = input_of(a)) input = receive(*s, alloc);
+    if (const auto s = input_of(a)) input = receive(*s, call.alloc);
     (a.kind == Action::forward ? profile_.forward_wait_seconds : profile_.backward_wait_seconds) +=
         profile_.wait_seconds - waited;
     // The next action's input, when its size is known, is received while this one computes.
     if (i + 1 < actions.size())
       if (const auto next = input_of(actions[i + 1]); next && received_shapes_.count(*next) && !pending_.count(*next))
-        post_receive(*next, alloc);
-    if (a.kind == Action::forward) {
-      if (hooks.before_forward) hooks.before_forward(a);
-      auto ctx = std::make_unique<nn::Context>(states[std::size_t(a.micro_batch)]);
-      const auto t0 = Clock::now();
-      const Tensor y = run_forward(vs, vs == 0 ? model_.input(*mb.batch) : input, *ctx);
-      if (vs == last) loss += double(y.item()) * mb.loss_scale;
-      const double seconds = seconds_since(t0);
-      profile_.compute_seconds += seconds;
-      profile_.forward_seconds += seconds;
-      if (vs != last) send(y, {vs + 1, false});
-      live[{a.micro_batch, a.chunk}] = std::move(ctx);
-    } else if (a.kind == Action::weight_gradient) {
-      auto it = weight_gradients.find({a.micro_batch, a.chunk});
-      TIDAL_ASSERT(it != weight_gradients.end(), "W of micro-batch {} before its B", a.micro_batch);
-      run_weight_gradient(it->second);
-      weight_gradients.erase(it);
-      // The micro-batch's gradients are complete.
-      if (hooks.after_backward) hooks.after_backward(a);
-    } else {
-      auto it = live.find({a.micro_batch, a.chunk});
-      TIDAL_ASSERT(it != live.end(), "backward of micro-batch {} before its forward", a.micro_batch);
-      if (hooks.before_backward) hooks.before_backward(a);
-      nn::StepState& st = states[std::size_t(a.micro_batch)];
-      if (a.kind == Action::input_gradient) st.weight_gradients = &weight_gradients[{a.micro_batch, a.chunk}];
-      const auto t0 = Clock::now();
-      const Tensor dx = run_backward(vs, vs == last ? Tensor::full({1}, mb.loss_scale * mb.gradient_scale) : input, *it->second);
-      const double seconds = seconds_since(t0);
-      profile_.compute_seconds += seconds;
-      profile_.backward_seconds += seconds;
-      st.weight_gradients = nullptr;
-      if (vs > 0) send(dx, {vs - 1, true});
-      live.erase(it);
-      if (hooks.after_backward && a.kind == Action::backward) hooks.after_backward(a);
-    }
+        post_receive(*next, call.alloc);
+    if (a.kind == Action::forward) forward_action(call, a, input);
+    else if (a.kind == Action::weight_gradient) weight_action(call, a);
+    else backward_action(call, a, input);
   }
   finish_sends();
-  if (state.experts != nullptr) loss += state.experts->loss;  // the routers' losses, on their stages
-  Tensor total = Tensor::full({1}, float(loss));
+  if (measuring && fused_peak_ < 0) fused_peak_ = double(call.alloc.peak_bytes());
+  else if (measuring) hold_weight_gradients(double(call.alloc.peak_bytes()), call.held_bytes);
+  if (state.experts != nullptr) call.loss += state.experts->loss;  // the routers' losses, on their stages
+  Tensor total = Tensor::full({1}, float(call.loss));
   pipeline_.all_reduce(total)->wait();  // only the last stage holds it
   profile_.seconds = seconds_since(start);
   return double(total.item());
 }
 
-void PipelineEngine::run_weight_gradient(const nn::WeightGradients& left) {
-  TIDAL_ASSERT(left.products.empty(), "weight gradients left outside a module (nn::Runner packs them)");
+void PipelineEngine::forward_action(Call& call, const Action& a, const Tensor& input) {
+  const int vs = virtual_stage(a.chunk), last = stages_ * chunks_ - 1;
+  const MicroBatch& mb = call.micro_batches[std::size_t(a.micro_batch)];
+  if (call.hooks.before_forward) call.hooks.before_forward(a);
+  auto ctx = std::make_unique<nn::Context>(call.states[std::size_t(a.micro_batch)]);
   const auto t0 = Clock::now();
-  for (const std::function<void()>& pass : left.passes) pass();
+  const Tensor y = run_forward(vs, vs == 0 ? model_.input(*mb.batch) : input, *ctx);
+  if (vs == last) call.loss += double(y.item()) * mb.loss_scale;
+  const double seconds = seconds_since(t0);
+  profile_.compute_seconds += seconds;
+  profile_.forward_seconds += seconds;
+  if (vs != last) send(y, {vs + 1, false});
+  call.live[{a.micro_batch, a.chunk}] = std::move(ctx);
+}
+
+void PipelineEngine::backward_action(Call& call, const Action& a, const Tensor& input) {
+  const int vs = virtual_stage(a.chunk), last = stages_ * chunks_ - 1;
+  const MicroBatch& mb = call.micro_batches[std::size_t(a.micro_batch)];
+  auto it = call.live.find({a.micro_batch, a.chunk});
+  TIDAL_ASSERT(it != call.live.end(), "backward of micro-batch {} before its forward", a.micro_batch);
+  if (call.hooks.before_backward) call.hooks.before_backward(a);
+  nn::StepState& st = call.states[std::size_t(a.micro_batch)];
+  if (a.kind == Action::input_gradient) st.weight_gradients = &call.weight_gradients[{a.micro_batch, a.chunk}];
+  const auto t0 = Clock::now();
+  const Tensor dx = run_backward(vs, vs == last ? Tensor::full({1}, mb.loss_scale * mb.gradient_scale) : input, *it->second);
+  const double seconds = seconds_since(t0);
+  profile_.compute_seconds += seconds;
+  profile_.backward_seconds += seconds;
+  st.weight_gradients = nullptr;
+  if (vs > 0) send(dx, {vs - 1, true});
+  call.live.erase(it);
+  if (call.hooks.after_backward && a.kind == Action::backward) call.hooks.after_backward(a);
+}
+
+void PipelineEngine::weight_action(Call& call, const Action& a) {
+  auto it = call.weight_gradients.find({a.micro_batch, a.chunk});
+  TIDAL_ASSERT(it != call.weight_gradients.end(), "W of micro-batch {} before its B", a.micro_batch);
+  TIDAL_ASSERT(it->second.products.empty(), "weight gradients left outside a module (nn::Runner packs them)");
+  const double before = double(call.alloc.current_bytes());
+  const auto t0 = Clock::now();
+  for (const std::function<void()>& pass : it->second.passes) pass();
   const double seconds = seconds_since(t0);
   profile_.compute_seconds += seconds;
   profile_.weight_seconds += seconds;
+  call.weight_gradients.erase(it);
+  call.held_bytes = std::max(call.held_bytes, before - double(call.alloc.current_bytes()));
+  // The micro-batch's gradients are complete.
+  if (call.hooks.after_backward) call.hooks.after_backward(a);
+}
+
+void PipelineEngine::hold_weight_gradients(double split_peak, double held_bytes) {
+  Tensor figures = Tensor::zeros({3 * stages_}, DType::f32, host_allocator());
+  float* f = figures.data<float>();
+  f[3 * stage_] = float(fused_peak_);
+  f[3 * stage_ + 1] = float(split_peak);
+  f[3 * stage_ + 2] = float(held_bytes);
+  pc_.group(parallel::GroupKind::world).all_reduce(figures, {.op = comm::ReduceOp::max})->wait();
+  std::vector<StageMemory> stages;
+  for (int s = 0; s < stages_; ++s) stages.push_back({f[3 * s], f[3 * s + 1], f[3 * s + 2]});
+  held_ = held_weight_gradients(stages, zb_memory_);
 }
 
 double PipelineEngine::evaluate(const nn::StepState& state) {

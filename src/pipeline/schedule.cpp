@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <deque>
 #include <optional>
 
@@ -19,8 +20,8 @@ Action interleaved_action(Action::Kind kind, int k, int p, int v) {
   return {kind, (k / (p * v)) * p + k % p, kind == Action::forward ? chunk : v - 1 - chunk};
 }
 
-// ZB-H1: 1F1B's forwards and B's, rank s keeping the W's of its last s B's pending.
-std::vector<Action> zero_bubble_h1(int p, int s, int m) {
+// ZB-H1: 1F1B's forwards and B's, rank s keeping the W's of its last `held` B's pending.
+std::vector<Action> zero_bubble_h1(int p, int s, int m, int held) {
   std::vector<Action> out;
   const int warmup = std::min(p - s - 1, m);
   for (int i = 0; i < warmup; ++i) out.push_back({Action::forward, i});
@@ -28,8 +29,8 @@ std::vector<Action> zero_bubble_h1(int p, int s, int m) {
   for (int i = 0; i < m; ++i) {
     if (warmup + i < m) out.push_back({Action::forward, warmup + i});
     out.push_back({Action::input_gradient, i});
-    // While forwards come between the B's, s W's stay pending; in the cool-down each B brings one.
-    const int pending = warmup + i < m ? s : 0;
+    // While forwards come between the B's, `held` W's stay pending; in the cool-down each B brings one.
+    const int pending = warmup + i < m ? held : 0;
     if (i + 1 - next_w > pending) out.push_back({Action::weight_gradient, next_w++});
   }
   while (next_w < m) out.push_back({Action::weight_gradient, next_w++});
@@ -138,6 +139,19 @@ std::vector<Action> zero_bubble_v(int p, int s, int m) {
 
 }  // namespace
 
+std::vector<int> held_weight_gradients(const std::vector<StageMemory>& stages, double memory) {
+  TIDAL_ASSERT(!stages.empty(), "no stages");
+  double largest = 0;
+  for (const StageMemory& m : stages) largest = std::max(largest, m.fused_peak);
+  const double budget = memory * largest;
+  std::vector<int> held;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const double room = std::floor((budget - stages[s].split_peak) / std::max(stages[s].held_bytes, 1.0));
+    held.push_back(int(std::clamp(room, 0.0, double(s))));
+  }
+  return held;
+}
+
 int virtual_stage(ScheduleKind kind, int stages, int stage, int chunk) {
   return kind == ScheduleKind::zb_v && chunk == 1 ? 2 * stages - 1 - stage : chunk * stages + stage;
 }
@@ -146,7 +160,8 @@ int stage_of(ScheduleKind kind, int stages, int virtual_stage) {
   return kind == ScheduleKind::zb_v && virtual_stage >= stages ? 2 * stages - 1 - virtual_stage : virtual_stage % stages;
 }
 
-std::vector<Action> schedule(ScheduleKind kind, int stages, int stage, int micro_batches, int chunks) {
+std::vector<Action> schedule(ScheduleKind kind, int stages, int stage, int micro_batches, int chunks,
+                             int held_weight_gradients) {
   const int p = stages, s = stage, m = micro_batches;
   TIDAL_ASSERT(p >= 1 && s >= 0 && s < p && m >= 1 && chunks >= 1, "schedule({} stages, stage {}, {} micro-batches)",
                p, s, m);
@@ -156,7 +171,8 @@ std::vector<Action> schedule(ScheduleKind kind, int stages, int stage, int micro
               "parallel.schedule = \"zb-v\" runs two model chunks per rank: it needs parallel.virtual_stages = 2, not {}",
               chunks);
   std::vector<Action> out;
-  if (kind == ScheduleKind::zb_h1) return zero_bubble_h1(p, s, m);
+  if (kind == ScheduleKind::zb_h1)
+    return zero_bubble_h1(p, s, m, held_weight_gradients < 0 ? s : std::min(held_weight_gradients, s));
   if (kind == ScheduleKind::zb_v) return zero_bubble_v(p, s, m);
   if (kind == ScheduleKind::gpipe) {
     for (int i = 0; i < m; ++i) out.push_back({Action::forward, i});

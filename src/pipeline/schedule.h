@@ -36,13 +36,31 @@ struct Action {
 // of p per chunk; needs micro_batches divisible by stages (a tidal::Error naming the keys).
 // ZB-H1 (the paper's sec. 3.1): 1F1B's warm-up and order of forwards and B's, each W as late as
 // keeps the stage's activations at 1F1B's first stage's (p micro-batches): rank s holds the W's
-// of its last s B's back, so the W's of the end stages fill what 1F1B leaves idle at the start
-// and the end. With forward, B and W a unit each, its idle time is (p-1) units against 1F1B's
-// 3(p-1) (B and W fused).
+// of its last s B's back (`held_weight_gradients` of them where that is fewer), so the W's of the
+// end stages fill what 1F1B leaves idle at the start and the end. With forward, B and W a unit
+// each, its idle time is (p-1) units against 1F1B's 3(p-1) (B and W fused).
 // ZB-V (sec. 4): two chunks per rank in a V; its order is found by running the pipeline with a
 // unit per F, B and W, each rank keeping at most 2p chunks' activations (those of 1F1B's first
 // rank), its W's where it would otherwise idle (schedule.cpp says how).
-std::vector<Action> schedule(ScheduleKind kind, int stages, int stage, int micro_batches, int chunks = 1);
+std::vector<Action> schedule(ScheduleKind kind, int stages, int stage, int micro_batches, int chunks = 1,
+                             int held_weight_gradients = -1);
+
+// What a ZB-H1 pipeline's measuring steps found on one stage (pipeline/engine.cpp,
+// sim/step_replay.cpp): its activation peak with each backward whole (1F1B's), with each W right
+// after its B (none held: the B's own W's add to it), and what one W kept (its linears' inputs and
+// output gradients: about a micro-batch's activations, the paper's M_W beside M_B).
+struct StageMemory {
+  double fused_peak = 0, split_peak = 0, held_bytes = 0;
+};
+// How many W's each stage of ZB-H1 holds back (the held_weight_gradients of schedule()): stage s
+// up to s, as the paper counts, but no more than keep its peak (split_peak plus what its held W's
+// keep: an estimate from above) within `memory` times 1F1B's largest (parallel.zb_memory). A last
+// stage holds its head's and loss's activations beside its s W's: there the paper's count passes
+// 1F1B's first stage (by 10.2% at pipeline 4, 8 micro-batches, a GPT of 8 layers; 3.7% with one
+// fewer held, the default's choice).
+std::vector<int> held_weight_gradients(const std::vector<StageMemory>& stages, double memory);
+// ZB-H1 at "1F1B's activation memory" (the paper's sec. 3.1), within 5% (parallel.zb_memory's default).
+inline constexpr double kZeroBubbleMemory = 1.05;
 
 // Whether a schedule splits backwards into input_gradient and weight_gradient actions.
 inline bool splits_backward(ScheduleKind kind) { return kind == ScheduleKind::zb_h1 || kind == ScheduleKind::zb_v; }

@@ -18,8 +18,9 @@
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <optional>
 #include <map>
+#include <optional>
+#include <set>
 #include <tuple>
 
 namespace tidal::sim {
@@ -242,8 +243,8 @@ nlohmann::json layout_of(const config::Config& cfg) {
 // the same layers and lists and talk over groups of the same shape.
 class Replays {
  public:
-  Replays(const config::Config& cfg, const parallel::Layout& layout, const Hardware* hardware, DeviceOps ops)
-      : cfg_(cfg), layout_(layout), hardware_(hardware), ops_(ops) {}
+  Replays(const config::Config& cfg, const std::vector<PlannedRank>& world, const Hardware* hardware, DeviceOps ops)
+      : cfg_(cfg), world_(world), layout_(world.front().pc->layout()), hardware_(hardware), ops_(ops) {}
 
   const StepReplay& of(const PlannedRank& r) {
     const parallel::Coordinates& c = r.pc->coordinates();
@@ -253,16 +254,39 @@ class Replays {
       if (hardware_)
         costs = Costs{.hardware = hardware_, .dtype = cfg_.train.precision,
                       .link = link_time(*hardware_, layout_, r.pc->rank())};
-      replays_.emplace(r.pc->rank(), replay_step(cfg_, r, ops_, costs ? &*costs : nullptr));
+      const int holds = cfg_.parallel.schedule == pipeline::ScheduleKind::zb_h1 ? held()[std::size_t(c.pipeline)] : -1;
+      replays_.emplace(r.pc->rank(), replay_step(cfg_, r, ops_, costs ? &*costs : nullptr,
+                                                 {.kind = std::nullopt, .held_weight_gradients = holds}));
     }
     return replays_.at(kind->second);
   }
 
  private:
+  // ZB-H1's W's held back per stage, found as the pipeline engine finds them after its measuring
+  // steps: every kind of rank replayed as 1F1B and with each W right after its B.
+  const std::vector<int>& held() {
+    if (!held_.empty()) return held_;
+    std::vector<pipeline::StageMemory> stages(std::size_t(layout_.spec().pipeline));
+    std::set<std::tuple<int, int, int>> seen;
+    for (const PlannedRank& r : world_) {
+      const parallel::Coordinates& c = r.pc->coordinates();
+      if (!seen.insert({c.pipeline, c.tensor, c.sequence}).second) continue;
+      const StepReplay fused = replay_step(cfg_, r, ops_, nullptr, {.kind = pipeline::ScheduleKind::one_f_one_b});
+      const StepReplay split = replay_step(cfg_, r, ops_, nullptr, {.kind = std::nullopt, .held_weight_gradients = 0});
+      pipeline::StageMemory& m = stages[std::size_t(c.pipeline)];
+      m.fused_peak = std::max(m.fused_peak, fused.peak_bytes);
+      m.split_peak = std::max({m.split_peak, fused.peak_bytes, split.peak_bytes});  // the engine's peak so far
+      m.held_bytes = std::max(m.held_bytes, split.held_weight_bytes);
+    }
+    return held_ = pipeline::held_weight_gradients(stages, cfg_.parallel.zb_memory);
+  }
+
   const config::Config& cfg_;
+  const std::vector<PlannedRank>& world_;
   const parallel::Layout& layout_;
   const Hardware* hardware_;
   DeviceOps ops_;
+  std::vector<int> held_;
   std::map<int, StepReplay> replays_;
   std::map<std::tuple<int, int, int>, int> first_of_kind_;
 };
@@ -455,7 +479,7 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
                                  : DeviceOps{.cpu = cfg.train.device == Device::Kind::cpu,
                                              .bf16_native = cfg.train.device == Device::Kind::cuda ||
                                                             ops::cpu::onednn_bf16_native()};
-  Replays replays(cfg, world.front().pc->layout(), hardware, ops);
+  Replays replays(cfg, world, hardware, ops);
   for (PlannedRank& r : world) {
     p.ranks.push_back(rank_memory(r, replays.of(r), device_capacity));
     if (p.ranks.back().total() > p.peak_bytes) {

@@ -49,7 +49,8 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
   pipeline::PipelineOptions options{.unit_costs = {},
                                     .scatter_gather = cfg.parallel.scatter_gather,
                                     .schedule = cfg.parallel.schedule,
-                                    .chunks = cfg.parallel.virtual_stages};
+                                    .chunks = cfg.parallel.virtual_stages,
+                                    .zb_memory = cfg.parallel.zb_memory};
   if (r.pc->layout().spec().pipeline > 1)
     options.unit_costs = pipeline::unit_costs(*r.model, cfg.parallel.partition == pipeline::PartitionBy::time
                                                             ? pipeline::PartitionBy::parameters

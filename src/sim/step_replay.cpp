@@ -353,8 +353,10 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
 // planned communicators counted (comm/planning_communicator.h).
 class StepRun {
  public:
-  StepRun(const config::Config& cfg, const PlannedRank& planned, const DeviceOps& ops, const Costs* costs)
+  StepRun(const config::Config& cfg, const PlannedRank& planned, const DeviceOps& ops, const Costs* costs,
+          const ReplayOrder& order)
       : cfg_(cfg),
+        order_(order),
         planned_(planned),
         costs_(costs),
         layout_(planned.pc->layout()),
@@ -397,7 +399,8 @@ class StepRun {
     meta_.pool.reset_peak();
     counted_ = counted();
     const std::vector<pipeline::Action> actions =
-        pipeline::schedule(cfg_.parallel.schedule, pipeline_, stage_, micro_batches, engine_.chunks());
+        pipeline::schedule(order_.kind.value_or(cfg_.parallel.schedule), pipeline_, stage_, micro_batches,
+                           engine_.chunks(), order_.held_weight_gradients);
     for (std::size_t i = 0; i < actions.size(); ++i)
       run_action(actions[i], i + 1 < actions.size() ? &actions[i + 1] : nullptr);
     lap();
@@ -554,11 +557,13 @@ class StepRun {
       out_.kept_per_micro_batch = std::max(out_.kept_per_micro_batch, double(meta_.pool.current_bytes()) - before);
     } else if (a.kind == pipeline::Action::weight_gradient) {
       auto it = weight_gradients_.find({a.micro_batch, a.chunk});
+      const double before = double(meta_.pool.current_bytes());
       for (const std::function<void()>& pass : it->second.passes) pass();
       const double seconds = lap();
       out_.actions.push_back({.forward = false, .weight = true, .micro_batch = a.micro_batch, .chunk = a.chunk,
                               .seconds = seconds, .comm = lap_comm_});
       weight_gradients_.erase(it);
+      out_.held_weight_bytes = std::max(out_.held_weight_bytes, before - double(meta_.pool.current_bytes()));
     } else {
       auto it = live_.find({a.micro_batch, a.chunk});
       nn::StepState& state = states_[std::size_t(a.micro_batch)];
@@ -594,6 +599,7 @@ class StepRun {
   }
 
   const config::Config& cfg_;
+  const ReplayOrder order_;
   const PlannedRank& planned_;
   const Costs* costs_;
   const parallel::Layout& layout_;
@@ -622,8 +628,8 @@ class StepRun {
 }  // namespace
 
 StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, const DeviceOps& ops,
-                       const Costs* costs) {
-  return StepRun(cfg, planned, ops, costs).run();
+                       const Costs* costs, const ReplayOrder& order) {
+  return StepRun(cfg, planned, ops, costs, order).run();
 }
 
 }  // namespace tidal::sim

@@ -14,6 +14,7 @@
 #include "sim/planned_world.h"
 #include "sim/traffic.h"
 
+#include <optional>
 #include <vector>
 
 namespace tidal::sim {
@@ -43,8 +44,16 @@ struct ActionTime {
   double seconds = 0, comm = 0;
 };
 
+// The order a replay runs: the configured schedule, or one of ZB-H1's measuring steps (a plain
+// 1F1B, then each W right after its B: pipeline/engine.h), and the W's each stage holds back.
+struct ReplayOrder {
+  std::optional<pipeline::ScheduleKind> kind;  // else cfg.parallel.schedule
+  int held_weight_gradients = -1;              // pipeline::schedule's
+};
+
 struct StepReplay {
   double peak_bytes = 0;            // the activation pool's peak over the step
+  double held_weight_bytes = 0;     // the most one W let go (what a held W keeps)
   double kept_per_micro_batch = 0;  // what one micro-batch's forward leaves for its backward
   Traffic traffic;                  // the step's collectives on this rank
   // With costs: the schedule's actions in order, what the step adds after them (the model data's
@@ -63,6 +72,6 @@ struct StepReplay {
 };
 
 StepReplay replay_step(const config::Config& cfg, const PlannedRank& rank, const DeviceOps& ops,
-                       const Costs* costs = nullptr);
+                       const Costs* costs = nullptr, const ReplayOrder& order = {});
 
 }  // namespace tidal::sim

@@ -71,6 +71,8 @@ expect plan-one-layer-too-big "even 1 layer of gpt" -- \
 expect chunk-search-below-largest "holds the largest parameter" -- chunk-search --from 10 --to 20
 expect interleave-one-stage "interleaves the model chunks of several pipeline stages, and parallel.pipeline is 1" -- \
   train --set parallel.schedule=interleaved --set parallel.virtual_stages=2
+expect zb-memory-below-1f1b "parallel.zb_memory = 0.5 is below 1F1B's own activation memory" -- \
+  train --set parallel.zb_memory=0.5
 expect bad-loss-scale "train.loss_scale must be > 0" -- train --set train.precision=fp16 --set train.loss_scale=0
 expect bad-size "memory.device_limit" -- train --set memory.device_limit=lots
 expect bad-enum "model.type" -- train --set model.type=mamba

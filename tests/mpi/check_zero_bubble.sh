@@ -9,7 +9,9 @@
 # model (their hooks hear a weight gradient's completion at its W: nn/runner.h,
 # memory/chunk_manager.h), bf16 at ZeRO-2 in the same layouts within bf16's tolerance of 1F1B's
 # (2e-3 relative, as check_composition.sh; measured 1.1e-5), and for ZB-H1 at pipeline 2 x data 2
-# ZeRO-1, ZeRO-3, fp16, chunks offloaded under a device cap, and checkpointed blocks. Every rank
+# ZeRO-1, ZeRO-3, fp16, chunks offloaded under a device cap, and checkpointed blocks (these
+# holding the paper's W's back: parallel.zb_memory = 2; the others as much as fits within 5% of
+# 1F1B's activations, the default, after two measuring steps). Every rank
 # ran W passes and the summary's idle fraction is there. Then ZB-V's error where the chunks would
 # keep a table tied between rank 0's two chunks: exit 2 naming the keys.
 # usage: check_zero_bubble.sh path/to/tidal <mpirun command...>
@@ -64,7 +66,7 @@ for variant in "zero1 --set train.precision=bf16 --set zero.stage=1" "zero3 --se
   # shellcheck disable=SC2086
   run "gpt_p2_d2_${name}_1f1b" 4 "${gpt[@]}" "${d2[@]}" $rest --set parallel.schedule=1f1b
   # shellcheck disable=SC2086
-  run "gpt_p2_d2_${name}_zb" 4 "${gpt[@]}" "${d2[@]}" $rest --set parallel.schedule=zb-h1
+  run "gpt_p2_d2_${name}_zb" 4 "${gpt[@]}" "${d2[@]}" $rest --set parallel.schedule=zb-h1 --set parallel.zb_memory=2
   pairs+=("gpt_p2_d2_${name}")
 done
 /usr/bin/python3 - "$dir" "$support" "${pairs[@]}" <<'PY'
@@ -87,6 +89,13 @@ for pair in sys.argv[3:]:
         summary = [json.loads(l) for l in open(f"{d}/{pair}_{schedule}.jsonl")][-1]
         p = summary["pipeline"]
         assert all(w > 0 for w in p["weight_us_per_rank"]), (pair, schedule, p)
+        if schedule == "zb":  # the W's each rank held back; at twice 1F1B's memory the second stage's one,
+            # but where blocks are checkpointed: a held W keeps what the B's recompute made, its
+            # linears' inputs and output gradients, more than the stage's checkpoints
+            held = p["held_weight_gradients_per_rank"]
+            variant = pair.split("_")[-1]
+            want = None if variant in ("fp32", "bf16") else 0 if variant == "checkpointed" else 1
+            assert all(h >= 0 for h in held) and want in (None, max(held)), (pair, held)
         assert 0 <= p["idle_fraction"] < 1, (pair, schedule, p)
         for r in range(len(p["compute_us_per_rank"])):  # the timeline by action kind adds up
             kinds = p["forward_us_per_rank"][r] + p["backward_us_per_rank"][r] + p["weight_us_per_rank"][r]
