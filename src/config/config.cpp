@@ -234,8 +234,9 @@ void validate_memory(const Config& c, bool images) {
   const TrainConfig& t = c.train;
   const ParallelConfig& p = c.parallel;
   TIDAL_CHECK(p.bucket_mb > 0, "parallel.bucket_mb must be > 0, got {}", p.bucket_mb);
-  TIDAL_CHECK(p.zb_memory >= 1,
-              "parallel.zb_memory = {} is below 1F1B's own activation memory (1): set it to 1 or more (1.05 by default)",
+  TIDAL_CHECK(p.zb_memory == 0 || p.zb_memory >= 1,
+              "parallel.zb_memory = {} is below 1F1B's own activation memory (1): set it to 1 or more (1.05: within "
+              "5% of 1F1B's), or 0 for the paper's count of W's held back",
               p.zb_memory);
   TIDAL_CHECK(p.timeout_s > 0, "parallel.timeout_s must be > 0 seconds, got {}", p.timeout_s);
   TIDAL_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3, "zero.stage must be 0, 1, 2 or 3, got {}", c.zero.stage);

@@ -196,7 +196,8 @@ std::optional<PipelineEngine::Stream> PipelineEngine::input_of(const Action& a) 
 }
 
 std::vector<Action> PipelineEngine::actions_of(int micro_batches) {
-  if (kind_ == ScheduleKind::zb_h1) profile_.held_weight_gradients = measuring() ? 0 : held_[std::size_t(stage_)];
+  if (kind_ == ScheduleKind::zb_h1)
+    profile_.held_weight_gradients = zb_memory_ <= 0 ? stage_ : measuring() ? 0 : held_[std::size_t(stage_)];
   const ScheduleKind kind = measuring() && fused_peak_ < 0 ? ScheduleKind::one_f_one_b : kind_;
   return schedule(kind, stages_, stage_, micro_batches, chunks_, profile_.held_weight_gradients);
 }

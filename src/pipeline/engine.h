@@ -47,7 +47,7 @@ struct PipelineOptions {
   bool scatter_gather = true;      // 1D tensor parallelism: send 1/t, all-gather in the next stage
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int chunks = 1;  // virtual stages per rank (interleaved)
-  double zb_memory = kZeroBubbleMemory;  // ZB-H1's activation memory over 1F1B's (pipeline::held_weight_gradients)
+  double zb_memory = 0;  // ZB-H1's activation memory over 1F1B's (pipeline::held_weight_gradients; 0: the paper's count)
 };
 
 // Called around the actions of train(): a gradient reducer arms itself for the last
@@ -167,7 +167,7 @@ class PipelineEngine {
   // This call's order (ZB-H1's first two: its measuring steps).
   std::vector<Action> actions_of(int micro_batches);
   // ZB-H1 measures what holding a W back would cost before it does (hold_weight_gradients).
-  bool measuring() const { return kind_ == ScheduleKind::zb_h1 && held_.empty(); }
+  bool measuring() const { return kind_ == ScheduleKind::zb_h1 && zb_memory_ > 0 && held_.empty(); }
   // A forward, a backward or B, and a W (the passes its micro-batch's B left), each timed.
   void forward_action(Call& call, const Action& a, const Tensor& input);
   void backward_action(Call& call, const Action& a, const Tensor& input);

@@ -56,11 +56,11 @@ struct StageMemory {
 // up to s, as the paper counts, but no more than keep its peak (split_peak plus what its held W's
 // keep: an estimate from above) within `memory` times 1F1B's largest (parallel.zb_memory). A last
 // stage holds its head's and loss's activations beside its s W's: there the paper's count passes
-// 1F1B's first stage (by 10.2% at pipeline 4, 8 micro-batches, a GPT of 8 layers; 3.7% with one
-// fewer held, the default's choice).
+// 1F1B's first stage (by 10.2% at pipeline 4, 8 micro-batches, a GPT of 8 layers; 2.2% with one
+// fewer held, memory = 1.05's choice). The measured peaks vary from run to run by a message
+// between stages (a send frees its tensor when it completes), so a stage near the bound may hold
+// one W more or fewer in another run.
 std::vector<int> held_weight_gradients(const std::vector<StageMemory>& stages, double memory);
-// ZB-H1 at "1F1B's activation memory" (the paper's sec. 3.1), within 5% (parallel.zb_memory's default).
-inline constexpr double kZeroBubbleMemory = 1.05;
 
 // Whether a schedule splits backwards into input_gradient and weight_gradient actions.
 inline bool splits_backward(ScheduleKind kind) { return kind == ScheduleKind::zb_h1 || kind == ScheduleKind::zb_v; }

@@ -254,7 +254,9 @@ class Replays {
       if (hardware_)
         costs = Costs{.hardware = hardware_, .dtype = cfg_.train.precision,
                       .link = link_time(*hardware_, layout_, r.pc->rank())};
-      const int holds = cfg_.parallel.schedule == pipeline::ScheduleKind::zb_h1 ? held()[std::size_t(c.pipeline)] : -1;
+      const int holds = cfg_.parallel.schedule == pipeline::ScheduleKind::zb_h1 && cfg_.parallel.zb_memory > 0
+                            ? held()[std::size_t(c.pipeline)]
+                            : -1;
       replays_.emplace(r.pc->rank(), replay_step(cfg_, r, ops_, costs ? &*costs : nullptr,
                                                  {.kind = std::nullopt, .held_weight_gradients = holds}));
     }

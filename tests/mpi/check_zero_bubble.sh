@@ -9,9 +9,9 @@
 # model (their hooks hear a weight gradient's completion at its W: nn/runner.h,
 # memory/chunk_manager.h), bf16 at ZeRO-2 in the same layouts within bf16's tolerance of 1F1B's
 # (2e-3 relative, as check_composition.sh; measured 1.1e-5), and for ZB-H1 at pipeline 2 x data 2
-# ZeRO-1, ZeRO-3, fp16, chunks offloaded under a device cap, and checkpointed blocks (these
-# holding the paper's W's back: parallel.zb_memory = 2; the others as much as fits within 5% of
-# 1F1B's activations, the default, after two measuring steps). Every rank
+# ZeRO-1, ZeRO-3, fp16, chunks offloaded under a device cap, and checkpointed blocks (these at
+# parallel.zb_memory = 2: holding as many W's back as fit within twice 1F1B's activations, after
+# two measuring steps; the others the paper's count, the default). Every rank
 # ran W passes and the summary's idle fraction is there. Then ZB-V's error where the chunks would
 # keep a table tied between rank 0's two chunks: exit 2 naming the keys.
 # usage: check_zero_bubble.sh path/to/tidal <mpirun command...>
