@@ -7,7 +7,7 @@ for each run below trains the model (`tidal train`, --steps steps); after the la
 calibrates once more. A round's prediction of a run is the geometric mean of `tidal plan --world N
 --configured --hardware <file>`'s step time on the calibrations before and after that round's runs
 (they bracket the machine's state while the runs ran). A run's measure is the median of its steps
-after each first (ZB-H1's first two) over the rounds, its prediction the median of the rounds'.
+after each first over the rounds, its prediction the median of the rounds'.
 Prints one line per run: predicted, measured, their ratio and the prediction's largest terms; and
 at the end the worst error and how many runs are within --tolerance (20%). Beside each ratio, the
 range of the rounds' own (a round's prediction over that round's median step): how far the
@@ -165,9 +165,7 @@ def main():
                                                 "--set", "train.profile=true"]
                                + sets(settings), check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
                 steps = [json.loads(l) for l in open(metrics)]
-                # After the first step (ZB-H1's first two measure what a held W costs, in other orders).
-                warm = 2 if "parallel.schedule=zb-h1" in settings else 1
-                mine = [r for r in steps if "step_time_s" in r and not r.get("summary")][warm:]
+                mine = [r for r in steps if "step_time_s" in r and not r.get("summary")][1:]  # after the first
                 timed[name] += mine
                 medians[name] = statistics.median(r["step_time_s"] for r in mine)
             after = calibrate(round_ + 1)

@@ -84,7 +84,7 @@ struct ParallelConfig {
   int virtual_stages = 1;
   // zb-h1: the activation memory a stage may reach holding W's back, as a multiple of 1F1B's
   // largest stage's (pipeline::held_weight_gradients); 0: the paper's count, s W's on stage s
-  double zb_memory = 0;
+  double zb_memory = 1.05;
   pipeline::PartitionBy partition = pipeline::PartitionBy::layers;  // layers | parameters | time: what stages balance
   bool scatter_gather = true;         // pipeline x 1D tensor: send 1/t of each activation
   double bucket_mb = 25.0;   // data parallel: gradient bucket size (MiB) for the overlapped all-reduce

@@ -221,9 +221,9 @@ std::vector<Key> make_schema() {
                 "model chunks per rank, down the ranks and back, parallel.virtual_stages = 2)"),
       TIDAL_KEY(parallel.virtual_stages, "interleaved: model chunks per pipeline rank; zb-v: 2"),
       TIDAL_KEY(parallel.zb_memory,
-                "zb-h1: 0 (default) = stage s holds the W's of its last s B's back (the paper's count); x >= 1 = only "
-                "as many as keep its activations within x times 1F1B's largest stage's, measured in the first two "
-                "steps (1.05: within 5%; the count may differ run to run where a stage is near the bound)"),
+                "zb-h1: x >= 1 = stage s holds back as many of its last s B's W's as keep its activations within x "
+                "times 1F1B's largest stage's, found by replaying the step before the run (1.05, the default: within "
+                "5%; more: fewer idle units); 0 = all s (the paper's count)"),
       TIDAL_KEY(parallel.partition, "pipeline stages balance: layers | parameters | time (measured at start-up)"),
       TIDAL_KEY(parallel.scatter_gather,
                 "pipeline x 1D tensor: each tensor rank sends 1/t of the activation, the next stage all-gathers"),

@@ -26,6 +26,7 @@
 #include "optim/loss_scaler.h"
 #include "pipeline/engine.h"
 #include "pipeline/stage_costs.h"
+#include "sim/cost_model.h"
 
 #include <fmt/ranges.h>
 
@@ -151,7 +152,7 @@ pipeline::PipelineOptions pipeline_options(const config::Config& cfg, models::Mo
   o.scatter_gather = cfg.parallel.scatter_gather;
   o.schedule = cfg.parallel.schedule;
   o.chunks = cfg.parallel.virtual_stages;
-  o.zb_memory = cfg.parallel.zb_memory;
+  o.held_weight_gradients = sim::zero_bubble_holds(cfg, pc.world_size());
   if (pc.layout().spec().pipeline > 1) {
     HostAllocator probe_activations;
     const nn::Batch probe_batch = data.batch(first, micro, data::Split::train);
@@ -355,9 +356,15 @@ void Trainer::Run::describe_layout() {
   std::string split;
   for (std::size_t vs = 0; vs + 1 < engine.bounds().size(); ++vs)
     split += fmt::format("{}{}", vs ? " | " : "", engine.bounds()[vs + 1] - engine.bounds()[vs]);
+  std::string held;
+  if (cfg.parallel.schedule == pipeline::ScheduleKind::zb_h1)
+    held = engine.held_weight_gradients().empty()
+               ? " (stage s holds its last s W's back, the paper's count)"
+               : fmt::format(" (W's held back per stage {}: within {} x 1F1B's activations, parallel.zb_memory)",
+                             fmt::join(engine.held_weight_gradients(), " | "), cfg.parallel.zb_memory);
   progress.line(fmt::format(
-      "pipeline: {} stages, schedule {}{}, layers per virtual stage {} (balanced by {}), {} micro-batches{}", stages,
-      cfg.parallel.schedule, engine.chunks() > 1 ? fmt::format(" ({} chunks per rank)", engine.chunks()) : "", split,
+      "pipeline: {} stages, schedule {}{}{}, layers per virtual stage {} (balanced by {}), {} micro-batches{}", stages,
+      cfg.parallel.schedule, held, engine.chunks() > 1 ? fmt::format(" ({} chunks per rank)", engine.chunks()) : "", split,
       cfg.parallel.partition, accum,
       engine.scatter_gather()
           ? fmt::format("; activations scatter-gathered over the {} tensor ranks", pc.layout().spec().tensor)

@@ -33,7 +33,9 @@ PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& 
       chunks_(options.chunks),
       scatter_gather_(options.scatter_gather && stages_ > 1 && pc.layout().spec().mode == parallel::TensorMode::d1 &&
                       tensor_.size() > 1),
-      zb_memory_(options.zb_memory) {
+      held_(options.held_weight_gradients) {
+  TIDAL_ASSERT(held_.empty() || int(held_.size()) == stages_, "{} counts of held W's for {} stages", held_.size(),
+               stages_);
   model_.assign_names("");
   const std::vector<int> units = unit_bounds(model_);
   const std::vector<double> costs =
@@ -197,9 +199,8 @@ std::optional<PipelineEngine::Stream> PipelineEngine::input_of(const Action& a) 
 
 std::vector<Action> PipelineEngine::actions_of(int micro_batches) {
   if (kind_ == ScheduleKind::zb_h1)
-    profile_.held_weight_gradients = zb_memory_ <= 0 ? stage_ : measuring() ? 0 : held_[std::size_t(stage_)];
-  const ScheduleKind kind = measuring() && fused_peak_ < 0 ? ScheduleKind::one_f_one_b : kind_;
-  return schedule(kind, stages_, stage_, micro_batches, chunks_, profile_.held_weight_gradients);
+    profile_.held_weight_gradients = held_.empty() ? stage_ : std::min(held_[std::size_t(stage_)], stage_);
+  return schedule(kind_, stages_, stage_, micro_batches, chunks_, profile_.held_weight_gradients);
 }
 
 double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const nn::StepState& state,
@@ -217,7 +218,6 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
     st.gradient_scale = mb.gradient_scale;
     call.states.push_back(st);
   }
-  const bool measuring = this->measuring();
   const std::vector<Action> actions = actions_of(int(micro_batches.size()));
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
@@ -235,8 +235,6 @@ double PipelineEngine::train(const std::vector<MicroBatch>& micro_batches, const
     else backward_action(call, a, input);
   }
   finish_sends();
-  if (measuring && fused_peak_ < 0) fused_peak_ = double(call.alloc.peak_bytes());
-  else if (measuring) hold_weight_gradients(double(call.alloc.peak_bytes()), call.held_bytes);
   if (state.experts != nullptr) call.loss += state.experts->loss;  // the routers' losses, on their stages
   Tensor total = Tensor::full({1}, float(call.loss));
   pipeline_.all_reduce(total)->wait();  // only the last stage holds it
@@ -282,28 +280,14 @@ void PipelineEngine::weight_action(Call& call, const Action& a) {
   auto it = call.weight_gradients.find({a.micro_batch, a.chunk});
   TIDAL_ASSERT(it != call.weight_gradients.end(), "W of micro-batch {} before its B", a.micro_batch);
   TIDAL_ASSERT(it->second.products.empty(), "weight gradients left outside a module (nn::Runner packs them)");
-  const double before = double(call.alloc.current_bytes());
   const auto t0 = Clock::now();
   for (const std::function<void()>& pass : it->second.passes) pass();
   const double seconds = seconds_since(t0);
   profile_.compute_seconds += seconds;
   profile_.weight_seconds += seconds;
   call.weight_gradients.erase(it);
-  call.held_bytes = std::max(call.held_bytes, before - double(call.alloc.current_bytes()));
   // The micro-batch's gradients are complete.
   if (call.hooks.after_backward) call.hooks.after_backward(a);
-}
-
-void PipelineEngine::hold_weight_gradients(double split_peak, double held_bytes) {
-  Tensor figures = Tensor::zeros({3 * stages_}, DType::f32, host_allocator());
-  float* f = figures.data<float>();
-  f[3 * stage_] = float(fused_peak_);
-  f[3 * stage_ + 1] = float(split_peak);
-  f[3 * stage_ + 2] = float(held_bytes);
-  pc_.group(parallel::GroupKind::world).all_reduce(figures, {.op = comm::ReduceOp::max})->wait();
-  std::vector<StageMemory> stages;
-  for (int s = 0; s < stages_; ++s) stages.push_back({f[3 * s], f[3 * s + 1], f[3 * s + 2]});
-  held_ = held_weight_gradients(stages, zb_memory_);
 }
 
 double PipelineEngine::evaluate(const nn::StepState& state) {

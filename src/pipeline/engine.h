@@ -47,7 +47,9 @@ struct PipelineOptions {
   bool scatter_gather = true;      // 1D tensor parallelism: send 1/t, all-gather in the next stage
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int chunks = 1;  // virtual stages per rank (interleaved)
-  double zb_memory = 0;  // ZB-H1's activation memory over 1F1B's (pipeline::held_weight_gradients; 0: the paper's count)
+  // ZB-H1: the W's each stage holds back (pipeline::held_weight_gradients; the run's are
+  // sim::zero_bubble_holds'); empty = the paper's count, s at stage s.
+  std::vector<int> held_weight_gradients;
 };
 
 // Called around the actions of train(): a gradient reducer arms itself for the last
@@ -69,8 +71,8 @@ struct StepProfile {
   // of which before a forward (its activation) and before a backward or B (its gradient); a W
   // waits for nothing
   double forward_wait_seconds = 0, backward_wait_seconds = 0;
-  // ZB-H1: the W's this rank held back (pipeline::held_weight_gradients; none in the first two
-  // calls, which measure what holding one costs); -1 under the other schedules.
+  // ZB-H1: the W's this rank held back (PipelineOptions::held_weight_gradients); -1 under the
+  // other schedules.
   int held_weight_gradients = -1;
 };
 
@@ -92,6 +94,8 @@ class PipelineEngine {
   // The summed unit costs of each virtual stage (PipelineOptions::unit_costs).
   const std::vector<double>& stage_costs() const { return stage_costs_; }
   int chunks() const { return chunks_; }
+  // ZB-H1's W's held back per stage (empty: the paper's count).
+  const std::vector<int>& held_weight_gradients() const { return held_; }
   // The virtual stage of this rank's model chunk `chunk` (pipeline/schedule.h), and the pipeline
   // rank holding a virtual stage.
   int virtual_stage(int chunk) const { return pipeline::virtual_stage(kind_, stages_, stage_, chunk); }
@@ -159,23 +163,16 @@ class PipelineEngine {
     std::map<std::pair<int, int>, std::unique_ptr<nn::Context>> live = {};  // (micro-batch, chunk) -> its forward's context
     // (micro-batch, chunk) -> the weight gradients its B left for its W (zero-bubble schedules)
     std::map<std::pair<int, int>, nn::WeightGradients> weight_gradients = {};
-    double loss = 0;        // of the micro-batches this rank ends, weighted
-    double held_bytes = 0;  // the most one W let go
+    double loss = 0;  // of the micro-batches this rank ends, weighted
   };
   // The stream an action's input comes from, if it is received.
   std::optional<Stream> input_of(const Action& a) const;
-  // This call's order (ZB-H1's first two: its measuring steps).
+  // This call's order.
   std::vector<Action> actions_of(int micro_batches);
-  // ZB-H1 measures what holding a W back would cost before it does (hold_weight_gradients).
-  bool measuring() const { return kind_ == ScheduleKind::zb_h1 && zb_memory_ > 0 && held_.empty(); }
   // A forward, a backward or B, and a W (the passes its micro-batch's B left), each timed.
   void forward_action(Call& call, const Action& a, const Tensor& input);
   void backward_action(Call& call, const Action& a, const Tensor& input);
   void weight_action(Call& call, const Action& a);
-  // ZB-H1 measures before it holds W's back: its first call runs as 1F1B, its second holds none;
-  // then every stage's figures (the largest over its ranks: they run one order) decide how many
-  // W's each holds from now on (pipeline::held_weight_gradients).
-  void hold_weight_gradients(double split_peak, double held_bytes);
   int rank_of(int virtual_stage) const { return pipeline::stage_of(kind_, stages_, virtual_stage); }
   int tag_of(Stream s) const { return s.gradient ? 2 * s.virtual_stage + 1 : 2 * s.virtual_stage; }
   // The stage that sends on stream s.
@@ -206,9 +203,7 @@ class PipelineEngine {
   std::map<Stream, Message> sent_shapes_, received_shapes_;
   std::map<Stream, PendingReceive> pending_;
   std::map<Stream, Tensor> handed_;  // sent to this rank's next virtual stage (ZB-V's turn)
-  std::vector<int> held_;             // ZB-H1's W's held back per stage (empty: not yet measured)
-  double fused_peak_ = -1;            // ZB-H1's first call's activation peak (-1: not run)
-  double zb_memory_;
+  std::vector<int> held_;             // ZB-H1's W's held back per stage (empty: the paper's count)
   StepProfile profile_;
 };
 

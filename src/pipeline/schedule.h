@@ -45,8 +45,8 @@ struct Action {
 std::vector<Action> schedule(ScheduleKind kind, int stages, int stage, int micro_batches, int chunks = 1,
                              int held_weight_gradients = -1);
 
-// What a ZB-H1 pipeline's measuring steps found on one stage (pipeline/engine.cpp,
-// sim/step_replay.cpp): its activation peak with each backward whole (1F1B's), with each W right
+// What the replayed step finds on one stage of a ZB-H1 pipeline before the run (sim/cost_model.h's
+// zero_bubble_holds): its activation peak with each backward whole (1F1B's), with each W right
 // after its B (none held: the B's own W's add to it), and what one W kept (its linears' inputs and
 // output gradients: about a micro-batch's activations, the paper's M_W beside M_B).
 struct StageMemory {
@@ -57,9 +57,9 @@ struct StageMemory {
 // keep: an estimate from above) within `memory` times 1F1B's largest (parallel.zb_memory). A last
 // stage holds its head's and loss's activations beside its s W's: there the paper's count passes
 // 1F1B's first stage (by 10.2% at pipeline 4, 8 micro-batches, a GPT of 8 layers; 2.2% with one
-// fewer held, memory = 1.05's choice). The measured peaks vary from run to run by a message
-// between stages (a send frees its tensor when it completes), so a stage near the bound may hold
-// one W more or fewer in another run.
+// fewer held, memory = 1.05's choice). The figures come from the replay, not a run's own peaks,
+// which vary by a message between stages (a send frees its tensor when it completes): every run
+// and rank takes the same counts.
 std::vector<int> held_weight_gradients(const std::vector<StageMemory>& stages, double memory);
 
 // Whether a schedule splits backwards into input_gradient and weight_gradient actions.

@@ -239,6 +239,38 @@ nlohmann::json layout_of(const config::Config& cfg) {
   return layout;
 }
 
+// The ops a replay counts: the hardware planned for's, or without a file this machine's.
+DeviceOps device_ops(const config::Config& cfg, const Hardware* hardware) {
+  return hardware ? DeviceOps{.cpu = hardware->device == Device::Kind::cpu, .bf16_native = hardware->bf16_native}
+                  : DeviceOps{.cpu = cfg.train.device == Device::Kind::cpu,
+                              .bf16_native = cfg.train.device == Device::Kind::cuda || ops::cpu::onednn_bf16_native()};
+}
+
+// ZB-H1's W's held back per stage (pipeline::held_weight_gradients): every kind of rank's step
+// replayed as 1F1B and with each W right after its B (ranks that differ only in their data index
+// run one order; a stage's figures are the largest of its kinds').
+std::vector<int> held_by_bytes(const config::Config& cfg, const std::vector<PlannedRank>& world, DeviceOps ops) {
+  std::vector<pipeline::StageMemory> stages(std::size_t(cfg.parallel.pipeline));
+  std::set<std::tuple<int, int, int>> seen;
+  for (const PlannedRank& r : world) {
+    const parallel::Coordinates& c = r.pc->coordinates();
+    if (!seen.insert({c.pipeline, c.tensor, c.sequence}).second) continue;
+    const StepReplay fused = replay_step(cfg, r, ops, nullptr, {.kind = pipeline::ScheduleKind::one_f_one_b});
+    const StepReplay split = replay_step(cfg, r, ops, nullptr, {.kind = std::nullopt, .held_weight_gradients = 0});
+    pipeline::StageMemory& m = stages[std::size_t(c.pipeline)];
+    m.fused_peak = std::max(m.fused_peak, fused.peak_bytes);
+    m.split_peak = std::max(m.split_peak, split.peak_bytes);
+    m.held_bytes = std::max(m.held_bytes, split.held_weight_bytes);
+  }
+  return pipeline::held_weight_gradients(stages, cfg.parallel.zb_memory);
+}
+
+// Whether ZB-H1 holds W's back by bytes (parallel.zb_memory), not by the paper's count.
+bool holds_by_bytes(const config::Config& cfg) {
+  return cfg.parallel.schedule == pipeline::ScheduleKind::zb_h1 && cfg.parallel.zb_memory > 0 &&
+         cfg.parallel.pipeline > 1;
+}
+
 // A step replayed once per kind of rank: ranks that differ only in their data-parallel index hold
 // the same layers and lists and talk over groups of the same shape.
 class Replays {
@@ -254,9 +286,8 @@ class Replays {
       if (hardware_)
         costs = Costs{.hardware = hardware_, .dtype = cfg_.train.precision,
                       .link = link_time(*hardware_, layout_, r.pc->rank())};
-      const int holds = cfg_.parallel.schedule == pipeline::ScheduleKind::zb_h1 && cfg_.parallel.zb_memory > 0
-                            ? held()[std::size_t(c.pipeline)]
-                            : -1;
+      if (holds_by_bytes(cfg_) && held_.empty()) held_ = held_by_bytes(cfg_, world_, ops_);
+      const int holds = held_.empty() ? -1 : held_[std::size_t(c.pipeline)];
       replays_.emplace(r.pc->rank(), replay_step(cfg_, r, ops_, costs ? &*costs : nullptr,
                                                  {.kind = std::nullopt, .held_weight_gradients = holds}));
     }
@@ -264,31 +295,12 @@ class Replays {
   }
 
  private:
-  // ZB-H1's W's held back per stage, found as the pipeline engine finds them after its measuring
-  // steps: every kind of rank replayed as 1F1B and with each W right after its B.
-  const std::vector<int>& held() {
-    if (!held_.empty()) return held_;
-    std::vector<pipeline::StageMemory> stages(std::size_t(layout_.spec().pipeline));
-    std::set<std::tuple<int, int, int>> seen;
-    for (const PlannedRank& r : world_) {
-      const parallel::Coordinates& c = r.pc->coordinates();
-      if (!seen.insert({c.pipeline, c.tensor, c.sequence}).second) continue;
-      const StepReplay fused = replay_step(cfg_, r, ops_, nullptr, {.kind = pipeline::ScheduleKind::one_f_one_b});
-      const StepReplay split = replay_step(cfg_, r, ops_, nullptr, {.kind = std::nullopt, .held_weight_gradients = 0});
-      pipeline::StageMemory& m = stages[std::size_t(c.pipeline)];
-      m.fused_peak = std::max(m.fused_peak, fused.peak_bytes);
-      m.split_peak = std::max({m.split_peak, fused.peak_bytes, split.peak_bytes});  // the engine's peak so far
-      m.held_bytes = std::max(m.held_bytes, split.held_weight_bytes);
-    }
-    return held_ = pipeline::held_weight_gradients(stages, cfg_.parallel.zb_memory);
-  }
-
   const config::Config& cfg_;
   const std::vector<PlannedRank>& world_;
   const parallel::Layout& layout_;
   const Hardware* hardware_;
   DeviceOps ops_;
-  std::vector<int> held_;
+  std::vector<int> held_;  // ZB-H1's W's held back per stage, when by bytes
   std::map<int, StepReplay> replays_;
   std::map<std::tuple<int, int, int>, int> first_of_kind_;
 };
@@ -466,6 +478,15 @@ void predict_time(Prediction& p, const config::Config& cfg, std::vector<PlannedR
 
 }  // namespace
 
+std::vector<int> zero_bubble_holds(const config::Config& cfg, int world_size) {
+  if (!holds_by_bytes(cfg)) return {};
+  const double capacity = capacity_of_device(cfg, nullptr);
+  const std::vector<PlannedRank> world =
+      plan_world(cfg, world_size, cfg.parallel.ranks_per_node,
+                 capacity > 0 ? std::size_t(capacity) : std::numeric_limits<std::size_t>::max());
+  return held_by_bytes(cfg, world, device_ops(cfg, nullptr));
+}
+
 Prediction predict(const config::Config& cfg, int world_size, const Hardware* hardware) {
   Prediction p;
   p.layout = layout_of(cfg);
@@ -475,13 +496,7 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
   const int per_node = hardware ? hardware->devices_per_node : 0;
   std::vector<PlannedRank> world =
       plan_world(cfg, world_size, cfg.parallel.ranks_per_node ? cfg.parallel.ranks_per_node : per_node, device_capacity);
-  // The ops of the hardware planned for; without a file, of this machine.
-  const DeviceOps ops = hardware ? DeviceOps{.cpu = hardware->device == Device::Kind::cpu,
-                                             .bf16_native = hardware->bf16_native}
-                                 : DeviceOps{.cpu = cfg.train.device == Device::Kind::cpu,
-                                             .bf16_native = cfg.train.device == Device::Kind::cuda ||
-                                                            ops::cpu::onednn_bf16_native()};
-  Replays replays(cfg, world, hardware, ops);
+  Replays replays(cfg, world, hardware, device_ops(cfg, hardware));
   for (PlannedRank& r : world) {
     p.ranks.push_back(rank_memory(r, replays.of(r), device_capacity));
     if (p.ranks.back().total() > p.peak_bytes) {

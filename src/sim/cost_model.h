@@ -91,6 +91,14 @@ double capacity_of_device(const config::Config& cfg, const Hardware* hardware);
 // memory (without it: no time, and memory fits while within memory.device_limit if set).
 Prediction predict(const config::Config& cfg, int world_size, const Hardware* hardware);
 
+// ZB-H1's W's held back per stage under parallel.zb_memory (pipeline::held_weight_gradients),
+// from `cfg`'s step replayed on `world_size` ranks as 1F1B and with each W right after its B;
+// empty where the paper's count holds (another schedule, or parallel.zb_memory = 0). What a run
+// holds (engine/trainer.cpp): every rank finds the same counts before the first step, and a
+// rerun the same again. parallel.partition = "time" is replayed as "parameters" (the counts then
+// of that split).
+std::vector<int> zero_bubble_holds(const config::Config& cfg, int world_size);
+
 // Every layout of `world_size` ranks the model can be split over (data x pipeline x tensor mode
 // and size x sequence, each ZeRO stage where data > 1), as configs; invalid ones skipped.
 std::vector<config::Config> layouts(const config::Config& cfg, int world_size);

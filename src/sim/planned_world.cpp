@@ -50,7 +50,7 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
                                     .scatter_gather = cfg.parallel.scatter_gather,
                                     .schedule = cfg.parallel.schedule,
                                     .chunks = cfg.parallel.virtual_stages,
-                                    .zb_memory = cfg.parallel.zb_memory};
+                                    .held_weight_gradients = {}};
   if (r.pc->layout().spec().pipeline > 1)
     options.unit_costs = pipeline::unit_costs(*r.model, cfg.parallel.partition == pipeline::PartitionBy::time
                                                             ? pipeline::PartitionBy::parameters

@@ -44,8 +44,9 @@ struct ActionTime {
   double seconds = 0, comm = 0;
 };
 
-// The order a replay runs: the configured schedule, or one of ZB-H1's measuring steps (a plain
-// 1F1B, then each W right after its B: pipeline/engine.h), and the W's each stage holds back.
+// The order a replay runs: the configured schedule, or one of the two from which ZB-H1's counts
+// come (a plain 1F1B, and each W right after its B: sim::zero_bubble_holds), and the W's each
+// stage holds back.
 struct ReplayOrder {
   std::optional<pipeline::ScheduleKind> kind;  // else cfg.parallel.schedule
   int held_weight_gradients = -1;              // pipeline::schedule's

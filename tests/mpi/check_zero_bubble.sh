@@ -10,8 +10,9 @@
 # memory/chunk_manager.h), bf16 at ZeRO-2 in the same layouts within bf16's tolerance of 1F1B's
 # (2e-3 relative, as check_composition.sh; measured 1.1e-5), and for ZB-H1 at pipeline 2 x data 2
 # ZeRO-1, ZeRO-3, fp16, chunks offloaded under a device cap, and checkpointed blocks (these at
-# parallel.zb_memory = 2: holding as many W's back as fit within twice 1F1B's activations, after
-# two measuring steps; the others the paper's count, the default). Every rank
+# parallel.zb_memory = 2: holding as many W's back as fit within twice 1F1B's activations, as the
+# replayed step finds; the others within 1.05, the default, and GPT at pipeline 4 in fp32 the
+# paper's count, parallel.zb_memory = 0). Every rank
 # ran W passes and the summary's idle fraction is there. Then ZB-V's error where the chunks would
 # keep a table tied between rank 0's two chunks: exit 2 naming the keys.
 # usage: check_zero_bubble.sh path/to/tidal <mpirun command...>
@@ -48,8 +49,11 @@ for model in gpt llama; do
       [[ $precision == bf16 && $model == llama ]] && chunks=(--set train.precision=bf16 --set zero.stage=2)
       # shellcheck disable=SC2086
       run "${model}_${name}_${precision}_1f1b" "$np" "${settings[@]}" $rest "${chunks[@]}" --set parallel.schedule=1f1b
+      paper=()
+      [[ $model/$name/$precision == gpt/p4/fp32 ]] && paper=(--set parallel.zb_memory=0)
       # shellcheck disable=SC2086
-      run "${model}_${name}_${precision}_zb" "$np" "${settings[@]}" $rest "${chunks[@]}" --set parallel.schedule=zb-h1
+      run "${model}_${name}_${precision}_zb" "$np" "${settings[@]}" $rest "${chunks[@]}" --set parallel.schedule=zb-h1 \
+        "${paper[@]}"
       # shellcheck disable=SC2086
       run "${model}_${name}_${precision}_zbv" "$np" "${settings[@]}" $rest "${chunks[@]}" --set parallel.schedule=zb-v \
         --set parallel.virtual_stages=2
@@ -89,13 +93,17 @@ for pair in sys.argv[3:]:
         summary = [json.loads(l) for l in open(f"{d}/{pair}_{schedule}.jsonl")][-1]
         p = summary["pipeline"]
         assert all(w > 0 for w in p["weight_us_per_rank"]), (pair, schedule, p)
-        if schedule == "zb":  # the W's each rank held back; at twice 1F1B's memory the second stage's one,
-            # but where blocks are checkpointed: a held W keeps what the B's recompute made, its
-            # linears' inputs and output gradients, more than the stage's checkpoints
+        if schedule == "zb":  # the W's each rank held back, at most s on stage s (ranks by stage,
+            # then data or tensor index); at twice 1F1B's memory the second stage's one, but where
+            # blocks are checkpointed: a held W keeps what the B's recompute made, its linears'
+            # inputs and output gradients, more than the stage's checkpoints
             held = p["held_weight_gradients_per_rank"]
+            stages = 4 if "_p4_" in pair else 2
             variant = pair.split("_")[-1]
             want = None if variant in ("fp32", "bf16") else 0 if variant == "checkpointed" else 1
-            assert all(h >= 0 for h in held) and want in (None, max(held)), (pair, held)
+            assert all(0 <= h <= r * stages // len(held) for r, h in enumerate(held)), (pair, held)
+            assert want in (None, max(held)), (pair, held)
+            assert pair != "gpt_p4_fp32" or held == [0, 1, 2, 3], (pair, held)  # the paper's count
         assert 0 <= p["idle_fraction"] < 1, (pair, schedule, p)
         for r in range(len(p["compute_us_per_rank"])):  # the timeline by action kind adds up
             kinds = p["forward_us_per_rank"][r] + p["backward_us_per_rank"][r] + p["weight_us_per_rank"][r]
