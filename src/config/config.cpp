@@ -351,14 +351,6 @@ void check_layout(const Config& c) {
   TIDAL_CHECK(p.schedule != pipeline::ScheduleKind::zb_v || p.virtual_stages == 2,
               "parallel.schedule = \"zb-v\" runs two model chunks per rank in a V: set parallel.virtual_stages = 2 "
               "(it is {})", p.virtual_stages);
-  TIDAL_CHECK(p.schedule != pipeline::ScheduleKind::zb_v || p.pipeline == 1 || !c.model.tie_embeddings ||
-                  (c.zero.stage == 0 && c.train.precision == DType::f32 && c.memory.offload == Offload::none),
-              "parallel.schedule = \"zb-v\" puts the first and the last layers on rank 0, and with "
-              "model.tie_embeddings = true its two model chunks share the token table, which the chunks that keep "
-              "the model (train.precision = \"{}\", zero.stage = {}, memory.offload = \"{}\") do not yet count: "
-              "set model.tie_embeddings = false, or parallel.schedule = \"zb-h1\", or train.precision = \"fp32\" "
-              "with zero.stage = 0 and no offload",
-              name_of(c.train.precision), c.zero.stage, name_of(c.memory.offload));
   TIDAL_CHECK(p.virtual_stages == 1 || p.pipeline > 1,
               "parallel.virtual_stages = {} interleaves the model chunks of several pipeline stages, and "
               "parallel.pipeline is 1: set parallel.pipeline > 1, or parallel.virtual_stages = 1",

@@ -30,14 +30,15 @@ memory::ChunkParameters chunk_parameters(const std::vector<nn::Parameter*>& para
       if (g->size() > 1) replicas.push_back(g);
     if (comm::Communicator& ends = pc.group(parallel::GroupKind::pipeline_ends); engine.tied(*p) && ends.size() > 1)
       replicas.push_back(&ends);
-    TIDAL_ASSERT(!engine.shared_by_chunks(*p), "{}: used by both model chunks of a rank (config::check_layout "
-                 "refuses it under chunks)", p->name);
     Key key{engine.chunk_of(*p), {}};
     for (const comm::Communicator* g : replicas) key.second.push_back(g->name());
     segments.emplace(key, replicas);
     keys.push_back(std::move(key));
   }
-  memory::ChunkParameters out{.params = params, .segment = {}, .segments = {}, .users = engine.layers()};
+  // A parameter both of ZB-V's chunks use (rank 0's tied table) lies in the first's segment,
+  // whose backward comes last; the chunk manager counts its users by chunk.
+  memory::ChunkParameters out{.params = params, .segment = {}, .segments = {}, .users = engine.layers(),
+                              .user_phases = engine.layer_chunks()};
   std::map<Key, int> index;
   for (const auto& [key, replicas] : segments) {
     index[key] = int(out.segments.size());

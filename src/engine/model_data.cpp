@@ -290,7 +290,7 @@ class ChunkModelData final : public ModelData {
                 [this, micro_batches](const pipeline::Action& a) {
                   for (memory::ChunkManager* c : keepers()) {
                     c->end_forward(a.chunk);
-                    c->set_sync(a.micro_batch + 1 == micro_batches);
+                    c->set_sync(a.micro_batch + 1 == micro_batches, a.chunk);
                   }
                 },
             .after_backward =

@@ -27,9 +27,10 @@ void add_into(Tensor sum, const Tensor& x) {
   ops::accumulate(sum, wide);
 }
 
-void count_users(nn::Module& m, std::map<const nn::Parameter*, int>& users) {
-  for (nn::Parameter* p : m.used_parameters()) ++users[p];
-  for (auto& [name, child] : m.children()) count_users(*child, users);
+// Each parameter's users under `m`, by the phase `m` runs in.
+void count_users(nn::Module& m, int phase, std::map<const nn::Parameter*, std::map<int, int>>& users) {
+  for (nn::Parameter* p : m.used_parameters()) ++users[p][phase];
+  for (auto& [name, child] : m.children()) count_users(*child, phase, users);
 }
 
 }  // namespace
@@ -116,7 +117,7 @@ ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, A
   if (dmm_) place_tiers(device, host);
   allocate_lists(device, host, remote_params);
   start_group_state();
-  take_parameters(taken.users, segment);
+  take_parameters(taken.users, taken.user_phases, segment);
 }
 
 void ChunkManager::allocate_lists(Allocator& device, Allocator& host, bool remote_params) {
@@ -159,18 +160,28 @@ void ChunkManager::start_group_state() {
     }
   }
   in_backward_.assign(std::size_t(phases), false);
+  sync_.assign(std::size_t(phases), true);
 }
 
-void ChunkManager::take_parameters(const std::vector<nn::Module*>& user_modules, const std::vector<int>& segment) {
-  std::map<const nn::Parameter*, int> users;
-  for (nn::Module* m : user_modules) count_users(*m, users);
+void ChunkManager::set_sync(bool sync, int phase) {
+  for (std::size_t p = 0; p < sync_.size(); ++p)
+    if (in_phase(phase, int(p))) sync_[p] = sync;
+}
+
+void ChunkManager::take_parameters(const std::vector<nn::Module*>& user_modules, const std::vector<int>& user_phases,
+                                   const std::vector<int>& segment) {
+  TIDAL_ASSERT(user_phases.empty() || user_phases.size() == user_modules.size(), "{} phases for {} users",
+               user_phases.size(), user_modules.size());
+  std::map<const nn::Parameter*, std::map<int, int>> users;  // phase -> users
+  for (std::size_t u = 0; u < user_modules.size(); ++u)
+    count_users(*user_modules[u], user_phases.empty() ? kAllPhases : user_phases[u], users);
   in_chunk_.resize(std::size_t(layout_.chunks));
   for (std::size_t i = 0; i < params_.size(); ++i) {
     nn::Parameter* p = params_[i];
     index_[p] = i;
     const int chunk = layout_.places[i].chunk;
     in_chunk_[std::size_t(chunk)].push_back(i);
-    tracked_.push_back({.param = p, .users = users[p], .phase = segments_[std::size_t(segment[i])].phase});
+    tracked_.push_back(track(p, segments_[std::size_t(segment[i])].phase, users[p]));
     if (owns(chunk)) {
       if (dmm_) dmm_->stage_states(chunk, true);  // a disk chunk: the file reads as zeros until written
       slot(ChunkKind::master, *p).copy_from(p->data);
@@ -184,6 +195,35 @@ void ChunkManager::take_parameters(const std::vector<nn::Module*>& user_modules,
     p->data = p->grad = Tensor();  // from now on the chunks hold them (access hands out views)
   }
   if (dmm_) dmm_->unstage_states();
+  mark_group_phases();
+}
+
+ChunkManager::Tracked ChunkManager::track(nn::Parameter* p, int phase, const std::map<int, int>& users) {
+  Tracked t{.param = p, .phase = phase};
+  for (const auto& [in, n] : users) {
+    t.users += n;
+    if (in == kAllPhases || in == phase) continue;
+    t.users_by_phase.resize(std::max(t.users_by_phase.size(), std::size_t(std::max(in, phase) + 1)), 0);
+    t.users_by_phase[std::size_t(in)] += n;
+  }
+  if (!t.users_by_phase.empty() && users.count(phase)) t.users_by_phase[std::size_t(phase)] = users.at(phase);
+  return t;
+}
+
+void ChunkManager::mark_group_phases() {
+  std::size_t phases = in_backward_.size();
+  for (const Tracked& t : tracked_) phases = std::max(phases, t.users_by_phase.size());
+  in_backward_.resize(phases, false);
+  sync_.resize(phases, true);
+  for (std::size_t g = 0; g < reduced_.size(); ++g) {
+    std::vector<bool> used(phases, false);
+    used[std::size_t(group_phase_[g])] = true;
+    for (int c = int(g) * layout_.group_size; c < int(g + 1) * layout_.group_size; ++c)
+      for (std::size_t i : tensors_of(c))
+        for (std::size_t p = 0; p < tracked_[i].users_by_phase.size(); ++p)
+          if (tracked_[i].users_by_phase[p] > 0) used[p] = true;
+    group_used_in_.push_back(std::move(used));
+  }
 }
 
 void ChunkManager::place_tiers(Allocator& device, Allocator& host) {
@@ -303,7 +343,8 @@ void ChunkManager::release(nn::Parameter& p, TensorState target) {  // patrickst
   const int group = layout_.group_of(layout_.places[index_.at(&p)].chunk);
   if (!distributed()) {
     // The group's gradients are the step's once its last micro-batch's backward completes them.
-    if (target == TensorState::hold_after_bwd && sync_ && group_complete(group)) start_replica_sums(group);
+    if (target == TensorState::hold_after_bwd && sync_[std::size_t(phase_of_group(group))] && group_complete(group))
+      start_replica_sums(group);
     return;
   }
   if (target == TensorState::hold_after_bwd && group_complete(group)) reduce_group(group);
@@ -323,13 +364,13 @@ bool ChunkManager::group_resident(int group) const {
 }
 
 bool ChunkManager::group_complete(int group) const {
-  return group_all(group, TensorState::hold_after_bwd) && !weights_pending(group);
+  return group_all(group, TensorState::hold_after_bwd) && !parts_pending(group);
 }
 
-bool ChunkManager::weights_pending(int group) const {
+bool ChunkManager::parts_pending(int group) const {
   for (int c = group * layout_.group_size; c < (group + 1) * layout_.group_size; ++c)
     for (std::size_t i : tensors_of(c))
-      if (tracked_[i].weights_pending > 0) return true;
+      if (tracked_[i].parts_pending > 0) return true;
   return false;
 }
 
@@ -396,9 +437,13 @@ void ChunkManager::fetch_group(int group) {
         chunk = gathered.slice(0, r * C, (r + 1) * C);
     }
   }
+  // Every tensor of the group HOLD on every rank alike: where a group comes again after its
+  // release in a forward (a tied table: the head's use after the embedding's), the owner's own
+  // tensors were HOLD_AFTER_FWD, and whether the group is done again must be the same answer on
+  // every rank (Alg. 2: its remote chunks freed).
   for (int r = 0; r < layout_.group_size; ++r)
-    if (r != rank_)
-      for (std::size_t i : tensors_of(first + r)) set_state(tracked_[i], TensorState::hold);
+    for (std::size_t i : tensors_of(first + r))
+      if (r != rank_ || tracked_[i].state == TensorState::hold_after_fwd) set_state(tracked_[i], TensorState::hold);
 }
 
 void ChunkManager::free_remote(int group) {
@@ -434,6 +479,7 @@ void ChunkManager::settle(bool at_once) {
 
 void ChunkManager::reduce_group(int group) {
   reduced_[std::size_t(group)] = true;
+  const bool last = sync_[std::size_t(phase_of_group(group))];
   const int first = group * layout_.group_size;
   // One reduction in flight: the previous group's is stored before this group is packed, so a
   // rank holds one group buffer at a time, as a blocking sum would.
@@ -443,7 +489,7 @@ void ChunkManager::reduce_group(int group) {
     // group's sums are reduced over the ranks (stage 0: all-reduced where they lie; stage 1:
     // reduce-scattered, the owned chunk's sum stored once done): nothing reads them before the
     // optimizer, so the reduction runs beside the rest of backward.
-    if (!sync_) return;
+    if (!sync_[std::size_t(phase_of_group(group))]) return;
     TIDAL_ASSERT(!summed_[std::size_t(group)],
                  "chunk group {} summed over the data ranks twice in a step: with micro-batches, set_sync(false) "
                  "before every backward but the last",
@@ -451,10 +497,10 @@ void ChunkManager::reduce_group(int group) {
     summed_[std::size_t(group)] = true;
     Tensor& sums = grad_groups_[std::size_t(group)];
     if (!sharded()) {
-      in_flight_ = InFlight{group, sync_, options_.group->all_reduce(sums), nullptr};
+      in_flight_ = InFlight{group, last, options_.group->all_reduce(sums), nullptr};
     } else {
       Tensor mine = Tensor::empty({layout_.chunk_elements}, DType::f32, *device_);
-      in_flight_ = InFlight{group, sync_, options_.group->reduce_scatter(mine, sums), [this, first, mine] {
+      in_flight_ = InFlight{group, last, options_.group->reduce_scatter(mine, sums), [this, first, mine] {
                               list(ChunkKind::grad)[std::size_t(first + rank_)].copy_from(mine);
                             }};
     }
@@ -470,13 +516,13 @@ void ChunkManager::reduce_group(int group) {
     Tensor packed = pending(group);
     pending_[std::size_t(group)] = Tensor();
     if (!sharded()) {
-      in_flight_ = InFlight{group, sync_, options_.group->all_reduce(packed), [this, first, packed, C] {
+      in_flight_ = InFlight{group, last, options_.group->all_reduce(packed), [this, first, packed, C] {
                               for (int r = 0; r < layout_.group_size; ++r)
                                 add_into(list(ChunkKind::grad)[std::size_t(first + r)], packed.slice(0, r * C, (r + 1) * C));
                             }};
     } else {
       Tensor mine = Tensor::empty({C}, options_.compute_dtype, *device_);
-      in_flight_ = InFlight{group, sync_, options_.group->reduce_scatter(mine, packed),
+      in_flight_ = InFlight{group, last, options_.group->reduce_scatter(mine, packed),
                             // packed: the reduce-scatter's input, kept until the sum is stored
                             [this, first, mine, packed] { add_into(list(ChunkKind::grad)[std::size_t(first + rank_)], mine); }};
     }
@@ -486,7 +532,7 @@ void ChunkManager::reduce_group(int group) {
   }
   if (!sharded()) {
     Tensor packed = pack(group);
-    in_flight_ = InFlight{group, sync_, options_.group->all_reduce(packed), [this, group, packed] { unpack(group, packed); }};
+    in_flight_ = InFlight{group, last, options_.group->all_reduce(packed), [this, group, packed] { unpack(group, packed); }};
     if (dmm_) settle(true);  // under offload the chunks may move: the sum goes in at once
     return;
   }
@@ -500,7 +546,7 @@ void ChunkManager::reduce_group(int group) {
     // chunks are free to go once packed.
     Tensor packed = pack(group);
     Tensor& owned = list(ChunkKind::param)[std::size_t(first + rank_)];
-    in_flight_ = InFlight{group, sync_, options_.group->reduce_scatter(owned, packed), nullptr};
+    in_flight_ = InFlight{group, last, options_.group->reduce_scatter(owned, packed), nullptr};
   }
   if (options_.zero_stage == 3) free_remote(group);
 }
@@ -587,15 +633,39 @@ void ChunkManager::after_backward(nn::Module& m) {
     if (index_.count(p)) complete_use(tracked(*p));
 }
 
+bool ChunkManager::used_in(const Tracked& t, int phase) {
+  return in_phase(phase, t.phase) ||
+         (std::size_t(phase) < t.users_by_phase.size() && t.users_by_phase[std::size_t(phase)] > 0);
+}
+
+int ChunkManager::users_in(const Tracked& t, int phase) {
+  return phase == kAllPhases || t.users_by_phase.empty() ? t.users : t.users_by_phase[std::size_t(phase)];
+}
+
 void ChunkManager::complete_use(Tracked& t) {
   TIDAL_ASSERT(t.backward_left > 0, "{}: more backward uses than users (end_forward not called?)", t.param->name);
-  if (--t.backward_left == 0) store_gradient(t);
-  else release(*t.param, TensorState::hold);  // another user's backward adds to its gradient
+  if (--t.backward_left > 0) {
+    release(*t.param, TensorState::hold);  // another user's backward adds to its gradient
+  } else if (in_phase(backward_phase_, t.phase)) {
+    if (backward_phase_ != kAllPhases && !t.users_by_phase.empty()) --t.parts_pending;
+    store_gradient(t);
+  } else {
+    other_phase_done(t);
+  }
+}
+
+// A parameter of several phases: another phase's users of a micro-batch are done. Its own phase's
+// backward of that micro-batch, which comes later (ZB-V: the embedding's after the head's), adds
+// to the gradient buffer and stores it; a later micro-batch's part may join the buffer before
+// then, stored once all the same, in the sum.
+void ChunkManager::other_phase_done(Tracked& t) {
+  ++t.parts_pending;
+  release(*t.param, TensorState::hold);
 }
 
 // B and W (zero-bubble pipelines): a deferred parameter's gradient is made and stored by its W
 // pass, one micro-batch's at a time, while later micro-batches' forwards and B's go on beside it
-// (weights_pending counts the W's to come). Its B handed it a gradient buffer that stays unused:
+// (parts_pending counts the W's to come). Its B handed it a gradient buffer that stays unused:
 // dropped here, and W takes a fresh one.
 void ChunkManager::after_input_gradient(nn::Module& m, std::span<nn::Parameter* const> deferred) {
   for (nn::Parameter* p : m.used_parameters()) {
@@ -605,8 +675,14 @@ void ChunkManager::after_input_gradient(nn::Module& m, std::span<nn::Parameter* 
       complete_use(t);
       continue;
     }
+    ++t.parts_pending;
+    if (!t.users_by_phase.empty() && !in_phase(backward_phase_, t.phase)) {
+      // The head's part of ZB-V's tied table: it comes in the W, the embedding's in its own B.
+      TIDAL_ASSERT(--t.backward_left == 0, "{}: a weight gradient left for the W pass beside another user", p->name);
+      other_phase_done(t);
+      continue;
+    }
     TIDAL_ASSERT(t.users == 1, "{}: a weight gradient left for the W pass, and {} modules use it", p->name, t.users);
-    ++t.weights_pending;
     p->grad = Tensor();
     release(*p, TensorState::hold);
   }
@@ -620,8 +696,8 @@ void ChunkManager::after_weight_gradient(nn::Module&, std::span<nn::Parameter* c
   for (nn::Parameter* p : deferred) {
     if (!index_.count(p)) continue;
     Tracked& t = tracked(*p);
-    TIDAL_ASSERT(t.weights_pending > 0, "{}: a W pass without its B", p->name);
-    --t.weights_pending;
+    TIDAL_ASSERT(t.parts_pending > 0, "{}: a W pass without its B", p->name);
+    --t.parts_pending;
     store_gradient(t);
   }
 }
@@ -634,17 +710,18 @@ void ChunkManager::after_backward_part(nn::Module& m) {
 
 void ChunkManager::begin_forward(int phase) {
   for (Tracked& t : tracked_)
-    if (in_phase(phase, t.phase) && t.state == TensorState::hold_after_fwd) set_state(t, TensorState::hold);
+    if (used_in(t, phase) && t.state == TensorState::hold_after_fwd) set_state(t, TensorState::hold);
 }
 
 void ChunkManager::end_forward(int phase) {
+  backward_phase_ = phase;
   for (Tracked& t : tracked_) {
-    if (!in_phase(phase, t.phase)) continue;
+    if (!used_in(t, phase)) continue;
     // An earlier micro-batch's backward (a pipeline schedule) left its tensors HOLD_AFTER_BWD: a
     // group is complete in this backward only when this backward is done with it.
     if (t.state == TensorState::hold_after_fwd || t.state == TensorState::hold_after_bwd)
       set_state(t, TensorState::hold);
-    t.backward_left = t.users;
+    t.backward_left = users_in(t, phase);
   }
   for (std::size_t g = 0; g < reduced_.size(); ++g)
     if (in_phase(phase, phase_of_group(int(g)))) reduced_[g] = false;
@@ -667,8 +744,9 @@ void ChunkManager::end_backward(int phase) {
   // now: group by group, in the same order on every rank.
   if (dmm_) dmm_->begin_moment("end of backward");
   for (std::size_t g = 0; g < reduced_.size(); ++g) {
-    if (!in_phase(phase, phase_of_group(int(g))) || (distributed() && reduced_[g])) continue;
-    if (weights_pending(int(g))) continue;  // a later micro-batch's W completes it
+    const bool used = phase == kAllPhases || group_used_in_[g][std::size_t(phase)];
+    if (!used || (distributed() && reduced_[g])) continue;
+    if (parts_pending(int(g))) continue;  // a later micro-batch's W completes it
     if (!group_resident(int(g))) fetch_group(int(g));
     for (int c = int(g) * layout_.group_size; c < int(g + 1) * layout_.group_size; ++c)
       for (std::size_t i : tensors_of(c)) {

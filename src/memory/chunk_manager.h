@@ -20,8 +20,12 @@
 // forward pass); end_backward() completes the gradients of parameters this pass did not use.
 // Under B and W (zero-bubble pipelines: nn/runner.h's after_input_gradient) a linear's weight
 // gradient comes in its micro-batch's W pass, after later micro-batches' forwards and B's: the
-// tensor waits HOLD for it (Tracked::weights_pending), W takes a fresh gradient buffer, and its
-// group is complete only when no W is to come; end_backward runs after the W.
+// tensor waits HOLD for it (Tracked::parts_pending), W takes a fresh gradient buffer, and its
+// group is complete only when no W is to come; end_backward runs after the W. A parameter that
+// modules of two phases use (ZB-V's rank 0: a table tied between its first chunk's embedding and
+// its second's head) lies in the phase whose backward comes last in a micro-batch (the
+// embedding's): the other phase's part waits in its gradient buffer (or comes in a W), and its
+// group is complete only when no micro-batch's own backward is to come either.
 // Between access and release a parameter's `data` (and in backward its `grad`) is a tensor of
 // its own shape; outside, both are undefined (Alg. 2 line 38), so a use without access fails
 // loudly instead of reading a stale place.
@@ -122,6 +126,8 @@ struct ChunkParameters {
   std::vector<int> segment;            // per parameter, its index in `segments` (empty: all in one)
   std::vector<ChunkSegment> segments;  // empty: one, without replicas, phase 0
   std::vector<nn::Module*> users;      // the modules this rank runs (their uses are counted)
+  // Per user, the model chunk (phase) whose passes run it; empty: each parameter's segment's.
+  std::vector<int> user_phases = {};
 };
 
 struct ChunkOptions {
@@ -216,7 +222,8 @@ class ChunkManager final : public nn::ModuleHooks {
   // step. Where micro-batches are summed locally (sums_micro_batches_locally) only that one's
   // completed groups are reduced over the data ranks, earlier ones adding into each rank's own
   // grad list (DDP's no_sync); elsewhere every micro-batch's are. Default: true.
-  void set_sync(bool sync) { sync_ = sync; }
+  // Per phase (ZB-V: a micro-batch's B's of the two chunks are far apart).
+  void set_sync(bool sync, int phase = kAllPhases);
   // After a forward pass without backward (evaluation).
   void end_forward_only();
   // After the last micro-batch's backward: each segment's owned gradient chunks summed over its
@@ -305,9 +312,22 @@ class ChunkManager final : public nn::ModuleHooks {
     TensorState state = TensorState::hold;
     int users = 0;          // modules that use it (a forward or backward each)
     int backward_left = 0;  // users whose backward is still to come in this pass
-    int weights_pending = 0;  // W passes to come of micro-batches whose B deferred its gradient
+    // W passes to come of micro-batches whose B deferred its gradient, and (used by other phases
+    // too) its own phase's backwards to come of micro-batches whose other phases' are done.
+    int parts_pending = 0;
     int phase = 0;          // its segment's
+    // Where modules of other phases use it too (ZB-V's rank 0: a table tied between the
+    // embedding of its first chunk and the head of its second), its users in each phase; empty:
+    // all in `phase`. Its segment's phase is the one whose backward comes last (the embedding's).
+    std::vector<int> users_by_phase = {};
   };
+  // p in the phase of its segment, with its users by phase (`users`: phase -> users).
+  static Tracked track(nn::Parameter* p, int phase, const std::map<int, int>& users);
+  // Each communication group's phases (group_used_in_), once the parameters are tracked.
+  void mark_group_phases();
+  // Whether the passes of `phase` use t, and how many of its users run in them.
+  static bool used_in(const Tracked& t, int phase);
+  static int users_in(const Tracked& t, int phase);
   Tracked& tracked(const nn::Parameter& p);
   const Tracked& tracked(const nn::Parameter& p) const;
   void set_state(Tracked& t, TensorState to);
@@ -334,9 +354,12 @@ class ChunkManager final : public nn::ModuleHooks {
   bool group_all(int group, TensorState s) const;
   // Every tensor of the group HOLD_AFTER_BWD and no W pass to come: its gradients are complete.
   bool group_complete(int group) const;
-  bool weights_pending(int group) const;
+  bool parts_pending(int group) const;
   // One backward use of t done: the gradient stored after its last user's.
   void complete_use(Tracked& t);
+  // A parameter of several phases: another phase's users of a micro-batch are done (its own
+  // phase's backward of it is to come).
+  void other_phase_done(Tracked& t);
   bool group_resident(int group) const;
   // Alg. 1's FetchRemoteChunks (stage 3; stages 1 and 2 after the step) and Alg. 2's release of
   // the remote chunks (stage 3).
@@ -370,9 +393,10 @@ class ChunkManager final : public nn::ModuleHooks {
   void allocate_lists(Allocator& device, Allocator& host, bool remote_params);
   // Each communication group's reduction flags and phase (its segment's).
   void start_group_state();
-  // The parameters' places, users (counted among `user_modules`) and states; their values move
+  // The parameters' places, users (counted among its users, by phase) and states; their values move
   // into the chunks (fp32 master copies on their owners, the compute dtype where resident).
-  void take_parameters(const std::vector<nn::Module*>& user_modules, const std::vector<int>& segment);
+  void take_parameters(const std::vector<nn::Module*>& user_modules, const std::vector<int>& user_phases,
+                       const std::vector<int>& segment);
   // A moment of the memory tracer around placing the chunks of `m`'s parameters.
   void access_all(nn::Module& m, bool backward);
   void access_all(std::span<nn::Parameter* const> params, const std::string& moment, bool backward);
@@ -393,6 +417,9 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<std::vector<std::size_t>> in_chunk_;
   std::vector<ChunkSegment> segments_;
   std::vector<int> group_phase_;  // per communication group
+  // Per communication group, the phases whose passes use it (its own, and where a parameter of it
+  // is used by others too, theirs): end_backward of each sweeps it.
+  std::vector<std::vector<bool>> group_used_in_;
   std::vector<int> group_segment_;  // per communication group, its segment
   // The first level of the replica sums, started as groups complete (start_replica_sums), and
   // whether each group's has started in this step.
@@ -402,6 +429,7 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<bool> summed_;      // per communication group, in this step (sums_locally)
   std::vector<Tensor> grad_groups_;  // sums_locally: each group's grad chunks, contiguous
   std::vector<bool> in_backward_;  // per phase: between end_forward and end_backward
+  int backward_phase_ = kAllPhases;  // the backward running now (end_forward's phase)
   std::vector<Tensor> pending_;  // per communication group (accumulate and distributed)
   // The group reduction in flight (reduce_group) and what stores its sum once it is done; `last`:
   // the sum is the step's (its last micro-batch's), so the replica sums may start once it is stored.
@@ -412,7 +440,7 @@ class ChunkManager final : public nn::ModuleHooks {
     std::function<void()> store;
   };
   std::optional<InFlight> in_flight_;
-  bool sync_ = true;  // set_sync
+  std::vector<bool> sync_;  // set_sync, per phase
   ReductionTime reduction_time_;
   int rank_ = 0;
   Allocator* device_;

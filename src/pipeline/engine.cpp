@@ -52,11 +52,7 @@ PipelineEngine::PipelineEngine(models::Model& model, parallel::ParallelContext& 
     const int vs = virtual_stage(c);
     std::set<nn::Parameter*> used;
     for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i) model_.layers()[std::size_t(i)]->collect_used_parameters(used);
-    for (const nn::Parameter* p : used) {
-      const auto [at, fresh] = chunk_of_.emplace(p, c);
-      // ZB-V's rank 0 holds both ends: a tied embedding is used by its two chunks.
-      if (!fresh) shared_.insert(p);
-    }
+    for (const nn::Parameter* p : used) chunk_of_.emplace(p, c);  // ZB-V's rank 0: a tied table in both
   }
   for (nn::Parameter* p : model_.parameters())
     if (chunk_of_.count(p)) (p->frozen ? frozen_ : params_).push_back(p);
@@ -92,6 +88,15 @@ std::vector<nn::Module*> PipelineEngine::layers() const {
   for (int c = 0; c < chunks_; ++c) {
     const int vs = virtual_stage(c);
     for (int i = bounds_[vs]; i < bounds_[vs + 1]; ++i) out.push_back(model_.layers()[std::size_t(i)]);
+  }
+  return out;
+}
+
+std::vector<int> PipelineEngine::layer_chunks() const {
+  std::vector<int> out;
+  for (int c = 0; c < chunks_; ++c) {
+    const int vs = virtual_stage(c);
+    out.insert(out.end(), std::size_t(bounds_[vs + 1] - bounds_[vs]), c);
   }
   return out;
 }

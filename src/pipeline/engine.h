@@ -89,6 +89,8 @@ class PipelineEngine {
   std::vector<nn::Parameter*> parameters_of(int stage) const;
   // The layers of this rank's chunks, in order.
   std::vector<nn::Module*> layers() const;
+  // Per layers() entry, the model chunk that runs it.
+  std::vector<int> layer_chunks() const;
   // Layer boundaries of the virtual stages: virtual stage vs runs layers [bounds[vs], bounds[vs+1]).
   const std::vector<int>& bounds() const { return bounds_; }
   // The summed unit costs of each virtual stage (PipelineOptions::unit_costs).
@@ -128,9 +130,8 @@ class PipelineEngine {
   // Whether another stage holds p too (a tied embedding at the ends).
   bool tied(const nn::Parameter& p) const { return tied_.count(const_cast<nn::Parameter*>(&p)) > 0; }
   // The model chunk of this rank whose layers use p (one of this rank's parameters); the first,
-  // where both of ZB-V's use it (shared_by_chunks).
+  // where both of ZB-V's use it (rank 0's tied table).
   int chunk_of(const nn::Parameter& p) const;
-  bool shared_by_chunks(const nn::Parameter& p) const { return shared_.count(&p) > 0; }
   // Sums the gradients of the parameters both end stages hold (tied embeddings) between them.
   void reduce_tied_gradients();
   // The squared gradient norm of the whole model: this rank's parameters (a tied one counted on
@@ -192,7 +193,6 @@ class PipelineEngine {
   std::vector<nn::Parameter*> params_, frozen_;
   std::set<nn::Parameter*> tied_;  // held by another stage too
   std::map<const nn::Parameter*, int> chunk_of_;  // this rank's parameters' model chunks (the first)
-  std::set<const nn::Parameter*> shared_;         // used by both chunks (ZB-V's rank 0: a tied embedding)
   std::vector<comm::WorkPtr> sends_;
   // Per call: the shape of each stream this rank sends on and receives from (the first message
   // carries it), and receives posted ahead of the action that needs them.

@@ -51,6 +51,9 @@ RUNS = [  # name, ranks, settings
                                        "train.precision=bf16", "zero.stage=2"]),
     ("pipeline2_zb_v", 2, ["parallel.pipeline=2", "train.micro_batch_size=2", "parallel.schedule=zb-v",
                            "parallel.virtual_stages=2"]),
+    # ZB-V's rank 0 holds the first and the last layers: the chunks keep the tied table once.
+    ("pipeline2_zb_v_bf16_zero2", 2, ["parallel.pipeline=2", "train.micro_batch_size=2", "parallel.schedule=zb-v",
+                                      "parallel.virtual_stages=2", "train.precision=bf16", "zero.stage=2"]),
     ("pipeline2_gpipe", 2, ["parallel.pipeline=2", "train.micro_batch_size=2", "parallel.schedule=gpipe"]),
     ("tensor2_1d", 2, ["parallel.tensor.size=2"]),
     ("qwen2_tensor2_1d", 2, ["model.type=qwen2", "model.n_kv_head=2", "parallel.tensor.size=2"]),
