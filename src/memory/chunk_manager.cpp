@@ -489,7 +489,7 @@ void ChunkManager::reduce_group(int group) {
     // group's sums are reduced over the ranks (stage 0: all-reduced where they lie; stage 1:
     // reduce-scattered, the owned chunk's sum stored once done): nothing reads them before the
     // optimizer, so the reduction runs beside the rest of backward.
-    if (!sync_[std::size_t(phase_of_group(group))]) return;
+    if (!last) return;
     TIDAL_ASSERT(!summed_[std::size_t(group)],
                  "chunk group {} summed over the data ranks twice in a step: with micro-batches, set_sync(false) "
                  "before every backward but the last",
@@ -678,7 +678,8 @@ void ChunkManager::after_input_gradient(nn::Module& m, std::span<nn::Parameter* 
     ++t.parts_pending;
     if (!t.users_by_phase.empty() && !in_phase(backward_phase_, t.phase)) {
       // The head's part of ZB-V's tied table: it comes in the W, the embedding's in its own B.
-      TIDAL_ASSERT(--t.backward_left == 0, "{}: a weight gradient left for the W pass beside another user", p->name);
+      --t.backward_left;
+      TIDAL_ASSERT(t.backward_left == 0, "{}: a weight gradient left for the W pass beside another user", p->name);
       other_phase_done(t);
       continue;
     }

@@ -246,6 +246,12 @@ DeviceOps device_ops(const config::Config& cfg, const Hardware* hardware) {
                               .bf16_native = cfg.train.device == Device::Kind::cuda || ops::cpu::onednn_bf16_native()};
 }
 
+// capacity_of_device as a planned world takes it: no bound is the largest size.
+std::size_t device_capacity_bytes(const config::Config& cfg, const Hardware* hardware) {
+  const double capacity = capacity_of_device(cfg, hardware);
+  return capacity > 0 ? std::size_t(capacity) : std::numeric_limits<std::size_t>::max();
+}
+
 // ZB-H1's W's held back per stage (pipeline::held_weight_gradients): every kind of rank's step
 // replayed as 1F1B and with each W right after its B (ranks that differ only in their data index
 // run one order; a stage's figures are the largest of its kinds').
@@ -480,19 +486,15 @@ void predict_time(Prediction& p, const config::Config& cfg, std::vector<PlannedR
 
 std::vector<int> zero_bubble_holds(const config::Config& cfg, int world_size) {
   if (!holds_by_bytes(cfg)) return {};
-  const double capacity = capacity_of_device(cfg, nullptr);
   const std::vector<PlannedRank> world =
-      plan_world(cfg, world_size, cfg.parallel.ranks_per_node,
-                 capacity > 0 ? std::size_t(capacity) : std::numeric_limits<std::size_t>::max());
+      plan_world(cfg, world_size, cfg.parallel.ranks_per_node, device_capacity_bytes(cfg, nullptr));
   return held_by_bytes(cfg, world, device_ops(cfg, nullptr));
 }
 
 Prediction predict(const config::Config& cfg, int world_size, const Hardware* hardware) {
   Prediction p;
   p.layout = layout_of(cfg);
-  const std::size_t device_capacity = capacity_of_device(cfg, hardware) > 0
-                                          ? std::size_t(capacity_of_device(cfg, hardware))
-                                          : std::numeric_limits<std::size_t>::max();
+  const std::size_t device_capacity = device_capacity_bytes(cfg, hardware);
   const int per_node = hardware ? hardware->devices_per_node : 0;
   std::vector<PlannedRank> world =
       plan_world(cfg, world_size, cfg.parallel.ranks_per_node ? cfg.parallel.ranks_per_node : per_node, device_capacity);
