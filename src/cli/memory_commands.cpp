@@ -142,6 +142,8 @@ void run_cost_model(const PlanCommand& cmd) {
     TIDAL_CHECK(!predictions.empty(), "no layout of {} ranks splits this model (model.n_head, model.n_embd, "
                 "train.batch_size must divide as the modes need)", cmd.world);
   }
+  std::size_t words = 56;  // the layouts' column, as wide as the longest
+  for (const sim::Prediction& p : predictions) words = std::max(words, sim::layout_words(p.layout).size());
   for (std::size_t k = 0; k < predictions.size(); ++k) {
     const sim::Prediction& p = predictions[k];
     if (cmd.json) {
@@ -150,7 +152,7 @@ void run_cost_model(const PlanCommand& cmd) {
       const double mfu = hardware && p.time.total() > 0
                              ? p.flops_per_step / p.time.total() / (cmd.world * hardware->peak_flops(cfg.train.precision))
                              : 0.0;
-      fmt::print("{:>3}. {:<56} peak {:>10} (rank {}){}{}\n", k + 1, sim::layout_words(p.layout),
+      fmt::print("{:>3}. {:<{}} peak {:>10} (rank {}){}{}\n", k + 1, sim::layout_words(p.layout), words,
                  human_bytes(std::uint64_t(p.peak_bytes)), p.largest_rank,
                  hardware ? fmt::format("  step {:.4g} s{}, MFU {:.0f}%", p.time.total(),
                                         p.untimed.empty() ? "" : " (host AdamW not timed)", 100 * mfu)

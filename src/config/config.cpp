@@ -339,10 +339,6 @@ void check_layout(const Config& c) {
   TIDAL_CHECK(p.expert == 1 || c.model.experts % p.expert == 0,
               "parallel.expert = {} must divide model.experts = {}: each rank of an expert group holds as many "
               "experts", p.expert, c.model.experts);
-  TIDAL_CHECK(p.expert == 1 || c.memory.offload == Offload::none,
-              "parallel.expert = {} with memory.offload = \"{}\": the experts' chunk lists do not yet move "
-              "between tiers; set memory.offload = \"none\", or parallel.expert = 1", p.expert,
-              name_of(c.memory.offload));
   // Pipeline schedules that cannot run (pipeline/schedule.h, pipeline/partition.h say the same).
   TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == pipeline::ScheduleKind::interleaved ||
                   p.schedule == pipeline::ScheduleKind::zb_v,

@@ -212,6 +212,9 @@ class ChunkModelData final : public ModelData {
       if (!cfg.memory.host_limit.empty())
         optimizer_memory_->set_capacity(config::parse_bytes(cfg.memory.host_limit, "memory.host_limit"));
       eviction_ = cfg.memory.eviction;
+      // One dynamic memory of the device tier for every list in it (the experts' beside the rest).
+      tier_.emplace(*options.offload, *device_, *optimizer_memory_);
+      options.tier = &*tier_;
     }
     // A checkpoint: the weights into the parameters now (the chunks copy them), the moments once
     // the chunks exist, each rank reading only its blocks.
@@ -229,6 +232,7 @@ class ChunkModelData final : public ModelData {
       // (Every rank agrees on the size; the stages without the embedding hold no such list.)
       memory::ChunkOptions host_options = options;
       host_options.offload.reset();
+      host_options.tier = nullptr;
       memory::ChunkParameters host_params = distributed::chunk_parameters(on_host, engine, pc);
       host_options.chunk_elements =
           distributed::agreed_chunk_size(host_params, host_options, optimizer_memory_->capacity(), pc);
@@ -252,8 +256,9 @@ class ChunkModelData final : public ModelData {
     } catch (const OutOfMemory& e) {  // the static partition's param list does not fit
       throw OutOfMemory(e.what() + out_of_memory_hint(e), e.needed());
     }
-    const memory::ChunkLayout& layout = chunks_->layout();
-    param_list_bytes_ = layout.chunks * layout.chunk_elements * std::int64_t(dtype_size(cfg.train.precision));
+    for (const memory::ChunkManager* c : {&*chunks_, expert_chunks_ ? &*expert_chunks_ : nullptr})
+      if (c) param_list_bytes_ += c->layout().chunks * c->layout().chunk_elements;
+    param_list_bytes_ *= std::int64_t(dtype_size(cfg.train.precision));
     if (reader) load_moments(*reader, params);
     // A step's record counts the step's moves, not the disk tier's first writes.
     if (const memory::DynamicMemory* dmm = chunks_->dynamic_memory()) reported_ = dmm->stats();
@@ -396,11 +401,14 @@ class ChunkModelData final : public ModelData {
                   : fmt::format("; chunks move between a device tier of {} and the host ({} eviction after a warm-up "
                                 "iteration)",
                                 human_bytes(device_->capacity()), eviction_);
-    if (const memory::DiskTier* disk = chunks_->dynamic_memory() ? chunks_->dynamic_memory()->disk() : nullptr;
-        disk && !disk->chunks().empty())
+    if (const memory::DiskTier* disk = chunks_->disk_tier(); disk && !disk->chunks().empty())
       tiers += fmt::format("; the optimizer states of the last {} chunks ({}) beyond memory.host_limit in {}",
                            disk->chunks().size(), human_bytes(std::uint64_t(disk->store().file_bytes())),
                            disk->store().path());
+    if (const memory::DiskTier* disk = expert_chunks_ ? expert_chunks_->disk_tier() : nullptr;
+        disk && !disk->chunks().empty())
+      tiers += fmt::format("; the optimizer states of the experts' last {} chunks ({}) in {}", disk->chunks().size(),
+                           human_bytes(std::uint64_t(disk->store().file_bytes())), disk->store().path());
     if (expert_chunks_) {
       const memory::ChunkLayout& x = expert_chunks_->layout();
       tiers += fmt::format("; this rank's experts in lists of their own ({} chunks of {} elements, {}) over the {} "
@@ -429,6 +437,7 @@ class ChunkModelData final : public ModelData {
   std::int64_t optimizer_state_bytes() const override {
     std::int64_t owned = chunks_->owned_parameter_elements();
     if (host_chunks_) owned += host_chunks_->owned_parameter_elements();
+    if (expert_chunks_) owned += expert_chunks_->owned_parameter_elements();
     return owned * 3 * std::int64_t(sizeof(float));  // fp32 master, momentum, variance
   }
 
@@ -442,8 +451,10 @@ class ChunkModelData final : public ModelData {
       // warm-up traced, and the host bytes its lists take at the start (with a disk tier, the
       // least: every optimizer state on disk).
       const std::int64_t embedding = host_chunks_ ? host_chunks_->model_data_bytes() : 0;
-      const std::int64_t host = chunks_->host_bytes_needed(false) + embedding,
-                         with_disk = chunks_->host_bytes_needed(true) + embedding;
+      const std::int64_t host = chunks_->host_bytes_needed(false) + embedding +
+                                (expert_chunks_ ? expert_chunks_->host_bytes_needed(false) : 0),
+                         with_disk = chunks_->host_bytes_needed(true) + embedding +
+                                     (expert_chunks_ ? expert_chunks_->host_bytes_needed(true) : 0);
       out["least_device_limit_bytes"] = dmm->least_device_limit();
       out["host_needs_bytes"] = host;
       out["host_needs_with_disk_bytes"] = with_disk;
@@ -489,7 +500,7 @@ class ChunkModelData final : public ModelData {
                           {"evictions", now.evictions - reported_.evictions},
                           {"move_s", now.seconds - reported_.seconds},
                           {"device_peak_bytes", dmm->device_peak_bytes()}};
-    if (dmm->disk()) {
+    if (dmm->has_disk()) {
       out["bytes_to_disk"] = now.bytes_to_disk - reported_.bytes_to_disk;
       out["bytes_from_disk"] = now.bytes_from_disk - reported_.bytes_from_disk;
       out["disk_seconds"] = now.disk_seconds - reported_.disk_seconds;
@@ -575,6 +586,7 @@ class ChunkModelData final : public ModelData {
   std::unique_ptr<Allocator> param_memory_;      // the param list (the computing device's tier), gathered groups included
   std::unique_ptr<Allocator> optimizer_memory_;  // master copy, moments, accumulated gradients
   std::optional<ScopedDefaultAllocator> on_device_;  // with offload: the step's tensors in the device tier
+  std::optional<memory::DynamicMemory> tier_;  // with offload: the device tier's, the lists' below
   std::optional<memory::ChunkManager> chunks_;
   std::optional<memory::ChunkManager> host_chunks_;  // memory.embedding_on_host: the embedding layer's
   std::optional<memory::ChunkManager> expert_chunks_;  // parallel.expert: this rank's experts

@@ -112,7 +112,9 @@ ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, A
                segments_.size());
   const bool remote_params = options_.zero_stage == 3 && sharded();
   if (options_.offload) {
-    dmm_ = std::make_unique<DynamicMemory>(*options_.offload, device, host, lists_, [this](int c) { return busy(c); });
+    if (!options_.tier) own_dmm_ = std::make_unique<DynamicMemory>(*options_.offload, device, host);
+    dmm_ = options_.tier ? options_.tier : own_dmm_.get();
+    keeper_ = dmm_->join(lists_, layout_.chunks, [this](int c) { return busy(c); });
   }
   if (dmm_) place_tiers(device, host);
   allocate_lists(device, host, remote_params);
@@ -125,7 +127,7 @@ void ChunkManager::allocate_lists(Allocator& device, Allocator& host, bool remot
     std::vector<Tensor>& chunks = lists_[kind];
     Allocator& where = dmm_ ? dmm_->initial(kind) : alloc;
     for (int c = 0; c < layout_.chunks; ++c)
-      chunks.push_back((owned_only && !owns(c)) || (dmm_ && dmm_->on_disk(kind, c))
+      chunks.push_back((owned_only && !owns(c)) || (dmm_ && dmm_->on_disk(keeper_, kind, c))
                            ? Tensor()
                            : Tensor::zeros({layout_.chunk_elements}, dtype, where));
   };
@@ -183,7 +185,7 @@ void ChunkManager::take_parameters(const std::vector<nn::Module*>& user_modules,
     in_chunk_[std::size_t(chunk)].push_back(i);
     tracked_.push_back(track(p, segments_[std::size_t(segment[i])].phase, users[p]));
     if (owns(chunk)) {
-      if (dmm_) dmm_->stage_states(chunk, true);  // a disk chunk: the file reads as zeros until written
+      if (dmm_) dmm_->stage_states(keeper_, chunk, true);  // a disk chunk: the file reads as zeros until written
       slot(ChunkKind::master, *p).copy_from(p->data);
     }
     if (resident(chunk)) {
@@ -194,7 +196,7 @@ void ChunkManager::take_parameters(const std::vector<nn::Module*>& user_modules,
     }
     p->data = p->grad = Tensor();  // from now on the chunks hold them (access hands out views)
   }
-  if (dmm_) dmm_->unstage_states();
+  if (dmm_) dmm_->unstage_states(keeper_);
   mark_group_phases();
 }
 
@@ -260,7 +262,7 @@ void ChunkManager::place_tiers(Allocator& device, Allocator& host) {
     std::vector<int> on_disk;
     for (int c = layout_.chunks; c-- > 0 && int(on_disk.size()) < disk_chunks;)
       if (owns(c)) on_disk.insert(on_disk.begin(), c);
-    dmm_->keep_on_disk(std::move(on_disk), layout_.chunk_elements, rank_);
+    dmm_->keep_on_disk(keeper_, std::move(on_disk), layout_.chunk_elements, rank_);
   }
   if (fixed && std::size_t(bytes.param) + device.current_bytes() > device.capacity())
     throw OutOfMemory(fmt::format("the param list takes {} bytes of the device tier, which holds {} ({} in use)",
@@ -283,6 +285,7 @@ ChunkManager::~ChunkManager() {
   if (in_flight_) wait_quietly(in_flight_->work);
   for (const comm::WorkPtr& w : replica_sums_) wait_quietly(w);
   for (Tracked& t : tracked_) t.param->data = t.param->grad = Tensor();
+  if (dmm_) dmm_->leave(keeper_);
 }
 
 ChunkManager::Tracked& ChunkManager::tracked(const nn::Parameter& p) {
@@ -608,7 +611,7 @@ void ChunkManager::access_all(std::span<nn::Parameter* const> params, const std:
     std::vector<int> chunks;
     for (nn::Parameter* p : params)
       if (index_.count(p)) chunks.push_back(layout_.places[index_.at(p)].chunk);
-    dmm_->to_device(chunks);
+    dmm_->to_device(keeper_, chunks);
   }
   for (nn::Parameter* p : params)
     if (index_.count(p)) access(*p, backward);
@@ -754,7 +757,7 @@ void ChunkManager::end_backward(int phase) {
         Tracked& t = tracked_[i];
         if (t.state == TensorState::hold_after_bwd) continue;
         TIDAL_ASSERT(!t.param->grad.defined(), "{}: backward ended with its gradient incomplete", t.param->name);
-        if (dmm_) dmm_->to_device({c});
+        if (dmm_) dmm_->to_device(keeper_, {c});
         access(*t.param, false);
         if (!options_.accumulate) t.param->data.zero_();
         release(*t.param, TensorState::hold_after_bwd);  // the group's last one reduces it
@@ -846,7 +849,7 @@ void ChunkManager::zero_grad() {
   reduction_time_ = {};
   summed_.assign(summed_.size(), false);
   replicas_started_.assign(replicas_started_.size(), false);
-  if (dmm_) dmm_->begin_iteration();
+  if (dmm_) dmm_->begin_iteration(keeper_);
   if (options_.accumulate)
     for (Tensor& chunk : list(ChunkKind::grad))
       if (chunk.defined()) chunk.zero_();
@@ -869,16 +872,16 @@ void ChunkManager::finish_step(const std::function<void(nn::Parameter&, Tensor&)
     nn::Parameter& p = *t.param;
     const int chunk = layout_.places[index_.at(&p)].chunk;
     if (!owns(chunk)) continue;
-    if (dmm_) dmm_->to_optimizer_side(chunk);  // hybrid Adam: where the states are
+    if (dmm_) dmm_->to_optimizer_side(keeper_, chunk);  // hybrid Adam: where the states are
     set_state(t, TensorState::compute);  // HOLD_AFTER_BWD: the gradient is complete
     Tensor param = slot(ChunkKind::param, p);
     update(p, param);  // the master copy into it: the gradient it held is spent
     set_state(t, TensorState::hold);
   }
   if (dmm_) {
-    dmm_->after_step();
+    dmm_->after_step(keeper_);
     dmm_->end_moment();
-    dmm_->end_iteration();
+    dmm_->end_iteration(keeper_);
   }
   if (!sharded() || options_.zero_stage == 3) return;
   // Stages 1 and 2: every rank's param chunks again from their owners.
@@ -927,12 +930,12 @@ void ChunkManager::gather_state(const StateVisitor& visit) {
     Tensor whole[3];  // the group's chunks of each kind, back to back (on the host: a checkpoint's)
     for (Tensor& w : whole) w = Tensor::empty({C * layout_.group_size}, DType::f32, host_allocator());
     if (sharded()) {
-      if (dmm_) dmm_->stage_states(first + rank_, false);
+      if (dmm_) dmm_->stage_states(keeper_, first + rank_, false);
       for (int k = 0; k < 3; ++k)
         options_.group->all_gather(whole[k], list(kinds[k])[std::size_t(first + rank_)])->wait();
     } else {
       for (int r = 0; r < layout_.group_size; ++r) {
-        if (dmm_) dmm_->stage_states(first + r, false);
+        if (dmm_) dmm_->stage_states(keeper_, first + r, false);
         for (int k = 0; k < 3; ++k)
           whole[k].slice(0, r * C, (r + 1) * C).copy_from(list(kinds[k])[std::size_t(first + r)]);
       }
@@ -945,12 +948,12 @@ void ChunkManager::gather_state(const StateVisitor& visit) {
         visit(p, view(whole[0]), view(whole[1]), view(whole[2]));
       }
   }
-  if (dmm_) dmm_->unstage_states();
+  if (dmm_) dmm_->unstage_states(keeper_);
 }
 
 void ChunkManager::held_state(const HeldStateVisitor& visit) {
-  DiskTier* disk = dmm_ ? dmm_->disk() : nullptr;
-  if (dmm_) dmm_->unstage_states();
+  DiskTier* disk = dmm_ ? dmm_->disk(keeper_) : nullptr;
+  if (dmm_) dmm_->unstage_states(keeper_);
   if (disk) disk->flush();
   const ChunkKind kinds[] = {ChunkKind::master, ChunkKind::momentum, ChunkKind::variance};
   const std::size_t C = std::size_t(layout_.chunk_elements);
@@ -960,7 +963,7 @@ void ChunkManager::held_state(const HeldStateVisitor& visit) {
       const nn::Parameter& p = *tracked_[i].param;
       std::array<StateView, 3> views;
       for (std::size_t k = 0; k < 3; ++k) {
-        if (dmm_ && dmm_->on_disk(kinds[k], c)) {
+        if (dmm_ && dmm_->on_disk(keeper_, kinds[k], c)) {
           // A record is the chunk's master copy, momentum and variance back to back (disk_tier.h).
           const std::size_t at = (k * C + std::size_t(layout_.places[i].offset)) * sizeof(float);
           views[k].read = [disk, c, at](std::size_t offset, std::size_t bytes, void* into) {
@@ -978,10 +981,10 @@ void ChunkManager::held_state(const HeldStateVisitor& visit) {
 void ChunkManager::load_moments(const nn::Parameter& p, const Tensor& momentum, const Tensor& variance) {
   const int chunk = layout_.places[index_.at(&p)].chunk;
   if (!owns(chunk)) return;
-  if (dmm_) dmm_->stage_states(chunk, true);
+  if (dmm_) dmm_->stage_states(keeper_, chunk, true);
   slot(ChunkKind::momentum, p).copy_from(momentum);
   slot(ChunkKind::variance, p).copy_from(variance);
-  if (dmm_) dmm_->unstage_states();  // the staging buffer keeps them for the next parameter
+  if (dmm_) dmm_->unstage_states(keeper_);  // the staging buffer keeps them for the next parameter
 }
 
 std::int64_t ChunkManager::host_bytes_needed(bool disk) const {

@@ -139,6 +139,9 @@ struct ChunkOptions {
   ChunkFetch fetch = ChunkFetch::all_gather;
   // Heterogeneous memory (dynamic_memory.h): chunks move between the device tier and the host.
   std::optional<OffloadOptions> offload = std::nullopt;
+  // ... under the device tier's dynamic memory when other managers' lists share the tier (it is
+  // made with their offload options and device and host tiers); null: one of the manager's own.
+  DynamicMemory* tier = nullptr;
 };
 
 // The sizes the manager searches for parameters of `numels`: the default range, and chunks that
@@ -300,8 +303,10 @@ class ChunkManager final : public nn::ModuleHooks {
   std::int64_t owned_parameter_elements() const;
   bool owns(int chunk) const { return !sharded() || layout_.owner_of(chunk) == rank_; }
   bool resident(int chunk) const { return lists_.at(ChunkKind::param)[std::size_t(chunk)].defined(); }
-  // The dynamic memory manager (null without ChunkOptions::offload).
-  const DynamicMemory* dynamic_memory() const { return dmm_.get(); }
+  // The dynamic memory manager (null without ChunkOptions::offload), and this manager's disk tier
+  // in it (null without one).
+  const DynamicMemory* dynamic_memory() const { return dmm_; }
+  const DiskTier* disk_tier() const { return dmm_ ? dmm_->disk(keeper_) : nullptr; }
   // Under offload: the bytes of this rank's lists the host holds at the start and in the warm-up
   // (host_bytes_needed), with every optimizer state it may send to disk there when `disk`.
   std::int64_t host_bytes_needed(bool disk) const;
@@ -409,8 +414,11 @@ class ChunkManager final : public nn::ModuleHooks {
   std::vector<nn::Parameter*> params_;
   ChunkOptions options_;
   ChunkLayout layout_;
-  // Before the lists: under offload their payloads go back to its share of the device tier.
-  std::unique_ptr<DynamicMemory> dmm_;
+  // Before the lists: under offload their payloads go back to its share of the device tier. The
+  // manager's own dynamic memory, or ChunkOptions::tier; the lists are its keeper `keeper_`.
+  std::unique_ptr<DynamicMemory> own_dmm_;
+  DynamicMemory* dmm_ = nullptr;
+  int keeper_ = -1;
   std::map<ChunkKind, std::vector<Tensor>> lists_;  // kind -> chunk payloads
   std::map<const nn::Parameter*, std::size_t> index_;
   std::vector<Tracked> tracked_;

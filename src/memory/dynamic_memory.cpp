@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace tidal::memory {
 namespace {
@@ -20,9 +21,8 @@ std::int64_t DynamicMemory::device_peak_bytes() const {
   return std::max(device_peak_, std::int64_t(device_.peak_bytes()));
 }
 
-DynamicMemory::DynamicMemory(const OffloadOptions& options, Allocator& device, Allocator& host, Lists& lists,
-                             std::function<bool(int)> busy)
-    : options_(options), device_(device), device_chunks_(device), host_(host), lists_(lists), busy_(std::move(busy)) {
+DynamicMemory::DynamicMemory(const OffloadOptions& options, Allocator& device, Allocator& host)
+    : options_(options), device_(device), device_chunks_(device), host_(host) {
   TIDAL_CHECK(options_.warmup_fraction > 0 && options_.warmup_fraction <= 1,
               "memory.warmup_fraction must be in (0, 1], got {}", options_.warmup_fraction);
   if (options_.partition == Partition::dynamic) device_.set_reclaimer([this](std::size_t over) { reclaim(over); });
@@ -33,89 +33,146 @@ DynamicMemory::~DynamicMemory() {
   if (warmup_limit_ >= 0) device_.set_capacity(std::size_t(warmup_limit_));
 }
 
+int DynamicMemory::join(Lists& lists, int chunks, std::function<bool(int)> busy) {
+  TIDAL_ASSERT(!in_iteration_ && !tracer_.finished(), "a chunk manager joined the dynamic memory after the warm-up began");
+  keepers_.push_back(Keeper{.lists = &lists, .first = chunks_, .chunks = chunks, .busy = std::move(busy)});
+  chunks_ += chunks;
+  return int(keepers_.size()) - 1;
+}
+
+void DynamicMemory::leave(int keeper) {
+  unstage_states(keeper);
+  keepers_.at(std::size_t(keeper)).lists = nullptr;
+}
+
+DynamicMemory::Keeper& DynamicMemory::keeper_of(int chunk) {
+  return const_cast<Keeper&>(std::as_const(*this).keeper_of(chunk));
+}
+
+const DynamicMemory::Keeper& DynamicMemory::keeper_of(int chunk) const {
+  for (const Keeper& k : keepers_)
+    if (chunk >= k.first && chunk < k.first + k.chunks) return k;
+  TIDAL_ASSERT(false, "chunk {} of the dynamic memory's {}", chunk, chunks_);
+  return keepers_.front();
+}
+
+Tensor* DynamicMemory::payload(ChunkKind kind, int chunk) {
+  return const_cast<Tensor*>(std::as_const(*this).payload(kind, chunk));
+}
+
+const Tensor* DynamicMemory::payload(ChunkKind kind, int chunk) const {
+  const Keeper& k = keeper_of(chunk);
+  if (!k.lists) return nullptr;
+  const auto list = k.lists->find(kind);
+  return list == k.lists->end() ? nullptr : &list->second.at(std::size_t(chunk - k.first));
+}
+
 Allocator& DynamicMemory::initial(ChunkKind kind) {
   return kind == ChunkKind::param && options_.partition == Partition::fixed ? static_cast<Allocator&>(device_chunks_)
                                                                              : host_;
 }
 
-MemoryTier DynamicMemory::where(ChunkKind kind, int chunk) const {
-  if (on_disk(kind, chunk)) return MemoryTier::disk;  // staged or not: the file is its home
-  const Tensor& payload = lists_.at(kind)[std::size_t(chunk)];
-  return payload.allocator() == &device_chunks_ ? MemoryTier::device : MemoryTier::host;
+MemoryTier DynamicMemory::where(int keeper, ChunkKind kind, int chunk) const {
+  return where(kind, keepers_.at(std::size_t(keeper)).first + chunk);
 }
 
-void DynamicMemory::keep_on_disk(std::vector<int> chunks, std::int64_t chunk_elements, int rank) {
-  TIDAL_ASSERT(!disk_ && !options_.disk_dir.empty(), "a disk tier without memory.disk_dir, or a second one");
-  disk_ = std::make_unique<DiskTier>(options_.disk_dir, rank, chunk_elements, int(std::size(kDiskKinds)),
-                                     std::move(chunks), host_, options_.disk_read_ahead);
+MemoryTier DynamicMemory::where(ChunkKind kind, int chunk) const {
+  if (on_disk(kind, chunk)) return MemoryTier::disk;  // staged or not: the file is its home
+  const Tensor* t = payload(kind, chunk);
+  return t && t->allocator() == &device_chunks_ ? MemoryTier::device : MemoryTier::host;
+}
+
+void DynamicMemory::keep_on_disk(int keeper, std::vector<int> chunks, std::int64_t chunk_elements, int rank) {
+  Keeper& k = keepers_.at(std::size_t(keeper));
+  TIDAL_ASSERT(!k.disk && !options_.disk_dir.empty(), "a disk tier without memory.disk_dir, or a second one");
+  k.disk = std::make_unique<DiskTier>(options_.disk_dir, rank, chunk_elements, int(std::size(kDiskKinds)),
+                                      std::move(chunks), host_, options_.disk_read_ahead);
+}
+
+bool DynamicMemory::on_disk(int keeper, ChunkKind kind, int chunk) const {
+  return on_disk(kind, keepers_.at(std::size_t(keeper)).first + chunk);
 }
 
 bool DynamicMemory::on_disk(ChunkKind kind, int chunk) const {
-  return disk_ && disk_->holds(chunk) &&
+  const Keeper& k = keeper_of(chunk);
+  return k.disk && k.disk->holds(chunk - k.first) &&
          std::find(std::begin(kDiskKinds), std::end(kDiskKinds), kind) != std::end(kDiskKinds);
 }
 
-void DynamicMemory::stage_states(int chunk, bool modify) {
-  if (!on_disk(ChunkKind::master, chunk)) return;
-  if (staged_ != chunk) unstage_states();
-  const Tensor states = disk_->stage(chunk, modify);
+void DynamicMemory::stage_states(int keeper, int chunk, bool modify) {
+  if (!on_disk(keeper, ChunkKind::master, chunk)) return;
+  Keeper& k = keepers_.at(std::size_t(keeper));
+  if (k.staged != chunk) unstage_states(keeper);
+  const Tensor states = k.disk->stage(chunk, modify);
   const std::int64_t C = states.numel() / std::int64_t(std::size(kDiskKinds));
-  for (std::size_t k = 0; k < std::size(kDiskKinds); ++k)
-    lists_.at(kDiskKinds[k])[std::size_t(chunk)] = states.slice(0, std::int64_t(k) * C, std::int64_t(k + 1) * C);
-  staged_ = chunk;
+  for (std::size_t i = 0; i < std::size(kDiskKinds); ++i)
+    k.lists->at(kDiskKinds[i])[std::size_t(chunk)] = states.slice(0, std::int64_t(i) * C, std::int64_t(i + 1) * C);
+  k.staged = chunk;
 }
 
-void DynamicMemory::unstage_states() {
-  if (staged_ < 0) return;
+void DynamicMemory::unstage_states(int keeper) {
+  Keeper& k = keepers_.at(std::size_t(keeper));
+  if (k.staged < 0) return;
   // The staging buffer keeps the states (disk_tier.h); the lists stop showing them, so nothing
   // reads them once the buffer holds another chunk's.
-  for (ChunkKind k : kDiskKinds) lists_.at(k)[std::size_t(staged_)] = Tensor();
-  staged_ = -1;
+  for (ChunkKind kind : kDiskKinds) k.lists->at(kind)[std::size_t(k.staged)] = Tensor();
+  k.staged = -1;
+}
+
+bool DynamicMemory::has_disk() const {
+  return std::any_of(keepers_.begin(), keepers_.end(), [](const Keeper& k) { return k.disk != nullptr; });
 }
 
 MoveStats DynamicMemory::stats() const {
   MoveStats out = stats_;
-  if (disk_) {
-    out.bytes_to_disk = disk_->bytes_to_disk();
-    out.bytes_from_disk = disk_->bytes_from_disk();
-    out.disk_seconds = disk_->seconds();
-  }
+  for (const Keeper& k : keepers_)
+    if (k.disk) {
+      out.bytes_to_disk += k.disk->bytes_to_disk();
+      out.bytes_from_disk += k.disk->bytes_from_disk();
+      out.disk_seconds += k.disk->seconds();
+    }
   return out;
 }
 
 void DynamicMemory::move(ChunkKind kind, int chunk, MemoryTier to) {
   TIDAL_ASSERT(!on_disk(kind, chunk), "chunk {} of {} lives on disk: it does not move", chunk, chunk_kind_name(kind));
-  Tensor& payload = lists_.at(kind)[std::size_t(chunk)];
-  if (!payload.defined() || where(kind, chunk) == to) return;
+  Tensor* here = payload(kind, chunk);
+  if (!here || !here->defined() || where(kind, chunk) == to) return;
   const auto start = std::chrono::steady_clock::now();
   Allocator& target = to == MemoryTier::device ? static_cast<Allocator&>(device_chunks_) : host_;
-  Tensor moved = Tensor::empty(payload.shape(), payload.dtype(), target);
-  if (moved.device().is_cuda() || payload.device().is_cuda()) {
+  Tensor moved = Tensor::empty(here->shape(), here->dtype(), target);
+  if (moved.device().is_cuda() || here->device().is_cuda()) {
     // On a GPU: on the copy stream, the host not waiting (a chunk sent to the host is waited for
     // once its moment's evictions are queued: host_copies_pending_). The old payload's block is
     // freed behind the copy: device memory on the compute stream, which waits for the copy; a
     // host block is kept until the host has waited for the copy stream (the CPU could write it
     // again through a new owner).
-    copy_bytes_on_copy_stream(moved.raw(), moved.device(), payload.raw(), payload.device(), moved.nbytes());
+    copy_bytes_on_copy_stream(moved.raw(), moved.device(), here->raw(), here->device(), moved.nbytes());
     if (moved.device().is_cpu()) host_copies_pending_ = true;
-    else retired_.push_back(payload);
+    else retired_.push_back(*here);
   } else {
-    moved.copy_from(payload);
+    moved.copy_from(*here);
   }
-  payload = moved;
+  *here = moved;
   (to == MemoryTier::device ? stats_.bytes_to_device : stats_.bytes_to_host) += std::int64_t(moved.nbytes());
   stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void DynamicMemory::begin_iteration() {
-  TIDAL_ASSERT(!in_iteration_, "an iteration began inside another");
+void DynamicMemory::begin_iteration(int keeper) {
+  Keeper& k = keepers_.at(std::size_t(keeper));
+  TIDAL_ASSERT(!k.in_iteration, "an iteration began inside another");
+  k.in_iteration = true;
+  if (in_iteration_) return;  // another keeper began it
   in_iteration_ = true;
   moment_ = -1;
 }
 
-void DynamicMemory::end_iteration() {
+void DynamicMemory::end_iteration(int keeper) {
   TIDAL_ASSERT(!in_moment_, "an iteration ended inside a moment");
-  if (!in_iteration_) return;  // a step without zero_grad: nothing traced
+  Keeper& k = keepers_.at(std::size_t(keeper));
+  if (!k.in_iteration) return;  // a step without zero_grad: nothing traced
+  k.in_iteration = false;
+  if (std::any_of(keepers_.begin(), keepers_.end(), [](const Keeper& o) { return o.in_iteration; })) return;
   if (!tracer_.finished() && moment_ >= 0) {
     tracer_.close_interval(std::int64_t(device_.peak_bytes()), device_chunk_bytes());
     tracer_.finish();
@@ -149,27 +206,36 @@ void DynamicMemory::end_moment() {
 
 std::int64_t DynamicMemory::param_bytes_on_device() const {
   std::int64_t bytes = 0;
-  const std::vector<Tensor>& params = lists_.at(ChunkKind::param);
-  for (int c = 0; c < int(params.size()); ++c)
-    if (params[std::size_t(c)].defined() && where(ChunkKind::param, c) == MemoryTier::device)
-      bytes += std::int64_t(params[std::size_t(c)].nbytes());
+  for (int c = 0; c < chunks_; ++c)
+    if (const Tensor* t = payload(ChunkKind::param, c);
+        t && t->defined() && where(ChunkKind::param, c) == MemoryTier::device)
+      bytes += std::int64_t(t->nbytes());
   return bytes;
+}
+
+std::vector<int> DynamicMemory::evictable(const std::vector<int>& keep) const {
+  std::vector<int> out;
+  for (const Keeper& k : keepers_) {
+    if (!k.lists) continue;
+    for (int c = 0; c < k.chunks; ++c) {
+      const int g = k.first + c;
+      if (payload(ChunkKind::param, g)->defined() && where(ChunkKind::param, g) == MemoryTier::device &&
+          !pinned_.count(g) && !std::binary_search(keep.begin(), keep.end(), g) && !k.busy(c))
+        out.push_back(g);
+    }
+  }
+  return out;
 }
 
 void DynamicMemory::reclaim(std::size_t over) {
   // The tier is about to pass L: chunks no operator computes with now go to the host, chosen as
   // to_device chooses, while there are any.
-  const std::vector<Tensor>& params = lists_.at(ChunkKind::param);
   std::int64_t freed = 0;
   while (freed < std::int64_t(over)) {
-    std::vector<int> candidates;
-    for (int c = 0; c < int(params.size()); ++c)
-      if (params[std::size_t(c)].defined() && where(ChunkKind::param, c) == MemoryTier::device && !pinned_.count(c) &&
-          !busy_(c))
-        candidates.push_back(c);
+    const std::vector<int> candidates = evictable({});
     if (candidates.empty()) break;
     const int out = victim(candidates);
-    freed += std::int64_t(params[std::size_t(out)].nbytes());
+    freed += std::int64_t(payload(ChunkKind::param, out)->nbytes());
     move(ChunkKind::param, out, MemoryTier::host);
     ++stats_.evictions;
   }
@@ -231,17 +297,22 @@ int DynamicMemory::victim(const std::vector<int>& candidates) const {
   });
 }
 
+void DynamicMemory::to_device(int keeper, const std::vector<int>& chunks) {
+  std::vector<int> global = chunks;
+  for (int& c : global) c += keepers_.at(std::size_t(keeper)).first;
+  to_device(std::move(global));
+}
+
 void DynamicMemory::to_device(std::vector<int> chunks) {
   std::sort(chunks.begin(), chunks.end());
   chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
-  std::vector<Tensor>& params = lists_.at(ChunkKind::param);
-  if (last_use_.size() < params.size()) last_use_.resize(params.size(), 0);
+  if (last_use_.size() < std::size_t(chunks_)) last_use_.resize(std::size_t(chunks_), 0);
   std::int64_t need = 0;
   for (int c : chunks) {
     last_use_[std::size_t(c)] = tick_;
     if (in_iteration_ && !tracer_.finished()) tracer_.record_use(c);
     if (in_moment_) pinned_.insert(c);
-    if (where(ChunkKind::param, c) != MemoryTier::device) need += std::int64_t(params[std::size_t(c)].nbytes());
+    if (where(ChunkKind::param, c) != MemoryTier::device) need += std::int64_t(payload(ChunkKind::param, c)->nbytes());
   }
   if (options_.partition == Partition::dynamic) {
     // sec. 7.3: C + O must fit A, the room the coming interval's non-model data leaves; HOLD-like
@@ -249,11 +320,7 @@ void DynamicMemory::to_device(std::vector<int> chunks) {
     const std::int64_t budget = chunk_budget();
     std::int64_t held = param_bytes_on_device();
     while (held + need > budget) {
-      std::vector<int> candidates;
-      for (int c = 0; c < int(params.size()); ++c)
-        if (params[std::size_t(c)].defined() && where(ChunkKind::param, c) == MemoryTier::device && !pinned_.count(c) &&
-            !std::binary_search(chunks.begin(), chunks.end(), c) && !busy_(c))
-          candidates.push_back(c);
+      const std::vector<int> candidates = evictable(chunks);
       // The warm-up places them anyway (its end says what the run needs: end_warmup).
       if (candidates.empty() && (need == 0 || !tracer_.finished())) break;
       if (candidates.empty()) {
@@ -271,13 +338,13 @@ void DynamicMemory::to_device(std::vector<int> chunks) {
       const int out = victim(candidates);
       move(ChunkKind::param, out, MemoryTier::host);
       ++stats_.evictions;
-      held -= std::int64_t(params[std::size_t(out)].nbytes());
+      held -= std::int64_t(payload(ChunkKind::param, out)->nbytes());
     }
   }
   for (int c : chunks) move(ChunkKind::param, c, MemoryTier::device);
   if (in_iteration_ && !tracer_.finished() && moment_ >= 0) {  // the operator's chunks (end_warmup)
     std::int64_t bytes = 0;
-    for (int c : pinned_) bytes += std::int64_t(params[std::size_t(c)].nbytes());
+    for (int c : pinned_) bytes += std::int64_t(payload(ChunkKind::param, c)->nbytes());
     tracer_.record_operator_bytes(bytes);
   }
   wait_for_host_copies();
@@ -292,38 +359,38 @@ void DynamicMemory::wait_for_host_copies() {
   stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void DynamicMemory::to_optimizer_side(int chunk) {
-  if (where(ChunkKind::master, chunk) == MemoryTier::device) {
-    to_device({chunk});
+void DynamicMemory::to_optimizer_side(int keeper, int chunk) {
+  if (where(keeper, ChunkKind::master, chunk) == MemoryTier::device) {
+    to_device(keeper, {chunk});
   } else {
-    move(ChunkKind::param, chunk, MemoryTier::host);
-    stage_states(chunk, true);  // from disk, Adam's update going back
+    move(ChunkKind::param, keepers_.at(std::size_t(keeper)).first + chunk, MemoryTier::host);
+    stage_states(keeper, chunk, true);  // from disk, Adam's update going back
   }
   wait_for_host_copies();  // Adam on the host reads it next
 }
 
-void DynamicMemory::after_step() {
-  unstage_states();
+void DynamicMemory::after_step(int keeper) {
+  unstage_states(keeper);
   if (options_.partition != Partition::fixed) return;
-  for (int c = 0; c < int(lists_.at(ChunkKind::param).size()); ++c)
-    if (lists_.at(ChunkKind::param)[std::size_t(c)].defined()) to_device({c});
+  const Keeper& k = keepers_.at(std::size_t(keeper));
+  for (int c = 0; c < k.chunks; ++c)
+    if (payload(ChunkKind::param, k.first + c)->defined()) to_device({k.first + c});
 }
 
 void DynamicMemory::place_optimizer_states() {
-  // sec. 7.2: the margin is what the param list and the peak non-model data leave.
+  // sec. 7.2: the margin is what the param lists and the peak non-model data leave; the keepers'
+  // states fill it in their order (the first joined, the model's, first).
   std::int64_t param_bytes = 0;
-  for (const Tensor& t : lists_.at(ChunkKind::param))
-    if (t.defined()) param_bytes += std::int64_t(t.nbytes());
+  for (int c = 0; c < chunks_; ++c)
+    if (const Tensor* t = payload(ChunkKind::param, c); t && t->defined()) param_bytes += std::int64_t(t->nbytes());
   std::int64_t margin = limit() - tracer_.peak_non_model() - param_bytes;
-  const int chunks = int(lists_.at(ChunkKind::master).size());
-  for (int c = 0; c < chunks; ++c) {
+  for (int c = 0; c < chunks_; ++c) {
     std::int64_t trio = 0;
     for (ChunkKind k : kOptimizerKinds)
-      if (lists_.count(k) && lists_.at(k)[std::size_t(c)].defined()) trio += std::int64_t(lists_.at(k)[std::size_t(c)].nbytes());
+      if (const Tensor* t = payload(k, c); t && t->defined()) trio += std::int64_t(t->nbytes());
     if (trio == 0 || on_disk(ChunkKind::master, c)) continue;  // not this rank's, or decided at start
     if (trio > margin) break;
-    for (ChunkKind k : kOptimizerKinds)
-      if (lists_.count(k)) move(k, c, MemoryTier::device);
+    for (ChunkKind k : kOptimizerKinds) move(k, c, MemoryTier::device);
     margin -= trio;
   }
 }
@@ -337,10 +404,17 @@ nlohmann::json DynamicMemory::json() const {
                         {"device_peak_bytes", device_peak_bytes()}};
   if (tracer_.finished() && options_.partition == Partition::dynamic)
     out["least_device_limit_bytes"] = tracer_.least_limit().bytes;
-  if (!disk_) return out;
+  if (!has_disk()) return out;
   const MoveStats now = stats();
-  out["disk"] = {{"file_bytes", disk_->store().file_bytes()},
-                 {"chunks", disk_->chunks().size()},
+  std::int64_t file_bytes = 0;
+  std::size_t chunks = 0;
+  for (const Keeper& k : keepers_)
+    if (k.disk) {
+      file_bytes += k.disk->store().file_bytes();
+      chunks += k.disk->chunks().size();
+    }
+  out["disk"] = {{"file_bytes", file_bytes},
+                 {"chunks", chunks},
                  {"bytes_to_disk", now.bytes_to_disk},
                  {"bytes_from_disk", now.bytes_from_disk},
                  {"disk_seconds", now.disk_seconds}};

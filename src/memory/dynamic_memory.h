@@ -28,6 +28,11 @@
 //   go there, and the device margin after the warm-up takes host chunks only. AdamW on a disk
 //   chunk runs on the host on its staged states (stage_states), which go back to the file.
 //
+// - Several chunk managers (a mixture's experts keep lists of their own over the ranks holding
+//   the same experts) join the one dynamic memory of the tier: their param chunks are numbered
+//   as one list, keeper by keeper, for the trace, the budget and the victims, and the margin takes
+//   their optimizer states keeper by keeper.
+//
 // On a machine without a GPU both tiers are host memory and a move is a copy between allocators
 // (the device tier capped by [memory] device_limit), so all of this runs and is checked anywhere.
 // On a GPU (train.device = "cuda") the host tier is pinned and a move is an asynchronous copy on
@@ -80,46 +85,54 @@ class DynamicMemory {
   using Lists = std::map<ChunkKind, std::vector<Tensor>>;
   // `device`: the device tier (its capacity is L); chunk payloads there come from a share of it,
   // and an allocation that would pass L first sends chunks to the host (its reclaimer).
-  // `lists` are the chunk manager's, filled after this is made (payloads from allocator()).
-  // `busy(c)`: param chunk c has a COMPUTE tensor (it must stay on the device).
-  DynamicMemory(const OffloadOptions& options, Allocator& device, Allocator& host, Lists& lists,
-                std::function<bool(int)> busy);
+  DynamicMemory(const OffloadOptions& options, Allocator& device, Allocator& host);
   ~DynamicMemory();
   DynamicMemory(const DynamicMemory&) = delete;
   DynamicMemory& operator=(const DynamicMemory&) = delete;
+
+  // The device tier has one dynamic memory, and every chunk manager with lists in it joins it (a
+  // mixture's experts under expert parallelism keep lists of their own beside the rest): one
+  // warm-up trace, one budget and one choice of victims over all their param chunks. `lists` are
+  // the manager's, `chunks` long, filled after it joins (payloads from allocator()); `busy(c)`:
+  // its param chunk c has a COMPUTE tensor (it must stay on the device). Returns the keeper's id;
+  // below, a keeper names its chunks by their index in its own lists.
+  int join(Lists& lists, int chunks, std::function<bool(int)> busy);
+  // Its manager is going: its lists are not read again.
+  void leave(int keeper);
 
   // Where a new chunk of `kind` starts: param chunks on the device under the static partition,
   // everything else on the host (or on disk: on_disk()).
   Allocator& initial(ChunkKind kind);
   // The device tier's share for chunks (a remote chunk fetched for an operator starts there).
   Allocator& chunk_allocator() { return device_chunks_; }
-  MemoryTier where(ChunkKind kind, int chunk) const;
+  MemoryTier where(int keeper, ChunkKind kind, int chunk) const;
 
-  // Before the lists are made: the optimizer states of `chunks` (in list order) live in a file in
-  // OffloadOptions::disk_dir (none: the directory is only checked). Their payloads in the lists
-  // stay undefined except while staged.
-  void keep_on_disk(std::vector<int> chunks, std::int64_t chunk_elements, int rank);
-  bool on_disk(ChunkKind kind, int chunk) const;
+  // Before the keeper's lists are made: the optimizer states of `chunks` (in list order) live in
+  // a file in OffloadOptions::disk_dir (none: the directory is only checked). Their payloads in
+  // the lists stay undefined except while staged.
+  void keep_on_disk(int keeper, std::vector<int> chunks, std::int64_t chunk_elements, int rank);
+  bool on_disk(int keeper, ChunkKind kind, int chunk) const;
   // Chunk c's optimizer states readable through the lists (`modify`: and written back to disk)
   // until unstage_states() or the staging of another chunk; a no-op for a chunk not on disk.
-  void stage_states(int chunk, bool modify);
-  void unstage_states();
+  void stage_states(int keeper, int chunk, bool modify);
+  void unstage_states(int keeper);
 
-  // A training iteration (the first is the warm-up) and its moments: begin_moment() before an
-  // operator's chunks are placed, end_moment() once they are (the interval starts).
-  void begin_iteration();
-  void end_iteration();
+  // A training iteration (the first is the warm-up): it begins with the first keeper's
+  // begin_iteration and ends with the last one's end_iteration. Its moments: begin_moment() before
+  // an operator's chunks are placed, end_moment() once they are (the interval starts).
+  void begin_iteration(int keeper);
+  void end_iteration(int keeper);
   void begin_moment(const std::string& label);
   void end_moment();
-  // Alg. 1 line 24 for an operator: its param chunks on the device, other chunks (not busy)
-  // evicted until they fit beside the coming interval's non-model data. Chunks placed in a
-  // moment stay until it ends.
-  void to_device(std::vector<int> chunks);
+  // Alg. 1 line 24 for an operator: its param chunks on the device, other chunks (not busy, of
+  // any keeper) evicted until they fit beside the coming interval's non-model data. Chunks placed
+  // in a moment stay until it ends.
+  void to_device(int keeper, const std::vector<int>& chunks);
   // Before AdamW on `chunk`: its param chunk where its optimizer states are.
-  void to_optimizer_side(int chunk);
-  // After the step: the disk chunks' states unstaged and (static partition) the param chunks
-  // back on the device.
-  void after_step();
+  void to_optimizer_side(int keeper, int chunk);
+  // After the keeper's step: its disk chunks' states unstaged and (static partition) its param
+  // chunks back on the device.
+  void after_step(int keeper);
 
   // After the warm-up: the least device capacity L under which every interval of this rank fits
   // (memory_tracer.h's least_limit; 0 under the static partition), why (the moment that sets
@@ -128,9 +141,10 @@ class DynamicMemory {
   std::string least_device_limit_reason() const;
   std::int64_t device_limit() const { return limit(); }
 
-  MoveStats stats() const;
-  const DiskTier* disk() const { return disk_.get(); }
-  DiskTier* disk() { return disk_.get(); }
+  MoveStats stats() const;  // every keeper's disk transfers included
+  const DiskTier* disk(int keeper) const { return keepers_.at(std::size_t(keeper)).disk.get(); }
+  DiskTier* disk(int keeper) { return keepers_.at(std::size_t(keeper)).disk.get(); }
+  bool has_disk() const;
   const MemoryTracer& tracer() const { return tracer_; }
   std::int64_t device_chunk_bytes() const { return std::int64_t(device_chunks_.current_bytes()); }
   std::int64_t host_chunk_bytes() const { return std::int64_t(host_.current_bytes()); }
@@ -139,7 +153,27 @@ class DynamicMemory {
   nlohmann::json json() const;
 
  private:
+  // A joined manager's lists. Its chunk c is chunk first + c here (the trace's, the victims').
+  struct Keeper {
+    Lists* lists = nullptr;  // null once it left
+    int first = 0, chunks = 0;
+    std::function<bool(int)> busy;
+    std::unique_ptr<DiskTier> disk = nullptr;  // with OffloadOptions::disk_dir
+    int staged = -1;                           // the disk chunk whose states the lists show
+    bool in_iteration = false;
+  };
+  Keeper& keeper_of(int chunk);
+  const Keeper& keeper_of(int chunk) const;
+  // Chunk `chunk`'s payload of `kind` (all chunks numbered as one list); null for a keeper gone.
+  Tensor* payload(ChunkKind kind, int chunk);
+  const Tensor* payload(ChunkKind kind, int chunk) const;
+  MemoryTier where(ChunkKind kind, int chunk) const;
+  bool on_disk(ChunkKind kind, int chunk) const;
+  // The param chunks on the device that may go to the host now: not placed in this moment, not
+  // busy, not in `keep` (sorted).
+  std::vector<int> evictable(const std::vector<int>& keep) const;
   void move(ChunkKind kind, int chunk, MemoryTier to);
+  void to_device(std::vector<int> chunks);
   // Blocks until the chunks sent to the host are there, and lets the host blocks read by copies
   // to the device go (a no-op without a GPU: moves are copies).
   void wait_for_host_copies();
@@ -162,20 +196,18 @@ class DynamicMemory {
   Allocator& device_;
   SubAllocator device_chunks_;
   Allocator& host_;
-  Lists& lists_;
+  std::vector<Keeper> keepers_;
+  int chunks_ = 0;  // of every keeper
   MemoryTracer tracer_;
   bool in_iteration_ = false, in_moment_ = false;
   int moment_ = -1;                     // in the current iteration
   std::int64_t tick_ = 0;               // moments since the start, for LRU
   std::vector<std::int64_t> last_use_;  // per param chunk, in ticks
-  std::function<bool(int)> busy_;
   std::int64_t warmup_limit_ = -1;      // L while the warm-up lifts the tier's cap
   std::int64_t device_peak_ = 0;        // before the last reset of the tier's peak
   std::set<int> pinned_;                // placed in the current moment
   bool host_copies_pending_ = false;    // chunks on their way to the host (GPU)
   std::vector<Tensor> retired_;         // host payloads copies to the device may still read (GPU)
-  std::unique_ptr<DiskTier> disk_;      // with OffloadOptions::disk_dir
-  int staged_ = -1;                     // the disk chunk whose states the lists show
   MoveStats stats_;
 };
 

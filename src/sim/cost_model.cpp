@@ -330,26 +330,31 @@ RankMemory rank_memory(const PlannedRank& r, const StepReplay& replay, std::size
   m.host += double(md.offload_host_bytes);
   m.device = m.activations + double(md.param_bytes) + double(md.frozen_on_device());
   RankMemory::Offload& o = m.offload;
-  if (!md.static_partition && md.state_bytes > 0) {
-    // The margin the warm-up leaves the states: beside the peak and the rank's own chunks
-    // (ZeRO-3's fetched chunks are gone by the warm-up's end).
-    const double margin = double(device_capacity) - m.device;
-    const double fit = margin > 0 ? std::floor(margin / double(md.state_bytes)) : 0.0;
-    o.device_state_chunks = int(std::min(fit, double(md.state_chunks)));
-    m.device += o.device_state_chunks * double(md.state_bytes);
+  // The margin the warm-up leaves the states: beside the peak and the rank's own chunks
+  // (ZeRO-3's fetched chunks are gone by the warm-up's end); list by list, chunk by chunk, until
+  // one does not fit. A chunk's states left on the host move its param chunk each way.
+  double margin = md.static_partition ? 0.0 : double(device_capacity) - m.device;
+  bool full = false;
+  for (const ModelDataBytes::StateList& l : md.state_lists) {
+    const double fit = !full && margin > 0 ? std::floor(margin / double(l.bytes)) : 0.0;
+    const int on_device = int(std::min(fit, double(l.chunks)));
+    full = full || on_device < l.chunks;
+    margin -= on_device * double(l.bytes);
+    m.device += on_device * double(l.bytes);
+    o.device_state_chunks += on_device;
+    o.host_state_chunks += l.chunks - on_device;
+    o.bytes_each_way += (l.chunks - on_device) * double(l.param_bytes);
   }
   m.device += double(md.param_transient_bytes);
-  // The moves (RankMemory::Offload): a rank's own chunks with their states on the host, each
-  // way; evicted chunks beyond them, as many as bring the device's peak within its limit.
-  // ZeRO-3's chunks of other ranks are fetched into the device, not moved.
+  // Evicted chunks beyond them, as many as bring the device's peak within its limit. ZeRO-3's
+  // chunks of other ranks are fetched into the device, not moved.
   const double chunk = double(md.param_chunk_bytes);
-  o.host_state_chunks = md.state_chunks - o.device_state_chunks;
   const double overflow = m.device - double(device_capacity);
   if (!md.static_partition && overflow > 0 && chunk > 0) {
     o.evictions = int(std::ceil(overflow / chunk));
     m.device = double(device_capacity);  // the evictions keep the tier within it
   }
-  o.bytes_each_way = (o.host_state_chunks + o.evictions) * chunk;
+  o.bytes_each_way += o.evictions * chunk;
   return m;
 }
 

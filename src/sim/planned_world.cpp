@@ -29,9 +29,17 @@ nlohmann::json ModelDataBytes::json() const {
   if (frozen_bytes && frozen_on != config::BaseOffload::none) out["frozen_on"] = std::string(config::name_of(frozen_on));
   if (offload) {
     out["offload_host_bytes"] = offload_host_bytes;
-    out["state_chunk_bytes"] = state_bytes;
+    out["state_lists"] = nlohmann::json::array();
+    for (const StateList& l : state_lists)
+      out["state_lists"].push_back({{"chunks", l.chunks}, {"chunk_bytes", l.bytes}});
   }
   return out;
+}
+
+int ModelDataBytes::state_chunks() const {
+  int n = 0;
+  for (const StateList& l : state_lists) n += l.chunks;
+  return n;
 }
 
 namespace {
@@ -145,8 +153,9 @@ std::vector<std::shared_ptr<const RankLists>> rank_lists(const std::vector<Plann
 }
 
 // A list of `params` on rank `r` over its ranks of `kind` at `o`'s chunk size: its layout (in
-// r.chunk_lists), its bytes (param and optimizer) counted in r's model data, and its place in the
-// step beyond them. `tied_here`: two of the rank's modules read one parameter.
+// r.chunk_lists), its bytes (param and optimizer) counted in r's model data (under offload, on the
+// host at the start, and its optimizer states' chunks), and its place in the step beyond them.
+// `tied_here`: two of the rank's modules read one parameter.
 memory::ChunkListBytes plan_list(const config::Config& cfg, PlannedRank& r, const memory::ChunkParameters& params,
                                  memory::ChunkOptions o, parallel::GroupKind kind, bool tied_here) {
   ModelDataBytes& m = r.model_data;
@@ -161,6 +170,17 @@ memory::ChunkListBytes plan_list(const config::Config& cfg, PlannedRank& r, cons
     for (const comm::Communicator* g : seg.replicas) replicated = replicated || g->size() > 1;
   m.param_transient_bytes += transient_param_bytes(cfg, o, layout, o.group->size(), replicated, tied_here);
   r.chunk_lists.push_back({.params = params, .layout = layout, .group = kind});
+  if (o.offload) {
+    // Every list starts on the host; under the static partition the param list too, until its
+    // chunks move to the device (measured: the host's peak holds it, not only the optimizer's).
+    m.offload_host_bytes += bytes.total();
+    // AdamW's fp32 master copy, momentum and variance, and with micro-batches the gradient sum:
+    // they move together (memory/dynamic_memory.cpp's optimizer kinds).
+    m.state_lists.push_back(
+        {.chunks = memory::list_share(layout, o).optimizer,
+         .bytes = layout.chunk_elements * std::int64_t(sizeof(float)) * (o.accumulate ? 4 : 3),
+         .param_bytes = layout.chunk_elements * std::int64_t(dtype_size(o.compute_dtype))});
+  }
   return bytes;
 }
 
@@ -192,7 +212,7 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
     std::map<nn::Parameter*, int> users;
     for (nn::Module* layer : r.engine->layers()) layer->count_parameter_users(users);
     const bool tied_here = std::any_of(users.begin(), users.end(), [](const auto& u) { return u.second > 1; });
-    const memory::ChunkListBytes bytes = plan_list(cfg, r, lists[k]->device, options, chunk_kind, tied_here);
+    plan_list(cfg, r, lists[k]->device, options, chunk_kind, tied_here);
     const memory::ChunkLayout& layout = r.chunk_lists.front().layout;
     m.chunks = true;
     m.chunk_elements = layout.chunk_elements;
@@ -201,14 +221,6 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
     if (options.offload) {
       m.offload = true;
       m.static_partition = options.offload->partition == memory::Partition::fixed;
-      // Every list starts on the host; under the static partition the param list too, until its
-      // chunks move to the device (measured: the host's peak holds it, not only the optimizer's).
-      m.offload_host_bytes = bytes.total();
-      options.group = &r.pc->group(chunk_kind);
-      m.state_chunks = memory::list_share(layout, options).optimizer;
-      // AdamW's fp32 master copy, momentum and variance, and with micro-batches the gradient
-      // sum: they move together (memory/dynamic_memory.cpp's optimizer kinds).
-      m.state_bytes = layout.chunk_elements * std::int64_t(sizeof(float)) * (options.accumulate ? 4 : 3);
     }
     if (cfg.parallel.expert > 1 && !lists[k]->experts.params.empty())
       plan_list(cfg, r, lists[k]->experts, expert_options, parallel::GroupKind::expert_data, false);

@@ -39,13 +39,20 @@ struct ModelDataBytes {
   // chunk group packed for its reduction, and under ZeRO-3 the groups gathered around it (under
   // offload, only the other ranks' chunks of those groups, fetched into the device tier).
   std::int64_t param_transient_bytes = 0;
-  // Under memory.offload: the host tier holds every list at the start, and
-  // after the warm-up the optimizer states of `state_chunks` chunks (`state_bytes` each: master
-  // copy, momentum, variance, and with micro-batches the gradient sum) move to the device in list
-  // order while they fit its margin.
+  // Under memory.offload: the host tier holds every list at the start, and after the warm-up the
+  // optimizer states of each list's chunks (`bytes` each: master copy, momentum, variance, and
+  // with micro-batches the gradient sum) move to the device in list order, the lists in the order
+  // they joined the device tier's dynamic memory (the model's, then the experts'), while they fit
+  // its margin; a chunk whose states stay on the host moves its param chunk (`param_bytes`) each
+  // way each step.
+  struct StateList {
+    int chunks = 0;
+    std::int64_t bytes = 0, param_bytes = 0;
+  };
   bool offload = false, static_partition = false;
-  std::int64_t offload_host_bytes = 0, state_bytes = 0;
-  int state_chunks = 0;
+  std::int64_t offload_host_bytes = 0;
+  std::vector<StateList> state_lists;
+  int state_chunks() const;
   // memory.embedding_on_host: the embedding layer's lists, on the host.
   std::int64_t embedding_on_host_bytes = 0;
   // A frozen base under adapters (finetune.method = "lora"): its parameters in the compute

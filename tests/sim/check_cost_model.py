@@ -69,6 +69,15 @@ RUNS = [  # name, ranks, settings
     ("mixtral_expert2_zero1_bf16", 2, ["model.type=mixtral", "model.n_kv_head=2", "model.experts=4",
                                        "model.intermediate_size=96", "parallel.data=2", "parallel.expert=2",
                                        "zero.stage=1", "train.precision=bf16"]),
+    # ... and offloaded: the experts' lists join the device tier's dynamic memory after the model's,
+    # their optimizer states taking the device's margin after the model's: here the model's chunk
+    # of states fits, the experts' (one chunk of 3.4 MiB) does not and moves its param chunk each
+    # way. (Chunks of 300,000 elements: the routed rows' activations stray ~5% from the even
+    # spread planned, 0.9 MiB, two of the searched size's expert chunks.)
+    ("mixtral_expert2_offload_zero2", 2, ["model.type=mixtral", "model.n_kv_head=2", "model.experts=4",
+                                          "model.intermediate_size=96", "parallel.data=2", "parallel.expert=2",
+                                          "zero.stage=2", "memory.offload=chunk", "memory.device_limit=26.5MiB",
+                                          "memory.chunk_size=300000", "train.batch_size=16", "train.steps=3"]),
     # (a batch of 16: the routed rows of 2 sequences a rank stray 7% from the even spread planned)
     ("mixtral_expert2_data4_zero3_bf16", 4, ["model.type=mixtral", "model.n_kv_head=2", "model.experts=4",
                                              "model.intermediate_size=96", "parallel.data=4", "parallel.expert=2",

@@ -10,6 +10,9 @@
 #include "support/models.h"
 #include "support/random.h"
 
+#include <span>
+#include <utility>
+
 namespace tidal::testing {
 
 // A GPT whose parameters and optimizer states are large beside its activations (4 layers of
@@ -24,12 +27,13 @@ inline config::ModelConfig chunk_test_gpt() {
 }
 
 // `steps` AdamW steps on batches of 2 x 16 tokens of a 128-token vocabulary (the same batches on
-// every call); after each, after_step(loss).
+// every call), the parameters in the chunks of `keepers` (one manager, or several that split
+// them); after each, after_step(loss).
 template <class AfterStep>
-void train_on_chunks(models::Model& model, memory::ChunkManager& chunks, int steps, Allocator& activations,
-                     AfterStep&& after_step) {
+void train_on_chunks(models::Model& model, std::span<memory::ChunkManager* const> keepers, int steps,
+                     Allocator& activations, AfterStep&& after_step) {
   nn::Runner runner;
-  runner.add_hooks(&chunks);
+  for (memory::ChunkManager* c : keepers) runner.add_hooks(c);
   const ops::AdamWOptions opt{.lr = 1e-2f, .weight_decay = 0.01f};
   for (int step = 1; step <= steps; ++step) {
     nn::Batch batch;
@@ -38,14 +42,22 @@ void train_on_chunks(models::Model& model, memory::ChunkManager& chunks, int ste
     nn::StepState state{
         .runner = &runner, .seed = 11, .step = std::uint32_t(step), .batch = &batch, .activations = &activations};
     nn::Context ctx(state);
-    chunks.zero_grad();
+    for (memory::ChunkManager* c : keepers) c->zero_grad();
     const float loss = model.run_forward(ctx).loss;
-    chunks.end_forward();
+    for (memory::ChunkManager* c : keepers) c->end_forward();
     model.run_backward(ctx);
-    chunks.end_backward();
-    chunks.adamw_step(opt, step);
+    for (memory::ChunkManager* c : keepers) c->end_backward();
+    for (memory::ChunkManager* c : keepers) c->adamw_step(opt, step);
     after_step(loss);
   }
+}
+
+template <class AfterStep>
+void train_on_chunks(models::Model& model, memory::ChunkManager& chunks, int steps, Allocator& activations,
+                     AfterStep&& after_step) {
+  memory::ChunkManager* keepers[] = {&chunks};
+  train_on_chunks(model, std::span<memory::ChunkManager* const>(keepers), steps, activations,
+                  std::forward<AfterStep>(after_step));
 }
 
 }  // namespace tidal::testing

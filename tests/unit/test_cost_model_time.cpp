@@ -115,7 +115,7 @@ TEST(CostModelTime, OffloadMovesOverTheHostLinkAndAdamWRunsWhereTheStatesAre) {
   const sim::Prediction a = sim::predict(fixed, 1, &h);
   const sim::RankMemory& r = a.ranks[0];
   ASSERT_TRUE(r.model_data.offload);
-  EXPECT_EQ(r.offload.host_state_chunks, r.model_data.state_chunks);
+  EXPECT_EQ(r.offload.host_state_chunks, r.model_data.state_chunks());
   EXPECT_EQ(r.offload.evictions, 0);
   EXPECT_DOUBLE_EQ(r.offload.bytes_each_way, double(r.model_data.param_bytes));
   EXPECT_DOUBLE_EQ(a.time.offload, 2 * double(r.model_data.param_bytes) / 2e9);

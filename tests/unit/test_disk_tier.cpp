@@ -177,7 +177,7 @@ Trained train(std::int64_t host_limit, const std::string& disk_dir, bool read_ah
     for (const Tensor* t : {&master, &m, &v})
       out.states.insert(out.states.end(), t->data<float>(), t->data<float>() + t->numel());
   });
-  if (const DynamicMemory* dmm = chunks.dynamic_memory()) out.disk_chunks = std::int64_t(dmm->disk()->chunks().size());
+  if (const DiskTier* disk = chunks.disk_tier()) out.disk_chunks = std::int64_t(disk->chunks().size());
   out.host_peak = std::int64_t(host.peak_bytes());
   return out;
 }

@@ -4,14 +4,19 @@
 // chunks that never move: per-step losses and final weights bitwise equal, the device tier's peak
 // within the cap, evictions in every iteration. Belady moves no more bytes than LRU; the static
 // partition (every param chunk pinned on the device) moves the gradients down and the parameters
-// up each step, and stops with an error naming the device tier when they do not fit.
+// up each step, and stops with an error naming the device tier when they do not fit. Two chunk
+// managers joined to one dynamic memory (a mixture's experts' lists beside the rest) train
+// bitwise like one under the cap.
 #include "memory/chunk_manager.h"
 #include "models/factory.h"
 #include "support/chunk_training.h"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
+#include <memory>
+#include <span>
 
 namespace tidal::memory {
 namespace {
@@ -52,10 +57,14 @@ struct Trained {
   MoveStats moves;                    // all steps
   std::vector<std::int64_t> moved;    // bytes moved per step (both ways)
   std::vector<std::int64_t> evictions;  // per step
+  std::array<int, 2> param_chunks_on_host = {0, 0};  // after the last step, per chunk manager
 };
 
-// `cap` = 0: plain chunks, no tiers.
-Trained train(std::optional<OffloadOptions> offload, double cap_fraction, DType dtype = DType::f32, int steps = 4) {
+// `cap` = 0: plain chunks, no tiers. `split`: each block's MLP parameters in a second chunk
+// manager, which joins the first one's dynamic memory of the device tier (as a mixture's experts
+// do under expert parallelism).
+Trained train(std::optional<OffloadOptions> offload, double cap_fraction, DType dtype = DType::f32, int steps = 4,
+              bool split = false) {
   Trained out;
   auto model = models::make_model(testing::chunk_test_gpt());
   model->materialize(11);
@@ -66,31 +75,49 @@ Trained train(std::optional<OffloadOptions> offload, double cap_fraction, DType 
   device.set_capacity(std::numeric_limits<std::size_t>::max());
   std::optional<ScopedDefaultAllocator> scope;
   if (offload) scope.emplace(device);
-  ChunkManager chunks(*model, model->parameters(),
-                      {.chunk_elements = kChunk, .compute_dtype = dtype, .offload = offload}, device, host);
-  out.model_data = chunks.model_data_bytes();
+  std::optional<DynamicMemory> tier;
+  if (offload) tier.emplace(*offload, device, host);
+  std::vector<nn::Parameter*> first, second;
+  for (nn::Parameter* p : model->parameters())
+    (split && p->name.find(".mlp.") != std::string::npos ? second : first).push_back(p);
+  const ChunkOptions options{
+      .chunk_elements = kChunk, .compute_dtype = dtype, .offload = offload, .tier = tier ? &*tier : nullptr};
+  std::vector<std::unique_ptr<ChunkManager>> keepers;
+  for (const std::vector<nn::Parameter*>* params : {&first, &second})
+    if (!params->empty()) keepers.push_back(std::make_unique<ChunkManager>(*model, *params, options, device, host));
+  std::vector<ChunkManager*> all;
+  for (const auto& k : keepers) {
+    all.push_back(k.get());
+    out.model_data += k->model_data_bytes();
+  }
   if (offload) {
     device.set_capacity(std::size_t(cap_fraction * double(out.model_data)));
     device.reset_peak();
   }
   MoveStats before;
-  testing::train_on_chunks(*model, chunks, steps, default_allocator(), [&](float loss) {
+  testing::train_on_chunks(*model, std::span<ChunkManager* const>(all), steps, default_allocator(), [&](float loss) {
     out.losses.push_back(loss);
-    if (const DynamicMemory* dmm = chunks.dynamic_memory()) {
-      const MoveStats& now = dmm->stats();
+    if (tier) {
+      const MoveStats& now = tier->stats();
       out.moved.push_back(now.bytes_to_device + now.bytes_to_host - before.bytes_to_device - before.bytes_to_host);
       out.evictions.push_back(now.evictions - before.evictions);
       before = now;
     }
   });
-  for (const nn::Parameter* p : chunks.parameters()) {
-    const Tensor master = chunks.slot(ChunkKind::master, *p);
-    out.weights.insert(out.weights.end(), master.data<float>(), master.data<float>() + master.numel());
+  for (const nn::Parameter* p : model->parameters())
+    for (const ChunkManager* k : all)
+      if (k->manages(*p)) {
+        const Tensor master = k->slot(ChunkKind::master, *p);
+        out.weights.insert(out.weights.end(), master.data<float>(), master.data<float>() + master.numel());
+      }
+  if (tier) {
+    out.moves = tier->stats();
+    out.device_peak = tier->device_peak_bytes();
+    for (int k = 0; k < int(all.size()); ++k)
+      for (int c = 0; c < all[std::size_t(k)]->layout().chunks; ++c)
+        out.param_chunks_on_host[std::size_t(k)] += tier->where(k, ChunkKind::param, c) == MemoryTier::host;
   }
-  if (const DynamicMemory* dmm = chunks.dynamic_memory()) {
-    out.moves = dmm->stats();
-    out.device_peak = dmm->device_peak_bytes();
-  }
+  keepers.clear();  // before the tier they joined
   return out;
 }
 
@@ -112,6 +139,22 @@ TEST(Offload, CappedAtAQuarterOfModelDataTrainsBitwiseLikeUncapped) {
     EXPECT_GT(double(capped.device_peak), 0.2 * double(capped.model_data));  // the cap is what binds
     for (std::size_t s = 0; s < capped.evictions.size(); ++s) EXPECT_GT(capped.evictions[s], 0) << "step " << s + 1;
   }
+}
+
+TEST(Offload, TwoChunkManagersShareTheDeviceTierAndTrainBitwiseLikeOne) {
+  // The MLPs' parameters in lists of their own, joined to the same dynamic memory: under a quarter
+  // of the model data, chunks of both lists are evicted, and the run equals one manager's bitwise.
+  RestoreDevice restore;
+  const Trained plain = train(std::nullopt, 0);
+  const Trained split = train(OffloadOptions{}, 0.25, DType::f32, 4, true);
+  ASSERT_EQ(split.losses.size(), plain.losses.size());
+  EXPECT_EQ(std::memcmp(split.losses.data(), plain.losses.data(), plain.losses.size() * sizeof(float)), 0);
+  ASSERT_EQ(split.weights.size(), plain.weights.size());
+  EXPECT_EQ(std::memcmp(split.weights.data(), plain.weights.data(), plain.weights.size() * sizeof(float)), 0);
+  EXPECT_LE(double(split.device_peak), 0.25 * double(split.model_data));
+  for (std::size_t s = 0; s < split.evictions.size(); ++s) EXPECT_GT(split.evictions[s], 0) << "step " << s + 1;
+  EXPECT_GT(split.param_chunks_on_host[0], 0);
+  EXPECT_GT(split.param_chunks_on_host[1], 0);
 }
 
 TEST(Offload, BeladyMovesNoMoreThanLruAfterTheWarmUp) {
