@@ -86,16 +86,35 @@ MatmulOperand operand(const T* p, std::int64_t ld, bool trans = false) {
   return {p, dtype_of<T>(), ld, trans};
 }
 
-// c [m, n] = alpha * op(a) op(b) + beta * c on this thread: fp32 on sgemm's library, bf16 on
-// oneDNN (bf16 reaches the kernels only where oneDNN multiplies it).
+// c [m, n] = alpha * op(a) op(b) + beta * c on this thread: fp32 on sgemm's library; bf16 on MKL's
+// bf16 GEMM where MKL runs the products (a bf16 c through `rounding`, its fp32 rows rounded once)
+// or on oneDNN (bf16 reaches the kernels only where the CPU multiplies it).
 template <class C>
 void block_product(C* c, std::int64_t ldc, const MatmulOperand& a, const MatmulOperand& b, std::int64_t m,
-                   std::int64_t n, std::int64_t k, float alpha, float beta) {
-  if constexpr (std::is_same_v<C, float>) {
-    if (a.dtype == DType::f32 && b.dtype == DType::f32) {
+                   std::int64_t n, std::int64_t k, float alpha, float beta, std::vector<float>& rounding) {
+  if (a.dtype == DType::f32 && b.dtype == DType::f32) {
+    if constexpr (std::is_same_v<C, float>) {
       sgemm(a.trans, b.trans, m, n, k, alpha, static_cast<const float*>(a.data), a.ld, static_cast<const float*>(b.data),
             b.ld, beta, c, ldc);
       return;
+    }
+  } else if (a.dtype == DType::bf16 && b.dtype == DType::bf16) {
+    const auto* pa = static_cast<const bf16*>(a.data);
+    const auto* pb = static_cast<const bf16*>(b.data);
+    if constexpr (std::is_same_v<C, float>) {
+      if (sgemm_bf16(a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, ldc)) return;
+    } else {
+      TIDAL_ASSERT(beta == 0.0f, "a bf16 block product into bf16 adds nothing to c");
+      if (rounding.size() < std::size_t(m * n)) rounding.resize(std::size_t(m * n));
+      if (sgemm_bf16(a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, 0.0f, rounding.data(), n)) {
+        for (std::int64_t i = 0; i < m; ++i) {
+          const float* row = rounding.data() + i * n;
+          C* out = c + i * ldc;
+#pragma omp simd
+          for (std::int64_t j = 0; j < n; ++j) out[j] = from_float<C>(row[j]);
+        }
+        return;
+      }
     }
   }
   const bool ran = onednn_matmul(c, dtype_of<C>(), ldc, a, b, m, n, k, alpha, beta);
@@ -126,7 +145,7 @@ void forward_kernel(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOp
   const std::int64_t blocks = (d.T + kQueryBlock - 1) / kQueryBlock;
 #pragma omp parallel
   {
-    std::vector<float> scores(std::size_t(std::min(d.T, kQueryBlock) * d.T));
+    std::vector<float> scores(std::size_t(std::min(d.T, kQueryBlock) * d.T)), rounding;
     std::vector<T> probs;
 #pragma omp for schedule(dynamic)
     for (std::int64_t task = 0; task < d.B * d.H * blocks; ++task) {
@@ -140,7 +159,7 @@ void forward_kernel(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOp
       const T* k = sample + kr.lo * ld + d.key_offset(g);
       const T* v = sample + kr.lo * ld + d.value_offset(g);
       // S = scale * Q_blk K^T  [rows, keys], then P = softmax(S) in place, remembering each row's lse
-      block_product(scores.data(), keys, operand(q, ld), operand(k, ld, true), rows, keys, d.hd, scale, 0.0f);
+      block_product(scores.data(), keys, operand(q, ld), operand(k, ld, true), rows, keys, d.hd, scale, 0.0f, rounding);
       const std::int32_t* mrow = mask ? mask + b * d.T + kr.lo : nullptr;
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t i = i0 + r;
@@ -151,7 +170,7 @@ void forward_kernel(Tensor& y, Tensor& lse, const Tensor& qkv, const AttentionOp
       // Y_blk = P V  [rows, hd]
       const T* p = in_storage(scores.data(), probs, rows * keys);
       block_product(py + (b * d.T + i0) * d.C + d.output_offset(h), d.C, operand(p, keys), operand(v, ld), rows, d.hd, keys,
-                    1.0f, 0.0f);
+                    1.0f, 0.0f, rounding);
     }
   }
 }
@@ -170,6 +189,7 @@ struct BackwardScratch {
   std::vector<float> rowdot;          // [rows]
   std::vector<float> dk_sum, dv_sum;  // [T, hd] fp32
   std::vector<T> p_store, ds_store;   // p and dS in storage type T, for the products
+  std::vector<float> rounding;        // a bf16 product's fp32 rows (block_product)
 };
 
 // One query head of one sample: q, k, v and dq are its columns (and its kv head's) of qkv and
@@ -192,7 +212,7 @@ void query_head_backward(T* dq, BackwardScratch<T>& w, const T* q, const T* k_ro
     const T* qb = q + i0 * ld;
     const T* gb = g + i0 * d.C;
     // P = exp(scale * Q_blk K^T - lse), recomputed
-    block_product(w.p.data(), keys, operand(qb, ld), operand(k, ld, true), rows, keys, d.hd, scale, 0.0f);
+    block_product(w.p.data(), keys, operand(qb, ld), operand(k, ld, true), rows, keys, d.hd, scale, 0.0f, w.rounding);
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t i = i0 + r;
       const float l = lse_row[i];
@@ -220,9 +240,9 @@ void query_head_backward(T* dq, BackwardScratch<T>& w, const T* q, const T* k_ro
     const T* ps = in_storage(w.p.data(), w.p_store, rows * keys);
     // dV += P^T dO_blk
     block_product(w.dv_sum.data() + kr.lo * d.hd, d.hd, operand(ps, keys, true), operand(gb, d.C), keys, d.hd, rows,
-                  1.0f, 1.0f);
+                  1.0f, 1.0f, w.rounding);
     // dP = dO_blk V^T, then dS = P * (dP - D) in place
-    block_product(w.dp.data(), keys, operand(gb, d.C), operand(v, ld, true), rows, keys, d.hd, 1.0f, 0.0f);
+    block_product(w.dp.data(), keys, operand(gb, d.C), operand(v, ld, true), rows, keys, d.hd, 1.0f, 0.0f, w.rounding);
     for (std::int64_t r = 0; r < rows; ++r) {
       float* dpr = w.dp.data() + r * keys;
       const float* pr = w.p.data() + r * keys;
@@ -232,9 +252,9 @@ void query_head_backward(T* dq, BackwardScratch<T>& w, const T* q, const T* k_ro
     }
     const T* ds = in_storage(w.dp.data(), w.ds_store, rows * keys);
     // dQ_blk = scale * dS K ; dK += scale * dS^T Q_blk
-    block_product(dq + i0 * ld, ld, operand(ds, keys), operand(k, ld), rows, d.hd, keys, scale, 0.0f);
+    block_product(dq + i0 * ld, ld, operand(ds, keys), operand(k, ld), rows, d.hd, keys, scale, 0.0f, w.rounding);
     block_product(w.dk_sum.data() + kr.lo * d.hd, d.hd, operand(ds, keys, true), operand(qb, ld), keys, d.hd, rows,
-                  scale, 1.0f);
+                  scale, 1.0f, w.rounding);
   }
 }
 

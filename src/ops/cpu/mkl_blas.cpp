@@ -12,6 +12,8 @@ namespace {
 // MKL's C interface as libmkl_rt exports it (mkl_cblas.h, mkl_service.h): CBLAS's enum values.
 using Sgemm = void (*)(int layout, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                        const float* b, int ldb, float beta, float* c, int ldc);
+using GemmBf16 = void (*)(int layout, int trans_a, int trans_b, int m, int n, int k, float alpha, const bf16* a,
+                         int lda, const bf16* b, int ldb, float beta, float* c, int ldc);
 using SetLayer = int (*)(int);
 using VersionString = void (*)(char*, int);
 constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
@@ -19,6 +21,7 @@ constexpr int kInterfaceLp64 = 0, kThreadingGnu = 3;
 
 struct Mkl {
   Sgemm sgemm = nullptr;
+  GemmBf16 gemm_bf16 = nullptr;  // absent from older MKLs
   std::string description;  // loaded: its version and directory; else why not
 };
 
@@ -66,6 +69,7 @@ Mkl load() {
   std::string v = text;
   if (const auto at = v.find("Version "); at != std::string::npos) v = v.substr(at + 8, v.find('-', at) - at - 8);
   mkl.sgemm = sgemm;
+  mkl.gemm_bf16 = reinterpret_cast<GemmBf16>(dlsym(lib, "cblas_gemm_bf16bf16f32"));
   mkl.description = fmt::format("oneMKL {} ({})", v, dir);
   return mkl;
 }
@@ -85,6 +89,16 @@ bool mkl_available(std::string* why_not) {
 bool mkl_sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   const Sgemm f = mkl().sgemm;
+  if (!f) return false;
+  f(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, int(m), int(n), int(k), alpha, a, int(lda), b,
+    int(ldb), beta, c, int(ldc));
+  return true;
+}
+
+bool mkl_gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                   const bf16* a, std::int64_t lda, const bf16* b, std::int64_t ldb, float beta, float* c,
+                   std::int64_t ldc) {
+  const GemmBf16 f = mkl().gemm_bf16;
   if (!f) return false;
   f(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, int(m), int(n), int(k), alpha, a, int(lda), b,
     int(ldb), beta, c, int(ldc));

@@ -52,6 +52,11 @@ void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int6
               int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
+bool sgemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const bf16* a,
+                std::int64_t lda, const bf16* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  return use_mkl() && mkl_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 const char* cpu_gemm_library() {
   static const std::string name = [] {
     const char* setting = std::getenv("TIDAL_CPU_GEMM");

@@ -9,6 +9,8 @@
 // OpenBLAS alone).
 #pragma once
 
+#include "core/dtype.h"
+
 #include <cstdint>
 
 namespace tidal::ops::cpu {
@@ -24,6 +26,13 @@ GemmChoice gemm_choice();
 // thread alone (all three libraries do), outside it on all of tidal's threads.
 void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
            std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
+
+// The same with bf16 operands into fp32 c (fp32 accumulation) on MKL, where MKL runs the fp32
+// products (sgemm above) and has a bf16 GEMM; false, computing nothing, elsewhere (the caller's
+// oneDNN path runs). For attention's small block products, which oneDNN 2.6 runs on a slow
+// path (mkl_blas.h says the rates); the model's large products stay on oneDNN's AMX kernels.
+bool sgemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const bf16* a,
+                std::int64_t lda, const bf16* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
 
 // Which library runs fp32 and which bf16 here, for `tidal info` and benchmark headers.
 const char* cpu_gemm_library();
