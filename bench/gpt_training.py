@@ -239,7 +239,8 @@ def torch_gpt(shape):
     class SdpaSelfAttention(reference.SelfAttention):
         """The oracle's attention and parameters; the causal softmax(QK^T)V by PyTorch's fused kernel."""
 
-        def forward(self, x, key_mask=None):
+        def forward(self, x, key_mask=None, docs=None):  # the oracle's Block passes both (None here)
+            assert key_mask is None and docs is None, "the benchmark's GPT has no key mask or documents"
             B, T, C = x.shape
             q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # [B, H, T, hs]
                        for t in self.qkv(x).split(C, dim=-1))

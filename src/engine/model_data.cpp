@@ -192,30 +192,7 @@ class ChunkModelData final : public ModelData {
           .push_back(p);
     memory::ChunkOptions options = config::chunk_options(cfg, accum > 1);
     options.group = &group_;
-    // The lists count apart from everything else. On the CPU path they are host memory of their
-    // own; on a GPU, shares of its memory, and under offload the optimizer side is pinned host.
-    if (cfg.train.device == Device::Kind::cuda) {
-      param_memory_ = std::make_unique<SubAllocator>(gpu_allocator());
-      optimizer_memory_ = std::make_unique<SubAllocator>(options.offload ? host_tier(cfg) : gpu_allocator());
-    } else {
-      param_memory_ = std::make_unique<HostAllocator>(MemoryTier::device);
-      optimizer_memory_ = std::make_unique<HostAllocator>();
-    }
-    if (options.offload) {
-      // The device tier binds the chunks on it and the step's other tensors (activations,
-      // gradients in flight, workspaces) together, as a GPU's memory does. A GPU without a cap
-      // offers what it has free now, less a tenth for the CUDA libraries' own workspaces.
-      device_->set_capacity(!cfg.memory.device_limit.empty()
-                                ? config::parse_bytes(cfg.memory.device_limit, "memory.device_limit")
-                                : device_->current_bytes() + gpu_free_bytes() / 10 * 9);
-      device_->reset_peak();
-      if (!cfg.memory.host_limit.empty())
-        optimizer_memory_->set_capacity(config::parse_bytes(cfg.memory.host_limit, "memory.host_limit"));
-      eviction_ = cfg.memory.eviction;
-      // One dynamic memory of the device tier for every list in it (the experts' beside the rest).
-      tier_.emplace(*options.offload, *device_, *optimizer_memory_);
-      options.tier = &*tier_;
-    }
+    make_tiers(cfg, options);
     // A checkpoint: the weights into the parameters now (the chunks copy them), the moments once
     // the chunks exist, each rank reading only its blocks.
     std::optional<CheckpointReader> reader;
@@ -518,6 +495,35 @@ class ChunkModelData final : public ModelData {
   }
 
  private:
+  // The memory the lists live in (param_memory_, optimizer_memory_), and under offload the device
+  // tier's cap and its one dynamic memory, which `options` hands every chunk manager.
+  void make_tiers(const config::Config& cfg, memory::ChunkOptions& options) {
+    // The lists count apart from everything else. On the CPU path they are host memory of their
+    // own; on a GPU, shares of its memory, and under offload the optimizer side is pinned host.
+    if (cfg.train.device == Device::Kind::cuda) {
+      param_memory_ = std::make_unique<SubAllocator>(gpu_allocator());
+      optimizer_memory_ = std::make_unique<SubAllocator>(options.offload ? host_tier(cfg) : gpu_allocator());
+    } else {
+      param_memory_ = std::make_unique<HostAllocator>(MemoryTier::device);
+      optimizer_memory_ = std::make_unique<HostAllocator>();
+    }
+    if (options.offload) {
+      // The device tier binds the chunks on it and the step's other tensors (activations,
+      // gradients in flight, workspaces) together, as a GPU's memory does. A GPU without a cap
+      // offers what it has free now, less a tenth for the CUDA libraries' own workspaces.
+      device_->set_capacity(!cfg.memory.device_limit.empty()
+                                ? config::parse_bytes(cfg.memory.device_limit, "memory.device_limit")
+                                : device_->current_bytes() + gpu_free_bytes() / 10 * 9);
+      device_->reset_peak();
+      if (!cfg.memory.host_limit.empty())
+        optimizer_memory_->set_capacity(config::parse_bytes(cfg.memory.host_limit, "memory.host_limit"));
+      eviction_ = cfg.memory.eviction;
+      // One dynamic memory of the device tier for every list in it (the experts' beside the rest).
+      tier_.emplace(*options.offload, *device_, *optimizer_memory_);
+      options.tier = &*tier_;
+    }
+  }
+
   // The chunk managers, the host's (memory.embedding_on_host) first, the experts' last.
   std::vector<memory::ChunkManager*> keepers() {
     std::vector<memory::ChunkManager*> out;
