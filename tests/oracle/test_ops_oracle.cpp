@@ -176,6 +176,48 @@ TEST(OpsOracle, AttentionCausalAndPadding) {
   }
 }
 
+// bf16 attention (ops/cpu/attention.cpp: its block products on MKL's bf16 GEMM, or oneDNN's, or
+// widened to fp32, as TIDAL_CPU_GEMM and the CPU choose) against PyTorch's fp32 attention of the
+// same rounded inputs: grouped heads, 64-wide heads, T 150 over three blocks of queries, causal or
+// with padded keys. The kernel rounds P and dS to bf16 before they multiply and its outputs once;
+// measured worst differences on the AMX VM (MKL, oneDNN and widened alike): y 8.1e-3 at 3.39, dqkv
+// 1.75e-2 at 5.80 (under one bf16 step there) and 1.1e-2 at 0.054 (dS rounded to bf16 times keys
+// of order 1); the tolerance is a step (1/128 of the value) plus 2e-2.
+TEST(OpsOracle, AttentionInBf16) {
+  const std::int64_t B = 2, T = 150, hd = 64;
+  const int H = 4, Hkv = 2;
+  const std::int64_t C = H * hd;
+  Tensor mask = Tensor::empty({B, T}, DType::i32);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t t = 0; t < T; ++t) mask.data<std::int32_t>()[b * T + t] = b == 1 && t >= T - 20 ? 0 : 1;
+  const auto rounded = [](const Tensor& x) {
+    Tensor r = Tensor::empty(x.shape(), DType::bf16);
+    ops::cast(r, x);
+    return r;
+  };
+  const auto widened = [](const Tensor& x) {
+    Tensor w = Tensor::empty(x.shape());
+    ops::cast(w, x);
+    return w;
+  };
+  const Tensor qkv = rounded(randn({B, T, (H + 2 * Hkv) * hd}, 51)), dy = rounded(randn({B, T, C}, 52));
+  for (bool causal : {true, false}) {
+    const ops::AttentionOptions opt{.n_head = H, .n_kv_head = Hkv, .causal = causal, .key_mask = causal ? nullptr : &mask};
+    Tensor y = Tensor::empty({B, T, C}, DType::bf16), lse = Tensor::empty({B, H, T});
+    Tensor dqkv = Tensor::empty(qkv.shape(), DType::bf16);
+    ops::attention_forward(y, lse, qkv, opt);
+    ops::attention_backward(dqkv, dy, qkv, y, lse, opt);
+    io::TensorMap in{{"qkv", widened(qkv)}, {"dy", widened(dy)}};
+    if (!causal) in.emplace("key_mask", mask);
+    auto ref = run_oracle("attention", in,
+                          {{"n_head", std::to_string(H)}, {"n_kv_head", std::to_string(Hkv)}, {"causal", causal ? "1" : "0"}});
+    const testing::Tolerance bf16{2e-2, 1.0 / 128};
+    EXPECT_TRUE(all_close(widened(y), ref.at("y"), bf16)) << "causal " << causal;
+    EXPECT_TRUE(all_close(lse, ref.at("lse"), {1e-3, 1e-3})) << "causal " << causal;
+    EXPECT_TRUE(all_close(widened(dqkv), ref.at("dqkv"), bf16)) << "causal " << causal;
+  }
+}
+
 // Grouped-query attention (ops/attention.h): H = 6 query heads over every kv head count that
 // divides them (6 is plain multi-head, 1 multi-query), so a kv head's dk and dv sum over 1, 2, 3
 // or 6 query heads. T 37 fits one block of queries, T 150 spans three (the CPU sums dk and dv
