@@ -93,7 +93,7 @@ class DynamicMemory {
   // The device tier has one dynamic memory, and every chunk manager with lists in it joins it (a
   // mixture's experts under expert parallelism keep lists of their own beside the rest): one
   // warm-up trace, one budget and one choice of victims over all their param chunks. `lists` are
-  // the manager's, `chunks` long, filled after it joins (payloads from allocator()); `busy(c)`:
+  // the manager's, `chunks` long, filled after it joins (payloads from initial()); `busy(c)`:
   // its param chunk c has a COMPUTE tensor (it must stay on the device). Returns the keeper's id;
   // below, a keeper names its chunks by their index in its own lists.
   int join(Lists& lists, int chunks, std::function<bool(int)> busy);
