@@ -204,12 +204,16 @@ void DynamicMemory::end_moment() {
   device_.reset_peak();  // the interval's peak starts from the chunks as placed
 }
 
+bool DynamicMemory::on_device(const Tensor& param) const {
+  return param.defined() && param.allocator() == &device_chunks_;
+}
+
 std::int64_t DynamicMemory::param_bytes_on_device() const {
   std::int64_t bytes = 0;
-  for (int c = 0; c < chunks_; ++c)
-    if (const Tensor* t = payload(ChunkKind::param, c);
-        t && t->defined() && where(ChunkKind::param, c) == MemoryTier::device)
-      bytes += std::int64_t(t->nbytes());
+  for (const Keeper& k : keepers_)
+    if (k.lists)
+      for (const Tensor& t : k.lists->at(ChunkKind::param))
+        if (on_device(t)) bytes += std::int64_t(t.nbytes());
   return bytes;
 }
 
@@ -217,10 +221,11 @@ std::vector<int> DynamicMemory::evictable(const std::vector<int>& keep) const {
   std::vector<int> out;
   for (const Keeper& k : keepers_) {
     if (!k.lists) continue;
+    const std::vector<Tensor>& params = k.lists->at(ChunkKind::param);
     for (int c = 0; c < k.chunks; ++c) {
       const int g = k.first + c;
-      if (payload(ChunkKind::param, g)->defined() && where(ChunkKind::param, g) == MemoryTier::device &&
-          !pinned_.count(g) && !std::binary_search(keep.begin(), keep.end(), g) && !k.busy(c))
+      if (on_device(params[std::size_t(c)]) && !pinned_.count(g) && !std::binary_search(keep.begin(), keep.end(), g) &&
+          !k.busy(c))
         out.push_back(g);
     }
   }

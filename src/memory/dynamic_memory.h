@@ -189,6 +189,9 @@ class DynamicMemory {
   // The bytes param chunks may hold on the device now.
   std::int64_t chunk_budget() const;
   std::int64_t param_bytes_on_device() const;
+  // Whether a param chunk's payload is in the device tier's chunk share (param chunks never live on
+  // disk).
+  bool on_device(const Tensor& param) const;
   int victim(const std::vector<int>& candidates) const;
   void place_optimizer_states();
 
