@@ -69,12 +69,20 @@ ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& o
                        std::int64_t(sizeof(float))};
 }
 
+std::int64_t reduce_staging_bytes(const ChunkLayout& layout, const ChunkOptions& options) {
+  const bool ring = options.offload && options.offload->partition == Partition::dynamic && options.group &&
+                    options.group->size() > 1 && options.zero_stage > 0 && !options.accumulate;
+  return ring ? layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype)) : 0;
+}
+
 std::int64_t host_bytes_needed(const ChunkLayout& layout, const ChunkOptions& options, int disk_chunks) {
   const int owned = list_share(layout, options).optimizer;
   TIDAL_ASSERT(options.offload && disk_chunks >= 0 && disk_chunks <= owned, "{} of {} chunks on disk", disk_chunks,
                owned);
   const ChunkListBytes bytes = chunk_list_bytes(layout, options);
-  const std::int64_t all = options.offload->partition == Partition::fixed ? bytes.optimizer : bytes.total();
+  const std::int64_t all =
+      (options.offload->partition == Partition::fixed ? bytes.optimizer : bytes.total()) +
+      reduce_staging_bytes(layout, options);
   if (disk_chunks == 0) return all;
   const std::int64_t states = layout.chunk_elements * std::int64_t(sizeof(float) * std::size(kDiskKinds));
   return all - disk_chunks * states + 2 * states;
@@ -114,7 +122,9 @@ ChunkManager::ChunkManager(ChunkParameters taken, const ChunkOptions& options, A
   if (options_.offload) {
     if (!options_.tier) own_dmm_ = std::make_unique<DynamicMemory>(*options_.offload, device, host);
     dmm_ = options_.tier ? options_.tier : own_dmm_.get();
-    keeper_ = dmm_->join(lists_, layout_.chunks, [this](int c) { return busy(c); });
+    keeper_ = dmm_->join(
+        lists_, layout_.chunks, [this](int c) { return busy(c); },
+        [this, remote_params](int c) { return remote_params && !owns(c); }, reduce_staging_bytes(layout_, options_));
   }
   if (dmm_) place_tiers(device, host);
   allocate_lists(device, host, remote_params);

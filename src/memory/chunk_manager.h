@@ -178,10 +178,14 @@ struct ChunkListBytes {
 };
 ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& options);
 
+// Under ChunkOptions::offload's dynamic partition with ZeRO over several ranks and one micro-batch:
+// the ring reduce-scatter's partial sum, one chunk in the compute precision beside the chunk it is
+// added to, which may be on the host then (ChunkManager::ring_reduce_scatter); else 0.
+std::int64_t reduce_staging_bytes(const ChunkLayout& layout, const ChunkOptions& options);
 // Under ChunkOptions::offload, the bytes of one rank's lists the host tier holds at the start and
 // through the warm-up: every chunk of its share (the static partition: all but the param list);
 // with the optimizer states of its last `disk_chunks` chunks on disk, those less, plus the disk
-// tier's two staging buffers (disk_tier.h).
+// tier's two staging buffers (disk_tier.h); and the reduce-scatter's (reduce_staging_bytes).
 std::int64_t host_bytes_needed(const ChunkLayout& layout, const ChunkOptions& options, int disk_chunks);
 // How many of a rank's chunks' optimizer states go to disk for the host to hold the rest in
 // `room` bytes: the fewest that fit (0: no disk tier needed); -1 when even all on disk is not

@@ -33,9 +33,15 @@ DynamicMemory::~DynamicMemory() {
   if (warmup_limit_ >= 0) device_.set_capacity(std::size_t(warmup_limit_));
 }
 
-int DynamicMemory::join(Lists& lists, int chunks, std::function<bool(int)> busy) {
+int DynamicMemory::join(Lists& lists, int chunks, std::function<bool(int)> busy, std::function<bool(int)> remote,
+                        std::int64_t host_staging) {
   TIDAL_ASSERT(!in_iteration_ && !tracer_.finished(), "a chunk manager joined the dynamic memory after the warm-up began");
-  keepers_.push_back(Keeper{.lists = &lists, .first = chunks_, .chunks = chunks, .busy = std::move(busy)});
+  keepers_.push_back(Keeper{.lists = &lists,
+                            .first = chunks_,
+                            .chunks = chunks,
+                            .busy = std::move(busy),
+                            .remote = std::move(remote),
+                            .host_staging = host_staging});
   chunks_ += chunks;
   return int(keepers_.size()) - 1;
 }
@@ -219,17 +225,35 @@ std::int64_t DynamicMemory::param_bytes_on_device() const {
 
 std::vector<int> DynamicMemory::evictable(const std::vector<int>& keep) const {
   std::vector<int> out;
+  const std::int64_t room = host_room_for_remote();
   for (const Keeper& k : keepers_) {
     if (!k.lists) continue;
     const std::vector<Tensor>& params = k.lists->at(ChunkKind::param);
     for (int c = 0; c < k.chunks; ++c) {
       const int g = k.first + c;
-      if (on_device(params[std::size_t(c)]) && !pinned_.count(g) && !std::binary_search(keep.begin(), keep.end(), g) &&
-          !k.busy(c))
+      const Tensor& p = params[std::size_t(c)];
+      if (on_device(p) && !pinned_.count(g) && !std::binary_search(keep.begin(), keep.end(), g) && !k.busy(c) &&
+          (!k.remote(c) || std::int64_t(p.nbytes()) <= room))
         out.push_back(g);
     }
   }
   return out;
+}
+
+std::int64_t DynamicMemory::host_room_for_remote() const {
+  // The start-up check (ChunkManager::place_tiers) gave the host room for the rank's own lists
+  // only: a remote chunk sent there may not take what an owned one needs when it is evicted.
+  constexpr std::size_t unlimited = std::numeric_limits<std::int64_t>::max();
+  if (host_.capacity() >= unlimited) return std::numeric_limits<std::int64_t>::max();
+  std::int64_t room = std::int64_t(host_.capacity()) - std::int64_t(host_.current_bytes());
+  for (const Keeper& k : keepers_)
+    if (k.lists) {
+      room -= k.host_staging;
+      for (int c = 0; c < k.chunks; ++c)
+        if (const Tensor& p = k.lists->at(ChunkKind::param)[std::size_t(c)]; on_device(p) && !k.remote(c))
+          room -= std::int64_t(p.nbytes());
+    }
+  return room;
 }
 
 void DynamicMemory::reclaim(std::size_t over) {

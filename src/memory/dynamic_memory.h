@@ -13,6 +13,9 @@
 //   host first (the tier's reclaimer); the warm-up goes on past L if none is left, and its end
 //   tells the least L under which every interval fits - its operator's chunks beside its traced
 //   non-model peak (least_device_limit; the trainer stops with it, exit 2, when L is less).
+//   Under ZeRO-3 a remote chunk (another rank's, fetched for its group) goes to the host only
+//   into room that the rank's own chunks and staging, which the start-up check counted, do not
+//   need back (memory.host_limit holds); otherwise it stays until its group frees it.
 // - Optimizer states (sec. 7.2): after the warm-up the chunks of master weights, momentum and
 //   variance fill the device's margin, L - peak non-model - the param list, in list order; the
 //   rest stay on the host. AdamW runs where a chunk's states are (hybrid Adam), so a param chunk
@@ -94,9 +97,13 @@ class DynamicMemory {
   // mixture's experts under expert parallelism keep lists of their own beside the rest): one
   // warm-up trace, one budget and one choice of victims over all their param chunks. `lists` are
   // the manager's, `chunks` long, filled after it joins (payloads from initial()); `busy(c)`:
-  // its param chunk c has a COMPUTE tensor (it must stay on the device). Returns the keeper's id;
-  // below, a keeper names its chunks by their index in its own lists.
-  int join(Lists& lists, int chunks, std::function<bool(int)> busy);
+  // its param chunk c has a COMPUTE tensor (it must stay on the device); `remote(c)`: its param
+  // chunk c is another rank's, fetched for a group and freed after it (ZeRO-3), so the host's
+  // room, counted for the rank's own lists and `host_staging` bytes of the manager's transient
+  // buffers there (reduce_staging_bytes), holds none for it. Returns the keeper's id; below, a
+  // keeper names its chunks by their index in its own lists.
+  int join(Lists& lists, int chunks, std::function<bool(int)> busy, std::function<bool(int)> remote,
+           std::int64_t host_staging);
   // Its manager is going: its lists are not read again.
   void leave(int keeper);
 
@@ -157,7 +164,8 @@ class DynamicMemory {
   struct Keeper {
     Lists* lists = nullptr;  // null once it left
     int first = 0, chunks = 0;
-    std::function<bool(int)> busy;
+    std::function<bool(int)> busy, remote;
+    std::int64_t host_staging = 0;
     std::unique_ptr<DiskTier> disk = nullptr;  // with OffloadOptions::disk_dir
     int staged = -1;                           // the disk chunk whose states the lists show
     bool in_iteration = false;
@@ -170,8 +178,12 @@ class DynamicMemory {
   MemoryTier where(ChunkKind kind, int chunk) const;
   bool on_disk(ChunkKind kind, int chunk) const;
   // The param chunks on the device that may go to the host now: not placed in this moment, not
-  // busy, not in `keep` (sorted).
+  // busy, not in `keep` (sorted), and for a remote chunk, with room for it on the host.
   std::vector<int> evictable(const std::vector<int>& keep) const;
+  // The host's room for remote chunks: its capacity less what it holds, what the rank's own
+  // param chunks on the device take when they come back and the keepers' staging (the start-up
+  // check counted them).
+  std::int64_t host_room_for_remote() const;
   void move(ChunkKind kind, int chunk, MemoryTier to);
   void to_device(std::vector<int> chunks);
   // Blocks until the chunks sent to the host are there, and lets the host blocks read by copies

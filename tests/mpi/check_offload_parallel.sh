@@ -6,7 +6,8 @@
 # - data 2 and data 4 at zero.stage 3, capped at 25% of a rank's model data, with Belady's
 #   eviction and with LRU's: every rank's device peak within the cap, every rank moving chunks
 #   in every step (per-rank bytes in the metrics), and Belady moving no more bytes than LRU
-#   after the warm-up (summed over the ranks);
+#   after the warm-up (summed over the ranks); both again with memory.host_limit at the figure
+#   the start-up check asks of each rank, without and with a disk tier (host_least below);
 # - pipeline 2 x 1D tensor 2 and data 2 x 2D tensor 4 (bf16, ZeRO-2), capped at 30% of the
 #   largest rank's model data.
 # And `tidal plan` under mpirun for data 2 x pipeline 2 x 1D tensor 2 (bf16, ZeRO-3) with a device
@@ -47,7 +48,30 @@ layout() {
   done
 }
 layout data2 2 0.25 "belady lru" --set parallel.data=2 --set zero.stage=3 --set train.batch_size=2
+# At the host's least: memory.host_limit at what the start-up check asks of each rank, without and
+# with a disk tier, under a device cap; the same losses bitwise. The ring reduce-scatter's partial
+# sum beside a chunk on the host is counted (data 2), and the remote chunks of ZeRO-3's groups go
+# to the host only into room the rank's own chunks do not need back (data 4).
+# host_least <layout> <ranks> <fraction> <arguments...>: after `layout`, its uncapped run's figures.
+host_least() {
+  local name=$1 np=$2 fraction=$3; shift 3
+  local all least
+  read -r all least < <(/usr/bin/python3 -c "
+import json, sys
+md = [json.loads(l) for l in open(sys.argv[1])][-1]['model_data']
+print(max(md['host_needs_bytes_per_rank']), max(md['host_needs_with_disk_bytes_per_rank']))" "$dir/${name}_uncapped.jsonl")
+  for tight in "host_all $all" "host_disk $least --set memory.disk_dir=$dir"; do
+    local run bytes disk
+    read -r run bytes disk <<< "$tight"
+    # shellcheck disable=SC2086 # $disk: none or two words
+    "${MPIRUN[@]}" -np "$np" "$tidal" train "${common[@]}" "$@" --set memory.device_limit="$(cap "${name}_uncapped" "$fraction")" \
+      --set memory.host_limit="$bytes" $disk --metrics "$dir/${name}_$run.jsonl" > "$dir/${name}_$run.log" 2>&1 ||
+      { cat "$dir/${name}_$run.log"; echo "FAIL: $name under memory.host_limit = $bytes (the start-up check's figure)"; exit 1; }
+  done
+}
+host_least data2 2 0.25 --set parallel.data=2 --set zero.stage=3 --set train.batch_size=2
 layout data4 4 0.25 "belady lru" --set parallel.data=4 --set zero.stage=3 --set train.batch_size=4
+host_least data4 4 0.5 --set parallel.data=4 --set zero.stage=3 --set train.batch_size=4
 layout p2_t2 4 0.30 belady --set parallel.pipeline=2 --set parallel.tensor.size=2 --set train.batch_size=2 \
   --set train.micro_batch_size=1
 layout d2_2d4 8 0.30 belady --set parallel.data=2 --set parallel.tensor.size=4 --set parallel.tensor.mode=2d \
@@ -135,5 +159,10 @@ for name, evictions in (("data2", ("belady", "lru")), ("data4", ("belady", "lru"
     if len(moved) == 2:
         print(f"{name}: bytes moved after the warm-up, all ranks: belady {moved['belady']}, lru {moved['lru']}")
         assert moved["belady"] <= moved["lru"], f"{name}: Belady moved more than LRU"
+for run in ("data2_host_all", "data2_host_disk", "data4_host_all", "data4_host_disk"):
+    compare(d, run, run[:5] + "_uncapped", 0.0, all_steps=True)
+    summary = [json.loads(l) for l in open(f"{d}/{run}.jsonl")][-1]["model_data"]["offload"]
+    print(f"{run}: host at the start-up check's figure, {summary['evictions']} evictions, "
+          f"{summary.get('disk', {}).get('chunks', 0)} chunks' states on disk")
 print("PASS: heterogeneous memory on 2 to 8 ranks gives the uncapped losses bitwise")
 PY
