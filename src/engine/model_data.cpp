@@ -50,7 +50,7 @@ class TensorModelData final : public ModelData {
  public:
   TensorModelData(const config::Config& cfg, pipeline::PipelineEngine& engine, parallel::ParallelContext& pc,
                   nn::Runner& runner, const std::string& resume_path)
-      : engine_(engine), pc_(pc), params_(engine.parameters()), reducer_(make_reducer(cfg, engine, pc, false)),
+      : engine_(engine), params_(engine.parameters()), reducer_(make_reducer(cfg, engine, pc, false)),
         expert_reducer_(make_reducer(cfg, engine, pc, true)), adam_(params_, adamw_options(cfg.train)),
         replicas_(pc.layout().spec().data), bucket_mb_(cfg.parallel.bucket_mb) {
     if (!resume_path.empty()) {
@@ -132,7 +132,6 @@ class TensorModelData final : public ModelData {
 
  private:
   pipeline::PipelineEngine& engine_;
-  parallel::ParallelContext& pc_;
   // Ranks holding the same parameters: data replicas, and the sequence ring's positions, whose
   // gradients are each their positions' share. Their sum is the step's gradient. The buckets are
   // made before AdamW's moments: while they take the gradients over, both copies exist, and

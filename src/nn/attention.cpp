@@ -4,7 +4,7 @@
 
 namespace tidal::nn {
 namespace {
-enum Slot : std::size_t { kQkv, kAttention, kProj, kRotary };
+enum AttentionSlot : std::size_t { kQkv, kAttention, kOutProj, kRotary };
 
 // The key mask and document positions of this rank's samples (views of the batch's), undefined
 // where the batch has none.
@@ -72,7 +72,7 @@ Tensor MultiHeadSelfAttention::qkv(const Tensor& x, Context& ctx) {
 
 Tensor MultiHeadSelfAttention::forward(const Tensor& x, Context& ctx) {
   const Tensor qkv = this->qkv(x, ctx);
-  Tensor y = ctx.forward(*proj_, ctx.forward(*attention_, qkv, kAttention), kProj);
+  Tensor y = ctx.forward(*proj_, ctx.forward(*attention_, qkv, kAttention), kOutProj);
   // The qkv projection keeps x for its backward anyway: holding it here too costs nothing.
   if (recompute_qkv_ && ctx.forget(qkv) > 0) ctx.saved = {x};
   return y;
@@ -83,7 +83,7 @@ Tensor MultiHeadSelfAttention::backward(const Tensor& dy, Context& ctx) {
     ctx.remember(qkv(ctx.saved.at(0), ctx));
     ctx.saved.clear();
   }
-  Tensor dqkv = ctx.backward(*attention_, ctx.backward(*proj_, dy, kProj), kAttention);
+  Tensor dqkv = ctx.backward(*attention_, ctx.backward(*proj_, dy, kOutProj), kAttention);
   if (rotary_) dqkv = ctx.backward(*rotary_, dqkv, kRotary);
   return ctx.backward(*qkv_, dqkv, kQkv);
 }

@@ -7,7 +7,7 @@
 namespace tidal::nn {
 namespace {
 
-enum Slot : std::size_t { kHead, kLoss };
+enum LossSlot : std::size_t { kHead, kLoss };
 
 // Rows [begin, end) of block b when n rows are cut into `blocks` nearly equal runs.
 std::pair<std::int64_t, std::int64_t> block_rows(int b, int blocks, std::int64_t n) {

@@ -5,7 +5,7 @@
 
 namespace tidal::nn {
 namespace {
-enum Slot : std::size_t { kFc, kAct, kProj };
+enum MlpSlot : std::size_t { kFc, kAct, kProj };
 }
 
 Mlp::Mlp(std::int64_t n_embd, const MlpConfig& c, ParameterInit init, ParameterInit proj_init, LayerFactory& layers)

@@ -15,7 +15,7 @@
 namespace tidal::nn {
 namespace {
 
-enum Slot : std::size_t { kGate, kShared, kSharedGate, kExperts };
+enum MoeSlot : std::size_t { kGate, kShared, kSharedGate, kExperts };
 
 constexpr int kExchangeTag = 4;  // apart from the sequence ring's and Ulysses' transfers (nn/sp/)
 

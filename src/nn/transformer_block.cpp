@@ -4,7 +4,7 @@
 
 namespace tidal::nn {
 namespace {
-enum Slot : std::size_t { kLn1, kAttn, kAttnDrop, kLn2, kMlp, kMlpDrop };
+enum BlockSlot : std::size_t { kLn1, kAttn, kAttnDrop, kLn2, kMlp, kMlpDrop };
 
 Tensor add(const Tensor& a, const Tensor& b, Context& ctx) {
   Tensor y = ctx.empty(a.shape(), a.dtype());

@@ -7,7 +7,7 @@
 namespace tidal::models {
 namespace {
 
-std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
+std::vector<std::string> bert_from_hf(const io::HfConfigKeys& k, ModelConfig& m) {
   m.n_layer = k.positive<int>("num_hidden_layers", 12);
   m.n_head = k.positive<int>("num_attention_heads", 12);
   m.n_embd = k.positive<std::int64_t>("hidden_size", 768);
@@ -25,7 +25,7 @@ std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
           "model.type_vocab_size"};
 }
 
-nlohmann::json write(const ModelConfig& m) {
+nlohmann::json bert_to_hf(const ModelConfig& m) {
   return {{"model_type", "bert"},
           {"num_hidden_layers", m.n_layer},
           {"num_attention_heads", m.n_head},
@@ -72,8 +72,8 @@ HfAdapter bert_hf_adapter() {
   return {.model_type = "bert",
           .architecture = "BertForMaskedLM",
           .base_prefix = "bert.",
-          .read = read,
-          .write = write,
+          .read = bert_from_hf,
+          .write = bert_to_hf,
           .tensors = tensors,
           // position_ids buffers, and the pooler and next-sentence head of BertForPreTraining.
           .ignored_on_load = [](const std::string& n) {

@@ -11,7 +11,7 @@ namespace tidal::models {
 namespace {
 
 // y [1, out] = x [1, in] w^T + b, w [out, in].
-void linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
+void gpt_linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
   ops::gemm(y, x, w, {.trans_b = true, .bias = &b});
 }
 
@@ -65,19 +65,19 @@ void GptDecoder::step(std::int32_t token, std::int64_t t) {
   for (Block& b : blocks_) {
     // x += proj(attention(ln_1(x)))
     ops::layernorm_forward(a_, mean_, rstd_, x_, b.ln_1_w, b.ln_1_b, ln_eps_);
-    linear(qkv_, a_, b.qkv_w, b.qkv_b);
+    gpt_linear(qkv_, a_, b.qkv_w, b.qkv_b);
     const float* qkv = qkv_.data<float>();
     std::copy(qkv + C_, qkv + 2 * C_, b.k_cache.data<float>() + t * C_);
     std::copy(qkv + 2 * C_, qkv + 3 * C_, b.v_cache.data<float>() + t * C_);
     attend_cached(qkv, b.k_cache.data<float>(), b.v_cache.data<float>(), t, n_head_, n_head_, C_ / n_head_,
                   scores_.data(), y_.data<float>());
-    linear(o_, y_, b.proj_w, b.proj_b);
+    gpt_linear(o_, y_, b.proj_w, b.proj_b);
     ops::accumulate(x_, o_);
     // x += proj(gelu(fc(ln_2(x))))
     ops::layernorm_forward(a_, mean_, rstd_, x_, b.ln_2_w, b.ln_2_b, ln_eps_);
-    linear(fc_, a_, b.fc_w, b.fc_b);
+    gpt_linear(fc_, a_, b.fc_w, b.fc_b);
     ops::gelu_forward(gelu_, fc_, activation_);
-    linear(o_, gelu_, b.mlp_proj_w, b.mlp_proj_b);
+    gpt_linear(o_, gelu_, b.mlp_proj_w, b.mlp_proj_b);
     ops::accumulate(x_, o_);
   }
   logits_ready_ = false;

@@ -7,7 +7,7 @@
 namespace tidal::models {
 namespace {
 
-std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
+std::vector<std::string> gpt_from_hf(const io::HfConfigKeys& k, ModelConfig& m) {
   m.n_layer = k.positive<int>("n_layer", 12);
   m.n_head = k.positive<int>("n_head", 12);
   m.n_embd = k.positive<std::int64_t>("n_embd", 768);
@@ -25,7 +25,7 @@ std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
           "model.activation", "model.vocab_size", "model.max_positions", "model.tie_embeddings"};
 }
 
-nlohmann::json write(const ModelConfig& m) {
+nlohmann::json gpt_to_hf(const ModelConfig& m) {
   const std::int64_t positions = m.max_positions ? m.max_positions : m.seq_len;
   return {{"model_type", "gpt2"},
           {"n_layer", m.n_layer},
@@ -68,8 +68,8 @@ HfAdapter gpt2_hf_adapter() {
   return {.model_type = "gpt2",
           .architecture = "GPT2LMHeadModel",
           .base_prefix = "transformer.",
-          .read = read,
-          .write = write,
+          .read = gpt_from_hf,
+          .write = gpt_to_hf,
           .tensors = tensors,
           // The causal mask buffers older versions saved.
           .ignored_on_load = [](const std::string& n) {

@@ -16,7 +16,7 @@ namespace tidal::models {
 namespace {
 
 // y [1, out] = x [1, in] w^T (+ b), w [out, in].
-void linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
+void llama_linear(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
   ops::gemm(y, x, w, {.trans_b = true});
   if (b.defined()) ops::bias_add(y, b);
 }
@@ -93,14 +93,14 @@ void LlamaDecoder::step(std::int32_t token, std::int64_t t) {
   for (Block& b : blocks_) {
     // x += proj(attention(rotate(qkv(rms_norm_1(x)))))
     ops::rms_norm_forward(a_, rstd_, x_, b.ln_1_w, eps_);
-    linear(qkv2, a_, b.qkv_w, b.qkv_b);
+    llama_linear(qkv2, a_, b.qkv_w, b.qkv_b);
     ops::rotary_apply(qkv_, cos_, sin_, {.n_head = n_head_, .n_kv_head = n_kv_head_});
     const float* qkv = qkv_.data<float>();
     std::copy(qkv + q, qkv + q + kv, b.k_cache.data<float>() + t * kv);
     std::copy(qkv + q + kv, qkv + q + 2 * kv, b.v_cache.data<float>() + t * kv);
     attend_cached(qkv, b.k_cache.data<float>(), b.v_cache.data<float>(), t, n_head_, n_kv_head_, hd_,
                   scores_.data(), y_.data<float>());
-    linear(o_, y_, b.proj_w, b.proj_b);
+    llama_linear(o_, y_, b.proj_w, b.proj_b);
     ops::accumulate(x_, o_);
     // x += down(swiglu(fc(rms_norm_2(x))))
     ops::rms_norm_forward(a_, rstd_, x_, b.ln_2_w, eps_);

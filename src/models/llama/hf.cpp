@@ -9,7 +9,7 @@ namespace tidal::models {
 namespace {
 
 // transformers' LlamaConfig (4.40): its shape, attention_bias and rope_scaling as Llama 3.1 writes it.
-std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
+std::vector<std::string> llama_from_hf(const io::HfConfigKeys& k, ModelConfig& m) {
   std::vector<std::string> decided = read_llama_shape(k, m, {});
   m.attention_bias = k.get<bool>("attention_bias", false);
   k.require("mlp_bias", false, "an MLP without biases");
@@ -34,7 +34,7 @@ std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
   return decided;
 }
 
-nlohmann::json write(const ModelConfig& m) {
+nlohmann::json llama_to_hf(const ModelConfig& m) {
   nlohmann::json j = llama_shape_json(m);
   j.update({{"model_type", "llama"},
             {"attention_bias", m.attention_bias},
@@ -119,8 +119,8 @@ HfAdapter llama_hf_adapter() {
   return {.model_type = "llama",
           .architecture = "LlamaForCausalLM",
           .base_prefix = "model.",
-          .read = read,
-          .write = write,
+          .read = llama_from_hf,
+          .write = llama_to_hf,
           .tensors = [](const ModelConfig& m) { return llama_hf_tensors(m, m.attention_bias, m.attention_bias); },
           // Older checkpoints saved the rotary embedding's inverse frequencies, a buffer.
           .ignored_on_load = [](const std::string& n) { return n.ends_with(".rotary_emb.inv_freq"); }};

@@ -14,7 +14,7 @@ constexpr LlamaHfDefaults kMixtral{.n_layer = 32,
                                    .vocab_size = 32000,
                                    .max_positions = 4096 * 32};
 
-std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
+std::vector<std::string> mixtral_from_hf(const io::HfConfigKeys& k, ModelConfig& m) {
   std::vector<std::string> decided = read_llama_shape(k, m, kMixtral);
   m.experts = k.positive<int>("num_local_experts", 8);
   m.experts_per_token = k.positive<int>("num_experts_per_tok", 2);
@@ -28,7 +28,7 @@ std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
   return decided;
 }
 
-nlohmann::json write(const ModelConfig& m) {
+nlohmann::json mixtral_to_hf(const ModelConfig& m) {
   nlohmann::json j = llama_shape_json(m);
   j.update({{"model_type", "mixtral"},
             {"num_local_experts", m.experts},
@@ -46,8 +46,8 @@ HfAdapter mixtral_hf_adapter() {
   return {.model_type = "mixtral",
           .architecture = "MixtralForCausalLM",
           .base_prefix = "model.",
-          .read = read,
-          .write = write,
+          .read = mixtral_from_hf,
+          .write = mixtral_to_hf,
           .tensors = [](const ModelConfig& m) {
             const std::int64_t C = m.n_embd, I = llama_intermediate_size(m);
             return llama_hf_tensors(m, false, false, [&](io::HfTensorSources& src, const std::string& t,

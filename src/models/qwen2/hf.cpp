@@ -13,7 +13,7 @@ constexpr LlamaHfDefaults kQwen2{.n_layer = 32,
                                  .vocab_size = 151936,
                                  .max_positions = 32768};
 
-std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
+std::vector<std::string> qwen2_from_hf(const io::HfConfigKeys& k, ModelConfig& m) {
   std::vector<std::string> decided = read_llama_shape(k, m, kQwen2);
   k.require("use_sliding_window", false, "attention over every earlier position");
   return decided;
@@ -21,7 +21,7 @@ std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
 
 // sliding_window: the model's positions, as transformers 4.40 applies the window to its causal
 // mask even with use_sliding_window false, and tidal attends over every earlier position.
-nlohmann::json write(const ModelConfig& m) {
+nlohmann::json qwen2_to_hf(const ModelConfig& m) {
   nlohmann::json j = llama_shape_json(m);
   j.update({{"model_type", "qwen2"},
             {"use_sliding_window", false},
@@ -36,8 +36,8 @@ HfAdapter qwen2_hf_adapter() {
   return {.model_type = "qwen2",
           .architecture = "Qwen2ForCausalLM",
           .base_prefix = "model.",
-          .read = read,
-          .write = write,
+          .read = qwen2_from_hf,
+          .write = qwen2_to_hf,
           .tensors = [](const ModelConfig& m) { return llama_hf_tensors(m, true, false); }};
 }
 

@@ -13,7 +13,7 @@ constexpr LlamaHfDefaults kQwen2Moe{.n_layer = 24,
                                     .vocab_size = 151936,
                                     .max_positions = 32768};
 
-std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
+std::vector<std::string> qwen2_moe_from_hf(const io::HfConfigKeys& k, ModelConfig& m) {
   std::vector<std::string> decided = read_llama_shape(k, m, kQwen2Moe);
   k.require("use_sliding_window", false, "attention over every earlier position");
   k.require("decoder_sparse_step", 1, "a mixture of experts in every block");
@@ -32,7 +32,7 @@ std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
 }
 
 // sliding_window: the model's positions, as for Qwen2 (models/qwen2/hf.cpp).
-nlohmann::json write(const ModelConfig& m) {
+nlohmann::json qwen2_moe_to_hf(const ModelConfig& m) {
   nlohmann::json j = llama_shape_json(m);
   j.update({{"model_type", "qwen2_moe"},
             {"use_sliding_window", false},
@@ -55,10 +55,10 @@ HfAdapter qwen2_moe_hf_adapter() {
   return {.model_type = "qwen2_moe",
           .architecture = "Qwen2MoeForCausalLM",
           .base_prefix = "model.",
-          .read = read,
-          .write = write,
+          .read = qwen2_moe_from_hf,
+          .write = qwen2_moe_to_hf,
           .tensors = [](const ModelConfig& m) {
-            const std::int64_t C = m.n_embd, I = write(m)["moe_intermediate_size"].get<std::int64_t>();
+            const std::int64_t C = m.n_embd, I = qwen2_moe_to_hf(m)["moe_intermediate_size"].get<std::int64_t>();
             return llama_hf_tensors(m, true, false, [&](io::HfTensorSources& src, const std::string& t,
                                                         const std::string& h) {
               src.one(t + "gate.weight", h + "mlp.gate.weight", {m.experts, C});

@@ -7,7 +7,7 @@
 namespace tidal::models {
 namespace {
 
-std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
+std::vector<std::string> vit_from_hf(const io::HfConfigKeys& k, ModelConfig& m) {
   m.n_layer = k.positive<int>("num_hidden_layers", 12);
   m.n_head = k.positive<int>("num_attention_heads", 12);
   m.n_embd = k.positive<std::int64_t>("hidden_size", 768);
@@ -25,7 +25,7 @@ std::vector<std::string> read(const io::HfConfigKeys& k, ModelConfig& m) {
           "model.image_size", "model.patch_size", "model.channels", "model.num_classes"};
 }
 
-nlohmann::json write(const ModelConfig& m) {
+nlohmann::json vit_to_hf(const ModelConfig& m) {
   nlohmann::json labels = nlohmann::json::object(), ids = nlohmann::json::object();
   for (std::int64_t i = 0; i < m.num_classes; ++i) {
     labels[std::to_string(i)] = fmt::format("LABEL_{}", i);
@@ -75,8 +75,8 @@ HfAdapter vit_hf_adapter() {
   return {.model_type = "vit",
           .architecture = "ViTForImageClassification",
           .base_prefix = "vit.",
-          .read = read,
-          .write = write,
+          .read = vit_from_hf,
+          .write = vit_to_hf,
           .tensors = tensors};
 }
 

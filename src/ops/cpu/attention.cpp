@@ -226,7 +226,7 @@ void query_head_backward(T* dq, BackwardScratch<T>& w, const T* q, const T* k_ro
         for (std::int64_t j = 0; j < span; ++j) row[j] = kept(j, first, limit, mb) ? exp_fast(row[j] - l) : 0.0f;
       } else {
 #pragma omp simd
-        for (std::int64_t j = 0; j < span; ++j) row[j] = (j >= first) & (j < limit) ? exp_fast(row[j] - l) : 0.0f;
+        for (std::int64_t j = 0; j < span; ++j) row[j] = ((j >= first) & (j < limit)) ? exp_fast(row[j] - l) : 0.0f;
       }
       std::fill(row + span, row + keys, 0.0f);
       // D_i = dO_i . O_i, the row's sum(dP * P) (FlashAttention-2's backward)
