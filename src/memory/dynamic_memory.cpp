@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 namespace tidal::memory {
@@ -225,16 +226,19 @@ std::int64_t DynamicMemory::param_bytes_on_device() const {
 
 std::vector<int> DynamicMemory::evictable(const std::vector<int>& keep) const {
   std::vector<int> out;
-  const std::int64_t room = host_room_for_remote();
+  std::optional<std::int64_t> room;  // the host's, once a remote chunk could go (most runs have none)
   for (const Keeper& k : keepers_) {
     if (!k.lists) continue;
     const std::vector<Tensor>& params = k.lists->at(ChunkKind::param);
     for (int c = 0; c < k.chunks; ++c) {
       const int g = k.first + c;
       const Tensor& p = params[std::size_t(c)];
-      if (on_device(p) && !pinned_.count(g) && !std::binary_search(keep.begin(), keep.end(), g) && !k.busy(c) &&
-          (!k.remote(c) || std::int64_t(p.nbytes()) <= room))
-        out.push_back(g);
+      if (!on_device(p) || pinned_.count(g) || std::binary_search(keep.begin(), keep.end(), g) || k.busy(c)) continue;
+      if (k.remote(c)) {
+        if (!room) room = host_room_for_remote();
+        if (std::int64_t(p.nbytes()) > *room) continue;
+      }
+      out.push_back(g);
     }
   }
   return out;
