@@ -2,10 +2,11 @@
 
 #include "core/bytes.h"
 #include "engine/planning/chunk_search.h"
+#include "engine/planning/job.h"
 #include "engine/planning/memory_plan.h"
+#include "engine/planning/planner.h"
 #include "engine/planning/tide.h"
 #include "sim/cost_model.h"
-#include "sim/planner.h"
 
 #include <fmt/format.h>
 
@@ -135,9 +136,9 @@ void run_cost_model(const PlanCommand& cmd) {
   const sim::Hardware* hardware = hw ? &*hw : nullptr;
   std::vector<sim::Prediction> predictions;
   if (cmd.configured) {
-    predictions.push_back(sim::predict(cfg, cmd.world, hardware));
+    predictions.push_back(engine::predict(cfg, cmd.world, hardware));
   } else {
-    for (sim::PlannedLayout& planned : sim::plan_layouts(cfg, cmd.world, hardware))
+    for (engine::PlannedLayout& planned : engine::plan_layouts(cfg, cmd.world, hardware))
       predictions.push_back(std::move(planned.prediction));
     TIDAL_CHECK(!predictions.empty(), "no layout of {} ranks splits this model (model.n_head, model.n_embd, "
                 "train.batch_size must divide as the modes need)", cmd.world);
@@ -166,7 +167,7 @@ void run_cost_model(const PlanCommand& cmd) {
   if (!cmd.json && !cmd.configured && !predictions.front().fits && cfg.memory.offload == config::Offload::none) {
     const std::string none = predictions.size() == 1 ? std::string("the only layout does not fit")
                                                      : fmt::format("none of the {} layouts fits", predictions.size());
-    if (sim::offload_plannable(hardware))
+    if (engine::offload_plannable(hardware))
       fmt::print("{}, not even with memory.offload = \"chunk\" (the activations beside an operator's chunks fill "
                  "the device): more ranks, or a smaller train.micro_batch_size\n",
                  none);

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "engine/trainer.h"
-#include "sim/auto_layout.h"
+#include "engine/planning/auto_layout.h"
 #if TIDAL_MPI
 #include "comm/mpi_runtime.h"
 #endif
@@ -54,7 +54,7 @@ void run_train_command(TrainCommand& cmd, engine::Launch& launch, bool& shared) 
 #if TIDAL_MPI
     if (launch.mpi()) world = launch.mpi()->world(comm::Seconds(cfg.parallel.timeout_s));
 #endif
-    const sim::AutoLayout chosen = sim::choose_layout(cfg, launch.world_size(), world.get());
+    const engine::AutoLayout chosen = engine::choose_layout(cfg, launch.world_size(), world.get());
     cfg = chosen.cfg;
     if (launch.is_main()) fmt::print("{}\n", chosen.why);
   }

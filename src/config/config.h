@@ -92,7 +92,7 @@ struct ParallelConfig {
   GpuCollectives gpu_collectives = GpuCollectives::automatic;  // auto | nccl | staged
   int ranks_per_node = 0;    // 0 = as the launcher reports; keeps the busiest groups on one node
   // parallel.auto: tidal train picks data x pipeline x tensor x sequence and zero.stage by the cost
-  // model (sim/auto_layout.h) for the launched ranks, on parallel.hardware ("" = measure this
+  // model (engine/planning/auto_layout.h) for the launched ranks, on parallel.hardware ("" = measure this
   // machine at start-up).
   bool auto_layout = false;
   std::string hardware;

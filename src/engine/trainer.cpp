@@ -26,6 +26,7 @@
 #include "optim/loss_scaler.h"
 #include "pipeline/engine.h"
 #include "pipeline/stage_costs.h"
+#include "engine/planning/job.h"
 #include "sim/cost_model.h"
 
 #include <fmt/ranges.h>
@@ -152,7 +153,7 @@ pipeline::PipelineOptions pipeline_options(const config::Config& cfg, models::Mo
   o.scatter_gather = cfg.parallel.scatter_gather;
   o.schedule = cfg.parallel.schedule;
   o.chunks = cfg.parallel.virtual_stages;
-  o.held_weight_gradients = sim::zero_bubble_holds(cfg, pc.world_size());
+  o.held_weight_gradients = sim::zero_bubble_holds(job_of(cfg), pc.world_size());
   if (pc.layout().spec().pipeline > 1) {
     HostAllocator probe_activations;
     const nn::Batch probe_batch = data.batch(first, micro, data::Split::train);

@@ -13,10 +13,10 @@ namespace {
 // The blocks whose state rank `r` keeps (engine/model_data.h's held_state): every block of its
 // parameters, or with ZeRO over a list's group (the chunk group, the experts' owners) those in
 // the chunks of the list it owns.
-std::vector<io::HeldBlockKey> held_blocks(const config::Config& cfg, const PlannedRank& r) {
+std::vector<io::HeldBlockKey> held_blocks(const Job& job, const PlannedRank& r) {
   std::vector<io::HeldBlockKey> out;
   std::set<const nn::Parameter*> others;  // in chunks other ranks own
-  if (r.model_data.chunks && cfg.zero.stage > 0)
+  if (r.model_data.chunks && job.zero_stage() > 0)
     for (const PlannedChunkList& list : r.chunk_lists) {
       const int index = r.pc->layout().group_index(list.group, r.pc->rank());
       for (std::size_t i = 0; i < list.params.params.size(); ++i)
@@ -39,7 +39,7 @@ nlohmann::json CheckpointCost::json() const {
           {"async_stall_s", async_stall}};
 }
 
-CheckpointCost checkpoint_cost(const config::Config& cfg, const std::vector<PlannedRank>& world,
+CheckpointCost checkpoint_cost(const Job& job, const std::vector<PlannedRank>& world,
                                const std::vector<double>& device_state_fraction, const Hardware* hardware, double step,
                                double optimizer) {
   CheckpointCost c;
@@ -47,11 +47,11 @@ CheckpointCost checkpoint_cost(const config::Config& cfg, const std::vector<Plan
   std::vector<std::vector<io::HeldBlockKey>> held;
   std::map<std::string, std::int64_t> block_bytes;
   for (const PlannedRank& r : world) {
-    held.push_back(held_blocks(cfg, r));
+    held.push_back(held_blocks(job, r));
     for (const io::HeldBlockKey& b : held.back()) block_bytes[b.key] = b.bytes;
   }
   const std::vector<std::vector<std::string>> writes = io::assign_writers(held);
-  c.async = cfg.checkpoint.async == config::Toggle::on || (cfg.checkpoint.async == config::Toggle::automatic && n > 1);
+  c.async = job.checkpoint_async == config::Toggle::on || (job.checkpoint_async == config::Toggle::automatic && n > 1);
   for (int r = 0; r < n; ++r) {
     double bytes = 0;
     for (const std::string& key : writes[std::size_t(r)]) bytes += double(block_bytes.at(key));
@@ -78,7 +78,7 @@ CheckpointCost checkpoint_cost(const config::Config& cfg, const std::vector<Plan
                                                                  : 2 * staged / hardware->memory_bandwidth;
   // In the background the files are written beside the next forward and backward (state read in
   // place) or the steps to the next save; the commit waits on every rank.
-  const double overlap = c.in_place ? step - optimizer : step * double(std::max<std::int64_t>(1, cfg.checkpoint.every));
+  const double overlap = c.in_place ? step - optimizer : step * double(std::max<std::int64_t>(1, job.checkpoint_every));
   c.async_stall = snapshot + disk.latency + std::max(0.0, c.write - disk.latency - overlap);
   c.sync_stall = c.write;
   return c;

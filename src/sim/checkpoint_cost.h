@@ -12,8 +12,8 @@
 // save where everything was staged; and for the commit, which every rank waits for.
 #pragma once
 
-#include "config/config.h"
 #include "sim/hardware.h"
+#include "sim/job.h"
 #include "sim/planned_world.h"
 
 #include <nlohmann/json.hpp>
@@ -36,7 +36,7 @@ struct CheckpointCost {
 
 // `step`: the predicted step's seconds, of which `optimizer` the update (an asynchronous save
 // overlaps the rest: the next step's forward and backward).
-CheckpointCost checkpoint_cost(const config::Config& cfg, const std::vector<PlannedRank>& world,
+CheckpointCost checkpoint_cost(const Job& job, const std::vector<PlannedRank>& world,
                                const std::vector<double>& device_state_fraction, const Hardware* hardware, double step,
                                double optimizer);
 

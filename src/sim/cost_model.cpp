@@ -1,6 +1,5 @@
 #include "sim/cost_model.h"
 
-#include "config/options.h"
 #include "core/bytes.h"
 #include "core/error.h"
 #include "data/data_options.h"
@@ -189,11 +188,11 @@ class ProductFlops final : public ops::meta::Recorder {
   double flops = 0;
 };
 
-double forward_flops_per_sample(const config::Config& cfg) {
-  const std::unique_ptr<models::Model> model = models::make_model(cfg.model);
+double forward_flops_per_sample(const Job& job) {
+  const std::unique_ptr<models::Model> model = models::make_model(job.model);
   for (nn::Parameter* p : model->parameters()) p->data = Tensor::empty(p->shape, DType::f32, meta_allocator());
   MetaAllocator memory;
-  const nn::Batch batch = data::shaped_batch(config::data_options(cfg), 1, memory);
+  const nn::Batch batch = data::shaped_batch(job.data, 1, memory);
   nn::Runner runner;
   const nn::StepState state{.runner = &runner, .training = false, .batch = &batch, .activations = &memory};
   ProductFlops counted;
@@ -206,83 +205,55 @@ double forward_flops_per_sample(const config::Config& cfg) {
 
 }  // namespace
 
-namespace {
-
-// Whether a tensor split has the keep_gathered choice (a 2.5D grid with depth, a 3D cube).
-bool keeps_gathered_choice(const config::TensorParallelConfig& t) {
-  return t.size > 1 && (t.mode == parallel::TensorMode::d3 || (t.mode == parallel::TensorMode::d2p5 && t.depth > 1));
-}
-
-}  // namespace
-
-double capacity_of_device(const config::Config& cfg, const Hardware* hardware) {
-  return !cfg.memory.device_limit.empty() ? double(config::parse_bytes(cfg.memory.device_limit, "memory.device_limit"))
-         : hardware                      ? hardware->device_memory
-                                         : 0.0;
+double capacity_of_device(const Job& job, const Hardware* hardware) {
+  return job.device_limit ? *job.device_limit : hardware ? hardware->device_memory : 0.0;
 }
 
 namespace {
-
-// The layout's keys as the plan reports them (the ones that are not at their one value).
-nlohmann::json layout_of(const config::Config& cfg) {
-  const config::ParallelConfig& par = cfg.parallel;
-  nlohmann::json layout = {{"parallel.data", par.data},
-                           {"parallel.pipeline", par.pipeline},
-                           {"parallel.tensor.size", par.tensor.size},
-                           {"parallel.tensor.mode", std::string(config::name_of(par.tensor.mode))},
-                           {"parallel.sequence", par.sequence},
-                           {"zero.stage", cfg.zero.stage}};
-  if (par.tensor.mode == parallel::TensorMode::d2p5) layout["parallel.tensor.depth"] = par.tensor.depth;
-  if (keeps_gathered_choice(par.tensor)) layout["parallel.tensor.keep_gathered"] = par.tensor.keep_gathered;
-  if (par.sequence > 1) layout["parallel.sequence_mode"] = std::string(config::name_of(par.sequence_mode));
-  if (par.expert > 1) layout["parallel.expert"] = par.expert;
-  return layout;
-}
 
 // The ops a replay counts: the hardware planned for's, or without a file this machine's.
-DeviceOps device_ops(const config::Config& cfg, const Hardware* hardware) {
+DeviceOps device_ops(const Job& job, const Hardware* hardware) {
   return hardware ? DeviceOps{.cpu = hardware->device == Device::Kind::cpu, .bf16_native = hardware->bf16_native}
-                  : DeviceOps{.cpu = cfg.train.device == Device::Kind::cpu,
-                              .bf16_native = cfg.train.device == Device::Kind::cuda || ops::cpu::onednn_bf16_native()};
+                  : DeviceOps{.cpu = job.device() == Device::Kind::cpu,
+                              .bf16_native = job.device() == Device::Kind::cuda || ops::cpu::onednn_bf16_native()};
 }
 
 // capacity_of_device as a planned world takes it: no bound is the largest size.
-std::size_t device_capacity_bytes(const config::Config& cfg, const Hardware* hardware) {
-  const double capacity = capacity_of_device(cfg, hardware);
+std::size_t device_capacity_bytes(const Job& job, const Hardware* hardware) {
+  const double capacity = capacity_of_device(job, hardware);
   return capacity > 0 ? std::size_t(capacity) : std::numeric_limits<std::size_t>::max();
 }
 
 // ZB-H1's W's held back per stage (pipeline::held_weight_gradients): every kind of rank's step
 // replayed as 1F1B and with each W right after its B (ranks that differ only in their data index
 // run one order; a stage's figures are the largest of its kinds').
-std::vector<int> held_by_bytes(const config::Config& cfg, const std::vector<PlannedRank>& world, DeviceOps ops) {
-  std::vector<pipeline::StageMemory> stages(std::size_t(cfg.parallel.pipeline));
+std::vector<int> held_by_bytes(const Job& job, const std::vector<PlannedRank>& world, DeviceOps ops) {
+  std::vector<pipeline::StageMemory> stages(std::size_t(job.mesh().pipeline));
   std::set<std::tuple<int, int, int>> seen;
   for (const PlannedRank& r : world) {
     const parallel::Coordinates& c = r.pc->coordinates();
     if (!seen.insert({c.pipeline, c.tensor, c.sequence}).second) continue;
-    const StepReplay fused = replay_step(cfg, r, ops, nullptr, {.kind = pipeline::ScheduleKind::one_f_one_b});
-    const StepReplay split = replay_step(cfg, r, ops, nullptr, {.kind = std::nullopt, .held_weight_gradients = 0});
+    const StepReplay fused = replay_step(job, r, ops, nullptr, {.kind = pipeline::ScheduleKind::one_f_one_b});
+    const StepReplay split = replay_step(job, r, ops, nullptr, {.kind = std::nullopt, .held_weight_gradients = 0});
     pipeline::StageMemory& m = stages[std::size_t(c.pipeline)];
     m.fused_peak = std::max(m.fused_peak, fused.peak_bytes);
     m.split_peak = std::max(m.split_peak, split.peak_bytes);
     m.held_bytes = std::max(m.held_bytes, split.held_weight_bytes);
   }
-  return pipeline::held_weight_gradients(stages, cfg.parallel.zb_memory);
+  return pipeline::held_weight_gradients(stages, job.zb_memory);
 }
 
 // Whether ZB-H1 holds W's back by bytes (parallel.zb_memory), not by the paper's count.
-bool holds_by_bytes(const config::Config& cfg) {
-  return cfg.parallel.schedule == pipeline::ScheduleKind::zb_h1 && cfg.parallel.zb_memory > 0 &&
-         cfg.parallel.pipeline > 1;
+bool holds_by_bytes(const Job& job) {
+  return job.schedule == pipeline::ScheduleKind::zb_h1 && job.zb_memory > 0 && job.mesh().pipeline > 1;
 }
 
 // A step replayed once per kind of rank: ranks that differ only in their data-parallel index hold
 // the same layers and lists and talk over groups of the same shape.
 class Replays {
  public:
-  Replays(const config::Config& cfg, const std::vector<PlannedRank>& world, const Hardware* hardware, DeviceOps ops)
-      : cfg_(cfg), world_(world), layout_(world.front().pc->layout()), hardware_(hardware), ops_(ops) {}
+  Replays(const Job& job, const std::vector<PlannedRank>& world, const Hardware* hardware, DeviceOps ops)
+      : job_(job), world_(world), layout_(world.front().pc->layout()), hardware_(hardware), ops_(ops) {}
 
   const StepReplay& of(const PlannedRank& r) {
     const parallel::Coordinates& c = r.pc->coordinates();
@@ -290,18 +261,18 @@ class Replays {
     if (fresh) {
       std::optional<Costs> costs;
       if (hardware_)
-        costs = Costs{.hardware = hardware_, .dtype = cfg_.train.precision,
+        costs = Costs{.hardware = hardware_, .dtype = job_.precision,
                       .link = link_time(*hardware_, layout_, r.pc->rank())};
-      if (holds_by_bytes(cfg_) && held_.empty()) held_ = held_by_bytes(cfg_, world_, ops_);
+      if (holds_by_bytes(job_) && held_.empty()) held_ = held_by_bytes(job_, world_, ops_);
       const int holds = held_.empty() ? -1 : held_[std::size_t(c.pipeline)];
-      replays_.emplace(r.pc->rank(), replay_step(cfg_, r, ops_, costs ? &*costs : nullptr,
+      replays_.emplace(r.pc->rank(), replay_step(job_, r, ops_, costs ? &*costs : nullptr,
                                                  {.kind = std::nullopt, .held_weight_gradients = holds}));
     }
     return replays_.at(kind->second);
   }
 
  private:
-  const config::Config& cfg_;
+  const Job& job_;
   const std::vector<PlannedRank>& world_;
   const parallel::Layout& layout_;
   const Hardware* hardware_;
@@ -361,11 +332,10 @@ RankMemory rank_memory(const PlannedRank& r, const StepReplay& replay, std::size
 // Whether every rank fits: the device within its capacity (under offload, what the warm-up needs
 // at the least: an operator's two param chunks beside the non-model peak, or the static
 // partition's whole param list), the host within memory.host_limit or its share of the node.
-void check_fits(Prediction& p, const config::Config& cfg, const Hardware* hardware, std::size_t device_capacity) {
-  const double host_capacity = !cfg.memory.host_limit.empty()
-                                   ? double(config::parse_bytes(cfg.memory.host_limit, "memory.host_limit"))
-                               : hardware ? hardware->host_memory / hardware->devices_per_node
-                                          : std::numeric_limits<double>::infinity();
+void check_fits(Prediction& p, const Job& job, const Hardware* hardware, std::size_t device_capacity) {
+  const double host_capacity = job.host_limit ? *job.host_limit
+                               : hardware     ? hardware->host_memory / hardware->devices_per_node
+                                              : std::numeric_limits<double>::infinity();
   const auto needs_of = [&](const RankMemory& m) {
     const ModelDataBytes& md = m.model_data;
     return !md.offload          ? m.device
@@ -442,16 +412,15 @@ StepTime stage_time(Prediction& p, const StepReplay& r, double ran, double wait,
 // action times (a stage runs its actions in order, each once its input has arrived), then what
 // the step adds after the actions, the optimizer's pass, and the gradient buckets' all-reduce
 // where it outlasts the last backward it overlaps.
-void predict_time(Prediction& p, const config::Config& cfg, std::vector<PlannedRank>& world, Replays& replays,
+void predict_time(Prediction& p, const Job& job, std::vector<PlannedRank>& world, Replays& replays,
                   const Hardware& hardware, int world_size) {
-  const config::ParallelConfig& par = cfg.parallel;
+  const parallel::MeshSpec& mesh = job.mesh();
   const parallel::Layout& layout = world.front().pc->layout();
-  const std::int64_t local = cfg.train.batch_size / par.data;
-  const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
-  const auto rate = hardware.flops.find(cfg.train.precision);
+  const std::int64_t micro = job.micro_batch();
+  const auto rate = hardware.flops.find(job.precision);
   TIDAL_CHECK(rate != hardware.flops.end(), "the hardware file {} gives no {} rate", hardware.name,
-              dtype_name(cfg.train.precision));
-  const double e = double(dtype_size(cfg.train.precision));
+              dtype_name(job.precision));
+  const double e = double(dtype_size(job.precision));
   for (const PlannedRank& first : world) {
     const int rank = first.pc->rank();
     const std::vector<int> stages = layout.group(parallel::GroupKind::pipeline, rank);
@@ -459,11 +428,11 @@ void predict_time(Prediction& p, const config::Config& cfg, std::vector<PlannedR
     std::vector<const StepReplay*> stage_replays;
     for (int s : stages) stage_replays.push_back(&replays.of(world[std::size_t(s)]));
     // A message between stages: the hidden state (1D's scatter-gather sends 1/t of it).
-    const double positions = double(models::positions_per_sample(cfg.model)) / par.sequence;
+    const double positions = double(models::positions_per_sample(job.model)) / mesh.sequence;
     const bool grid = layout.sample_parts() > 1;
     const double samples = double(micro) / layout.sample_parts();
-    const double width = double(cfg.model.n_embd) / (grid ? layout.tensor_side() : 1) /
-                         (par.scatter_gather && !grid && par.tensor.size > 1 ? par.tensor.size : 1);
+    const double width = double(job.model.n_embd) / (grid ? layout.tensor_side() : 1) /
+                         (job.scatter_gather && !grid && mesh.tensor > 1 ? mesh.tensor : 1);
     const double message = stages.size() > 1
                                ? link_time(hardware, layout, rank)("pipeline", int(stages.size()), "send", 1,
                                                                    samples * positions * width * e)
@@ -474,7 +443,7 @@ void predict_time(Prediction& p, const config::Config& cfg, std::vector<PlannedR
     const auto speedup = [&](int computing) {
       return hardware.sharing_speedup(computing * ranks_on_node / double(stages.size()), hardware.devices_per_node);
     };
-    const PipelineRun run = simulate_pipeline(stage_replays, message, par.pipeline, par.virtual_stages, par.schedule, speedup);
+    const PipelineRun run = simulate_pipeline(stage_replays, message, mesh.pipeline, job.virtual_stages, job.schedule, speedup);
     for (std::size_t k = 0; k < stage_replays.size(); ++k) {
       double busy = 0;
       for (const ActionTime& a : stage_replays[k]->actions) busy += a.seconds;
@@ -489,21 +458,21 @@ void predict_time(Prediction& p, const config::Config& cfg, std::vector<PlannedR
 
 }  // namespace
 
-std::vector<int> zero_bubble_holds(const config::Config& cfg, int world_size) {
-  if (!holds_by_bytes(cfg)) return {};
+std::vector<int> zero_bubble_holds(const Job& job, int world_size) {
+  if (!holds_by_bytes(job)) return {};
   const std::vector<PlannedRank> world =
-      plan_world(cfg, world_size, cfg.parallel.ranks_per_node, device_capacity_bytes(cfg, nullptr));
-  return held_by_bytes(cfg, world, device_ops(cfg, nullptr));
+      plan_world(job, world_size, job.mesh().ranks_per_node, device_capacity_bytes(job, nullptr));
+  return held_by_bytes(job, world, device_ops(job, nullptr));
 }
 
-Prediction predict(const config::Config& cfg, int world_size, const Hardware* hardware) {
+Prediction predict(const Job& job, int world_size, const Hardware* hardware) {
   Prediction p;
-  p.layout = layout_of(cfg);
-  const std::size_t device_capacity = device_capacity_bytes(cfg, hardware);
+  p.layout = job.layout;
+  const std::size_t device_capacity = device_capacity_bytes(job, hardware);
   const int per_node = hardware ? hardware->devices_per_node : 0;
   std::vector<PlannedRank> world =
-      plan_world(cfg, world_size, cfg.parallel.ranks_per_node ? cfg.parallel.ranks_per_node : per_node, device_capacity);
-  Replays replays(cfg, world, hardware, device_ops(cfg, hardware));
+      plan_world(job, world_size, job.mesh().ranks_per_node ? job.mesh().ranks_per_node : per_node, device_capacity);
+  Replays replays(job, world, hardware, device_ops(job, hardware));
   for (PlannedRank& r : world) {
     p.ranks.push_back(rank_memory(r, replays.of(r), device_capacity));
     if (p.ranks.back().total() > p.peak_bytes) {
@@ -511,84 +480,23 @@ Prediction predict(const config::Config& cfg, int world_size, const Hardware* ha
       p.largest_rank = p.ranks.back().rank;
     }
   }
-  check_fits(p, cfg, hardware, device_capacity);
-  p.flops_per_step = 3 * double(cfg.train.batch_size) * forward_flops_per_sample(cfg);
+  check_fits(p, job, hardware, device_capacity);
+  p.flops_per_step = 3 * double(job.context.batch_size) * forward_flops_per_sample(job);
   // A checkpoint's state in device memory, per rank (what an asynchronous save stages).
   std::vector<double> on_device;
   for (const RankMemory& m : p.ranks) {
     const int chunks = m.offload.device_state_chunks + m.offload.host_state_chunks;
     on_device.push_back(m.model_data.offload ? (chunks > 0 ? double(m.offload.device_state_chunks) / chunks : 0.0)
                         : hardware ? double(hardware->device == Device::Kind::cuda)
-                                   : double(cfg.train.device == Device::Kind::cuda));
+                                   : double(job.device() == Device::Kind::cuda));
   }
   if (!hardware) {
-    p.checkpoint = checkpoint_cost(cfg, world, on_device, nullptr, 0, 0);
+    p.checkpoint = checkpoint_cost(job, world, on_device, nullptr, 0, 0);
     return p;
   }
-  predict_time(p, cfg, world, replays, *hardware, world_size);
-  p.checkpoint = checkpoint_cost(cfg, world, on_device, hardware, p.time.total(), p.time.optimizer);
+  predict_time(p, job, world, replays, *hardware, world_size);
+  p.checkpoint = checkpoint_cost(job, world, on_device, hardware, p.time.total(), p.time.optimizer);
   return p;
-}
-
-std::vector<config::Config> layouts(const config::Config& cfg, int world_size) {
-  std::vector<config::Config> out;
-  const auto divisors = [](int n) {
-    std::vector<int> d;
-    for (int k = 1; k <= n; ++k)
-      if (n % k == 0) d.push_back(k);
-    return d;
-  };
-  struct Tensor {
-    int size;
-    parallel::TensorMode mode;
-    int depth;
-  };
-  for (int pp : divisors(world_size))
-    for (int rest : divisors(world_size / pp)) {
-      const int data = world_size / pp / rest;
-      std::vector<Tensor> tensors = {{rest, parallel::TensorMode::d1, 1}};
-      for (int q = 2; q * q <= rest; ++q) {
-        if (q * q == rest) tensors.push_back({rest, parallel::TensorMode::d2, 1});
-        if (rest % (q * q) == 0 && rest / (q * q) > 1) tensors.push_back({rest, parallel::TensorMode::d2p5, rest / (q * q)});
-        if (q * q * q == rest) tensors.push_back({rest, parallel::TensorMode::d3, 1});
-      }
-      std::vector<std::pair<Tensor, int>> splits;  // (tensor, sequence)
-      for (const Tensor& t : tensors) splits.push_back({t, 1});
-      if (rest > 1) splits.push_back({{1, parallel::TensorMode::d1, 1}, rest});
-      // A mixture's experts spread over groups of data ranks (parallel.expert): each divisor of
-      // the data ranks that divides the experts.
-      std::vector<int> experts = {1};
-      if (models::find_family(cfg.model.type).routed)
-        for (int e : divisors(data))
-          if (e > 1 && cfg.model.experts % e == 0) experts.push_back(e);
-      for (const auto& [t, seq] : splits)
-        for (int zero = 0; zero <= (data * seq > 1 ? 3 : 0); ++zero)
-          for (int expert : experts)
-            for (bool keep : {false, true}) {
-              config::Config c = cfg;
-              c.parallel.data = data;
-              c.parallel.pipeline = pp;
-              c.parallel.tensor.size = t.size;
-              c.parallel.tensor.mode = t.mode;
-              c.parallel.tensor.depth = t.depth;
-              // 2.5D and 3D each way: less traffic for more memory (a 2.5D depth layer's whole
-              // weight blocks, colossal-ai.txt Table I's S_w; a 3D linear's gathered input kept).
-              c.parallel.tensor.keep_gathered = keep;
-              if (keep && !keeps_gathered_choice(c.parallel.tensor)) continue;
-              c.parallel.sequence = seq;
-              c.parallel.expert = expert;
-              c.zero.stage = zero;
-              if (pp == 1) c.parallel.virtual_stages = 1;
-              try {
-                config::check_layout(c);  // a ViT split by position, a schedule that cannot run
-                (void)parallel::ParallelContext::planned(config::context_options(c), world_size, 0);
-              } catch (const Error&) {
-                continue;
-              }
-              out.push_back(std::move(c));
-            }
-    }
-  return out;
 }
 
 std::string layout_words(const nlohmann::json& l) {
@@ -612,7 +520,7 @@ std::string layout_words(const nlohmann::json& l) {
                                 l.at("parallel.sequence").get<int>()));
   std::string out = parts.empty() ? "one rank" : fmt::format("{}", fmt::join(parts, " x "));
   if (l.at("zero.stage").get<int>() > 0) out += fmt::format(", zero {}", l.at("zero.stage").get<int>());
-  // The planner's choices (sim/planner.h).
+  // The planner's choices (engine/planning/planner.h).
   if (l.contains("train.micro_batch_size"))
     out += fmt::format(", micro-batch {}", l.at("train.micro_batch_size").get<std::int64_t>());
   if (l.contains("train.activation_checkpointing"))

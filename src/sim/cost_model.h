@@ -1,4 +1,4 @@
-// The cost model (issue: predict before you run): for a config's model and layout on a world of
+// The cost model (issue: predict before you run): for a job's model and layout on a world of
 // ranks, each rank's peak memory by list and the step's time by term, from the planned world
 // (sim/planned_world.h: model data exactly as a run lays it out), the replayed activations
 // (sim/activations.h), and a hardware file's rates and links (sim/hardware.h).
@@ -14,9 +14,9 @@
 // chunks' moves over the host link and AdamW on the host for the states there (RankMemory::Offload).
 #pragma once
 
-#include "config/config.h"
 #include "sim/checkpoint_cost.h"
 #include "sim/hardware.h"
+#include "sim/job.h"
 #include "sim/planned_world.h"
 
 #include <nlohmann/json.hpp>
@@ -85,23 +85,19 @@ struct Prediction {
 
 // The device memory one rank may use: memory.device_limit, else the hardware file's device; 0 =
 // no bound (neither is given).
-double capacity_of_device(const config::Config& cfg, const Hardware* hardware);
+double capacity_of_device(const Job& job, const Hardware* hardware);
 
-// `cfg`'s own layout on `world_size` ranks. `hardware` gives rates, links and the device's
+// `job`'s own layout on `world_size` ranks. `hardware` gives rates, links and the device's
 // memory (without it: no time, and memory fits while within memory.device_limit if set).
-Prediction predict(const config::Config& cfg, int world_size, const Hardware* hardware);
+Prediction predict(const Job& job, int world_size, const Hardware* hardware);
 
 // ZB-H1's W's held back per stage under parallel.zb_memory (pipeline::held_weight_gradients),
-// from `cfg`'s step replayed on `world_size` ranks as 1F1B and with each W right after its B;
+// from `job`'s step replayed on `world_size` ranks as 1F1B and with each W right after its B;
 // empty where the paper's count holds (another schedule, or parallel.zb_memory = 0). What a run
 // holds (engine/trainer.cpp): every rank finds the same counts before the first step, and a
 // rerun the same again. parallel.partition = "time" is replayed as "parameters" (the counts then
 // of that split).
-std::vector<int> zero_bubble_holds(const config::Config& cfg, int world_size);
-
-// Every layout of `world_size` ranks the model can be split over (data x pipeline x tensor mode
-// and size x sequence, each ZeRO stage where data > 1), as configs; invalid ones skipped.
-std::vector<config::Config> layouts(const config::Config& cfg, int world_size);
+std::vector<int> zero_bubble_holds(const Job& job, int world_size);
 
 // A layout (Prediction::layout) in a few words: "data 2 x pipeline 2 x 1d 2, zero 1".
 std::string layout_words(const nlohmann::json& layout);

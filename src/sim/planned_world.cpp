@@ -1,6 +1,5 @@
 #include "sim/planned_world.h"
 
-#include "config/options.h"
 #include "distributed/rank_chunks.h"
 #include "models/factory.h"
 #include "nn/on_host.h"
@@ -44,35 +43,32 @@ int ModelDataBytes::state_chunks() const {
 
 namespace {
 
-PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int ranks_per_node) {
+PlannedRank build_rank(const Job& job, int world_size, int rank, int ranks_per_node) {
   PlannedRank r;
   r.pc = std::make_unique<parallel::ParallelContext>(
-      parallel::ParallelContext::planned(config::context_options(cfg), world_size, rank, ranks_per_node));
+      parallel::ParallelContext::planned(job.context, world_size, rank, ranks_per_node));
   r.model_pc = r.pc.get();
-  r.layers = nn::make_layers(*r.pc, {.keep_gathered = cfg.parallel.tensor.keep_gathered});
-  r.model = models::make_model(cfg.model, config::checkpoint_policy(cfg.train), *r.layers,
-                               cfg.memory.embedding_on_host);
-  if (const std::optional<models::LoraSpec> lora = config::lora_spec(cfg))
-    models::attach_lora(*r.model, cfg.model, *lora);
+  r.layers = nn::make_layers(*r.pc, {.keep_gathered = job.keep_gathered});
+  r.model = models::make_model(job.model, job.recompute, *r.layers, job.embedding_on_host);
+  if (job.lora) models::attach_lora(*r.model, job.model, *job.lora);
   pipeline::PipelineOptions options{.unit_costs = {},
-                                    .scatter_gather = cfg.parallel.scatter_gather,
-                                    .schedule = cfg.parallel.schedule,
-                                    .chunks = cfg.parallel.virtual_stages,
+                                    .scatter_gather = job.scatter_gather,
+                                    .schedule = job.schedule,
+                                    .chunks = job.virtual_stages,
                                     .held_weight_gradients = {}};
   if (r.pc->layout().spec().pipeline > 1)
-    options.unit_costs = pipeline::unit_costs(*r.model, cfg.parallel.partition == pipeline::PartitionBy::time
+    options.unit_costs = pipeline::unit_costs(*r.model, job.partition == pipeline::PartitionBy::time
                                                             ? pipeline::PartitionBy::parameters
-                                                            : cfg.parallel.partition);
+                                                            : job.partition);
   r.engine = std::make_shared<pipeline::PipelineEngine>(*r.model, *r.pc, options);
   for (const nn::Parameter* p : r.engine->parameters()) r.model_data.parameters += p->shape.numel();
   // A frozen base (finetune.method = "lora") in the compute precision on the device tier, its
   // linears in NF4 under finetune.base_dtype = "nf4" (ops/nf4.h).
-  const std::set<std::string> nf4 = cfg.finetune.base_dtype == config::BaseDType::nf4
-                                        ? models::linear_weights(cfg.model) : std::set<std::string>{};
-  r.model_data.frozen_on = cfg.finetune.base_offload;
+  const std::set<std::string> nf4 = job.nf4_base ? models::linear_weights(job.model) : std::set<std::string>{};
+  r.model_data.frozen_on = job.base_offload;
   for (const nn::Parameter* p : r.engine->frozen_parameters())
     r.model_data.frozen_bytes += nf4.count(p->name) ? ops::nf4_bytes(p->shape.numel())
-                                                    : p->shape.numel() * std::int64_t(dtype_size(cfg.train.precision));
+                                                    : p->shape.numel() * std::int64_t(dtype_size(job.precision));
   return r;
 }
 
@@ -80,12 +76,12 @@ PlannedRank build_rank(const config::Config& cfg, int world_size, int rank, int 
 // gathered (ZeRO-3), a group packed for its reduction, micro-batches' pending sums, and under
 // offload the one chunk a replicated segment's gradient passes through.
 // `tied_here`: two of the rank's modules read one parameter (a head tied to the embedding's table).
-std::int64_t transient_param_bytes(const config::Config& cfg, const memory::ChunkOptions& options,
+std::int64_t transient_param_bytes(const Job& job, const memory::ChunkOptions& options,
                                    const memory::ChunkLayout& layout, int group_size, bool replicated,
                                    bool tied_here) {
   const std::int64_t chunk_bytes = layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype));
   std::int64_t bytes = 0;
-  if (group_size > 1 && options.offload && cfg.zero.stage == 3) {
+  if (group_size > 1 && options.offload && job.zero_stage() == 3) {
     // Under offload, ZeRO-3 fetches the other ranks' chunks of the group in use into the device
     // tier's chunk share (no group buffer: memory/chunk_manager.cpp's ring), a tied head's
     // table's group held from its backward to the embedding's.
@@ -99,13 +95,13 @@ std::int64_t transient_param_bytes(const config::Config& cfg, const memory::Chun
     const std::int64_t group_bytes = std::int64_t(group_size) * chunk_bytes;
     // Micro-batches summed locally: no buffer at stage 0, whose grad list is all-reduced where it
     // lies; at stage 1 the gather after the step's (the owned chunk's fp32 sum is no larger).
-    bytes = options.accumulate && cfg.zero.stage == 0 ? 0 : group_bytes;
+    bytes = options.accumulate && job.zero_stage() == 0 ? 0 : group_bytes;
     // Micro-batches at stages 2 and 3: a group's pending sums in flight (and its owned chunk's)
     // while the next group's fill a buffer of their own; at stage 3 in the place of the remote
     // chunks the reduced group has let go (measured: the peak stays where it was).
     if (options.accumulate && !memory::sums_micro_batches_locally(options))
-      bytes += chunk_bytes + (cfg.zero.stage != 3 && layout.chunks / group_size > 1 ? group_bytes : 0);
-    if (cfg.zero.stage == 3) bytes += group_bytes * std::min(layout.chunks / group_size, tied_here ? 2 : 1);
+      bytes += chunk_bytes + (job.zero_stage() != 3 && layout.chunks / group_size > 1 ? group_bytes : 0);
+    if (job.zero_stage() == 3) bytes += group_bytes * std::min(layout.chunks / group_size, tied_here ? 2 : 1);
   }
   // After backward, under offload, each owned gradient chunk of the segments other ranks hold too
   // goes through one chunk of the device tier for its all-reduce (ChunkManager::reduce_replicas);
@@ -156,7 +152,7 @@ std::vector<std::shared_ptr<const RankLists>> rank_lists(const std::vector<Plann
 // r.chunk_lists), its bytes (param and optimizer) counted in r's model data (under offload, on the
 // host at the start, and its optimizer states' chunks), and its place in the step beyond them.
 // `tied_here`: two of the rank's modules read one parameter.
-memory::ChunkListBytes plan_list(const config::Config& cfg, PlannedRank& r, const memory::ChunkParameters& params,
+memory::ChunkListBytes plan_list(const Job& job, PlannedRank& r, const memory::ChunkParameters& params,
                                  memory::ChunkOptions o, parallel::GroupKind kind, bool tied_here) {
   ModelDataBytes& m = r.model_data;
   o.group = &r.pc->group(kind);
@@ -168,7 +164,7 @@ memory::ChunkListBytes plan_list(const config::Config& cfg, PlannedRank& r, cons
   bool replicated = false;  // segments other ranks hold too (their gradients all-reduced)
   for (const memory::ChunkSegment& seg : params.segments)
     for (const comm::Communicator* g : seg.replicas) replicated = replicated || g->size() > 1;
-  m.param_transient_bytes += transient_param_bytes(cfg, o, layout, o.group->size(), replicated, tied_here);
+  m.param_transient_bytes += transient_param_bytes(job, o, layout, o.group->size(), replicated, tied_here);
   r.chunk_lists.push_back({.params = params, .layout = layout, .group = kind});
   if (o.offload) {
     // Every list starts on the host; under the static partition the param list too, until its
@@ -186,9 +182,7 @@ memory::ChunkListBytes plan_list(const config::Config& cfg, PlannedRank& r, cons
 
 // The chunk keeper's lists on every rank (RankLists), each kind with the chunk size every rank
 // agrees on.
-void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std::size_t device_capacity) {
-  const std::int64_t local = cfg.train.batch_size / cfg.parallel.data;
-  const std::int64_t micro = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local;
+void plan_chunks(const Job& job, std::vector<PlannedRank>& world, std::size_t device_capacity) {
   const std::vector<std::shared_ptr<const RankLists>> lists = rank_lists(world);
   const parallel::ParallelContext& first = *world.front().pc;
   const parallel::GroupKind chunk_kind = distributed::chunk_group_kind(first);
@@ -199,11 +193,11 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
     return distributed::agreed_chunk_size(all, o, int(first.layout().group(kind, first.rank()).size()),
                                           device_capacity);
   };
-  memory::ChunkOptions options = config::chunk_options(cfg, local / micro > 1);
+  memory::ChunkOptions options = job.chunk_options_for(job.local_batch() / job.micro_batch() > 1);
   memory::ChunkOptions host_options = options, expert_options = options;
   host_options.offload.reset();
-  if (cfg.memory.embedding_on_host) host_options.chunk_elements = agreed(&RankLists::host, host_options, chunk_kind);
-  if (cfg.parallel.expert > 1)
+  if (job.embedding_on_host) host_options.chunk_elements = agreed(&RankLists::host, host_options, chunk_kind);
+  if (job.mesh().expert > 1)
     expert_options.chunk_elements = agreed(&RankLists::experts, expert_options, parallel::GroupKind::expert_data);
   options.chunk_elements = agreed(&RankLists::device, options, chunk_kind);
   for (std::size_t k = 0; k < world.size(); ++k) {
@@ -212,7 +206,7 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
     std::map<nn::Parameter*, int> users;
     for (nn::Module* layer : r.engine->layers()) layer->count_parameter_users(users);
     const bool tied_here = std::any_of(users.begin(), users.end(), [](const auto& u) { return u.second > 1; });
-    plan_list(cfg, r, lists[k]->device, options, chunk_kind, tied_here);
+    plan_list(job, r, lists[k]->device, options, chunk_kind, tied_here);
     const memory::ChunkLayout& layout = r.chunk_lists.front().layout;
     m.chunks = true;
     m.chunk_elements = layout.chunk_elements;
@@ -222,9 +216,9 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
       m.offload = true;
       m.static_partition = options.offload->partition == memory::Partition::fixed;
     }
-    if (cfg.parallel.expert > 1 && !lists[k]->experts.params.empty())
-      plan_list(cfg, r, lists[k]->experts, expert_options, parallel::GroupKind::expert_data, false);
-    if (cfg.memory.embedding_on_host && !lists[k]->host.params.empty()) {
+    if (job.mesh().expert > 1 && !lists[k]->experts.params.empty())
+      plan_list(job, r, lists[k]->experts, expert_options, parallel::GroupKind::expert_data, false);
+    if (job.embedding_on_host && !lists[k]->host.params.empty()) {
       host_options.group = &r.pc->group(chunk_kind);
       m.embedding_on_host_bytes =
           memory::chunk_list_bytes(layout_of(lists[k]->host, host_options), host_options).total();
@@ -234,22 +228,22 @@ void plan_chunks(const config::Config& cfg, std::vector<PlannedRank>& world, std
 
 }  // namespace
 
-std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, int ranks_per_node,
+std::vector<PlannedRank> plan_world(const Job& job, int world_size, int ranks_per_node,
                                     std::size_t device_capacity) {
   std::vector<PlannedRank> world;
   std::map<std::pair<int, int>, std::size_t> first_of_kind;  // (stage, tensor index) -> rank
   for (int rank = 0; rank < world_size; ++rank) {
-    const parallel::Layout layout(config::mesh_spec(cfg, world_size, ranks_per_node));
+    const parallel::Layout layout(parallel::mesh_spec(job.context, world_size, ranks_per_node));
     const parallel::Coordinates c = layout.coordinates(rank);
     const auto [it, fresh] = first_of_kind.try_emplace({c.pipeline, c.tensor}, world.size());
     if (fresh) {
-      world.push_back(build_rank(cfg, world_size, rank, ranks_per_node));
+      world.push_back(build_rank(job, world_size, rank, ranks_per_node));
       continue;
     }
     const PlannedRank& like = world[it->second];
     PlannedRank r;
     r.pc = std::make_unique<parallel::ParallelContext>(
-        parallel::ParallelContext::planned(config::context_options(cfg), world_size, rank, ranks_per_node));
+        parallel::ParallelContext::planned(job.context, world_size, rank, ranks_per_node));
     r.model_pc = like.model_pc;
     r.layers = like.layers;
     r.model = like.model;
@@ -259,8 +253,8 @@ std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, i
     r.model_data.frozen_on = like.model_data.frozen_on;
     world.push_back(std::move(r));
   }
-  if (config::keeps_chunks(cfg)) {
-    plan_chunks(cfg, world, device_capacity);
+  if (job.chunks) {
+    plan_chunks(job, world, device_capacity);
   } else {
     // fp32 tensors: each parameter and its gradient, AdamW's momentum and variance.
     for (PlannedRank& r : world) {

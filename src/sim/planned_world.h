@@ -6,13 +6,14 @@
 // the model data it predicts is the bytes the run allocates, exactly (tests/mpi/check_plan.sh).
 #pragma once
 
-#include "config/config.h"
+#include "config/choices.h"
 #include "memory/chunk_layout.h"
 #include "memory/chunk_manager.h"
 #include "models/model.h"
 #include "nn/layer_factory.h"
 #include "parallel/context.h"
 #include "pipeline/engine.h"
+#include "sim/job.h"
 
 #include <nlohmann/json.hpp>
 
@@ -97,11 +98,11 @@ struct PlannedRank {
   std::vector<PlannedChunkList> chunk_lists;
 };
 
-// Every rank of `cfg`'s layout on `world_size` ranks (`ranks_per_node` per node, 0 = one node).
+// Every rank of `job`'s layout on `world_size` ranks (`ranks_per_node` per node, 0 = one node).
 // `device_capacity`: the device tier's bytes, which bound the chunk size under memory.offload.
 // parallel.partition = "time" measures the first micro-batch in a run; a plan balances the
 // stages by parameters instead. Errors as a run's start-up gives them (tidal::Error naming keys).
-std::vector<PlannedRank> plan_world(const config::Config& cfg, int world_size, int ranks_per_node,
+std::vector<PlannedRank> plan_world(const Job& job, int world_size, int ranks_per_node,
                                     std::size_t device_capacity);
 
 }  // namespace tidal::sim

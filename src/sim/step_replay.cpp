@@ -1,7 +1,6 @@
 #include "sim/step_replay.h"
 
 #include "comm/counting_communicator.h"
-#include "config/options.h"
 #include "core/dtype.h"
 #include "data/data_options.h"
 #include "distributed/rank_chunks.h"
@@ -168,7 +167,7 @@ StepGroups step_groups(const PlannedRank& rank) {
 // The fp32 tensor keeper's: the bucketed all-reduce (distributed/gradient_reducer.h: parameters in
 // reverse order, a bucket closed once it holds parallel.bucket_mb), a grid's replicated blocks
 // and a table tied at the pipeline's ends, then the gradient norm's sums.
-Overlap tensor_keeper_collectives(const config::Config& cfg, const PlannedRank& rank, const StepGroups& g,
+Overlap tensor_keeper_collectives(const Job& job, const PlannedRank& rank, const StepGroups& g,
                                   Traffic& traffic) {
   const parallel::Layout& layout = rank.pc->layout();
   double buckets = 0, last = 0;  // seconds: every bucket's, the last one's
@@ -180,7 +179,7 @@ Overlap tensor_keeper_collectives(const config::Config& cfg, const PlannedRank& 
     const std::string name = experts ? "expert_data" : g.chunk_group;
     if (size == 1) continue;
     const double start = traffic.seconds();
-    const double bucket_bytes = std::floor(cfg.parallel.bucket_mb * 1024 * 1024);
+    const double bucket_bytes = std::floor(job.bucket_mb * 1024 * 1024);
     const std::vector<nn::Parameter*>& params = rank.engine->parameters();
     double bytes = 0, elements = 0;
     bool open = false;
@@ -228,19 +227,19 @@ Overlap tensor_keeper_collectives(const config::Config& cfg, const PlannedRank& 
 
 // The chunk keeper's group sums and gathers (memory/chunk_manager.h) of one list over its group
 // (`name`, `group` ranks).
-Overlap chunk_group_collectives(const config::Config& cfg, const memory::ChunkLayout& chunks, const std::string& name,
+Overlap chunk_group_collectives(const Job& job, const memory::ChunkLayout& chunks, const std::string& name,
                                 int group, int micro_batches, Traffic& traffic) {
-  const double C = double(chunks.chunk_elements), e = double(dtype_size(cfg.train.precision));
-  const int groups = chunks.chunks / chunks.group_size, stage = cfg.zero.stage;
+  const double C = double(chunks.chunk_elements), e = double(dtype_size(job.precision));
+  const int groups = chunks.chunks / chunks.group_size, stage = job.zero_stage();
   const bool accumulate = micro_batches > 1;
-  const bool offload = cfg.memory.offload != config::Offload::none;
+  const bool offload = job.offloaded();
   Overlap overlap;
   // Each chunk group's gradients summed once it is complete (every micro-batch's at stages 2 and 3
   // or under offload): all of them at stage 0, each rank's own chunk when sharded - under offload
   // by a ring of sends straight between the chunks' payloads. At stages 0 and 1 with chunks that
   // stay put, each rank sums its micro-batches in a grad list of every chunk, whose groups are
   // reduced in fp32 once, beside the last micro-batch's backward.
-  const bool local_sums = memory::sums_micro_batches_locally(config::chunk_options(cfg, accumulate));
+  const bool local_sums = memory::sums_micro_batches_locally(job.chunk_options_for(accumulate));
   const double reductions = double(groups) * (accumulate && !local_sums ? micro_batches : 1);
   const bool ring = offload && stage > 0;
   const double start = traffic.seconds();
@@ -277,12 +276,12 @@ Overlap chunk_group_collectives(const config::Config& cfg, const memory::ChunkLa
 // replicas): their owned gradient chunks, one all-reduce per chunk, level by level. The first
 // level's start as each group's sum is the step's, beside the rest of backward (not under
 // offload): they join `overlap`, whose tail is still the last group's share.
-void chunk_replica_collectives(const config::Config& cfg, const PlannedRank& rank, const PlannedChunkList& list,
+void chunk_replica_collectives(const Job& job, const PlannedRank& rank, const PlannedChunkList& list,
                                bool accumulate, Traffic& traffic, Overlap& overlap) {
   const memory::ChunkLayout& chunks = list.layout;
-  const double C = double(chunks.chunk_elements), e = double(dtype_size(cfg.train.precision));
-  const int groups = chunks.chunks / chunks.group_size, stage = cfg.zero.stage;
-  const bool offload = cfg.memory.offload != config::Offload::none;
+  const double C = double(chunks.chunk_elements), e = double(dtype_size(job.precision));
+  const int groups = chunks.chunks / chunks.group_size, stage = job.zero_stage();
+  const bool offload = job.offloaded();
   const int index = rank.pc->layout().group_index(list.group, rank.pc->rank());
   std::map<std::pair<std::size_t, std::string>, std::pair<int, double>> replicas;  // (level, group) -> (size, chunks)
   for (std::size_t seg = 0; seg < list.params.segments.size(); ++seg) {
@@ -306,16 +305,16 @@ void chunk_replica_collectives(const config::Config& cfg, const PlannedRank& ran
   }
 }
 
-Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int micro_batches, Traffic& traffic) {
+Overlap step_collectives(const Job& job, const PlannedRank& rank, int micro_batches, Traffic& traffic) {
   const StepGroups g = step_groups(rank);
   traffic.add("pipeline", g.pipeline, "all_reduce", 1, 4);  // the pipeline's loss
   if (g.data > 1) traffic.add("data", g.data, "all_reduce", 1, 4, 2);  // the step's targets and loss over replicas
   // The routers' metrics (engine/expert_metrics.cpp): per block each expert's rows, the dropped
   // picks and two losses, summed over the world.
   const int world = rank.pc->world_size();
-  if (world > 1 && models::find_family(cfg.model.type).routed)
-    traffic.add("world", world, "all_reduce", double(cfg.model.n_layer) * (cfg.model.experts + 3), 4);
-  if (!rank.model_data.chunks) return tensor_keeper_collectives(cfg, rank, g, traffic);
+  if (world > 1 && models::find_family(job.model.type).routed)
+    traffic.add("world", world, "all_reduce", double(job.model.n_layer) * (job.model.experts + 3), 4);
+  if (!rank.model_data.chunks) return tensor_keeper_collectives(job, rank, g, traffic);
   // Each list over its group: the model's first, then the experts', whose sums all run beside the
   // backward of the layers before them (the tail stays the model's list's last group).
   Overlap overlap;
@@ -324,9 +323,9 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
     const int size = int(layout.group(list.group, rank.pc->rank()).size());
     Overlap mine;
     if (size > 1)
-      mine = chunk_group_collectives(cfg, list.layout, std::string(parallel::group_name(list.group)), size,
+      mine = chunk_group_collectives(job, list.layout, std::string(parallel::group_name(list.group)), size,
                                      micro_batches, traffic);
-    chunk_replica_collectives(cfg, rank, list, micro_batches > 1, traffic, mine);
+    chunk_replica_collectives(job, rank, list, micro_batches > 1, traffic, mine);
     if (&list == &rank.chunk_lists.front()) {
       overlap = mine;
     } else if (mine.seconds > 0) {
@@ -334,11 +333,11 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
       overlap.seconds += mine.seconds;
     }
   }
-  if (cfg.zero.stage > 0 && g.group > 1) traffic.add(g.chunk_group, g.group, "all_reduce", 1, 4);  // the gradient norm
+  if (job.zero_stage() > 0 && g.group > 1) traffic.add(g.chunk_group, g.group, "all_reduce", 1, 4);  // the gradient norm
   if (rank.chunk_lists.size() > 1) {  // the experts' part of it: over their owners, then the expert group
     const parallel::Layout& layout = rank.pc->layout();
     const int owners = int(layout.group(parallel::GroupKind::expert_data, rank.pc->rank()).size());
-    if (cfg.zero.stage > 0 && owners > 1) traffic.add("expert_data", owners, "all_reduce", 1, 4);
+    if (job.zero_stage() > 0 && owners > 1) traffic.add("expert_data", owners, "all_reduce", 1, 4);
     traffic.add("expert", int(layout.group(parallel::GroupKind::expert, rank.pc->rank()).size()), "all_reduce", 1, 4);
   }
   if (g.tensor > 1) traffic.add("tensor", g.tensor, "all_reduce", 1, 4);
@@ -353,9 +352,9 @@ Overlap step_collectives(const config::Config& cfg, const PlannedRank& rank, int
 // planned communicators counted (comm/planning_communicator.h).
 class StepRun {
  public:
-  StepRun(const config::Config& cfg, const PlannedRank& planned, const DeviceOps& ops, const Costs* costs,
+  StepRun(const Job& job, const PlannedRank& planned, const DeviceOps& ops, const Costs* costs,
           const ReplayOrder& order)
-      : cfg_(cfg),
+      : job_(job),
         order_(order),
         planned_(planned),
         costs_(costs),
@@ -371,26 +370,23 @@ class StepRun {
   }
 
   StepReplay run() {
-    const std::int64_t local = cfg_.train.batch_size / layout_.spec().data;
-    const std::int64_t micro = cfg_.train.micro_batch_size ? cfg_.train.micro_batch_size : local;
-    const int micro_batches = int(local / micro);
+    const std::int64_t micro = job_.micro_batch();
+    const int micro_batches = int(job_.local_batch() / micro);
     // The batches: on the host beside a CPU's step, in the step's memory on a GPU (engine/trainer.cpp).
     Allocator& batch_memory =
-        cfg_.train.device == Device::Kind::cuda ? static_cast<Allocator&>(meta_.pool) : meta_allocator();
-    const data::DataOptions data = config::data_options(cfg_);
-    for (int m = 0; m < micro_batches; ++m) batches_.push_back(data::shaped_batch(data, micro, batch_memory));
+        job_.device() == Device::Kind::cuda ? static_cast<Allocator&>(meta_.pool) : meta_allocator();
+    for (int m = 0; m < micro_batches; ++m) batches_.push_back(data::shaped_batch(job_.data, micro, batch_memory));
     for (int m = 0; m < micro_batches; ++m)
-      states_.push_back({.runner = &runner_, .training = true, .seed = cfg_.train.seed, .first_sample = m * micro,
+      states_.push_back({.runner = &runner_, .training = true, .seed = job_.seed, .first_sample = m * micro,
                          .batch = &batches_[std::size_t(m)], .activations = &meta_.pool});
-    const bool nf4 = cfg_.finetune.base_dtype == config::BaseDType::nf4;
-    PlannedKeeper keeper(model_, engine_, planned_.model_data.chunks, cfg_.train.precision,
-                         nf4 ? models::linear_weights(cfg_.model) : std::set<std::string>{});
+    PlannedKeeper keeper(model_, engine_, planned_.model_data.chunks, job_.precision,
+                         job_.nf4_base ? models::linear_weights(job_.model) : std::set<std::string>{});
     message_ = hidden_state();
     runner_.add_hooks(&keeper);
     // finetune.base_offload = "host" or "disk": each module's frozen weights fetched into the step's
     // memory (from meta memory here, whichever it is).
     std::optional<memory::FrozenBaseStream> base_stream;
-    if (cfg_.finetune.base_offload != config::BaseOffload::none) {
+    if (job_.base_offload != config::BaseOffload::none) {
       base_stream.emplace(engine_.frozen_parameters());
       runner_.add_hooks(&*base_stream);
     }
@@ -399,7 +395,7 @@ class StepRun {
     meta_.pool.reset_peak();
     counted_ = counted();
     const std::vector<pipeline::Action> actions =
-        pipeline::schedule(order_.kind.value_or(cfg_.parallel.schedule), pipeline_, stage_, micro_batches,
+        pipeline::schedule(order_.kind.value_or(job_.schedule), pipeline_, stage_, micro_batches,
                            engine_.chunks(), order_.held_weight_gradients);
     for (std::size_t i = 0; i < actions.size(); ++i)
       run_action(actions[i], i + 1 < actions.size() ? &actions[i + 1] : nullptr);
@@ -586,7 +582,7 @@ class StepRun {
   // chunks' compute-precision copy written too). Clipping folds into the update.
   void after_actions(int micro_batches) {
     const double before = out_.traffic.seconds();
-    const Overlap overlap = step_collectives(cfg_, planned_, micro_batches, out_.traffic);
+    const Overlap overlap = step_collectives(job_, planned_, micro_batches, out_.traffic);
     out_.overlappable = overlap.seconds;
     out_.overlap_tail = overlap.tail;
     out_.overlap_passes = overlap.passes;
@@ -594,11 +590,11 @@ class StepRun {
     if (!costs_) return;
     const ModelDataBytes& md = planned_.model_data;
     const double owned = md.chunks ? double(md.owned_elements) : double(md.parameters);
-    out_.optimizer = owned * (4 + 28 + (md.chunks ? double(dtype_size(cfg_.train.precision)) : 0.0)) /
+    out_.optimizer = owned * (4 + 28 + (md.chunks ? double(dtype_size(job_.precision)) : 0.0)) /
                      costs_->hardware->optimizer_bandwidth;
   }
 
-  const config::Config& cfg_;
+  const Job& job_;
   const ReplayOrder order_;
   const PlannedRank& planned_;
   const Costs* costs_;
@@ -627,9 +623,9 @@ class StepRun {
 
 }  // namespace
 
-StepReplay replay_step(const config::Config& cfg, const PlannedRank& planned, const DeviceOps& ops,
+StepReplay replay_step(const Job& job, const PlannedRank& planned, const DeviceOps& ops,
                        const Costs* costs, const ReplayOrder& order) {
-  return StepRun(cfg, planned, ops, costs, order).run();
+  return StepRun(job, planned, ops, costs, order).run();
 }
 
 }  // namespace tidal::sim

@@ -9,8 +9,8 @@
 // it (sim/traffic.h). tests/sim/check_cost_model.py holds both against runs.
 #pragma once
 
-#include "config/config.h"
 #include "sim/hardware.h"
+#include "sim/job.h"
 #include "sim/planned_world.h"
 #include "sim/traffic.h"
 
@@ -48,7 +48,7 @@ struct ActionTime {
 // come (a plain 1F1B, and each W right after its B: sim::zero_bubble_holds), and the W's each
 // stage holds back.
 struct ReplayOrder {
-  std::optional<pipeline::ScheduleKind> kind;  // else cfg.parallel.schedule
+  std::optional<pipeline::ScheduleKind> kind;  // else the job's schedule
   int held_weight_gradients = -1;              // pipeline::schedule's
 };
 
@@ -72,7 +72,7 @@ struct StepReplay {
   double gemm_seconds = 0, attention_seconds = 0, memory_seconds = 0, layer_comm_seconds = 0;
 };
 
-StepReplay replay_step(const config::Config& cfg, const PlannedRank& rank, const DeviceOps& ops,
+StepReplay replay_step(const Job& job, const PlannedRank& rank, const DeviceOps& ops,
                        const Costs* costs = nullptr, const ReplayOrder& order = {});
 
 }  // namespace tidal::sim

@@ -6,6 +6,7 @@
 // the gradient reductions beside backward, all but the last bucket or group.
 #include "config/config.h"
 #include "ops/attention.h"
+#include "engine/planning/job.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
 
@@ -50,7 +51,7 @@ TEST(CostModelTime, PipelineStageAloneRunsOnTheSharedCores) {
   // ranks' threads oversubscribe twice over, each action runs at twice its all-busy rate.
   const config::Config cfg = small_gpt({"parallel.pipeline=2", "parallel.schedule=gpipe"});
   const sim::Hardware own = two_ranks(1), shared = two_ranks(2);
-  const sim::StepTime a = sim::predict(cfg, 2, &own).time, b = sim::predict(cfg, 2, &shared).time;
+  const sim::StepTime a = engine::predict(cfg, 2, &own).time, b = engine::predict(cfg, 2, &shared).time;
   ASSERT_EQ(a.rank, b.rank);
   ASSERT_GT(actions(a), 0);
   EXPECT_NEAR(actions(b), actions(a) / 2, 1e-9 * actions(a));
@@ -68,7 +69,7 @@ TEST(CostModelTime, SteadyPipelineGainsOnlyInItsBubble) {
   // the fill and drain one does (faster): the step is shorter, by less than half its actions.
   const config::Config cfg = small_gpt({"parallel.pipeline=2", "train.micro_batch_size=2"});
   const sim::Hardware own = two_ranks(1), shared = two_ranks(2);
-  const sim::StepTime a = sim::predict(cfg, 2, &own).time, b = sim::predict(cfg, 2, &shared).time;
+  const sim::StepTime a = engine::predict(cfg, 2, &own).time, b = engine::predict(cfg, 2, &shared).time;
   EXPECT_LT(b.total(), a.total());
   EXPECT_LT(b.pipeline_wait, a.pipeline_wait);
   EXPECT_LT(actions(b), actions(a));
@@ -79,12 +80,12 @@ TEST(CostModelTime, EveryRankComputingRunsAtTheFilesRates) {
   // Data parallelism: both ranks compute at once, which is what the file's rates are measured as.
   const config::Config cfg = small_gpt({"parallel.data=2"});
   const sim::Hardware own = two_ranks(1), shared = two_ranks(2);
-  const sim::StepTime a = sim::predict(cfg, 2, &own).time, b = sim::predict(cfg, 2, &shared).time;
+  const sim::StepTime a = engine::predict(cfg, 2, &own).time, b = engine::predict(cfg, 2, &shared).time;
   EXPECT_DOUBLE_EQ(a.total(), b.total());
   EXPECT_DOUBLE_EQ(a.compute, b.compute);
   // One rank alone of the two the file was measured for has the node's cores to itself.
-  const sim::StepTime alone = sim::predict(small_gpt({}), 1, &shared).time;
-  const sim::StepTime alone_own = sim::predict(small_gpt({}), 1, &own).time;
+  const sim::StepTime alone = engine::predict(small_gpt({}), 1, &shared).time;
+  const sim::StepTime alone_own = engine::predict(small_gpt({}), 1, &own).time;
   EXPECT_NEAR(actions(alone), actions(alone_own) / 2, 1e-9 * actions(alone_own));
 }
 
@@ -95,14 +96,14 @@ TEST(CostModelTime, ElementwiseOpsAtTheRateOfTheirDtypeAndSize) {
   const sim::Hardware h = two_ranks(1);
   sim::Hardware slow_bf16 = h;
   slow_bf16.elementwise_bandwidth[DType::bf16] /= 4;
-  const double f = sim::predict(fp32, 1, &h).time.memory, b = sim::predict(bf16, 1, &h).time.memory;
+  const double f = engine::predict(fp32, 1, &h).time.memory, b = engine::predict(bf16, 1, &h).time.memory;
   ASSERT_GT(b, 0.0);
-  EXPECT_DOUBLE_EQ(sim::predict(fp32, 1, &slow_bf16).time.memory, f);
-  EXPECT_NEAR(sim::predict(bf16, 1, &slow_bf16).time.memory, 4 * b, 1e-9 * b);
+  EXPECT_DOUBLE_EQ(engine::predict(fp32, 1, &slow_bf16).time.memory, f);
+  EXPECT_NEAR(engine::predict(bf16, 1, &slow_bf16).time.memory, 4 * b, 1e-9 * b);
   // Every tensor of this model below a curve's one point: all at that point's rate.
   sim::Hardware cached = h;
   cached.elementwise_sizes[DType::f32] = {{1e12, 2 * h.elementwise_bandwidth.at(DType::f32)}};
-  EXPECT_NEAR(sim::predict(fp32, 1, &cached).time.memory, f / 2, 1e-9 * f);
+  EXPECT_NEAR(engine::predict(fp32, 1, &cached).time.memory, f / 2, 1e-9 * f);
 }
 
 TEST(CostModelTime, OffloadMovesOverTheHostLinkAndAdamWRunsWhereTheStatesAre) {
@@ -112,7 +113,7 @@ TEST(CostModelTime, OffloadMovesOverTheHostLinkAndAdamWRunsWhereTheStatesAre) {
   h.host_device_bandwidth = 2e9;
   h.host_optimizer_bandwidth = h.optimizer_bandwidth;
   const config::Config fixed = small_gpt({"memory.offload=static", "memory.device_limit=256MiB"});
-  const sim::Prediction a = sim::predict(fixed, 1, &h);
+  const sim::Prediction a = engine::predict(fixed, 1, &h);
   const sim::RankMemory& r = a.ranks[0];
   ASSERT_TRUE(r.model_data.offload);
   EXPECT_EQ(r.offload.host_state_chunks, r.model_data.state_chunks());
@@ -120,22 +121,22 @@ TEST(CostModelTime, OffloadMovesOverTheHostLinkAndAdamWRunsWhereTheStatesAre) {
   EXPECT_DOUBLE_EQ(r.offload.bytes_each_way, double(r.model_data.param_bytes));
   EXPECT_DOUBLE_EQ(a.time.offload, 2 * double(r.model_data.param_bytes) / 2e9);
   h.host_optimizer_bandwidth = h.optimizer_bandwidth / 4;
-  const sim::Prediction slow_host = sim::predict(fixed, 1, &h);
+  const sim::Prediction slow_host = engine::predict(fixed, 1, &h);
   EXPECT_NEAR(slow_host.time.optimizer, 4 * a.time.optimizer, 1e-9 * a.time.optimizer);
   EXPECT_TRUE(a.untimed.empty());
 
   // The dynamic partition with room for every state beside the params and activations: nothing
   // moves, and AdamW runs on the device whatever the host's rate.
   const config::Config dynamic = small_gpt({"memory.offload=chunk", "memory.device_limit=256MiB"});
-  const sim::Prediction roomy = sim::predict(dynamic, 1, &h);
+  const sim::Prediction roomy = engine::predict(dynamic, 1, &h);
   EXPECT_EQ(roomy.ranks[0].offload.host_state_chunks, 0);
   EXPECT_DOUBLE_EQ(roomy.time.offload, 0);
   h.host_optimizer_bandwidth = h.optimizer_bandwidth;
-  EXPECT_DOUBLE_EQ(roomy.time.optimizer, sim::predict(dynamic, 1, &h).time.optimizer);
+  EXPECT_DOUBLE_EQ(roomy.time.optimizer, engine::predict(dynamic, 1, &h).time.optimizer);
 
   // A file that cannot time the host's AdamW says so rather than guess.
   h.host_optimizer_bandwidth = 0;
-  const sim::Prediction untimed = sim::predict(fixed, 1, &h);
+  const sim::Prediction untimed = engine::predict(fixed, 1, &h);
   EXPECT_NE(untimed.untimed.find("host.optimizer_gbps"), std::string::npos) << untimed.untimed;
   EXPECT_NE(untimed.json().value("untimed", std::string()), "");
 }
@@ -149,7 +150,7 @@ TEST(CostModelTime, ChunkGroupsReduceBesideBackwardAllButTheLast) {
   gpu.device = Device::Kind::cuda;
   gpu.intra_node_collective = {.bandwidth = 1e12, .latency = 1e-7};
   const config::Config cfg = small_gpt({"parallel.data=2", "zero.stage=2", "memory.chunk_size=500000"});
-  const sim::Prediction p = sim::predict(cfg, 2, &gpu);
+  const sim::Prediction p = engine::predict(cfg, 2, &gpu);
   const int groups = p.ranks[0].model_data.chunks_in_lists / 2;
   ASSERT_GE(groups, 3);
   const nlohmann::json& rs = p.ranks[0].traffic.at("data").at("reduce_scatter");
@@ -165,11 +166,11 @@ TEST(CostModelTime, ChunkGroupsReduceBesideBackwardAllButTheLast) {
   by_size.intra_node_collective.measured_at = 4 * message;
   const double faster = rs.at("calls").get<double>() * gpu.intra_node_collective.latency +
                         rs.at("link_bytes").get<double>() / 4e12;
-  EXPECT_NEAR(sim::predict(cfg, 2, &by_size).time.hidden, (1 - 1.0 / groups) * faster, 1e-9 * faster);
+  EXPECT_NEAR(engine::predict(cfg, 2, &by_size).time.hidden, (1 - 1.0 / groups) * faster, 1e-9 * faster);
 
   // With micro-batches each one's groups are reduced beside its own backward (a second group
   // buffer filling meanwhile): all but the last group's share of every micro-batch's hides.
-  const sim::Prediction micro = sim::predict(
+  const sim::Prediction micro = engine::predict(
       small_gpt({"parallel.data=2", "zero.stage=2", "memory.chunk_size=500000", "train.micro_batch_size=2"}), 2, &gpu);
   const nlohmann::json& micro_rs = micro.ranks[0].traffic.at("data").at("reduce_scatter");
   EXPECT_EQ(micro_rs.at("calls").get<double>(), rs.at("calls").get<double>() * 2);  // 2 micro-batches a rank
@@ -178,7 +179,7 @@ TEST(CostModelTime, ChunkGroupsReduceBesideBackwardAllButTheLast) {
   EXPECT_NEAR(micro.time.hidden, (1 - 1.0 / groups) * micro_reduction, 1e-9 * micro_reduction);
   sim::Hardware cpu = gpu;
   cpu.device = Device::Kind::cpu;
-  EXPECT_NEAR(sim::predict(cfg, 2, &cpu).time.hidden, (1 - 1.0 / groups) * reduction, 1e-9 * reduction);
+  EXPECT_NEAR(engine::predict(cfg, 2, &cpu).time.hidden, (1 - 1.0 / groups) * reduction, 1e-9 * reduction);
 }
 
 TEST(CostModelTime, TheLastGradientBucketStartsAfterBackward) {
@@ -189,13 +190,13 @@ TEST(CostModelTime, TheLastGradientBucketStartsAfterBackward) {
   gpu.device = Device::Kind::cuda;
   gpu.intra_node_collective = {.bandwidth = 1e12, .latency = 1e-7};
   // The whole model in one bucket: nothing hides (measured on a CPU: 0.01505 s of 0.01510 s exposed).
-  const sim::Prediction one = sim::predict(small_gpt({"parallel.data=2"}), 2, &gpu);
+  const sim::Prediction one = engine::predict(small_gpt({"parallel.data=2"}), 2, &gpu);
   ASSERT_FALSE(one.ranks[0].model_data.chunks);
   EXPECT_DOUBLE_EQ(one.time.hidden, 0.0);
   // Buckets of a quarter MiB: all but the last's share hides. The last holds the token and
   // position tables (512 x 256 and 128 x 256) and the first block's first LayerNorm (2 x 256),
   // the parameters backward completes last.
-  const sim::Prediction many = sim::predict(small_gpt({"parallel.data=2", "parallel.bucket_mb=0.25"}), 2, &gpu);
+  const sim::Prediction many = engine::predict(small_gpt({"parallel.data=2", "parallel.bucket_mb=0.25"}), 2, &gpu);
   const nlohmann::json& ar = many.ranks[0].traffic.at("data").at("all_reduce");
   const double buckets = ar.at("calls").get<double>() - 2;  // beside the step's targets and loss
   ASSERT_GE(buckets, 8);
@@ -216,7 +217,7 @@ TEST(CostModelTime, StagesZeroAndOneSumMicroBatchesLocallyAndReduceOnce) {
   gpu.intra_node_collective = {.bandwidth = 1e12, .latency = 1e-7};
   const std::vector<std::string> base = {"parallel.data=2", "train.precision=bf16", "memory.chunk_size=500000",
                                          "train.micro_batch_size=1"};
-  const sim::Prediction p = sim::predict(small_gpt(base), 2, &gpu);
+  const sim::Prediction p = engine::predict(small_gpt(base), 2, &gpu);
   const sim::ModelDataBytes& md = p.ranks[0].model_data;
   const int groups = md.chunks_in_lists / 2;
   ASSERT_GE(groups, 3);
@@ -232,12 +233,12 @@ TEST(CostModelTime, StagesZeroAndOneSumMicroBatchesLocallyAndReduceOnce) {
   std::vector<std::string> stage1 = base, stage2 = base;
   stage1.push_back("zero.stage=1");
   stage2.push_back("zero.stage=2");
-  const sim::Prediction one = sim::predict(small_gpt(stage1), 2, &gpu);
+  const sim::Prediction one = engine::predict(small_gpt(stage1), 2, &gpu);
   EXPECT_EQ(one.ranks[0].traffic.at("data").at("reduce_scatter").at("calls").get<double>(), groups);
   EXPECT_GT(one.time.hidden, 0.0);
   // Its grad list is whole, the optimizer's states halved: 3 x 1/2 + 1 chunks' fp32 a chunk.
   EXPECT_EQ(one.ranks[0].model_data.optimizer_bytes, md.optimizer_bytes * 5 / 8);
-  const sim::Prediction two = sim::predict(small_gpt(stage2), 2, &gpu);
+  const sim::Prediction two = engine::predict(small_gpt(stage2), 2, &gpu);
   const double micro_batches = 8.0 / 2;  // small_gpt's batch over 2 ranks, one sample each
   const nlohmann::json& two_rs = two.ranks[0].traffic.at("data").at("reduce_scatter");
   EXPECT_EQ(two_rs.at("calls").get<double>(), groups * micro_batches);
@@ -258,7 +259,7 @@ TEST(CostModelTime, GridReplicaSumsRunBesideBackwardWithoutABuffer) {
   gpu.intra_node_pair = gpu.intra_node_collective = {.bandwidth = 1e12, .latency = 1e-7};
   const config::Config cfg = small_gpt({"parallel.tensor.size=4", "parallel.tensor.mode=2d", "train.precision=bf16",
                                         "memory.chunk_size=70000"});
-  const sim::Prediction p = sim::predict(cfg, 4, &gpu);
+  const sim::Prediction p = engine::predict(cfg, 4, &gpu);
   const sim::ModelDataBytes& md = p.ranks[0].model_data;
   ASSERT_TRUE(md.chunks);
   EXPECT_EQ(md.param_transient_bytes, 0);
@@ -269,7 +270,7 @@ TEST(CostModelTime, GridReplicaSumsRunBesideBackwardWithoutABuffer) {
   EXPECT_GT(p.time.hidden, 0.0);
   sim::Hardware cpu = gpu;
   cpu.device = Device::Kind::cpu;
-  EXPECT_DOUBLE_EQ(sim::predict(cfg, 4, &cpu).time.hidden, p.time.hidden);
+  EXPECT_DOUBLE_EQ(engine::predict(cfg, 4, &cpu).time.hidden, p.time.hidden);
 
   // Over a slow link the sums share it with the layers' own collectives: they hide behind the
   // backward's ops only, never behind more than the step's compute and memory traffic. 2.5D of
@@ -284,7 +285,7 @@ TEST(CostModelTime, GridReplicaSumsRunBesideBackwardWithoutABuffer) {
   }
   slow.memory_bandwidth = 4e11;
   const sim::Prediction q =
-      sim::predict(small_gpt({"parallel.tensor.size=8", "parallel.tensor.mode=2.5d", "parallel.tensor.depth=2",
+      engine::predict(small_gpt({"parallel.tensor.size=8", "parallel.tensor.mode=2.5d", "parallel.tensor.depth=2",
                               "parallel.tensor.keep_gathered=true", "train.precision=bf16", "memory.chunk_size=70000"}),
                    8, &slow);
   EXPECT_GT(q.time.hidden, 0.0);
@@ -301,13 +302,13 @@ TEST(CostModelTime, CausalAttentionOnACpuCountsTheKernelsBlocks) {
   // GPT (causal) and BERT (not) of the same shape: attention's time in that ratio on a CPU; on a
   // GPU half, FlashAttention-2's count, at the rate its bench measures by it.
   const sim::Hardware cpu = two_ranks(1);
-  const double gpt = sim::predict(small_gpt({}), 1, &cpu).time.attention;
-  const double bert = sim::predict(small_gpt({"model.type=bert"}), 1, &cpu).time.attention;
+  const double gpt = engine::predict(small_gpt({}), 1, &cpu).time.attention;
+  const double bert = engine::predict(small_gpt({"model.type=bert"}), 1, &cpu).time.attention;
   EXPECT_NEAR(gpt / bert, 0.75, 1e-12);
   sim::Hardware gpu = cpu;
   gpu.device = Device::Kind::cuda;
-  EXPECT_NEAR(sim::predict(small_gpt({}), 1, &gpu).time.attention /
-                  sim::predict(small_gpt({"model.type=bert"}), 1, &gpu).time.attention,
+  EXPECT_NEAR(engine::predict(small_gpt({}), 1, &gpu).time.attention /
+                  engine::predict(small_gpt({"model.type=bert"}), 1, &gpu).time.attention,
               0.5, 1e-12);
 }
 

@@ -1,13 +1,13 @@
-// The planner (sim/planner.h): a pipeline's micro-batches chosen where the config leaves them,
-// activation checkpointing or more micro-batches where a layout does not fit as configured, the
-// chunks' offload where nothing else fits, and
-// the ranking (those that fit first, fastest first). Checked against the cost model's own
+// The planner (engine/planning/planner.h): a pipeline's micro-batches chosen where the config
+// leaves them, activation checkpointing or more micro-batches where a layout does not fit as
+// configured, the chunks' offload where nothing else fits, and the ranking (those that fit first, fastest first). Checked against the cost model's own
 // predictions of the same configs.
 #include "config/config.h"
+#include "engine/planning/job.h"
+#include "engine/planning/planner.h"
 #include "models/factory.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
-#include "sim/planner.h"
 
 #include <gtest/gtest.h>
 
@@ -29,8 +29,8 @@ config::Config small_gpt(std::vector<std::string> more = {}) {
 
 sim::Hardware h100() { return sim::load_hardware(std::string(TIDAL_HARDWARE_DIR) + "/h100-8x.toml"); }
 
-const sim::PlannedLayout* find(const std::vector<sim::PlannedLayout>& planned, int data, int pipeline, int zero) {
-  for (const sim::PlannedLayout& p : planned)
+const engine::PlannedLayout* find(const std::vector<engine::PlannedLayout>& planned, int data, int pipeline, int zero) {
+  for (const engine::PlannedLayout& p : planned)
     if (p.cfg.parallel.data == data && p.cfg.parallel.pipeline == pipeline && p.cfg.parallel.tensor.size == 1 &&
         p.cfg.parallel.sequence == 1 && p.cfg.zero.stage == zero)
       return &p;
@@ -40,8 +40,8 @@ const sim::PlannedLayout* find(const std::vector<sim::PlannedLayout>& planned, i
 TEST(Planner, PipelineGetsTheFastestMicroBatches) {
   const sim::Hardware hw = h100();
   const config::Config cfg = small_gpt();
-  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(cfg, 2, &hw);
-  const sim::PlannedLayout* pipe = find(planned, 1, 2, 0);
+  const std::vector<engine::PlannedLayout> planned = engine::plan_layouts(cfg, 2, &hw);
+  const engine::PlannedLayout* pipe = find(planned, 1, 2, 0);
   ASSERT_NE(pipe, nullptr);
   // More than one micro-batch, noted in the layout and its words.
   ASSERT_GT(pipe->cfg.train.micro_batch_size, 0);
@@ -52,16 +52,16 @@ TEST(Planner, PipelineGetsTheFastestMicroBatches) {
   // as fast as any of the counts it tried.
   config::Config one = pipe->cfg;
   one.train.micro_batch_size = 0;
-  const double whole = sim::predict(one, 2, &hw).time.total();
+  const double whole = engine::predict(one, 2, &hw).time.total();
   EXPECT_LT(pipe->prediction.time.total(), whole);
   for (std::int64_t micro : {16, 8, 4}) {
     config::Config c = pipe->cfg;
     c.train.micro_batch_size = micro;
-    EXPECT_LE(pipe->prediction.time.total(), sim::predict(c, 2, &hw).time.total() * (1 + 1e-12)) << micro;
+    EXPECT_LE(pipe->prediction.time.total(), engine::predict(c, 2, &hw).time.total() * (1 + 1e-12)) << micro;
   }
   // A configured micro-batch is the user's: kept as set.
-  const std::vector<sim::PlannedLayout> asked = sim::plan_layouts(small_gpt({"train.micro_batch_size=8"}), 2, &hw);
-  const sim::PlannedLayout* kept = find(asked, 1, 2, 0);
+  const std::vector<engine::PlannedLayout> asked = engine::plan_layouts(small_gpt({"train.micro_batch_size=8"}), 2, &hw);
+  const engine::PlannedLayout* kept = find(asked, 1, 2, 0);
   ASSERT_NE(kept, nullptr);
   EXPECT_EQ(kept->cfg.train.micro_batch_size, 8);
   EXPECT_FALSE(kept->prediction.layout.contains("train.micro_batch_size"));
@@ -71,19 +71,19 @@ TEST(Planner, LayoutThatDoesNotFitGetsRecomputationOrMoreMicroBatches) {
   const sim::Hardware hw = h100();
   // Data 2 as configured, and with every block recomputed: a device cap between their peaks.
   config::Config plain = small_gpt({"parallel.data=2"});
-  const double needs = sim::predict(plain, 2, &hw).peak_bytes;
+  const double needs = engine::predict(plain, 2, &hw).peak_bytes;
   config::Config blocks = plain;
   blocks.train.activation_checkpointing = config::Recompute::blocks;
-  const double saved = sim::predict(blocks, 2, &hw).peak_bytes;
+  const double saved = engine::predict(blocks, 2, &hw).peak_bytes;
   ASSERT_LT(saved, needs);
   const std::uint64_t cap = std::uint64_t((saved + needs) / 2);
   const config::Config capped = small_gpt({fmt::format("memory.device_limit={}", cap)});
   config::Config check = capped;
   check.parallel.data = 2;
-  ASSERT_FALSE(sim::predict(check, 2, &hw).fits);
+  ASSERT_FALSE(engine::predict(check, 2, &hw).fits);
 
-  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(capped, 2, &hw);
-  const sim::PlannedLayout* data2 = find(planned, 2, 1, 0);
+  const std::vector<engine::PlannedLayout> planned = engine::plan_layouts(capped, 2, &hw);
+  const engine::PlannedLayout* data2 = find(planned, 2, 1, 0);
   ASSERT_NE(data2, nullptr);
   EXPECT_TRUE(data2->prediction.fits) << data2->prediction.does_not_fit;
   EXPECT_LE(data2->prediction.peak_bytes, double(cap));
@@ -93,33 +93,33 @@ TEST(Planner, LayoutThatDoesNotFitGetsRecomputationOrMoreMicroBatches) {
   EXPECT_EQ(data2->prediction.layout.contains("train.activation_checkpointing"), recomputes);
   EXPECT_EQ(data2->prediction.layout.contains("train.micro_batch_size"), accumulates);
   // Its prediction is the cost model's for the config it hands back.
-  EXPECT_DOUBLE_EQ(data2->prediction.time.total(), sim::predict(data2->cfg, 2, &hw).time.total());
+  EXPECT_DOUBLE_EQ(data2->prediction.time.total(), engine::predict(data2->cfg, 2, &hw).time.total());
 }
 
 TEST(Planner, OffloadWhereNothingElseFitsAndTheFileTimesIt) {
   // 24 MiB of device: less than the model data alone (47 MiB), so only the chunks' moves fit it.
   sim::Hardware hw = h100();
   const config::Config capped = small_gpt({"memory.device_limit=24MiB"});
-  std::vector<sim::PlannedLayout> planned = sim::plan_layouts(capped, 1, &hw);
-  const sim::PlannedLayout* one = &planned.front();
+  std::vector<engine::PlannedLayout> planned = engine::plan_layouts(capped, 1, &hw);
+  const engine::PlannedLayout* one = &planned.front();
   EXPECT_TRUE(one->prediction.fits) << one->prediction.does_not_fit;
   EXPECT_EQ(one->cfg.memory.offload, config::Offload::chunk);
   EXPECT_EQ(one->prediction.layout.at("memory.offload").get<std::string>(), "chunk");
   EXPECT_NE(sim::layout_words(one->prediction.layout).find("offload chunk"), std::string::npos);
   EXPECT_GT(one->prediction.time.offload, 0);
   EXPECT_TRUE(one->prediction.untimed.empty());
-  EXPECT_DOUBLE_EQ(one->prediction.time.total(), sim::predict(one->cfg, 1, &hw).time.total());
+  EXPECT_DOUBLE_EQ(one->prediction.time.total(), engine::predict(one->cfg, 1, &hw).time.total());
   // Room for everything: no offload. A file without the host's AdamW rate: none offered.
-  EXPECT_EQ(sim::plan_layouts(small_gpt(), 1, &hw).front().cfg.memory.offload, config::Offload::none);
+  EXPECT_EQ(engine::plan_layouts(small_gpt(), 1, &hw).front().cfg.memory.offload, config::Offload::none);
   hw.host_optimizer_bandwidth = 0;
-  planned = sim::plan_layouts(capped, 1, &hw);
+  planned = engine::plan_layouts(capped, 1, &hw);
   EXPECT_FALSE(planned.front().prediction.fits);
   EXPECT_EQ(planned.front().cfg.memory.offload, config::Offload::none);
 }
 
 TEST(Planner, RanksThoseThatFitFirstFastestFirst) {
   const sim::Hardware hw = h100();
-  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(small_gpt({"memory.device_limit=40MiB"}), 4, &hw);
+  const std::vector<engine::PlannedLayout> planned = engine::plan_layouts(small_gpt({"memory.device_limit=40MiB"}), 4, &hw);
   ASSERT_GT(planned.size(), 4u);
   for (std::size_t k = 1; k < planned.size(); ++k) {
     const sim::Prediction &a = planned[k - 1].prediction, &b = planned[k].prediction;
@@ -146,14 +146,14 @@ TEST(Planner, EveryLayoutOfEachModelKind) {
         {"model.type=mixtral", "model.n_kv_head=2", "model.experts=4", "model.intermediate_size=96"}}) {
     SCOPED_TRACE(kind.front());
     const config::Config cfg = small_gpt(kind);
-    const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(cfg, 4, &hw);
+    const std::vector<engine::PlannedLayout> planned = engine::plan_layouts(cfg, 4, &hw);
     ASSERT_GT(planned.size(), 4u);
     bool sequence = false;
-    for (const sim::PlannedLayout& p : planned) sequence = sequence || p.cfg.parallel.sequence > 1;
+    for (const engine::PlannedLayout& p : planned) sequence = sequence || p.cfg.parallel.sequence > 1;
     EXPECT_EQ(sequence, cfg.model.type != "vit");
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    const std::vector<sim::PlannedLayout> alone = sim::plan_layouts(cfg, 4, &hw);
+    const std::vector<engine::PlannedLayout> alone = engine::plan_layouts(cfg, 4, &hw);
     omp_set_num_threads(threads);
     ASSERT_EQ(alone.size(), planned.size());
     for (std::size_t k = 0; k < planned.size(); ++k) {
@@ -169,11 +169,11 @@ TEST(Planner, LoraLayoutsKeepAFrozenBase) {
   // (2 B a parameter of the rank's block of the base).
   const sim::Hardware hw = h100();
   const config::Config lora = small_gpt({"finetune.method=lora", "finetune.lora_targets=c_attn,c_fc"});
-  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(lora, 4, &hw);
+  const std::vector<engine::PlannedLayout> planned = engine::plan_layouts(lora, 4, &hw);
   ASSERT_FALSE(planned.empty());
   std::set<parallel::TensorMode> modes;
-  const sim::PlannedLayout* grid = nullptr;  // 2D over all 4 ranks
-  for (const sim::PlannedLayout& p : planned) {
+  const engine::PlannedLayout* grid = nullptr;  // 2D over all 4 ranks
+  for (const engine::PlannedLayout& p : planned) {
     if (p.cfg.parallel.tensor.size > 1) modes.insert(p.cfg.parallel.tensor.mode);
     if (p.cfg.parallel.tensor.size == 4 && p.cfg.parallel.tensor.mode == parallel::TensorMode::d2) grid = &p;
   }
@@ -181,7 +181,7 @@ TEST(Planner, LoraLayoutsKeepAFrozenBase) {
   ASSERT_NE(grid, nullptr) << "no 2D tensor layout planned";
   // A's columns and B's rows halved on the 2 x 2 grid (features block j)
   EXPECT_EQ(grid->prediction.ranks.front().model_data.parameters, 4 * 8 * (128 + 384 + 128 + 512));
-  const sim::PlannedLayout* data4 = find(planned, 4, 1, 0);
+  const engine::PlannedLayout* data4 = find(planned, 4, 1, 0);
   ASSERT_NE(data4, nullptr);
   const sim::ModelDataBytes& md = data4->prediction.ranks.front().model_data;
   // rank 8 x (c_attn: A [8, 256], B [768, 8]; c_fc: A [8, 256], B [1024, 8]) x 4 layers
@@ -196,11 +196,11 @@ TEST(Planner, MixturesGetExpertParallelLayouts) {
   const sim::Hardware hw = h100();
   const config::Config moe =
       small_gpt({"model.type=mixtral", "model.n_kv_head=2", "model.experts=4", "model.intermediate_size=96"});
-  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(moe, 4, &hw);
+  const std::vector<engine::PlannedLayout> planned = engine::plan_layouts(moe, 4, &hw);
   std::set<std::pair<int, int>> expert_zero;  // (parallel.expert, zero.stage) of data 4
-  const sim::PlannedLayout* whole = nullptr;  // data 4, every expert on every rank
-  const sim::PlannedLayout* split = nullptr;  // data 4 (expert 4)
-  for (const sim::PlannedLayout& p : planned) {
+  const engine::PlannedLayout* whole = nullptr;  // data 4, every expert on every rank
+  const engine::PlannedLayout* split = nullptr;  // data 4 (expert 4)
+  for (const engine::PlannedLayout& p : planned) {
     if (p.cfg.parallel.data != 4) continue;
     expert_zero.insert({p.cfg.parallel.expert, p.cfg.zero.stage});
     if (p.cfg.zero.stage == 0 && p.cfg.parallel.expert == 1) whole = &p;
@@ -219,7 +219,7 @@ TEST(Planner, MixturesGetExpertParallelLayouts) {
   const double saved = double(all.total() - split->prediction.ranks.front().model_data.total());
   const double padding = 14.0 * double(all.chunks_in_lists * all.chunk_elements - all.parameters);
   EXPECT_NEAR(saved, 14.0 * double(expert_params * 3 / 4), padding);
-  for (const sim::PlannedLayout& p : sim::plan_layouts(small_gpt(), 4, &hw)) EXPECT_EQ(p.cfg.parallel.expert, 1);
+  for (const engine::PlannedLayout& p : engine::plan_layouts(small_gpt(), 4, &hw)) EXPECT_EQ(p.cfg.parallel.expert, 1);
 }
 
 TEST(Planner, OnlyLayoutsTheScheduleCanRun) {
@@ -228,10 +228,10 @@ TEST(Planner, OnlyLayoutsTheScheduleCanRun) {
   const sim::Hardware hw = h100();
   const config::Config cfg = small_gpt({"parallel.schedule=interleaved", "parallel.pipeline=2",
                                         "parallel.virtual_stages=2", "train.micro_batch_size=4"});
-  const std::vector<sim::PlannedLayout> planned = sim::plan_layouts(cfg, 8, &hw);
+  const std::vector<engine::PlannedLayout> planned = engine::plan_layouts(cfg, 8, &hw);
   ASSERT_GT(planned.size(), 4u);
   bool pipelined = false;
-  for (const sim::PlannedLayout& p : planned) {
+  for (const engine::PlannedLayout& p : planned) {
     EXPECT_LE(p.cfg.parallel.pipeline * p.cfg.parallel.virtual_stages, cfg.model.n_layer);
     pipelined = pipelined || p.cfg.parallel.pipeline == 2;
   }

@@ -1,6 +1,8 @@
-#include "sim/planner.h"
+#include "engine/planning/planner.h"
 
 #include "config/options.h"
+#include "engine/planning/job.h"
+#include "models/registry.h"
 #include "core/bytes.h"
 #include "core/error.h"
 #include "parallel/context.h"
@@ -17,7 +19,10 @@
 #include <string>
 #include <thread>
 
-namespace tidal::sim {
+namespace tidal::engine {
+
+using sim::Hardware;
+using sim::Prediction;
 
 bool offload_plannable(const Hardware* hardware) {
   return hardware && hardware->device == Device::Kind::cuda && hardware->host_optimizer_bandwidth > 0;
@@ -63,8 +68,8 @@ std::optional<config::Config> variant(const config::Config& c, int world_size, s
 // planner leaves that much of the device free, so that what it picks fits the run.
 constexpr double kMargin = 0.05;
 
-void keep_margin(Prediction& p, const config::Config& c, const Hardware* hardware) {
-  const double capacity = capacity_of_device(c, hardware);
+void keep_margin(Prediction& p, const sim::Job& job, const Hardware* hardware) {
+  const double capacity = sim::capacity_of_device(job, hardware);
   if (!p.fits || capacity <= 0 || p.needs_bytes <= (1 - kMargin) * capacity) return;
   p.fits = false;
   p.does_not_fit = fmt::format("device: a rank needs {}, within {:.0f}% of its {} (the margin the planner keeps: "
@@ -99,8 +104,9 @@ std::optional<PlannedLayout> plan_layout(const config::Config& layout, int world
                             pipeline::ScheduleKind schedule) {
     std::optional<config::Config> v = variant(layout, world_size, micro_batches, recompute, offload, schedule);
     if (!v) return false;
-    Prediction p = predict(*v, world_size, hardware);
-    keep_margin(p, *v, hardware);
+    const sim::Job job = job_of(*v);
+    Prediction p = sim::predict(job, world_size, hardware);
+    keep_margin(p, job, hardware);
     note_choices(p, *v, layout);
     const bool fits = p.fits;
     if (!best || ranks_before(p, best->prediction, timed)) best = PlannedLayout{std::move(*v), std::move(p)};
@@ -147,6 +153,67 @@ std::optional<PlannedLayout> plan_layout(const config::Config& layout, int world
 
 }  // namespace
 
+std::vector<config::Config> layouts(const config::Config& cfg, int world_size) {
+  std::vector<config::Config> out;
+  const auto divisors = [](int n) {
+    std::vector<int> d;
+    for (int k = 1; k <= n; ++k)
+      if (n % k == 0) d.push_back(k);
+    return d;
+  };
+  struct Tensor {
+    int size;
+    parallel::TensorMode mode;
+    int depth;
+  };
+  for (int pp : divisors(world_size))
+    for (int rest : divisors(world_size / pp)) {
+      const int data = world_size / pp / rest;
+      std::vector<Tensor> tensors = {{rest, parallel::TensorMode::d1, 1}};
+      for (int q = 2; q * q <= rest; ++q) {
+        if (q * q == rest) tensors.push_back({rest, parallel::TensorMode::d2, 1});
+        if (rest % (q * q) == 0 && rest / (q * q) > 1) tensors.push_back({rest, parallel::TensorMode::d2p5, rest / (q * q)});
+        if (q * q * q == rest) tensors.push_back({rest, parallel::TensorMode::d3, 1});
+      }
+      std::vector<std::pair<Tensor, int>> splits;  // (tensor, sequence)
+      for (const Tensor& t : tensors) splits.push_back({t, 1});
+      if (rest > 1) splits.push_back({{1, parallel::TensorMode::d1, 1}, rest});
+      // A mixture's experts spread over groups of data ranks (parallel.expert): each divisor of
+      // the data ranks that divides the experts.
+      std::vector<int> experts = {1};
+      if (models::find_family(cfg.model.type).routed)
+        for (int e : divisors(data))
+          if (e > 1 && cfg.model.experts % e == 0) experts.push_back(e);
+      for (const auto& [t, seq] : splits)
+        for (int zero = 0; zero <= (data * seq > 1 ? 3 : 0); ++zero)
+          for (int expert : experts)
+            for (bool keep : {false, true}) {
+              config::Config c = cfg;
+              c.parallel.data = data;
+              c.parallel.pipeline = pp;
+              c.parallel.tensor.size = t.size;
+              c.parallel.tensor.mode = t.mode;
+              c.parallel.tensor.depth = t.depth;
+              // 2.5D and 3D each way: less traffic for more memory (a 2.5D depth layer's whole
+              // weight blocks, colossal-ai.txt Table I's S_w; a 3D linear's gathered input kept).
+              c.parallel.tensor.keep_gathered = keep;
+              if (keep && !keeps_gathered_choice(c.parallel.tensor)) continue;
+              c.parallel.sequence = seq;
+              c.parallel.expert = expert;
+              c.zero.stage = zero;
+              if (pp == 1) c.parallel.virtual_stages = 1;
+              try {
+                config::check_layout(c);  // a ViT split by position, a schedule that cannot run
+                (void)parallel::ParallelContext::planned(config::context_options(c), world_size, 0);
+              } catch (const Error&) {
+                continue;
+              }
+              out.push_back(std::move(c));
+            }
+    }
+  return out;
+}
+
 std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_size, const Hardware* hardware) {
   const bool timed = hardware != nullptr;
   const std::vector<config::Config> all = layouts(cfg, world_size);
@@ -182,4 +249,4 @@ std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_siz
   return out;
 }
 
-}  // namespace tidal::sim
+}  // namespace tidal::engine

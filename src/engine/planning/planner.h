@@ -1,6 +1,6 @@
 // The planner (tidal plan --world N, parallel.auto): every layout the model splits over the ranks
-// (sim/cost_model.h's layouts), each predicted with the schedule and memory choices that run it
-// fastest within memory, as a user tuning it by hand would set them:
+// (layouts below), each predicted by the cost model (sim/cost_model.h) with the schedule and
+// memory choices that run it fastest within memory, as a user tuning it by hand would set them:
 //   - a pipeline's micro-batches where train.micro_batch_size is unset: p, 2p or 4p of them over
 //     p stages (a smaller bubble against smaller products and more messages), the fastest;
 //   - a pipeline's schedule where it is 1F1B (the default): that, ZB-H1 or ZB-V (the zero-bubble
@@ -22,24 +22,28 @@
 
 #include <vector>
 
-namespace tidal::sim {
+namespace tidal::engine {
 
 struct PlannedLayout {
   config::Config cfg;     // the config that runs it: the layout's keys and the planner's choices
-  Prediction prediction;  // its predicted memory and time
+  sim::Prediction prediction;  // its predicted memory and time
 };
 
 // Every layout of `world_size` ranks with its choices, ranked: those that fit first, by predicted
 // step time (by what the device needs without a hardware file: Prediction::needs_bytes), then
 // those that do not, by what the device needs. The layouts are
 // planned on OpenMP's count of threads, with the same result as on one.
-std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_size, const Hardware* hardware);
+std::vector<PlannedLayout> plan_layouts(const config::Config& cfg, int world_size, const sim::Hardware* hardware);
+
+// Every layout of `world_size` ranks the model can be split over (data x pipeline x tensor mode
+// and size x sequence x expert, each ZeRO stage where data > 1), as configs; invalid ones skipped.
+std::vector<config::Config> layouts(const config::Config& cfg, int world_size);
 
 // Whether the planner offers memory.offload on `hardware`: a GPU (a CPU's host memory is its
 // device's) with the host's AdamW rate to time it (sim/hardware.h's host.optimizer_gbps).
-bool offload_plannable(const Hardware* hardware);
+bool offload_plannable(const sim::Hardware* hardware);
 
 // Whether `a` ranks before `b` (the order above).
-bool ranks_before(const Prediction& a, const Prediction& b, bool timed);
+bool ranks_before(const sim::Prediction& a, const sim::Prediction& b, bool timed);
 
-}  // namespace tidal::sim
+}  // namespace tidal::engine

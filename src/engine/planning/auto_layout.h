@@ -1,4 +1,4 @@
-// parallel.auto: the layout tidal train runs under, chosen by the cost model (sim/cost_model.h)
+// parallel.auto: the layout tidal train runs under, chosen by the cost model (sim/cost_model.h, through engine/planning/planner.h)
 // for the launched ranks: every layout the model splits over them, predicted on the machine
 // (parallel.hardware, or this one measured at start-up), the fastest predicted step among those
 // that fit. Every rank chooses alike (the same predictions from the same figures).
@@ -9,7 +9,7 @@
 
 #include <string>
 
-namespace tidal::sim {
+namespace tidal::engine {
 
 struct AutoLayout {
   config::Config cfg;  // the config with the chosen parallel.* keys and zero.stage
@@ -21,4 +21,4 @@ struct AutoLayout {
 // lacks.
 AutoLayout choose_layout(const config::Config& cfg, int world_size, comm::Communicator* world);
 
-}  // namespace tidal::sim
+}  // namespace tidal::engine
