@@ -14,12 +14,13 @@ AttentionDims attention_dims(const Tensor& qkv, const Tensor& lse, const Attenti
   const std::int64_t hd = qkv.dim(2) / (H + 2 * Hkv);
   const AttentionDims d{qkv.dim(0), qkv.dim(1), H * hd, H, Hkv, hd};
   TIDAL_ASSERT(lse.shape() == Shape({d.B, d.H, d.T}), "attention lse {}", lse.str());
-  if (opt.key_mask)
-    TIDAL_ASSERT(opt.key_mask->dtype() == DType::i32 && opt.key_mask->shape() == Shape({d.B, d.T}),
-                 "attention key_mask {}", opt.key_mask->str());
+  // A key mask and a document table: an int32 per position of each sample.
+  const auto per_position = [&](const Tensor& t) {
+    return t.dtype() == DType::i32 && t.ndim() == 2 && t.dim(0) == d.B && t.dim(1) == d.T;
+  };
+  if (opt.key_mask) TIDAL_ASSERT(per_position(*opt.key_mask), "attention key_mask {}", opt.key_mask->str());
   if (opt.doc_positions)
-    TIDAL_ASSERT(opt.doc_positions->dtype() == DType::i32 && opt.doc_positions->shape() == Shape({d.B, d.T}),
-                 "attention doc_positions {}", opt.doc_positions->str());
+    TIDAL_ASSERT(per_position(*opt.doc_positions), "attention doc_positions {}", opt.doc_positions->str());
   return d;
 }
 
