@@ -1,8 +1,8 @@
 #include "cli/train_command.h"
 
 #include "core/error.h"
-#include "engine/trainer.h"
 #include "engine/planning/auto_layout.h"
+#include "engine/trainer.h"
 #if TIDAL_MPI
 #include "comm/mpi_runtime.h"
 #endif

@@ -12,6 +12,7 @@
 #include "engine/inference/sampler.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
+#include "engine/planning/job.h"
 #include "engine/model_data.h"
 #include "engine/progress.h"
 #include "engine/run_callbacks.h"
@@ -26,7 +27,6 @@
 #include "optim/loss_scaler.h"
 #include "pipeline/engine.h"
 #include "pipeline/stage_costs.h"
-#include "engine/planning/job.h"
 #include "sim/cost_model.h"
 
 #include <fmt/ranges.h>
