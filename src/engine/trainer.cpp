@@ -122,6 +122,41 @@ nlohmann::json communication_since(const nlohmann::json& before, const nlohmann:
   return out;
 }
 
+// Where this rank's schedule went in one step: its actions, and waiting for inputs (pipeline > 1).
+nlohmann::json pipeline_step_record(const pipeline::StepProfile& p) {
+  nlohmann::json out = {{"seconds", p.seconds},
+                        {"compute_s", p.compute_seconds},
+                        {"forward_s", p.forward_seconds},
+                        {"backward_s", p.backward_seconds},
+                        {"weight_s", p.weight_seconds},
+                        {"wait_s", p.wait_seconds},
+                        {"forward_wait_s", p.forward_wait_seconds},
+                        {"backward_wait_s", p.backward_wait_seconds}};
+  if (p.held_weight_gradients >= 0) out["held_weight_gradients"] = p.held_weight_gradients;
+  return out;
+}
+
+// Every rank's schedule over the timed steps (`sum`, microseconds): compute (forwards, backwards
+// or B's, W passes) and waiting for inputs (before forwards, before backwards); the idle fraction
+// is the ranks' mean of wait over the whole. `held`: ZB-H1's W's held back (-1: not counted).
+nlohmann::json pipeline_run_record(parallel::ParallelContext& pc, const pipeline::StepProfile& sum, int held) {
+  const auto us = [](double s) { return std::int64_t(s * 1e6); };
+  nlohmann::json p = pc.per_rank({{"seconds_us", us(sum.seconds)},
+                                  {"compute_us", us(sum.compute_seconds)},
+                                  {"forward_us", us(sum.forward_seconds)},
+                                  {"backward_us", us(sum.backward_seconds)},
+                                  {"weight_us", us(sum.weight_seconds)},
+                                  {"wait_us", us(sum.wait_seconds)},
+                                  {"forward_wait_us", us(sum.forward_wait_seconds)},
+                                  {"backward_wait_us", us(sum.backward_wait_seconds)}});
+  double idle = 0;
+  for (std::size_t r = 0; r < p["wait_us_per_rank"].size(); ++r)
+    idle += p["wait_us_per_rank"][r].get<double>() / std::max(1.0, p["seconds_us_per_rank"][r].get<double>());
+  p["idle_fraction"] = idle / double(p["wait_us_per_rank"].size());
+  if (held >= 0) p.update(pc.per_rank({{"held_weight_gradients", held}}));
+  return p;
+}
+
 // Every data replica's `mine` (as many on each), in replica order: the global batch's when each
 // gives its slice (one all-gather over the data group; int64 in pairs of int32).
 std::vector<std::int64_t> gather_over_replicas(parallel::ParallelContext& pc, const std::vector<std::int64_t>& mine) {
@@ -457,18 +492,7 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
   if (nlohmann::json drawn = dataset->record((at + 1) * B); !drawn.empty()) record["data"] = std::move(drawn);
   if (cfg.train.log_samples) record["sample_ids"] = sample_ids;
   if (pc.world_size() > 1) record["communication"] = communication_since(communication_before, pc.communication_stats());
-  if (pc.layout().spec().pipeline > 1) {  // where this rank's schedule went: its actions, and waiting for inputs
-    const pipeline::StepProfile& p = engine.last_step();
-    record["pipeline"] = {{"seconds", p.seconds},
-                          {"compute_s", p.compute_seconds},
-                          {"forward_s", p.forward_seconds},
-                          {"backward_s", p.backward_seconds},
-                          {"weight_s", p.weight_seconds},
-                          {"wait_s", p.wait_seconds},
-                          {"forward_wait_s", p.forward_wait_seconds},
-                          {"backward_wait_s", p.backward_wait_seconds}};
-    if (p.held_weight_gradients >= 0) record["pipeline"]["held_weight_gradients"] = p.held_weight_gradients;
-  }
+  if (pc.layout().spec().pipeline > 1) record["pipeline"] = pipeline_step_record(engine.last_step());
   return record;
 }
 
@@ -660,27 +684,8 @@ TrainSummary Trainer::Run::summarize(std::int64_t end, bool stopped_early) {
   if (pc.world_size() > 1)  // every rank's peaks (the cost model's check compares each: sim/cost_model.h)
     record["peak_bytes"].update(pc.per_rank({{"host", std::int64_t(host_allocator().peak_bytes())},
                                              {"activations", std::int64_t(activations->peak_bytes())}}));
-  if (pc.layout().spec().pipeline > 1 && timed_steps > 0) {
-    // Every rank's schedule over the timed steps (microseconds): compute (forwards, backwards or
-    // B's, W passes) and waiting for inputs (before forwards, before backwards); the idle
-    // fraction is the ranks' mean of wait over the whole.
-    const auto us = [](double s) { return std::int64_t(s * 1e6); };
-    nlohmann::json p = pc.per_rank({{"seconds_us", us(pipeline_sum.seconds)},
-                                    {"compute_us", us(pipeline_sum.compute_seconds)},
-                                    {"forward_us", us(pipeline_sum.forward_seconds)},
-                                    {"backward_us", us(pipeline_sum.backward_seconds)},
-                                    {"weight_us", us(pipeline_sum.weight_seconds)},
-                                    {"wait_us", us(pipeline_sum.wait_seconds)},
-                                    {"forward_wait_us", us(pipeline_sum.forward_wait_seconds)},
-                                    {"backward_wait_us", us(pipeline_sum.backward_wait_seconds)}});
-    double idle = 0;
-    for (std::size_t r = 0; r < p["wait_us_per_rank"].size(); ++r)
-      idle += p["wait_us_per_rank"][r].get<double>() / std::max(1.0, p["seconds_us_per_rank"][r].get<double>());
-    p["idle_fraction"] = idle / double(p["wait_us_per_rank"].size());
-    if (const int held = engine.last_step().held_weight_gradients; held >= 0)
-      p.update(pc.per_rank({{"held_weight_gradients", held}}));
-    record["pipeline"] = std::move(p);
-  }
+  if (pc.layout().spec().pipeline > 1 && timed_steps > 0)
+    record["pipeline"] = pipeline_run_record(pc, pipeline_sum, engine.last_step().held_weight_gradients);
   if (stopped_early) record["stopped_early"] = true;
   if (floor) record["entropy_floor"] = *floor;
   if (scaler) {
