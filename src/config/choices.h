@@ -8,7 +8,6 @@
 #include "core/dtype.h"
 #include "data/data_kind.h"
 #include "memory/policies.h"
-#include "ops/gelu_form.h"
 #include "parallel/gpu_collectives.h"
 #include "parallel/sequence_mode.h"
 #include "parallel/tensor_mode.h"
@@ -51,11 +50,6 @@ struct Names;
 template <class E>
 concept Choice = requires { Names<E>::table; };
 
-template <>
-struct Names<ops::GeluForm> {
-  static constexpr std::pair<ops::GeluForm, std::string_view> table[] = {{ops::GeluForm::tanh, "gelu_tanh"},
-                                                                         {ops::GeluForm::erf, "gelu_erf"}};
-};
 template <>
 struct Names<Toggle> {
   static constexpr std::pair<Toggle, std::string_view> table[] = {

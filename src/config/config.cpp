@@ -130,24 +130,17 @@ void validate_model(const ModelConfig& m, const models::Family& family) {
   TIDAL_CHECK(m.n_layer >= 1 && m.n_head >= 1 && m.n_embd >= 1, "model.n_layer, model.n_head and model.n_embd must be >= 1");
   TIDAL_CHECK(m.n_embd % m.n_head == 0, "model.n_embd ({}) must be divisible by model.n_head ({})", m.n_embd, m.n_head);
   TIDAL_CHECK(m.dropout >= 0.0 && m.dropout < 1.0, "model.dropout must be in [0, 1), got {}", m.dropout);
-  if (images) {
-    TIDAL_CHECK(m.patch_size >= 1 && m.image_size % m.patch_size == 0,
-                "model.image_size ({}) must be a multiple of model.patch_size ({})", m.image_size, m.patch_size);
-    TIDAL_CHECK(m.num_classes >= 2 && m.channels >= 1, "model.num_classes must be >= 2 and model.channels >= 1");
-    TIDAL_CHECK(m.tie_embeddings,
-                "model.tie_embeddings = false unties an LM head from the token embedding, and model.type = \"{}\" has "
-                "neither: leave model.tie_embeddings unset", m.type);
-  } else {
+  if (!images) {
     TIDAL_CHECK(m.vocab_size >= 2, "model.vocab_size must be >= 2, got {}", m.vocab_size);
     TIDAL_CHECK(m.seq_len >= 2, "model.seq_len must be >= 2, got {}", m.seq_len);
-    TIDAL_CHECK(m.max_positions == 0 || m.max_positions >= m.seq_len,
-                "model.seq_len ({}) is longer than the model's {} learned positions (model.max_positions): shorten "
-                "the sequences or leave model.max_positions at 0 (= model.seq_len)",
-                m.seq_len, m.max_positions);
   }
   if (family.validate) family.validate(m);  // the family's own keys
+  const std::int64_t positions = models::model_traits(m).positions;
+  TIDAL_CHECK(images || positions == 0 || positions >= m.seq_len,
+              "model.seq_len ({}) is longer than the model's {} learned positions (model.max_positions): shorten "
+              "the sequences or leave model.max_positions at 0 (= model.seq_len)",
+              m.seq_len, positions);
   TIDAL_CHECK(m.ln_eps >= 0.0 && m.ln_eps < 1.0, "model.ln_eps must be in [0, 1) (0 = the model's own), got {}", m.ln_eps);
-  TIDAL_CHECK(m.type_vocab_size >= 1, "model.type_vocab_size must be >= 1, got {}", m.type_vocab_size);
 }
 
 void validate_data(const Config& c, models::ModelTask task) {
@@ -272,7 +265,7 @@ void validate_memory(const Config& c, bool images) {
     TIDAL_CHECK(!images,
                 "memory.embedding_on_host places token embedding tables, and model.type = \"{}\" embeds images "
                 "(compute the device should do): leave memory.embedding_on_host unset", m.type);
-    TIDAL_CHECK(!m.tie_embeddings,
+    TIDAL_CHECK(!models::model_traits(m).tied_head,
                 "memory.embedding_on_host keeps the token table on the host, but with model.tie_embeddings = true the "
                 "LM head multiplies by that table on the device every step (the whole table would cross each time): "
                 "set model.tie_embeddings = false to give the head a table of its own, or leave "
@@ -329,16 +322,17 @@ void check_layout(const Config& c) {
               "parallel.sequence = {} splits token sequences, and model.type = \"{}\" is not split by position (it "
               "classifies images): set parallel.sequence = 1 and use parallel.data or parallel.tensor.size",
               p.sequence, c.model.type);
-  TIDAL_CHECK(!models::find_family(c.model.type).routed || p.tensor.size == 1 || p.tensor.mode == parallel::TensorMode::d1,
+  const int experts = models::model_traits(c.model).experts;
+  TIDAL_CHECK(experts == 0 || p.tensor.size == 1 || p.tensor.mode == parallel::TensorMode::d1,
               "model.type = \"{}\" routes each token by its whole hidden state, and parallel.tensor.mode = \"{}\" "
               "splits it by features: use parallel.tensor.mode = \"1d\" (it splits each expert), or "
               "parallel.tensor.size = 1", c.model.type, parallel::tensor_mode_name(p.tensor.mode));
-  TIDAL_CHECK(p.expert == 1 || models::find_family(c.model.type).routed,
+  TIDAL_CHECK(p.expert == 1 || experts > 0,
               "parallel.expert = {} spreads a mixture's experts over ranks, and model.type = \"{}\" has none: use "
               "model.type = \"mixtral\" or \"qwen2_moe\", or parallel.expert = 1", p.expert, c.model.type);
-  TIDAL_CHECK(p.expert == 1 || c.model.experts % p.expert == 0,
+  TIDAL_CHECK(p.expert == 1 || experts % p.expert == 0,
               "parallel.expert = {} must divide model.experts = {}: each rank of an expert group holds as many "
-              "experts", p.expert, c.model.experts);
+              "experts", p.expert, experts);
   // Pipeline schedules that cannot run (pipeline/schedule.h, pipeline/partition.h say the same).
   TIDAL_CHECK(p.virtual_stages == 1 || p.schedule == pipeline::ScheduleKind::interleaved ||
                   p.schedule == pipeline::ScheduleKind::zb_v,
@@ -407,8 +401,9 @@ void check_family_keys(const Config& cfg, const SetBy& set_by) {
     if (!name.starts_with("model.")) continue;
     const std::string key = name.substr(6);
     const Key& k = *find_key(name);
-    if (std::find(family.keys.begin(), family.keys.end(), key) != family.keys.end() || k.get(cfg) == k.get(defaults))
-      continue;
+    const bool mine = std::any_of(family.keys.begin(), family.keys.end(),
+                                  [&](const models::FamilyKey& f) { return f.name == key; });
+    if (mine || k.get(cfg) == k.get(defaults)) continue;
     const std::vector<std::string> readers = models::families_reading(key);
     TIDAL_CHECK(readers.empty(), "{}: {} is read by model.type = {} only, and model.type = \"{}\" would ignore it: "
                 "remove it, or set model.type to one of those", where, name, fmt::join(readers, " or "), cfg.model.type);
@@ -433,10 +428,6 @@ Config build_config(const std::string* text, const std::string& where, const std
   for (const std::string& o : overrides) apply_override(cfg, o, set_by);
   if (!text && !cfg.model.init_from.empty()) apply_init_from(cfg, set_by);
   if (!text) check_family_keys(cfg, set_by);  // a stored config holds every key, at its value
-  // The family's LM head reads the token table or has its own unless told otherwise (with
-  // model.init_from, the directory's config.json says).
-  if (cfg.model.init_from.empty() && !set_by.count("model.tie_embeddings"))
-    cfg.model.tie_embeddings = models::find_family(cfg.model.type).tie_embeddings;
   // A GPU trains in bf16 unless told otherwise (its tensor cores' type; fp32 master weights).
   if (!set_by.count("train.precision") && cfg.train.device == Device::Kind::cuda) cfg.train.precision = DType::bf16;
   validate(cfg);

@@ -28,9 +28,9 @@ void apply_init_from(Config& cfg, const SetBy& set_by) {
     }
     key.set(cfg, value);
   }
-  const bool positions = std::find(decided.begin(), decided.end(), "model.max_positions") != decided.end();
-  if (positions && !set_by.count("model.seq_len") && cfg.model.seq_len > cfg.model.max_positions)
-    cfg.model.seq_len = cfg.model.max_positions;
+  // A model of fewer positions than model.seq_len's default trains on sequences of its length.
+  const std::int64_t positions = models::model_traits(cfg.model).positions;
+  if (positions > 0 && !set_by.count("model.seq_len") && cfg.model.seq_len > positions) cfg.model.seq_len = positions;
 }
 
 }  // namespace tidal::config

@@ -7,7 +7,7 @@ namespace tidal::config {
 parallel::ContextOptions context_options(const Config& cfg) {
   const ParallelConfig& p = cfg.parallel;
   const ModelConfig& m = cfg.model;
-  const bool images = models::find_family(m.type).task == models::ModelTask::image_classification;
+  const models::ModelTraits traits = models::model_traits(m);
   const bool unbounded = cfg.memory.offload != Offload::none && cfg.memory.device_limit.empty();
   return {.mesh = {.world_size = 1,
                    .data = p.data,
@@ -22,10 +22,10 @@ parallel::ContextOptions context_options(const Config& cfg) {
                    .ranks_per_node = p.ranks_per_node},
           .n_layer = m.n_layer,
           .n_head = m.n_head,
-          .n_kv_head = m.n_kv_head,
+          .n_kv_head = traits.n_kv_head,
           .n_embd = m.n_embd,
           .seq_len = m.seq_len,
-          .num_classes = images ? m.num_classes : 0,
+          .num_classes = traits.classes,
           .batch_size = cfg.train.batch_size,
           .micro_batch_size = cfg.train.micro_batch_size,
           .timeout_s = p.timeout_s,
@@ -42,6 +42,7 @@ data::DataOptions data_options(const Config& cfg) {
   const ModelConfig& m = cfg.model;
   const DataConfig& d = cfg.data;
   const bool masked = models::find_family(m.type).task == models::ModelTask::masked_lm;
+  const models::ModelTraits traits = models::model_traits(m);
   return {.kind = d.kind,
           .path = d.path,
           .eval_path = d.eval_path,
@@ -56,7 +57,7 @@ data::DataOptions data_options(const Config& cfg) {
           .objective = masked ? data::Objective::masked : data::Objective::causal,
           .seq_len = m.seq_len,
           .vocab_size = m.vocab_size,
-          .images = {m.channels, m.image_size, m.image_size, m.num_classes}};
+          .images = {traits.channels, traits.image_size, traits.image_size, traits.classes}};
 }
 
 nn::CheckpointPolicy checkpoint_policy(const TrainConfig& tc) {

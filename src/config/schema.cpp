@@ -3,8 +3,12 @@
 #include "core/error.h"
 #include "models/registry.h"
 
+#include <algorithm>
 #include <cmath>
+#include <list>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 namespace tidal::config {
 namespace {
@@ -61,8 +65,31 @@ Key field(std::string name, Access access, std::string help, std::int64_t least 
 #define TIDAL_KEY(path, help) field(#path, [](Config& c) -> auto& { return c.path; }, help)
 #define TIDAL_KEY_FROM(path, least, help) field(#path, [](Config& c) -> auto& { return c.path; }, help, least)
 
+// A family's own key (models/family_keys.h) as [model]'s: a value checked against its declaration
+// and kept in ModelConfig::family_keys; its help names the families that read it.
+Key family_key(const models::DeclaredKey& d) {
+  const models::FamilyKey& f = d.key;
+  Key k;
+  k.name = "model." + f.name;
+  k.help = fmt::format("{}: {}", fmt::join(d.readers, ", "), f.help);
+  constexpr Key::Type types[] = {Key::Type::integer, Key::Type::number, Key::Type::string, Key::Type::boolean};
+  k.type = types[f.fallback.index()];
+  k.set = [f, n = k.name](Config& c, const Value& v) {
+    if (const auto* x = std::get_if<std::int64_t>(&v))
+      TIDAL_CHECK(*x >= f.least, "{} must not be {}, got {}", n,
+                  f.least == 0 ? "negative" : fmt::format("below {}", f.least), *x);
+    if (const auto* x = std::get_if<double>(&v)) TIDAL_CHECK(std::isfinite(*x), "{} must be a finite number, got {}", n, *x);
+    if (const auto* x = std::get_if<std::string>(&v))
+      TIDAL_CHECK(f.names.empty() || std::find(f.names.begin(), f.names.end(), *x) != f.names.end(),
+                  "{} = \"{}\" is not one of {}", n, *x, fmt::join(f.names, " | "));
+    c.model.family_keys[f.name] = v;
+  };
+  k.get = [name = f.name](const Config& c) { return models::family_key(c.model, name); };
+  return k;
+}
+
 std::vector<Key> make_schema() {
-  return {
+  std::vector<Key> keys = {
       TIDAL_KEY(model.type, "the model family: " + models::model_type_names() +
                                 " (or a type a program registers: models/registry.h)"),
       TIDAL_KEY(model.n_layer, "transformer blocks"),
@@ -70,54 +97,17 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(model.n_embd, "hidden width"),
       TIDAL_KEY(model.vocab_size, "token vocabulary (gpt, bert)"),
       TIDAL_KEY(model.seq_len, "tokens per sequence (learned positions)"),
-      TIDAL_KEY(model.max_positions, "gpt, bert: learned positions (0 = model.seq_len; sampling can go this far)"),
       TIDAL_KEY(model.dropout, "embedding and residual dropout probability"),
-      TIDAL_KEY(model.tie_embeddings,
-                "gpt, bert, llama: the LM head reads the token embedding's table (GPT-2, BERT); false gives the head "
-                "a table of its own (lm_head.weight, mlm.weight); llama's default is false"),
-      TIDAL_KEY(model.activation, "gelu_tanh (GPT-2's gelu_new) | gelu_erf (BERT's and ViT's gelu): the MLP's GELU"),
       TIDAL_KEY(model.ln_eps,
                 "LayerNorm (llama: RMSNorm) epsilon; 0 = the model's own (gpt 1e-5, bert 1e-12, vit 1e-6, llama 1e-6)"),
-      TIDAL_KEY(model.type_vocab_size, "bert: token types"),
-      TIDAL_KEY(model.n_kv_head,
-                "llama: key / value heads of grouped-query attention (must divide n_head; 1 = multi-query); "
-                "0 = n_head"),
-      TIDAL_KEY(model.intermediate_size, "llama: the SwiGLU MLP's width; 0 = Llama's 8 n_embd / 3 rounded up to 256"),
-      TIDAL_KEY(model.rope_theta, "llama: the rotary embeddings' frequency base (Llama 2: 10000, Llama 3: 500000)"),
-      TIDAL_KEY(model.rope_scaling_factor,
-                "llama: Llama 3's rotary frequency scaling factor (Llama 3.1: 8); 0 = no scaling"),
-      TIDAL_KEY(model.rope_low_freq_factor, "llama: rotary scaling's low_freq_factor (Llama 3.1: 1)"),
-      TIDAL_KEY(model.rope_high_freq_factor, "llama: rotary scaling's high_freq_factor (Llama 3.1: 4)"),
-      TIDAL_KEY(model.rope_original_max_positions,
-                "llama: rotary scaling's original_max_position_embeddings (Llama 3.1: 8192)"),
-      TIDAL_KEY(model.attention_bias, "llama: biases on the attention's q, k, v and output projections"),
-      TIDAL_KEY(model.experts, "mixtral, qwen2_moe: experts in each block's mixture of experts (Mixtral 8x7B: 8)"),
-      TIDAL_KEY(model.experts_per_token,
-                "mixtral, qwen2_moe: experts each token goes to (the router's top k; Mixtral: 2)"),
-      TIDAL_KEY(model.expert_intermediate_size,
-                "mixtral, qwen2_moe: each expert's SwiGLU width; 0 = model.intermediate_size"),
-      TIDAL_KEY(model.shared_expert_intermediate_size,
-                "qwen2_moe: the width of the shared expert every token passes through (Qwen2-MoE's, gated by a "
-                "sigmoid); 0 = none"),
-      TIDAL_KEY(model.norm_topk_prob,
-                "qwen2_moe: the top k experts' weights renormalized to sum 1 (Mixtral always renormalizes)"),
-      TIDAL_KEY(model.router_aux_loss_coef,
-                "mixtral, qwen2_moe: the load-balancing loss's coefficient (Switch; transformers' "
-                "router_aux_loss_coef), the loss the mean over the MoE layers; 0 = none"),
-      TIDAL_KEY(model.router_z_loss_coef,
-                "mixtral, qwen2_moe: the router z-loss's coefficient (ST-MoE: 0.001), the mean over the MoE layers; "
-                "0 = none"),
-      TIDAL_KEY(model.expert_capacity_factor,
-                "mixtral, qwen2_moe: 0 = dropless (every token reaches its k experts); > 0: an expert takes at most "
-                "ceil(factor x tokens x k / experts) picks a micro-batch, first picks first, and drops the rest"),
       TIDAL_KEY(model.init_from,
                 "a Hugging Face model directory (config.json + model.safetensors or its shards) of a model_type the "
                 "families read (" + models::hf_architecture_names() +
                     "): its config.json fills model.* and its weights are the start"),
-      TIDAL_KEY(model.image_size, "vit: image height and width in pixels"),
-      TIDAL_KEY(model.patch_size, "vit: patch height and width"),
-      TIDAL_KEY(model.channels, "vit: image channels"),
-      TIDAL_KEY(model.num_classes, "vit: classes"),
+  };
+  // Each family's own keys (its folder declares them), then the sections every run has.
+  for (const models::DeclaredKey& d : models::declared_keys()) keys.push_back(family_key(d));
+  const std::vector<Key> sections = {
       TIDAL_KEY(data.kind,
                 "markov | tokens (llm.c shards) | indexed (Megatron's .bin / .idx) | text (a file's bytes) | chat "
                 "(JSON lines of {\"messages\": [{\"role\", \"content\"}, ...]}: rendered with data.chat_template, "
@@ -313,6 +303,8 @@ std::vector<Key> make_schema() {
                 "lora: a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) whose adapters "
                 "start the run, on the base of model.init_from (\"\" = PEFT's init: A random, B zeros)"),
   };
+  keys.insert(keys.end(), sections.begin(), sections.end());
+  return keys;
 }
 
 #undef TIDAL_KEY
@@ -320,8 +312,14 @@ std::vector<Key> make_schema() {
 }  // namespace
 
 const std::vector<Key>& schema() {
-  static const std::vector<Key> s = make_schema();
-  return s;
+  // Built again when a program registers a family (its keys join [model]); a table built before
+  // stays valid for whoever holds a key of it.
+  static std::mutex mutex;
+  static std::list<std::pair<std::size_t, std::vector<Key>>> built;
+  const std::size_t families = models::registered_families();
+  std::lock_guard lock(mutex);
+  if (built.empty() || built.back().first != families) built.emplace_back(families, make_schema());
+  return built.back().second;
 }
 
 std::string format_value(const Value& v) {

@@ -11,7 +11,7 @@
 
 namespace tidal::config {
 
-using Value = std::variant<std::int64_t, double, std::string, bool>;
+using Value = models::KeyValue;  // an integer, a number, a string or true / false
 
 struct Key {
   std::string name;  // "train.steps"

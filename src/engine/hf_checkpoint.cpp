@@ -53,7 +53,7 @@ std::map<std::string, std::string> check_directory(const std::string& dir, const
   }
   for (const std::string& name : known)
     TIDAL_CHECK(raw_of.count(name), "{}: the weights have no tensor '{}', which a {} of this config.json has{}", dir,
-                name, arch, model.tie_embeddings ? "" : " (tie_word_embeddings is false: the head has a table of its own)");
+                name, arch, models::model_traits(model).tied_head ? "" : " (tie_word_embeddings is false: the head has a table of its own)");
   return raw_of;
 }
 

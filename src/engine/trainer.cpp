@@ -374,7 +374,8 @@ void Trainer::Run::describe_layout() {
   if (const int experts = pc.layout().spec().expert; experts > 1)
     progress.line(fmt::format("expert parallel: groups of {} data ranks, each rank {} of the {} experts of every "
                               "mixture, rows to their experts' ranks and back by all-to-all",
-                              experts, cfg.model.experts / experts, cfg.model.experts));
+                              experts, models::model_traits(cfg.model).experts / experts,
+                              models::model_traits(cfg.model).experts));
   if (const std::string line = model_data->describe(); !line.empty()) progress.line(line);
   if (scaler) progress.line(fmt::format("fp16: dynamic loss scale from {}", scaler->scale()));
   if (const parallel::MeshSpec& spec = pc.layout().spec(); spec.sequence > 1) {
@@ -487,8 +488,8 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
     record["loss_scale"] = loss_scale;
     record["skipped"] = !applied;
   }
-  if (models::find_family(cfg.model.type).routed)
-    record["moe"] = expert_metrics(experts, pc, cfg.model.n_layer, cfg.model.experts);
+  if (const int mixture = models::model_traits(cfg.model).experts; mixture > 0)
+    record["moe"] = expert_metrics(experts, pc, cfg.model.n_layer, mixture);
   if (nlohmann::json drawn = dataset->record((at + 1) * B); !drawn.empty()) record["data"] = std::move(drawn);
   if (cfg.train.log_samples) record["sample_ids"] = sample_ids;
   if (pc.world_size() > 1) record["communication"] = communication_since(communication_before, pc.communication_stats());

@@ -19,8 +19,14 @@ struct Families {
 void add(Families& fs, Family f) {  // the caller holds the lock
   TIDAL_CHECK(!f.name.empty(), "a model family needs a name");
   TIDAL_CHECK(f.build != nullptr, "register_family(\"{}\"): no builder given", f.name);
-  for (const auto& g : fs.list)
+  for (const auto& g : fs.list) {
     TIDAL_CHECK(g->name != f.name, "model type \"{}\" is registered already: give your model another name", f.name);
+    for (const FamilyKey& k : f.keys)
+      for (const FamilyKey& h : g->keys)
+        TIDAL_CHECK(k.name != h.name || (k.fallback.index() == h.fallback.index() && k.names == h.names),
+                    "register_family(\"{}\"): model.{} is \"{}\"'s key of another type or values; a key two "
+                    "families read has one type: give yours another name", f.name, k.name, g->name);
+  }
   fs.list.push_back(std::make_unique<Family>(std::move(f)));
 }
 
@@ -57,6 +63,13 @@ std::string names(const std::vector<std::unique_ptr<Family>>& list) {
   return out;
 }
 
+// `f`'s declaration of its key `name`; null when it does not read it.
+const FamilyKey* declared(const Family& f, const std::string& name) {
+  for (const FamilyKey& k : f.keys)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
 }  // namespace
 
 void register_family(Family family) {
@@ -83,8 +96,33 @@ std::vector<std::string> families_reading(const std::string& key) {
   const Locked fs = locked();
   std::vector<std::string> out;
   for (const auto& f : fs.list)
-    if (std::find(f->keys.begin(), f->keys.end(), key) != f->keys.end()) out.push_back(f->name);
+    if (declared(*f, key)) out.push_back(f->name);
   return out;
+}
+
+std::vector<DeclaredKey> declared_keys() {
+  const Locked fs = locked();
+  std::vector<DeclaredKey> out;
+  for (const auto& f : fs.list)
+    for (const FamilyKey& k : f->keys) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const DeclaredKey& d) { return d.key.name == k.name; });
+      if (it == out.end()) it = out.insert(out.end(), {.key = k, .readers = {}});
+      it->readers.push_back(f->name);
+    }
+  return out;
+}
+
+std::size_t registered_families() { return locked().list.size(); }
+
+KeyValue family_key(const ModelConfig& m, const std::string& name) {
+  if (const auto it = m.family_keys.find(name); it != m.family_keys.end()) return it->second;
+  const Locked fs = locked();
+  if (const Family* mine = find(fs.list, m.type))
+    if (const FamilyKey* k = declared(*mine, name)) return k->fallback;
+  for (const auto& f : fs.list)
+    if (const FamilyKey* k = declared(*f, name)) return k->fallback;
+  TIDAL_ASSERT(false, "model.{} is no family's key", name);
+  return {};
 }
 
 std::string hf_architecture_names() {
@@ -134,9 +172,15 @@ const HfAdapter& hf_adapter(const ModelConfig& m) {
 
 double norm_eps(const ModelConfig& m) { return m.ln_eps > 0 ? m.ln_eps : find_family(m.type).norm_eps; }
 
+ModelTraits model_traits(const ModelConfig& m) {
+  const Family& f = find_family(m.type);
+  return f.traits ? f.traits(m) : ModelTraits{};
+}
+
 std::int64_t positions_per_sample(const ModelConfig& m) {
   if (find_family(m.type).task != ModelTask::image_classification) return m.seq_len;
-  const std::int64_t side = m.image_size / m.patch_size;
+  const ModelTraits t = model_traits(m);
+  const std::int64_t side = t.image_size / t.patch_size;
   return side * side + 1;
 }
 

@@ -34,29 +34,38 @@ using ModelBuilder = std::function<std::unique_ptr<Model>(const ModelBuild&)>;
 // The decoder of a model of the family held whole by one process in fp32 (models/decoder.h).
 using DecoderBuilder = std::function<std::unique_ptr<Decoder>(Model&, const ModelConfig&)>;
 
+// What code outside models/ must know of a model that its family's own keys decide: the layout's
+// checks, the data, sampling, the metrics and the planner read it here, never a family's key.
+struct ModelTraits {
+  int n_kv_head = 0;           // key / value heads of its attention; 0 = model.n_head
+  std::int64_t positions = 0;  // the positions it attends over (sampling's context); 0 = model.seq_len
+  bool tied_head = false;      // its LM head multiplies by the token embedding's table
+  int experts = 0;             // experts in each block's mixture (nn/moe.h), whose routing the metrics report; 0 = none
+  // An image classifier's input (channels x image_size x image_size, in patch_size patches) and
+  // its classes; 0 for a language model.
+  std::int64_t channels = 0, image_size = 0, patch_size = 0, classes = 0;
+};
+
 struct Family {
   std::string name;   // model.type
   std::string title;  // for people ("GPT", "Llama"); "" = the name
   // causal_lm trains on next-token targets of token data (markov, tokens, text) as GPT does,
   // masked_lm on BERT's masked tokens, image_classification on images.
   ModelTask task = ModelTask::causal_lm;
-  // The [model] keys the family reads beyond every family's (type, n_layer, n_head, n_embd,
-  // vocab_size, seq_len, dropout, ln_eps, init_from), without "model.": a config that sets one of
-  // another family's keys, which this one would ignore, is an error naming both. Empty: a
-  // program's family, which may read any.
-  std::vector<std::string> keys{};
+  // The [model] keys the family reads beyond every family's (ModelConfig's), declared by a table
+  // over its options (models/family_keys.h): a config that sets one of another family's keys,
+  // which this one would ignore, is an error naming both. A key two families declare has one type
+  // (each may give its own default). Empty: a program's family, which may read any.
+  std::vector<FamilyKey> keys{};
   ModelBuilder build;
   DecoderBuilder decoder{};  // empty: the family does not generate text (tidal sample, train.sample_every)
   // model.ln_eps = 0 means this epsilon of the family's norms.
   double norm_eps = 1e-5;
-  // model.tie_embeddings when the config leaves it unset (and no model.init_from decides it):
-  // whether the LM head reads the token table.
-  bool tie_embeddings = true;
   // Checks the family's own keys of [model] (a tidal::Error naming the key and the fix); load_config
   // runs it after the checks every model gets.
   std::function<void(const ModelConfig&)> validate{};
-  // Its blocks route tokens to model.experts experts (nn/moe.h): each step's metrics say how.
-  bool routed = false;
+  // What its keys decide that the engine must know (empty: ModelTraits' defaults).
+  std::function<ModelTraits(const ModelConfig&)> traits{};
   HfAdapter hf{};  // Hugging Face checkpoints both ways (model.init_from, tidal export); empty: none
 };
 
@@ -72,6 +81,18 @@ std::string generating_families();
 std::string model_type_names();
 // The registered families whose own keys (Family::keys) include `key` (without "model.").
 std::vector<std::string> families_reading(const std::string& key);
+// Every registered family's own keys, each once (as its first family declares it), in the order
+// registered, with the families that read it.
+struct DeclaredKey {
+  FamilyKey key;
+  std::vector<std::string> readers;
+};
+std::vector<DeclaredKey> declared_keys();
+// How many families are registered (the config's schema grows with them).
+std::size_t registered_families();
+// Family key `name` of `m`: as given, else the default of m.type's family, or when that family
+// does not read it the default of the first family that declares it.
+KeyValue family_key(const ModelConfig& m, const std::string& name);
 // "gpt2 for GPT2LMHeadModel, ...": the Hugging Face architectures the families read and write.
 std::string hf_architecture_names();
 // Reads the Hugging Face directory `dir`'s config.json through the family whose model_type it
@@ -83,6 +104,8 @@ const HfAdapter& hf_adapter(const ModelConfig& m);
 
 // model.ln_eps, or the family's own when 0.
 double norm_eps(const ModelConfig& m);
+// What `m`'s family keys decide that the engine must know.
+ModelTraits model_traits(const ModelConfig& m);
 // Positions per sample: tokens, or for an image classifier its patches and the class token.
 std::int64_t positions_per_sample(const ModelConfig& m);
 

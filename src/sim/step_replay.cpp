@@ -312,8 +312,8 @@ Overlap step_collectives(const Job& job, const PlannedRank& rank, int micro_batc
   // The routers' metrics (engine/expert_metrics.cpp): per block each expert's rows, the dropped
   // picks and two losses, summed over the world.
   const int world = rank.pc->world_size();
-  if (world > 1 && models::find_family(job.model.type).routed)
-    traffic.add("world", world, "all_reduce", double(job.model.n_layer) * (job.model.experts + 3), 4);
+  if (const int experts = models::model_traits(job.model).experts; world > 1 && experts > 0)
+    traffic.add("world", world, "all_reduce", double(job.model.n_layer) * (experts + 3), 4);
   if (!rank.model_data.chunks) return tensor_keeper_collectives(job, rank, g, traffic);
   // Each list over its group: the model's first, then the experts', whose sums all run beside the
   // backward of the layers before them (the tail stays the model's list's last group).

@@ -46,8 +46,7 @@ config::Config config_for(const std::string& type, int stages, int chunks) {
   c.vocab_size = 40;
   c.seq_len = 8;
   c.dropout = 0.1f;
-  c.intermediate_size = 24;  // llama (one kv head: multi-query)
-  if (type == "llama") c.n_kv_head = 1;
+  if (type == "llama") c.family_keys = {{"intermediate_size", std::int64_t{24}}, {"n_kv_head", std::int64_t{1}}};  // multi-query
   cfg.train.batch_size = 2 * kMicro;
   cfg.parallel.pipeline = stages;
   return cfg;

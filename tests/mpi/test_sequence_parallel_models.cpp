@@ -75,10 +75,10 @@ config::Config config_for(const std::string& name, const Layout& l) {
   c.vocab_size = 50;
   c.seq_len = 16;  // 8 or 4 positions per ring rank (zig-zag: two chunks of 4 or 2)
   c.dropout = 0.1f;
-  c.intermediate_size = 40;  // llama: its rotary embeddings turn by each position's place in the whole sequence
+  // llama: its rotary embeddings turn by each position's place in the whole sequence
   if (type == "llama") {  // grouped-query heads: 8 query heads over 4 kv heads; blocks of 4 heads travel
     c.n_head = 8;
-    c.n_kv_head = 4;
+    c.family_keys = {{"n_kv_head", std::int64_t{4}}, {"intermediate_size", std::int64_t{40}}};
     c.n_embd = 32;  // rotary: an even head width
   }
   cfg.train.batch_size = 4;

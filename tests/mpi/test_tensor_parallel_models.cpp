@@ -9,6 +9,7 @@
 // rank's heads stays inside them and positions restart (2D, 2.5D and 3D: on each rank's samples).
 #include "config/options.h"
 #include "models/factory.h"
+#include "models/registry.h"
 #include "nn/runner.h"
 #include "nn/parallel_layers.h"
 #include "nn/tp/shard.h"
@@ -71,15 +72,13 @@ config::Config config_for(const std::string& name, const Mode& m, int world) {
   c.vocab_size = type == "gpt" ? 61 : three ? 63 : 64;
   if (type == "llama") {  // grouped-query heads (2 per kv head), even head sizes for the rotations
     c.n_head = three ? 6 : 8;
-    c.n_kv_head = c.n_head / 2;
+    c.family_keys = {{"n_kv_head", std::int64_t{c.n_head / 2}}, {"intermediate_size", std::int64_t{48}}};
     c.n_embd = three ? 36 : 32;
-    c.intermediate_size = 48;
   }
-  c.num_classes = three ? 9 : 8;
   c.seq_len = 8;
-  c.image_size = 8;
-  c.patch_size = 4;
-  c.channels = 3;  // 48 patch features
+  if (type == "vit")  // 48 patch features
+    c.family_keys = {{"num_classes", std::int64_t{three ? 9 : 8}}, {"image_size", std::int64_t{8}},
+                     {"patch_size", std::int64_t{4}}, {"channels", std::int64_t{3}}};
   cfg.train.batch_size = three ? 6 : 8;
   cfg.parallel.tensor.size = world;
   cfg.parallel.tensor.mode = config::parse_choice<parallel::TensorMode>(m.mode).value();
@@ -95,8 +94,9 @@ nn::Batch make_batch(const config::Config& cfg, int step, bool documents) {
   const std::uint64_t key = 1000 + std::uint64_t(step) * 10;
   nn::Batch b;
   if (c.type == "vit") {
-    b.images = testing::randn({B, c.channels, c.image_size, c.image_size}, key);
-    b.targets = testing::randint({B}, key + 1, 0, std::int32_t(c.num_classes));
+    const models::ModelTraits image = models::model_traits(c);
+    b.images = testing::randn({B, image.channels, image.image_size, image.image_size}, key);
+    b.targets = testing::randint({B}, key + 1, 0, std::int32_t(image.classes));
     return b;
   }
   b.tokens = testing::randint({B, T}, key, 0, std::int32_t(c.vocab_size));

@@ -1,6 +1,7 @@
 // Config: defaults, files, overrides and their precedence, to_toml round trip, sizes.
 #include "config/config.h"
 #include "config/hf_model.h"
+#include "config/schema.h"
 #include "core/error.h"
 #include "models/llama/family.h"
 #include "models/registry.h"
@@ -80,8 +81,9 @@ TEST(Config, ErrorsNameTheKey) {
 TEST(Config, LlamaKeys) {
   const config::Config c = config::load_config("", {"model.type=llama", "model.n_head=4", "model.n_kv_head=2",
                                                     "model.n_embd=64"});
-  EXPECT_FALSE(c.model.tie_embeddings);  // Llama's head is its own unless told otherwise
-  EXPECT_TRUE(config::load_config("", {"model.type=llama", "model.tie_embeddings=true"}).model.tie_embeddings);
+  EXPECT_FALSE(models::llama_keys(c.model).tie_embeddings);  // Llama's head is its own unless told otherwise
+  EXPECT_TRUE(models::llama_keys(config::load_config("", {"model.type=llama", "model.tie_embeddings=true"}).model)
+                  .tie_embeddings);
   EXPECT_EQ(models::llama_intermediate_size(c.model), 256);  // 2/3 of 4 x 64 = 170, rounded up to 256s
   EXPECT_DOUBLE_EQ(models::norm_eps(c.model), 1e-6);
   EXPECT_NE(message({"model.type=llama", "model.n_head=4", "model.n_kv_head=3", "model.n_embd=64"})
@@ -107,6 +109,47 @@ TEST(Config, AnotherFamilysKeysAreErrors) {  // models::Family::keys: they would
   EXPECT_NO_THROW(config::load_config("", {"model.type=llama", "model.n_kv_head=1", "model.dropout=0.1"}));
   EXPECT_NO_THROW(config::load_config("", {"model.type=bert", "model.type_vocab_size=3", "model.activation=gelu_erf"}));
   EXPECT_NO_THROW(config::load_config("", {"model.rope_theta=10000"}));
+}
+
+// A program's family declares keys of its own as the built-in ones do: [model] takes them, checked
+// by their declared type, another family's config may not set them, and a stored config keeps them.
+struct WidgetKeys {
+  std::int64_t widgets = 3;
+  double spin = 0.5;
+};
+
+const models::KeyTable<WidgetKeys>& widget_keys() {
+  static const models::KeyTable<WidgetKeys> table = models::KeyTable<WidgetKeys>()
+                                                        .add("widgets", &WidgetKeys::widgets, "widgets a block", 1)
+                                                        .add("spin", &WidgetKeys::spin, "their spin");
+  return table;
+}
+
+TEST(Config, AProgramsFamilyHasKeysOfItsOwn) {
+  static const bool registered = [] {
+    models::register_family({.name = "widget_gpt", .title = "", .keys = widget_keys().keys(), .build = models::find_family("gpt").build});
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+  const config::Config c = config::load_config("", {"model.type=widget_gpt", "model.widgets=5"});
+  const WidgetKeys k = widget_keys().read(c.model.family_keys);
+  EXPECT_EQ(k.widgets, 5);
+  EXPECT_DOUBLE_EQ(k.spin, 0.5);
+  const config::Config again = config::load_config_text(config::to_toml(c), "stored");
+  EXPECT_EQ(widget_keys().read(again.model.family_keys).widgets, 5);
+  EXPECT_NE(config::find_key("model.widgets")->help.find("widget_gpt: widgets a block"), std::string::npos);
+  EXPECT_NE(message({"model.type=widget_gpt", "model.widgets=0"}).find("model.widgets must not be below 1, got 0"),
+            std::string::npos);
+  EXPECT_NE(message({"model.type=widget_gpt", "model.spin=fast"}).find("model.spin must be a number"),
+            std::string::npos);
+  EXPECT_NE(message({"model.widgets=4"}).find("model.widgets is read by model.type = widget_gpt only"),
+            std::string::npos);
+  // A built-in family's keys survive a stored config the same way.
+  const config::Config llama = config::load_config("", {"model.type=llama", "model.n_kv_head=1", "model.rope_theta=5e5"});
+  const models::LlamaKeys stored = models::llama_keys(config::load_config_text(config::to_toml(llama), "stored").model);
+  EXPECT_EQ(stored.n_kv_head, 1);
+  EXPECT_DOUBLE_EQ(stored.rope_theta, 5e5);
+  EXPECT_FALSE(stored.tie_embeddings);
 }
 
 TEST(Config, Sizes) {

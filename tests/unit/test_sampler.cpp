@@ -6,6 +6,7 @@
 #include "engine/checkpoint/checkpointer.h"
 #include "engine/inference/sampler.h"
 #include "models/factory.h"
+#include "models/gpt/decoder.h"
 #include "models/gpt/family.h"
 #include "models/gpt/gpt.h"
 #include "nn/runner.h"
@@ -69,7 +70,7 @@ TEST_P(SamplerHeads, LogitsAtEveryPositionMatchTheFullForward) {
   auto model = models::make_gpt(cfg);
   model->materialize(kSeed);
   const Tensor tokens = testing::randint({1, kT}, 11, 0, kV);
-  engine::Sampler sampler(*model, cfg);
+  engine::Sampler sampler(std::make_unique<models::GptDecoder>(*model, cfg));
   EXPECT_TRUE(all_close(cached_logits(sampler, tokens), forward_logits(*model, tokens), kFp32));
   EXPECT_EQ(sampler.positions(), kT);
 }
@@ -82,7 +83,7 @@ TEST(Sampler, GreedyPicksTheForwardsArgmax) {
   const models::GptConfig cfg = tiny_gpt();
   auto model = models::make_gpt(cfg);
   model->materialize(kSeed);
-  engine::Sampler sampler(*model, cfg);
+  engine::Sampler sampler(std::make_unique<models::GptDecoder>(*model, cfg));
   const std::vector<std::int32_t> prompt{3, 1, 4};
   std::vector<std::int32_t> streamed;
   const engine::SampleOptions greedy{
@@ -103,7 +104,7 @@ TEST(Sampler, SeededDrawsReproduceAndTopOneIsGreedy) {
   const models::GptConfig cfg = tiny_gpt();
   auto model = models::make_gpt(cfg);
   model->materialize(kSeed);
-  engine::Sampler sampler(*model, cfg);
+  engine::Sampler sampler(std::make_unique<models::GptDecoder>(*model, cfg));
   const std::vector<std::int32_t> prompt{5};
   const engine::SampleOptions drawn{.max_new_tokens = 15, .temperature = 1.0f, .seed = 5};
   const std::vector<std::int32_t> a = sampler.generate(prompt, drawn);
@@ -132,7 +133,7 @@ TEST(Sampler, StopsWhenThePositionsAreFull) {
   const models::GptConfig cfg = tiny_gpt();
   auto model = models::make_gpt(cfg);
   model->materialize(kSeed);
-  engine::Sampler sampler(*model, cfg);
+  engine::Sampler sampler(std::make_unique<models::GptDecoder>(*model, cfg));
   const std::vector<std::int32_t> prompt(kT - 2, 1);
   // Positions 14 and 15 take two new tokens, and the last position predicts a third.
   EXPECT_EQ(sampler.generate(prompt, {.max_new_tokens = 10, .temperature = 0.0f}).size(), 3u);
@@ -146,7 +147,7 @@ TEST(Sampler, BadPromptsAndOptionsAreErrors) {
   const models::GptConfig cfg = tiny_gpt();
   auto model = models::make_gpt(cfg);
   model->materialize(kSeed);
-  engine::Sampler sampler(*model, cfg);
+  engine::Sampler sampler(std::make_unique<models::GptDecoder>(*model, cfg));
   const engine::SampleOptions greedy{.max_new_tokens = 2, .temperature = 0.0f};
   EXPECT_THROW(sampler.generate(std::vector<std::int32_t>{}, greedy), Error);
   EXPECT_THROW(sampler.generate(std::vector<std::int32_t>{1, kV}, greedy), Error);
@@ -170,8 +171,7 @@ config::Config tiny_config() {
   cfg.model.n_embd = 24;
   cfg.model.vocab_size = kV;
   cfg.model.seq_len = kT;
-  cfg.model.tie_embeddings = false;
-  cfg.model.activation = ops::GeluForm::erf;
+  cfg.model.family_keys = {{"tie_embeddings", false}, {"activation", "gelu_erf"}};
   cfg.train.precision = DType::f32;
   cfg.train.sample_every = 4;
   cfg.train.sample_prompt = "2 7";
@@ -188,8 +188,8 @@ TEST(Sampler, LoadsATidalCheckpoint) {
   engine::write_checkpoint(dir.string(), {.step = 3, .config_toml = config::to_toml(cfg)}, weights, 1);
 
   engine::InferenceModel loaded = engine::load_for_inference(dir.string());
-  EXPECT_FALSE(loaded.config.model.tie_embeddings);
-  EXPECT_EQ(loaded.config.model.activation, ops::GeluForm::erf);
+  EXPECT_FALSE(models::gpt_keys(loaded.config.model).tie_embeddings);
+  EXPECT_EQ(models::gpt_keys(loaded.config.model).activation, ops::GeluForm::erf);
   engine::Sampler sampler(models::make_decoder(*loaded.model, loaded.config.model));
   const Tensor tokens = testing::randint({1, kT}, 12, 0, kV);
   EXPECT_TRUE(all_close(cached_logits(sampler, tokens), forward_logits(*model, tokens), kFp32));
@@ -207,7 +207,7 @@ TEST(Sampler, SamplesDuringTrainingOrSaysOnceWhyNot) {
   EXPECT_TRUE(training.due(10, 10));
   EXPECT_FALSE(training.due(9, 10));
 
-  engine::Sampler sampler(*model, models::gpt_config(cfg.model));
+  engine::Sampler sampler(models::make_decoder(*model, cfg.model));
   const std::vector<std::int32_t> ids = sampler.generate(std::vector<std::int32_t>{2, 7},
                                                          {.max_new_tokens = engine::TrainingSampler::kTokens,
                                                           .temperature = 0.0f});

@@ -6,7 +6,6 @@
 #include "engine/hf_checkpoint.h"
 #include "models/lora.h"
 #include "models/factory.h"
-#include "models/gpt/decoder.h"
 #include "models/registry.h"
 
 #include <algorithm>
@@ -120,9 +119,6 @@ std::string quote_on_one_line(const std::string& text) {
 
 Sampler::Sampler(std::unique_ptr<models::Decoder> decoder) : decoder_(std::move(decoder)) {}
 
-Sampler::Sampler(models::Model& model, const models::GptConfig& cfg)
-    : decoder_(std::make_unique<models::GptDecoder>(model, cfg)) {}
-
 InferenceModel load_for_inference(const std::string& path) {
   const fs::path dir(path);
   TIDAL_CHECK(fs::is_directory(dir),
@@ -235,8 +231,8 @@ TrainingSampler::TrainingSampler(const config::Config& cfg) : every_(cfg.train.s
     prompt_ = parse_token_ids(prompt, "train.sample_prompt (token ids: there is no data.tokenizer)");
     if (prompt_.empty()) prompt_.push_back(0);
   }
-  check_prompt(prompt_, cfg.model.vocab_size, cfg.model.max_positions ? cfg.model.max_positions : cfg.model.seq_len,
-               "train.sample_prompt");
+  const std::int64_t positions = models::model_traits(cfg.model).positions;
+  check_prompt(prompt_, cfg.model.vocab_size, positions ? positions : cfg.model.seq_len, "train.sample_prompt");
 }
 
 std::string TrainingSampler::text_of(std::span<const std::int32_t> ids) const {

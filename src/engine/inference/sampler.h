@@ -7,7 +7,6 @@
 #include "config/config.h"
 #include "data/bpe_tokenizer.h"
 #include "models/decoder.h"
-#include "models/gpt/gpt.h"
 
 #include <cstdint>
 #include <functional>
@@ -58,8 +57,6 @@ std::string decode_ids(const data::BpeTokenizer& tokenizer, std::span<const std:
 class Sampler {
  public:
   explicit Sampler(std::unique_ptr<models::Decoder> decoder);
-  // A GPT of `cfg` held whole by one process in fp32 (GptDecoder).
-  Sampler(models::Model& model, const models::GptConfig& cfg);
 
   std::int64_t vocab_size() const { return decoder_->vocab_size(); }
   std::int64_t max_positions() const { return decoder_->max_positions(); }

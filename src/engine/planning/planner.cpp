@@ -181,9 +181,9 @@ std::vector<config::Config> layouts(const config::Config& cfg, int world_size) {
       // A mixture's experts spread over groups of data ranks (parallel.expert): each divisor of
       // the data ranks that divides the experts.
       std::vector<int> experts = {1};
-      if (models::find_family(cfg.model.type).routed)
+      if (const int mixture = models::model_traits(cfg.model).experts; mixture > 0)
         for (int e : divisors(data))
-          if (e > 1 && cfg.model.experts % e == 0) experts.push_back(e);
+          if (e > 1 && mixture % e == 0) experts.push_back(e);
       for (const auto& [t, seq] : splits)
         for (int zero = 0; zero <= (data * seq > 1 ? 3 : 0); ++zero)
           for (int expert : experts)

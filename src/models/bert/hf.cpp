@@ -1,6 +1,6 @@
 #include "models/bert/hf.h"
 
-#include "models/registry.h"
+#include "models/bert/family.h"
 
 #include <fmt/format.h>
 
@@ -12,43 +12,47 @@ std::vector<std::string> bert_from_hf(const io::HfConfigKeys& k, ModelConfig& m)
   m.n_head = k.positive<int>("num_attention_heads", 12);
   m.n_embd = k.positive<std::int64_t>("hidden_size", 768);
   m.vocab_size = k.positive<std::int64_t>("vocab_size", 30522);
-  m.max_positions = k.positive<std::int64_t>("max_position_embeddings", 512);
-  m.type_vocab_size = k.positive<std::int64_t>("type_vocab_size", 2);
   m.ln_eps = k.get<double>("layer_norm_eps", 1e-12);
-  m.activation = k.gelu_erf("hidden_act", "gelu") ? ops::GeluForm::erf : ops::GeluForm::tanh;
-  m.tie_embeddings = k.get<bool>("tie_word_embeddings", true);
+  BertKeys b;
+  b.max_positions = k.positive<std::int64_t>("max_position_embeddings", 512);
+  b.type_vocab_size = k.positive<std::int64_t>("type_vocab_size", 2);
+  b.activation = k.gelu_erf("hidden_act", "gelu") ? ops::GeluForm::erf : ops::GeluForm::tanh;
+  b.tie_embeddings = k.get<bool>("tie_word_embeddings", true);
   k.require_mlp_width("intermediate_size", m.n_embd);
   k.require<std::string>("position_embedding_type", "absolute", "learned absolute positions");
   k.require("is_decoder", false, "an encoder");
-  return {"model.n_layer",     "model.n_head",         "model.n_embd",          "model.ln_eps",
-          "model.activation",  "model.vocab_size",     "model.max_positions",   "model.tie_embeddings",
-          "model.type_vocab_size"};
+  std::vector<std::string> decided = {"model.n_layer", "model.n_head", "model.n_embd", "model.ln_eps",
+                                      "model.vocab_size"};
+  for (std::string& name : bert_key_table().write(b, m.family_keys)) decided.push_back(std::move(name));
+  return decided;
 }
 
 nlohmann::json bert_to_hf(const ModelConfig& m) {
+  const BertKeys b = bert_keys(m);
   return {{"model_type", "bert"},
           {"num_hidden_layers", m.n_layer},
           {"num_attention_heads", m.n_head},
           {"hidden_size", m.n_embd},
           {"intermediate_size", 4 * m.n_embd},
           {"vocab_size", m.vocab_size},
-          {"max_position_embeddings", m.max_positions ? m.max_positions : m.seq_len},
-          {"type_vocab_size", m.type_vocab_size},
+          {"max_position_embeddings", b.max_positions ? b.max_positions : m.seq_len},
+          {"type_vocab_size", b.type_vocab_size},
           {"layer_norm_eps", norm_eps(m)},
-          {"hidden_act", m.activation == ops::GeluForm::erf ? "gelu" : "gelu_new"},
+          {"hidden_act", b.activation == ops::GeluForm::erf ? "gelu" : "gelu_new"},
           {"position_embedding_type", "absolute"},
-          {"tie_word_embeddings", m.tie_embeddings},
+          {"tie_word_embeddings", b.tie_embeddings},
           {"hidden_dropout_prob", m.dropout},
           {"attention_probs_dropout_prob", 0.0}};
 }
 
 std::vector<io::HfTensorSource> tensors(const ModelConfig& m) {
   const std::int64_t C = m.n_embd;
+  const BertKeys b = bert_keys(m);
   io::HfTensorSources src;
   src.one("embeddings.word.weight", "bert.embeddings.word_embeddings.weight", {m.vocab_size, C});
   src.one("embeddings.position.weight", "bert.embeddings.position_embeddings.weight",
-          {m.max_positions ? m.max_positions : m.seq_len, C});
-  src.one("embeddings.token_type.weight", "bert.embeddings.token_type_embeddings.weight", {m.type_vocab_size, C});
+          {b.max_positions ? b.max_positions : m.seq_len, C});
+  src.one("embeddings.token_type.weight", "bert.embeddings.token_type_embeddings.weight", {b.type_vocab_size, C});
   src.layer_norm("embeddings.ln", "bert.embeddings.LayerNorm", C);
   for (int i = 0; i < m.n_layer; ++i) {
     const std::string t = fmt::format("blocks.{}.", i), h = fmt::format("bert.encoder.layer.{}.", i);
@@ -61,7 +65,7 @@ std::vector<io::HfTensorSource> tensors(const ModelConfig& m) {
   }
   src.linear("mlm.dense", "cls.predictions.transform.dense", C, C, false);
   src.layer_norm("mlm.ln", "cls.predictions.transform.LayerNorm", C);
-  if (!m.tie_embeddings) src.one("mlm.weight", "cls.predictions.decoder.weight", {m.vocab_size, C});
+  if (!b.tie_embeddings) src.one("mlm.weight", "cls.predictions.decoder.weight", {m.vocab_size, C});
   src.one("mlm.bias", "cls.predictions.bias", {m.vocab_size});
   return src.take();
 }

@@ -1,6 +1,6 @@
 #include "models/gpt/hf.h"
 
-#include "models/registry.h"
+#include "models/gpt/family.h"
 
 #include <fmt/format.h>
 
@@ -12,21 +12,24 @@ std::vector<std::string> gpt_from_hf(const io::HfConfigKeys& k, ModelConfig& m) 
   m.n_head = k.positive<int>("n_head", 12);
   m.n_embd = k.positive<std::int64_t>("n_embd", 768);
   m.vocab_size = k.positive<std::int64_t>("vocab_size", 50257);
-  m.max_positions = k.positive<std::int64_t>("n_positions", 1024);
   m.ln_eps = k.get<double>("layer_norm_epsilon", 1e-5);
-  m.activation = k.gelu_erf("activation_function", "gelu_new") ? ops::GeluForm::erf : ops::GeluForm::tanh;
-  m.tie_embeddings = k.get<bool>("tie_word_embeddings", true);
+  const GptKeys g{.max_positions = k.positive<std::int64_t>("n_positions", 1024),
+                  .activation = k.gelu_erf("activation_function", "gelu_new") ? ops::GeluForm::erf : ops::GeluForm::tanh,
+                  .tie_embeddings = k.get<bool>("tie_word_embeddings", true)};
   k.require_mlp_width("n_inner", m.n_embd);
   k.require("scale_attn_weights", true, "attention scaled by 1/sqrt(head size)");
   k.require("scale_attn_by_inverse_layer_idx", false, "attention scaled by 1/sqrt(head size)");
   k.require("reorder_and_upcast_attn", false, "attention computed in fp32 accumulation anyway");
   k.require("add_cross_attention", false, "decoder-only blocks");
-  return {"model.n_layer",    "model.n_head",     "model.n_embd",      "model.ln_eps",
-          "model.activation", "model.vocab_size", "model.max_positions", "model.tie_embeddings"};
+  std::vector<std::string> decided = {"model.n_layer", "model.n_head", "model.n_embd", "model.ln_eps",
+                                      "model.vocab_size"};
+  for (std::string& name : gpt_key_table().write(g, m.family_keys)) decided.push_back(std::move(name));
+  return decided;
 }
 
 nlohmann::json gpt_to_hf(const ModelConfig& m) {
-  const std::int64_t positions = m.max_positions ? m.max_positions : m.seq_len;
+  const GptKeys g = gpt_keys(m);
+  const std::int64_t positions = g.max_positions ? g.max_positions : m.seq_len;
   return {{"model_type", "gpt2"},
           {"n_layer", m.n_layer},
           {"n_head", m.n_head},
@@ -36,8 +39,8 @@ nlohmann::json gpt_to_hf(const ModelConfig& m) {
           {"n_ctx", positions},
           {"n_inner", nullptr},
           {"layer_norm_epsilon", norm_eps(m)},
-          {"activation_function", m.activation == ops::GeluForm::erf ? "gelu" : "gelu_new"},
-          {"tie_word_embeddings", m.tie_embeddings},
+          {"activation_function", g.activation == ops::GeluForm::erf ? "gelu" : "gelu_new"},
+          {"tie_word_embeddings", g.tie_embeddings},
           {"resid_pdrop", m.dropout},
           {"embd_pdrop", m.dropout},
           {"attn_pdrop", 0.0}};
@@ -45,9 +48,10 @@ nlohmann::json gpt_to_hf(const ModelConfig& m) {
 
 std::vector<io::HfTensorSource> tensors(const ModelConfig& m) {
   const std::int64_t C = m.n_embd;
+  const GptKeys g = gpt_keys(m);
   io::HfTensorSources src;
   src.one("wte.weight", "transformer.wte.weight", {m.vocab_size, C});
-  src.one("wpe.weight", "transformer.wpe.weight", {m.max_positions ? m.max_positions : m.seq_len, C});
+  src.one("wpe.weight", "transformer.wpe.weight", {g.max_positions ? g.max_positions : m.seq_len, C});
   for (int i = 0; i < m.n_layer; ++i) {
     const std::string t = fmt::format("blocks.{}.", i), h = fmt::format("transformer.h.{}.", i);
     src.layer_norm(t + "ln_1", h + "ln_1", C);
@@ -58,7 +62,7 @@ std::vector<io::HfTensorSource> tensors(const ModelConfig& m) {
     src.linear(t + "mlp.proj", h + "mlp.c_proj", 4 * C, C, true);
   }
   src.layer_norm("ln_f", "transformer.ln_f", C);
-  if (!m.tie_embeddings) src.one("lm_head.weight", "lm_head.weight", {m.vocab_size, C});
+  if (!g.tie_embeddings) src.one("lm_head.weight", "lm_head.weight", {m.vocab_size, C});
   return src.take();
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "models/hf_adapter.h"
+#include "models/llama/family.h"
 
 namespace tidal::models {
 
@@ -15,8 +16,10 @@ struct LlamaHfDefaults {
   std::int64_t n_embd = 4096, intermediate_size = 11008, vocab_size = 32000, max_positions = 2048;
 };
 // Reads the keys every Llama-shaped config.json has (sizes, heads, rms_norm_eps, rope_theta, the
-// tied head, a SwiGLU MLP, the head size) into `m`; returns the [model] keys they decide.
-std::vector<std::string> read_llama_shape(const io::HfConfigKeys& k, ModelConfig& m, const LlamaHfDefaults& d);
+// tied head, a SwiGLU MLP, the head size) into `m` and `keys`; returns the keys of every family
+// they decide (the family's own are its table's to write).
+std::vector<std::string> read_llama_shape(const io::HfConfigKeys& k, ModelConfig& m, LlamaKeys& keys,
+                                          const LlamaHfDefaults& d);
 // Those keys of `m` as config.json writes them.
 nlohmann::json llama_shape_json(const ModelConfig& m);
 // Where one block's MLP lives: tidal's names under `tidal` ("blocks.3.mlp."), Hugging Face's under

@@ -25,15 +25,17 @@ Family qwen2_family() {
     return make_llama(qwen2_config(b.config, b.checkpointing, b.embedding_on_host), b.layers);
   };
   f.decoder = [](Model& model, const ModelConfig& c) -> std::unique_ptr<Decoder> {
-    return std::make_unique<LlamaDecoder>(model, qwen2_config(c), c.max_positions ? c.max_positions : c.seq_len);
+    const std::int64_t max_positions = llama_keys(c).max_positions;
+    return std::make_unique<LlamaDecoder>(model, qwen2_config(c), max_positions ? max_positions : c.seq_len);
   };
   f.validate = [llama = f.validate](const ModelConfig& m) {
     llama(m);
-    TIDAL_CHECK(!m.attention_bias,
+    const LlamaKeys k = llama_keys(m);
+    TIDAL_CHECK(!k.attention_bias,
                 "model.attention_bias is Llama's switch; model.type = \"qwen2\" always has biases on q, k and v and "
                 "none on the output projection: leave model.attention_bias unset");
-    TIDAL_CHECK(m.rope_scaling_factor == 0, "model.rope_scaling_factor = {} is Llama 3's frequency scaling, which "
-                "Qwen2 does not have: leave it at 0", m.rope_scaling_factor);
+    TIDAL_CHECK(k.rope_scaling_factor == 0, "model.rope_scaling_factor = {} is Llama 3's frequency scaling, which "
+                "Qwen2 does not have: leave it at 0", k.rope_scaling_factor);
   };
   f.hf = qwen2_hf_adapter();
   return f;

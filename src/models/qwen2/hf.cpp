@@ -14,8 +14,10 @@ constexpr LlamaHfDefaults kQwen2{.n_layer = 32,
                                  .max_positions = 32768};
 
 std::vector<std::string> qwen2_from_hf(const io::HfConfigKeys& k, ModelConfig& m) {
-  std::vector<std::string> decided = read_llama_shape(k, m, kQwen2);
+  LlamaKeys l;
+  std::vector<std::string> decided = read_llama_shape(k, m, l, kQwen2);
   k.require("use_sliding_window", false, "attention over every earlier position");
+  for (std::string& name : llama_key_table().write(l, m.family_keys)) decided.push_back(std::move(name));
   return decided;
 }
 
@@ -25,7 +27,7 @@ nlohmann::json qwen2_to_hf(const ModelConfig& m) {
   nlohmann::json j = llama_shape_json(m);
   j.update({{"model_type", "qwen2"},
             {"use_sliding_window", false},
-            {"sliding_window", m.max_positions ? m.max_positions : m.seq_len},
+            {"sliding_window", j["max_position_embeddings"]},
             {"max_window_layers", m.n_layer}});
   return j;
 }

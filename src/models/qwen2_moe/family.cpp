@@ -11,22 +11,29 @@ LlamaConfig qwen2_moe_config(const ModelConfig& c, const nn::CheckpointPolicy& c
   LlamaConfig l = llama_config(c, checkpointing, embedding_on_host);
   l.qkv_bias = true;
   l.proj_bias = false;
-  l.moe = moe_config(c, c.norm_topk_prob);
+  l.moe = moe_config(c, moe_keys(c).norm_topk_prob);
   return l;
 }
 
 }  // namespace
 
+const KeyTable<MoeKeys>& qwen2_moe_key_table() {
+  static const KeyTable<MoeKeys> table = KeyTable<MoeKeys>(mixtral_key_table()).add_all(
+      moe_key_table().only({"expert_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob"}));
+  return table;
+}
+
 Family qwen2_moe_family() {
   Family f = mixtral_family();
   f.name = "qwen2_moe";
   f.title = "Qwen2-MoE";
-  f.keys.insert(f.keys.end(), {"expert_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob"});
+  f.keys = qwen2_moe_key_table().keys();
   f.build = [](const ModelBuild& b) {
     return make_llama(qwen2_moe_config(b.config, b.checkpointing, b.embedding_on_host), b.layers);
   };
   f.decoder = [](Model& model, const ModelConfig& c) -> std::unique_ptr<Decoder> {
-    return std::make_unique<LlamaDecoder>(model, qwen2_moe_config(c), c.max_positions ? c.max_positions : c.seq_len);
+    const std::int64_t max_positions = llama_keys(c).max_positions;
+    return std::make_unique<LlamaDecoder>(model, qwen2_moe_config(c), max_positions ? max_positions : c.seq_len);
   };
   f.hf = qwen2_moe_hf_adapter();
   return f;

@@ -8,6 +8,9 @@
 
 namespace tidal::models {
 
+// Qwen2-MoE's keys: Mixtral's, the experts' width, the shared expert's and norm_topk_prob.
+const KeyTable<MoeKeys>& qwen2_moe_key_table();
+
 Family qwen2_moe_family();
 
 }  // namespace tidal::models
