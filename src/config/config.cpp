@@ -148,13 +148,13 @@ void validate_data(const Config& c, models::ModelTask task) {
   const DataConfig& d = c.data;
   const bool images = task == models::ModelTask::image_classification;
   TIDAL_CHECK(images == (d.kind == DataKind::images),
-              "model.type = \"{}\" cannot train on data.kind = \"{}\" (vit trains on images; the language models on "
-              "markov, tokens, indexed, text or chat)",
-              m.type, d.kind);
+              "model.type = \"{}\" cannot train on data.kind = \"{}\" (the image classifiers, {}, train on images; the "
+              "language models on markov, tokens, indexed, text or chat)",
+              m.type, d.kind, fmt::join(models::families_for(models::ModelTask::image_classification), ", "));
   TIDAL_CHECK(d.kind != DataKind::chat || task == models::ModelTask::causal_lm,
               "data.kind = \"chat\" trains a causal language model on the answers, and model.type = \"{}\" is a "
-              "masked language model: use a gpt, llama, qwen2, mixtral or qwen2_moe model",
-              m.type);
+              "masked language model: use one of {}",
+              m.type, fmt::join(models::families_for(models::ModelTask::causal_lm), ", "));
   if (d.kind == DataKind::markov) {
     TIDAL_CHECK(d.markov_branching >= 1 && d.markov_branching <= m.vocab_size,
                 "data.markov_branching must be in [1, model.vocab_size], got {}", d.markov_branching);
@@ -329,7 +329,8 @@ void check_layout(const Config& c) {
               "parallel.tensor.size = 1", c.model.type, parallel::tensor_mode_name(p.tensor.mode));
   TIDAL_CHECK(p.expert == 1 || experts > 0,
               "parallel.expert = {} spreads a mixture's experts over ranks, and model.type = \"{}\" has none: use "
-              "model.type = \"mixtral\" or \"qwen2_moe\", or parallel.expert = 1", p.expert, c.model.type);
+              "model.type = {}, or parallel.expert = 1", p.expert, c.model.type,
+              fmt::join(models::families_reading("experts"), " or "));
   TIDAL_CHECK(p.expert == 1 || experts % p.expert == 0,
               "parallel.expert = {} must divide model.experts = {}: each rank of an expert group holds as many "
               "experts", p.expert, experts);

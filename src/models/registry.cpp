@@ -92,6 +92,14 @@ const Family& find_family(const std::string& type) {
 
 std::string model_type_names() { return names(locked().list); }
 
+std::vector<std::string> families_for(ModelTask task) {
+  const Locked fs = locked();
+  std::vector<std::string> out;
+  for (const auto& f : fs.list)
+    if (f->task == task) out.push_back(f->name);
+  return out;
+}
+
 std::vector<std::string> families_reading(const std::string& key) {
   const Locked fs = locked();
   std::vector<std::string> out;

@@ -79,6 +79,8 @@ const Family& find_family(const std::string& type);
 std::string generating_families();
 // "gpt | bert | vit | llama" and the registered ones.
 std::string model_type_names();
+// The registered families of `task`, in the order registered.
+std::vector<std::string> families_for(ModelTask task);
 // The registered families whose own keys (Family::keys) include `key` (without "model.").
 std::vector<std::string> families_reading(const std::string& key);
 // Every registered family's own keys, each once (as its first family declares it), in the order

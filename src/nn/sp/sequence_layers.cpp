@@ -52,8 +52,8 @@ class SequenceLayers final : public SingleDeviceLayers {
 
  private:
   static std::string no_images() {
-    return "parallel.sequence > 1 splits token sequences (GPT, BERT); a ViT's patches and class token are not split: "
-           "use parallel.data or parallel.tensor.size for model.type = \"vit\"";
+    return "parallel.sequence > 1 splits token sequences; an image classifier's patches and class token are not "
+           "split: use parallel.data or parallel.tensor.size for it";
   }
 
   comm::Communicator& ring_;
