@@ -95,7 +95,7 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(model.n_layer, "transformer blocks"),
       TIDAL_KEY(model.n_head, "attention heads (must divide n_embd)"),
       TIDAL_KEY(model.n_embd, "hidden width"),
-      TIDAL_KEY(model.vocab_size, "token vocabulary (gpt, bert)"),
+      TIDAL_KEY(model.vocab_size, "token vocabulary (the language models)"),
       TIDAL_KEY(model.seq_len, "tokens per sequence (learned positions)"),
       TIDAL_KEY(model.dropout, "embedding and residual dropout probability"),
       TIDAL_KEY(model.ln_eps,

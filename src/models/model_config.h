@@ -33,4 +33,8 @@ struct ModelConfig {
   KeyValues family_keys;
 };
 
+// The names of the keys above, which no family may declare as its own.
+inline constexpr const char* kKeysOfEveryFamily[] = {"type",    "n_layer", "n_head", "n_embd",   "vocab_size",
+                                                    "seq_len", "dropout", "ln_eps", "init_from"};
+
 }  // namespace tidal::models

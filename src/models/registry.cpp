@@ -19,6 +19,11 @@ struct Families {
 void add(Families& fs, Family f) {  // the caller holds the lock
   TIDAL_CHECK(!f.name.empty(), "a model family needs a name");
   TIDAL_CHECK(f.build != nullptr, "register_family(\"{}\"): no builder given", f.name);
+  for (const FamilyKey& k : f.keys)
+    TIDAL_CHECK(std::find(std::begin(kKeysOfEveryFamily), std::end(kKeysOfEveryFamily), k.name) ==
+                    std::end(kKeysOfEveryFamily),
+                "register_family(\"{}\"): model.{} is a key every family has (models/model_config.h): give the "
+                "family's own key another name", f.name, k.name);
   for (const auto& g : fs.list) {
     TIDAL_CHECK(g->name != f.name, "model type \"{}\" is registered already: give your model another name", f.name);
     for (const FamilyKey& k : f.keys)

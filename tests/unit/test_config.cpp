@@ -131,6 +131,10 @@ TEST(Config, AProgramsFamilyHasKeysOfItsOwn) {
     return true;
   }();
   ASSERT_TRUE(registered);
+  EXPECT_THROW(models::register_family({.name = "widget_gpt_2", .title = "",
+                                        .keys = {{.name = "n_layer", .fallback = std::int64_t{2}, .help = ""}},
+                                        .build = models::find_family("gpt").build}),
+               Error);  // a key every family has
   const config::Config c = config::load_config("", {"model.type=widget_gpt", "model.widgets=5"});
   const WidgetKeys k = widget_keys().read(c.model.family_keys);
   EXPECT_EQ(k.widgets, 5);
