@@ -4,7 +4,6 @@
 #include "core/error.h"
 #include "models/registry.h"
 
-#include <algorithm>
 #include <cmath>
 
 namespace tidal::config {

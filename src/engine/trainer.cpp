@@ -234,6 +234,7 @@ struct Trainer::Run {
         micro(cfg.train.micro_batch_size ? cfg.train.micro_batch_size : local),
         accum(local / micro),
         T(models::positions_per_sample(cfg.model)),
+        mixture(models::model_traits(cfg.model).experts),
         activations(activation_pool(cfg)),
         engine(*model, pc, pipeline_options(cfg, *model, *dataset, pc, replica * local, micro)),
         schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps},
@@ -281,6 +282,7 @@ struct Trainer::Run {
   // batch of B, in `accum` micro-batches of `micro`.
   int replicas, replica;
   std::int64_t B, local, micro, accum, T;
+  int mixture;  // experts in each block's mixture (models::ModelTraits); 0 = none
   // Where a step's activations live: made before (so gone after) the engine, whose micro-batch
   // contexts still hold some when a step ends in an error.
   std::unique_ptr<Allocator> activations;
@@ -374,8 +376,7 @@ void Trainer::Run::describe_layout() {
   if (const int experts = pc.layout().spec().expert; experts > 1)
     progress.line(fmt::format("expert parallel: groups of {} data ranks, each rank {} of the {} experts of every "
                               "mixture, rows to their experts' ranks and back by all-to-all",
-                              experts, models::model_traits(cfg.model).experts / experts,
-                              models::model_traits(cfg.model).experts));
+                              experts, mixture / experts, mixture));
   if (const std::string line = model_data->describe(); !line.empty()) progress.line(line);
   if (scaler) progress.line(fmt::format("fp16: dynamic loss scale from {}", scaler->scale()));
   if (const parallel::MeshSpec& spec = pc.layout().spec(); spec.sequence > 1) {
@@ -488,7 +489,7 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
     record["loss_scale"] = loss_scale;
     record["skipped"] = !applied;
   }
-  if (const int mixture = models::model_traits(cfg.model).experts; mixture > 0)
+  if (mixture > 0)
     record["moe"] = expert_metrics(experts, pc, cfg.model.n_layer, mixture);
   if (nlohmann::json drawn = dataset->record((at + 1) * B); !drawn.empty()) record["data"] = std::move(drawn);
   if (cfg.train.log_samples) record["sample_ids"] = sample_ids;

@@ -60,6 +60,11 @@ std::int64_t llama_intermediate_size(const ModelConfig& m) {
   return (2 * (4 * m.n_embd) / 3 + 255) / 256 * 256;
 }
 
+std::int64_t llama_context(const ModelConfig& m) {
+  const std::int64_t max_positions = llama_keys(m).max_positions;
+  return max_positions ? max_positions : m.seq_len;
+}
+
 LlamaConfig llama_config(const ModelConfig& c, const nn::CheckpointPolicy& checkpointing, bool embedding_on_host) {
   const LlamaKeys k = llama_keys(c);
   return {.n_layer = c.n_layer, .n_head = c.n_head, .n_kv_head = k.n_kv_head, .n_embd = c.n_embd,
@@ -87,10 +92,8 @@ Family llama_family() {
           .build = [](const ModelBuild& b) {
             return make_llama(llama_config(b.config, b.checkpointing, b.embedding_on_host), b.layers);
           },
-          // The context: model.max_positions, else the training sequence's length.
           .decoder = [](Model& model, const ModelConfig& c) -> std::unique_ptr<Decoder> {
-            const std::int64_t max_positions = llama_keys(c).max_positions;
-            return std::make_unique<LlamaDecoder>(model, llama_config(c), max_positions ? max_positions : c.seq_len);
+            return std::make_unique<LlamaDecoder>(model, llama_config(c), llama_context(c));
           },
           .norm_eps = 1e-6,
           .validate = validate,

@@ -28,6 +28,10 @@ LlamaKeys llama_keys(const ModelConfig& m);
 // (the width Llama's reference code gives a SwiGLU MLP).
 std::int64_t llama_intermediate_size(const ModelConfig& m);
 
+// The positions a Llama-shaped model attends over (its decoder's context, config.json's
+// max_position_embeddings): model.max_positions, else model.seq_len.
+std::int64_t llama_context(const ModelConfig& m);
+
 // The Llama options [model] gives.
 LlamaConfig llama_config(const ModelConfig& cfg, const nn::CheckpointPolicy& checkpointing = {},
                          bool embedding_on_host = false);

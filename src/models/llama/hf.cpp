@@ -72,7 +72,7 @@ nlohmann::json llama_shape_json(const ModelConfig& m) {
           {"hidden_size", m.n_embd},
           {"intermediate_size", llama_intermediate_size(m)},
           {"vocab_size", m.vocab_size},
-          {"max_position_embeddings", l.max_positions ? l.max_positions : m.seq_len},
+          {"max_position_embeddings", llama_context(m)},
           {"rms_norm_eps", norm_eps(m)},
           {"hidden_act", "silu"},
           {"rope_theta", l.rope_theta},

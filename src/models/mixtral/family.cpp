@@ -85,8 +85,7 @@ Family mixtral_family() {
     return make_llama(mixtral_config(b.config, b.checkpointing, b.embedding_on_host), b.layers);
   };
   f.decoder = [](Model& model, const ModelConfig& c) -> std::unique_ptr<Decoder> {
-    const std::int64_t max_positions = llama_keys(c).max_positions;
-    return std::make_unique<LlamaDecoder>(model, mixtral_config(c), max_positions ? max_positions : c.seq_len);
+    return std::make_unique<LlamaDecoder>(model, mixtral_config(c), llama_context(c));
   };
   f.validate = [llama = f.validate](const ModelConfig& m) {
     llama(m);

@@ -32,8 +32,7 @@ Family qwen2_moe_family() {
     return make_llama(qwen2_moe_config(b.config, b.checkpointing, b.embedding_on_host), b.layers);
   };
   f.decoder = [](Model& model, const ModelConfig& c) -> std::unique_ptr<Decoder> {
-    const std::int64_t max_positions = llama_keys(c).max_positions;
-    return std::make_unique<LlamaDecoder>(model, qwen2_moe_config(c), max_positions ? max_positions : c.seq_len);
+    return std::make_unique<LlamaDecoder>(model, qwen2_moe_config(c), llama_context(c));
   };
   f.hf = qwen2_moe_hf_adapter();
   return f;
