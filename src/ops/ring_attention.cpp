@@ -54,6 +54,15 @@ void check_block(const RingAttentionDims& d, const Tensor& block, std::int64_t f
 
 }  // namespace
 
+double visible_share(bool causal, std::int64_t first_query, std::int64_t first_key, std::int64_t Tq, std::int64_t Tk) {
+  double seen = 0;
+  for (std::int64_t i = 0; i < Tq; ++i) {
+    const KeySpan keys = visible_keys(causal, Documents{}, first_query, first_key, Tk, i);
+    seen += double(keys.hi - keys.lo);
+  }
+  return Tq > 0 && Tk > 0 ? seen / (double(Tq) * double(Tk)) : 0.0;
+}
+
 RingAttentionDims check_ring_forward(const Tensor& y, const Tensor& lse, const Tensor& sum, const Tensor& q,
                                      const Tensor& kv, std::int64_t first_key, const RingAttentionOptions& opt,
                                      Device::Kind device) {

@@ -98,7 +98,16 @@ constexpr KeySpan visible_keys(bool causal, const Documents& docs, std::int64_t 
   return {lo, hi};
 }
 
+// The share of a block's [Tq, Tk] (query, key) pairs its queries see, one document and no key
+// mask (FlashAttention-2's count of the work: the visible pairs).
+double visible_share(bool causal, std::int64_t first_query, std::int64_t first_key, std::int64_t Tq, std::int64_t Tk);
+
 namespace cpu {
+// The share of a block's [Tq, Tk] scores these kernels compute, one document and no key mask:
+// each tile of queries runs to its last query's visible key, a tile that sees none is skipped
+// (so a block before every query computes whole, one after them nothing, a diagonal block as
+// ops::cpu::causal_work_share).
+double ring_work_share(bool causal, std::int64_t first_query, std::int64_t first_key, std::int64_t Tq, std::int64_t Tk);
 void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q, const Tensor& kv,
                             std::int64_t first_key, const RingAttentionOptions& opt);
 void ring_attention_finish(Tensor& y, Tensor& lse, const Tensor& sum, const RingAttentionOptions& opt);

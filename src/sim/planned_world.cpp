@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 namespace tidal::sim {
 
@@ -231,11 +232,13 @@ void plan_chunks(const Job& job, std::vector<PlannedRank>& world, std::size_t de
 std::vector<PlannedRank> plan_world(const Job& job, int world_size, int ranks_per_node,
                                     std::size_t device_capacity) {
   std::vector<PlannedRank> world;
-  std::map<std::pair<int, int>, std::size_t> first_of_kind;  // (stage, tensor index) -> rank
+  // Ranks that differ only in their data index share a model; a sequence place builds its own (its
+  // attention sees the ring's blocks from its own positions).
+  std::map<std::tuple<int, int, int>, std::size_t> first_of_kind;  // (stage, tensor, sequence index) -> rank
   for (int rank = 0; rank < world_size; ++rank) {
     const parallel::Layout layout(parallel::mesh_spec(job.context, world_size, ranks_per_node));
     const parallel::Coordinates c = layout.coordinates(rank);
-    const auto [it, fresh] = first_of_kind.try_emplace({c.pipeline, c.tensor}, world.size());
+    const auto [it, fresh] = first_of_kind.try_emplace({c.pipeline, c.tensor, c.sequence}, world.size());
     if (fresh) {
       world.push_back(build_rank(job, world_size, rank, ranks_per_node));
       continue;

@@ -6,6 +6,7 @@
 // the gradient reductions beside backward, all but the last bucket or group.
 #include "config/config.h"
 #include "ops/attention.h"
+#include "ops/ring_attention.h"
 #include "engine/planning/job.h"
 #include "sim/cost_model.h"
 #include "sim/hardware.h"
@@ -310,6 +311,42 @@ TEST(CostModelTime, CausalAttentionOnACpuCountsTheKernelsBlocks) {
   EXPECT_NEAR(engine::predict(small_gpt({}), 1, &gpu).time.attention /
                   engine::predict(small_gpt({"model.type=bert"}), 1, &gpu).time.attention,
               0.5, 1e-12);
+}
+
+
+TEST(CostModelTime, RingAttentionCountsEachRanksBlocksAsItsKernelsRunThem) {
+  // A block before every query computes whole, one after them nothing; on a CPU a diagonal block's
+  // tiles as the whole attention's (one tile up to 64 queries); on a GPU its visible pairs.
+  EXPECT_DOUBLE_EQ(ops::cpu::ring_work_share(true, 64, 0, 64, 64), 1.0);
+  EXPECT_DOUBLE_EQ(ops::cpu::ring_work_share(true, 0, 64, 64, 64), 0.0);
+  EXPECT_DOUBLE_EQ(ops::cpu::ring_work_share(true, 32, 32, 32, 32), 1.0);
+  EXPECT_DOUBLE_EQ(ops::cpu::ring_work_share(true, 128, 128, 128, 128), ops::cpu::causal_work_share(128));
+  EXPECT_DOUBLE_EQ(ops::cpu::ring_work_share(false, 0, 64, 64, 64), 1.0);
+  EXPECT_DOUBLE_EQ(ops::visible_share(true, 4, 4, 4, 4), 10.0 / 16);
+  EXPECT_DOUBLE_EQ(ops::visible_share(true, 4, 0, 4, 4), 1.0);
+  EXPECT_DOUBLE_EQ(ops::visible_share(true, 0, 4, 4, 4), 0.0);
+  EXPECT_DOUBLE_EQ(ops::visible_share(true, 2, 0, 4, 4), (3.0 + 4 + 4 + 4) / 16);
+
+  // 128 positions over a ring of 2 on a CPU (one rate for every size): the slowest rank's
+  // attention against one process's 128 x 128 x 0.75 scores. In order (no zig-zag) rank 1 holds
+  // positions 64-127 and computes both 64 x 64 blocks whole; in zig-zag places of 32 each rank
+  // computes 5 blocks of 32 x 32 (rank 0: its runs' two diagonals and three whole ones).
+  const sim::Hardware cpu = two_ranks(1);
+  const double whole = engine::predict(small_gpt({}), 1, &cpu).time.attention;
+  EXPECT_NEAR(engine::predict(small_gpt({"parallel.sequence=2", "parallel.sequence_zigzag=false"}), 2, &cpu)
+                      .time.attention / whole,
+              2.0 * 64 * 64 / (0.75 * 128 * 128), 1e-9);
+  EXPECT_NEAR(engine::predict(small_gpt({"parallel.sequence=2", "parallel.sequence_zigzag=true"}), 2, &cpu)
+                      .time.attention / whole,
+              5.0 * 32 * 32 / (0.75 * 128 * 128), 1e-9);
+  // On a GPU the visible pairs: rank 1's whole block and its diagonal's 64 x 65 / 2, against half
+  // of 128 x 128.
+  sim::Hardware gpu = cpu;
+  gpu.device = Device::Kind::cuda;
+  EXPECT_NEAR(engine::predict(small_gpt({"parallel.sequence=2", "parallel.sequence_zigzag=false"}), 2, &gpu)
+                      .time.attention /
+                  engine::predict(small_gpt({}), 1, &gpu).time.attention,
+              (64.0 * 64 + 64.0 * 65 / 2) / (0.5 * 128 * 128), 1e-9);
 }
 
 }  // namespace

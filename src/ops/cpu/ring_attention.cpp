@@ -111,6 +111,17 @@ void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q
   }
 }
 
+double ring_work_share(bool causal, std::int64_t first_query, std::int64_t first_key, std::int64_t Tq, std::int64_t Tk) {
+  const RingAttentionOptions opt{.causal = causal, .first_query = first_query};
+  double computed = 0;  // each tile's rows against its keys, as the kernels above take them
+  for (std::int64_t i0 = 0; i0 < Tq; i0 += kRows) {
+    const std::int64_t rows = std::min(kRows, Tq - i0);
+    const KeySpan keys = tile_keys(opt, Documents{}, first_key, Tk, i0, i0 + rows);
+    if (!keys.empty()) computed += double(rows) * double(keys.hi - keys.lo);
+  }
+  return Tq > 0 && Tk > 0 ? computed / (double(Tq) * double(Tk)) : 0.0;
+}
+
 void ring_attention_finish(Tensor& y, Tensor& lse, const Tensor& sum, const RingAttentionOptions& opt) {
   const Dims d = check_ring_finish(y, lse, sum, opt, Device::Kind::cpu);
   const RowsView<float> vy = rows_view<float>(y), vm = rows_view<float>(lse);

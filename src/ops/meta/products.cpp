@@ -18,9 +18,15 @@ std::vector<Tensor> widened(std::initializer_list<const Tensor*> operands) {
   return copies;
 }
 
-// A ring's block under a causal mask: half its pairs. The ranks pass the blocks in lock step, and
-// a rank's share of the visible pairs over the ring averages a half (FlashAttention-2's count).
-double ring_share(bool causal) { return causal ? 0.5 : 1.0; }
+// The share of a ring's block this rank's queries compute (before the batch's masks, which meta
+// tensors do not hold): on a CPU the kernels' tiles, each to its last query's key; on a GPU the
+// visible pairs. A rank's blocks differ (without zig-zag places the last rank sees every block
+// whole, the first only its own diagonal), and the ring's lock step waits for the slowest.
+double ring_share(const Recorder& r, const RingAttentionOptions& opt, std::int64_t first_key, std::int64_t Tq,
+                  std::int64_t Tk) {
+  return r.backend.cpu ? cpu::ring_work_share(opt.causal, opt.first_query, first_key, Tq, Tk)
+                       : visible_share(opt.causal, opt.first_query, first_key, Tq, Tk);
+}
 
 }  // namespace
 
@@ -67,7 +73,7 @@ void ring_attention_forward(Tensor& y, Tensor& lse, Tensor& sum, const Tensor& q
   const RingAttentionDims d = check_ring_forward(y, lse, sum, q, kv, first_key, opt, Device::Kind::meta);
   if (Recorder* r = recorder()) {
     const std::int64_t Tk = kv.dim(1);
-    const double share = ring_share(opt.causal);
+    const double share = ring_share(*r, opt, first_key, d.Tq, Tk);
     r->attention(q.dtype(), 4.0 * double(d.B) * double(d.Tq) * double(Tk) * double(d.C) * share, Tk);
   }
 }
@@ -82,7 +88,7 @@ void ring_attention_backward(Tensor& dq, Tensor& dkv, const Tensor& q, const Ten
   const RingAttentionDims d = check_ring_backward(dq, dkv, q, kv, y, dy, lse, first_key, opt, Device::Kind::meta);
   if (Recorder* r = recorder()) {
     const std::int64_t Tk = kv.dim(1);
-    const double share = ring_share(opt.causal);
+    const double share = ring_share(*r, opt, first_key, d.Tq, Tk);
     r->attention(q.dtype(), 2.5 * 4.0 * double(d.B) * double(d.Tq) * double(Tk) * double(d.C) * share, Tk);
   }
 }
