@@ -181,9 +181,9 @@ std::vector<Key> make_schema() {
                 "directory for TensorBoard event files of every step's metrics (loss, eval loss, lr, tokens/s, "
                 "gradient norm, loss scale, memory per tier); \"\" = none (tidal train --tensorboard DIR)"),
       TIDAL_KEY(train.sample_every,
-                "gpt: every this many steps (and at the end) a progress line with 32 tokens greedily continuing "
-                "train.sample_prompt (0 = off); needs the weights plain in one process: one rank, train.precision = "
-                "\"fp32\", zero.stage = 0, memory.offload = \"none\""),
+                "a causal language model: every this many steps (and at the end) a progress line with 32 tokens "
+                "greedily continuing train.sample_prompt (0 = off); needs the weights plain in one process: one "
+                "rank, train.precision = \"fp32\", zero.stage = 0, memory.offload = \"none\""),
       TIDAL_KEY(train.sample_prompt,
                 "the text train.sample_every continues (with data.tokenizer; without it token ids \"1 2 3\", or "
                 "bytes for data.kind = \"text\"); \"\" = from the tokenizer's end-of-text token (without a "
