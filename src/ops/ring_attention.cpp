@@ -1,5 +1,6 @@
 #include "ops/ring_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 
@@ -55,12 +56,16 @@ void check_block(const RingAttentionDims& d, const Tensor& block, std::int64_t f
 }  // namespace
 
 double visible_share(bool causal, std::int64_t first_query, std::int64_t first_key, std::int64_t Tq, std::int64_t Tk) {
-  double seen = 0;
-  for (std::int64_t i = 0; i < Tq; ++i) {
-    const KeySpan keys = visible_keys(causal, Documents{}, first_query, first_key, Tk, i);
-    seen += double(keys.hi - keys.lo);
-  }
-  return Tq > 0 && Tk > 0 ? seen / (double(Tq) * double(Tk)) : 0.0;
+  if (Tq <= 0 || Tk <= 0) return 0.0;
+  if (!causal) return 1.0;
+  // Query i sees keys [0, clamp(v, 0, Tk)) of the block, v = first_query + i + 1 - first_key
+  // (visible_keys with one document): the sum over v in [a, b], in closed form (the planner asks
+  // this of every block it replays).
+  const std::int64_t a = first_query + 1 - first_key, b = a + Tq - 1;
+  const std::int64_t rise_lo = std::max<std::int64_t>(a, 1), rise_hi = std::min(b, Tk - 1);  // 0 < v < Tk: v
+  const double rising = rise_lo <= rise_hi ? double(rise_lo + rise_hi) * double(rise_hi - rise_lo + 1) / 2 : 0.0;
+  const std::int64_t full = b - std::max(a, Tk) + 1;  // v >= Tk: every key
+  return (rising + double(std::max<std::int64_t>(0, full)) * double(Tk)) / (double(Tq) * double(Tk));
 }
 
 RingAttentionDims check_ring_forward(const Tensor& y, const Tensor& lse, const Tensor& sum, const Tensor& q,

@@ -326,6 +326,19 @@ TEST(CostModelTime, RingAttentionCountsEachRanksBlocksAsItsKernelsRunThem) {
   EXPECT_DOUBLE_EQ(ops::visible_share(true, 4, 0, 4, 4), 1.0);
   EXPECT_DOUBLE_EQ(ops::visible_share(true, 0, 4, 4, 4), 0.0);
   EXPECT_DOUBLE_EQ(ops::visible_share(true, 2, 0, 4, 4), (3.0 + 4 + 4 + 4) / 16);
+  // Against a count of every query's visible keys, blocks before, across and after the queries.
+  for (std::int64_t first_query : {0, 5, 16, 40})
+    for (std::int64_t first_key : {0, 3, 16, 24, 64})
+      for (std::int64_t Tq : {1, 7, 16})
+        for (std::int64_t Tk : {1, 8, 16}) {
+          double seen = 0;
+          for (std::int64_t i = 0; i < Tq; ++i) {
+            const ops::KeySpan keys = ops::visible_keys(true, ops::Documents{}, first_query, first_key, Tk, i);
+            seen += double(keys.hi - keys.lo);
+          }
+          EXPECT_DOUBLE_EQ(ops::visible_share(true, first_query, first_key, Tq, Tk), seen / double(Tq * Tk))
+              << first_query << " " << first_key << " " << Tq << " " << Tk;
+        }
 
   // 128 positions over a ring of 2 on a CPU (one rate for every size): the slowest rank's
   // attention against one process's 128 x 128 x 0.75 scores. In order (no zig-zag) rank 1 holds
