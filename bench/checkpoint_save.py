@@ -134,6 +134,7 @@ def dd_rate(d):
 def calibrate(args, d, when):
     """The hardware file of each world size: `mpirun -np N tidal calibrate` now (or reused)."""
     files = {}
+    os.makedirs(args.hardware_dir, exist_ok=True)
     for ranks in sorted({max(2, r) for _, r, _ in LAYOUTS}):
         path = os.path.join(args.hardware_dir, f"calibrated-{ranks}-{when}.toml")
         if not (args.reuse_hardware and os.path.exists(path)):
