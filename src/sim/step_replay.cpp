@@ -49,29 +49,45 @@ class MetaStep final : public ops::meta::Recorder {
   }
   void workspace(bool begin) override { workspaces_ += begin ? 1 : -1; }
 
+  // A gradient buffer the model data keeper hands a backward (memory/chunk_manager.cpp's access):
+  // a memset, its bytes written once - a stream through memory, not a tensor an op makes.
+  Tensor zeroed(const Shape& shape, DType dtype) {
+    ++streams_;
+    Tensor t = Tensor::zeros(shape, dtype, pool);
+    --streams_;
+    stream(double(t.nbytes()));
+    return t;
+  }
+  // Bytes the keeper reads or writes once in a plain pass (a memset, a cast, an add), at the
+  // memory's bandwidth (tidal calibrate's copy rate: bytes read and written a second).
+  void stream(double bytes) {
+    if (costs_) made_seconds += bytes / costs_->hardware->memory_bandwidth;
+  }
+
  private:
   void made(double bytes) {
-    if (!costs_ || workspaces_ > 0 || bytes <= 0) return;
+    if (!costs_ || workspaces_ > 0 || streams_ > 0 || bytes <= 0) return;
     const double element = double(dtype_size(costs_->dtype));
     made_seconds += 2 * bytes / costs_->hardware->elementwise_rate(costs_->dtype, bytes / element);
   }
 
   const Costs* costs_;
-  int workspaces_ = 0;
+  int workspaces_ = 0, streams_ = 0;
 };
 
 // What the model data keeper does around the modules that the step's memory sees
-// (engine/model_data.h): the chunk keeper hands a module's backward fresh gradients in the compute
-// precision from the step's memory (memory/chunk_manager.cpp's access) and takes each once its last
-// user's backward on this rank is done; its parameters are views of the chunks, and the tensor
+// (engine/model_data.h): the chunk keeper hands a module's backward fresh zeroed gradients in the
+// compute precision from the step's memory (memory/chunk_manager.cpp's access) and takes each once
+// its last user's backward on this rank is done, streaming it into the chunks (`store`: the bytes
+// an element's store reads and writes); its parameters are views of the chunks, and the tensor
 // keeper's fp32 parameters and gradients model data, held all along - neither in the step's memory.
 // A frozen base's NF4 linears (`nf4`: their names) hold codes, which each product dequantizes into
 // the step's memory (nn/linear.h).
 class PlannedKeeper final : public nn::ModuleHooks {
  public:
   PlannedKeeper(models::Model& model, const pipeline::PipelineEngine& engine, bool chunks, DType compute,
-                const std::set<std::string>& nf4)
-      : model_(model), chunks_(chunks), compute_(chunks ? compute : DType::f32) {
+                const std::set<std::string>& nf4, MetaStep& meta, std::map<const nn::Parameter*, double> store)
+      : model_(model), chunks_(chunks), compute_(chunks ? compute : DType::f32), meta_(meta), store_(std::move(store)) {
     for (nn::Module* layer : engine.layers()) layer->count_parameter_users(users_);
     for (nn::Parameter* p : model_.parameters()) {
       if (p->frozen && nf4.count(p->name)) {
@@ -95,7 +111,7 @@ class PlannedKeeper final : public nn::ModuleHooks {
   void before_backward(nn::Module& m) override {
     if (!chunks_) return;
     for (nn::Parameter* p : m.used_parameters())
-      if (!p->grad.defined() && !p->frozen) p->grad = Tensor::zeros(p->shape, compute_);
+      if (!p->grad.defined() && !p->frozen) p->grad = meta_.zeroed(p->shape, compute_);
   }
   void after_backward(nn::Module& m) override {
     if (!chunks_) return;
@@ -113,25 +129,71 @@ class PlannedKeeper final : public nn::ModuleHooks {
   }
   void before_weight_gradient(nn::Module&, std::span<nn::Parameter* const> deferred) override {
     if (!chunks_) return;
-    for (nn::Parameter* p : deferred) p->grad = Tensor::zeros(p->shape, compute_);
+    for (nn::Parameter* p : deferred) p->grad = meta_.zeroed(p->shape, compute_);
   }
   void after_weight_gradient(nn::Module&, std::span<nn::Parameter* const> deferred) override {
     if (!chunks_) return;
-    for (nn::Parameter* p : deferred) p->grad = Tensor();  // stored into the chunks
+    for (nn::Parameter* p : deferred) stored(p);
   }
 
  private:
   void complete_use(nn::Parameter* p) {
     if (--left_.at(p) > 0) return;
-    p->grad = Tensor();  // stored into the chunks
+    stored(p);
     left_[p] = users_.at(p);
+  }
+  void stored(nn::Parameter* p) {
+    if (auto it = store_.find(p); it != store_.end()) meta_.stream(it->second * double(p->shape.numel()));
+    p->grad = Tensor();
   }
 
   models::Model& model_;
   const bool chunks_;
   const DType compute_;
+  MetaStep& meta_;
+  const std::map<const nn::Parameter*, double> store_;
   std::map<nn::Parameter*, int> users_, left_;
 };
+
+// The bytes each element of a chunked parameter's gradient streams through memory once its
+// backward is done, a micro-batch (memory/chunk_manager.cpp): its store (store_gradient) and its
+// share of its chunk group's passes (reduce_group), spread over the group's elements (chunks hold
+// parameters but for their padding). Of `e` bytes an element in the compute precision, `sum` the
+// bytes of adding one into an fp32 sum (add_into: read, and the sum read and written; from another
+// precision by way of an fp32 copy, written and read):
+// - one micro-batch: cast into its param slot (read, written); over a group of ranks the group is
+//   packed into a buffer (read, written) and its sum unpacked back (read, written), or sharded
+//   reduced from the packed buffer - under offload by a ring that adds each other rank's partial
+//   into the chunks (g - 1 of g read twice and written);
+// - micro-batches summed on the rank (alone, or at stages 0 and 1 without offload): added into the
+//   grad list; sharded, the list's owned sums copied back once a step (8 bytes, 1 / g of them);
+// - micro-batches reduced each (stages 2 and 3, offload): added into the group's buffer, zeroed
+//   first (e written; e + e read, e written), and the reduced sum (the owned 1 / g when sharded)
+//   added into the grad list.
+std::map<const nn::Parameter*, double> gradient_store_bytes(const Job& job, const PlannedRank& rank,
+                                                            int micro_batches) {
+  std::map<const nn::Parameter*, double> out;
+  const double e = double(dtype_size(job.precision));
+  const double sum = e + 8 + (job.precision == DType::f32 ? 0 : 8);
+  const bool accumulate = micro_batches > 1;
+  const bool local = memory::sums_micro_batches_locally(job.chunk_options_for(accumulate));
+  for (const PlannedChunkList& list : rank.chunk_lists) {
+    const double g = double(rank.pc->layout().group(list.group, rank.pc->rank()).size());
+    const bool distributed = g > 1, sharded = distributed && job.zero_stage() > 0;
+    double bytes = 0;
+    if (!accumulate)
+      bytes = 2 * e + (!distributed  ? 0
+                       : !sharded    ? 4 * e
+                       : job.offloaded() ? 3 * e * (g - 1) / g
+                                         : 2 * e);
+    else if (!distributed || local)
+      bytes = sum + (sharded ? 8 / g / micro_batches : 0);
+    else
+      bytes = 4 * e + (sharded ? sum / g : sum);
+    for (const nn::Parameter* p : list.params.params) out[p] = bytes;
+  }
+  return out;
+}
 
 // What the trainer and the model data keeper communicate once a step, beside the layers
 // (engine/trainer.cpp, engine/model_data.cpp, memory/chunk_manager.cpp, pipeline/engine.cpp).
@@ -380,7 +442,8 @@ class StepRun {
       states_.push_back({.runner = &runner_, .training = true, .seed = job_.seed, .first_sample = m * micro,
                          .batch = &batches_[std::size_t(m)], .activations = &meta_.pool});
     PlannedKeeper keeper(model_, engine_, planned_.model_data.chunks, job_.precision,
-                         job_.nf4_base ? models::linear_weights(job_.model) : std::set<std::string>{});
+                         job_.nf4_base ? models::linear_weights(job_.model) : std::set<std::string>{}, meta_,
+                         gradient_store_bytes(job_, planned_, micro_batches));
     message_ = hidden_state();
     runner_.add_hooks(&keeper);
     // finetune.base_offload = "host" or "disk": each module's frozen weights fetched into the step's

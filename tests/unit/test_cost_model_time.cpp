@@ -97,14 +97,60 @@ TEST(CostModelTime, ElementwiseOpsAtTheRateOfTheirDtypeAndSize) {
   const sim::Hardware h = two_ranks(1);
   sim::Hardware slow_bf16 = h;
   slow_bf16.elementwise_bandwidth[DType::bf16] /= 4;
-  const double f = engine::predict(fp32, 1, &h).time.memory, b = engine::predict(bf16, 1, &h).time.memory;
+  const double f = engine::predict(fp32, 1, &h).time.memory;
+  // bf16 keeps its model data in chunks, whose gradient buffers stream at the memory's bandwidth
+  // (below): 2 bytes zeroed and 4 cast into the param slot an element.
+  const sim::Prediction bp = engine::predict(bf16, 1, &h);
+  const double stream = 6 * double(bp.ranks[0].model_data.parameters) / h.memory_bandwidth;
+  const double b = bp.time.memory - stream;
   ASSERT_GT(b, 0.0);
   EXPECT_DOUBLE_EQ(engine::predict(fp32, 1, &slow_bf16).time.memory, f);
-  EXPECT_NEAR(engine::predict(bf16, 1, &slow_bf16).time.memory, 4 * b, 1e-9 * b);
+  EXPECT_NEAR(engine::predict(bf16, 1, &slow_bf16).time.memory - stream, 4 * b, 1e-9 * b);
   // Every tensor of this model below a curve's one point: all at that point's rate.
   sim::Hardware cached = h;
   cached.elementwise_sizes[DType::f32] = {{1e12, 2 * h.elementwise_bandwidth.at(DType::f32)}};
   EXPECT_NEAR(engine::predict(fp32, 1, &cached).time.memory, f / 2, 1e-9 * f);
+}
+
+TEST(CostModelTime, ChunkedGradientsStreamAtTheMemorysBandwidth) {
+  // The chunk keeper zeroes each parameter's gradient buffer for its backward (a memset) and
+  // streams it into the chunks once done (memory/chunk_manager.cpp's store_gradient): plain
+  // passes at the memory's bandwidth, per micro-batch - not tensors made at the elementwise ops'
+  // rate. Doubling the bandwidth halves them alone.
+  const sim::Hardware h = two_ranks(1);
+  sim::Hardware fast = h;
+  fast.memory_bandwidth *= 2;
+  const auto streamed = [&](const std::vector<std::string>& sets, int ranks) {
+    const config::Config cfg = small_gpt(sets);
+    const sim::Prediction slow = engine::predict(cfg, ranks, &h);
+    const double params = double(slow.ranks[0].model_data.parameters);
+    return 2 * (slow.time.memory - engine::predict(cfg, ranks, &fast).time.memory) * h.memory_bandwidth / params;
+  };
+  // Bytes an element, summed over the micro-batches: one bf16 micro-batch zeroes 2 and casts its
+  // gradient into the param slot (2 read, 2 written).
+  EXPECT_NEAR(streamed({"train.precision=bf16"}, 1), 2 + 4, 1e-6);
+  // Four bf16 micro-batches each add theirs into the fp32 grad list by way of an fp32 copy
+  // (2 zeroed; 2 read, 4 written; 4 + 4 read, 4 written).
+  EXPECT_NEAR(streamed({"train.precision=bf16", "train.micro_batch_size=2"}, 1), 4 * (2 + 18), 1e-6);
+  // In fp32 (ZeRO-1 on one rank keeps chunks) the add reads the gradient as it is.
+  EXPECT_NEAR(streamed({"zero.stage=1", "train.micro_batch_size=2"}, 1), 4 * (4 + 12), 1e-6);
+  // Over two data ranks with one micro-batch the group is packed into a buffer for its sum (read,
+  // written) and, unsharded, unpacked back (bf16: 2 zeroed, 4 cast, 4 packed, 4 unpacked).
+  EXPECT_NEAR(streamed({"train.precision=bf16", "parallel.data=2", "train.batch_size=4"}, 2), 2 + 4 + 8, 1e-6);
+  EXPECT_NEAR(streamed({"parallel.data=2", "zero.stage=1", "train.batch_size=4"}, 2), 4 + 8 + 8, 1e-6);
+  // ZeRO-1 sums micro-batches in the grad list and copies its owned half of the reduced sums back
+  // once a step (8 bytes an owned element); ZeRO-0 all-reduces the list where it lies.
+  EXPECT_NEAR(streamed({"parallel.data=2", "zero.stage=1", "train.micro_batch_size=1"}, 2), 4 * (4 + 12) + 8 / 2,
+              1e-6);
+  EXPECT_NEAR(streamed({"train.precision=bf16", "parallel.data=2", "train.micro_batch_size=1"}, 2), 4 * (2 + 18),
+              1e-6);
+  // ZeRO-2 adds each micro-batch's into its chunk group's buffer in bf16, zeroed first (2; 2 + 2
+  // read, 2 written), which the group reduce-scatters; the owned half of the sum is added into
+  // the fp32 grad list as above (18 bytes an owned element).
+  EXPECT_NEAR(streamed({"train.precision=bf16", "parallel.data=2", "zero.stage=2", "train.micro_batch_size=1"}, 2),
+              4 * (2 + 8 + 18 / 2), 1e-6);
+  // The tensor keeper's fp32 gradients are held all along: no stream.
+  EXPECT_NEAR(streamed({"train.micro_batch_size=2"}, 1), 0, 1e-9);
 }
 
 TEST(CostModelTime, OffloadMovesOverTheHostLinkAndAdamWRunsWhereTheStatesAre) {
