@@ -16,7 +16,8 @@
    Between them four layouts of a GPT of 23M parameters save synchronously and in the background
    every --every steps: the median save's slowest write, its stall and every rank's write
    throughput, beside the cost model's prediction (`tidal plan --configured`, the geometric mean of
-   its predictions on the two calibrations): the write and the stall, their ratio.
+   its predictions on the two calibrations): the write and the stall, their ratio, and the stall's
+   parts (the save's snapshot, the wait for its writer, the commit).
 
 usage: bench/checkpoint_save.py [--build build] [--steps 21] [--every 5] [--old-tidal PATH]
            [--hardware-dir DIR] [--reuse-hardware] [--only 1|2] [--dir DIR]
@@ -173,7 +174,7 @@ def part2(args, d):
     line, rate = dd_rate(d)
     print(f"   dd again: {line} ({rate / 1e9:.3f} GB/s)")
     print(f"   {'layout':<32} {'mode':<6} {'write s':>8} {'pred.':>7} {'ratio':>6} {'stall s':>8} {'pred.':>7} "
-          f"{'ratio':>6}  per-rank write MB/s")
+          f"{'ratio':>6}  per-rank write MB/s; the stall's parts (snapshot / writer / commit ms)")
     for name, ranks, mode, run, saves in runs:
         a, b = predicted(args, ranks, run, before), predicted(args, ranks, run, after)
         pw, ps_sync, ps_async = (math.sqrt(x * y) for x, y in zip(a, b))
@@ -183,8 +184,10 @@ def part2(args, d):
         stall = statistics.median(s["checkpoint_stall_s"] for s in during)
         rates = [b / w / 1e6 for s in during for b, w in zip(s["checkpoint_bytes_per_rank"],
                                                               s["checkpoint_write_s_per_rank"]) if b > 0]
+        parts = " / ".join(f"{1000 * statistics.median(s[k] for s in during):.1f}" for k in
+                           ("checkpoint_snapshot_s", "checkpoint_writer_wait_s", "checkpoint_commit_s"))
         print(f"   {name:<32} {mode:<6} {write:>8.3f} {pw:>7.3f} {pw / write:>6.2f} {stall:>8.3f} {ps:>7.3f} "
-              f"{ps / stall if stall > 0 else float('nan'):>6.2f}  {min(rates):.0f}-{max(rates):.0f}")
+              f"{ps / stall if stall > 0 else float('nan'):>6.2f}  {min(rates):.0f}-{max(rates):.0f}; {parts}")
 
 
 def main():

@@ -90,6 +90,14 @@ TEST(Checkpoint, RoundTripRestoresWeightsMomentsAndState) {
   EXPECT_EQ(saver.records[0]["checkpoint_step"], 7);
   EXPECT_FALSE(saver.records[0]["checkpoint_async"].get<bool>());
   EXPECT_GT(saver.records[0]["checkpoint_bytes"].get<std::int64_t>(), 12 * model->num_parameters());
+  // The stall in its parts: synchronous, the loop waited for the whole write, then the commit.
+  const nlohmann::json& r = saver.records[0];
+  const double snapshot = r["checkpoint_snapshot_s"], wait = r["checkpoint_writer_wait_s"],
+               commit = r["checkpoint_commit_s"];
+  EXPECT_GE(snapshot, 0.0);
+  EXPECT_GE(commit, 0.0);
+  EXPECT_GE(wait, r["checkpoint_write_s"].get<double>());
+  EXPECT_NEAR(r["checkpoint_stall_s"].get<double>(), snapshot + wait + commit, 1e-12);
   EXPECT_TRUE(fs::exists(dir / "step-00000007" / "metadata.json"));
   EXPECT_TRUE(fs::exists(dir / "step-00000007" / "rank-00000.safetensors"));
 

@@ -190,7 +190,9 @@ struct Checkpointer::Pending {
   std::atomic<bool> done{false};
   std::optional<ShardWritten> written;
   std::string error;
-  double stall = 0;
+  // What the training loop waited, in parts: save()'s own work (the plan, the directory, the
+  // snapshots), then the writer (its whole write when synchronous; a join in the background).
+  double snapshot = 0, writer_wait = 0;
   std::uint64_t state_bytes = 0;
 };
 
@@ -298,11 +300,12 @@ void Checkpointer::save(const std::string& dir, const CheckpointInfo& info, cons
   pending_ = std::move(pending);
   if (options_.async) {
     job->writer = std::thread(write);
-    job->stall += seconds_since(start);
+    job->snapshot = seconds_since(start);
     return;
   }
+  job->snapshot = seconds_since(start);
   write();
-  job->stall += seconds_since(start);
+  job->writer_wait = seconds_since(start) - job->snapshot;
   commit();
 }
 
@@ -310,7 +313,7 @@ void Checkpointer::join_writer() {
   if (!pending_ || !pending_->writer.joinable()) return;
   const Clock::time_point start = Clock::now();
   pending_->writer.join();
-  pending_->stall += seconds_since(start);
+  pending_->writer_wait += seconds_since(start);
 }
 
 void Checkpointer::before_update() {
@@ -351,7 +354,8 @@ void Checkpointer::commit() {
             {"bytes", job->written ? job->written->file.bytes : 0},
             {"header", job->written ? *job->written->file.header_checksum : 0},
             {"write_s", job->written ? job->written->seconds : 0.0},
-            {"stall_s", job->stall},
+            {"snapshot_s", job->snapshot},
+            {"writer_wait_s", job->writer_wait},
             {"host_peak_bytes", staging_.peak_bytes()},
             {"state_bytes", job->state_bytes}};
   }
@@ -370,10 +374,12 @@ void Checkpointer::commit() {
   }
   nlohmann::json record = {{"step", job->info.step}, {"checkpoint_step", job->info.step},
                            {"checkpoint_dir", job->dir}, {"checkpoint_async", job->async}};
-  std::vector<double> stall, write;
+  std::vector<double> stall, write, snapshot, writer_wait;
   std::vector<std::int64_t> bytes, peak, state;
   for (const nlohmann::json& r : reports) {
-    stall.push_back(r["stall_s"].get<double>());
+    snapshot.push_back(r["snapshot_s"].get<double>());
+    writer_wait.push_back(r["writer_wait_s"].get<double>());
+    stall.push_back(snapshot.back() + writer_wait.back());
     write.push_back(r["write_s"].get<double>());
     bytes.push_back(r["bytes"].get<std::int64_t>());
     peak.push_back(r["host_peak_bytes"].get<std::int64_t>());
@@ -399,6 +405,10 @@ void Checkpointer::commit() {
   const double committing = seconds_since(start);  // every rank waits for rank 0's publishing
   for (double& s : stall) s += committing;
   record["checkpoint_stall_s"] = *std::max_element(stall.begin(), stall.end());
+  // Its parts, each the slowest rank's (the commit is every rank's alike: rank 0's publishing).
+  record["checkpoint_snapshot_s"] = *std::max_element(snapshot.begin(), snapshot.end());
+  record["checkpoint_writer_wait_s"] = *std::max_element(writer_wait.begin(), writer_wait.end());
+  record["checkpoint_commit_s"] = committing;
   record["checkpoint_write_s"] = *std::max_element(write.begin(), write.end());
   std::int64_t total = 0;
   for (std::int64_t b : bytes) total += b;
