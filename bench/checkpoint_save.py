@@ -13,7 +13,7 @@
 2. The disk: `dd` writes 1 GiB with fsync (conv=fsync) beside the checkpoint directory, before
    and after; for each world size `mpirun -np N tidal calibrate` measures this machine before and
    after the runs (--hardware-dir keeps the files; --reuse-hardware takes them from there instead).
-   Between them four layouts of a GPT of 23M parameters save synchronously and in the background
+   Between them five layouts of a GPT of 23M parameters save synchronously and in the background
    every --every steps: the median save's slowest write, its stall and every rank's write
    throughput, beside the cost model's prediction (`tidal plan --configured`, the geometric mean of
    its predictions on the two calibrations): the write and the stall, their ratio, and the stall's
@@ -43,6 +43,7 @@ GPT = ["model.n_layer=6", "model.n_embd=512", "model.n_head=8", "model.vocab_siz
 LAYOUTS = [  # name, ranks, settings: the save's time against the cost model's
     ("one_fp32", 1, []),
     ("data2_zero1", 2, ["parallel.data=2", "zero.stage=1"]),
+    ("tensor2_bf16", 2, ["parallel.tensor.size=2", "train.precision=bf16"]),
     ("data2_tensor2_zero2_bf16", 4, ["parallel.data=2", "parallel.tensor.size=2", "zero.stage=2",
                                      "train.precision=bf16"]),
     ("data2_pipeline2_tensor2_zero3", 8, ["parallel.data=2", "parallel.pipeline=2", "parallel.tensor.size=2",
