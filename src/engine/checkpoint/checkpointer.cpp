@@ -336,6 +336,47 @@ void Checkpointer::finish() {
   if (pruner_.joinable()) pruner_.join();
 }
 
+namespace {
+
+// A committed save's metrics record (of step `step`, into `dir`, now at `path`) from every rank's
+// report; `committing`: the commit's seconds, which every rank waited beside its own stall.
+nlohmann::json save_record(std::int64_t step, const std::string& dir, bool async, const std::string& path,
+                           const std::vector<nlohmann::json>& reports, double committing) {
+  nlohmann::json record = {{"step", step},
+                           {"checkpoint_step", step},
+                           {"checkpoint_dir", dir},
+                           {"checkpoint_async", async},
+                           {"checkpoint_path", path}};
+  std::vector<double> stall, write, snapshot, writer_wait;
+  std::vector<std::int64_t> bytes, peak, state;
+  for (const nlohmann::json& r : reports) {
+    snapshot.push_back(r["snapshot_s"].get<double>());
+    writer_wait.push_back(r["writer_wait_s"].get<double>());
+    stall.push_back(snapshot.back() + writer_wait.back() + committing);
+    write.push_back(r["write_s"].get<double>());
+    bytes.push_back(r["bytes"].get<std::int64_t>());
+    peak.push_back(r["host_peak_bytes"].get<std::int64_t>());
+    state.push_back(r["state_bytes"].get<std::int64_t>());
+  }
+  record["checkpoint_stall_s"] = *std::max_element(stall.begin(), stall.end());
+  // Its parts, each the slowest rank's (the commit is every rank's alike: rank 0's publishing).
+  record["checkpoint_snapshot_s"] = *std::max_element(snapshot.begin(), snapshot.end());
+  record["checkpoint_writer_wait_s"] = *std::max_element(writer_wait.begin(), writer_wait.end());
+  record["checkpoint_commit_s"] = committing;
+  record["checkpoint_write_s"] = *std::max_element(write.begin(), write.end());
+  std::int64_t total = 0;
+  for (std::int64_t b : bytes) total += b;
+  record["checkpoint_bytes"] = total;
+  record["checkpoint_stall_s_per_rank"] = stall;
+  record["checkpoint_write_s_per_rank"] = write;
+  record["checkpoint_bytes_per_rank"] = bytes;
+  record["checkpoint_host_peak_bytes_per_rank"] = peak;
+  record["checkpoint_state_bytes_per_rank"] = state;
+  return record;
+}
+
+}  // namespace
+
 void Checkpointer::commit() {
   join_writer();  // done already: the thread's end
   std::unique_ptr<Pending> job = std::move(pending_);
@@ -372,19 +413,6 @@ void Checkpointer::commit() {
     throw not_written(job->info.step, job->dir, fmt::format("{}{}", world_.size() > 1 ? fmt::format("rank {}: ", r) : "",
                                         report["error"].get<std::string>()));
   }
-  nlohmann::json record = {{"step", job->info.step}, {"checkpoint_step", job->info.step},
-                           {"checkpoint_dir", job->dir}, {"checkpoint_async", job->async}};
-  std::vector<double> stall, write, snapshot, writer_wait;
-  std::vector<std::int64_t> bytes, peak, state;
-  for (const nlohmann::json& r : reports) {
-    snapshot.push_back(r["snapshot_s"].get<double>());
-    writer_wait.push_back(r["writer_wait_s"].get<double>());
-    stall.push_back(snapshot.back() + writer_wait.back());
-    write.push_back(r["write_s"].get<double>());
-    bytes.push_back(r["bytes"].get<std::int64_t>());
-    peak.push_back(r["host_peak_bytes"].get<std::int64_t>());
-    state.push_back(r["state_bytes"].get<std::int64_t>());
-  }
   // Rank 0 publishes; every rank learns how that went (so all fail alike, or all go on knowing
   // the checkpoint is in place).
   std::string published;
@@ -401,23 +429,9 @@ void Checkpointer::commit() {
   }
   published = comm::all_gather_text(world_, published, kCommitTimeout).front();
   if (!published.starts_with("ok ")) throw Error(published);
-  record["checkpoint_path"] = published.substr(3);
-  const double committing = seconds_since(start);  // every rank waits for rank 0's publishing
-  for (double& s : stall) s += committing;
-  record["checkpoint_stall_s"] = *std::max_element(stall.begin(), stall.end());
-  // Its parts, each the slowest rank's (the commit is every rank's alike: rank 0's publishing).
-  record["checkpoint_snapshot_s"] = *std::max_element(snapshot.begin(), snapshot.end());
-  record["checkpoint_writer_wait_s"] = *std::max_element(writer_wait.begin(), writer_wait.end());
-  record["checkpoint_commit_s"] = committing;
-  record["checkpoint_write_s"] = *std::max_element(write.begin(), write.end());
-  std::int64_t total = 0;
-  for (std::int64_t b : bytes) total += b;
-  record["checkpoint_bytes"] = total;
-  record["checkpoint_stall_s_per_rank"] = stall;
-  record["checkpoint_write_s_per_rank"] = write;
-  record["checkpoint_bytes_per_rank"] = bytes;
-  record["checkpoint_host_peak_bytes_per_rank"] = peak;
-  record["checkpoint_state_bytes_per_rank"] = state;
+  // Every rank waited for rank 0's publishing.
+  const nlohmann::json record =
+      save_record(job->info.step, job->dir, job->async, published.substr(3), reports, seconds_since(start));
   if (on_commit_) on_commit_(record);
 }
 
