@@ -16,8 +16,10 @@
    Between them five layouts of a GPT of 23M parameters save synchronously and in the background
    every --every steps: the median save's slowest write, its stall and every rank's write
    throughput, beside the cost model's prediction (`tidal plan --configured`, the geometric mean of
-   its predictions on the two calibrations): the write and the stall, their ratio, and the stall's
-   parts (the save's snapshot, the wait for its writer, the commit).
+   its predictions on the two calibrations): the write and the stall, their ratio, the stall's
+   parts (the save's snapshot, the wait for its writer, the commit: in the background no part of
+   the stall), and the median step right after a save (which a background writer runs beside)
+   against the other steps.
 
 usage: bench/checkpoint_save.py [--build build] [--steps 21] [--every 5] [--old-tidal PATH]
            [--hardware-dir DIR] [--reuse-hardware] [--only 1|2] [--dir DIR]
@@ -66,6 +68,8 @@ def train(tidal, ranks, settings, metrics, log):
     losses = {r["step"]: r["loss"] for r in rows if "loss" in r and not r.get("summary")}
     saves = [r for r in rows if "checkpoint_step" in r]
     summary = [r for r in rows if r.get("summary")][-1]
+    times = {r["step"]: r["step_time_s"] for r in rows if "step_time_s" in r and not r.get("summary")}
+    summary["step_times"] = times
     return losses, saves, summary
 
 
@@ -169,14 +173,15 @@ def part2(args, d):
         config = GPT + settings + [f"train.steps={args.steps}", f"checkpoint.every={args.every}", "checkpoint.keep=1"]
         for mode in ("sync", "async"):
             run = config + [f"checkpoint.dir={d}/{name}_{mode}", f"checkpoint.async={'true' if mode == 'async' else 'false'}"]
-            _, saves, _ = train(args.tidal, ranks, run, f"{d}/{name}_{mode}.jsonl", f"{d}/{name}_{mode}.log")
-            runs.append((name, ranks, mode, run, saves))
+            _, saves, summary = train(args.tidal, ranks, run, f"{d}/{name}_{mode}.jsonl", f"{d}/{name}_{mode}.log")
+            runs.append((name, ranks, mode, run, saves, summary["step_times"]))
     after = calibrate(args, d, "after")
     line, rate = dd_rate(d)
     print(f"   dd again: {line} ({rate / 1e9:.3f} GB/s)")
     print(f"   {'layout':<32} {'mode':<6} {'write s':>8} {'pred.':>7} {'ratio':>6} {'stall s':>8} {'pred.':>7} "
-          f"{'ratio':>6}  per-rank write MB/s; the stall's parts (snapshot / writer / commit ms)")
-    for name, ranks, mode, run, saves in runs:
+          f"{'ratio':>6}  per-rank write MB/s; the stall's parts (snapshot / writer / commit ms); the step after "
+          f"a save / the others (past the first two)")
+    for name, ranks, mode, run, saves, times in runs:
         a, b = predicted(args, ranks, run, before), predicted(args, ranks, run, after)
         pw, ps_sync, ps_async = (math.sqrt(x * y) for x, y in zip(a, b))
         ps = ps_sync if mode == "sync" else ps_async
@@ -187,8 +192,13 @@ def part2(args, d):
                                                               s["checkpoint_write_s_per_rank"]) if b > 0]
         parts = " / ".join(f"{1000 * statistics.median(s[k] for s in during):.1f}" for k in
                            ("checkpoint_snapshot_s", "checkpoint_writer_wait_s", "checkpoint_commit_s"))
+        # What a save costs beside its stall: the step it runs beside (its writer shares the cores).
+        after = {s["checkpoint_step"] + 1 for s in during}
+        beside = statistics.median(times[k] for k in after if k in times)
+        others = statistics.median(t for k, t in times.items() if k > 2 and k not in after)
         print(f"   {name:<32} {mode:<6} {write:>8.3f} {pw:>7.3f} {pw / write:>6.2f} {stall:>8.3f} {ps:>7.3f} "
-              f"{ps / stall if stall > 0 else float('nan'):>6.2f}  {min(rates):.0f}-{max(rates):.0f}; {parts}")
+              f"{ps / stall if stall > 0 else float('nan'):>6.2f}  {min(rates):.0f}-{max(rates):.0f}; {parts}; "
+              f"{beside:.3f} / {others:.3f} s")
 
 
 def main():

@@ -334,7 +334,7 @@ void Trainer::Run::prepare() {
                         .async = cfg.checkpoint.async == config::Toggle::on ||
                                  (cfg.checkpoint.async == config::Toggle::automatic && pc.world_size() > 1),
                         .buffer_bytes = config::parse_bytes(cfg.checkpoint.buffer_size, "checkpoint.buffer_size")},
-      pc.group(parallel::GroupKind::world), host_tier(cfg),
+      pc.group(parallel::GroupKind::world), pc.background(), host_tier(cfg),
       [this](const nlohmann::json& record) { checkpoint_written(record); });
   if (const auto& info = model_data->resumed()) {
     step = info->step;

@@ -126,6 +126,11 @@ ParallelContext::ParallelContext(const ContextOptions& o, [[maybe_unused]] comm:
     if (!c) c = std::make_shared<comm::SelfCommunicator>(std::string(group_name(kind)));
     groups_[kind] = std::make_shared<comm::CountingCommunicator>(std::move(c));
   }
+#if TIDAL_MPI
+  if (runtime && runtime->world_size() > 1)
+    background_ = runtime->split("background", layout_.groups(GroupKind::world), timeout);
+#endif
+  if (!background_) background_ = std::make_shared<comm::SelfCommunicator>("background");
 }
 
 ParallelContext::ParallelContext(const ContextOptions& o, const MeshSpec& spec, int rank)
@@ -137,6 +142,7 @@ ParallelContext::ParallelContext(const ContextOptions& o, const MeshSpec& spec, 
                                                           layout_.group_index(kind, rank));
     groups_[kind] = std::make_shared<comm::CountingCommunicator>(std::move(c));
   }
+  background_ = std::make_shared<comm::PlanningCommunicator>("background", layout_.group(GroupKind::world, rank), rank);
 }
 
 ParallelContext ParallelContext::planned(const ContextOptions& o, int world_size, int rank, int ranks_per_node) {

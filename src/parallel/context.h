@@ -62,6 +62,11 @@ class ParallelContext {
 
   // This rank's group of `kind` (a group of one where the kind does not split this layout).
   comm::Communicator& group(GroupKind kind);
+  // A second communicator over the world's ranks (world rank order) for a thread of the rank's own
+  // beside the training loop (a checkpoint's commit in the background): its operations are ordered
+  // apart from the training's, so they never meet the loop's collectives. Host tensors only; not
+  // counted in communication_stats() (nothing of a step's traffic).
+  comm::Communicator& background() { return *background_; }
   // Volume and time per operation on each group so far, as JSON for metrics.
   nlohmann::json communication_stats() const;
   // Starts the counts of every group again from zero.
@@ -83,6 +88,7 @@ class ParallelContext {
   int rank_ = 0;
   Coordinates coords_;
   std::map<GroupKind, std::shared_ptr<comm::CountingCommunicator>> groups_;
+  std::shared_ptr<comm::Communicator> background_;
   std::string gpu_collectives_;
 };
 

@@ -76,10 +76,13 @@ CheckpointCost checkpoint_cost(const Job& job, const std::vector<PlannedRank>& w
   // A snapshot: a GPU's state over the host link; a CPU's a copy, each byte read and written.
   const double snapshot = hardware->device == Device::Kind::cuda ? staged / hardware->host_device_bandwidth
                                                                  : 2 * staged / hardware->memory_bandwidth;
-  // In the background the files are written beside the next forward and backward (state read in
-  // place) or the steps to the next save; the commit waits on every rank.
-  const double overlap = c.in_place ? step - optimizer : step * double(std::max<std::int64_t>(1, job.checkpoint_every));
-  c.async_stall = snapshot + disk.latency + std::max(0.0, c.write - disk.latency - overlap);
+  // In the background the step waits for the files beyond the next forward and backward (state
+  // read in place), or, everything staged, for the write and its commit beyond the steps to the
+  // next save; the commit (the latency) runs on the writer's thread.
+  const double files = c.write - disk.latency,
+               to_next = step * double(std::max<std::int64_t>(1, job.checkpoint_every));
+  c.async_stall =
+      snapshot + (c.in_place ? std::max(0.0, files - (step - optimizer)) : std::max(0.0, c.write - to_next));
   c.sync_stall = c.write;
   return c;
 }

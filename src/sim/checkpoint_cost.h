@@ -5,11 +5,12 @@
 // taking every rank's file at once and the commit (hardware [disk]), and what of it the step
 // stands waiting for.
 //
-// A synchronous save stalls the step for its write. An asynchronous one stalls it for the
-// snapshot (state in device memory copied to host staging: over the host link on a GPU, a copy on
-// a CPU), and for the part of the write that outlasts the next forward and backward where state
-// is read in place (host memory, until the next optimizer update), or the steps until the next
-// save where everything was staged; and for the commit, which every rank waits for.
+// A synchronous save stalls the step for its write and commit. An asynchronous one stalls it for
+// the snapshot (state in device memory copied to host staging: over the host link on a GPU, a
+// copy on a CPU), and for the part of the files' write that outlasts the next forward and
+// backward where state is read in place (host memory, until the next optimizer update), or of
+// the write and its commit that outlasts the steps until the next save where everything was
+// staged; the commit itself runs beside training, on the writer's thread.
 #pragma once
 
 #include "sim/hardware.h"

@@ -66,11 +66,11 @@ void flip_byte(const fs::path& file, std::uint64_t at) {
 }
 
 struct Saver {
-  comm::SelfCommunicator world{"world"};
+  comm::SelfCommunicator world{"world"}, background{"background"};
   std::vector<nlohmann::json> records;
   engine::Checkpointer checkpointer;
   explicit Saver(bool async, int keep = 2)
-      : checkpointer({.keep = keep, .async = async}, world, host_allocator(),
+      : checkpointer({.keep = keep, .async = async}, world, background, host_allocator(),
                      [this](const nlohmann::json& r) { records.push_back(r); }) {}
 };
 
@@ -150,10 +150,25 @@ TEST(Checkpoint, AsynchronousSaveWritesTheStateAsItWasUntilTheNextUpdate) {
   EXPECT_TRUE(saver.records.empty());
   saver.checkpointer.before_update();  // the writer reads the weights in place: it is waited for
   fill(*model, 2.0f);                  // the update
-  saver.checkpointer.poll();           // every rank (the one) done: committed
+  // The commit goes on in the background: `latest` appears with no call from the loop, and the
+  // record reaches it only through poll().
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(dir / "latest") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(fs::exists(dir / "latest"));
+  EXPECT_TRUE(saver.records.empty());
+  while (saver.checkpointer.in_flight() && std::chrono::steady_clock::now() < deadline) {
+    saver.checkpointer.poll();  // every rank (the one) done: reported
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_FALSE(saver.checkpointer.in_flight());
   ASSERT_EQ(saver.records.size(), 1u);
   EXPECT_TRUE(saver.records[0]["checkpoint_async"].get<bool>());
+  // The loop waited for the snapshot and the write it read in place, not for the commit.
+  const nlohmann::json& r = saver.records[0];
+  EXPECT_GT(r["checkpoint_commit_s"].get<double>(), 0.0);
+  EXPECT_NEAR(r["checkpoint_stall_s"].get<double>(),
+              r["checkpoint_snapshot_s"].get<double>() + r["checkpoint_writer_wait_s"].get<double>(), 1e-12);
   engine::CheckpointReader reader(dir.string());
   for (nn::Parameter* p : model->parameters()) {
     const Tensor w = reader.read_whole(p->name);

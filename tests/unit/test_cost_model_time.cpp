@@ -112,6 +112,30 @@ TEST(CostModelTime, ElementwiseOpsAtTheRateOfTheirDtypeAndSize) {
   EXPECT_NEAR(engine::predict(fp32, 1, &cached).time.memory, f / 2, 1e-9 * f);
 }
 
+TEST(CostModelTime, ABackgroundSaveWaitsForItsFilesBeyondForwardAndBackwardNotForTheCommit) {
+  // One process on a CPU: the state lies in host memory and the writer reads it in place, so the
+  // step waits for no snapshot, only for the files' write beyond the next forward and backward
+  // (before the update changes the state); the commit (the disk's latency) runs on the writer's
+  // thread. A synchronous save waits for the write and the commit.
+  const config::Config cfg = small_gpt({"checkpoint.async=true", "checkpoint.every=5"});
+  sim::Hardware h = two_ranks(1);
+  h.disk_write = sim::Link{.bandwidth = 1e9, .latency = 4e-3};
+  const sim::Prediction fast = engine::predict(cfg, 1, &h);
+  ASSERT_TRUE(fast.checkpoint.async);
+  ASSERT_TRUE(fast.checkpoint.in_place);
+  const double bytes = fast.checkpoint.bytes[0], overlap = fast.time.total() - fast.time.optimizer;
+  ASSERT_GT(bytes, 12.0 * 4e5);  // weights and both moments of a model of 0.4M+ parameters
+  EXPECT_NEAR(fast.checkpoint.write, 4e-3 + bytes / 1e9, 1e-12);
+  EXPECT_DOUBLE_EQ(fast.checkpoint.sync_stall, fast.checkpoint.write);
+  ASSERT_LT(bytes / 1e9, overlap);
+  EXPECT_EQ(fast.checkpoint.async_stall, 0.0);
+  // A disk slow enough that the files outlast forward and backward ten times over.
+  h.disk_write->bandwidth = bytes / (10 * overlap);
+  const sim::Prediction slow = engine::predict(cfg, 1, &h);
+  EXPECT_NEAR(slow.checkpoint.async_stall, 9 * overlap, 1e-9 * overlap);
+  EXPECT_NEAR(slow.checkpoint.sync_stall, 4e-3 + 10 * overlap, 1e-9 * overlap);
+}
+
 TEST(CostModelTime, ChunkedGradientsStreamAtTheMemorysBandwidth) {
   // The chunk keeper zeroes each parameter's gradient buffer for its backward (a memset) and
   // streams it into the chunks once done (memory/chunk_manager.cpp's store_gradient): plain

@@ -11,9 +11,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -186,21 +189,31 @@ struct Checkpointer::Pending {
   bool async = false;
   bool in_place = false;  // the writer reads state where it lies
   std::vector<BlockSource> sources;
-  std::thread writer;
-  std::atomic<bool> done{false};
-  std::optional<ShardWritten> written;
-  std::string error;
+  std::thread worker;  // asynchronous: the write, then the commit
+  // This rank's file complete (or failed): state read in place may change from here.
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool written = false;
+  std::atomic<bool> done{false};  // committed, or failed
+  std::optional<ShardWritten> file;
+  std::string error;  // the write's; after the commit, every rank's the same
+  nlohmann::json record;  // the commit's metrics record, the stall's parts not yet in it
   // What the training loop waited, in parts: save()'s own work (the plan, the directory, the
-  // snapshots), then the writer (its whole write when synchronous; a join in the background).
-  double snapshot = 0, writer_wait = 0;
+  // snapshots), then the writers (the last save's still in flight; this one's whole write when
+  // synchronous, or until it read the state in place); the commit's when synchronous.
+  double snapshot = 0, writer_wait = 0, commit = 0;
   std::uint64_t state_bytes = 0;
 };
 
-Checkpointer::Checkpointer(CheckpointOptions options, comm::Communicator& world, Allocator& staging, OnCommit on_commit)
-    : options_(options), world_(world), staging_(staging), on_commit_(std::move(on_commit)) {}
+Checkpointer::Checkpointer(CheckpointOptions options, comm::Communicator& world, comm::Communicator& background,
+                           Allocator& staging, OnCommit on_commit)
+    : options_(options), world_(world), background_(background), staging_(staging), on_commit_(std::move(on_commit)) {
+  TIDAL_ASSERT(background.size() == world.size() && background.rank() == world.rank(),
+               "a checkpoint's background group is not the world's ranks");
+}
 
 Checkpointer::~Checkpointer() {
-  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+  if (pending_ && pending_->worker.joinable()) pending_->worker.join();
   if (pruner_.joinable()) pruner_.join();
 }
 
@@ -242,13 +255,15 @@ const Checkpointer::Plan& Checkpointer::plan(const std::vector<HeldBlock>& held)
 }
 
 void Checkpointer::save(const std::string& dir, const CheckpointInfo& info, const std::vector<HeldBlock>& held) {
-  finish();  // at most one save in flight
   const Clock::time_point start = Clock::now();
+  finish();  // at most one save in flight: the last one's wait is this one's
+  const double waited = seconds_since(start);
   const Plan& p = plan(held);
   auto pending = std::make_unique<Pending>();
   pending->dir = dir;
   pending->info = info;
   pending->async = options_.async;
+  pending->writer_wait = waited;
   pending->tmp = (fs::path(dir) / fmt::format("step-{:08d}.tmp-{}", info.step, p.nonce)).string();
   std::error_code ec;  // every rank makes it (the run's nonce keeps it apart from any other save's)
   fs::create_directories(pending->tmp, ec);
@@ -287,87 +302,84 @@ void Checkpointer::save(const std::string& dir, const CheckpointInfo& info, cons
       pending->sources.push_back(std::move(s));
     }
   }
-  Pending* job = pending.get();
-  const auto write = [this, job] {
-    try {
-      if (!job->sources.empty())
-        job->written = write_shard(job->tmp, world_.rank(), job->sources, options_.buffer_bytes, staging_);
-    } catch (const std::exception& e) {
-      job->error = e.what();
-    }
-    job->done = true;
-  };
+  Pending& job = *pending;
   pending_ = std::move(pending);
   if (options_.async) {
-    job->writer = std::thread(write);
-    job->snapshot = seconds_since(start);
+    // The commit too goes beside training, over the background group: the loop only learns,
+    // at a step's end, that every rank's save is done (poll()).
+    job.worker = std::thread([this, &job] {
+      write(job);
+      commit(job);
+      job.done = true;
+    });
+    job.snapshot = seconds_since(start) - waited;
     return;
   }
-  job->snapshot = seconds_since(start);
-  write();
-  job->writer_wait = seconds_since(start) - job->snapshot;
-  commit();
+  job.snapshot = seconds_since(start) - waited;
+  write(job);
+  job.writer_wait += seconds_since(start) - waited - job.snapshot;
+  commit(job);
+  complete();
 }
 
-void Checkpointer::join_writer() {
-  if (!pending_ || !pending_->writer.joinable()) return;
-  const Clock::time_point start = Clock::now();
-  pending_->writer.join();
-  pending_->writer_wait += seconds_since(start);
+void Checkpointer::write(Pending& job) {
+  try {
+    if (!job.sources.empty())
+      job.file = write_shard(job.tmp, world_.rank(), job.sources, options_.buffer_bytes, staging_);
+  } catch (const std::exception& e) {
+    job.error = e.what();
+  }
+  std::lock_guard lock(job.mutex);
+  job.written = true;
+  job.cv.notify_all();
 }
 
 void Checkpointer::before_update() {
-  if (pending_ && pending_->in_place) join_writer();
+  if (!pending_ || !pending_->in_place) return;
+  Pending& job = *pending_;
+  const Clock::time_point start = Clock::now();
+  std::unique_lock lock(job.mutex);
+  job.cv.wait(lock, [&] { return job.written; });
+  job.writer_wait += seconds_since(start);
 }
 
 void Checkpointer::poll() {
   if (!pending_) return;
-  // Every rank's writer done? (A failed one counts as done: commit reports it.)
+  // Every rank's save done? (A failed one counts as done: complete() reports it.)
   Tensor running = Tensor::full({1}, pending_->done ? 0.0f : 1.0f, host_allocator());
   world_.all_reduce(running, {.op = comm::ReduceOp::max})->wait();
-  if (running.item() == 0.0f) commit();
+  if (running.item() == 0.0f) complete();
 }
 
 void Checkpointer::finish() {
-  if (pending_) {
-    join_writer();
-    commit();
-  }
+  if (pending_) complete();
   if (pruner_.joinable()) pruner_.join();
 }
 
 namespace {
 
 // A committed save's metrics record (of step `step`, into `dir`, now at `path`) from every rank's
-// report; `committing`: the commit's seconds, which every rank waited beside its own stall.
+// report, the stall's parts left to complete(); `committing`: the commit's seconds.
 nlohmann::json save_record(std::int64_t step, const std::string& dir, bool async, const std::string& path,
                            const std::vector<nlohmann::json>& reports, double committing) {
   nlohmann::json record = {{"step", step},
                            {"checkpoint_step", step},
                            {"checkpoint_dir", dir},
                            {"checkpoint_async", async},
-                           {"checkpoint_path", path}};
-  std::vector<double> stall, write, snapshot, writer_wait;
+                           {"checkpoint_path", path},
+                           {"checkpoint_commit_s", committing}};
+  std::vector<double> write;
   std::vector<std::int64_t> bytes, peak, state;
   for (const nlohmann::json& r : reports) {
-    snapshot.push_back(r["snapshot_s"].get<double>());
-    writer_wait.push_back(r["writer_wait_s"].get<double>());
-    stall.push_back(snapshot.back() + writer_wait.back() + committing);
     write.push_back(r["write_s"].get<double>());
     bytes.push_back(r["bytes"].get<std::int64_t>());
     peak.push_back(r["host_peak_bytes"].get<std::int64_t>());
     state.push_back(r["state_bytes"].get<std::int64_t>());
   }
-  record["checkpoint_stall_s"] = *std::max_element(stall.begin(), stall.end());
-  // Its parts, each the slowest rank's (the commit is every rank's alike: rank 0's publishing).
-  record["checkpoint_snapshot_s"] = *std::max_element(snapshot.begin(), snapshot.end());
-  record["checkpoint_writer_wait_s"] = *std::max_element(writer_wait.begin(), writer_wait.end());
-  record["checkpoint_commit_s"] = committing;
   record["checkpoint_write_s"] = *std::max_element(write.begin(), write.end());
   std::int64_t total = 0;
   for (std::int64_t b : bytes) total += b;
   record["checkpoint_bytes"] = total;
-  record["checkpoint_stall_s_per_rank"] = stall;
   record["checkpoint_write_s_per_rank"] = write;
   record["checkpoint_bytes_per_rank"] = bytes;
   record["checkpoint_host_peak_bytes_per_rank"] = peak;
@@ -377,61 +389,87 @@ nlohmann::json save_record(std::int64_t step, const std::string& dir, bool async
 
 }  // namespace
 
-void Checkpointer::commit() {
-  join_writer();  // done already: the thread's end
-  std::unique_ptr<Pending> job = std::move(pending_);
+void Checkpointer::commit(Pending& job) {
   const Clock::time_point start = Clock::now();
-  nlohmann::json mine;
-  if (!job->error.empty()) {
-    mine["error"] = job->error;
-  } else {
-    nlohmann::json blocks = nlohmann::json::array();
-    if (job->written)
-      for (std::size_t i = 0; i < job->written->blocks.size(); ++i) {
-        const StoredBlock& b = job->written->blocks[i];
-        blocks.push_back({b.key, job->sources[i].full_shape.vec(), b.shape.vec(), pieces_json(b.pieces), b.checksums});
+  try {
+    nlohmann::json mine;
+    if (!job.error.empty()) {
+      mine["error"] = job.error;
+    } else {
+      nlohmann::json blocks = nlohmann::json::array();
+      if (job.file)
+        for (std::size_t i = 0; i < job.file->blocks.size(); ++i) {
+          const StoredBlock& b = job.file->blocks[i];
+          blocks.push_back({b.key, job.sources[i].full_shape.vec(), b.shape.vec(), pieces_json(b.pieces), b.checksums});
+        }
+      mine = {{"blocks", blocks},
+              {"bytes", job.file ? job.file->file.bytes : 0},
+              {"header", job.file ? *job.file->file.header_checksum : 0},
+              {"write_s", job.file ? job.file->seconds : 0.0},
+              {"host_peak_bytes", staging_.peak_bytes()},
+              {"state_bytes", job.state_bytes}};
+    }
+    job.sources.clear();  // the staged copies go
+    std::vector<nlohmann::json> reports;
+    for (const std::string& t : comm::all_gather_text(background_, mine.dump(), kCommitTimeout))
+      reports.push_back(nlohmann::json::parse(t));
+    for (int r = 0; r < background_.size(); ++r) {
+      const nlohmann::json& report = reports[std::size_t(r)];
+      if (!report.contains("error")) continue;
+      if (background_.rank() == 0) {
+        std::error_code ignored;
+        fs::remove_all(job.tmp, ignored);
       }
-    mine = {{"blocks", blocks},
-            {"bytes", job->written ? job->written->file.bytes : 0},
-            {"header", job->written ? *job->written->file.header_checksum : 0},
-            {"write_s", job->written ? job->written->seconds : 0.0},
-            {"snapshot_s", job->snapshot},
-            {"writer_wait_s", job->writer_wait},
-            {"host_peak_bytes", staging_.peak_bytes()},
-            {"state_bytes", job->state_bytes}};
-  }
-  job->sources.clear();  // the staged copies go
-  std::vector<nlohmann::json> reports;
-  for (const std::string& t : comm::all_gather_text(world_, mine.dump(), kCommitTimeout)) reports.push_back(nlohmann::json::parse(t));
-  for (int r = 0; r < world_.size(); ++r) {
-    const nlohmann::json& report = reports[std::size_t(r)];
-    if (!report.contains("error")) continue;
-    if (world_.rank() == 0) {
-      std::error_code ignored;
-      fs::remove_all(job->tmp, ignored);
+      throw not_written(job.info.step, job.dir,
+                        fmt::format("{}{}", background_.size() > 1 ? fmt::format("rank {}: ", r) : "",
+                                    report["error"].get<std::string>()));
     }
-    throw not_written(job->info.step, job->dir, fmt::format("{}{}", world_.size() > 1 ? fmt::format("rank {}: ", r) : "",
-                                        report["error"].get<std::string>()));
-  }
-  // Rank 0 publishes; every rank learns how that went (so all fail alike, or all go on knowing
-  // the checkpoint is in place).
-  std::string published;
-  if (world_.rank() == 0) {
-    if (pruner_.joinable()) pruner_.join();  // the last commit's removals
-    try {
-      Published p = publish(job->dir, job->tmp, metadata_of(job->info, reports), options_.keep, plan_->nonce);
-      published = "ok " + p.step_dir;
-      // Removing old checkpoints is nobody's to wait for: it runs beside training.
-      pruner_ = std::thread([stale = std::move(p.stale)] { remove_all(stale); });
-    } catch (const Error& e) {
-      published = e.what();
+    // Rank 0 publishes; every rank learns how that went (so all fail alike, or all go on knowing
+    // the checkpoint is in place).
+    std::string published;
+    if (background_.rank() == 0) {
+      if (pruner_.joinable()) pruner_.join();  // the last commit's removals
+      try {
+        Published p = publish(job.dir, job.tmp, metadata_of(job.info, reports), options_.keep, plan_->nonce);
+        published = "ok " + p.step_dir;
+        // Removing old checkpoints is nobody's to wait for: it runs beside training.
+        pruner_ = std::thread([stale = std::move(p.stale)] { remove_all(stale); });
+      } catch (const Error& e) {
+        published = e.what();
+      }
     }
+    published = comm::all_gather_text(background_, published, kCommitTimeout).front();
+    if (!published.starts_with("ok ")) throw Error(published);
+    job.commit = seconds_since(start);
+    job.record = save_record(job.info.step, job.dir, job.async, published.substr(3), reports, job.commit);
+    job.error.clear();
+  } catch (const std::exception& e) {
+    job.error = e.what();  // every rank's alike: each learned it from the same gathers
   }
-  published = comm::all_gather_text(world_, published, kCommitTimeout).front();
-  if (!published.starts_with("ok ")) throw Error(published);
-  // Every rank waited for rank 0's publishing.
-  const nlohmann::json record =
-      save_record(job->info.step, job->dir, job->async, published.substr(3), reports, seconds_since(start));
+}
+
+void Checkpointer::complete() {
+  std::unique_ptr<Pending> job = std::move(pending_);
+  if (job->worker.joinable()) {  // done already after poll(); at finish() the wait is a stall
+    const Clock::time_point start = Clock::now();
+    job->worker.join();
+    job->writer_wait += seconds_since(start);
+  }
+  if (!job->error.empty()) throw Error(job->error);
+  // The stall's parts, each the slowest rank's: what each rank's loop waited.
+  nlohmann::json& record = job->record;
+  std::vector<double> stall, snapshot, writer_wait;
+  for (const std::string& t : comm::all_gather_text(world_, nlohmann::json({job->snapshot, job->writer_wait}).dump())) {
+    const nlohmann::json parts = nlohmann::json::parse(t);
+    snapshot.push_back(parts[0].get<double>());
+    writer_wait.push_back(parts[1].get<double>());
+    // A synchronous commit held every rank; one in the background, none.
+    stall.push_back(snapshot.back() + writer_wait.back() + (job->async ? 0.0 : job->commit));
+  }
+  record["checkpoint_stall_s"] = *std::max_element(stall.begin(), stall.end());
+  record["checkpoint_snapshot_s"] = *std::max_element(snapshot.begin(), snapshot.end());
+  record["checkpoint_writer_wait_s"] = *std::max_element(writer_wait.begin(), writer_wait.end());
+  record["checkpoint_stall_s_per_rank"] = stall;
   if (on_commit_) on_commit_(record);
 }
 

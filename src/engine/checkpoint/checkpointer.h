@@ -12,12 +12,15 @@
 //    goes through the writer's staging buffer (checkpoint.buffer_size).
 // 3. Each rank writes its file (shard_writer.h) into the step's temporary directory - on a thread
 //    of its own when asynchronous, while training goes on. State read in place must not change
-//    under it: before_update() waits for the writer before the next optimizer update.
-// 4. Commit, once every rank's file is complete and synced (asynchronous: agreed at a step's end
-//    by poll(), one small all-reduce while a save is in flight): the files' reports gathered,
-//    rank 0 writes metadata.json into the directory, renames it to step-<step>, then moves
-//    `latest`, and every rank learns that it did; checkpoints past checkpoint.keep are removed
-//    on a thread of rank 0's, beside training. A kill at any moment before the rename leaves
+//    under it: before_update() waits for the file before the next optimizer update.
+// 4. Commit, once every rank's file is complete and synced: the files' reports gathered, rank 0
+//    writes metadata.json into the directory, renames it to step-<step>, then moves `latest`, and
+//    every rank learns that it did; checkpoints past checkpoint.keep are removed on a thread of
+//    rank 0's, beside training. Asynchronous, the same thread commits after its write, over a
+//    group of its own (ParallelContext::background(), as PyTorch's async_save takes a process
+//    group apart from training's), and the loop learns at a step's end that every rank's save is
+//    done (poll(), one small all-reduce while a save is in flight): it waits for the snapshot and
+//    for state read in place, never for the commit. A kill at any moment before the rename leaves
 //    `latest` naming the previous, complete checkpoint; a temporary directory left behind is
 //    removed by the next commit.
 // At most one save is in flight; the next waits for it. A rank whose write failed (a full disk)
@@ -58,10 +61,12 @@ class Checkpointer {
   // What a committed save reports to every rank: its metrics record (checkpoint_stall_s,
   // checkpoint_write_s, checkpoint_bytes, and per rank checkpoint_host_peak_bytes, ...).
   using OnCommit = std::function<void(const nlohmann::json& record)>;
-  // `world`: every rank of the run; `staging`: where snapshots and write buffers come from (host
-  // memory; page-locked beside a GPU).
-  Checkpointer(CheckpointOptions options, comm::Communicator& world, Allocator& staging, OnCommit on_commit);
-  // A save still being written is left uncommitted (its temporary directory goes at the next commit).
+  // `world`: every rank of the run, for the training loop's calls; `background`: the same ranks
+  // in a group of their own, for the commit on the writer's thread; `staging`: where snapshots
+  // and write buffers come from (host memory; page-locked beside a GPU).
+  Checkpointer(CheckpointOptions options, comm::Communicator& world, comm::Communicator& background, Allocator& staging,
+               OnCommit on_commit);
+  // A save in flight is waited for (it commits if every rank's does), its record never reported.
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -73,10 +78,11 @@ class Checkpointer {
   // Before the model data changes in place (an optimizer update): a write still reading this
   // rank's state where it lies is waited for (the wait counts as the save's stall).
   void before_update();
-  // At every step's end, on every rank alike: a save in flight is committed once every rank has
-  // written its file. A collective only while a save is in flight.
+  // At every step's end, on every rank alike: a save in flight that every rank has committed in
+  // the background is reported (on_commit, or its error thrown). A collective only while a save
+  // is in flight.
   void poll();
-  // The save in flight, if any, waited for and committed, and old checkpoints removed (the run's end).
+  // The save in flight, if any, waited for and reported, and old checkpoints removed (the run's end).
   void finish();
   bool in_flight() const { return bool(pending_); }
 
@@ -84,13 +90,18 @@ class Checkpointer {
   struct Plan;     // who writes which block
   struct Pending;  // a save being written
   const Plan& plan(const std::vector<HeldBlock>& held);
-  // Waits for this rank's writer thread (the wait counted as stall).
-  void join_writer();
-  // Every rank's writer done (or failed): the commit, and its metrics to on_commit.
-  void commit();
+  // This rank's file of `job` (its error kept), then the state read in place released.
+  void write(Pending& job);
+  // Every rank's file done (or failed): the commit over the background group; its metrics record
+  // or the error, alike on every rank, kept in `job`.
+  void commit(Pending& job);
+  // On the training loop, every rank alike: the save in flight waited for, the stall's parts
+  // gathered into its record and reported to on_commit, or its error thrown.
+  void complete();
 
   CheckpointOptions options_;
   comm::Communicator& world_;
+  comm::Communicator& background_;
   SubAllocator staging_;
   OnCommit on_commit_;
   std::unique_ptr<Plan> plan_;
