@@ -193,9 +193,9 @@ def part2(args, d):
         parts = " / ".join(f"{1000 * statistics.median(s[k] for s in during):.1f}" for k in
                            ("checkpoint_snapshot_s", "checkpoint_writer_wait_s", "checkpoint_commit_s"))
         # What a save costs beside its stall: the step it runs beside (its writer shares the cores).
-        after = {s["checkpoint_step"] + 1 for s in during}
-        beside = statistics.median(times[k] for k in after if k in times)
-        others = statistics.median(t for k, t in times.items() if k > 2 and k not in after)
+        next_steps = {s["checkpoint_step"] + 1 for s in during}
+        beside = statistics.median(times[k] for k in next_steps if k in times)
+        others = statistics.median(t for k, t in times.items() if k > 2 and k not in next_steps)
         print(f"   {name:<32} {mode:<6} {write:>8.3f} {pw:>7.3f} {pw / write:>6.2f} {stall:>8.3f} {ps:>7.3f} "
               f"{ps / stall if stall > 0 else float('nan'):>6.2f}  {min(rates):.0f}-{max(rates):.0f}; {parts}; "
               f"{beside:.3f} / {others:.3f} s")
@@ -216,7 +216,7 @@ def main():
     args.tidal = os.path.join(args.build, "src", "tidal")
     with tempfile.TemporaryDirectory(dir=args.dir or None) as d:
         args.hardware_dir = args.hardware_dir or d
-        print(open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": ") +
+        print(open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip("\t: ") +
               f", {os.cpu_count()} cores; checkpoints under {d}")
         if args.only != "2":
             part1(args, d)
