@@ -41,7 +41,7 @@ constexpr OpFamily op_family_of(std::string_view op) {
   auto starts = [&](std::string_view p) { return op.substr(0, p.size()) == p; };
   if (starts("gemm")) return OpFamily::gemm;
   if (starts("attention") || starts("ring_attention")) return OpFamily::attention;
-  if (starts("layernorm") || starts("rms_norm")) return OpFamily::layernorm;
+  if (starts("layernorm") || starts("rms_norm") || starts("split_norm")) return OpFamily::layernorm;
   if (starts("gelu") || starts("swiglu")) return OpFamily::gelu;
   if (starts("cross_entropy") || starts("softmax")) return OpFamily::cross_entropy;
   if (starts("adamw") || starts("sgd") || op == "scale" || op == "sum_of_squares") return OpFamily::optimizer;

@@ -17,17 +17,35 @@ namespace cpu {
 void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets);
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
                             float scale);
+void cross_entropy_shard_targets(Tensor& local, const Tensor& targets, std::int64_t first, std::int64_t count,
+                                 std::int64_t classes);
+void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Tensor& max_lse, const Tensor& losses,
+                               const Tensor& local);
+void cross_entropy_shard_combine(Tensor& lse, Tensor& losses, const Tensor& max_lse, const Tensor& terms,
+                                 const Tensor& local);
 }  // namespace cpu
 namespace meta {  // ops/meta/: what the op costs, on meta tensors
 void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets);
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
                             float scale);
+void cross_entropy_shard_targets(Tensor& local, const Tensor& targets, std::int64_t first, std::int64_t count,
+                                 std::int64_t classes);
+void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Tensor& max_lse, const Tensor& losses,
+                               const Tensor& local);
+void cross_entropy_shard_combine(Tensor& lse, Tensor& losses, const Tensor& max_lse, const Tensor& terms,
+                                 const Tensor& local);
 }  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets);
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
                             float scale);
+void cross_entropy_shard_targets(Tensor& local, const Tensor& targets, std::int64_t first, std::int64_t count,
+                                 std::int64_t classes);
+void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Tensor& max_lse, const Tensor& losses,
+                               const Tensor& local);
+void cross_entropy_shard_combine(Tensor& lse, Tensor& losses, const Tensor& max_lse, const Tensor& terms,
+                                 const Tensor& local);
 }  // namespace cuda
 #endif
 
@@ -42,6 +60,33 @@ inline void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& log
 inline void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
                                    const Tensor& targets, float scale) {
   TIDAL_OPS_DISPATCH(logits, cross_entropy_backward, dlogits, logits, lse, targets, scale);
+}
+
+
+// Cross-entropy over classes split into shards (the vocabulary-parallel loss, nn/tp/cross_entropy.h):
+// each rank runs cross_entropy_forward on its shard with the targets rebased to it, and the rows'
+// figures are combined over the shards on the device the logits live on. All [N].
+//
+// local (i32) = targets rebased to this shard's classes [first, first + count): t - first there,
+// kTargetElsewhere for a class of another shard, kIgnoreIndex kept. A target outside [0,
+// classes) is the user's error, named with its position.
+inline void cross_entropy_shard_targets(Tensor& local, const Tensor& targets, std::int64_t first, std::int64_t count,
+                                        std::int64_t classes) {
+  TIDAL_OPS_DISPATCH(targets, cross_entropy_shard_targets, local, targets, first, count, classes);
+}
+// From the shard's lse and losses and the rows' maximum lse over the shards: terms [N, 2] =
+// (exp(lse - max_lse), the target's logit lse - loss where the target is in this shard, else 0),
+// to be summed over the shards.
+inline void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Tensor& max_lse, const Tensor& losses,
+                                      const Tensor& local) {
+  TIDAL_OPS_DISPATCH(lse, cross_entropy_shard_terms, terms, lse, max_lse, losses, local);
+}
+// From the shards' summed terms: lse = max_lse + log(terms[:, 0]), the row's log-sum-exp over all
+// classes (what cross_entropy_backward then takes), and losses = lse - terms[:, 1] (0 on ignored
+// rows).
+inline void cross_entropy_shard_combine(Tensor& lse, Tensor& losses, const Tensor& max_lse, const Tensor& terms,
+                                        const Tensor& local) {
+  TIDAL_OPS_DISPATCH(lse, cross_entropy_shard_combine, lse, losses, max_lse, terms, local);
 }
 
 }  // namespace tidal::ops

@@ -18,12 +18,14 @@ void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool a
 void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids);
 void position_embedding_forward(Tensor& y, const Tensor& table, std::int64_t first_position);
 void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t first_position);
+void embedding_shard_ids(Tensor& local, const Tensor& ids, std::int64_t first, std::int64_t count, std::int64_t vocab);
 }  // namespace cpu
 namespace meta {  // ops/meta/: what the op costs, on meta tensors
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool accumulate);
 void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids);
 void position_embedding_forward(Tensor& y, const Tensor& table, std::int64_t first_position);
 void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t first_position);
+void embedding_shard_ids(Tensor& local, const Tensor& ids, std::int64_t first, std::int64_t count, std::int64_t vocab);
 }  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
@@ -31,6 +33,7 @@ void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool a
 void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids);
 void position_embedding_forward(Tensor& y, const Tensor& table, std::int64_t first_position);
 void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t first_position);
+void embedding_shard_ids(Tensor& local, const Tensor& ids, std::int64_t first, std::int64_t count, std::int64_t vocab);
 }  // namespace cuda
 #endif
 
@@ -49,6 +52,14 @@ inline void position_embedding_forward(Tensor& y, const Tensor& table, std::int6
 // dtable [Tmax, C] rows first_position + t += sum over the batch of dy [B, T, C].
 inline void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t first_position = 0) {
   TIDAL_OPS_DISPATCH(dtable, position_embedding_backward, dtable, dy, first_position);
+}
+
+// local (i32) = ids rebased to the rows [first, first + count) of a shard of a [vocab, ...] table
+// (the vocabulary-parallel embedding), kIdElsewhere for the other shards' rows. An id outside
+// [0, vocab) is the user's error, named with its position and the key to check.
+inline void embedding_shard_ids(Tensor& local, const Tensor& ids, std::int64_t first, std::int64_t count,
+                                std::int64_t vocab) {
+  TIDAL_OPS_DISPATCH(ids, embedding_shard_ids, local, ids, first, count, vocab);
 }
 
 }  // namespace tidal::ops

@@ -1,6 +1,5 @@
 #include "nn/tp/embedding.h"
 
-#include "core/error.h"
 #include "nn/context.h"
 #include "nn/tp/mappings.h"
 #include "ops/embedding.h"
@@ -16,18 +15,8 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::int64_t num, std::int64_t di
 }
 
 Tensor localize_ids(const Tensor& ids, std::int64_t first, std::int64_t count, std::int64_t vocab) {
-  // On the host (ids are few): copied from and back to a GPU's memory.
   Tensor local = Tensor::empty(ids.shape(), DType::i32);
-  const Tensor ids_here = on_host(ids);
-  Tensor local_here = on_host(local, false);
-  const std::int32_t* g = ids_here.data<std::int32_t>();
-  std::int32_t* l = local_here.data<std::int32_t>();
-  for (std::int64_t i = 0; i < (has_values(ids) ? ids.numel() : 0); ++i) {  // none on meta tensors
-    TIDAL_CHECK(g[i] >= 0 && g[i] < vocab, "token id {} at position {} is outside the vocabulary [0, {}): check "
-                "model.vocab_size against the data", g[i], i, vocab);
-    l[i] = g[i] >= first && g[i] < first + count ? std::int32_t(g[i] - first) : ops::kIdElsewhere;
-  }
-  from_host(local, local_here);
+  ops::embedding_shard_ids(local, ids, first, count, vocab);
   return local;
 }
 

@@ -1,6 +1,7 @@
 // How a tensor-parallel mode splits the features of hidden states, and the layers that only need
-// that: a LayerNorm whose statistics are summed over the ranks holding the other features, and
-// the placement of parameters shaped like the features (LayerNorm, biases, positions).
+// that: norms whose statistics are summed over the ranks holding the other features
+// (nn/tp/split_norm.h), and the placement of parameters shaped like the features (norms,
+// biases, positions).
 #pragma once
 
 #include "comm/communicator.h"
@@ -50,22 +51,6 @@ class SplitInput final : public Module {
  private:
   BatchSlice samples_;
   int index_, parts_;
-};
-
-// LayerNorm over features split as `split` says.
-class SplitLayerNorm final : public Module {
- public:
-  SplitLayerNorm(const FeatureSplit& split, std::int64_t features, float eps);
-
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward(const Tensor& dy, Context& ctx) override;
-
- private:
-  FeatureSplit split_;
-  float eps_;
-  std::int64_t full_;
-  Parameter* weight_;
-  Parameter* bias_;
 };
 
 // The layers that every mode splitting hidden states (2D, 2.5D, 3D) makes the same way, from how

@@ -79,4 +79,64 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
   });
 }
 
+namespace {
+
+void expect_rows(const Tensor& t, std::int64_t N, DType dtype, const char* what) {
+  expect_cpu_contiguous(t, what);
+  TIDAL_ASSERT(t.dtype() == dtype && t.numel() == N, "{}: {} for {} rows", what, t.str(), N);
+}
+
+}  // namespace
+
+void cross_entropy_shard_targets(Tensor& local, const Tensor& targets, std::int64_t first, std::int64_t count,
+                                 std::int64_t classes) {
+  const std::int64_t N = targets.numel();
+  expect_rows(targets, N, DType::i32, "cross_entropy_shard_targets targets");
+  expect_rows(local, N, DType::i32, "cross_entropy_shard_targets local");
+  const std::int32_t* g = targets.data<std::int32_t>();
+  std::int32_t* l = local.data<std::int32_t>();
+  for (std::int64_t i = 0; i < N; ++i) {
+    const std::int64_t t = g[i];
+    TIDAL_CHECK(t == kIgnoreIndex || (t >= 0 && t < classes), "target {} at position {} is outside the {} classes "
+                "[0, {}): check model.vocab_size (or model.num_classes) against the data", t, i, classes, classes);
+    l[i] = t == kIgnoreIndex                  ? kIgnoreIndex
+           : t >= first && t < first + count ? std::int32_t(t - first)
+                                             : kTargetElsewhere;
+  }
+}
+
+void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Tensor& max_lse, const Tensor& losses,
+                               const Tensor& local) {
+  const std::int64_t N = lse.numel();
+  expect_rows(lse, N, DType::f32, "cross_entropy_shard_terms lse");
+  expect_rows(max_lse, N, DType::f32, "cross_entropy_shard_terms max_lse");
+  expect_rows(losses, N, DType::f32, "cross_entropy_shard_terms losses");
+  expect_rows(local, N, DType::i32, "cross_entropy_shard_terms local");
+  expect_rows(terms, 2 * N, DType::f32, "cross_entropy_shard_terms terms");
+  const float *pl = lse.data<float>(), *pm = max_lse.data<float>(), *ploss = losses.data<float>();
+  const std::int32_t* pt = local.data<std::int32_t>();
+  float* out = terms.data<float>();
+  for (std::int64_t i = 0; i < N; ++i) {
+    out[2 * i] = std::exp(pl[i] - pm[i]);
+    out[2 * i + 1] = pt[i] >= 0 ? pl[i] - ploss[i] : 0.0f;
+  }
+}
+
+void cross_entropy_shard_combine(Tensor& lse, Tensor& losses, const Tensor& max_lse, const Tensor& terms,
+                                 const Tensor& local) {
+  const std::int64_t N = lse.numel();
+  expect_rows(lse, N, DType::f32, "cross_entropy_shard_combine lse");
+  expect_rows(losses, N, DType::f32, "cross_entropy_shard_combine losses");
+  expect_rows(max_lse, N, DType::f32, "cross_entropy_shard_combine max_lse");
+  expect_rows(terms, 2 * N, DType::f32, "cross_entropy_shard_combine terms");
+  expect_rows(local, N, DType::i32, "cross_entropy_shard_combine local");
+  const float *pm = max_lse.data<float>(), *in = terms.data<float>();
+  const std::int32_t* pt = local.data<std::int32_t>();
+  float *pl = lse.data<float>(), *ploss = losses.data<float>();
+  for (std::int64_t i = 0; i < N; ++i) {
+    pl[i] = pm[i] + std::log(in[2 * i]);
+    ploss[i] = pt[i] == kIgnoreIndex ? 0.0f : pl[i] - in[2 * i + 1];
+  }
+}
+
 }  // namespace tidal::ops::cpu

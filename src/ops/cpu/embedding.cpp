@@ -114,4 +114,17 @@ void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t 
   });
 }
 
+void embedding_shard_ids(Tensor& local, const Tensor& ids, std::int64_t first, std::int64_t count, std::int64_t vocab) {
+  expect_cpu_contiguous({&local, &ids}, "embedding_shard_ids operand");
+  TIDAL_ASSERT(ids.dtype() == DType::i32 && local.dtype() == DType::i32 && local.numel() == ids.numel(),
+               "embedding_shard_ids: local {} for ids {} (i32)", local.str(), ids.str());
+  const std::int32_t* g = ids.data<std::int32_t>();
+  std::int32_t* l = local.data<std::int32_t>();
+  for (std::int64_t i = 0; i < ids.numel(); ++i) {
+    TIDAL_CHECK(g[i] >= 0 && g[i] < vocab, "token id {} at position {} is outside the vocabulary [0, {}): check "
+                "model.vocab_size against the data", g[i], i, vocab);
+    l[i] = g[i] >= first && g[i] < first + count ? std::int32_t(g[i] - first) : kIdElsewhere;
+  }
+}
+
 }  // namespace tidal::ops::cpu

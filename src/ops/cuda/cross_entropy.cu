@@ -85,12 +85,56 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The shards' row figures (ops/cross_entropy.h), a thread per row. first_bad as the forward's.
+__global__ void cross_entropy_shard_targets_kernel(std::int32_t* __restrict__ local,
+                                                   unsigned long long* __restrict__ first_bad,
+                                                   const std::int32_t* __restrict__ targets, std::int64_t N,
+                                                   std::int64_t first, std::int64_t count, std::int64_t classes) {
+  TIDAL_CUDA_FOR(i, N) {
+    const std::int64_t t = targets[i];
+    if (t == kIgnoreIndex) {
+      local[i] = kIgnoreIndex;
+    } else if (t < 0 || t >= classes) {
+      local[i] = kIgnoreIndex;
+      atomicMin(first_bad, static_cast<unsigned long long>(i));
+    } else {
+      local[i] = t >= first && t < first + count ? std::int32_t(t - first) : kTargetElsewhere;
+    }
+  }
+}
+
+__global__ void cross_entropy_shard_terms_kernel(float* __restrict__ terms, const float* __restrict__ lse,
+                                                 const float* __restrict__ max_lse, const float* __restrict__ losses,
+                                                 const std::int32_t* __restrict__ local, std::int64_t N) {
+  TIDAL_CUDA_FOR(i, N) {
+    terms[2 * i] = expf(lse[i] - max_lse[i]);
+    terms[2 * i + 1] = local[i] >= 0 ? lse[i] - losses[i] : 0.0f;
+  }
+}
+
+__global__ void cross_entropy_shard_combine_kernel(float* __restrict__ lse, float* __restrict__ losses,
+                                                   const float* __restrict__ max_lse, const float* __restrict__ terms,
+                                                   const std::int32_t* __restrict__ local, std::int64_t N) {
+  TIDAL_CUDA_FOR(i, N) {
+    const float l = max_lse[i] + logf(terms[2 * i]);
+    lse[i] = l;
+    losses[i] = local[i] == kIgnoreIndex ? 0.0f : l - terms[2 * i + 1];
+  }
+}
+
 void check(const Tensor& logits, const Tensor& targets) {
   expect_cuda_contiguous(logits, "cross_entropy logits");
   expect_cuda_contiguous(targets, "cross_entropy targets");
   TIDAL_ASSERT(targets.dtype() == DType::i32 && targets.numel() == rows_of(logits), "cross_entropy targets {} for {}",
                targets.str(), logits.str());
 }
+
+void expect_rows(const Tensor& t, std::int64_t N, DType dtype, const char* what) {
+  expect_cuda_contiguous(t, what);
+  TIDAL_ASSERT(t.dtype() == dtype && t.numel() == N, "{}: {} for {} rows", what, t.str(), N);
+}
+
+constexpr int kRowThreads = 256;  // the shard ops' threads a block (a thread a row)
 
 }  // namespace
 
@@ -145,6 +189,57 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
           ptr<T>(dlogits), ptr<T>(logits), ptr<float>(lse), ptr<std::int32_t>(targets), scale, N, V);
   });
   TIDAL_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
+}
+
+void cross_entropy_shard_targets(Tensor& local, const Tensor& targets, std::int64_t first, std::int64_t count,
+                                 std::int64_t classes) {
+  const std::int64_t N = targets.numel();
+  expect_rows(targets, N, DType::i32, "cross_entropy_shard_targets targets");
+  expect_rows(local, N, DType::i32, "cross_entropy_shard_targets local");
+  if (N == 0) return;
+  const cudaStream_t stream = compute_stream();
+  Tensor first_bad = Tensor::empty({2}, DType::i32, gpu_allocator());  // one unsigned 64-bit word
+  TIDAL_CUDA_CALL(cudaMemsetAsync(first_bad.raw(), 0xff, sizeof(unsigned long long), stream));
+  cross_entropy_shard_targets_kernel<<<blocks_for(N, kRowThreads), kRowThreads, 0, stream>>>(
+      ptr<std::int32_t>(local), ptr<unsigned long long>(first_bad), ptr<std::int32_t>(targets), N, first, count,
+      classes);
+  TIDAL_CUDA_CHECK_LAUNCH("cross_entropy_shard_targets_kernel");
+  unsigned long long bad = kNoBadRow;
+  copy_bytes(&bad, Device::cpu(), first_bad.raw(), first_bad.device(), sizeof(bad));
+  if (bad != kNoBadRow) {
+    std::int32_t t = 0;
+    copy_bytes(&t, Device::cpu(), ptr<std::int32_t>(targets) + bad, targets.device(), sizeof(t));
+    TIDAL_CHECK(false, "target {} at position {} is outside the {} classes [0, {}): check model.vocab_size (or "
+                "model.num_classes) against the data", t, bad, classes, classes);
+  }
+}
+
+void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Tensor& max_lse, const Tensor& losses,
+                               const Tensor& local) {
+  const std::int64_t N = lse.numel();
+  expect_rows(lse, N, DType::f32, "cross_entropy_shard_terms lse");
+  expect_rows(max_lse, N, DType::f32, "cross_entropy_shard_terms max_lse");
+  expect_rows(losses, N, DType::f32, "cross_entropy_shard_terms losses");
+  expect_rows(local, N, DType::i32, "cross_entropy_shard_terms local");
+  expect_rows(terms, 2 * N, DType::f32, "cross_entropy_shard_terms terms");
+  if (N == 0) return;
+  cross_entropy_shard_terms_kernel<<<blocks_for(N, kRowThreads), kRowThreads, 0, compute_stream()>>>(
+      ptr<float>(terms), ptr<float>(lse), ptr<float>(max_lse), ptr<float>(losses), ptr<std::int32_t>(local), N);
+  TIDAL_CUDA_CHECK_LAUNCH("cross_entropy_shard_terms_kernel");
+}
+
+void cross_entropy_shard_combine(Tensor& lse, Tensor& losses, const Tensor& max_lse, const Tensor& terms,
+                                 const Tensor& local) {
+  const std::int64_t N = lse.numel();
+  expect_rows(lse, N, DType::f32, "cross_entropy_shard_combine lse");
+  expect_rows(losses, N, DType::f32, "cross_entropy_shard_combine losses");
+  expect_rows(max_lse, N, DType::f32, "cross_entropy_shard_combine max_lse");
+  expect_rows(terms, 2 * N, DType::f32, "cross_entropy_shard_combine terms");
+  expect_rows(local, N, DType::i32, "cross_entropy_shard_combine local");
+  if (N == 0) return;
+  cross_entropy_shard_combine_kernel<<<blocks_for(N, kRowThreads), kRowThreads, 0, compute_stream()>>>(
+      ptr<float>(lse), ptr<float>(losses), ptr<float>(max_lse), ptr<float>(terms), ptr<std::int32_t>(local), N);
+  TIDAL_CUDA_CHECK_LAUNCH("cross_entropy_shard_combine_kernel");
 }
 
 }  // namespace tidal::ops::cuda

@@ -115,6 +115,18 @@ __global__ void position_embedding_backward_kernel(T* __restrict__ dtable, const
   }
 }
 
+// local = ids rebased to [first, first + count), kIdElsewhere for other rows; first_bad as the
+// forward's, for an id outside [0, vocab).
+__global__ void embedding_shard_ids_kernel(std::int32_t* __restrict__ local, unsigned long long* __restrict__ first_bad,
+                                           const std::int32_t* __restrict__ ids, std::int64_t n, std::int64_t first,
+                                           std::int64_t count, std::int64_t vocab) {
+  TIDAL_CUDA_FOR(i, n) {
+    const std::int64_t id = ids[i];
+    if (id < 0 || id >= vocab) atomicMin(first_bad, static_cast<unsigned long long>(i));
+    local[i] = id >= first && id < first + count ? std::int32_t(id - first) : kIdElsewhere;
+  }
+}
+
 void expect_ids(const Tensor& ids) {
   expect_cuda_contiguous(ids, "embedding ids");
   TIDAL_ASSERT(ids.dtype() == DType::i32, "embedding ids must be i32, got {}", ids.str());
@@ -218,6 +230,30 @@ void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t 
         ptr<Tp>(dtable) + first_position * C, ptr<Tp>(dy), B, T, C);
   });
   TIDAL_CUDA_CHECK_LAUNCH("position_embedding_backward_kernel");
+}
+
+void embedding_shard_ids(Tensor& local, const Tensor& ids, std::int64_t first, std::int64_t count, std::int64_t vocab) {
+  expect_ids(ids);
+  expect_ids(local);
+  TIDAL_ASSERT(local.numel() == ids.numel(), "embedding_shard_ids: local {} for ids {}", local.str(), ids.str());
+  const std::int64_t n = ids.numel();
+  if (n == 0) return;
+  const cudaStream_t stream = compute_stream();
+  Tensor first_bad = Tensor::empty({2}, DType::i32, gpu_allocator());  // one unsigned 64-bit word
+  TIDAL_CUDA_CALL(cudaMemsetAsync(first_bad.raw(), 0xff, sizeof(unsigned long long), stream));
+  embedding_shard_ids_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+      ptr<std::int32_t>(local), ptr<unsigned long long>(first_bad), ptr<std::int32_t>(ids), n, first, count, vocab);
+  TIDAL_CUDA_CHECK_LAUNCH("embedding_shard_ids_kernel");
+  unsigned long long bad = kNoBadPosition;
+  copy_bytes(&bad, Device::cpu(), first_bad.raw(), first_bad.device(), sizeof(bad));
+  if (bad != kNoBadPosition) {
+    std::int32_t id = 0;
+    copy_bytes(&id, Device::cpu(), ptr<std::int32_t>(ids) + bad, ids.device(), sizeof(id));
+    TIDAL_CHECK(false,
+                "token id {} at position {} is outside the vocabulary [0, {}): check model.vocab_size against the "
+                "data",
+                id, bad, vocab);
+  }
 }
 
 }  // namespace tidal::ops::cuda

@@ -19,6 +19,7 @@
 #include "ops/rms_norm.h"
 #include "ops/rotary.h"
 #include "ops/softmax.h"
+#include "ops/split_norm.h"
 #include "ops/swiglu.h"
 
 namespace tidal::ops::meta {
@@ -33,14 +34,25 @@ void select_token(Tensor&, const Tensor&, std::int64_t) {}
 void select_token_backward(Tensor&, const Tensor&, std::int64_t) {}
 void cross_entropy_forward(Tensor&, Tensor&, const Tensor&, const Tensor&) {}
 void cross_entropy_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&, float) {}
+void cross_entropy_shard_targets(Tensor&, const Tensor&, std::int64_t, std::int64_t, std::int64_t) {}
+void cross_entropy_shard_terms(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {}
+void cross_entropy_shard_combine(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) {}
 void dropout_forward(Tensor&, const Tensor&, float, const DropoutKey&) {}
 void dropout_backward(Tensor&, const Tensor&, float, const DropoutKey&) {}
 void embedding_forward(Tensor&, const Tensor&, const Tensor&, bool) {}
+void embedding_shard_ids(Tensor&, const Tensor&, std::int64_t, std::int64_t, std::int64_t) {}
 void position_embedding_forward(Tensor&, const Tensor&, std::int64_t) {}
 void position_embedding_backward(Tensor&, const Tensor&, std::int64_t) {}
 void gather_rows(Tensor&, const Tensor&, const Tensor&, const Tensor&) {}
 void combine_rows(Tensor&, const Tensor&, const Tensor&, const Tensor&) {}
 void slot_dots(Tensor&, const Tensor&, const Tensor&, const Tensor&) {}
+void split_norm_sums(Tensor&, const Tensor&, const SplitNormOptions&) {}
+void split_norm_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const SplitNormOptions&) {}
+void split_norm_weight_grads(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) {}
+void split_norm_grad_sums(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                          const SplitNormOptions&) {}
+void split_norm_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const SplitNormOptions&) {}
 void gelu_forward(Tensor&, const Tensor&, GeluForm) {}
 void gelu_backward(Tensor&, const Tensor&, const Tensor&, GeluForm) {}
 void layernorm_forward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, float) {}
