@@ -73,8 +73,11 @@ void add_plan_command(CLI::App& app, PlanCommand& cmd) {
                    "where train.micro_batch_size is unset; where it does not fit as configured, activation "
                    "checkpointing and more micro-batches");
   plan->add_option("--hardware", cmd.hardware,
-                   "With --world: the machine (configs/hardware/*.toml, or `tidal calibrate`'s file); without it "
-                   "only memory is predicted");
+                   "The machine (configs/hardware/*.toml, or `tidal calibrate`'s file). With --world: its rates and "
+                   "memory (without it only memory is predicted). Without --world: the largest model for its device "
+                   "and host (the caps where memory.device_limit and memory.host_limit are unset), each row's "
+                   "activations from the cost model's step on meta tensors instead of a traced warm-up, so a model "
+                   "far larger than this machine is planned");
   plan->add_flag("--explain", cmd.explain, "With --world: the terms of each layout's prediction");
   plan->add_flag("--configured", cmd.configured, "With --world: the config's own [parallel] layout alone");
   plan->footer(
@@ -156,7 +159,7 @@ void run_cost_model(const PlanCommand& cmd) {
       fmt::print("{:>3}. {:<{}} peak {:>10} (rank {}){}{}\n", k + 1, sim::layout_words(p.layout), words,
                  human_bytes(std::uint64_t(p.peak_bytes)), p.largest_rank,
                  hardware ? fmt::format("  step {:.4g} s{}, MFU {:.0f}%", p.time.total(),
-                                        p.untimed.empty() ? "" : " (host AdamW not timed)", 100 * mfu)
+                                        p.untimed.empty() ? "" : " (not timed: " + p.untimed + ")", 100 * mfu)
                           : std::string(),
                  p.fits ? "" : "  does not fit: " + p.does_not_fit);
     }
@@ -188,9 +191,11 @@ void run_plan_command(const PlanCommand& cmd, engine::Launch& launch) {
     if (launch.is_main()) run_cost_model(cmd);
     return;
   }
-  TIDAL_CHECK(cmd.hardware.empty() && !cmd.explain && !cmd.configured,
-              "--hardware, --explain and --configured go with --world N (the cost model)");
-  const engine::MemoryPlan p = engine::plan_memory(cmd.config.load(), cmd.max_layers, launch.mpi());
+  TIDAL_CHECK(!cmd.explain && !cmd.configured, "--explain and --configured go with --world N (the cost model)");
+  std::optional<sim::Hardware> hw;
+  if (!cmd.hardware.empty()) hw = sim::load_hardware(cmd.hardware);
+  const engine::MemoryPlan p =
+      engine::plan_memory(cmd.config.load(), cmd.max_layers, launch.mpi(), hw ? &*hw : nullptr);
   if (launch.is_main()) fmt::print("{}", cmd.json ? p.json().dump() + "\n" : engine::format_memory_plan(p));
 }
 

@@ -237,6 +237,10 @@ void validate_memory(const Config& c, bool images) {
               "memory.warmup_fraction must be in (0, 1], got {}", c.memory.warmup_fraction);
   if (!c.memory.device_limit.empty()) parse_bytes(c.memory.device_limit, "memory.device_limit");
   if (!c.memory.host_limit.empty()) parse_bytes(c.memory.host_limit, "memory.host_limit");
+  if (!c.memory.disk_limit.empty()) parse_bytes(c.memory.disk_limit, "memory.disk_limit");
+  TIDAL_CHECK(c.memory.disk_limit.empty() || !c.memory.disk_dir.empty(),
+              "memory.disk_limit caps the optimizer states in memory.disk_dir: set memory.disk_dir too, or leave "
+              "memory.disk_limit unset");
   TIDAL_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
   TIDAL_CHECK(parse_bytes(c.checkpoint.buffer_size, "checkpoint.buffer_size") >= (1u << 20),
               "checkpoint.buffer_size = \"{}\" is below 1 MiB: give e.g. \"256MiB\"", c.checkpoint.buffer_size);

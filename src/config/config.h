@@ -109,6 +109,7 @@ struct MemoryConfig {
   std::string device_limit;      // "" = no cap; bytes with a unit, e.g. "2GiB"
   std::string host_limit;        // "" = no cap: the chunks the host holds under offload
   std::string disk_dir;          // "" = no disk tier: where optimizer states beyond host_limit go
+  std::string disk_limit;        // "" = no cap: the disk tier's optimizer states, each rank's
   std::int64_t chunk_size = 0;   // elements; 0 = searched
   memory::Eviction eviction = memory::Eviction::belady;  // belady | lru
   double warmup_fraction = 0.2;     // of the device tier the chunks may take in the warm-up

@@ -86,7 +86,10 @@ memory::ChunkOptions chunk_options(const Config& cfg, bool accumulate) {
                                                                  : memory::Partition::dynamic,
         .eviction = cfg.memory.eviction,
         .warmup_fraction = cfg.memory.warmup_fraction,
-        .disk_dir = cfg.memory.disk_dir};
+        .disk_dir = cfg.memory.disk_dir,
+        .disk_limit = cfg.memory.disk_limit.empty()
+                          ? 0
+                          : std::int64_t(parse_bytes(cfg.memory.disk_limit, "memory.disk_limit"))};
   return o;
 }
 

@@ -261,6 +261,9 @@ std::vector<Key> make_schema() {
                 "master, momentum, variance) of the last chunks the host cannot hold live in a file there, read and "
                 "written back at each step; and a LoRA run's frozen base under finetune.base_offload = \"disk\" "
                 "(\"\" = none)"),
+      TIDAL_KEY(memory.disk_limit,
+                "cap on each rank's optimizer states in memory.disk_dir, e.g. \"48GiB\" (\"\" = none: the disk's own "
+                "room, which the run reserves at start-up); tidal plan fits the largest model within it"),
       TIDAL_KEY(memory.chunk_size, "chunk elements (0 = searched)"),
       TIDAL_KEY(memory.eviction, "belady (the chunk used again furthest ahead, from the trace) | lru"),
       TIDAL_KEY(memory.warmup_fraction,

@@ -1,5 +1,6 @@
 #include "memory/chunk_manager.h"
 
+#include "core/bytes.h"
 #include "core/gpu.h"
 #include "ops/cast.h"
 #include "ops/grad_norm.h"
@@ -268,6 +269,14 @@ void ChunkManager::place_tiers(Allocator& device, Allocator& host) {
                                             "the model smaller",
                                             least)),
         std::size_t(disk_tier ? least : on_host) + host.current_bytes());
+  const std::int64_t disk_bytes =
+      disk_chunks * layout_.chunk_elements * std::int64_t(sizeof(float) * std::size(kDiskKinds));
+  TIDAL_CHECK(options_.offload->disk_limit == 0 || disk_bytes <= options_.offload->disk_limit,
+              "the optimizer states of the last {} chunks, beyond memory.host_limit, take {} in memory.disk_dir: "
+              "more than memory.disk_limit = {}: raise memory.host_limit or memory.disk_limit, or make the model "
+              "smaller",
+              disk_chunks, human_bytes(std::uint64_t(disk_bytes)),
+              human_bytes(std::uint64_t(options_.offload->disk_limit)));
   if (disk_tier) {  // the last of the chunks this rank owns
     std::vector<int> on_disk;
     for (int c = layout_.chunks; c-- > 0 && int(on_disk.size()) < disk_chunks;)

@@ -69,6 +69,7 @@ struct OffloadOptions {
   Eviction eviction = Eviction::belady;
   double warmup_fraction = 0.2;  // of the device the chunks may take during the warm-up
   std::string disk_dir = "";     // the disk tier's directory ("" = none)
+  std::int64_t disk_limit = 0;   // bytes of optimizer states the disk tier may hold (0 = the disk's room)
   bool disk_read_ahead = true;   // the next disk chunk read on a thread (disk_tier.h)
 };
 

@@ -41,7 +41,7 @@ nlohmann::json Prediction::json() const {
                           {"model_data", r.model_data.json()},
                           {"activations", r.activations},
                           {"communication", r.traffic},
-                          {"peak_bytes", {{"device", r.device}, {"host", r.host}}}});
+                          {"peak_bytes", {{"device", r.device}, {"host", r.host}, {"disk", r.disk}}}});
     if (r.model_data.offload)
       ranks_json.back()["offload"] = {{"device_state_chunks", r.offload.device_state_chunks},
                                       {"host_state_chunks", r.offload.host_state_chunks},
@@ -329,6 +329,27 @@ RankMemory rank_memory(const PlannedRank& r, const StepReplay& replay, std::size
   return m;
 }
 
+// memory.disk_dir (memory/chunk_manager.cpp's place_tiers): where the host cannot hold every chunk,
+// the optimizer states of each list's last chunks go to a file for good, as few as bring the host
+// within its capacity and as many as memory.disk_limit allows, and the host keeps two chunks'
+// staging for them. Their reads and writes each step are not timed.
+void on_disk(RankMemory& m, const Job& job, double host_capacity) {
+  const ModelDataBytes& md = m.model_data;
+  if (!md.offload || !job.chunk_options.offload || job.chunk_options.offload->disk_dir.empty()) return;
+  const double limit = job.chunk_options.offload->disk_limit ? double(job.chunk_options.offload->disk_limit)
+                                                             : std::numeric_limits<double>::infinity();
+  for (const ModelDataBytes::StateList& list : md.state_lists) {
+    if (m.host <= host_capacity || list.chunks == 0) break;
+    const double each = double(list.disk_bytes);
+    const int room = int(std::min<double>(list.chunks, std::floor((limit - m.disk) / each)));
+    const int needed = int(std::ceil((m.host + 2 * each - host_capacity) / each));
+    const int chunks = std::max(0, std::min(room, needed));
+    if (chunks == 0) continue;
+    m.disk += chunks * each;
+    m.host -= chunks * each - 2 * each;
+  }
+}
+
 // Whether every rank fits: the device within its capacity (under offload, what the warm-up needs
 // at the least: an operator's two param chunks beside the non-model peak, or the static
 // partition's whole param list), the host within memory.host_limit or its share of the node.
@@ -342,6 +363,7 @@ void check_fits(Prediction& p, const Job& job, const Hardware* hardware, std::si
            : md.static_partition ? m.activations + double(md.param_bytes)
                                  : m.activations + 2 * double(md.param_chunk_bytes);
   };
+  for (RankMemory& m : p.ranks) on_disk(m, job, host_capacity);
   for (const RankMemory& m : p.ranks) p.needs_bytes = std::max(p.needs_bytes, needs_of(m));
   for (const RankMemory& m : p.ranks) {
     const double device_needs = needs_of(m);
@@ -495,6 +517,13 @@ Prediction predict(const Job& job, int world_size, const Hardware* hardware) {
     return p;
   }
   predict_time(p, job, world, replays, *hardware, world_size);
+  const auto on_disk_most = std::max_element(p.ranks.begin(), p.ranks.end(),
+                                             [](const RankMemory& a, const RankMemory& b) { return a.disk < b.disk; });
+  if (on_disk_most != p.ranks.end() && on_disk_most->disk > 0)
+    p.untimed += fmt::format("{}the disk tier's reads and writes (rank {}'s optimizer states of {} in memory.disk_dir, "
+                             "each read and written back every step)",
+                             p.untimed.empty() ? "" : "; ", on_disk_most->rank,
+                             human_bytes(std::uint64_t(on_disk_most->disk)));
   p.checkpoint = checkpoint_cost(job, world, on_device, hardware, p.time.total(), p.time.optimizer);
   return p;
 }

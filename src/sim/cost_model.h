@@ -35,6 +35,7 @@ struct RankMemory {
   // host memory, all of it) and the host beside it (under memory.offload, the chunk lists there;
   // memory.embedding_on_host's lists).
   double device = 0, host = 0;
+  double disk = 0;  // memory.disk_dir's optimizer states (the host's less by as much, but for staging)
   double total() const { return device; }
   nlohmann::json traffic;  // the step's collectives (sim/traffic.h's json)
   // Under memory.offload, a step's chunk moves once the warm-up has placed the optimizer states

@@ -88,8 +88,8 @@ std::string link_toml(const Link& l) {
 
 Hardware load_hardware(const std::string& path) {
   TIDAL_CHECK(std::filesystem::is_regular_file(path),
-              "hardware file {} not found: configs/hardware/ has an 8 x H100 node and colossal-ai's Systems I, II "
-              "and IV; mpirun -np 2 tidal calibrate --out FILE measures this machine",
+              "hardware file {} not found: configs/hardware/ has an 8 x H100 node, one H200 with its host and "
+              "colossal-ai's Systems I, II and IV; mpirun -np 2 tidal calibrate --out FILE measures this machine",
               path);
   toml::table t;
   try {

@@ -49,6 +49,7 @@ struct ModelDataBytes {
   struct StateList {
     int chunks = 0;
     std::int64_t bytes = 0, param_bytes = 0;
+    std::int64_t disk_bytes = 0;  // a chunk's states memory.disk_dir can take (master, momentum, variance)
   };
   bool offload = false, static_partition = false;
   std::int64_t offload_host_bytes = 0;

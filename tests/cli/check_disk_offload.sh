@@ -9,7 +9,7 @@
 # stops in an error removes its file too. The same caps without memory.disk_dir stop at start
 # (exit 2) saying what the host needs and that memory.disk_dir is a way out; a disk_dir that does
 # not exist stops there too, naming it, and so does memory.disk_dir without memory.offload (a
-# configuration error).
+# configuration error), and memory.disk_limit below the states the host leaves to the disk.
 # usage: check_disk_offload.sh path/to/tidal
 set -euo pipefail
 tidal=$1
@@ -63,6 +63,16 @@ echo "without memory.disk_dir: exit $rc: $out"
 echo "a disk_dir that does not exist: exit $missing_rc: $missing"
 [[ $missing_rc -eq 2 && $missing == *"memory.disk_dir = \"$dir/missing\""* ]] ||
   { echo "FAIL: want exit 2 naming memory.disk_dir and the path"; exit 1; }
+# The disk tier within memory.disk_limit: a cap below one chunk's states stops at start, naming
+# both keys and leaving no file.
+set +e
+limited=$("$tidal" train "${common[@]}" "${caps[@]}" --set memory.disk_dir="$dir/disk" --set memory.disk_limit=1KiB 2>&1)
+limited_rc=$?
+set -e
+echo "memory.disk_limit below the states: exit $limited_rc: $limited"
+[[ $limited_rc -eq 2 && $limited == *"more than memory.disk_limit = 1.0 KiB: raise memory.host_limit or memory.disk_limit"* &&
+   -z $(ls -A "$dir/disk") ]] ||
+  { echo "FAIL: want exit 2 naming memory.disk_limit, and no disk file"; exit 1; }
 echo "memory.disk_dir without memory.offload: exit $alone_rc: $alone"
 [[ $alone_rc -eq 2 && $alone == *"memory.disk_dir keeps the optimizer states"*"set memory.offload"* ]] ||
   { echo "FAIL: want the configuration error"; exit 1; }

@@ -83,8 +83,7 @@ expect loss-blocks-of-images "classifies images, one row of logits per image: se
 expect calibrate-alone "launch it with two ranks or more" -- calibrate --quick --out "$dir/hw.toml"
 expect auto-alone "parallel.auto measures this machine over the launched ranks" -- train --set parallel.auto=true
 expect auto-no-hardware-file "nope-hw.toml not found" -- train --set parallel.auto=true --set parallel.hardware="$dir/nope-hw.toml"
-expect plan-hardware-alone "--hardware, --explain and --configured go with --world N" -- plan \
-  --hardware configs/hardware/h100-8x.toml
+expect plan-explain-alone "--explain and --configured go with --world N" -- plan --explain
 expect plan-world-zero "--world takes the number of ranks to plan for, 1 or more; got 0" -- plan --world 0
 expect plan-no-layout "no layout of 3 ranks splits this model" -- plan --world 3 --set model.n_head=2 \
   --set model.n_embd=64 --set train.batch_size=4 --set model.n_layer=2

@@ -118,4 +118,31 @@ p = json.load(open(sys.argv[1]))
 assert p['fits'] and p['peak_bytes']['host'] > 64 * 2**30, p['peak_bytes']
 print(f\"plan: nothing fits one H100; with memory.offload the device peak is {p['peak_bytes']['device'] / 2**30:.1f} GiB, \"
       f\"the host holds {p['peak_bytes']['host'] / 2**30:.1f} GiB\")" "$dir/offload.json"
+# The largest model for a machine far larger than this one (tidal plan --hardware: the cost model's
+# activations, nothing run): configs/llama-h200-largest.toml is its answer for the lent H200 with
+# the host and a capped disk, and the cost model's prediction of that layout agrees: it fits, with
+# the host at its cap and optimizer states on disk; one layer more does not fit on the host.
+h200=(-c "$root/configs/llama-h200-largest.toml" --hardware "$root/configs/hardware/h200-1x.toml")
+"$tidal" plan "${h200[@]}" --max-layers 64 --json > "$dir/h200.json"
+layers=$(grep -m1 '^n_layer' "$root/configs/llama-h200-largest.toml" | tr -dc 0-9)
+for n in "$layers" $((layers + 1)); do
+  "$tidal" plan --world 1 "${h200[@]}" --configured --set model.n_layer="$n" --json > "$dir/h200-$n.json"
+done
+/usr/bin/python3 - "$dir/h200.json" "$dir/h200-$layers.json" "$dir/h200-$((layers + 1)).json" "$layers" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+fits, over = json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+layers = int(sys.argv[4])
+assert plan["largest"] == layers, f"tidal plan --hardware answers {plan['largest']} layers, the config has {layers}"
+assert plan["non_model_bytes_from"].startswith("the cost model"), plan["non_model_bytes_from"]
+row = [r for r in plan["rows"] if r["layers"] == layers][0]
+assert 0 < row["disk_needs"] <= plan["disk_limit"] and row["host_needs"] <= plan["host_limit"], row
+assert fits["fits"], fits.get("does_not_fit")
+mine = fits["ranks"][0]["peak_bytes"]
+assert mine["host"] <= plan["host_limit"] and 0 < mine["disk"] <= plan["disk_limit"], mine
+assert "disk tier" in fits["untimed"], fits["untimed"]
+assert not over["fits"] and over["does_not_fit"].startswith("host"), over.get("does_not_fit")
+print(f"plan --hardware: {layers} layers ({row['parameters']} parameters) on one H200, host "
+      f"{row['host_needs'] / 2**30:.1f} GiB, disk {row['disk_needs'] / 2**30:.1f} GiB; the cost model agrees")
+PY
 echo "memory tools: ok"

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "engine/model_data.h"
 #include "engine/planning/chunk_search.h"
+#include "engine/planning/job.h"
 #include "engine/planning/tide.h"
 #include "engine/trainer.h"
 #include "parallel/context.h"
@@ -76,10 +77,15 @@ void plan_traced(const config::Config& cfg, int max_layers, comm::MpiRuntime& mp
   }
 }
 
-void plan_one_rank(const config::Config& cfg, int max_layers, MemoryPlan& plan) {
+// The non-model peak of `layers` layers as the cost model replays the step on meta tensors.
+std::int64_t predicted_non_model(const config::Config& cfg, int layers, const sim::Hardware& hardware) {
+  return std::int64_t(predict(with_layers(cfg, layers), 1, &hardware).ranks.front().activations);
+}
+
+void plan_one_rank(const config::Config& cfg, int max_layers, const sim::Hardware* hardware, MemoryPlan& plan) {
   const bool disk = !cfg.memory.disk_dir.empty();
-  plan.non_model_one = traced_non_model(cfg, 1);
-  plan.non_model_two = traced_non_model(cfg, 2);
+  plan.non_model_one = hardware ? predicted_non_model(cfg, 1, *hardware) : traced_non_model(cfg, 1);
+  plan.non_model_two = hardware ? predicted_non_model(cfg, 2, *hardware) : traced_non_model(cfg, 2);
   const std::int64_t per_layer = std::max<std::int64_t>(0, plan.non_model_two - plan.non_model_one);
 
   const std::int64_t local = cfg.train.batch_size;
@@ -105,10 +111,18 @@ void plan_one_rank(const config::Config& cfg, int max_layers, MemoryPlan& plan) 
     const std::int64_t two_chunks = 2 * size * std::int64_t(dtype_size(options.compute_dtype));
     PlanRow row{.layers = n, .parameters = model_parameters(with_layers(cfg, n)), .chunk_size = size,
                 .model_data_bytes = bytes.total() + host_lists};
-    // The disk tier takes any amount of optimizer states: the host needs the rest of the lists
-    // and the staging buffers (when that is less than everything).
+    // The disk tier takes the optimizer states of as many chunks as memory.disk_limit holds (no
+    // cap: all): the host then needs the rest of the lists and the staging buffers (when that is
+    // less than everything), the disk the least the host leaves it.
     row.host_needs = memory::host_bytes_needed(layout, options, 0);
-    if (disk) row.host_needs = std::min(row.host_needs, memory::host_bytes_needed(layout, options, layout.chunks));
+    if (disk) {
+      const std::int64_t states = layout.chunk_elements * std::int64_t(sizeof(float) * std::size(memory::kDiskKinds));
+      const int most = plan.disk_limit ? int(std::min<std::int64_t>(layout.chunks, std::int64_t(plan.disk_limit) / states))
+                                       : layout.chunks;
+      row.host_needs = std::min(row.host_needs, memory::host_bytes_needed(layout, options, most));
+      const int needed = memory::disk_chunks_needed(layout, options, std::int64_t(plan.host_limit) - host_lists);
+      row.disk_needs = std::int64_t(needed < 0 ? most : std::min(needed, most)) * states;
+    }
     row.host_needs += host_lists;
     // The chunks' bound: two chunks beside the non-model peak, an upper bound of what the run
     // needs (memory_tracer.h's least_limit: each operator's chunks beside its interval's
@@ -116,7 +130,7 @@ void plan_one_rank(const config::Config& cfg, int max_layers, MemoryPlan& plan) 
     // run's chunk size, so the first row that does not fit names what the run itself demands.
     row.device_needs = fixed ? bytes.param + non_model : non_model + two_chunks;
     row.fits_host = std::uint64_t(row.host_needs) <= plan.host_limit;
-    if (!fixed && row.fits_host && std::uint64_t(row.device_needs) > plan.device_limit) {
+    if (!hardware && !fixed && row.fits_host && std::uint64_t(row.device_needs) > plan.device_limit) {
       row.device_needs = traced(cfg, n, size).at("least_device_limit_bytes").get<std::int64_t>();
       row.traced = true;
     }
@@ -129,11 +143,17 @@ void plan_one_rank(const config::Config& cfg, int max_layers, MemoryPlan& plan) 
 
 }  // namespace
 
-MemoryPlan plan_memory(const config::Config& cfg, int max_layers, comm::MpiRuntime* mpi) {
-  TIDAL_CHECK(cfg.memory.offload != config::Offload::none && !cfg.memory.device_limit.empty() && !cfg.memory.host_limit.empty(),
+MemoryPlan plan_memory(const config::Config& cfg, int max_layers, comm::MpiRuntime* mpi,
+                       const sim::Hardware* hardware) {
+  TIDAL_CHECK(cfg.memory.offload != config::Offload::none &&
+                  (hardware || (!cfg.memory.device_limit.empty() && !cfg.memory.host_limit.empty())),
               "tidal plan fits a model under both memory caps: set memory.offload (\"chunk\" or \"static\"), "
               "memory.device_limit and memory.host_limit, e.g. --set memory.offload=chunk --set "
-              "memory.device_limit=64MiB --set memory.host_limit=1GiB");
+              "memory.device_limit=64MiB --set memory.host_limit=1GiB (or give --hardware, whose device and host "
+              "are the caps)");
+  TIDAL_CHECK(!hardware || parallel::launched_world_size(mpi) == 1,
+              "tidal plan --hardware predicts one process's model (the cost model, nothing runs); under mpirun it "
+              "traces each row under the layout instead: drop --hardware, or run it without mpirun");
   TIDAL_CHECK(max_layers >= 1, "--max-layers must be >= 1, got {}", max_layers);
   MemoryPlan plan;
   const bool disk = !cfg.memory.disk_dir.empty();
@@ -141,8 +161,16 @@ MemoryPlan plan_memory(const config::Config& cfg, int max_layers, comm::MpiRunti
                            cfg.model.n_embd, cfg.model.n_head, cfg.train.batch_size, cfg.model.seq_len,
                            config::name_of(cfg.train.precision), cfg.memory.offload,
                            disk ? ", optimizer states beyond the host on disk (memory.disk_dir)" : "");
-  plan.device_limit = config::parse_bytes(cfg.memory.device_limit, "memory.device_limit");
-  plan.host_limit = config::parse_bytes(cfg.memory.host_limit, "memory.host_limit");
+  plan.device_limit = !cfg.memory.device_limit.empty()
+                          ? config::parse_bytes(cfg.memory.device_limit, "memory.device_limit")
+                          : std::uint64_t(hardware->device_memory);
+  plan.host_limit = !cfg.memory.host_limit.empty()
+                        ? config::parse_bytes(cfg.memory.host_limit, "memory.host_limit")
+                        : std::uint64_t(hardware->host_memory / hardware->devices_per_node);
+  plan.disk_limit = cfg.memory.disk_limit.empty() ? 0 : config::parse_bytes(cfg.memory.disk_limit, "memory.disk_limit");
+  plan.predicted = hardware != nullptr;
+  if (hardware) plan.model += fmt::format(", on {}", hardware->name);
+  if (plan.disk_limit) plan.model += fmt::format(" up to memory.disk_limit = {}", human_bytes(plan.disk_limit));
   if (parallel::launched_world_size(mpi) > 1) {
     plan.ranks = parallel::launched_world_size(mpi);
     const config::ParallelConfig& p = cfg.parallel;
@@ -150,7 +178,7 @@ MemoryPlan plan_memory(const config::Config& cfg, int max_layers, comm::MpiRunti
                               p.pipeline, p.tensor.size, p.tensor.mode, p.sequence, cfg.zero.stage);
     plan_traced(cfg, max_layers, *mpi, plan);
   } else {
-    plan_one_rank(cfg, max_layers, plan);
+    plan_one_rank(cfg, max_layers, hardware, plan);
   }
   if (plan.largest == 0) {
     const PlanRow& r = plan.rows.front();
@@ -174,12 +202,15 @@ nlohmann::json MemoryPlan::json() const {
                          {"host_needs", r.host_needs},
                          {"device_needs", r.device_needs},
                          {"device_needs_traced", r.traced},
+                         {"disk_needs", r.disk_needs},
                          {"fits_host", r.fits_host},
                          {"fits_device", r.fits_device}});
   return {{"model", model},
           {"ranks", ranks},
           {"device_limit", device_limit},
           {"host_limit", host_limit},
+          {"disk_limit", disk_limit},
+          {"non_model_bytes_from", predicted ? "the cost model (meta tensors)" : "traced warm-ups"},
           {"non_model_bytes", {{"1 layer", non_model_one}, {"2 layers", non_model_two}}},
           {"rows", rows_json},
           {"largest", largest}};
@@ -192,14 +223,17 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   if (plan.ranks > 1)
     out += fmt::format("every row traced under the layout; each figure is the rank that needs the most\n\n");
   else
-    out += fmt::format("non-model peak of traced warm-ups (no cap): {} with 1 layer, {} with 2: {} more per layer\n\n",
+    out += fmt::format("non-model peak of {}: {} with 1 layer, {} with 2: {} more per layer\n\n",
+                       plan.predicted ? "the step replayed on meta tensors (the cost model; nothing ran)"
+                                      : "traced warm-ups (no cap)",
                        human_bytes(std::uint64_t(plan.non_model_one)), human_bytes(std::uint64_t(plan.non_model_two)),
                        human_bytes(std::uint64_t(std::max<std::int64_t>(0, plan.non_model_two - plan.non_model_one))));
-  out += fmt::format("{:>6} {:>12} {:>11} {:>12} {:>12} {:>14}  {}\n", "layers", "parameters", "chunk size",
-                     "model data", "host needs", "device needs", "fits");
+  out += fmt::format("{:>6} {:>12} {:>11} {:>12} {:>12} {:>12} {:>14}  {}\n", "layers", "parameters", "chunk size",
+                     "model data", "host needs", "disk needs", "device needs", "fits");
   for (const PlanRow& r : plan.rows)
-    out += fmt::format("{:>6} {:>12} {:>11} {:>12} {:>12} {:>14}  {}\n", r.layers, r.parameters, r.chunk_size,
+    out += fmt::format("{:>6} {:>12} {:>11} {:>12} {:>12} {:>12} {:>14}  {}\n", r.layers, r.parameters, r.chunk_size,
                        human_bytes(std::uint64_t(r.model_data_bytes)), human_bytes(std::uint64_t(r.host_needs)),
+                       human_bytes(std::uint64_t(r.disk_needs)),
                        human_bytes(std::uint64_t(r.device_needs)) + (r.traced ? "*" : " "),
                        r.fits() ? "yes" : !r.fits_host && !r.fits_device ? "no: host and device"
                                         : !r.fits_host                  ? "no: host"

@@ -23,6 +23,7 @@
 #pragma once
 
 #include "config/config.h"
+#include "sim/hardware.h"
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,7 @@ struct PlanRow {
   int layers = 0;
   std::int64_t parameters = 0, chunk_size = 0, model_data_bytes = 0;
   std::int64_t host_needs = 0, device_needs = 0;
+  std::int64_t disk_needs = 0;  // the optimizer states the host leaves to memory.disk_dir
   bool fits_host = false, fits_device = false;
   bool traced = false;  // device_needs from the model's own traced warm-up (not the bound)
   bool fits() const { return fits_host && fits_device; }
@@ -49,6 +51,8 @@ struct MemoryPlan {
   std::string model;  // what stays fixed
   int ranks = 1;      // the layout's; the figures are the largest rank's
   std::uint64_t device_limit = 0, host_limit = 0;
+  std::uint64_t disk_limit = 0;  // memory.disk_limit (0: none)
+  bool predicted = false;        // the non-model peaks from the cost model (--hardware), not traced
   std::int64_t non_model_one = 0, non_model_two = 0;  // traced peaks, 1 and 2 layers
   std::vector<PlanRow> rows;  // 1 layer up to the first that does not fit
   int largest = 0;            // layers; 0 if even one does not fit
@@ -57,7 +61,11 @@ struct MemoryPlan {
 
 // A tidal::Error when a cap is missing, or even one layer does not fit (naming what it needs).
 // With `mpi` of more than one rank, every rank calls it (the rows are traced under the layout).
-MemoryPlan plan_memory(const config::Config& cfg, int max_layers, comm::MpiRuntime* mpi = nullptr);
+// With `hardware` (one process): the non-model peaks from the cost model's replay on meta
+// tensors, nothing run, and the caps the hardware's device and host where memory.device_limit
+// and memory.host_limit are unset (a model too large to trace here, planned for that machine).
+MemoryPlan plan_memory(const config::Config& cfg, int max_layers, comm::MpiRuntime* mpi = nullptr,
+                       const sim::Hardware* hardware = nullptr);
 std::string format_memory_plan(const MemoryPlan& plan);
 
 }  // namespace tidal::engine
