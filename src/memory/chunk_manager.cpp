@@ -875,28 +875,51 @@ void ChunkManager::zero_grad() {
 }
 
 void ChunkManager::adamw_step(const ops::AdamWOptions& options, std::int64_t step) {
-  finish_step([&](nn::Parameter& p, Tensor& param) {
-    Tensor master = slot(ChunkKind::master, p), m = slot(ChunkKind::momentum, p), v = slot(ChunkKind::variance, p);
-    ops::adamw_step(master, gradient(p), m, v, options, step, &param);  // the param copy in the same pass
+  finish_step([&](const std::vector<nn::Parameter*>& params) {
+    std::vector<ops::AdamWTensors> tensors;  // a chunk's parameters in one pass (one launch on a GPU)
+    for (nn::Parameter* p : params)
+      tensors.push_back({.param = slot(ChunkKind::master, *p),
+                         .grad = gradient(*p),
+                         .m = slot(ChunkKind::momentum, *p),
+                         .v = slot(ChunkKind::variance, *p),
+                         .low = slot(ChunkKind::param, *p)});  // the param copy in the same pass
+    ops::adamw_steps(tensors, options, step);
   });
 }
 
 void ChunkManager::skip_step() {
-  finish_step([&](nn::Parameter& p, Tensor& param) { ops::cast(param, slot(ChunkKind::master, p)); });
+  finish_step([&](const std::vector<nn::Parameter*>& params) {
+    for (nn::Parameter* p : params) {
+      Tensor param = slot(ChunkKind::param, *p);
+      ops::cast(param, slot(ChunkKind::master, *p));
+    }
+  });
 }
 
-void ChunkManager::finish_step(const std::function<void(nn::Parameter&, Tensor&)>& update) {
+void ChunkManager::finish_step(const std::function<void(const std::vector<nn::Parameter*>&)>& update) {
   if (dmm_) dmm_->begin_moment("optimizer step");
-  for (Tracked& t : tracked_) {
-    nn::Parameter& p = *t.param;
-    const int chunk = layout_.places[index_.at(&p)].chunk;
-    if (!owns(chunk)) continue;
+  // A chunk's owned parameters (consecutive in tracked_: a parameter never straddles chunks).
+  std::vector<Tracked*> group;
+  const auto finish_group = [&] {
+    if (group.empty()) return;
+    const int chunk = layout_.places[index_.at(group.front()->param)].chunk;
     if (dmm_) dmm_->to_optimizer_side(keeper_, chunk);  // hybrid Adam: where the states are
-    set_state(t, TensorState::compute);  // HOLD_AFTER_BWD: the gradient is complete
-    Tensor param = slot(ChunkKind::param, p);
-    update(p, param);  // the master copy into it: the gradient it held is spent
-    set_state(t, TensorState::hold);
+    std::vector<nn::Parameter*> params;
+    for (Tracked* t : group) {
+      set_state(*t, TensorState::compute);  // HOLD_AFTER_BWD: the gradient is complete
+      params.push_back(t->param);
+    }
+    update(params);  // the master copies into the param slots: the gradients they held are spent
+    for (Tracked* t : group) set_state(*t, TensorState::hold);
+    group.clear();
+  };
+  for (Tracked& t : tracked_) {
+    const int chunk = layout_.places[index_.at(t.param)].chunk;
+    if (!owns(chunk)) continue;
+    if (!group.empty() && layout_.places[index_.at(group.front()->param)].chunk != chunk) finish_group();
+    group.push_back(&t);
   }
+  finish_group();
   if (dmm_) {
     dmm_->after_step(keeper_);
     dmm_->end_moment();

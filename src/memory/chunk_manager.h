@@ -389,9 +389,10 @@ class ChunkManager final : public nn::ModuleHooks {
   // With accumulation over a group: a micro-batch's gradients of the group wait here, packed,
   // until the group is reduced into the grad list.
   Tensor& pending(int group);
-  // The owned parameters from HOLD_AFTER_BWD back to HOLD through `update(p, param)`, which
-  // rewrites p's param slot (`param`) from the master copy, and at stages 1 and 2 gathered.
-  void finish_step(const std::function<void(nn::Parameter&, Tensor&)>& update);
+  // The owned parameters from HOLD_AFTER_BWD back to HOLD, a chunk's at a time through
+  // `update(params)`, which rewrites each one's param slot from its master copy; at stages 1 and
+  // 2 gathered again.
+  void finish_step(const std::function<void(const std::vector<nn::Parameter*>&)>& update);
   // Under offload, before the lists are made: the host's room checked against what it must hold,
   // and the optimizer states that do not fit sent to the disk tier (ChunkOptions::offload's
   // disk_dir); the static partition's param list checked against the device tier.

@@ -7,6 +7,7 @@
 #include "ops/dispatch.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace tidal::ops {
 
@@ -21,6 +22,12 @@ struct AdamWOptions {
   float grad_scale = 1.0f;
 };
 
+// One parameter's tensors in a multi-tensor AdamW step (adamw_steps): its fp32 master values,
+// gradient, moments and, when defined, its compute-precision copy (`low` of adamw_step).
+struct AdamWTensors {
+  Tensor param, grad, m, v, low;
+};
+
 struct SgdOptions {
   float lr = 1e-2f;
   float momentum = 0.0f;
@@ -31,17 +38,20 @@ namespace cpu {
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
                 std::int64_t step, Tensor* low);
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step);
+void adamw_steps(std::vector<AdamWTensors>& tensors, const AdamWOptions& opt, std::int64_t step);
 }  // namespace cpu
 namespace meta {  // ops/meta/: what the op costs, on meta tensors
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
                 std::int64_t step, Tensor* low);
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step);
+void adamw_steps(std::vector<AdamWTensors>& tensors, const AdamWOptions& opt, std::int64_t step);
 }  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
                 std::int64_t step, Tensor* low);
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step);
+void adamw_steps(std::vector<AdamWTensors>& tensors, const AdamWOptions& opt, std::int64_t step);
 }  // namespace cuda
 #endif
 
@@ -52,6 +62,13 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
 inline void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt,
                        std::int64_t step, Tensor* low = nullptr) {
   TIDAL_OPS_DISPATCH(param, adamw_step, param, grad, m, v, opt, step, low);
+}
+// adamw_step on each of `tensors` (every one on the first one's device), as one pass: on a GPU one
+// launch for up to a few dozen tensors (a chunk's parameters, or a model's), the same bits as a
+// launch each.
+inline void adamw_steps(std::vector<AdamWTensors>& tensors, const AdamWOptions& opt, std::int64_t step) {
+  if (tensors.empty()) return;
+  TIDAL_OPS_DISPATCH(tensors.front().param, adamw_steps, tensors, opt, step);
 }
 // On the first step the buffer is set to the gradient (PyTorch's SGD, dampening 0).
 inline void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt,

@@ -14,8 +14,17 @@ AdamW::AdamW(std::vector<nn::Parameter*> params, const ops::AdamWOptions& option
 
 void AdamW::step() {
   ++step_;
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    ops::adamw_step(params_[i]->data, params_[i]->grad, m_[i], v_[i], options_, step_);
+  // The parameters in runs of one device, each run one multi-tensor step (one launch a few dozen
+  // parameters on a GPU).
+  std::vector<ops::AdamWTensors> run;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!run.empty() && run.front().param.device() != params_[i]->data.device()) {
+      ops::adamw_steps(run, options_, step_);
+      run.clear();
+    }
+    run.push_back({.param = params_[i]->data, .grad = params_[i]->grad, .m = m_[i], .v = v_[i], .low = {}});
+  }
+  ops::adamw_steps(run, options_, step_);
 }
 
 }  // namespace tidal::optim

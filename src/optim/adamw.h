@@ -1,5 +1,5 @@
 // AdamW over a list of parameters: one momentum and one variance tensor per parameter (fp32),
-// updated with ops::adamw_step. The learning rate can change between steps (schedules).
+// updated with ops::adamw_steps. The learning rate can change between steps (schedules).
 #pragma once
 
 #include "nn/parameter.h"

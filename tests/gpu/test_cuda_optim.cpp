@@ -79,6 +79,35 @@ TEST_P(CudaOptim, AdamWWritesTheCopyAsACastAfterItWould) {
   }
 }
 
+TEST_P(CudaOptim, AdamWStepsInOneLaunchAreEachTensorsOwnStep) {
+  // ops::adamw_steps over more tensors than one launch's list (24), of odd sizes, empty ones and
+  // one of several of its blocks, the copies over the 16-bit gradients or apart (an fp32
+  // gradient): bitwise adamw_step on each, on the GPU.
+  TIDAL_REQUIRE_GPU();
+  const DType grad_dtype = GetParam();
+  const ops::AdamWOptions opt{.lr = 1e-2f, .weight_decay = 0.1f, .grad_scale = 8.0f};
+  std::vector<ops::AdamWTensors> list, each;
+  for (int i = 0; i < 30; ++i) {
+    const std::int64_t n = i == 3 || i == 25 ? 0 : i == 7 ? 20000 : 37 * i + 1;
+    const Tensor p = randn({n}, 50 + std::uint64_t(i)), m = randn({n}, 90 + std::uint64_t(i), 0.1f);
+    const Tensor g = testing::randn_as({n}, 130 + std::uint64_t(i), grad_dtype, 8.0f);
+    for (auto* l : {&list, &each}) {
+      Tensor slot = to_gpu(g);
+      Tensor low = grad_dtype == DType::f32 ? to_gpu(Tensor::zeros({n}, DType::bf16)) : slot;
+      l->push_back({.param = to_gpu(p), .grad = slot, .m = to_gpu(m), .v = to_gpu(Tensor::zeros({n})), .low = low});
+    }
+  }
+  ops::adamw_steps(list, opt, 2);
+  for (ops::AdamWTensors& t : each) ops::adamw_step(t.param, t.grad, t.m, t.v, opt, 2, &t.low);
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(all_close(list[i].param, each[i].param, {0, 0}));
+    EXPECT_TRUE(all_close(list[i].m, each[i].m, {0, 0}));
+    EXPECT_TRUE(all_close(list[i].v, each[i].v, {0, 0}));
+    EXPECT_TRUE(all_close(list[i].low, each[i].low, {0, 0}));
+  }
+}
+
 TEST_P(CudaOptim, SgdMatchesCpuStepByStep) {
   TIDAL_REQUIRE_GPU();
   const DType grad_dtype = GetParam();

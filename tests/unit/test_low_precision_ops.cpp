@@ -166,6 +166,28 @@ TEST_P(LowPrecision, AdamWWritesTheCopyAsACastAfterItWould) {
   }
 }
 
+TEST_P(LowPrecision, AdamWStepsAreEachTensorsOwnStep) {
+  // A chunk's parameters in one multi-tensor step (ops::adamw_steps): bitwise adamw_step on each,
+  // the copies over the gradients, the empty tensor included.
+  const DType dt = GetParam();
+  const ops::AdamWOptions opt{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f, .grad_scale = 4.0f};
+  std::vector<ops::AdamWTensors> list, each;
+  for (const std::int64_t n : {37, 0, 1037, 5}) {
+    const Tensor p = testing::randn({n}, 1 + std::uint64_t(n)), m = testing::randn({n}, 2, 0.1f);
+    const Tensor v = testing::rand_uniform({n}, 3, 0.0f, 0.01f), g = cast_to(testing::randn({n}, 4), dt);
+    for (auto* l : {&list, &each}) {
+      Tensor slot = g.clone();
+      l->push_back({.param = p.clone(), .grad = slot, .m = m.clone(), .v = v.clone(), .low = slot});
+    }
+  }
+  ops::adamw_steps(list, opt, 3);
+  for (ops::AdamWTensors& t : each) ops::adamw_step(t.param, t.grad, t.m, t.v, opt, 3, &t.low);
+  for (std::size_t i = 0; i < list.size(); ++i)
+    for (const auto& [got, ref] : {std::pair{list[i].param, each[i].param}, {list[i].m, each[i].m},
+                                   {list[i].v, each[i].v}, {list[i].low, each[i].low}})
+      EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), got.nbytes()), 0) << "tensor " << i;
+}
+
 TEST(Residual, ClosedForm) {
   Tensor a = Tensor::empty({5}), b = Tensor::empty({5}), y = Tensor::empty({5});
   for (int i = 0; i < 5; ++i) a.data<float>()[i] = float(i), b.data<float>()[i] = 0.5f * float(i);

@@ -83,4 +83,9 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   });
 }
 
+void adamw_steps(std::vector<AdamWTensors>& tensors, const AdamWOptions& opt, std::int64_t step) {
+  for (AdamWTensors& t : tensors)
+    cpu::adamw_step(t.param, t.grad, t.m, t.v, opt, step, t.low.defined() ? &t.low : nullptr);
+}
+
 }  // namespace tidal::ops::cpu

@@ -59,6 +59,7 @@ void layernorm_forward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, 
 void layernorm_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                         const Tensor&) {}
 void adamw_step(Tensor&, const Tensor&, Tensor&, Tensor&, const AdamWOptions&, std::int64_t, Tensor*) {}
+void adamw_steps(std::vector<AdamWTensors>&, const AdamWOptions&, std::int64_t) {}
 void sgd_step(Tensor&, const Tensor&, Tensor&, const SgdOptions&, bool) {}
 void patchify(Tensor&, const Tensor&, std::int64_t) {}
 void residual_add(Tensor&, const Tensor&, const Tensor&) {}
