@@ -70,8 +70,17 @@ inline void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const 
 // local (i32) = targets rebased to this shard's classes [first, first + count): t - first there,
 // kTargetElsewhere for a class of another shard, kIgnoreIndex kept. A target outside [0,
 // classes) is the user's error, named with its position.
+namespace shard_detail {
+// The [N] (or [N, 2]: `per_row` 2) operands every backend takes.
+inline void expect_rows(const Tensor& t, std::int64_t N, DType dtype, const char* what, int per_row = 1) {
+  TIDAL_ASSERT(t.dtype() == dtype && t.numel() == per_row * N, "{}: {} for {} rows", what, t.str(), N);
+}
+}  // namespace shard_detail
+
 inline void cross_entropy_shard_targets(Tensor& local, const Tensor& targets, std::int64_t first, std::int64_t count,
                                         std::int64_t classes) {
+  shard_detail::expect_rows(targets, targets.numel(), DType::i32, "cross_entropy_shard_targets targets");
+  shard_detail::expect_rows(local, targets.numel(), DType::i32, "cross_entropy_shard_targets local");
   TIDAL_OPS_DISPATCH(targets, cross_entropy_shard_targets, local, targets, first, count, classes);
 }
 // From the shard's lse and losses and the rows' maximum lse over the shards: terms [N, 2] =
@@ -79,6 +88,12 @@ inline void cross_entropy_shard_targets(Tensor& local, const Tensor& targets, st
 // to be summed over the shards.
 inline void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Tensor& max_lse, const Tensor& losses,
                                       const Tensor& local) {
+  const std::int64_t N = lse.numel();
+  shard_detail::expect_rows(lse, N, DType::f32, "cross_entropy_shard_terms lse");
+  shard_detail::expect_rows(max_lse, N, DType::f32, "cross_entropy_shard_terms max_lse");
+  shard_detail::expect_rows(losses, N, DType::f32, "cross_entropy_shard_terms losses");
+  shard_detail::expect_rows(local, N, DType::i32, "cross_entropy_shard_terms local");
+  shard_detail::expect_rows(terms, N, DType::f32, "cross_entropy_shard_terms terms", 2);
   TIDAL_OPS_DISPATCH(lse, cross_entropy_shard_terms, terms, lse, max_lse, losses, local);
 }
 // From the shards' summed terms: lse = max_lse + log(terms[:, 0]), the row's log-sum-exp over all
@@ -86,6 +101,11 @@ inline void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Te
 // rows).
 inline void cross_entropy_shard_combine(Tensor& lse, Tensor& losses, const Tensor& max_lse, const Tensor& terms,
                                         const Tensor& local) {
+  const std::int64_t N = lse.numel();
+  shard_detail::expect_rows(losses, N, DType::f32, "cross_entropy_shard_combine losses");
+  shard_detail::expect_rows(max_lse, N, DType::f32, "cross_entropy_shard_combine max_lse");
+  shard_detail::expect_rows(terms, N, DType::f32, "cross_entropy_shard_combine terms", 2);
+  shard_detail::expect_rows(local, N, DType::i32, "cross_entropy_shard_combine local");
   TIDAL_OPS_DISPATCH(lse, cross_entropy_shard_combine, lse, losses, max_lse, terms, local);
 }
 

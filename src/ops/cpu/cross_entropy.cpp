@@ -79,20 +79,10 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
   });
 }
 
-namespace {
-
-void expect_rows(const Tensor& t, std::int64_t N, DType dtype, const char* what) {
-  expect_cpu_contiguous(t, what);
-  TIDAL_ASSERT(t.dtype() == dtype && t.numel() == N, "{}: {} for {} rows", what, t.str(), N);
-}
-
-}  // namespace
-
 void cross_entropy_shard_targets(Tensor& local, const Tensor& targets, std::int64_t first, std::int64_t count,
                                  std::int64_t classes) {
+  expect_cpu_contiguous({&local, &targets}, "cross_entropy_shard_targets operand");
   const std::int64_t N = targets.numel();
-  expect_rows(targets, N, DType::i32, "cross_entropy_shard_targets targets");
-  expect_rows(local, N, DType::i32, "cross_entropy_shard_targets local");
   const std::int32_t* g = targets.data<std::int32_t>();
   std::int32_t* l = local.data<std::int32_t>();
   for (std::int64_t i = 0; i < N; ++i) {
@@ -107,12 +97,8 @@ void cross_entropy_shard_targets(Tensor& local, const Tensor& targets, std::int6
 
 void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Tensor& max_lse, const Tensor& losses,
                                const Tensor& local) {
+  expect_cpu_contiguous({&terms, &lse, &max_lse, &losses, &local}, "cross_entropy_shard_terms operand");
   const std::int64_t N = lse.numel();
-  expect_rows(lse, N, DType::f32, "cross_entropy_shard_terms lse");
-  expect_rows(max_lse, N, DType::f32, "cross_entropy_shard_terms max_lse");
-  expect_rows(losses, N, DType::f32, "cross_entropy_shard_terms losses");
-  expect_rows(local, N, DType::i32, "cross_entropy_shard_terms local");
-  expect_rows(terms, 2 * N, DType::f32, "cross_entropy_shard_terms terms");
   const float *pl = lse.data<float>(), *pm = max_lse.data<float>(), *ploss = losses.data<float>();
   const std::int32_t* pt = local.data<std::int32_t>();
   float* out = terms.data<float>();
@@ -124,12 +110,8 @@ void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Tensor& m
 
 void cross_entropy_shard_combine(Tensor& lse, Tensor& losses, const Tensor& max_lse, const Tensor& terms,
                                  const Tensor& local) {
+  expect_cpu_contiguous({&lse, &losses, &max_lse, &terms, &local}, "cross_entropy_shard_combine operand");
   const std::int64_t N = lse.numel();
-  expect_rows(lse, N, DType::f32, "cross_entropy_shard_combine lse");
-  expect_rows(losses, N, DType::f32, "cross_entropy_shard_combine losses");
-  expect_rows(max_lse, N, DType::f32, "cross_entropy_shard_combine max_lse");
-  expect_rows(terms, 2 * N, DType::f32, "cross_entropy_shard_combine terms");
-  expect_rows(local, N, DType::i32, "cross_entropy_shard_combine local");
   const float *pm = max_lse.data<float>(), *in = terms.data<float>();
   const std::int32_t* pt = local.data<std::int32_t>();
   float *pl = lse.data<float>(), *ploss = losses.data<float>();

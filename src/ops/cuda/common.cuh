@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/cuda/runtime.h"
+#include "core/gpu.h"
 #include "core/tensor.h"
 
 #include <cuda_bf16.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 
 namespace tidal::ops::cuda {
 
@@ -169,6 +171,52 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : -INFINITY;
   return warp_max(v);
+}
+
+// ---- a bad index found on the device ----
+// Inputs a kernel must refuse (a target or token id outside its range) are the user's error, which
+// the CPU backend names. A kernel records the first offending position in this device word
+// (integer atomicMin: the same answer whatever the timing); the launcher reads it back (one small
+// synchronisation) and throws the CPU's message.
+class FirstBad {
+ public:
+  explicit FirstBad(cudaStream_t stream) : word_(Tensor::empty({2}, DType::i32, gpu_allocator())) {
+    TIDAL_CUDA_CALL(cudaMemsetAsync(word_.raw(), 0xff, sizeof(unsigned long long), stream));
+  }
+  unsigned long long* device() { return static_cast<unsigned long long*>(word_.raw()); }
+  // The first offending position, if any (waits for the kernels before it).
+  std::optional<std::int64_t> position() const {
+    unsigned long long bad = kNone;
+    copy_bytes(&bad, Device::cpu(), word_.raw(), word_.device(), sizeof(bad));
+    return bad == kNone ? std::nullopt : std::optional<std::int64_t>(std::int64_t(bad));
+  }
+  // The i32 value at `position` of a GPU tensor (the offending target or id, for the message).
+  static std::int32_t value_at(const Tensor& t, std::int64_t position) {
+    std::int32_t v = 0;
+    copy_bytes(&v, Device::cpu(), static_cast<const std::int32_t*>(t.raw()) + position, t.device(), sizeof(v));
+    return v;
+  }
+
+ private:
+  static constexpr unsigned long long kNone = ~0ull;
+  Tensor word_;
+};
+
+// ---- column sums in a fixed order ----
+// A norm's weight gradients sum over the rows: each chunk of rows sums into its own partial row,
+// then one thread per column adds the partials in chunk order. A chunk has at least 64 rows,
+// there are at most 256 of them (the reduce adds them serially; gridDim.y stays legal) and their
+// partials take at most 2^21 floats; the chunking depends on the shape only (never the device),
+// so every bit of the sums is fixed by the shape.
+struct RowChunks {
+  std::int64_t count, rows;  // chunks, and rows in each (the last may have fewer)
+};
+inline RowChunks row_chunks(std::int64_t N, std::int64_t partial_floats_per_chunk) {
+  constexpr std::int64_t kRowsPerChunk = 64, kMaxChunks = 256, kMaxPartialFloats = std::int64_t(1) << 21;
+  const std::int64_t count = std::min({(N + kRowsPerChunk - 1) / kRowsPerChunk,
+                                       std::max<std::int64_t>(1, kMaxPartialFloats / partial_floats_per_chunk),
+                                       kMaxChunks});
+  return {count, (N + count - 1) / count};
 }
 
 }  // namespace tidal::ops::cuda

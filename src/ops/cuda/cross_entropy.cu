@@ -17,7 +17,6 @@ namespace tidal::ops::cuda {
 namespace {
 
 constexpr int kThreads = 1024;  // a row is a vocabulary: tens of thousands of logits
-constexpr unsigned long long kNoBadRow = ~0ull;
 
 // ---- kernels ----
 
@@ -129,11 +128,6 @@ void check(const Tensor& logits, const Tensor& targets) {
                targets.str(), logits.str());
 }
 
-void expect_rows(const Tensor& t, std::int64_t N, DType dtype, const char* what) {
-  expect_cuda_contiguous(t, what);
-  TIDAL_ASSERT(t.dtype() == dtype && t.numel() == N, "{}: {} for {} rows", what, t.str(), N);
-}
-
 constexpr int kRowThreads = 256;  // the shard ops' threads a block (a thread a row)
 
 }  // namespace
@@ -148,11 +142,10 @@ void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, co
   TIDAL_ASSERT(losses.numel() == N && lse.numel() == N && losses.dtype() == DType::f32 && lse.dtype() == DType::f32,
                "cross_entropy losses {} lse {}", losses.str(), lse.str());
   const cudaStream_t stream = compute_stream();
-  Tensor first_bad = Tensor::empty({2}, DType::i32, gpu_allocator());  // one unsigned 64-bit word
-  TIDAL_CUDA_CALL(cudaMemsetAsync(first_bad.raw(), 0xff, sizeof(unsigned long long), stream));
+  FirstBad first_bad(stream);
   with_float_type(logits.dtype(), [&]<class T>() {
     constexpr int P = kPackOf<T>;
-    auto* bad = ptr<unsigned long long>(first_bad);
+    auto* bad = first_bad.device();
     if (rows_in_packs<P>(V, ptr<T>(logits)))
       cross_entropy_forward_kernel<P, T><<<blocks_for(N, 1), kThreads, 0, stream>>>(
           ptr<float>(losses), ptr<float>(lse), bad, ptr<T>(logits), ptr<std::int32_t>(targets), N, V);
@@ -161,14 +154,9 @@ void cross_entropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, co
           ptr<float>(losses), ptr<float>(lse), bad, ptr<T>(logits), ptr<std::int32_t>(targets), N, V);
   });
   TIDAL_CUDA_CHECK_LAUNCH("cross_entropy_forward_kernel");
-  unsigned long long bad = kNoBadRow;
-  copy_bytes(&bad, Device::cpu(), first_bad.raw(), first_bad.device(), sizeof(bad));
-  if (bad != kNoBadRow) {
-    std::int32_t t = 0;
-    copy_bytes(&t, Device::cpu(), ptr<std::int32_t>(targets) + bad, targets.device(), sizeof(t));
-    TIDAL_CHECK(false, "target {} at position {} is outside the {} classes (and is not the ignore index {})", t, bad,
-                V, kIgnoreIndex);
-  }
+  if (const std::optional<std::int64_t> bad = first_bad.position())
+    TIDAL_CHECK(false, "target {} at position {} is outside the {} classes (and is not the ignore index {})",
+                FirstBad::value_at(targets, *bad), *bad, V, kIgnoreIndex);
 }
 
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
@@ -193,35 +181,23 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
 
 void cross_entropy_shard_targets(Tensor& local, const Tensor& targets, std::int64_t first, std::int64_t count,
                                  std::int64_t classes) {
+  expect_cuda_contiguous({&local, &targets}, "cross_entropy_shard_targets operand");
   const std::int64_t N = targets.numel();
-  expect_rows(targets, N, DType::i32, "cross_entropy_shard_targets targets");
-  expect_rows(local, N, DType::i32, "cross_entropy_shard_targets local");
   if (N == 0) return;
   const cudaStream_t stream = compute_stream();
-  Tensor first_bad = Tensor::empty({2}, DType::i32, gpu_allocator());  // one unsigned 64-bit word
-  TIDAL_CUDA_CALL(cudaMemsetAsync(first_bad.raw(), 0xff, sizeof(unsigned long long), stream));
+  FirstBad first_bad(stream);
   cross_entropy_shard_targets_kernel<<<blocks_for(N, kRowThreads), kRowThreads, 0, stream>>>(
-      ptr<std::int32_t>(local), ptr<unsigned long long>(first_bad), ptr<std::int32_t>(targets), N, first, count,
-      classes);
+      ptr<std::int32_t>(local), first_bad.device(), ptr<std::int32_t>(targets), N, first, count, classes);
   TIDAL_CUDA_CHECK_LAUNCH("cross_entropy_shard_targets_kernel");
-  unsigned long long bad = kNoBadRow;
-  copy_bytes(&bad, Device::cpu(), first_bad.raw(), first_bad.device(), sizeof(bad));
-  if (bad != kNoBadRow) {
-    std::int32_t t = 0;
-    copy_bytes(&t, Device::cpu(), ptr<std::int32_t>(targets) + bad, targets.device(), sizeof(t));
+  if (const std::optional<std::int64_t> bad = first_bad.position())
     TIDAL_CHECK(false, "target {} at position {} is outside the {} classes [0, {}): check model.vocab_size (or "
-                "model.num_classes) against the data", t, bad, classes, classes);
-  }
+                "model.num_classes) against the data", FirstBad::value_at(targets, *bad), *bad, classes, classes);
 }
 
 void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Tensor& max_lse, const Tensor& losses,
                                const Tensor& local) {
+  expect_cuda_contiguous({&terms, &lse, &max_lse, &losses, &local}, "cross_entropy_shard_terms operand");
   const std::int64_t N = lse.numel();
-  expect_rows(lse, N, DType::f32, "cross_entropy_shard_terms lse");
-  expect_rows(max_lse, N, DType::f32, "cross_entropy_shard_terms max_lse");
-  expect_rows(losses, N, DType::f32, "cross_entropy_shard_terms losses");
-  expect_rows(local, N, DType::i32, "cross_entropy_shard_terms local");
-  expect_rows(terms, 2 * N, DType::f32, "cross_entropy_shard_terms terms");
   if (N == 0) return;
   cross_entropy_shard_terms_kernel<<<blocks_for(N, kRowThreads), kRowThreads, 0, compute_stream()>>>(
       ptr<float>(terms), ptr<float>(lse), ptr<float>(max_lse), ptr<float>(losses), ptr<std::int32_t>(local), N);
@@ -230,12 +206,8 @@ void cross_entropy_shard_terms(Tensor& terms, const Tensor& lse, const Tensor& m
 
 void cross_entropy_shard_combine(Tensor& lse, Tensor& losses, const Tensor& max_lse, const Tensor& terms,
                                  const Tensor& local) {
+  expect_cuda_contiguous({&lse, &losses, &max_lse, &terms, &local}, "cross_entropy_shard_combine operand");
   const std::int64_t N = lse.numel();
-  expect_rows(lse, N, DType::f32, "cross_entropy_shard_combine lse");
-  expect_rows(losses, N, DType::f32, "cross_entropy_shard_combine losses");
-  expect_rows(max_lse, N, DType::f32, "cross_entropy_shard_combine max_lse");
-  expect_rows(terms, 2 * N, DType::f32, "cross_entropy_shard_combine terms");
-  expect_rows(local, N, DType::i32, "cross_entropy_shard_combine local");
   if (N == 0) return;
   cross_entropy_shard_combine_kernel<<<blocks_for(N, kRowThreads), kRowThreads, 0, compute_stream()>>>(
       ptr<float>(lse), ptr<float>(losses), ptr<float>(max_lse), ptr<float>(terms), ptr<std::int32_t>(local), N);

@@ -29,7 +29,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kChannelThreads = 128;  // embedding backward: channels of one table row per block
 constexpr int kUnroll = 4;            // dy rows loaded ahead of their (in-order) additions
-constexpr unsigned long long kNoBadPosition = ~0ull;
 
 // ---- kernels ----
 
@@ -127,6 +126,15 @@ __global__ void embedding_shard_ids_kernel(std::int32_t* __restrict__ local, uns
   }
 }
 
+// The CPU backend's error for an id outside [0, vocab), where a kernel found one.
+void refuse_bad_id(const FirstBad& first_bad, const Tensor& ids, std::int64_t vocab) {
+  if (const std::optional<std::int64_t> bad = first_bad.position())
+    TIDAL_CHECK(false,
+                "token id {} at position {} is outside the vocabulary [0, {}): check model.vocab_size against the "
+                "data",
+                FirstBad::value_at(ids, *bad), *bad, vocab);
+}
+
 void expect_ids(const Tensor& ids) {
   expect_cuda_contiguous(ids, "embedding ids");
   TIDAL_ASSERT(ids.dtype() == DType::i32, "embedding ids must be i32, got {}", ids.str());
@@ -144,23 +152,13 @@ void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& table, bool a
                ids.str(), table.str());
   if (N == 0 || C == 0) return;
   const cudaStream_t stream = compute_stream();
-  Tensor first_bad = Tensor::empty({2}, DType::i32, gpu_allocator());  // one unsigned 64-bit word
-  TIDAL_CUDA_CALL(cudaMemsetAsync(first_bad.raw(), 0xff, sizeof(unsigned long long), stream));
+  FirstBad first_bad(stream);
   with_float_type(y.dtype(), [&]<class T>() {
     embedding_forward_kernel<T><<<blocks_for(N * C, kThreads), kThreads, 0, stream>>>(
-        ptr<T>(y), ptr<unsigned long long>(first_bad), ptr<std::int32_t>(ids), ptr<T>(table), N, V, C, accumulate);
+        ptr<T>(y), first_bad.device(), ptr<std::int32_t>(ids), ptr<T>(table), N, V, C, accumulate);
   });
   TIDAL_CUDA_CHECK_LAUNCH("embedding_forward_kernel");
-  unsigned long long bad = kNoBadPosition;
-  copy_bytes(&bad, Device::cpu(), first_bad.raw(), first_bad.device(), sizeof(bad));
-  if (bad != kNoBadPosition) {
-    std::int32_t id = 0;
-    copy_bytes(&id, Device::cpu(), ptr<std::int32_t>(ids) + bad, ids.device(), sizeof(id));
-    TIDAL_CHECK(false,
-                "token id {} at position {} is outside the vocabulary [0, {}): check model.vocab_size against the "
-                "data",
-                id, bad, V);
-  }
+  refuse_bad_id(first_bad, ids, V);
 }
 
 void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids) {
@@ -239,21 +237,11 @@ void embedding_shard_ids(Tensor& local, const Tensor& ids, std::int64_t first, s
   const std::int64_t n = ids.numel();
   if (n == 0) return;
   const cudaStream_t stream = compute_stream();
-  Tensor first_bad = Tensor::empty({2}, DType::i32, gpu_allocator());  // one unsigned 64-bit word
-  TIDAL_CUDA_CALL(cudaMemsetAsync(first_bad.raw(), 0xff, sizeof(unsigned long long), stream));
+  FirstBad first_bad(stream);
   embedding_shard_ids_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-      ptr<std::int32_t>(local), ptr<unsigned long long>(first_bad), ptr<std::int32_t>(ids), n, first, count, vocab);
+      ptr<std::int32_t>(local), first_bad.device(), ptr<std::int32_t>(ids), n, first, count, vocab);
   TIDAL_CUDA_CHECK_LAUNCH("embedding_shard_ids_kernel");
-  unsigned long long bad = kNoBadPosition;
-  copy_bytes(&bad, Device::cpu(), first_bad.raw(), first_bad.device(), sizeof(bad));
-  if (bad != kNoBadPosition) {
-    std::int32_t id = 0;
-    copy_bytes(&id, Device::cpu(), ptr<std::int32_t>(ids) + bad, ids.device(), sizeof(id));
-    TIDAL_CHECK(false,
-                "token id {} at position {} is outside the vocabulary [0, {}): check model.vocab_size against the "
-                "data",
-                id, bad, vocab);
-  }
+  refuse_bad_id(first_bad, ids, vocab);
 }
 
 }  // namespace tidal::ops::cuda

@@ -16,13 +16,7 @@ namespace {
 
 constexpr int kRowThreads = 256;
 constexpr int kColumnThreads = 128;
-// dw/db partials: one per chunk of at least kRowsPerChunk rows, at most kMaxChunks of them (the
-// reduce kernel adds them serially per column) and at most kMaxPartialFloats floats of scratch.
-// The chunking depends on the shape only, never on the device, so the summation order (and
-// hence every bit of dw and db) is fixed by the shape. kMaxChunks also keeps gridDim.y legal.
-constexpr std::int64_t kRowsPerChunk = 64;
-constexpr std::int64_t kMaxChunks = 256;
-constexpr std::int64_t kMaxPartialFloats = std::int64_t(1) << 21;
+// dw/db: their partials by common.cuh's row_chunks (the summation order fixed by the shape).
 
 // ---- kernels ----
 
@@ -190,10 +184,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
                    mean.dtype() == DType::f32 && rstd.dtype() == DType::f32,
                "layernorm_backward dtypes x {} w {} dw {} db {} mean {}", x.str(), w.str(), dw.str(), db.str(),
                mean.str());
-  const std::int64_t chunks =
-      std::min({(N + kRowsPerChunk - 1) / kRowsPerChunk, std::max<std::int64_t>(1, kMaxPartialFloats / (2 * C)),
-                kMaxChunks});
-  const std::int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  const auto [chunks, rows_per_chunk] = row_chunks(N, 2 * C);
   Tensor partial = Tensor::empty({chunks, 2, C}, DType::f32, gpu_allocator());
   const cudaStream_t stream = compute_stream();
   // dw/db first: they read dy and x, which dx may overwrite (the CPU allows dx to alias either).

@@ -14,12 +14,7 @@ namespace {
 
 constexpr int kRowThreads = 256;
 constexpr int kColumnThreads = 128;
-// dw partials: one per chunk of at least kRowsPerChunk rows, at most kMaxChunks of them and at
-// most kMaxPartialFloats floats of scratch. The chunking depends on the shape only (never the
-// device), so every bit of dw is fixed by the shape; kMaxChunks also keeps gridDim.y legal.
-constexpr std::int64_t kRowsPerChunk = 64;
-constexpr std::int64_t kMaxChunks = 256;
-constexpr std::int64_t kMaxPartialFloats = std::int64_t(1) << 21;
+// dw: its partials by common.cuh's row_chunks (the summation order fixed by the shape).
 
 // ---- kernels ----
 
@@ -120,9 +115,7 @@ void rms_norm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x
   if (x.numel() == 0) return;
   expect_rms_shapes(x, w, rstd, "rms_norm_backward");
   const std::int64_t C = x.dim(-1), N = rows_of(x);
-  const std::int64_t chunks = std::min(
-      {(N + kRowsPerChunk - 1) / kRowsPerChunk, std::max<std::int64_t>(1, kMaxPartialFloats / C), kMaxChunks});
-  const std::int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  const auto [chunks, rows_per_chunk] = row_chunks(N, C);
   Tensor partial = Tensor::empty({chunks, C}, DType::f32, gpu_allocator());
   const cudaStream_t stream = compute_stream();
   // dw first: it reads dy and x, which dx may overwrite (the CPU allows dx to alias either).
