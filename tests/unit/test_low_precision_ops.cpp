@@ -185,7 +185,7 @@ TEST_P(LowPrecision, AdamWStepsAreEachTensorsOwnStep) {
   for (std::size_t i = 0; i < list.size(); ++i)
     for (const auto& [got, ref] : {std::pair{list[i].param, each[i].param}, {list[i].m, each[i].m},
                                    {list[i].v, each[i].v}, {list[i].low, each[i].low}})
-      EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), got.nbytes()), 0) << "tensor " << i;
+      EXPECT_TRUE(got.nbytes() == 0 || std::memcmp(got.raw(), ref.raw(), got.nbytes()) == 0) << "tensor " << i;
 }
 
 TEST(Residual, ClosedForm) {
