@@ -76,6 +76,10 @@ std::int64_t reduce_staging_bytes(const ChunkLayout& layout, const ChunkOptions&
   return ring ? layout.chunk_elements * std::int64_t(dtype_size(options.compute_dtype)) : 0;
 }
 
+std::int64_t disk_chunk_bytes(const ChunkLayout& layout) {
+  return layout.chunk_elements * std::int64_t(sizeof(float) * std::size(kDiskKinds));
+}
+
 std::int64_t host_bytes_needed(const ChunkLayout& layout, const ChunkOptions& options, int disk_chunks) {
   const int owned = list_share(layout, options).optimizer;
   TIDAL_ASSERT(options.offload && disk_chunks >= 0 && disk_chunks <= owned, "{} of {} chunks on disk", disk_chunks,
@@ -85,7 +89,7 @@ std::int64_t host_bytes_needed(const ChunkLayout& layout, const ChunkOptions& op
       (options.offload->partition == Partition::fixed ? bytes.optimizer : bytes.total()) +
       reduce_staging_bytes(layout, options);
   if (disk_chunks == 0) return all;
-  const std::int64_t states = layout.chunk_elements * std::int64_t(sizeof(float) * std::size(kDiskKinds));
+  const std::int64_t states = disk_chunk_bytes(layout);
   return all - disk_chunks * states + 2 * states;
 }
 
@@ -269,8 +273,7 @@ void ChunkManager::place_tiers(Allocator& device, Allocator& host) {
                                             "the model smaller",
                                             least)),
         std::size_t(disk_tier ? least : on_host) + host.current_bytes());
-  const std::int64_t disk_bytes =
-      disk_chunks * layout_.chunk_elements * std::int64_t(sizeof(float) * std::size(kDiskKinds));
+  const std::int64_t disk_bytes = disk_chunks * disk_chunk_bytes(layout_);
   TIDAL_CHECK(options_.offload->disk_limit == 0 || disk_bytes <= options_.offload->disk_limit,
               "the optimizer states of the last {} chunks, beyond memory.host_limit, take {} in memory.disk_dir: "
               "more than memory.disk_limit = {}: raise memory.host_limit or memory.disk_limit, or make the model "

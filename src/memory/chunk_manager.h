@@ -182,6 +182,9 @@ ChunkListBytes chunk_list_bytes(const ChunkLayout& layout, const ChunkOptions& o
 // the ring reduce-scatter's partial sum, one chunk in the compute precision beside the chunk it is
 // added to, which may be on the host then (ChunkManager::ring_reduce_scatter); else 0.
 std::int64_t reduce_staging_bytes(const ChunkLayout& layout, const ChunkOptions& options);
+// The optimizer states of one chunk that the disk tier holds (memory.disk_dir): its fp32 master
+// copy, momentum and variance (kDiskKinds).
+std::int64_t disk_chunk_bytes(const ChunkLayout& layout);
 // Under ChunkOptions::offload, the bytes of one rank's lists the host tier holds at the start and
 // through the warm-up: every chunk of its share (the static partition: all but the param list);
 // with the optimizer states of its last `disk_chunks` chunks on disk, those less, plus the disk

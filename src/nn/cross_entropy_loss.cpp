@@ -9,19 +9,8 @@ void CrossEntropyLoss::add_rows(LossSum& total, const Tensor& logits, const Tens
   const std::int64_t N = logits2.dim(0);
   Tensor losses = ctx.empty({N}), lse = ctx.empty({N});
   ops::cross_entropy_forward(losses, lse, logits2, targets);
-  // Summed on the host in double, in row order, whichever device computed the rows.
-  const Tensor host_losses = on_host(losses), host_targets = on_host(targets);
   ctx.saved = {logits, lse, targets};
-  if (!has_values(host_losses)) {  // a planned step's: every target counts
-    total.count += double(N);
-    return;
-  }
-  const float* pl = host_losses.data<float>();
-  const std::int32_t* pt = host_targets.data<std::int32_t>();
-  for (std::int64_t i = 0; i < N; ++i) {
-    total.sum += pl[i];
-    total.count += pt[i] != ops::kIgnoreIndex;
-  }
+  add_row_losses(total, losses, targets);  // on the host in double, whichever device computed the rows
 }
 
 Tensor CrossEntropyLoss::gradient(float scale, Context& ctx) {

@@ -20,6 +20,21 @@ Tensor Loss::targets(const Batch& batch) const {
   return mine.reshape({mine.numel()});
 }
 
+void add_row_losses(LossSum& total, const Tensor& losses, const Tensor& targets) {
+  const Tensor host_losses = on_host(losses), host_targets = on_host(targets);
+  if (!has_values(host_losses)) {
+    total.count += double(losses.numel());
+    return;
+  }
+  const float* pl = host_losses.data<float>();
+  const std::int32_t* pt = host_targets.data<std::int32_t>();
+  for (std::int64_t i = 0; i < losses.numel(); ++i)
+    if (pt[i] != ops::kIgnoreIndex) {
+      total.sum += pl[i];
+      total.count += 1;
+    }
+}
+
 std::vector<double> sum_over_groups(std::vector<double> values, const std::vector<comm::Communicator*>& groups,
                                     Device device) {
   if (groups.empty()) return values;

@@ -26,6 +26,11 @@ struct LossSum {
   double count = 0;
 };
 
+// The rows' losses [N] added to `total` on the host in double, in row order, and the rows whose
+// target [N] is not ignored counted (copied from a GPU's memory); on meta tensors (a planned step)
+// every row counts.
+void add_row_losses(LossSum& total, const Tensor& losses, const Tensor& targets);
+
 // `values` summed over each of `groups` in turn (in fp32, on the host memory beside `device`'s
 // tensors); on meta memory (a planned step) the collectives are issued and `values` returned.
 std::vector<double> sum_over_groups(std::vector<double> values, const std::vector<comm::Communicator*>& groups,

@@ -177,7 +177,7 @@ memory::ChunkListBytes plan_list(const Job& job, PlannedRank& r, const memory::C
         {.chunks = memory::list_share(layout, o).optimizer,
          .bytes = layout.chunk_elements * std::int64_t(sizeof(float)) * (o.accumulate ? 4 : 3),
          .param_bytes = layout.chunk_elements * std::int64_t(dtype_size(o.compute_dtype)),
-         .disk_bytes = layout.chunk_elements * std::int64_t(sizeof(float) * std::size(memory::kDiskKinds))});
+         .disk_bytes = memory::disk_chunk_bytes(layout)});
   }
   return bytes;
 }

@@ -116,7 +116,7 @@ void plan_one_rank(const config::Config& cfg, int max_layers, const sim::Hardwar
     // less than everything), the disk the least the host leaves it.
     row.host_needs = memory::host_bytes_needed(layout, options, 0);
     if (disk) {
-      const std::int64_t states = layout.chunk_elements * std::int64_t(sizeof(float) * std::size(memory::kDiskKinds));
+      const std::int64_t states = memory::disk_chunk_bytes(layout);
       const int most = plan.disk_limit ? int(std::min<std::int64_t>(layout.chunks, std::int64_t(plan.disk_limit) / states))
                                        : layout.chunks;
       row.host_needs = std::min(row.host_needs, memory::host_bytes_needed(layout, options, most));

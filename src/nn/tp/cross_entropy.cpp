@@ -41,19 +41,7 @@ void VocabParallelCrossEntropy::add_rows(LossSum& total, const Tensor& logits, c
   group_.all_reduce(terms)->wait();
   ops::cross_entropy_shard_combine(lse, losses, max_lse, terms, targets);
   ctx.saved = {logits, lse, targets};
-  // The rows' losses summed on the host in double, in row order, as CrossEntropyLoss sums them.
-  const Tensor losses_here = on_host(losses), global_here = on_host(mine);
-  if (!has_values(losses_here)) {  // a planned step's: every target counts
-    total.count += double(N);
-    return;
-  }
-  const float* pl = losses_here.data<float>();
-  const std::int32_t* global = global_here.data<std::int32_t>();
-  for (std::int64_t i = 0; i < N; ++i)
-    if (global[i] != ops::kIgnoreIndex) {
-      total.sum += pl[i];
-      total.count += 1;
-    }
+  add_row_losses(total, losses, mine);  // on the host in double, as CrossEntropyLoss sums them
 }
 
 Tensor VocabParallelCrossEntropy::gradient(float scale, Context& ctx) {
