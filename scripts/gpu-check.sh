@@ -217,9 +217,9 @@ part_sanitize() {
   [[ -x $attention ]] || attention=$PWD/build/tests/test_cuda_attention
   cases='*bf16_T129_hd64_causal_masked:*f32_T37_hd24_causal_masked:*bf16_T129_hd128_H8_kv2_causal_masked:CudaAttentionMasks.*:*B2T130H6kv2*'
   # And the kernels written since the last GPU run (2026-12-02: the split norms, the vocabulary
-  # shards, the multi-tensor AdamW).
+  # shards, the multi-tensor AdamW, the staged collectives' fenced copies).
   local newer=(test_cuda_split_norm:'CudaSplitNorm.*' test_cuda_vocab_shards:'*'
-               test_cuda_optim:'*AdamWStepsInOneLaunch*')
+               test_cuda_optim:'*AdamWStepsInOneLaunch*' test_cuda_core:'CudaCore.Fenced*:CudaCore.Staged*')
   if command -v compute-sanitizer > /dev/null; then
     for tool in memcheck racecheck; do
       check "sanitize_$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$attention" --gtest_filter="$cases"

@@ -5,8 +5,9 @@
 #                              ranks included)
 #   scripts/sanitize.sh tsan   ThreadSanitizer over the tests whose threads tidal starts itself: the
 #                              MPI progress thread (test_collectives, test_zero_chunks, under mpirun),
-#                              the disk tier's read-ahead thread (test_disk_tier) and a checkpoint's
-#                              background writer (test_checkpoint) (build-tsan/)
+#                              the disk tier's read-ahead thread (test_disk_tier), a checkpoint's
+#                              background writer (test_checkpoint) and the staged collectives'
+#                              stager thread (test_staged_communicator, under mpirun) (build-tsan/)
 # A finding fails the run (exit 1). Open MPI and OpenMP's runtime are not instrumented: TSan's
 # reports inside them are suppressed (tests/support/tsan.supp), and the tests run one OpenMP thread.
 set -euo pipefail
@@ -24,7 +25,8 @@ case $what in
     ;;
   tsan)
     cmake -S . -B build-tsan "${common[@]}" -DTIDAL_TSAN=ON > /dev/null
-    cmake --build build-tsan -j "$(nproc)" --target test_collectives test_zero_chunks test_disk_tier test_checkpoint
+    cmake --build build-tsan -j "$(nproc)" --target test_collectives test_zero_chunks test_disk_tier test_checkpoint \
+      test_staged_communicator
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/support/tsan.supp"
     export OMP_NUM_THREADS=1
     build-tsan/tests/test_disk_tier
@@ -32,6 +34,7 @@ case $what in
     for np in 2 4; do
       "${mpirun[@]}" -np "$np" -x TSAN_OPTIONS -x OMP_NUM_THREADS build-tsan/tests/test_collectives
       "${mpirun[@]}" -np "$np" -x TSAN_OPTIONS -x OMP_NUM_THREADS build-tsan/tests/test_zero_chunks
+      "${mpirun[@]}" -np "$np" -x TSAN_OPTIONS -x OMP_NUM_THREADS build-tsan/tests/test_staged_communicator
     done
     echo "sanitize: ThreadSanitizer found nothing"
     ;;

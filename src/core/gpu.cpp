@@ -145,6 +145,53 @@ void copy_bytes_on_copy_stream(void* dst, Device dst_device, const void* src, De
 
 void wait_for_copies() { TIDAL_CUDA_CALL(cudaStreamSynchronize(cuda::copy_stream())); }
 
+struct GpuFence::Event {
+  Event() { TIDAL_CUDA_CALL(cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync)); }
+  ~Event() { cudaEventDestroy(event); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t event = nullptr;
+};
+
+bool GpuFence::passed() const {
+  if (!event_) return true;
+  const cudaError_t s = cudaEventQuery(event_->event);
+  if (s == cudaErrorNotReady) return false;
+  TIDAL_CUDA_CALL(s);
+  return true;
+}
+
+void GpuFence::wait() const {
+  if (event_) TIDAL_CUDA_CALL(cudaEventSynchronize(event_->event));
+}
+
+namespace {
+GpuFence record_fence(cudaStream_t stream) {
+  auto e = std::make_shared<GpuFence::Event>();
+  TIDAL_CUDA_CALL(cudaEventRecord(e->event, stream));
+  return GpuFence(std::move(e));
+}
+}  // namespace
+
+GpuFence copy_to_host_behind_compute(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return {};
+  const cudaStream_t staging = cuda::staging_stream();
+  {
+    const GpuFence::Event computed;  // released once the wait is queued
+    TIDAL_CUDA_CALL(cudaEventRecord(computed.event, cuda::compute_stream()));
+    TIDAL_CUDA_CALL(cudaStreamWaitEvent(staging, computed.event, 0));
+  }
+  TIDAL_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, staging));
+  return record_fence(staging);
+}
+
+GpuFence copy_to_device_on_compute(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return {};
+  const cudaStream_t compute = cuda::compute_stream();
+  TIDAL_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute));
+  return record_fence(compute);
+}
+
 #else  // no CUDA in this build
 
 namespace {
@@ -194,6 +241,12 @@ void copy_bytes_on_copy_stream(void* dst, Device dst_device, const void* src, De
 }
 
 void wait_for_copies() {}
+
+struct GpuFence::Event {};
+bool GpuFence::passed() const { return true; }
+void GpuFence::wait() const {}
+GpuFence copy_to_host_behind_compute(void*, const void*, std::size_t) { no_cuda("a staged copy out of a GPU tensor"); }
+GpuFence copy_to_device_on_compute(void*, const void*, std::size_t) { no_cuda("a staged copy into a GPU tensor"); }
 
 #endif
 

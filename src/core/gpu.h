@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace tidal {
@@ -52,5 +53,28 @@ std::size_t gpu_free_bytes();
 // or the driver stages the copy synchronously.
 void copy_bytes_on_copy_stream(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes);
 void wait_for_copies();
+
+// A point in the GPU's queued work that the host can wait for (a CUDA event); a default-made one
+// has passed. Copies share it; any thread may wait.
+class GpuFence {
+ public:
+  struct Event;  // the CUDA event, in builds with CUDA
+  GpuFence() = default;
+  explicit GpuFence(std::shared_ptr<Event> event) : event_(std::move(event)) {}
+  bool passed() const;
+  // Blocks until the GPU has passed it, yielding the core meanwhile (ranks sharing a node's cores).
+  void wait() const;
+
+ private:
+  std::shared_ptr<Event> event_;
+};
+
+// The staged collectives' copies (comm/staged_communicator.h). Out: GPU memory to pinned host
+// memory on the staging stream, after the work queued on the compute stream so far, which goes on
+// without waiting: src must stay allocated and unwritten, and dst unread, until the fence passes.
+GpuFence copy_to_host_behind_compute(void* dst, const void* src, std::size_t bytes);
+// Back: pinned host memory into GPU memory, queued on the compute stream (later ops see the
+// values); the host returns at once, and src must stay until the fence passes.
+GpuFence copy_to_device_on_compute(void* dst, const void* src, std::size_t bytes);
 
 }  // namespace tidal

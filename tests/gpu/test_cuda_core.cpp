@@ -1,5 +1,8 @@
 // The GPU's tiers and byte moves: counting allocators (device pool, pinned host), host <-> device
-// copies of contiguous and strided tensors, fill / zero / item on GPU tensors. Exact answers.
+// copies of contiguous and strided tensors, fill / zero / item on GPU tensors, the staged
+// collectives' fenced copies and a staged all-reduce of GPU tensors. Exact answers.
+#include "comm/self_communicator.h"
+#include "comm/staged_communicator.h"
 #include "core/gpu.h"
 #include "support/gpu.h"
 #include "support/random.h"
@@ -110,6 +113,39 @@ TEST(CudaCore, FillZeroAndItem) {
   t.zero_();
   EXPECT_EQ(t.slice(0, 1024, 1025).item(), 0.0f);
   EXPECT_EQ(Tensor::full({1}, -7.0f, gpu_allocator()).item(), -7.0f);
+}
+
+TEST(CudaCore, FencedCopiesFollowTheComputeStreamBothWays) {
+  TIDAL_REQUIRE_GPU();
+  const std::int64_t n = 1 << 22;  // 16 MiB: the fill is still queued when the copy out is
+  Tensor gpu = Tensor::zeros({n}, DType::f32, gpu_allocator());
+  gpu.fill_(4.0f);  // queued on the compute stream; the copy out must wait for it
+  Tensor host = Tensor::empty({n}, DType::f32, pinned_host_allocator());
+  const GpuFence out = copy_to_host_behind_compute(host.raw(), gpu.raw(), gpu.nbytes());
+  out.wait();
+  EXPECT_TRUE(out.passed());
+  EXPECT_EQ(host.data<float>()[0], 4.0f);
+  EXPECT_EQ(host.data<float>()[n - 1], 4.0f);
+  host.fill_(-1.5f);
+  const GpuFence back = copy_to_device_on_compute(gpu.raw(), host.raw(), gpu.nbytes());
+  EXPECT_EQ(gpu.slice(0, n - 1, n).item(), -1.5f) << "a later read on the compute stream sees the copy";
+  EXPECT_TRUE(back.passed());
+  EXPECT_TRUE(GpuFence().passed());
+}
+
+TEST(CudaCore, StagedCollectivesOfGpuTensorsComeBack) {
+  TIDAL_REQUIRE_GPU();
+  auto staging = std::shared_ptr<comm::Staging>(comm::gpu_staging());
+  comm::StagedCommunicator staged(std::make_shared<comm::SelfCommunicator>("data"), staging);
+  Tensor a = Tensor::full({1000}, 2.0f, gpu_allocator()), b = Tensor::full({3}, 5.0f, gpu_allocator());
+  comm::WorkPtr wa = staged.all_reduce(a), wb = staged.all_reduce(b, {.op = comm::ReduceOp::max});
+  wa->wait();
+  wb->wait();
+  EXPECT_EQ(a.slice(0, 999, 1000).item(), 2.0f);
+  EXPECT_EQ(b.slice(0, 2, 3).item(), 5.0f);
+  Tensor all = Tensor::zeros({4}, DType::f32, gpu_allocator());
+  staged.all_gather(all, Tensor::full({4}, 7.0f, gpu_allocator()))->wait();  // `in` a temporary
+  EXPECT_EQ(all.slice(0, 3, 4).item(), 7.0f);
 }
 
 }  // namespace

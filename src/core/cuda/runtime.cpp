@@ -22,6 +22,11 @@ cudaStream_t copy_stream() {
   return s;
 }
 
+cudaStream_t staging_stream() {
+  static cudaStream_t s = make_stream();
+  return s;
+}
+
 void synchronize() { TIDAL_CUDA_CALL(cudaStreamSynchronize(compute_stream())); }
 
 }  // namespace tidal::cuda

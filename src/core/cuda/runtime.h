@@ -1,10 +1,12 @@
 // CUDA runtime basics for every CUDA file: the status macros (the call, file and line in the
-// message, STYLE.md rule 6), the process's two streams, and launch sizing.
+// message, STYLE.md rule 6), the process's three streams, and launch sizing.
 //
 // Streams: every op runs on the compute stream, so ops are ordered among themselves without
 // synchronisation and a tensor freed on it may be reused by the next op at once. Chunk moves
 // between host and device run on the copy stream so they overlap compute; events order the two.
-// Both are non-blocking streams, created on first use on the current device.
+// The staged collectives' copies out run on the staging stream, apart from chunk traffic (a
+// gradient bucket's copy need not wait behind a prefetch). All are non-blocking streams, created
+// on first use on the current device.
 #pragma once
 
 #include "core/error.h"
@@ -32,6 +34,7 @@ namespace tidal::cuda {
 
 cudaStream_t compute_stream();
 cudaStream_t copy_stream();
+cudaStream_t staging_stream();
 
 // Blocks the host until everything queued on the compute stream has run.
 void synchronize();
