@@ -155,6 +155,16 @@ if [[ -f .gpu/tidal-gpu.tar.xz ]]; then
     found=$(find /usr/local /opt /usr/lib -name "$name" -print -quit 2> /dev/null)
     [[ -n $found ]] && { libs="$libs:$(dirname "$found")"; echo "using $found"; }
   done
+  # cuDNN is loaded at run time (attention: ops/cuda/cudnn_attention.h), so ldd does not name it:
+  # PyTorch's nvidia-cudnn wheel's, or the first libcudnn.so.9 under /usr/local, /opt or /usr/lib.
+  cudnn=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2> /dev/null)
+  [[ -f $cudnn/libcudnn.so.9 ]] ||
+    cudnn=$(dirname "$(find /usr/local /opt /usr/lib -name libcudnn.so.9 -print -quit 2> /dev/null)")
+  if [[ -f $cudnn/libcudnn.so.9 ]]; then
+    libs="$libs:$cudnn"; echo "cuDNN: $cudnn"
+  else
+    echo "FAIL cuDNN: no libcudnn.so.9 here, so attention runs on tidal's own kernels"; failed=1
+  fi
   for p in "$bundle"/bin/*; do
     printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' "$libs" "$p" \
       > "$bundle/run/$(basename "$p")"
@@ -217,9 +227,11 @@ part_sanitize() {
   [[ -x $attention ]] || attention=$PWD/build/tests/test_cuda_attention
   cases='*bf16_T129_hd64_causal_masked:*f32_T37_hd24_causal_masked:*bf16_T129_hd128_H8_kv2_causal_masked:CudaAttentionMasks.*:*B2T130H6kv2*'
   # And the kernels written since the last GPU run (2026-12-02: the split norms, the vocabulary
-  # shards, the multi-tensor AdamW, the staged collectives' fenced copies).
+  # shards, the multi-tensor AdamW, the staged collectives' fenced copies, cuDNN's attention with
+  # its head re-layout and document bias).
   local newer=(test_cuda_split_norm:'CudaSplitNorm.*' test_cuda_vocab_shards:'*'
-               test_cuda_optim:'*AdamWStepsInOneLaunch*' test_cuda_core:'CudaCore.Fenced*:CudaCore.Staged*')
+               test_cuda_optim:'*AdamWStepsInOneLaunch*' test_cuda_core:'CudaCore.Fenced*:CudaCore.Staged*'
+               test_cuda_attention:'*CudnnAttention*bf16_T37_hd64_H8_kv2_causal_documents')
   if command -v compute-sanitizer > /dev/null; then
     for tool in memcheck racecheck; do
       check "sanitize_$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$attention" --gtest_filter="$cases"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package that tidal's build, tests and benchmarks need. Safe to re-run.
-# The CUDA toolkit is not installed here: with nvcc present, CMake builds the CUDA backend too.
+# The CUDA toolkit is not installed here: with nvcc present, CMake builds the CUDA backend too
+# (and cudnn-frontend's headers come from PyPI: scripts/cudnn-frontend.sh).
 #
 #   scripts/setup.sh              everything (scripts/test.sh)
 #   scripts/setup.sh --for train  what building and running the `tidal` binary needs (the README's
@@ -41,3 +42,8 @@ else
 fi
 # Intel oneMKL from PyPI (fp32 CPU GEMMs; optional: TIDAL_MKL=off skips it).
 "$(dirname "$0")/mkl.sh"
+# cudnn-frontend's headers from PyPI, where nvcc builds the CUDA backend (attention through cuDNN;
+# optional: TIDAL_CUDNN=off skips it, and attention runs on tidal's own kernels).
+if [[ "${TIDAL_CUDNN:-}" != off ]] && { command -v nvcc > /dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
+  "$(dirname "$0")/cudnn-frontend.sh"
+fi

@@ -27,7 +27,8 @@ namespace {
 
 void print_info() {
   fmt::print("tidal {}\n", TIDAL_VERSION);
-  fmt::print("  build switches: TIDAL_CUDA={} TIDAL_MPI={}\n", TIDAL_CUDA ? "on" : "off", TIDAL_MPI ? "on" : "off");
+  fmt::print("  build switches: TIDAL_CUDA={} TIDAL_MPI={} TIDAL_NCCL={} TIDAL_CUDNN={}\n", TIDAL_CUDA ? "on" : "off",
+             TIDAL_MPI ? "on" : "off", TIDAL_NCCL ? "on" : "off", TIDAL_CUDNN ? "on" : "off");
   fmt::print("  cpu threads: {} (OMP_NUM_THREADS)\n", omp_get_max_threads());
   fmt::print("  OpenBLAS kernels: {}\n", blas_kernel_name());
   fmt::print("  CPU GEMM: {}\n", ops::cpu::cpu_gemm_library());

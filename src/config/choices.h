@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "data/data_kind.h"
 #include "memory/policies.h"
+#include "ops/attention_kernels.h"
 #include "parallel/gpu_collectives.h"
 #include "parallel/sequence_mode.h"
 #include "parallel/tensor_mode.h"
@@ -50,6 +51,12 @@ struct Names;
 template <class E>
 concept Choice = requires { Names<E>::table; };
 
+template <>
+struct Names<ops::AttentionKernels> {
+  static constexpr std::pair<ops::AttentionKernels, std::string_view> table[] = {
+      {ops::AttentionKernels::automatic, "auto"}, {ops::AttentionKernels::cudnn, "cudnn"},
+      {ops::AttentionKernels::own, "own"}};
+};
 template <>
 struct Names<Toggle> {
   static constexpr std::pair<Toggle, std::string_view> table[] = {

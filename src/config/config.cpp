@@ -213,6 +213,12 @@ void validate_train(const Config& c, const models::Family& family) {
               "is \"{}\", which checkpoints no blocks: set it to \"blocks\" or \"every_k\"",
               t.activation_offload, t.activation_checkpointing);
 
+  TIDAL_CHECK(t.attention != ops::AttentionKernels::cudnn || t.device == Device::Kind::cuda,
+              "train.attention = \"cudnn\" runs attention through cuDNN on a GPU, and train.device is \"cpu\": set "
+              "train.device = \"cuda\", or train.attention = \"auto\"");
+  TIDAL_CHECK(t.attention != ops::AttentionKernels::cudnn || t.precision != DType::f32,
+              "train.attention = \"cudnn\": cuDNN's fused attention takes bf16 or fp16, and train.precision is "
+              "\"fp32\": set train.precision = \"bf16\", or train.attention = \"auto\"");
   TIDAL_CHECK(t.loss_chunks >= 1, "train.loss_chunks must be >= 1 (1 = the logits all at once), got {}",
               t.loss_chunks);
   TIDAL_CHECK(t.loss_chunks == 1 || !images,

@@ -62,6 +62,7 @@ struct TrainConfig {
   int activation_checkpointing_k = 2;             // every_k: blocks per checkpointed run
   ActivationOffload activation_offload = ActivationOffload::none;  // none | host: kept block inputs wait in host memory
   int loss_chunks = 1;  // gpt, bert, llama: the output layer and loss over this many blocks of positions
+  ops::AttentionKernels attention = ops::AttentionKernels::automatic;  // auto | cudnn | own (GPU attention kernels)
 };
 
 struct TensorParallelConfig {

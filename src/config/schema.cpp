@@ -169,6 +169,10 @@ std::vector<Key> make_schema() {
                 "backward: one extra qkv projection per block)"),
       TIDAL_KEY(train.activation_checkpointing_k, "every_k: consecutive blocks per checkpointed run"),
       TIDAL_KEY(train.activation_offload, "none | host: checkpointed inputs wait in host memory until backward"),
+      TIDAL_KEY(train.attention,
+                "train.device = cuda: auto (cuDNN's fused attention where it serves the case: bf16 / fp16, no key "
+                "padding mask, libcudnn.so.9 present; tidal's own flash kernels elsewhere) | cudnn (cuDNN or an error "
+                "saying why not) | own (tidal's kernels always)"),
       TIDAL_KEY(train.loss_chunks,
                 "gpt, bert, llama: the output layer and the loss run over this many blocks of positions, so one "
                 "block's logits [positions / loss_chunks, vocabulary] exist at a time instead of all of them; "

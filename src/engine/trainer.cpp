@@ -95,8 +95,12 @@ double evaluate_loss(pipeline::PipelineEngine& engine, ModelData& model_data, co
       const double count = double(nn::valid_targets(batch));
       if (activations.device().is_cuda()) batch = nn::copy_batch(batch, activations);
       ScopedDefaultAllocator temporaries(activations);  // the pass's temporaries beside its activations, as a step's
-      nn::StepState state{
-          .runner = &runner, .training = false, .seed = cfg.train.seed, .batch = &batch, .activations = &activations};
+      nn::StepState state{.runner = &runner,
+                          .training = false,
+                          .seed = cfg.train.seed,
+                          .batch = &batch,
+                          .activations = &activations,
+                          .attention = cfg.train.attention};
       total += engine.evaluate(state) * count;
       model_data.end_forward_only();
       targets += count;
@@ -451,8 +455,13 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
                              .loss_scale = float(all_targets > 0 ? targets[std::size_t(m)] / all_targets : 0.0),
                              .gradient_scale = float(loss_scale)});
   nn::ExpertRecord experts;
-  const nn::StepState state{.runner = &runner, .training = true, .seed = cfg.train.seed, .step = std::uint32_t(at),
-                            .activations = activations.get(), .experts = &experts};
+  const nn::StepState state{.runner = &runner,
+                            .training = true,
+                            .seed = cfg.train.seed,
+                            .step = std::uint32_t(at),
+                            .activations = activations.get(),
+                            .experts = &experts,
+                            .attention = cfg.train.attention};
   double loss = engine.train(micro_batches, state, model_data->hooks(accum));
   model_data->finish_backward();
   if (replicas > 1) loss = sum_over_replicas(pc, loss);

@@ -18,12 +18,13 @@ Masks masks(const BatchSlice& samples, const Context& ctx) {
           b->positions.defined() ? samples.of(b->positions) : Tensor{}};
 }
 
-ops::AttentionOptions options(int n_head, int n_kv_head, bool causal, const Masks& m) {
+ops::AttentionOptions options(int n_head, int n_kv_head, bool causal, const Masks& m, const Context& ctx) {
   return {.n_head = n_head,
           .n_kv_head = n_kv_head,
           .causal = causal,
           .key_mask = m.key_mask.defined() ? &m.key_mask : nullptr,
-          .doc_positions = m.doc_positions.defined() ? &m.doc_positions : nullptr};
+          .doc_positions = m.doc_positions.defined() ? &m.doc_positions : nullptr,
+          .kernels = ctx.state().attention};
 }
 }  // namespace
 
@@ -31,7 +32,7 @@ Tensor ScaledDotProductAttention::forward(const Tensor& qkv, Context& ctx) {
   const std::int64_t B = qkv.dim(0), T = qkv.dim(1), hd = qkv.dim(2) / (n_head_ + 2 * n_kv_head_);
   Tensor y = ctx.empty({B, T, n_head_ * hd}, qkv.dtype());
   Tensor lse = ctx.empty({B, n_head_, T});
-  ops::attention_forward(y, lse, qkv, options(n_head_, n_kv_head_, causal_, masks(samples_, ctx)));
+  ops::attention_forward(y, lse, qkv, options(n_head_, n_kv_head_, causal_, masks(samples_, ctx), ctx));
   ctx.saved = {qkv, y, lse};  // y is the projection's input, which keeps it anyway
   return y;
 }
@@ -39,7 +40,7 @@ Tensor ScaledDotProductAttention::forward(const Tensor& qkv, Context& ctx) {
 Tensor ScaledDotProductAttention::backward(const Tensor& dy, Context& ctx) {
   const Tensor &qkv = ctx.saved.at(0), &y = ctx.saved.at(1), &lse = ctx.saved.at(2);
   Tensor dqkv = ctx.empty(qkv.shape(), qkv.dtype());
-  ops::attention_backward(dqkv, dy, qkv, y, lse, options(n_head_, n_kv_head_, causal_, masks(samples_, ctx)));
+  ops::attention_backward(dqkv, dy, qkv, y, lse, options(n_head_, n_kv_head_, causal_, masks(samples_, ctx), ctx));
   ctx.saved.clear();
   return dqkv;
 }

@@ -5,6 +5,7 @@
 
 #include "core/allocator.h"
 #include "core/tensor.h"
+#include "ops/attention_kernels.h"
 
 #include <any>
 #include <cstdint>
@@ -76,6 +77,8 @@ struct StepState {
   // backward (and always in one over blocks of rows: more_parts, or for a head whose output
   // gradient is many times its input: nn/linear.cpp).
   WeightGradients* weight_gradients = nullptr;
+  // Which kernels compute attention on a GPU (train.attention; ops/attention_kernels.h).
+  ops::AttentionKernels attention = ops::AttentionKernels::automatic;
 };
 
 // The batch's tensors copied into `memory` (the undefined ones stay undefined).

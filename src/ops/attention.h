@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/attention_kernels.h"
 #include "ops/dispatch.h"
 
 namespace tidal::ops {
@@ -19,6 +20,7 @@ struct AttentionOptions {
   // one; data.cross_document_attention = false). A query attends only the keys of its own
   // document. Null: the sequence is one document.
   const Tensor* doc_positions = nullptr;
+  AttentionKernels kernels = AttentionKernels::automatic;  // on a GPU: cuDNN's or tidal's own
 };
 
 // The documents of one sample's positions pos[0, T) (AttentionOptions::doc_positions; null pos =

@@ -74,6 +74,8 @@ expect interleave-one-stage "interleaves the model chunks of several pipeline st
 expect zb-memory-below-1f1b "parallel.zb_memory = 0.5 is below 1F1B's own activation memory" -- \
   train --set parallel.zb_memory=0.5
 expect bad-loss-scale "train.loss_scale must be > 0" -- train --set train.precision=fp16 --set train.loss_scale=0
+expect cudnn-on-cpu 'train.attention = "cudnn" runs attention through cuDNN on a GPU' -- train --set train.attention=cudnn
+expect bad-attention "train.attention" -- train --set train.attention=flash
 expect bad-size "memory.device_limit" -- train --set memory.device_limit=lots
 expect bad-enum "model.type" -- train --set model.type=mamba
 expect bad-flag "stop-after" -- train --stop-after -3

@@ -5,11 +5,15 @@
 // and head widths, through both kernel families (tensor cores for bf16 / fp16 at head width 64
 // and 128, SIMT otherwise, and SIMT again for unaligned 16-bit tensors), grouped-query heads
 // (fewer key / value heads than query heads), GPT-2's shape, and repeated runs bitwise equal.
+// cuDNN's fused attention (ops/cuda/cudnn_attention.h) against tidal's own kernels on the GPU:
+// plain, causal, grouped-query (cuDNN's grouped head order) and packed documents (a score bias),
+// its backward bitwise repeatable, and the cases it refuses named.
 // Ring attention: every piece at nonzero key offsets, with causally skipped blocks.
 #include "core/gpu.h"
 #include "ops/attention.h"
 #include "ops/cast.h"
 #include "ops/cpu/onednn_matmul.h"
+#include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/flash_dispatch.h"
 #include "ops/ring_attention.h"
 #include "support/gpu.h"
@@ -155,8 +159,12 @@ struct AttentionRun {
 
 // Forward, then backward from `y_in` and `lse_in` (forward's own outputs when undefined), on the
 // device of qkv.
-AttentionRun run_attention(const Tensor& qkv, const Tensor& dy, const ops::AttentionOptions& opt, std::int64_t H,
+// On the GPU, tidal's own kernels unless `opt` names cuDNN's: these tests hold the own kernels to
+// the CPU, and cuDNN's to them (CudnnAttention).
+AttentionRun run_attention(const Tensor& qkv, const Tensor& dy, const ops::AttentionOptions& options, std::int64_t H,
                            const Tensor& y_in = {}, const Tensor& lse_in = {}) {
+  ops::AttentionOptions opt = options;
+  if (opt.kernels == ops::AttentionKernels::automatic) opt.kernels = ops::AttentionKernels::own;
   const std::int64_t Hkv = opt.n_kv_head == 0 ? H : opt.n_kv_head;
   const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C = H * (qkv.dim(2) / (H + 2 * Hkv));
   Allocator& alloc = qkv.device().is_cuda() ? gpu_allocator() : host_allocator();
@@ -414,6 +422,85 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionDeterminism,
                            return fmt::format("{}_hd{}_H{}_kv{}", dtype_name(std::get<0>(c)), std::get<1>(c),
                                               std::get<2>(c), std::get<3>(c));
                          });
+
+// ---- cuDNN ----
+
+// cuDNN against tidal's own tensor-core kernels: each is within kBf16TensorCore / kF16TensorCore of
+// fp32 (both round P and dS to 16 bits), so the two within twice that. Not yet measured on a GPU
+// (written 2026-12-02 without one): a first run's worst elements go here.
+testing::Tolerance cudnn_tolerance(DType dtype, const Tensor& ref) {
+  const testing::Tolerance one = scaled_to(dtype == DType::bf16 ? kBf16TensorCore : kF16TensorCore, ref);
+  return {2 * one.atol, 2 * one.rtol};
+}
+// lse: both sum exp(s - max) in fp32 over the same fp32 scores; their orders differ.
+constexpr testing::Tolerance kCudnnLse{1e-4, 1e-4};
+
+// dtype, T, head width, (H, Hkv), causal, packed documents
+using CudnnCase = std::tuple<DType, std::int64_t, std::int64_t, std::pair<int, int>, bool, bool>;
+
+class CudnnAttention : public ::testing::TestWithParam<CudnnCase> {};
+
+TEST_P(CudnnAttention, MatchesTheOwnKernelsAndRepeatsBitwise) {
+  TIDAL_REQUIRE_GPU();
+  if (!TIDAL_CUDNN) GTEST_SKIP() << "skipped: this build has no cuDNN attention (scripts/cudnn-frontend.sh)";
+  const auto [dtype, T, hd, heads, causal, documents] = GetParam();
+  const auto [H, Hkv] = heads;
+  const std::int64_t B = 3, C = H * hd;
+  const Tensor gqkv = to_gpu(randn_as({B, T, (H + 2 * Hkv) * hd}, 61, dtype)), gdy = to_gpu(randn_as({B, T, C}, 62, dtype));
+  const Tensor gdocs = to_gpu(document_positions(B, T));
+  ops::AttentionOptions opt{
+      .n_head = H, .n_kv_head = Hkv, .causal = causal, .doc_positions = documents ? &gdocs : nullptr};
+  opt.kernels = ops::AttentionKernels::own;
+  const AttentionRun own = run_attention(gqkv, gdy, opt, H);
+  opt.kernels = ops::AttentionKernels::cudnn;  // throws, naming why, where cuDNN cannot take the case
+  const AttentionRun cudnn = run_attention(gqkv, gdy, opt, H, own.y, own.lse);  // backward from the same y, lse
+  const Tensor own_y = to_host(own.y);
+  EXPECT_TRUE(all_close(cudnn.y, own_y, cudnn_tolerance(dtype, own_y))) << "y";
+  EXPECT_TRUE(all_close(cudnn.lse, to_host(own.lse), kCudnnLse)) << "lse";
+  const Tensor own_dqkv = to_host(own.dqkv);
+  EXPECT_TRUE(all_close(cudnn.dqkv, own_dqkv, cudnn_tolerance(dtype, own_dqkv))) << "dqkv";
+  const AttentionRun again = run_attention(gqkv, gdy, opt, H, own.y, own.lse);
+  for (const auto& [a, b] : {std::pair{&cudnn.y, &again.y}, std::pair{&cudnn.lse, &again.lse},
+                            std::pair{&cudnn.dqkv, &again.dqkv}}) {
+    const Tensor x = to_host(*a), z = to_host(*b);
+    EXPECT_EQ(std::memcmp(x.raw(), z.raw(), x.nbytes()), 0) << "a repeated run differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttention,
+                         ::testing::Combine(::testing::Values(DType::bf16, DType::f16),
+                                            ::testing::Values<std::int64_t>(37, 200),
+                                            ::testing::Values<std::int64_t>(64, 128),
+                                            ::testing::Values(std::pair{2, 2}, std::pair{6, 1}, std::pair{8, 2}),
+                                            ::testing::Bool(), ::testing::Bool()),
+                         [](const auto& info) {
+                           const CudnnCase& c = info.param;
+                           return fmt::format("{}_T{}_hd{}_H{}_kv{}{}{}", dtype_name(std::get<0>(c)), std::get<1>(c),
+                                              std::get<2>(c), std::get<3>(c).first, std::get<3>(c).second,
+                                              std::get<4>(c) ? "_causal" : "", std::get<5>(c) ? "_documents" : "");
+                         });
+
+// Where cuDNN cannot take the case, train.attention = "cudnn" says why and auto runs the own
+// kernels: fp32, and key padding masks (cuDNN would give their unattended queries no zero output).
+TEST(CudnnAttention, RefusedCasesNameTheKeyAndAutoFallsBack) {
+  TIDAL_REQUIRE_GPU();
+  const std::int64_t B = 2, T = 40, H = 2, hd = 64;
+  const Tensor gmask = to_gpu(sequence_mask(T).slice(0, 0, B));
+  for (const auto& [dtype, masked] : {std::pair{DType::f32, false}, std::pair{DType::bf16, true}}) {
+    const Tensor gqkv = to_gpu(randn_as({B, T, 3 * H * hd}, 63, dtype)), gdy = to_gpu(randn_as({B, T, H * hd}, 64, dtype));
+    ops::AttentionOptions opt{.n_head = int(H), .causal = true, .key_mask = masked ? &gmask : nullptr};
+    opt.kernels = ops::AttentionKernels::cudnn;
+    try {
+      run_attention(gqkv, gdy, opt, H);
+      ADD_FAILURE() << "cuDNN took " << dtype_name(dtype) << (masked ? " with a key mask" : "");
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("train.attention"), std::string::npos) << e.what();
+    }
+    const ops::AttentionDims d{B, T, H * hd, H, H, hd};
+    opt.kernels = ops::AttentionKernels::automatic;
+    EXPECT_FALSE(ops::cuda::attention_on_cudnn(d, dtype, opt));
+  }
+}
 
 // ---- ring-attention pieces ----
 

@@ -44,7 +44,12 @@ ops::AttentionOptions options(int n_head, int n_kv_head, bool causal, const Cont
   const Batch* batch = ctx.state().batch;  // samples are whole: the batch's masks as they are
   const Tensor* mask = batch != nullptr && batch->attn_mask.defined() ? &batch->attn_mask : nullptr;
   const Tensor* docs = batch != nullptr && batch->positions.defined() ? &batch->positions : nullptr;
-  return {.n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .key_mask = mask, .doc_positions = docs};
+  return {.n_head = n_head,
+          .n_kv_head = n_kv_head,
+          .causal = causal,
+          .key_mask = mask,
+          .doc_positions = docs,
+          .kernels = ctx.state().attention};
 }
 
 std::vector<Tensor> empties(int n, const Shape& shape, DType dtype, const Context& ctx) {

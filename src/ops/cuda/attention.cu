@@ -9,10 +9,12 @@
 // and dV and one for dQ, each output element summed by one thread. Grouped-query heads (GQA,
 // Ainslie et al. 2023): forward and dQ run a block per query head, reading its kv head in place;
 // dK and dV run a block per kv head, which sums over its query heads in a fixed order, so the
-// kv heads are never copied up to H and the sum needs no atomics.
+// kv heads are never copied up to H and the sum needs no atomics. Where cuDNN serves the case
+// (train.attention, ops/cuda/cudnn_attention.h) its fused kernels run instead.
 #include "ops/attention.h"
 
 #include "core/gpu.h"
+#include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/flash_dispatch.h"
 #include "ops/cuda/flash_simt.cuh"
 #include "ops/cuda/flash_tensor_core.cuh"
@@ -105,6 +107,7 @@ void attention_forward(Tensor& y, Tensor& lse, const Tensor& qkv, const Attentio
   TIDAL_ASSERT(y.shape() == Shape({d.B, d.T, d.C}) && y.dtype() == qkv.dtype(), "attention y {} for qkv {}", y.str(),
                qkv.str());
   if (d.B * d.T == 0) return;
+  if (attention_on_cudnn(d, qkv.dtype(), opt)) return cudnn_attention_forward(y, lse, qkv, d, opt);
   const FlashShape s = shape_of(d, opt);
   const bool tensor_cores = flash_kernels_for(qkv.dtype(), d.hd, {&qkv, &y}) == FlashKernels::tensor_core;
   with_float_type(qkv.dtype(), [&]<class T>() {
@@ -136,6 +139,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dy, const Tensor& qkv, const
                dy.str(), qkv.str());
   expect_same(y, dy, "attention y/dy");
   if (d.B * d.T == 0) return;
+  if (attention_on_cudnn(d, qkv.dtype(), opt)) return cudnn_attention_backward(dqkv, dy, qkv, y, lse, d, opt);
   const FlashShape s = shape_of(d, opt);
   const bool tensor_cores = flash_kernels_for(qkv.dtype(), d.hd, {&qkv, &y, &dy, &dqkv}) == FlashKernels::tensor_core;
   const std::int64_t rows = d.B * d.H * d.T;
