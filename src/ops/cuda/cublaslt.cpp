@@ -110,8 +110,8 @@ Plan make_plan(const PlanKey& key) {
     TIDAL_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &p.c_type,
                                                      sizeof(p.c_type)));
   }
-  plan.layout_a = row_major_layout(p.ab_type, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.batch);
-  plan.layout_b = row_major_layout(p.ab_type, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.batch);
+  plan.layout_a = row_major_layout(p.a_type, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.batch);
+  plan.layout_b = row_major_layout(p.b_type, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.batch);
   plan.layout_c = row_major_layout(p.c_type, p.m, p.n, p.batch);
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -150,7 +150,7 @@ Plan make_plan(const PlanKey& key) {
   TIDAL_CHECK(picked != nullptr,
               "cuBLASLt has no algorithm for gemm batch {} m {} n {} k {} (trans {} {}, types {} {}, compute {}, "
               "alignments {} {} {}): {}",
-              p.batch, p.m, p.n, p.k, p.trans_a, p.trans_b, int(p.ab_type), int(p.c_type), int(p.compute),
+              p.batch, p.m, p.n, p.k, p.trans_a, p.trans_b, int(p.a_type), int(p.c_type), int(p.compute),
               key.align_a, key.align_b, key.align_c,
               status != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(status) : "every candidate was refused");
   plan.algo = picked->algo;
@@ -171,21 +171,28 @@ const Plan& plan_for(const PlanKey& key) {
 }  // namespace
 
 bool lt_matmul(const MatmulProblem& p, const void* a, const void* b, void* c, float alpha, float beta,
-               const void* bias) {
+               const void* bias, const float* a_scale, const float* b_scale) {
   TIDAL_ASSERT(p.batch >= 1 && p.m >= 1 && p.n >= 1 && p.k >= 1, "lt_matmul batch {} m {} n {} k {}", p.batch, p.m,
                p.n, p.k);
   TIDAL_ASSERT(p.bias == (bias != nullptr), "lt_matmul: a bias pointer exactly when the problem has a bias");
+  TIDAL_ASSERT(p.scaled == (a_scale != nullptr && b_scale != nullptr) && (a_scale == nullptr) == (b_scale == nullptr),
+               "lt_matmul: scale pointers exactly when the problem is scaled");
   TIDAL_CHECK(p.batch <= INT_MAX, "gemm batch {} is over cuBLASLt's limit of {}", p.batch, INT_MAX);
   const Plan& plan = plan_for(PlanKey{p, alignment_of(a), alignment_of(b), alignment_of(c)});
   if (!plan.runs) return false;
-  // The bias pointer is an attribute of the shared descriptor: set and used under one lock (the
-  // call only queues the work, so the lock is held briefly).
-  static std::mutex bias_mutex;
-  std::unique_lock<std::mutex> lock(bias_mutex, std::defer_lock);
-  if (p.bias) {
-    lock.lock();
+  // The bias and scale pointers are attributes of the shared descriptor: set and used under one
+  // lock (the call only queues the work, so the lock is held briefly). cuBLASLt's A is our b.
+  static std::mutex pointer_mutex;
+  std::unique_lock<std::mutex> lock(pointer_mutex, std::defer_lock);
+  if (p.bias || p.scaled) lock.lock();
+  if (p.bias)
     TIDAL_CUBLAS_CALL(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (p.scaled) {
+    TIDAL_CUBLAS_CALL(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof(b_scale)));
+    TIDAL_CUBLAS_CALL(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof(a_scale)));
   }
   // C and D are one buffer with one layout (cuBLASLt's in-place form); with beta == 0 C is not read.
   TIDAL_CUBLAS_CALL(cublasLtMatmul(handle(), plan.desc, &alpha, b, plan.layout_b, a, plan.layout_a, &beta, c,

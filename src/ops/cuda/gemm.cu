@@ -97,7 +97,7 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
   problem.k = k;
   problem.trans_a = opt.trans_a;
   problem.trans_b = opt.trans_b;
-  problem.ab_type = cuda_data_type(a.dtype());
+  problem.a_type = problem.b_type = cuda_data_type(a.dtype());
   problem.c_type = cuda_data_type(c.dtype());
   problem.compute = opt.tf32 && a.dtype() == DType::f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   problem.bias = epilogue_bias;

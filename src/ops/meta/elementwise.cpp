@@ -8,6 +8,7 @@
 #include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/expert_rows.h"
+#include "ops/fp8.h"
 #include "ops/gelu.h"
 #include "ops/grad_norm.h"
 #include "ops/layernorm.h"
@@ -28,6 +29,7 @@ void bias_add(Tensor&, const Tensor&) {}
 void bias_grad(Tensor&, const Tensor&) {}
 void cast(Tensor&, const Tensor&) {}
 void nf4_dequantize(Tensor&, const Nf4Weight&, Nf4Tile) {}
+void fp8_quantize(Tensor&, Tensor&, const Tensor&, Fp8Format, bool) {}
 void prepend_token(Tensor&, const Tensor&, const Tensor&) {}
 void prepend_token_backward(Tensor&, Tensor&, const Tensor&) {}
 void select_token(Tensor&, const Tensor&, std::int64_t) {}

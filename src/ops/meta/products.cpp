@@ -1,6 +1,7 @@
 // The meta backend's products (ops/meta/recorder.h): GEMMs and attention, whose work the recorder
 // hears, with the fp32 copies of their operands the CPU backend makes where it widens.
 #include "ops/attention.h"
+#include "ops/fp8.h"
 #include "ops/gemm.h"
 #include "ops/meta/recorder.h"
 #include "ops/ring_attention.h"
@@ -39,6 +40,13 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
   const bool onednn = a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && r->backend.bf16_native;
   const std::vector<Tensor> copies = r->backend.cpu && !onednn ? widened({&a, &b, &c}) : std::vector<Tensor>();
   r->gemm(c.dtype(), d.m, d.n, d.k, d.batch);
+}
+
+// fp8 GEMMs are timed at the bf16 rate: the hardware files hold no fp8 rate yet.
+void gemm_fp8(Tensor& c, const Tensor& a, const Tensor& a_scale_inv, Fp8Format, const Tensor& b,
+              const Tensor& b_scale_inv, Fp8Format) {
+  const Fp8GemmDims d = fp8_gemm_dims(c, a, a_scale_inv, b, b_scale_inv);
+  if (Recorder* r = recorder()) r->gemm(DType::bf16, d.m, d.n, d.k, 1);
 }
 
 // Two products over the visible keys forward (QK^T, PV); backward makes the scores again and takes
