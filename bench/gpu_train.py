@@ -4,7 +4,7 @@ batch, precision, AdamW and clipping (bench/gpt_training.py). Prints per system 
 step time and peak memory, the ratios tidal / PyTorch, and one JSON line per system at the end.
 
     python3 bench/gpu_train.py --tidal .gpu/bin/tidal [--model 124m|1.5b|tiny] [--batch B]
-        [--steps N] [--precision bf16|fp16|fp32] [--device cuda|cpu] [--systems tidal,eager,compile]
+        [--steps N] [--precision bf16|fp16|fp32|fp8] [--device cuda|cpu] [--systems tidal,eager,compile]
         [--peak-tflops F] [--vocab V] [--quick]
 
 Timing: the first 3 steps of each system are warm-up (torch.compile compiles there); tidal's
@@ -104,7 +104,7 @@ def peak_flops(name, precision, override_tflops):
         return override_tflops * 1e12
     for key, half, tf32 in PEAKS:
         if name and key in name:
-            return tf32 if precision == "fp32" else half
+            return tf32 if precision == "fp32" else half  # fp8: against the bf16 peak
     return None
 
 
@@ -138,7 +138,8 @@ def parse_args():
     ap.add_argument("--batch", type=int, help="global batch in sequences (default: the model's)")
     ap.add_argument("--steps", type=int, help=f"steps per system, the first {WARMUP} not timed "
                     "(default 30; 10 with --quick or on the CPU)")
-    ap.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default="bf16")
+    ap.add_argument("--precision", choices=("bf16", "fp16", "fp32", "fp8"), default="bf16",
+                    help="fp8: tidal's train.precision = \"fp8\" (tidal alone; MFU against the bf16 peak)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="which of tidal,eager,compile to run")
     ap.add_argument("--peak-tflops", type=float, help="the device's peak for the MFU (default: known by GPU name)")
@@ -149,6 +150,8 @@ def parse_args():
     args.systems = args.systems.split(",")
     if not set(args.systems) <= set(SYSTEMS) or args.steps <= WARMUP:
         ap.error(f"--systems takes some of {','.join(SYSTEMS)}; --steps must exceed the {WARMUP} warm-up steps")
+    if args.precision == "fp8" and (args.systems != ["tidal"] or args.device != "cuda"):
+        ap.error("--precision fp8 is tidal's alone here, on a GPU: --systems tidal --device cuda")
     if args.device == "cpu" and args.precision == "fp16":
         ap.error("--precision fp16 needs --device cuda (PyTorch has no fp16 autocast on the CPU)")
     return args

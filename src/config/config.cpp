@@ -213,6 +213,9 @@ void validate_train(const Config& c, const models::Family& family) {
               "is \"{}\", which checkpoints no blocks: set it to \"blocks\" or \"every_k\"",
               t.activation_offload, t.activation_checkpointing);
 
+  TIDAL_CHECK(!t.fp8 || t.device == Device::Kind::cuda,
+              "train.precision = \"fp8\" runs the linear layers' products on a GPU's fp8 tensor cores, and "
+              "train.device is \"cpu\": set train.device = \"cuda\", or train.precision = \"bf16\"");
   TIDAL_CHECK(t.attention != ops::AttentionKernels::cudnn || t.device == Device::Kind::cuda,
               "train.attention = \"cudnn\" runs attention through cuDNN on a GPU, and train.device is \"cpu\": set "
               "train.device = \"cuda\", or train.attention = \"auto\"");

@@ -43,6 +43,7 @@ struct TrainConfig {
   std::uint64_t seed = 1;
   Device::Kind device = Device::Kind::cpu;  // cpu | cuda: where the step computes
   DType precision = DType::f32;  // fp32 | bf16 | fp16 (load_config: bf16 when unset and device is cuda)
+  bool fp8 = false;  // train.precision = "fp8": precision bf16, the linear layers' products in fp8
   double loss_scale = 65536.0;     // fp16: the first dynamic loss scale
   std::int64_t loss_scale_window = 1000;  // fp16: finite steps before it doubles
   std::int64_t eval_every = 200;   // 0 = only at the end

@@ -61,6 +61,21 @@ Key field(std::string name, Access access, std::string help, std::int64_t least 
   return k;
 }
 
+// train.precision: a storage type, or fp8 (bf16 storage, the linear layers' products in fp8).
+Key precision_key() {
+  Key k = field("train.precision", [](Config& c) -> auto& { return c.train.precision; },
+                "fp32 | bf16 | fp16: parameters and activations in that type, fp32 master weights and AdamW (chunks); "
+                "fp8 (train.device = cuda, a GPU with fp8 tensor cores: Ada, Hopper or later): bf16, with the linear "
+                "layers' products in fp8, e4m3 forward and e5m2 gradients, one scale per tensor (the output layer "
+                "stays bf16); unset with train.device = cuda: bf16");
+  k.set = [set = k.set](Config& c, const Value& v) {
+    c.train.fp8 = std::holds_alternative<std::string>(v) && std::get<std::string>(v) == "fp8";
+    set(c, c.train.fp8 ? Value(std::string("bf16")) : v);
+  };
+  k.get = [get = k.get](const Config& c) { return c.train.fp8 ? Value(std::string("fp8")) : get(c); };
+  return k;
+}
+
 // The key's name is its path in Config: TIDAL_KEY(train.steps, ...) is "train.steps".
 #define TIDAL_KEY(path, help) field(#path, [](Config& c) -> auto& { return c.path; }, help)
 #define TIDAL_KEY_FROM(path, least, help) field(#path, [](Config& c) -> auto& { return c.path; }, help, least)
@@ -150,9 +165,7 @@ std::vector<Key> make_schema() {
       TIDAL_KEY(train.device,
                 "cpu | cuda: where the step computes (cuda: a node's ranks take its GPUs in turn, and ranks beyond their "
                 "count share them; collectives over MPI, GPU tensors staged through pinned host memory)"),
-      TIDAL_KEY(train.precision,
-                "fp32 | bf16 | fp16: parameters and activations in that type, fp32 master weights and AdamW (chunks); "
-                "unset with train.device = cuda: bf16"),
+      precision_key(),
       TIDAL_KEY(train.loss_scale, "fp16: the first dynamic loss scale (halved on an overflow)"),
       TIDAL_KEY(train.loss_scale_window, "fp16: finite steps in a row before the loss scale doubles"),
       TIDAL_KEY(train.on_nonfinite,

@@ -49,6 +49,15 @@ int gpu_count() {
   return n;
 }
 
+int gpu_compute_capability() {
+  if (!gpu_available()) return 0;
+  int device = 0, major = 0, minor = 0;
+  TIDAL_CUDA_CALL(cudaGetDevice(&device));
+  TIDAL_CUDA_CALL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TIDAL_CUDA_CALL(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor;
+}
+
 void use_gpu_of_local_rank(int local_rank) {
   if (gpu_available()) TIDAL_CUDA_CALL(cudaSetDevice(local_rank % gpu_count()));
 }
@@ -206,6 +215,7 @@ bool gpu_available() { return false; }
 int gpu_count() { return 0; }
 void use_gpu_of_local_rank(int) {}
 std::string gpu_description() { return "no GPU (this build has no CUDA backend)"; }
+int gpu_compute_capability() { return 0; }
 Allocator& gpu_allocator() { no_cuda("GPU memory"); }
 Allocator& pinned_host_allocator() { no_cuda("pinned host memory"); }
 

@@ -24,6 +24,8 @@ bool gpu_available();
 std::string gpu_description();
 // GPUs visible to this process (0 without CUDA).
 int gpu_count();
+// The current GPU's compute capability as major * 10 + minor (90: Hopper); 0 without a GPU.
+int gpu_compute_capability();
 // The GPU of the `local_rank`-th process on a node: the node's GPUs in turn (so ranks beyond their
 // count share them). Before any GPU work; nothing without a GPU.
 void use_gpu_of_local_rank(int local_rank);

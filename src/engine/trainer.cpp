@@ -100,7 +100,8 @@ double evaluate_loss(pipeline::PipelineEngine& engine, ModelData& model_data, co
                           .seed = cfg.train.seed,
                           .batch = &batch,
                           .activations = &activations,
-                          .attention = cfg.train.attention};
+                          .attention = cfg.train.attention,
+                          .fp8_linears = cfg.train.fp8};
       total += engine.evaluate(state) * count;
       model_data.end_forward_only();
       targets += count;
@@ -212,6 +213,10 @@ std::unique_ptr<Allocator> activation_pool(const config::Config& cfg) {
   TIDAL_CHECK(!on_gpu || gpu_available(),
               "train.device = \"cuda\", but this process sees {}: run it where a GPU is visible (check "
               "CUDA_VISIBLE_DEVICES and nvidia-smi), or set train.device = \"cpu\"",
+              gpu_description());
+  TIDAL_CHECK(!cfg.train.fp8 || gpu_compute_capability() >= 89,
+              "train.precision = \"fp8\" needs a GPU with fp8 tensor cores (compute capability 8.9 or more: Ada, "
+              "Hopper, Blackwell), and this process sees {}: set train.precision = \"bf16\"",
               gpu_description());
   if (on_gpu || cfg.memory.offload != config::Offload::none) return std::make_unique<SubAllocator>(device_tier(cfg));
   return std::make_unique<HostAllocator>();
@@ -461,7 +466,8 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
                             .step = std::uint32_t(at),
                             .activations = activations.get(),
                             .experts = &experts,
-                            .attention = cfg.train.attention};
+                            .attention = cfg.train.attention,
+                            .fp8_linears = cfg.train.fp8};
   double loss = engine.train(micro_batches, state, model_data->hooks(accum));
   model_data->finish_backward();
   if (replicas > 1) loss = sum_over_replicas(pc, loss);

@@ -79,6 +79,8 @@ struct StepState {
   WeightGradients* weight_gradients = nullptr;
   // Which kernels compute attention on a GPU (train.attention; ops/attention_kernels.h).
   ops::AttentionKernels attention = ops::AttentionKernels::automatic;
+  // The linear layers' products in fp8 where they can (train.precision = "fp8"; nn/fp8_linear.h).
+  bool fp8_linears = false;
 };
 
 // The batch's tensors copied into `memory` (the undefined ones stay undefined).

@@ -1,6 +1,7 @@
 #include "nn/linear.h"
 
 #include "core/gpu.h"
+#include "nn/fp8_linear.h"
 #include "ops/bias.h"
 #include "ops/gemm.h"
 
@@ -78,17 +79,27 @@ Tensor linear_weight(const Parameter& weight, DType dtype) {
   return w;
 }
 
-void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const Parameter* bias) {
+void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const Parameter* bias, bool fp8) {
   if (tiled(weight)) return nf4_forward(y2, x2, *weight.nf4, bias);
+  if (fp8 && fp8_applies(x2, weight)) {
+    fp8_forward(y2, x2, weight.data);
+    if (bias) ops::bias_add(y2, bias->data);
+    return;
+  }
   ops::gemm(y2, x2, linear_weight(weight, x2.dtype()), {.trans_b = true, .bias = bias ? &bias->data : nullptr});
 }
 
 void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter& weight, Parameter* bias,
-                     const Context& ctx) {
+                     const Context& ctx, bool fp8) {
+  fp8 = fp8 && fp8_applies(x2, weight);
   if (tiled(weight)) nf4_input_gradient(dx2, dy2, *weight.nf4);
+  else if (fp8) fp8_input_gradient(dx2, dy2, weight.data);
   else ops::gemm(dx2, dy2, linear_weight(weight, dy2.dtype()));  // dx = dy W
   if (!weight.frozen) {
-    auto dw = [&weight, dy2, x2] { ops::gemm(weight.grad, dy2, x2, {.trans_a = true, .beta = 1.0f}); };  // dW += dy^T x
+    auto dw = [&weight, dy2, x2, fp8] {  // dW += dy^T x
+      if (fp8) fp8_weight_gradient(weight.grad, dy2, x2);
+      else ops::gemm(weight.grad, dy2, x2, {.trans_a = true, .beta = 1.0f});
+    };
     const StepState& state = ctx.state();
     if (state.weight_gradients && !state.more_parts && dy2.numel() <= kDeferredGradientRatio * x2.numel())
       state.weight_gradients->products.push_back({&weight, std::move(dw)});
@@ -105,7 +116,7 @@ Tensor Linear::forward(const Tensor& x, Context& ctx) {
   TIDAL_ASSERT(x.dim(-1) == in_, "{}: input {} for {} features", path(), x.str(), in_);
   Tensor y = ctx.empty(x.shape().with_last(out_), x.dtype());
   Tensor y2 = y.reshape({-1, out_});
-  linear_forward(y2, x.reshape({-1, in_}), *weight_, bias_);
+  linear_forward(y2, x.reshape({-1, in_}), *weight_, bias_, ctx.state().fp8_linears);
   ctx.saved = {x};
   return y;
 }
@@ -115,7 +126,7 @@ Tensor Linear::backward(const Tensor& dy, Context& ctx) {
   Tensor x2 = x.reshape({-1, in_}), dy2 = dy.reshape({-1, out_});
   Tensor dx = ctx.empty(x.shape(), x.dtype());
   Tensor dx2 = dx.reshape({-1, in_});
-  linear_backward(dx2, dy2, x2, *weight_, bias_, ctx);
+  linear_backward(dx2, dy2, x2, *weight_, bias_, ctx, ctx.state().fp8_linears);
   ctx.saved.clear();
   return dx;
 }

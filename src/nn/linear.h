@@ -15,9 +15,10 @@ Tensor linear_weight(const Parameter& weight, DType dtype);
 // dW left for the W pass under a zero-bubble schedule's B (StepState::weight_gradients). An NF4
 // weight of more than 4 Mi elements is dequantized a tile at a time, each tile's product written
 // into its columns of y2 (its rows of W) or dx2 (its columns of W): a step holds one tile of it.
-void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const Parameter* bias);
+// `fp8`: the products in fp8 where nn/fp8_linear.h's fp8_applies (train.precision = "fp8").
+void linear_forward(Tensor& y2, const Tensor& x2, const Parameter& weight, const Parameter* bias, bool fp8);
 void linear_backward(Tensor& dx2, const Tensor& dy2, const Tensor& x2, Parameter& weight, Parameter* bias,
-                     const Context& ctx);
+                     const Context& ctx, bool fp8);
 
 class Linear final : public Module {
  public:

@@ -22,7 +22,8 @@ Tensor TiedLmHead::forward(const Tensor& x, Context& ctx) {
   const std::int64_t V = table_.shape[0], C = table_.shape[1];
   Tensor y = ctx.empty(x.shape().with_last(V), x.dtype());
   Tensor y2 = y.reshape({-1, V});
-  linear_forward(y2, x.reshape({-1, C}), table_, bias_);  // the table is the weight [V, C]
+  // The table is the weight [V, C]; the output layer stays out of fp8 (as torchtitan keeps it).
+  linear_forward(y2, x.reshape({-1, C}), table_, bias_, false);
   ctx.saved = {x};
   return y;
 }
@@ -32,7 +33,7 @@ Tensor TiedLmHead::backward(const Tensor& dy, Context& ctx) {
   const Tensor& x = ctx.saved.at(0);
   Tensor dx = ctx.empty(x.shape(), x.dtype());
   Tensor dx2 = dx.reshape({-1, C});
-  linear_backward(dx2, dy.reshape({-1, V}), x.reshape({-1, C}), table_, bias_, ctx);
+  linear_backward(dx2, dy.reshape({-1, V}), x.reshape({-1, C}), table_, bias_, ctx, false);
   ctx.saved.clear();
   return dx;
 }

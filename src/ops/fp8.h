@@ -40,21 +40,18 @@ float from_fp8(std::uint8_t code, Fp8Format f);
 namespace cpu {
 void fp8_quantize(Tensor& q, Tensor& scale_inv, const Tensor& x, Fp8Format format, bool transpose);
 void gemm_fp8(Tensor& c, const Tensor& a, const Tensor& a_scale_inv, Fp8Format a_format, const Tensor& b,
-              const Tensor& b_scale_inv, Fp8Format b_format);
+              const Tensor& b_scale_inv, Fp8Format b_format, float beta);
 }  // namespace cpu
 namespace meta {
 void fp8_quantize(Tensor& q, Tensor& scale_inv, const Tensor& x, Fp8Format format, bool transpose);
 void gemm_fp8(Tensor& c, const Tensor& a, const Tensor& a_scale_inv, Fp8Format a_format, const Tensor& b,
-              const Tensor& b_scale_inv, Fp8Format b_format);
+              const Tensor& b_scale_inv, Fp8Format b_format, float beta);
 }  // namespace meta
 #if TIDAL_CUDA
 namespace cuda {
 void fp8_quantize(Tensor& q, Tensor& scale_inv, const Tensor& x, Fp8Format format, bool transpose);
 void gemm_fp8(Tensor& c, const Tensor& a, const Tensor& a_scale_inv, Fp8Format a_format, const Tensor& b,
-              const Tensor& b_scale_inv, Fp8Format b_format);
-// Whether this process's GPU multiplies fp8 on its tensor cores (compute capability 8.9 or more:
-// Ada, Hopper, Blackwell), and its name and capability for an error.
-bool gpu_has_fp8();
+              const Tensor& b_scale_inv, Fp8Format b_format, float beta);
 }  // namespace cuda
 #endif
 
@@ -63,12 +60,12 @@ bool gpu_has_fp8();
 inline void fp8_quantize(Tensor& q, Tensor& scale_inv, const Tensor& x, Fp8Format format, bool transpose) {
   TIDAL_OPS_DISPATCH(x, fp8_quantize, q, scale_inv, x, format, transpose);
 }
-// c [m, n] (f32 / bf16) = (a [m, k] . b [n, k]^T) * a_scale_inv * b_scale_inv: two fp8 tensors
-// with the summed dimension k contiguous in both, their products summed in fp32 (on the CPU: in
-// double, rounded once). m, n, k multiples of 16 on the GPU (cuBLASLt's fp8 kernels).
+// c [m, n] (f32 / bf16) = (a [m, k] . b [n, k]^T) * a_scale_inv * b_scale_inv + beta c: two fp8
+// tensors with the summed dimension k contiguous in both, their products summed in fp32 (on the
+// CPU: in double, rounded once). m, n, k multiples of 16 on the GPU (cuBLASLt's fp8 kernels).
 inline void gemm_fp8(Tensor& c, const Tensor& a, const Tensor& a_scale_inv, Fp8Format a_format, const Tensor& b,
-                     const Tensor& b_scale_inv, Fp8Format b_format) {
-  TIDAL_OPS_DISPATCH(a, gemm_fp8, c, a, a_scale_inv, a_format, b, b_scale_inv, b_format);
+                     const Tensor& b_scale_inv, Fp8Format b_format, float beta = 0.0f) {
+  TIDAL_OPS_DISPATCH(a, gemm_fp8, c, a, a_scale_inv, a_format, b, b_scale_inv, b_format, beta);
 }
 
 // The shapes, checked for every backend: rows and cols of x, and m, n, k of the GEMM.

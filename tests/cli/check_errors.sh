@@ -76,6 +76,7 @@ expect zb-memory-below-1f1b "parallel.zb_memory = 0.5 is below 1F1B's own activa
 expect bad-loss-scale "train.loss_scale must be > 0" -- train --set train.precision=fp16 --set train.loss_scale=0
 expect cudnn-on-cpu 'train.attention = "cudnn" runs attention through cuDNN on a GPU' -- train --set train.attention=cudnn
 expect bad-attention "train.attention" -- train --set train.attention=flash
+expect fp8-on-cpu "train.precision = \"fp8\" runs the linear layers' products on a GPU" -- train --set train.precision=fp8
 expect bad-size "memory.device_limit" -- train --set memory.device_limit=lots
 expect bad-enum "model.type" -- train --set model.type=mamba
 expect bad-flag "stop-after" -- train --stop-after -3

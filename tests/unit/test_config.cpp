@@ -49,6 +49,19 @@ TEST(Config, PrecisionFollowsTheDeviceUnlessSet) {
   std::filesystem::remove(path);
 }
 
+// fp8 is bf16 storage with the linear layers' products in fp8, and is written back as fp8; any
+// other precision turns it off again.
+TEST(Config, Fp8IsBf16WithFp8Products) {
+  const config::Config c = config::load_config("", {"train.device=cuda", "train.precision=fp8"});
+  EXPECT_EQ(c.train.precision, DType::bf16);
+  EXPECT_TRUE(c.train.fp8);
+  EXPECT_NE(config::to_toml(c).find("precision = \"fp8\""), std::string::npos) << config::to_toml(c);
+  const std::string path = write_temp("cfg-fp8", config::to_toml(c));
+  EXPECT_TRUE(config::load_config(path, {}).train.fp8) << "round trip";
+  EXPECT_FALSE(config::load_config(path, {"train.precision=fp16"}).train.fp8);
+  std::filesystem::remove(path);
+}
+
 // The message of the error that loading the defaults with `sets` gives ("no error" if none).
 std::string message(const std::vector<std::string>& sets) {
   try {

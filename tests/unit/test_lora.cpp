@@ -55,7 +55,7 @@ TEST(Lora, AdapterAddsItsTermToItsBlockOfRows) {
   const Tensor y = runner.forward(linear, x, ctx);
 
   Tensor expected = Tensor::empty({5, 12});
-  nn::linear_forward(expected, x, w, linear.parameters()[1]);
+  nn::linear_forward(expected, x, w, linear.parameters()[1], false);
   Tensor h = Tensor::empty({5, 3}), term = Tensor::empty({5, 6});
   ops::gemm(h, x, adapter->a(0).data, {.trans_b = true});
   ops::gemm(term, h, adapter->b(0).data, {.trans_b = true, .alpha = 2.0f});

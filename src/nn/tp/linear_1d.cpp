@@ -42,7 +42,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, Context& ctx) {
   const Tensor xin = CopyToGroup::forward(x, group_);
   Tensor y = ctx.empty(x.shape().with_last(out_local_), x.dtype());
   Tensor y2 = y.reshape({-1, out_local_});
-  linear_forward(y2, xin.reshape({-1, in_}), *weight_, bias_);
+  linear_forward(y2, xin.reshape({-1, in_}), *weight_, bias_, ctx.state().fp8_linears);
   ctx.saved = {xin};
   return gather_output_ ? GatherFromGroup::forward(y, group_, -1) : y;
 }
@@ -53,7 +53,7 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy, Context& ctx) {
   Tensor x2 = x.reshape({-1, in_}), dy2 = dy_local.reshape({-1, out_local_});
   Tensor dx = ctx.empty(x.shape(), x.dtype());
   Tensor dx2 = dx.reshape({-1, in_});
-  linear_backward(dx2, dy2, x2, *weight_, bias_, ctx);  // this rank's part of dx; dW_r += dy_r^T x
+  linear_backward(dx2, dy2, x2, *weight_, bias_, ctx, ctx.state().fp8_linears);  // this rank's part of dx; dW_r += dy_r^T x
   ctx.saved.clear();
   return CopyToGroup::backward(std::move(dx), group_);  // sum of the ranks' parts
 }
@@ -79,7 +79,8 @@ Tensor RowParallelLinear::forward(const Tensor& x, Context& ctx) {
   TIDAL_ASSERT(xr.dim(-1) == in_local_, "{}: input {} for {} features per rank", path(), xr.str(), in_local_);
   Tensor partial = ctx.empty(xr.shape().with_last(out_), xr.dtype());
   Tensor partial2 = partial.reshape({-1, out_});
-  linear_forward(partial2, xr.reshape({-1, in_local_}), *weight_, nullptr);  // the bias is added once, after the sum
+  linear_forward(partial2, xr.reshape({-1, in_local_}), *weight_, nullptr,
+                 ctx.state().fp8_linears);  // the bias is added once, after the sum
   Tensor y = ReduceFromGroup::forward(std::move(partial), group_);
   if (bias_) {
     Tensor y2 = y.reshape({-1, out_});
@@ -95,7 +96,7 @@ Tensor RowParallelLinear::backward(const Tensor& dy, Context& ctx) {
   Tensor x2 = xr.reshape({-1, in_local_}), dy2 = g.reshape({-1, out_});
   Tensor dx = ctx.empty(xr.shape(), xr.dtype());
   Tensor dx2 = dx.reshape({-1, in_local_});
-  linear_backward(dx2, dy2, x2, *weight_, bias_, ctx);  // dx_r = dy W_r; dW_r += dy^T x_r
+  linear_backward(dx2, dy2, x2, *weight_, bias_, ctx, ctx.state().fp8_linears);  // dx_r = dy W_r; dW_r += dy^T x_r
   ctx.saved.clear();
   return split_input_ ? ScatterToGroup::backward(dx, group_, -1) : dx;
 }

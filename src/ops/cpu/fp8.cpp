@@ -41,9 +41,9 @@ void fp8_quantize(Tensor& q, Tensor& scale_inv, const Tensor& x, Fp8Format forma
 }
 
 // Each product exact in double (an fp8 code has at most 4 significant bits), summed in double,
-// scaled and rounded once.
+// scaled, beta c added, and rounded once.
 void gemm_fp8(Tensor& c, const Tensor& a, const Tensor& a_scale_inv, Fp8Format a_format, const Tensor& b,
-              const Tensor& b_scale_inv, Fp8Format b_format) {
+              const Tensor& b_scale_inv, Fp8Format b_format, float beta) {
   expect_cpu_contiguous({&c, &a, &a_scale_inv, &b, &b_scale_inv}, "gemm_fp8");
   const Fp8GemmDims d = fp8_gemm_dims(c, a, a_scale_inv, b, b_scale_inv);
   std::vector<double> av(std::size_t(d.m * d.k)), bv(std::size_t(d.n * d.k));
@@ -57,7 +57,8 @@ void gemm_fp8(Tensor& c, const Tensor& a, const Tensor& a_scale_inv, Fp8Format a
       for (std::int64_t j = 0; j < d.n; ++j) {
         double sum = 0.0;
         for (std::int64_t p = 0; p < d.k; ++p) sum += av[std::size_t(i * d.k + p)] * bv[std::size_t(j * d.k + p)];
-        out[i * d.n + j] = from_float<T>(float(sum * scale));
+        const double old = beta == 0.0f ? 0.0 : double(beta) * to_float(out[i * d.n + j]);
+        out[i * d.n + j] = from_float<T>(float(sum * scale + old));
       }
   });
 }

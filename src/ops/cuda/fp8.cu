@@ -42,14 +42,6 @@ cudaDataType_t fp8_type(Fp8Format f) { return f == Fp8Format::e4m3 ? CUDA_R_8F_E
 
 }  // namespace
 
-bool gpu_has_fp8() {
-  int device = 0, major = 0, minor = 0;
-  TIDAL_CUDA_CALL(cudaGetDevice(&device));
-  TIDAL_CUDA_CALL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TIDAL_CUDA_CALL(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major * 10 + minor >= 89;
-}
-
 void fp8_quantize(Tensor& q, Tensor& scale_inv, const Tensor& x, Fp8Format format, bool transpose) {
   expect_cuda_contiguous({&q, &scale_inv, &x}, "fp8_quantize");
   const Fp8QuantizeDims d = fp8_quantize_dims(q, scale_inv, x, transpose);
@@ -70,7 +62,7 @@ void fp8_quantize(Tensor& q, Tensor& scale_inv, const Tensor& x, Fp8Format forma
 }
 
 void gemm_fp8(Tensor& c, const Tensor& a, const Tensor& a_scale_inv, Fp8Format a_format, const Tensor& b,
-              const Tensor& b_scale_inv, Fp8Format b_format) {
+              const Tensor& b_scale_inv, Fp8Format b_format, float beta) {
   expect_cuda_contiguous({&c, &a, &a_scale_inv, &b, &b_scale_inv}, "gemm_fp8");
   const Fp8GemmDims d = fp8_gemm_dims(c, a, a_scale_inv, b, b_scale_inv);
   TIDAL_CHECK(d.m % 16 == 0 && d.n % 16 == 0 && d.k % 16 == 0,
@@ -81,7 +73,8 @@ void gemm_fp8(Tensor& c, const Tensor& a, const Tensor& a_scale_inv, Fp8Format a
               "fp8 GEMM of two e5m2 tensors: cuBLASLt multiplies e4m3 by e4m3 or by e5m2");
   if (d.m == 0 || d.n == 0) return;
   if (d.k == 0) {
-    c.zero_();
+    if (beta == 0.0f) c.zero_();
+    TIDAL_ASSERT(beta == 0.0f || beta == 1.0f, "gemm_fp8 with k 0 and beta {}", beta);
     return;
   }
   MatmulProblem p;
@@ -93,7 +86,7 @@ void gemm_fp8(Tensor& c, const Tensor& a, const Tensor& a_scale_inv, Fp8Format a
   p.b_type = fp8_type(b_format);
   p.c_type = c.dtype() == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
   p.scaled = true;
-  lt_matmul(p, a.raw(), b.raw(), c.raw(), 1.0f, 0.0f, nullptr, ptr<const float>(a_scale_inv),
+  lt_matmul(p, a.raw(), b.raw(), c.raw(), 1.0f, beta, nullptr, ptr<const float>(a_scale_inv),
             ptr<const float>(b_scale_inv));
 }
 

@@ -44,7 +44,7 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
 
 // fp8 GEMMs are timed at the bf16 rate: the hardware files hold no fp8 rate yet.
 void gemm_fp8(Tensor& c, const Tensor& a, const Tensor& a_scale_inv, Fp8Format, const Tensor& b,
-              const Tensor& b_scale_inv, Fp8Format) {
+              const Tensor& b_scale_inv, Fp8Format, float) {
   const Fp8GemmDims d = fp8_gemm_dims(c, a, a_scale_inv, b, b_scale_inv);
   if (Recorder* r = recorder()) r->gemm(DType::bf16, d.m, d.n, d.k, 1);
 }
