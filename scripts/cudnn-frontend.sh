@@ -16,13 +16,11 @@ fi
 echo "cudnn-frontend: installing $version's headers from PyPI into $dir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# A throwaway environment for pip; the wheel is built per Python, its headers are not: the
-# CPython 3.11 one is pinned whatever this machine's Python is.
-/usr/bin/python3 -m venv "$tmp/venv"
-echo "nvidia-cudnn-frontend==$version --hash=sha256:$sha256" > "$tmp/requirements.txt"
-"$tmp/venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps --require-hashes \
-  --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
-  --platform manylinux_2_28_x86_64 -r "$tmp/requirements.txt" -d "$tmp/wheel"
+# The wheel is built per Python, its headers are not: the CPython 3.11 one is pinned whatever
+# this machine's Python is.
+source "$(dirname "$0")/pinned_wheel.sh"
+pinned_wheel "nvidia-cudnn-frontend==$version" "$sha256" "$tmp" --only-binary=:all: --python-version 3.11 \
+  --implementation cp --abi cp311 --platform manylinux_2_28_x86_64
 mkdir -p "$dir.new"
 /usr/bin/python3 - "$tmp"/wheel/nvidia_cudnn_frontend-*.whl "$dir.new" <<'PY'
 import os, sys, zipfile

@@ -20,11 +20,8 @@ fi
 echo "mkl: installing oneMKL $version from PyPI into $dir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# A throwaway environment for pip (Debian's python3 may have none); the hash pins the wheel.
-/usr/bin/python3 -m venv "$tmp/venv"
-echo "mkl==$version --hash=sha256:$sha256" > "$tmp/requirements.txt"
-"$tmp/venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps --require-hashes \
-  -r "$tmp/requirements.txt" -d "$tmp/wheel"
+source "$(dirname "$0")/pinned_wheel.sh"
+pinned_wheel "mkl==$version" "$sha256" "$tmp"
 mkdir -p "$dir.new"
 /usr/bin/python3 - "$tmp"/wheel/mkl-*.whl "$dir.new" <<'PY'
 import os, sys, zipfile

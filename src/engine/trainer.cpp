@@ -460,13 +460,8 @@ nlohmann::json Trainer::Run::train_step(std::int64_t at) {
                              .loss_scale = float(all_targets > 0 ? targets[std::size_t(m)] / all_targets : 0.0),
                              .gradient_scale = float(loss_scale)});
   nn::ExpertRecord experts;
-  const nn::StepState state{.runner = &runner,
-                            .training = true,
-                            .seed = cfg.train.seed,
-                            .step = std::uint32_t(at),
-                            .activations = activations.get(),
-                            .experts = &experts,
-                            .attention = cfg.train.attention,
+  const nn::StepState state{.runner = &runner, .training = true, .seed = cfg.train.seed, .step = std::uint32_t(at),
+                            .activations = activations.get(), .experts = &experts, .attention = cfg.train.attention,
                             .fp8_linears = cfg.train.fp8};
   double loss = engine.train(micro_batches, state, model_data->hooks(accum));
   model_data->finish_backward();
