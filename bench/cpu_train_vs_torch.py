@@ -100,8 +100,8 @@ def run_tidal_cpu(build, shape, batch, steps, precision, env):
     return {"system": "tidal", "tokens_per_s": tps, "profile": summary.get("profile")}
 
 
-def run_torch(python, shape, batch, steps, precision, mode, threads, env):
-    job = {"shape": shape.__dict__, "batch": batch, "steps": steps, "warmup": WARMUP, "precision": precision,
+def run_torch(python, shape, batch, steps, precision, mode, threads, env, warmup=WARMUP):
+    job = {"shape": shape.__dict__, "batch": batch, "steps": steps, "warmup": warmup, "precision": precision,
            "device": "cpu", "mode": mode, "threads": threads}
     proc = subprocess.run([python, os.path.join(ROOT, "bench", "gpt_training.py"), json.dumps(job)], env=env,
                           capture_output=True, text=True)

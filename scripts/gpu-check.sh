@@ -11,6 +11,7 @@
 #                                                          (no argument: all, in that order)
 #   scripts/gpu-check.sh partb     issue 64's Part B in its order, in one call of at most 8 minutes:
 #                                  tests sanitize gpt2 fp8 largest grid multi
+#   scripts/gpu-check.sh zb        issue 63's idle fractions on the machine's own CPU cores (below)
 #
 # tests: the GPU unit tests; training: training on the GPU against the CPU (tests/gpu/check_*);
 # layouts: the parallel layouts with 2 to 8 ranks sharing the GPU against one GPU (mpirun);
@@ -24,6 +25,10 @@
 # plan's prediction (B4); grid: 2D, 2.5D and 3D against 1D on ranks sharing the GPU
 # (bench/tensor_modes_speed.py, B5); multi: data 2 over NCCL and staged where there are two GPUs
 # (B6; one GPU: reported not applicable).
+# zb: not a GPU check: the zero-bubble schedules' idle time (issue 63, must-show 2) wants a core
+# per stage, which the 2-core development machines lack and the GPU machine has: pipeline 4 on 4
+# CPU ranks bound to cores, 8 micro-batches, one thread a rank, every schedule (each run's summary
+# holds pipeline.idle_fraction and the step times).
 #
 # Every check and benchmark adds a JSON line to the report, gpu-check-logs/report.jsonl (and
 # $OUT/report.jsonl after each): its name, PASS / FAIL / NOT-APPLICABLE / NOT-RUN, the
@@ -53,7 +58,7 @@ if [[ ${parts[*]} == partb ]]; then
 else
   deadline=${GPU_CHECK_DEADLINE:-0}
 fi
-all_parts=" tests training layouts sanitize ops train profile gpt2 fp8 largest grid multi "
+all_parts=" tests training layouts sanitize ops train profile gpt2 fp8 largest grid multi zb "
 for part in "${parts[@]}"; do
   [[ $all_parts == *" $part "* ]] || { echo "gpu-check: no part '$part' ($all_parts, or partb)"; exit 2; }
 done
@@ -335,6 +340,21 @@ part_multi() {
     check "multi_$how" mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$tidal" train "${gpt[@]}" \
       --set parallel.gpu_collectives=$how --metrics "$logs/multi_$how.jsonl"
     report "multi_${how}_metrics" PASS "$logs/multi_$how.jsonl"
+  done
+}
+
+part_zb() {
+  command -v mpirun > /dev/null || { echo "FAIL zb: mpirun is not on the PATH"; failed=1; report zb FAIL; return; }
+  local gpt=(--set train.device=cpu --set parallel.pipeline=4 --set model.n_layer=8 --set model.n_embd=256
+             --set model.n_head=4 --set model.seq_len=128 --set model.vocab_size=512 --set train.batch_size=16
+             --set train.micro_batch_size=2 --set train.steps=12 --set train.eval_every=0 --set train.eval_batches=1)
+  local -A schedules=([gpipe]="gpipe" [1f1b]="1f1b" [interleaved]="interleaved --set parallel.virtual_stages=2"
+                      [zb_h1]="zb-h1" [zb_v]="zb-v --set parallel.virtual_stages=2")
+  for s in 1f1b zb_h1 zb_v interleaved gpipe; do
+    # shellcheck disable=SC2086
+    check "zb_$s" mpirun --allow-run-as-root --bind-to core --map-by core -np 4 -x OMP_NUM_THREADS=1 "$tidal" train \
+      "${gpt[@]}" --set parallel.schedule=${schedules[$s]} --metrics "$logs/zb_$s.jsonl"
+    report "zb_${s}_metrics" "$( [[ -s $logs/zb_$s.jsonl ]] && echo PASS || echo FAIL)" "$logs/zb_$s.jsonl"
   done
 }
 

@@ -75,29 +75,41 @@ Routing route(const float* logits, std::int64_t N, const RouterOptions& opt) {
   r.weight.resize(std::size_t(N * k));
   r.chosen.assign(std::size_t(E), 0.0);
   r.prob_sum.assign(std::size_t(E), 0.0);
-  std::vector<std::int32_t> order(static_cast<std::size_t>(E));
-  for (std::int64_t n = 0; n < N; ++n) {
-    const float* l = logits + n * E;
-    float* p = r.probs.data() + n * E;
-    const float top = *std::max_element(l, l + E);
-    double sum = 0;
-    for (std::int64_t e = 0; e < E; ++e) sum += std::exp(double(l[e] - top));
-    for (std::int64_t e = 0; e < E; ++e) p[e] = float(std::exp(double(l[e] - top)) / sum);
-    r.lse[std::size_t(n)] = float(double(top) + std::log(sum));
-    r.lse_squares += double(r.lse[std::size_t(n)]) * r.lse[std::size_t(n)];
-    // The k most probable, ties to the lower index.
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](std::int32_t a, std::int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    double picked = 0;
-    for (std::int64_t j = 0; j < k; ++j) picked += p[order[std::size_t(j)]];
-    for (std::int64_t j = 0; j < k; ++j) {
-      const std::int32_t e = order[std::size_t(j)];
-      r.expert[std::size_t(n * k + j)] = e;
-      r.weight[std::size_t(n * k + j)] = opt.normalize ? float(p[e] / picked) : p[e];
-      r.chosen[std::size_t(e)] += 1;
+  // Each token on its own, in parallel; the sums over tokens after, in token order (the same
+  // values at any thread count).
+#pragma omp parallel
+  {
+    std::vector<std::int32_t> order(static_cast<std::size_t>(E));
+    std::vector<double> exps(static_cast<std::size_t>(E));
+#pragma omp for schedule(static)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const float* l = logits + n * E;
+      float* p = r.probs.data() + n * E;
+      const float top = *std::max_element(l, l + E);
+      double sum = 0;
+      for (std::int64_t e = 0; e < E; ++e) {
+        exps[std::size_t(e)] = std::exp(double(l[e] - top));
+        sum += exps[std::size_t(e)];
+      }
+      for (std::int64_t e = 0; e < E; ++e) p[e] = float(exps[std::size_t(e)] / sum);
+      r.lse[std::size_t(n)] = float(double(top) + std::log(sum));
+      // The k most probable, ties to the lower index.
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](std::int32_t a, std::int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+      double picked = 0;
+      for (std::int64_t j = 0; j < k; ++j) picked += p[order[std::size_t(j)]];
+      for (std::int64_t j = 0; j < k; ++j) {
+        const std::int32_t e = order[std::size_t(j)];
+        r.expert[std::size_t(n * k + j)] = e;
+        r.weight[std::size_t(n * k + j)] = opt.normalize ? float(p[e] / picked) : p[e];
+      }
     }
-    for (std::int64_t e = 0; e < E; ++e) r.prob_sum[std::size_t(e)] += p[e];
+  }
+  for (std::int64_t n = 0; n < N; ++n) {
+    r.lse_squares += double(r.lse[std::size_t(n)]) * r.lse[std::size_t(n)];
+    for (std::int64_t j = 0; j < k; ++j) r.chosen[std::size_t(r.expert[std::size_t(n * k + j)])] += 1;
+    for (std::int64_t e = 0; e < E; ++e) r.prob_sum[std::size_t(e)] += r.probs[std::size_t(n * E + e)];
   }
   assign_slots(r, opt);
   return r;
@@ -149,28 +161,32 @@ std::vector<float> router_backward(const Routing& r, const RouterOptions& opt, c
   const std::int64_t N = r.tokens, E = opt.experts, k = opt.top_k;
   const double tokens = replica[std::size_t(2 * E)];
   std::vector<float> dlogits(static_cast<std::size_t>(N * E));
-  std::vector<double> dp(static_cast<std::size_t>(E));
-  for (std::int64_t n = 0; n < N; ++n) {
-    const float* p = r.probs.data() + n * E;
-    // d balance / d p_e = E chosen_e / N^2, the same for every token.
-    for (std::int64_t e = 0; e < E; ++e)
-      dp[std::size_t(e)] = tokens > 0 ? balance_scale * double(E) * replica[std::size_t(e)] / (tokens * tokens) : 0.0;
-    // w_j = p_{e_j} / s with s the picks' sum: d p_{e_j} += (dw_j - sum_i dw_i w_i) / s.
-    double through = 0, picked = 0;
-    for (std::int64_t j = 0; j < k; ++j) {
-      through += double(dweight[n * k + j]) * r.weight[std::size_t(n * k + j)];
-      picked += p[r.expert[std::size_t(n * k + j)]];
+#pragma omp parallel
+  {
+    std::vector<double> dp(static_cast<std::size_t>(E));
+#pragma omp for schedule(static)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const float* p = r.probs.data() + n * E;
+      // d balance / d p_e = E chosen_e / N^2, the same for every token.
+      for (std::int64_t e = 0; e < E; ++e)
+        dp[std::size_t(e)] = tokens > 0 ? balance_scale * double(E) * replica[std::size_t(e)] / (tokens * tokens) : 0.0;
+      // w_j = p_{e_j} / s with s the picks' sum: d p_{e_j} += (dw_j - sum_i dw_i w_i) / s.
+      double through = 0, picked = 0;
+      for (std::int64_t j = 0; j < k; ++j) {
+        through += double(dweight[n * k + j]) * r.weight[std::size_t(n * k + j)];
+        picked += p[r.expert[std::size_t(n * k + j)]];
+      }
+      for (std::int64_t j = 0; j < k; ++j) {
+        const double dw = dweight[n * k + j];
+        dp[std::size_t(r.expert[std::size_t(n * k + j)])] += opt.normalize ? (dw - through) / picked : dw;
+      }
+      // Through the softmax: dl_e = p_e (dp_e - sum_f p_f dp_f); the z-loss adds 2 lse p_e / N.
+      double mean = 0;
+      for (std::int64_t e = 0; e < E; ++e) mean += double(p[e]) * dp[std::size_t(e)];
+      const double z = tokens > 0 ? z_scale * 2.0 * r.lse[std::size_t(n)] / tokens : 0.0;
+      for (std::int64_t e = 0; e < E; ++e)
+        dlogits[std::size_t(n * E + e)] = float(double(p[e]) * (dp[std::size_t(e)] - mean + z));
     }
-    for (std::int64_t j = 0; j < k; ++j) {
-      const double dw = dweight[n * k + j];
-      dp[std::size_t(r.expert[std::size_t(n * k + j)])] += opt.normalize ? (dw - through) / picked : dw;
-    }
-    // Through the softmax: dl_e = p_e (dp_e - sum_f p_f dp_f); the z-loss adds 2 lse p_e / N.
-    double mean = 0;
-    for (std::int64_t e = 0; e < E; ++e) mean += double(p[e]) * dp[std::size_t(e)];
-    const double z = tokens > 0 ? z_scale * 2.0 * r.lse[std::size_t(n)] / tokens : 0.0;
-    for (std::int64_t e = 0; e < E; ++e)
-      dlogits[std::size_t(n * E + e)] = float(double(p[e]) * (dp[std::size_t(e)] - mean + z));
   }
   return dlogits;
 }

@@ -188,6 +188,16 @@ TEST_P(LowPrecision, AdamWStepsAreEachTensorsOwnStep) {
       EXPECT_TRUE(got.nbytes() == 0 || std::memcmp(got.raw(), ref.raw(), got.nbytes()) == 0) << "tensor " << i;
 }
 
+TEST_P(LowPrecision, CastToItsOwnTypeCopiesEveryBit) {
+  // A gradient into its chunk's slot: bytes, in 1 MiB blocks over the threads (three and a tail
+  // here), NaN payloads included.
+  Tensor t = cast_to(testing::randn({(3 << 20) / 2 + 77}, 31), GetParam());
+  std::memset(t.raw(), 0x7f, 16);  // bf16 0x7f7f is a finite maximum-range value; fp16's is a NaN
+  Tensor copy = Tensor::empty(t.shape(), GetParam());
+  ops::cast(copy, t);
+  EXPECT_EQ(std::memcmp(copy.raw(), t.raw(), t.nbytes()), 0);
+}
+
 TEST(Residual, ClosedForm) {
   Tensor a = Tensor::empty({5}), b = Tensor::empty({5}), y = Tensor::empty({5});
   for (int i = 0; i < 5; ++i) a.data<float>()[i] = float(i), b.data<float>()[i] = 0.5f * float(i);

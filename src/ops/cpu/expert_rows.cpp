@@ -39,7 +39,11 @@ void gather_rows(Tensor& out, const Tensor& x, const Tensor& rows, const Tensor&
         continue;
       }
       const T* in = px + std::int64_t(idx[p]) * C;
-      const float f = s ? s[p] : 1.0f;
+      if (s == nullptr) {
+        std::copy(in, in + C, o);
+        continue;
+      }
+      const float f = s[p];
       for (std::int64_t c = 0; c < C; ++c) o[c] = from_float<T>(to_float(in[c]) * f);
     }
   });
@@ -98,6 +102,7 @@ void slot_dots(Tensor& out, const Tensor& a, const Tensor& src, const Tensor& sl
           TIDAL_ASSERT(p < P, "slot_dots: slot {} of {}", p, P);
           const T* x = pa + n * C;
           const T* y = ps + std::int64_t(p) * C;
+#pragma omp simd reduction(+ : dot)
           for (std::int64_t c = 0; c < C; ++c) dot += to_float(x[c]) * to_float(y[c]);
         }
         po[n * k + j] = dot;
