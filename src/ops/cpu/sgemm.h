@@ -1,11 +1,11 @@
 // The CPU's GEMM libraries and which one runs a product:
-//   fp32 products: MKL where it is loaded (mkl_blas.h), else oneDNN (onednn_matmul.h), else
-//                  Debian's OpenBLAS;
+//   fp32 products: MKL where it is loaded on an Intel CPU (mkl_blas.h: elsewhere its AVX2 path
+//                  is slower than oneDNN), else oneDNN (onednn_matmul.h), else Debian's OpenBLAS;
 //   bf16 operands: oneDNN on the CPU's bf16 instructions where it has them (ops/cpu/gemm.cpp,
 //                  ops/cpu/attention.cpp), else widened to fp32 and multiplied as fp32.
 // TIDAL_CPU_GEMM in the environment narrows the choice, for A/B runs and for CPUs where a library
-// is slower: unset or "auto" (the order above), "mkl" (MKL required: an error where it is not
-// loaded), "onednn" (MKL off), "openblas" (MKL and oneDNN off: the build with Debian's
+// is slower: unset or "auto" (the order above), "mkl" (MKL required, on any CPU: an error where it
+// is not loaded), "onednn" (MKL off), "openblas" (MKL and oneDNN off: the build with Debian's
 // OpenBLAS alone).
 #pragma once
 
