@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace tidal::nn {
@@ -106,6 +107,14 @@ class Context {
   // (evaluation, sampling) the child keeps nothing once its forward returns.
   Tensor forward(Module& m, const Tensor& x, std::size_t slot);
   Tensor backward(Module& m, const Tensor& dy, std::size_t slot);
+  // Children that share nothing run at once on the host's threads (Runner::forward_concurrently):
+  // ms[i] on xs[i] (dys[i]) in child context slots[i], its output handed to done(i, y) on the
+  // thread that ran it.
+  using Done = std::function<void(std::size_t i, const Tensor& y)>;
+  void forward_concurrently(std::span<Module* const> ms, std::span<const Tensor> xs, std::span<const std::size_t> slots,
+                            const Done& done);
+  void backward_concurrently(std::span<Module* const> ms, std::span<const Tensor> dys,
+                             std::span<const std::size_t> slots, const Done& done);
 
   // A new activation tensor from the step's activation allocator.
   Tensor empty(const Shape& shape, DType dtype = DType::f32) const {

@@ -5,7 +5,41 @@
 #include "ops/cast.h"
 #include "ops/residual.h"
 
+#include <exception>
+#include <mutex>
+
 namespace tidal::nn {
+namespace {
+
+// m and every module below it, parents first.
+void add_tree(Module& m, std::vector<Module*>& out) {
+  out.push_back(&m);
+  for (const auto& [name, child] : m.children()) add_tree(*child, out);
+}
+
+// run(i) for i < n, each call on one of the threads, taken in order as threads come free; the
+// step's temporaries go where this thread's go. The first exception is rethrown here, after all.
+void on_threads(std::size_t n, const std::function<void(std::size_t)>& run) {
+  Allocator& temporaries = default_allocator();
+  std::exception_ptr error;
+  std::mutex error_lock;
+#pragma omp parallel
+  {
+    const ScopedDefaultAllocator same(temporaries);
+#pragma omp for schedule(dynamic, 1)
+    for (std::size_t i = 0; i < n; ++i) {
+      try {
+        run(i);
+      } catch (...) {
+        const std::lock_guard lock(error_lock);
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
 
 Tensor gradient_or_scratch(Parameter& p, const Context& ctx) {
   if (!p.frozen) return p.grad;
@@ -114,6 +148,30 @@ Tensor Context::backward(Module& m, const Tensor& dy, std::size_t slot) {
   return state_->runner->backward(m, dy, child(slot));
 }
 
+namespace {
+
+// The child contexts in `slots`, all made before any thread reads them.
+std::vector<Context*> children_in(Context& ctx, std::span<const std::size_t> slots) {
+  std::vector<Context*> out;
+  for (std::size_t s : slots) out.push_back(&ctx.child(s));
+  return out;
+}
+
+}  // namespace
+
+void Context::forward_concurrently(std::span<Module* const> ms, std::span<const Tensor> xs,
+                                   std::span<const std::size_t> slots, const Done& done) {
+  const std::vector<Context*> contexts = children_in(*this, slots);
+  state_->runner->forward_concurrently(ms, xs, contexts, done);
+  if (!state_->training)
+    for (Context* c : contexts) c->clear();
+}
+
+void Context::backward_concurrently(std::span<Module* const> ms, std::span<const Tensor> dys,
+                                    std::span<const std::size_t> slots, const Done& done) {
+  state_->runner->backward_concurrently(ms, dys, children_in(*this, slots), done);
+}
+
 Context& Context::adapter_child() {
   if (!adapter_) adapter_ = std::make_unique<Context>(*state_);
   return *adapter_;
@@ -175,8 +233,45 @@ Tensor Runner::backward(Module& m, const Tensor& dy, Context& ctx) {
   return dx;
 }
 
+void Runner::forward_concurrently(std::span<Module* const> ms, std::span<const Tensor> xs,
+                                  std::span<Context* const> ctxs, const Done& done) {
+  run_concurrently(ms, xs, ctxs, done, false);
+}
+
+void Runner::backward_concurrently(std::span<Module* const> ms, std::span<const Tensor> dys,
+                                   std::span<Context* const> ctxs, const Done& done) {
+  for (const Context* c : ctxs)
+    TIDAL_ASSERT(c->state().weight_gradients == nullptr && !c->state().more_parts,
+                 "a concurrent backward under a zero-bubble B or over blocks of rows");
+  run_concurrently(ms, dys, ctxs, done, true);
+}
+
+void Runner::run_concurrently(std::span<Module* const> ms, std::span<const Tensor> ins,
+                              std::span<Context* const> ctxs, const Done& done, bool backward) {
+  TIDAL_ASSERT(ms.size() == ins.size() && ms.size() == ctxs.size() && !hooks_held_,
+               "{} modules, {} inputs, {} contexts (or a concurrent run inside another)", ms.size(), ins.size(),
+               ctxs.size());
+  std::vector<Module*> trees;
+  for (Module* m : ms) add_tree(*m, trees);
+  for (Module* m : trees)
+    for (auto* h : hooks_) backward ? h->before_backward(*m) : h->before_forward(*m);
+  hooks_held_ = true;
+  try {
+    on_threads(ms.size(), [&](std::size_t i) {
+      done(i, backward ? this->backward(*ms[i], ins[i], *ctxs[i]) : forward(*ms[i], ins[i], *ctxs[i]));
+    });
+  } catch (...) {
+    hooks_held_ = false;
+    throw;
+  }
+  hooks_held_ = false;
+  for (auto m = trees.rbegin(); m != trees.rend(); ++m)
+    for (auto* h : hooks_) backward ? h->after_backward(**m) : h->after_forward(**m);
+}
+
 Tensor Runner::run_forward(Module& m, const Tensor& x, Context& ctx) {
   const ModuleTimer timer(typeid(m));
+  if (hooks_held_) return m.forward(x, ctx);
   for (auto* h : hooks_) h->before_forward(m);
   Tensor y = m.forward(x, ctx);
   for (auto* h : hooks_) h->after_forward(m);
@@ -185,6 +280,7 @@ Tensor Runner::run_forward(Module& m, const Tensor& x, Context& ctx) {
 
 Tensor Runner::run_backward(Module& m, const Tensor& dy, Context& ctx) {
   const ModuleTimer timer(typeid(m));
+  if (hooks_held_) return m.backward(dy, ctx);
   for (auto* h : hooks_) h->before_backward(m);
   WeightGradients* later = ctx.state().weight_gradients;
   const std::size_t mark = later ? later->products.size() : 0;  // a parent's own products come before

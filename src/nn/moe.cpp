@@ -7,8 +7,11 @@
 #include "ops/expert_rows.h"
 #include "ops/residual.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -92,7 +95,8 @@ MixtureOfExperts::MixtureOfExperts(std::int64_t n_embd, const MoeConfig& c, Para
                                    LayerFactory& layers, std::vector<comm::Communicator*> batch_groups,
                                    comm::Communicator* expert_group)
     : cfg_(c), C_(n_embd), batch_groups_(std::move(batch_groups)),
-      expert_group_(expert_group != nullptr && expert_group->size() > 1 ? expert_group : nullptr) {
+      expert_group_(expert_group != nullptr && expert_group->size() > 1 ? expert_group : nullptr),
+      whole_linears_(layers.feature_parts() == 1) {
   TIDAL_ASSERT(c.experts > 0 && c.experts_per_token > 0 && c.experts_per_token <= c.experts && c.expert_hidden > 0,
                "a mixture of {} experts, {} a token, width {}", c.experts, c.experts_per_token, c.expert_hidden);
   gate_ = &add_module("gate", std::make_unique<Linear>(n_embd, c.experts, false, init));
@@ -207,6 +211,47 @@ Tensor MixtureOfExperts::from_experts(const Tensor& rows, const Exchange& x, Con
   return exchange_rows(*expert_group_, out, x.received, x.sent, ctx);
 }
 
+bool MixtureOfExperts::concurrent(const Tensor& x, const StepState& state, bool backward) const {
+  const std::size_t threads = std::size_t(omp_get_max_threads());
+  return whole_linears_ && x.device().is_cpu() && threads > 1 && experts_.size() >= 2 * threads &&
+         state.activations->capacity() == std::numeric_limits<std::size_t>::max() &&
+         !(backward && (state.weight_gradients != nullptr || state.more_parts));
+}
+
+void MixtureOfExperts::run_experts(const Tensor& in, Tensor& out, const std::vector<std::int64_t>& offset,
+                                   Context& ctx, bool backward) const {
+  const std::size_t E = experts_.size();
+  const auto rows = [&](std::size_t e, const Tensor& t) { return t.slice(0, offset[e], offset[e + 1]); };
+  if (!concurrent(in, ctx.state(), backward)) {  // backward: the experts in reverse
+    for (std::size_t i = 0; i < E; ++i) {
+      const std::size_t e = backward ? E - 1 - i : i;
+      Tensor o = rows(e, out);
+      o.copy_from(backward ? ctx.backward(*experts_[e], rows(e, in), kExperts + e)
+                           : ctx.forward(*experts_[e], rows(e, in), kExperts + e));
+    }
+    return;
+  }
+  // The largest batches first: the threads take them as they come free.
+  std::vector<std::size_t> order(E);
+  std::iota(order.begin(), order.end(), std::size_t(0));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return offset[a + 1] - offset[a] > offset[b + 1] - offset[b]; });
+  std::vector<Module*> modules;
+  std::vector<Tensor> inputs;
+  std::vector<std::size_t> slots;
+  for (std::size_t e : order) {
+    modules.push_back(experts_[e]);
+    inputs.push_back(rows(e, in));
+    slots.push_back(kExperts + e);
+  }
+  const auto done = [&](std::size_t i, const Tensor& y) {
+    Tensor o = rows(order[i], out);
+    o.copy_from(y);
+  };
+  if (backward) ctx.backward_concurrently(modules, inputs, slots, done);
+  else ctx.forward_concurrently(modules, inputs, slots, done);
+}
+
 Tensor MixtureOfExperts::forward(const Tensor& x, Context& ctx) {
   TIDAL_ASSERT(x.dim(-1) == C_, "{}: input {} for width {}", path(), x.str(), C_);
   const Tensor x2 = x.reshape({-1, C_});
@@ -228,10 +273,7 @@ Tensor MixtureOfExperts::forward(const Tensor& x, Context& ctx) {
   const std::vector<std::int64_t>& offset = kept.exchange ? kept.exchange->offset : r.offset;
   const Tensor xl = kept.exchange ? to_experts(xs, *kept.exchange, ctx) : xs;
   Tensor yl = ctx.empty(xl.shape(), x.dtype());
-  for (std::size_t e = 0; e < experts_.size(); ++e) {
-    Tensor out = yl.slice(0, offset[e], offset[e + 1]);
-    out.copy_from(ctx.forward(*experts_[e], xl.slice(0, offset[e], offset[e + 1]), kExperts + e));
-  }
+  run_experts(xl, yl, offset, ctx, false);
   const Tensor ys = kept.exchange ? from_experts(yl, *kept.exchange, ctx) : yl;
   Tensor y = ctx.empty(x.shape(), x.dtype()), y2 = y.reshape({N, C_});
   ops::combine_rows(y2, ys, slots, weights);
@@ -261,7 +303,7 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, Context& ctx) {
   const Tensor& slot_weights = ctx.saved[3];
   const Tensor dy2 = dy.reshape({-1, C_});
   const std::int64_t N = dy2.dim(0), P = r.offset.back(), E = cfg_.experts, K = cfg_.experts_per_token;
-  // The weights' gradient, then each expert's rows' (dy times their weight), experts in reverse.
+  // The weights' gradient, then each expert's rows' (dy times their weight).
   Tensor dweights = ctx.empty({N, K}, DType::f32);
   ops::slot_dots(dweights, dy2, ys, slots);
   Tensor dys = ctx.empty({P, C_}, dy.dtype());
@@ -269,10 +311,7 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, Context& ctx) {
   const std::vector<std::int64_t>& offset = kept.exchange ? kept.exchange->offset : r.offset;
   const Tensor dyl = kept.exchange ? to_experts(dys, *kept.exchange, ctx) : dys;
   Tensor dxl = ctx.empty(dyl.shape(), dy.dtype());
-  for (std::size_t e = experts_.size(); e-- > 0;) {
-    Tensor out = dxl.slice(0, offset[e], offset[e + 1]);
-    out.copy_from(ctx.backward(*experts_[e], dyl.slice(0, offset[e], offset[e + 1]), kExperts + e));
-  }
+  run_experts(dyl, dxl, offset, ctx, true);
   const Tensor dxs = kept.exchange ? from_experts(dxl, *kept.exchange, ctx) : dxl;
   Tensor dx = ctx.empty(dy.shape(), dy.dtype()), dx2 = dx.reshape({N, C_});
   ops::combine_rows(dx2, dxs, slots);

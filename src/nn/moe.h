@@ -12,6 +12,12 @@
 // MoE layers of the layer's loss (transformers' load_balancing_loss_func over one layer's
 // logits) times its coefficient.
 //
+// On the host, with two experts or more a thread, the experts run at once, each whole on one
+// thread (Runner::forward_concurrently): one parallel region a pass in place of each small
+// product's and activation's own, whose joins cost more than the products at a small expert's
+// batch. Not where the experts' linears are split over tensor ranks (they talk to them), nor
+// under a memory budget (there the memory manager holds one expert's weights at a time).
+//
 // Expert parallelism (an expert group of G ranks, parallel.expert; Lepikhin et al. 2021, GShard):
 // each rank holds experts [g E/G, (g+1) E/G) of the group's index g and routes its own tokens
 // over all E; an all-to-all sends each expert's rows to its rank (their counts first), which runs
@@ -87,6 +93,11 @@ class MixtureOfExperts final : public Module {
   // back: rows [L, C] -> this rank's slots [P, C].
   Tensor to_experts(const Tensor& slots, const Exchange& x, Context& ctx) const;
   Tensor from_experts(const Tensor& rows, const Exchange& x, Context& ctx) const;
+  // out's rows of each expert (rows [offset e, offset e+1)) from in's: its output in forward, its
+  // input gradient in backward; the experts one at a time, or at once where concurrent().
+  void run_experts(const Tensor& in, Tensor& out, const std::vector<std::int64_t>& offset, Context& ctx,
+                   bool backward) const;
+  bool concurrent(const Tensor& x, const StepState& state, bool backward) const;
 
   MoeConfig cfg_;
   std::int64_t C_;
@@ -97,6 +108,7 @@ class MixtureOfExperts final : public Module {
   std::vector<comm::Communicator*> batch_groups_;
   comm::Communicator* expert_group_;
   int first_expert_ = 0;  // this rank's experts: [first_expert_, first_expert_ + experts_.size())
+  bool whole_linears_;    // the experts' linears are whole on each rank (no tensor parallelism)
 };
 
 }  // namespace tidal::nn

@@ -5,6 +5,8 @@
 
 #include "core/tensor.h"
 
+#include <cstddef>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -42,11 +44,29 @@ class Runner {
   Tensor forward(Module& m, const Tensor& x, Context& ctx);
   Tensor backward(Module& m, const Tensor& dy, Context& ctx);
 
+  // Modules that share nothing and talk to no other rank (a mixture's experts, nn/moe.h), run at
+  // once on the host's threads: one parallel region in place of each module's ops' own, each
+  // thread running whole modules (module i on xs[i] in ctxs[i]) with their ops on that thread
+  // alone (OpenMP's nested regions, as attention's blocks), and handing module i's output to
+  // done(i, y) there. Modules are taken in the given order (largest first balances the threads).
+  // The hooks hear every module of the trees, parents first, before any runs, and after all have
+  // run in reverse, on this thread: each module of a tree must run once (an MLP's linears and
+  // activation do), and the hooks hold every tree's parameters at once. Not under a zero-bubble B
+  // (StepState::weight_gradients) or over blocks of rows (more_parts): those run one at a time.
+  using Done = std::function<void(std::size_t i, const Tensor& y)>;
+  void forward_concurrently(std::span<Module* const> ms, std::span<const Tensor> xs, std::span<Context* const> ctxs,
+                            const Done& done);
+  void backward_concurrently(std::span<Module* const> ms, std::span<const Tensor> dys,
+                             std::span<Context* const> ctxs, const Done& done);
+
  private:
   Tensor run_forward(Module& m, const Tensor& x, Context& ctx);
   Tensor run_backward(Module& m, const Tensor& dy, Context& ctx);
+  void run_concurrently(std::span<Module* const> ms, std::span<const Tensor> ins, std::span<Context* const> ctxs,
+                        const Done& done, bool backward);
 
   std::vector<ModuleHooks*> hooks_;
+  bool hooks_held_ = false;  // inside a concurrent run, whose hooks are called around it
 };
 
 }  // namespace tidal::nn

@@ -64,8 +64,9 @@ inline void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, 
   TIDAL_OPS_DISPATCH(param, adamw_step, param, grad, m, v, opt, step, low);
 }
 // adamw_step on each of `tensors` (every one on the first one's device), as one pass: on a GPU one
-// launch for up to a few dozen tensors (a chunk's parameters, or a model's), the same bits as a
-// launch each.
+// launch for up to a few dozen tensors (a chunk's parameters, or a model's), on the CPU one
+// parallel region for them all (each thread an even share of their elements), the same bits as a
+// step each.
 inline void adamw_steps(std::vector<AdamWTensors>& tensors, const AdamWOptions& opt, std::int64_t step) {
   if (tensors.empty()) return;
   TIDAL_OPS_DISPATCH(tensors.front().param, adamw_steps, tensors, opt, step);

@@ -1,13 +1,18 @@
 // The module runner: hooks see every module's forward and backward in execution order (the
-// order PatrickStar's access / release and ZeRO-3 rely on), and tied parameters are owned once.
+// order PatrickStar's access / release and ZeRO-3 rely on), and tied parameters are owned once;
+// modules run at once on the threads hear their hooks around the whole run, and an error in one
+// comes back to the caller.
 #include "models/gpt/gpt.h"
+#include "nn/linear.h"
 #include "nn/runner.h"
 #include "support/random.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <map>
+#include <stdexcept>
 
 namespace tidal {
 namespace {
@@ -138,6 +143,69 @@ TEST(ModuleRunner, TiedParameterIsOwnedOnceAndUsedTwice) {
   EXPECT_EQ(model->parameters().size(), 16u);
   // Parameters: V*C + T*C + block (12 C^2 + 13 C) + 2C.
   EXPECT_EQ(model->num_parameters(), 11 * 8 + 5 * 8 + 12 * 64 + 13 * 8 + 2 * 8);
+}
+
+// A module whose forward fails.
+class Failing final : public nn::Module {
+ public:
+  Tensor forward(const Tensor&, nn::Context&) override { throw std::runtime_error("failing forward"); }
+  Tensor backward(const Tensor& dy, nn::Context&) override { return dy; }
+};
+
+// Five linears at once on two threads: every module's before-hook comes before any after-hook,
+// each output and gradient is the linear's own, handed over once; one failing module's error
+// reaches the caller, and the runner hears its hooks around each module again after.
+TEST(ModuleRunner, ModulesAtOnceHearTheirHooksAroundTheRun) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  std::vector<std::unique_ptr<nn::Linear>> linears;
+  std::vector<nn::Module*> modules;
+  std::vector<Tensor> xs, dys;
+  for (int i = 0; i < 5; ++i) {
+    linears.push_back(std::make_unique<nn::Linear>(6, 4 + i, false, nn::ParameterInit::normal(1.0f)));
+    linears.back()->assign_names("linear" + std::to_string(i));
+    nn::Parameter& w = *linears.back()->parameters()[0];
+    w.data = testing::randn(w.shape, std::uint64_t(10 + i));
+    w.grad = Tensor::zeros(w.shape);
+    modules.push_back(linears.back().get());
+    xs.push_back(testing::randn({3, 6}, std::uint64_t(20 + i)));
+    dys.push_back(testing::randn({3, 4 + i}, std::uint64_t(30 + i)));
+  }
+  RecordingHooks hooks;
+  nn::Runner runner;
+  runner.add_hooks(&hooks);
+  const nn::StepState state{.runner = &runner};
+  nn::Context ctx(state);
+  const std::vector<std::size_t> slots{0, 1, 2, 3, 4};
+  std::vector<Tensor> ys(5), dxs(5);
+  ctx.forward_concurrently(modules, xs, slots, [&](std::size_t i, const Tensor& y) { ys[i] = y; });
+  ctx.backward_concurrently(modules, dys, slots, [&](std::size_t i, const Tensor& dx) { dxs[i] = dx; });
+  ASSERT_EQ(hooks.log.size(), 20u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(hooks.log[i], "F+ linear" + std::to_string(i));
+    EXPECT_EQ(hooks.log[5 + i], "F- linear" + std::to_string(4 - i));
+    EXPECT_EQ(hooks.log[10 + i], "B+ linear" + std::to_string(i));
+    EXPECT_EQ(hooks.log[15 + i], "B- linear" + std::to_string(4 - i));
+  }
+  for (std::size_t i = 0; i < 5; ++i) {  // against the same linear one at a time
+    nn::Parameter& w = *linears[i]->parameters()[0];
+    const Tensor grad = w.grad.clone();
+    w.grad.zero_();
+    nn::Context alone(state);
+    ASSERT_TRUE(ys[i].defined() && dxs[i].defined()) << i;
+    EXPECT_EQ(values(ys[i]), values(runner.forward(*modules[i], xs[i], alone))) << i;
+    EXPECT_EQ(values(dxs[i]), values(runner.backward(*modules[i], dys[i], alone))) << i;
+    EXPECT_EQ(values(grad), values(w.grad)) << i;
+  }
+  Failing failing;
+  failing.assign_names("failing");
+  modules[2] = &failing;
+  EXPECT_THROW(ctx.forward_concurrently(modules, xs, slots, [](std::size_t, const Tensor&) {}), std::runtime_error);
+  hooks.log.clear();
+  nn::Context after(state);
+  runner.forward(*modules[0], xs[0], after);
+  EXPECT_EQ(hooks.log, (std::vector<std::string>{"F+ linear0", "F- linear0"}));
+  omp_set_num_threads(threads);
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 //   differences of the same losses;
 // - the row moves against their loops in double;
 // - a block with experts no token reaches (every expert still runs, with no rows) and with a
-//   capacity that drops: its output is what the kept picks give.
+//   capacity that drops: its output is what the kept picks give;
+// - the experts run at once on two threads (nn/moe.h) give what they give one at a time.
 #include "nn/moe.h"
 #include "nn/runner.h"
 #include "ops/expert_rows.h"
@@ -14,8 +15,11 @@
 #include "support/tolerance.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 namespace tidal {
@@ -145,18 +149,25 @@ TEST(ExpertRows, GatherCombineAndDotsAgainstLoops) {
   EXPECT_EQ(dots.data<float>()[3], 0.0f) << "a dropped pick's dot product";
 }
 
+// A mixture of width 16, its parameters random (by name) and their gradients zero.
+std::unique_ptr<nn::MixtureOfExperts> random_mixture(const nn::MoeConfig& cfg) {
+  auto moe = std::make_unique<nn::MixtureOfExperts>(16, cfg, nn::ParameterInit::normal(0.5f),
+                                                    nn::ParameterInit::normal(0.5f), nn::single_device_layers());
+  moe->assign_names("moe");
+  for (nn::Parameter* p : moe->parameters()) {
+    p->data = randn(p->shape, std::hash<std::string>{}(p->name) % 1000, 0.5f);
+    p->grad = Tensor::zeros(p->shape);
+  }
+  return moe;
+}
+
 // 6 tokens over 8 experts, 1 a token: at least two experts get no rows and still run. With a
 // capacity of one pick per expert, a token whose expert is full gets nothing from the mixture.
 TEST(MixtureOfExperts, IdleExpertsRunAndDroppedTokensGetNothing) {
   for (double capacity : {0.0, 1.0}) {
     nn::MoeConfig cfg{.experts = 8, .experts_per_token = 1, .expert_hidden = 12, .capacity_factor = capacity};
-    nn::MixtureOfExperts moe(16, cfg, nn::ParameterInit::normal(0.5f), nn::ParameterInit::normal(0.5f),
-                             nn::single_device_layers());
-    moe.assign_names("moe");
-    for (nn::Parameter* p : moe.parameters()) {
-      p->data = randn(p->shape, std::hash<std::string>{}(p->name) % 1000, 0.5f);
-      p->grad = Tensor::zeros(p->shape);
-    }
+    const auto mixture = random_mixture(cfg);
+    nn::MixtureOfExperts& moe = *mixture;
     nn::Runner runner;
     nn::ExpertRecord record;
     const nn::StepState state{.runner = &runner, .experts = &record};
@@ -186,6 +197,45 @@ TEST(MixtureOfExperts, IdleExpertsRunAndDroppedTokensGetNothing) {
       EXPECT_EQ(double(zero_rows), load.dropped);
     }
   }
+}
+
+// How many modules' forwards are open at once, at most.
+class OpenForwards final : public nn::ModuleHooks {
+ public:
+  void before_forward(nn::Module&) override { most = std::max(most, ++open); }
+  void after_forward(nn::Module&) override { --open; }
+  int open = 0, most = 0;
+};
+
+// Two threads and eight experts: the experts run at once, each whole on one thread (every
+// product on one thread), their hooks all heard before any runs; one thread: one at a time. The
+// output, the input's gradient and every parameter's gradient agree (the products' sums may go in
+// another order on one thread).
+TEST(MixtureOfExperts, ExpertsAtOnceGiveWhatOneAtATimeGives) {
+  const int threads = omp_get_max_threads();
+  std::map<std::string, Tensor> grads[2];
+  Tensor ys[2], dxs[2];
+  for (const int run : {0, 1}) {
+    omp_set_num_threads(run == 0 ? 1 : 2);
+    const nn::MoeConfig cfg{.experts = 8, .experts_per_token = 2, .expert_hidden = 24};
+    const auto mixture = random_mixture(cfg);
+    nn::MixtureOfExperts& moe = *mixture;
+    nn::Runner runner;
+    OpenForwards hooks;
+    runner.add_hooks(&hooks);
+    const nn::StepState state{.runner = &runner};
+    nn::Context ctx(state);
+    ys[run] = runner.forward(moe, randn({2, 40, 16}, 52), ctx).clone();
+    // The block, and an expert and its linear, or the block and 8 experts of 4 modules each.
+    EXPECT_EQ(hooks.most, run == 0 ? 3 : 1 + 8 * 4);
+    dxs[run] = runner.backward(moe, randn({2, 40, 16}, 53), ctx).clone();
+    for (nn::Parameter* p : moe.parameters()) grads[run][p->name] = p->grad.clone();
+  }
+  omp_set_num_threads(threads);
+  EXPECT_TRUE(all_close(ys[1], ys[0], kFp32));
+  EXPECT_TRUE(all_close(dxs[1], dxs[0], kFp32));
+  ASSERT_EQ(grads[1].size(), grads[0].size());
+  for (const auto& [name, g] : grads[0]) EXPECT_TRUE(all_close(grads[1].at(name), g, kFp32)) << name;
 }
 
 }  // namespace

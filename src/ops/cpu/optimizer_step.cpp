@@ -4,42 +4,58 @@
 
 #include "ops/cpu/typed.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 
 namespace tidal::ops::cpu {
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt, std::int64_t step,
-                Tensor* low) {
-  expect_cpu_contiguous({&param, &grad, &m, &v}, "adamw operand");
-  TIDAL_ASSERT(param.dtype() == DType::f32 && m.dtype() == DType::f32 && v.dtype() == DType::f32 &&
-                   grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
-               "adamw param {} grad {} m {} v {}", param.str(), grad.str(), m.str(), v.str());
+namespace {
+
+// What every element's update reads besides its own values. Every constant in a local: the loop
+// then vectorises (sqrt included: the build does not keep errno for math functions).
+struct AdamWConstants {
+  float beta1, beta2, eps, step_size, bc2_sqrt, decay, unscale;
+};
+
+AdamWConstants constants(const AdamWOptions& opt, std::int64_t step) {
   TIDAL_ASSERT(step >= 1, "adamw step {} (counts from 1)", step);
-  if (low != nullptr) {
-    expect_cpu_contiguous(*low, "adamw low-precision copy");
-    TIDAL_ASSERT(low->numel() == param.numel(), "adamw param {} copy {}", param.str(), low->str());
-    if (low->raw() == param.raw()) low = nullptr;  // the parameter itself
-  }
-  // Every constant in a local: the loop then vectorises (sqrt included: the build does not keep
-  // errno for math functions), and the threads split it evenly.
-  const float beta1 = opt.beta1, beta2 = opt.beta2, eps = opt.eps;
-  const float bc1 = 1.0f - std::pow(beta1, float(step));
-  const float bc2 = 1.0f - std::pow(beta2, float(step));
-  const float step_size = opt.lr / bc1;
-  const float bc2_sqrt = std::sqrt(bc2);
-  const float decay = 1.0f - opt.lr * opt.weight_decay;
-  const float unscale = 1.0f / opt.grad_scale;
-  const std::int64_t n = param.numel();
-  float* __restrict p = param.data<float>();
-  float* __restrict pm = m.data<float>();
-  float* __restrict pv = v.data<float>();
-  with_float_type(grad.dtype(), [&]<class G>() {
+  const float bc1 = 1.0f - std::pow(opt.beta1, float(step));
+  const float bc2 = 1.0f - std::pow(opt.beta2, float(step));
+  return {.beta1 = opt.beta1, .beta2 = opt.beta2, .eps = opt.eps, .step_size = opt.lr / bc1,
+          .bc2_sqrt = std::sqrt(bc2), .decay = 1.0f - opt.lr * opt.weight_decay, .unscale = 1.0f / opt.grad_scale};
+}
+
+bool is_float_type(DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; }
+
+void expect_adamw_tensors(const AdamWTensors& t) {
+  expect_cpu_contiguous({&t.param, &t.grad, &t.m, &t.v}, "adamw operand");
+  TIDAL_ASSERT(t.param.dtype() == DType::f32 && t.m.dtype() == DType::f32 && t.v.dtype() == DType::f32 &&
+                   is_float_type(t.grad.dtype()) && t.grad.numel() == t.param.numel() &&
+                   t.m.numel() == t.param.numel() && t.v.numel() == t.param.numel(),
+               "adamw param {} grad {} m {} v {}", t.param.str(), t.grad.str(), t.m.str(), t.v.str());
+  if (!t.low.defined()) return;
+  expect_cpu_contiguous(t.low, "adamw low-precision copy");
+  TIDAL_ASSERT(t.low.numel() == t.param.numel() && is_float_type(t.low.dtype()), "adamw param {} copy {}",
+               t.param.str(), t.low.str());
+}
+
+// Elements [begin, end) of one parameter's update, on this thread.
+void update(const AdamWTensors& t, const AdamWConstants& k, std::int64_t begin, std::int64_t end) {
+  const float beta1 = k.beta1, beta2 = k.beta2, eps = k.eps, step_size = k.step_size, bc2_sqrt = k.bc2_sqrt,
+              decay = k.decay, unscale = k.unscale;
+  float* __restrict p = t.param.data<float>();
+  float* __restrict pm = t.m.data<float>();
+  float* __restrict pv = t.v.data<float>();
+  const bool low = t.low.defined() && t.low.raw() != t.param.raw();  // else the parameter itself
+  with_float_type(t.grad.dtype(), [&]<class G>() {
     // The gradient and the copy may share storage: no __restrict on them (omp simd vectorises
     // the loop all the same; an element is read before it is written).
-    const auto update = [&](auto write_low) {
-      const G* pg = grad.data<G>();
-#pragma omp parallel for simd schedule(static)
-      for (std::int64_t i = 0; i < n; ++i) {
+    const auto run = [&](auto write_low) {
+      const G* pg = t.grad.data<G>();
+#pragma omp simd
+      for (std::int64_t i = begin; i < end; ++i) {
         const float g = to_float(pg[i]) * unscale;
         const float mi = beta1 * pm[i] + (1.0f - beta1) * g;
         const float vi = beta2 * pv[i] + (1.0f - beta2) * g * g;
@@ -49,15 +65,45 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
         write_low(i, p[i]);
       }
     };
-    if (low == nullptr) {
-      update([](std::int64_t, float) {});
+    if (!low) {
+      run([](std::int64_t, float) {});
       return;
     }
-    with_float_type(low->dtype(), [&]<class L>() {
-      L* pl = low->data<L>();
-      update([pl](std::int64_t i, float value) { pl[i] = from_float<L>(value); });
+    with_float_type(t.low.dtype(), [&]<class L>() {
+      L* pl = t.low.data<L>();
+      run([pl](std::int64_t i, float value) { pl[i] = from_float<L>(value); });
     });
   });
+}
+
+}  // namespace
+
+void adamw_steps(std::vector<AdamWTensors>& tensors, const AdamWOptions& opt, std::int64_t step) {
+  const AdamWConstants k = constants(opt, step);
+  std::vector<std::int64_t> start{0};  // each tensor's first element among all of them
+  for (const AdamWTensors& t : tensors) {
+    expect_adamw_tensors(t);
+    start.push_back(start.back() + t.param.numel());
+  }
+  // One parallel region for the run (a chunk's parameters): each thread updates an even share of
+  // all their elements, tensor after tensor, its bounds on 16 elements (64 bytes of fp32).
+  const std::int64_t total = start.back();
+#pragma omp parallel
+  {
+    const std::int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
+    const std::int64_t lo = total * me / threads / 16 * 16;
+    const std::int64_t hi = me + 1 == threads ? total : total * (me + 1) / threads / 16 * 16;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const std::int64_t b = std::max(lo, start[i]), e = std::min(hi, start[i + 1]);
+      if (b < e) update(tensors[i], k, b - start[i], e - start[i]);
+    }
+  }
+}
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWOptions& opt, std::int64_t step,
+                Tensor* low) {
+  std::vector<AdamWTensors> one{{.param = param, .grad = grad, .m = m, .v = v, .low = low ? *low : Tensor()}};
+  cpu::adamw_steps(one, opt, step);
 }
 
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdOptions& opt, bool first_step) {
@@ -81,11 +127,6 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
       p[i] -= lr * g;
     }
   });
-}
-
-void adamw_steps(std::vector<AdamWTensors>& tensors, const AdamWOptions& opt, std::int64_t step) {
-  for (AdamWTensors& t : tensors)
-    cpu::adamw_step(t.param, t.grad, t.m, t.v, opt, step, t.low.defined() ? &t.low : nullptr);
 }
 
 }  // namespace tidal::ops::cpu
