@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <omp.h>
+
 #include <cstring>
 
 #if TIDAL_CUDA
@@ -13,6 +15,47 @@
 namespace tidal {
 
 Allocator& allocator_on(Device device) { return device.is_cuda() ? gpu_allocator() : default_allocator(); }
+
+namespace {
+
+// Host copies and zeroing of 1 MiB and more are split over the threads, outside parallel
+// regions: one thread's stores reach a fraction of what the memory takes (measured on a 2-core
+// Xeon VM, 92 MiB: memcpy 6.7 GB/s on one thread, 14.3 on two; memset 10.8 and 41).
+constexpr std::size_t kSplitBytes = std::size_t(1) << 20;
+
+bool split(std::size_t bytes) { return bytes >= kSplitBytes && omp_get_max_threads() > 1 && !omp_in_parallel(); }
+
+// f(lo, hi) for each thread's share [lo, hi) of [0, bytes), shares cache lines apart.
+template <class F>
+void on_shares(std::size_t bytes, const F& f) {
+#pragma omp parallel
+  {
+    const std::size_t n = std::size_t(omp_get_num_threads()), i = std::size_t(omp_get_thread_num());
+    f(bytes * i / n / 64 * 64, i + 1 == n ? bytes : bytes * (i + 1) / n / 64 * 64);
+  }
+}
+
+void host_copy_rows(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t row_bytes,
+                    std::size_t rows) {
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  if (!split(row_bytes * rows)) {
+    for (std::size_t r = 0; r < rows; ++r) std::memcpy(d + r * dst_pitch, s + r * src_pitch, row_bytes);
+  } else if (rows == 1) {
+    on_shares(row_bytes, [&](std::size_t lo, std::size_t hi) { std::memcpy(d + lo, s + lo, hi - lo); });
+  } else {
+#pragma omp parallel for schedule(static)
+    for (std::size_t r = 0; r < rows; ++r) std::memcpy(d + r * dst_pitch, s + r * src_pitch, row_bytes);
+  }
+}
+
+void host_zero(void* dst, std::size_t bytes) {
+  char* d = static_cast<char*>(dst);
+  if (!split(bytes)) std::memset(d, 0, bytes);
+  else on_shares(bytes, [&](std::size_t lo, std::size_t hi) { std::memset(d + lo, 0, hi - lo); });
+}
+
+}  // namespace
 
 #if TIDAL_CUDA
 
@@ -89,8 +132,7 @@ void copy_rows(void* dst, std::size_t dst_pitch, Device dst_device, const void* 
                Device src_device, std::size_t row_bytes, std::size_t rows) {
   if (row_bytes == 0 || rows == 0 || dst_device.is_meta() || src_device.is_meta()) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
-    for (std::size_t r = 0; r < rows; ++r)
-      std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+    host_copy_rows(dst, dst_pitch, src, src_pitch, row_bytes, rows);
     return;
   }
   const cudaStream_t s = cuda::compute_stream();
@@ -107,7 +149,7 @@ void copy_rows(void* dst, std::size_t dst_pitch, Device dst_device, const void* 
 void zero_bytes(void* dst, Device device, std::size_t bytes) {
   if (device.is_meta()) return;
   if (device.is_cpu()) {
-    std::memset(dst, 0, bytes);
+    host_zero(dst, bytes);
     return;
   }
   TIDAL_CUDA_CALL(cudaMemsetAsync(dst, 0, bytes, cuda::compute_stream()));
@@ -227,14 +269,13 @@ void copy_rows(void* dst, std::size_t dst_pitch, Device dst_device, const void* 
                Device src_device, std::size_t row_bytes, std::size_t rows) {
   if (dst_device.is_meta() || src_device.is_meta()) return;
   if (dst_device.is_cuda() || src_device.is_cuda()) no_cuda("a copy to or from a GPU tensor");
-  for (std::size_t r = 0; r < rows; ++r)
-    std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+  host_copy_rows(dst, dst_pitch, src, src_pitch, row_bytes, rows);
 }
 
 void zero_bytes(void* dst, Device device, std::size_t bytes) {
   if (device.is_meta()) return;
   if (device.is_cuda()) no_cuda("zeroing a GPU tensor");
-  std::memset(dst, 0, bytes);
+  host_zero(dst, bytes);
 }
 
 void fill_f32(float* dst, Device device, std::int64_t n, float value) {

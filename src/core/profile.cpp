@@ -15,6 +15,7 @@ namespace {
 std::atomic<StepProfile*> g_active{nullptr};
 thread_local int t_op_depth = 0;                    // ops running on this thread
 thread_local ModuleTimer* t_module_top = nullptr;  // innermost module call on this thread
+thread_local double t_share = 1.0;                  // what this thread's seconds count (ConcurrentProfile)
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -89,7 +90,7 @@ OpTimer::OpTimer(OpFamily family) : family_(family) {
 
 OpTimer::~OpTimer() {
   --t_op_depth;
-  if (profile_) profile_->add_op(family_, seconds_since(start_));
+  if (profile_) profile_->add_op(family_, t_share * seconds_since(start_));
 }
 
 ModuleTimer::ModuleTimer(const std::type_info& kind) : kind_(&kind) {
@@ -102,10 +103,28 @@ ModuleTimer::ModuleTimer(const std::type_info& kind) : kind_(&kind) {
 
 ModuleTimer::~ModuleTimer() {
   if (!profile_) return;
-  const double total = seconds_since(start_);
+  const double total = t_share * seconds_since(start_);
   t_module_top = parent_;
   if (parent_) parent_->children_s_ += total;
   profile_->add_module(kind_name(*kind_), total - children_s_);
+}
+
+ConcurrentProfile::ConcurrentProfile() : caller_(active_profile() ? t_module_top : nullptr) {
+  if (caller_) start_ = std::chrono::steady_clock::now();
+}
+
+ConcurrentProfile::~ConcurrentProfile() {
+  if (caller_) caller_->children_s_ += t_share * seconds_since(start_);
+}
+
+ConcurrentProfile::Share::Share(int threads) : share_(t_share), top_(t_module_top) {
+  t_share = share_ / threads;
+  t_module_top = nullptr;
+}
+
+ConcurrentProfile::Share::~Share() {
+  t_share = share_;
+  t_module_top = top_;
 }
 
 }  // namespace tidal

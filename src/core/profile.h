@@ -6,6 +6,9 @@
 //   and their sum is at most the step time (the rest is "outside ops": framework, allocation).
 // - A module kind's time is self time: a module call's time less the calls of its children, so
 //   the kinds never overlap either.
+// - Modules run at once on the host's threads (nn::Runner::forward_concurrently) count a share
+//   of each thread's time, 1 / threads, so that the region's figures still sum to about its
+//   wall time; the module that started the region does not count it as its own.
 // - CPU wall time. A GPU op's launch returns before the kernel ends, so under train.device =
 //   cuda the figures are launch times, and "outside ops" holds the waits.
 // Off (no active profile), an op pays one relaxed atomic load.
@@ -92,6 +95,35 @@ class OpTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
+class ModuleTimer;
+
+// Around a parallel region whose threads each run whole modules (nn::Runner::run_concurrently):
+// made on the calling thread before the region, a Share on every thread of it.
+class ConcurrentProfile {
+ public:
+  ConcurrentProfile();
+  ~ConcurrentProfile();  // the region's wall time is the calling module's children's
+  ConcurrentProfile(const ConcurrentProfile&) = delete;
+  ConcurrentProfile& operator=(const ConcurrentProfile&) = delete;
+
+  // This thread's times count 1 / threads, and its modules have no parent, while it lives.
+  class Share {
+   public:
+    explicit Share(int threads);
+    ~Share();
+    Share(const Share&) = delete;
+    Share& operator=(const Share&) = delete;
+
+   private:
+    double share_;
+    ModuleTimer* top_;
+  };
+
+ private:
+  ModuleTimer* caller_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 // Times one module call's self time (the Runner makes one per forward and backward).
 class ModuleTimer {
  public:
@@ -101,6 +133,7 @@ class ModuleTimer {
   ModuleTimer& operator=(const ModuleTimer&) = delete;
 
  private:
+  friend class ConcurrentProfile;
   StepProfile* profile_ = nullptr;
   const std::type_info* kind_;
   ModuleTimer* parent_ = nullptr;

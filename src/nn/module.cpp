@@ -5,6 +5,8 @@
 #include "ops/cast.h"
 #include "ops/residual.h"
 
+#include <omp.h>
+
 #include <exception>
 #include <mutex>
 
@@ -18,14 +20,17 @@ void add_tree(Module& m, std::vector<Module*>& out) {
 }
 
 // run(i) for i < n, each call on one of the threads, taken in order as threads come free; the
-// step's temporaries go where this thread's go. The first exception is rethrown here, after all.
+// step's temporaries go where this thread's go, and a profile counts each thread's share. The
+// first exception is rethrown here, after all.
 void on_threads(std::size_t n, const std::function<void(std::size_t)>& run) {
   Allocator& temporaries = default_allocator();
   std::exception_ptr error;
   std::mutex error_lock;
+  const ConcurrentProfile profile;
 #pragma omp parallel
   {
     const ScopedDefaultAllocator same(temporaries);
+    const ConcurrentProfile::Share share(omp_get_num_threads());
 #pragma omp for schedule(dynamic, 1)
     for (std::size_t i = 0; i < n; ++i) {
       try {

@@ -12,21 +12,29 @@ namespace tidal::ops {
 std::vector<double> sums_of_squares(std::span<const Tensor> xs) {
   const OpTimer timer(OpFamily::optimizer);
   std::vector<double> sums(xs.size(), 0.0);
-#if TIDAL_CUDA
-  // The GPU's tensors in one batch (offload may leave some of a list on the host).
-  std::vector<Tensor> on_gpu;
-  std::vector<std::size_t> at;
-  for (std::size_t i = 0; i < xs.size(); ++i)
-    if (xs[i].device().is_cuda()) {
-      on_gpu.push_back(xs[i]);
-      at.push_back(i);
+  // The host's tensors in one batch and the GPU's in another (offload may leave some of a list
+  // on the host); meta tensors one at a time.
+  std::vector<Tensor> host, gpu;
+  std::vector<std::size_t> host_at, gpu_at;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i].device().is_meta()) {
+      sums[i] = sum_of_squares(xs[i]);
+    } else {
+      (xs[i].device().is_cpu() ? host : gpu).push_back(xs[i]);
+      (xs[i].device().is_cpu() ? host_at : gpu_at).push_back(i);
     }
-  const std::vector<double> gpu_sums = cuda::sums_of_squares(on_gpu);
-  for (std::size_t k = 0; k < at.size(); ++k) sums[at[k]] = gpu_sums[k];
-  for (std::size_t i = 0; i < xs.size(); ++i)
-    if (!xs[i].device().is_cuda()) sums[i] = sum_of_squares(xs[i]);
+  }
+  const auto put = [&](const std::vector<double>& got, const std::vector<std::size_t>& at) {
+    for (std::size_t k = 0; k < at.size(); ++k) sums[at[k]] = got[k];
+  };
+  put(cpu::sums_of_squares(host), host_at);
+#if TIDAL_CUDA
+  put(cuda::sums_of_squares(gpu), gpu_at);
 #else
-  for (std::size_t i = 0; i < xs.size(); ++i) sums[i] = sum_of_squares(xs[i]);
+  TIDAL_CHECK(gpu.empty(),
+              "op sums_of_squares got a tensor on {}, and this build has no CUDA backend (rebuild with nvcc "
+              "installed: cmake -DTIDAL_CUDA=ON)",
+              gpu.front().device().str());
 #endif
   return sums;
 }

@@ -11,6 +11,7 @@ namespace tidal::ops {
 
 namespace cpu {
 double sum_of_squares(const Tensor& x);
+std::vector<double> sums_of_squares(std::span<const Tensor> xs);
 }
 namespace meta {  // ops/meta/: what the op costs, on meta tensors
 double sum_of_squares(const Tensor& x);
@@ -40,7 +41,8 @@ inline double sum_of_squares(const Tensor& x) {
 }
 
 // sum_of_squares of each tensor, bitwise the same, in one batch: where the tensors are on the
-// GPU, the host waits once for all of them, not once a tensor.
+// GPU, the host waits once for all of them, not once a tensor; on the host, one parallel region
+// for them all.
 std::vector<double> sums_of_squares(std::span<const Tensor> xs);
 
 // The L2 norm over all tensors, as one vector.

@@ -1,10 +1,11 @@
-// core/profile.h: op families by name, outermost-op charging, module self time, and nothing
-// recorded while no profile is active.
+// core/profile.h: op families by name, outermost-op charging, module self time, a share of each
+// thread's time for modules run at once, and nothing recorded while no profile is active.
 #include "core/profile.h"
 #include "engine/step_profile.h"
 #include "ops/gelu.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <chrono>
 #include <thread>
@@ -73,6 +74,31 @@ TEST(Profile, ModulesGetSelfTimeAndARealOpItsFamily) {
   EXPECT_GE(t.modules.at("Outer"), 0.01);
   EXPECT_LT(t.modules.at("Outer"), 0.03);  // its child's 30 ms are not its own
   EXPECT_GT(t.ops[std::size_t(OpFamily::gelu)], 0.0);
+}
+
+TEST(Profile, ModulesAtOnceCountAShareOfEachThreadsTime) {
+  StepProfile profile;
+  {
+    const ProfileRecording recording(profile);
+    const ModuleTimer outer(typeid(Outer));
+    busy_for(0.01);
+    const ConcurrentProfile region;
+#pragma omp parallel num_threads(2)
+    {
+      const ConcurrentProfile::Share share(omp_get_num_threads());
+      const ModuleTimer inner(typeid(Inner));
+      const OpTimer op(OpFamily::gemm);
+      busy_for(0.04);
+    }
+  }
+  const StepProfile::Totals t = profile.take();
+  ASSERT_TRUE(t.modules.count("Outer") && t.modules.count("Inner"));
+  // Two threads' 40 ms each, at once: about 40 ms, not 80.
+  EXPECT_GE(t.modules.at("Inner"), 0.04);
+  EXPECT_LT(t.modules.at("Inner"), 0.06);
+  EXPECT_GE(t.ops[std::size_t(OpFamily::gemm)], 0.04);
+  EXPECT_LT(t.ops[std::size_t(OpFamily::gemm)], 0.06);
+  EXPECT_LT(t.modules.at("Outer"), 0.03);  // the region is not its own
 }
 
 TEST(Profile, NothingIsRecordedWhileNoProfileIsActive) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 namespace tidal {
 
 TEST(Tensor, ViewsShareStorage) {
@@ -43,6 +45,36 @@ TEST(Tensor, ForeignMemoryIsNotOwned) {
   Tensor c = v.clone();
   EXPECT_TRUE(c.owns_storage());
   EXPECT_EQ(c.data<float>()[5], 6.0f);
+}
+
+TEST(Tensor, LargeHostCopiesAndZerosReachEveryByte) {
+  // From 1 MiB on, host copies and zeroing are split over the threads (core/gpu.cpp): a share
+  // lost or overlapping at a boundary shows here. Sizes not multiples of a cache line.
+  const auto pattern = [](Tensor& t) {
+    auto* p = static_cast<unsigned char*>(t.raw());
+    for (std::size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<unsigned char>(i * 131 + i / 251);
+  };
+  Tensor a = Tensor::empty({(1 << 20) + 4099}, DType::u8), b = Tensor::zeros(a.shape(), DType::u8);
+  pattern(a);
+  b.copy_from(a);
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+  // Rows of a column slice: 600 runs of 1999 bytes, 1.1 MiB in all.
+  Tensor wide = Tensor::empty({600, 2000}, DType::u8);
+  pattern(wide);
+  const Tensor cols = wide.slice(1, 1, 2000);
+  Tensor packed = Tensor::empty({600, 1999}, DType::u8);
+  packed.copy_from(cols);
+  for (std::int64_t r = 0; r < 600; ++r)
+    ASSERT_EQ(std::memcmp(static_cast<const unsigned char*>(packed.raw()) + r * 1999,
+                          static_cast<const unsigned char*>(wide.raw()) + r * 2000 + 1, 1999),
+              0)
+        << "row " << r;
+  pattern(b);
+  b.zero_();
+  const auto* z = static_cast<const unsigned char*>(b.raw());
+  std::size_t nonzero = 0;
+  for (std::size_t i = 0; i < b.nbytes(); ++i) nonzero += z[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
 }
 
 TEST(Tensor, WrongTypeAccessIsAnInternalError) {
