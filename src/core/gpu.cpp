@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cstring>
+#include <thread>
 
 #if TIDAL_CUDA
 #include "core/cuda/allocators.h"
@@ -18,12 +19,18 @@ Allocator& allocator_on(Device device) { return device.is_cuda() ? gpu_allocator
 
 namespace {
 
-// Host copies and zeroing of 1 MiB and more are split over the threads, outside parallel
-// regions: one thread's stores reach a fraction of what the memory takes (measured on a 2-core
-// Xeon VM, 92 MiB: memcpy 6.7 GB/s on one thread, 14.3 on two; memset 10.8 and 41).
+// Host copies and zeroing of 1 MiB and more are split over the threads, on the thread that
+// drives the step (the process's first) outside parallel regions: one thread's stores reach a
+// fraction of what the memory takes (measured on a 2-core Xeon VM, 92 MiB: memcpy 6.7 GB/s on one
+// thread, 14.3 on two; memset 10.8 and 41). A background thread (the checkpoint writer's) copies
+// on its own, beside the step's threads.
 constexpr std::size_t kSplitBytes = std::size_t(1) << 20;
+const std::thread::id g_first_thread = std::this_thread::get_id();  // set as the program loads
 
-bool split(std::size_t bytes) { return bytes >= kSplitBytes && omp_get_max_threads() > 1 && !omp_in_parallel(); }
+bool split(std::size_t bytes) {
+  return bytes >= kSplitBytes && omp_get_max_threads() > 1 && !omp_in_parallel() &&
+         std::this_thread::get_id() == g_first_thread;
+}
 
 // f(lo, hi) for each thread's share [lo, hi) of [0, bytes), shares cache lines apart.
 template <class F>
