@@ -1,6 +1,7 @@
 #include "core/gpu.h"
 
 #include "core/error.h"
+#include "core/thread_share.h"
 
 #include <omp.h>
 
@@ -37,8 +38,8 @@ template <class F>
 void on_shares(std::size_t bytes, const F& f) {
 #pragma omp parallel
   {
-    const std::size_t n = std::size_t(omp_get_num_threads()), i = std::size_t(omp_get_thread_num());
-    f(bytes * i / n / 64 * 64, i + 1 == n ? bytes : bytes * (i + 1) / n / 64 * 64);
+    const ThreadShare mine = thread_share(std::int64_t(bytes), 64);
+    f(std::size_t(mine.lo), std::size_t(mine.hi));
   }
 }
 

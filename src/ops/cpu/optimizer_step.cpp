@@ -2,9 +2,8 @@
 // operation for operation so that fp32 results agree to rounding.
 #include "ops/optimizer_step.h"
 
+#include "core/thread_share.h"
 #include "ops/cpu/typed.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -90,9 +89,7 @@ void adamw_steps(std::vector<AdamWTensors>& tensors, const AdamWOptions& opt, st
   const std::int64_t total = start.back();
 #pragma omp parallel
   {
-    const std::int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
-    const std::int64_t lo = total * me / threads / 16 * 16;
-    const std::int64_t hi = me + 1 == threads ? total : total * (me + 1) / threads / 16 * 16;
+    const auto [lo, hi] = thread_share(total, 16);
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const std::int64_t b = std::max(lo, start[i]), e = std::min(hi, start[i + 1]);
       if (b < e) update(tensors[i], k, b - start[i], e - start[i]);
