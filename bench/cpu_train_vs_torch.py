@@ -100,9 +100,9 @@ def run_tidal_cpu(build, shape, batch, steps, precision, env):
     return {"system": "tidal", "tokens_per_s": tps, "profile": summary.get("profile")}
 
 
-def run_torch(python, shape, batch, steps, precision, mode, threads, env, warmup=WARMUP):
+def run_torch(python, shape, batch, steps, precision, mode, threads, env, warmup=WARMUP, micro_batches=1):
     job = {"shape": shape.__dict__, "batch": batch, "steps": steps, "warmup": warmup, "precision": precision,
-           "device": "cpu", "mode": mode, "threads": threads}
+           "device": "cpu", "mode": mode, "threads": threads, "micro_batches": micro_batches}
     proc = subprocess.run([python, os.path.join(ROOT, "bench", "gpt_training.py"), json.dumps(job)], env=env,
                           capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -269,10 +269,12 @@ def torch_gpt(shape):
     return model, "SDPA (causal)" if sdpa else "manual (oracle's; this torch has no SDPA)"
 
 
-def torch_train(shape, batch, steps, warmup, precision, device, mode, threads=None):
+def torch_train(shape, batch, steps, warmup, precision, device, mode, threads=None, micro_batches=1):
     """Trains `steps` steps (forward, backward, clipping, AdamW) on one random batch of the shape's
     vocabulary and returns a record: tokens/s over the steps after `warmup` (run back to back,
-    synchronised once at the end: PyTorch's best case), or `skipped` with the reason."""
+    synchronised once at the end: PyTorch's best case), or `skipped` with the reason. With
+    `micro_batches`, each step's batch goes through forward and backward in that many equal parts
+    whose gradients accumulate (each part's loss weighted 1 / micro_batches)."""
     import torch
     record = {"system": "PyTorch " + ("eager" if mode == "eager" else "torch.compile"), "torch": torch.__version__}
     if mode == "compile" and not hasattr(torch, "compile"):
@@ -319,19 +321,19 @@ def torch_train(shape, batch, steps, warmup, precision, device, mode, threads=No
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with autocast():
-            loss = forward(tokens, targets)
+        for part_tokens, part_targets in zip(tokens.chunk(micro_batches), targets.chunk(micro_batches)):
+            with autocast():
+                loss = forward(part_tokens, part_targets) / micro_batches
+            (scaler.scale(loss) if scaler else loss).backward()
         if scaler:
-            scaler.scale(loss).backward()
             scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(model.parameters(), o["grad_clip"])
             scaler.step(opt)
             scaler.update()
         else:
-            loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), o["grad_clip"])
             opt.step()
-        return loss
+        return loss * micro_batches
 
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     for _ in range(warmup):

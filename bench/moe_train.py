@@ -14,8 +14,12 @@ system runs --rounds times round-robin and reports its median. Prints tokens/s, 
 tidal / PyTorch (the issue's goal: at least 1.5x) and the MoE step over the dense step (goal: at
 most 1.3x; the median of each round's own ratio), with the config; one JSON line per run last.
 
+With --micro-batches M every system runs each step's batch in M parts whose gradients accumulate
+(tidal's train.micro_batch_size = batch / M; PyTorch's backward on each part's loss / M): the
+tokens a step of real training has, beside the per-parameter work (AdamW, clipping) done once.
+
 usage: bench/moe_train.py [--build build] [--threads N] [--precisions fp32,bf16] [--steps 60] [--warmup 30]
-                          [--rounds 3]
+                          [--rounds 3] [--micro-batches 1]
 """
 import argparse
 import json
@@ -39,8 +43,9 @@ def tiny_shape():
                         experts=m["experts"], experts_per_token=m["experts_per_token"]), cfg["train"]["batch_size"]
 
 
-def run_tidal_cpu(build, shape, batch, steps, warmup, precision, env):
+def run_tidal_cpu(build, shape, batch, steps, warmup, precision, env, micro_batches):
     sets = tidal_sets(shape, batch, steps, precision, "cpu") + ["data.markov_branching=8"]
+    sets += [f"train.micro_batch_size={batch // micro_batches}"]
     records = run_tidal(os.path.join(build, "src", "tidal"), sets, env=env)
     tps, step_s, _ = tidal_speed(records, shape, batch, warmup)
     return {"system": "tidal", "tokens_per_s": tps, "step_s": step_s}
@@ -55,6 +60,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=30, help="untimed first steps of every run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--venv", default=DEFAULT_VENV)
+    ap.add_argument("--micro-batches", type=int, default=1, help="parts of each step's batch, gradients accumulated")
     for key in ("layers", "width", "experts", "expert_width", "seq_len", "batch"):
         ap.add_argument("--" + key.replace("_", "-"), type=int, default=0)
     args = ap.parse_args()
@@ -63,14 +69,17 @@ def main():
                                  "intermediate_size": args.expert_width, "seq_len": args.seq_len}.items() if v}
     shape = MixtralShape(**{**shape.__dict__, **changes})
     batch = args.batch or batch
+    if args.micro_batches < 1 or batch % args.micro_batches:
+        ap.error(f"--micro-batches {args.micro_batches} must divide the batch {batch} (--batch)")
     dense = shape.dense()
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     if kernels := blas_kernels():
         env["OPENBLAS_CORETYPE"] = kernels
     torch2 = torch2_python(args.venv)
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"config: {cpu}, {args.threads} threads; batch {batch}; {args.steps} steps a run, the first {args.warmup} "
-          f"untimed; {args.rounds} rounds round-robin, medians")
+    parts = f" in {args.micro_batches} micro-batches" if args.micro_batches > 1 else ""
+    print(f"config: {cpu}, {args.threads} threads; batch {batch}{parts}; {args.steps} steps a run, the first "
+          f"{args.warmup} untimed; {args.rounds} rounds round-robin, medians")
     print(f"  MoE:   {shape.describe()}; {shape.parameters() / 1e6:.2f} M parameters, "
           f"{shape.active_parameters() / 1e6:.2f} M active")
     print(f"  dense: {dense.describe()}; {dense.parameters() / 1e6:.2f} M parameters")
@@ -79,11 +88,12 @@ def main():
         rounds = {}
         for _ in range(args.rounds):
             rounds.setdefault("tidal", []).append(
-                run_tidal_cpu(args.build, shape, batch, args.steps, args.warmup, precision, env))
+                run_tidal_cpu(args.build, shape, batch, args.steps, args.warmup, precision, env, args.micro_batches))
             rounds.setdefault("hf", []).append(run_torch(torch2, shape, batch, args.steps, precision, "eager",
-                                                         args.threads, env, warmup=args.warmup))
+                                                         args.threads, env, warmup=args.warmup,
+                                                         micro_batches=args.micro_batches))
             rounds.setdefault("dense", []).append(
-                run_tidal_cpu(args.build, dense, batch, args.steps, args.warmup, precision, env))
+                run_tidal_cpu(args.build, dense, batch, args.steps, args.warmup, precision, env, args.micro_batches))
         moe, hf, flat = (median_run(rounds[k]) for k in ("tidal", "hf", "dense"))
         print(f"\n{precision}:")
         print(f"  tidal Mixtral                      {moe['tokens_per_s']:9.0f} tokens/s  "
@@ -102,7 +112,8 @@ def main():
         print(f"  MoE step / dense step: {paired[(len(paired) - 1) // 2]:.2f}x, the median of the rounds' "
               f"({', '.join(f'{r:.2f}' for r in paired)}; of the medians {of_medians:.2f}x) (goal <= 1.3x)")
         for r, name in ((moe, "tidal-mixtral"), (hf, "transformers-mixtral"), (flat, "tidal-dense")):
-            results.append(dict(r, run=name, precision=precision, batch=batch, threads=args.threads))
+            results.append(dict(r, run=name, precision=precision, batch=batch, micro_batches=args.micro_batches,
+                                threads=args.threads))
     print()
     for r in results:
         print(json.dumps(r))

@@ -55,6 +55,10 @@ bool sums_micro_batches_locally(const ChunkOptions& options) {
   return options.accumulate && options.zero_stage <= 1 && !options.offload;
 }
 
+bool sums_in_place(const ChunkOptions& options, bool distributed, Device compute) {
+  return options.accumulate && (!distributed || sums_micro_batches_locally(options)) && compute.is_cpu();
+}
+
 ListShare list_share(const ChunkLayout& layout, const ChunkOptions& options) {
   const int ranks = options.group && options.zero_stage > 0 ? options.group->size() : 1;
   const int owned = layout.chunks / ranks;  // chunks is a multiple of the group's size
@@ -359,7 +363,8 @@ void ChunkManager::access(nn::Parameter& p, bool backward) {  // patrickstar-v2 
   set_state(t, TensorState::compute);
   p.data = slot(ChunkKind::param, p);
   if (old == TensorState::free) p.data.zero_();
-  if (backward && !p.grad.defined()) p.grad = Tensor::zeros(p.shape, p.data.dtype());
+  if (backward && !p.grad.defined())
+    p.grad = sums_in_place() ? slot(ChunkKind::grad, p) : Tensor::zeros(p.shape, p.data.dtype());
 }
 
 void ChunkManager::release(nn::Parameter& p, TensorState target) {  // patrickstar-v2 Alg. 2
@@ -607,7 +612,7 @@ void ChunkManager::store_gradient(Tracked& t) {
     Tensor into = pending(layout_.group_of(place.chunk)).slice(0, at, at + p.shape.numel()).reshape(p.shape);
     ops::accumulate(into, p.grad);
   } else if (options_.accumulate) {
-    add_into(slot(ChunkKind::grad, p), p.grad);
+    if (!sums_in_place()) add_into(slot(ChunkKind::grad, p), p.grad);
   } else {
     // The parameter is not needed again before the optimizer step: its slot takes the gradient
     // (Fig. 5).

@@ -10,7 +10,8 @@
 // from the master copy. Gradient accumulation over micro-batches (which PatrickStar lacked)
 // cannot reuse the slot - the next micro-batch needs the parameters - so with
 // ChunkOptions::accumulate the gradients are summed into a fp32 `grad` list of the same layout
-// (with ZeRO, its owned chunks only).
+// (with ZeRO, its owned chunks only); on the host, where a rank sums its own micro-batches, the
+// backward adds into that list's slot directly (sums_in_place).
 //
 // Protocol, per micro-batch: begin_forward() (under a pipeline schedule, whose forwards of
 // several micro-batches may come before their backwards); the hooks run forward (access ->
@@ -159,6 +160,14 @@ std::int64_t chunk_size_for(const std::vector<std::int64_t>& numels, int group_s
 // which the ranks then reduce once a step (stages 0 and 1, chunks that stay put); otherwise each
 // micro-batch's are reduced and the grad list is sharded as the optimizer's.
 bool sums_micro_batches_locally(const ChunkOptions& options);
+
+// Whether a rank's backward adds each parameter's gradient into its fp32 slot of the grad list
+// directly (Megatron-LM's gradient accumulation fusion: the weight gradient's product accumulates
+// into the fp32 sum), with no buffer a micro-batch to zero, widen and add: with accumulation, where
+// the rank sums its micro-batches itself (alone, or sums_micro_batches_locally over `distributed`
+// ranks), on the host, whose kernels add low-precision values into an fp32 gradient (the GPU's
+// take their compute precision's, so there the buffer stays).
+bool sums_in_place(const ChunkOptions& options, bool distributed, Device compute);
 
 // The chunks of each list one rank keeps between steps: with ZeRO over options.group's N ranks,
 // its own 1/N of the optimizer's lists (stages 1-3) and of the param list (stage 3); otherwise
@@ -352,6 +361,8 @@ class ChunkManager final : public nn::ModuleHooks {
   bool sharded() const { return distributed() && options_.zero_stage > 0; }
   // Micro-batches summed in each rank's own grad list of every chunk, reduced once a step.
   bool sums_locally() const { return distributed() && sums_micro_batches_locally(options_); }
+  // A parameter's gradient buffer in backward is its slot of the grad list (memory::sums_in_place).
+  bool sums_in_place() const { return memory::sums_in_place(options_, distributed(), device_->device()); }
   // The parameters (tracked_ indices) in each chunk.
   const std::vector<std::size_t>& tensors_of(int chunk) const { return in_chunk_[std::size_t(chunk)]; }
   // The phase of a communication group (its segment's), and whether `phase` is `of`'s.

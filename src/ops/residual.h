@@ -26,7 +26,7 @@ void scale(Tensor& y, float s);
 
 // y = a + b (y may alias a or b).
 inline void residual_add(Tensor& y, const Tensor& a, const Tensor& b) { TIDAL_OPS_DISPATCH(y, residual_add, y, a, b); }
-// y += x.
+// y += x; on the host y may be fp32 beside a low-precision x (a gradient's fp32 sum).
 inline void accumulate(Tensor& y, const Tensor& x) { TIDAL_OPS_DISPATCH(y, accumulate, y, x); }
 // y *= s.
 inline void scale(Tensor& y, float s) { TIDAL_OPS_DISPATCH(y, scale, y, s); }

@@ -75,18 +75,27 @@ class MetaStep final : public ops::meta::Recorder {
   int workspaces_ = 0, streams_ = 0;
 };
 
+// How a chunked parameter's gradient is stored (gradient_stores): the bytes an element's store
+// reads and writes, and whether the backward adds into the fp32 grad list itself instead
+// (memory::sums_in_place).
+struct GradientStore {
+  double bytes = 0;
+  bool in_place = false;
+};
+
 // What the model data keeper does around the modules that the step's memory sees
 // (engine/model_data.h): the chunk keeper hands a module's backward fresh zeroed gradients in the
-// compute precision from the step's memory (memory/chunk_manager.cpp's access) and takes each once
-// its last user's backward on this rank is done, streaming it into the chunks (`store`: the bytes
-// an element's store reads and writes); its parameters are views of the chunks, and the tensor
-// keeper's fp32 parameters and gradients model data, held all along - neither in the step's memory.
+// compute precision from the step's memory (memory/chunk_manager.cpp's access), or the fp32 grad
+// list's slots where it sums in place, and takes each once its last user's backward on this rank
+// is done, streaming it into the chunks (`store`); its parameters are views of the chunks, and
+// the tensor keeper's fp32 parameters and gradients model data, held all along - neither in the
+// step's memory.
 // A frozen base's NF4 linears (`nf4`: their names) hold codes, which each product dequantizes into
 // the step's memory (nn/linear.h).
 class PlannedKeeper final : public nn::ModuleHooks {
  public:
   PlannedKeeper(models::Model& model, const pipeline::PipelineEngine& engine, bool chunks, DType compute,
-                const std::set<std::string>& nf4, MetaStep& meta, std::map<const nn::Parameter*, double> store)
+                const std::set<std::string>& nf4, MetaStep& meta, std::map<const nn::Parameter*, GradientStore> store)
       : model_(model), chunks_(chunks), compute_(chunks ? compute : DType::f32), meta_(meta), store_(std::move(store)) {
     for (nn::Module* layer : engine.layers()) layer->count_parameter_users(users_);
     for (nn::Parameter* p : model_.parameters()) {
@@ -111,7 +120,7 @@ class PlannedKeeper final : public nn::ModuleHooks {
   void before_backward(nn::Module& m) override {
     if (!chunks_) return;
     for (nn::Parameter* p : m.used_parameters())
-      if (!p->grad.defined() && !p->frozen) p->grad = meta_.zeroed(p->shape, compute_);
+      if (!p->grad.defined() && !p->frozen) p->grad = gradient_buffer(p);
   }
   void after_backward(nn::Module& m) override {
     if (!chunks_) return;
@@ -129,7 +138,7 @@ class PlannedKeeper final : public nn::ModuleHooks {
   }
   void before_weight_gradient(nn::Module&, std::span<nn::Parameter* const> deferred) override {
     if (!chunks_) return;
-    for (nn::Parameter* p : deferred) p->grad = meta_.zeroed(p->shape, compute_);
+    for (nn::Parameter* p : deferred) p->grad = gradient_buffer(p);
   }
   void after_weight_gradient(nn::Module&, std::span<nn::Parameter* const> deferred) override {
     if (!chunks_) return;
@@ -143,15 +152,21 @@ class PlannedKeeper final : public nn::ModuleHooks {
     left_[p] = users_.at(p);
   }
   void stored(nn::Parameter* p) {
-    if (auto it = store_.find(p); it != store_.end()) meta_.stream(it->second * double(p->shape.numel()));
+    if (auto it = store_.find(p); it != store_.end()) meta_.stream(it->second.bytes * double(p->shape.numel()));
     p->grad = Tensor();
+  }
+  // A backward's gradient buffer: in the step's memory, zeroed; or the grad list's slot (model data).
+  Tensor gradient_buffer(const nn::Parameter* p) {
+    if (auto it = store_.find(p); it != store_.end() && it->second.in_place)
+      return Tensor::empty(p->shape, DType::f32, meta_allocator());
+    return meta_.zeroed(p->shape, compute_);
   }
 
   models::Model& model_;
   const bool chunks_;
   const DType compute_;
   MetaStep& meta_;
-  const std::map<const nn::Parameter*, double> store_;
+  const std::map<const nn::Parameter*, GradientStore> store_;
   std::map<nn::Parameter*, int> users_, left_;
 };
 
@@ -166,13 +181,14 @@ class PlannedKeeper final : public nn::ModuleHooks {
 //   reduced from the packed buffer - under offload by a ring that adds each other rank's partial
 //   into the chunks (g - 1 of g read twice and written);
 // - micro-batches summed on the rank (alone, or at stages 0 and 1 without offload): added into the
-//   grad list; sharded, the list's owned sums copied back once a step (8 bytes, 1 / g of them);
+//   grad list, on the host by the backward's own products (memory::sums_in_place: none here);
+//   sharded, the list's owned sums copied back once a step (8 bytes, 1 / g of them);
 // - micro-batches reduced each (stages 2 and 3, offload): added into the group's buffer, zeroed
 //   first (e written; e + e read, e written), and the reduced sum (the owned 1 / g when sharded)
 //   added into the grad list.
-std::map<const nn::Parameter*, double> gradient_store_bytes(const Job& job, const PlannedRank& rank,
-                                                            int micro_batches) {
-  std::map<const nn::Parameter*, double> out;
+std::map<const nn::Parameter*, GradientStore> gradient_stores(const Job& job, const PlannedRank& rank,
+                                                              int micro_batches) {
+  std::map<const nn::Parameter*, GradientStore> out;
   const double e = double(dtype_size(job.precision));
   const double sum = e + 8 + (job.precision == DType::f32 ? 0 : 8);
   const bool accumulate = micro_batches > 1;
@@ -180,6 +196,8 @@ std::map<const nn::Parameter*, double> gradient_store_bytes(const Job& job, cons
   for (const PlannedChunkList& list : rank.chunk_lists) {
     const double g = double(rank.pc->layout().group(list.group, rank.pc->rank()).size());
     const bool distributed = g > 1, sharded = distributed && job.zero_stage() > 0;
+    const bool in_place =
+        memory::sums_in_place(job.chunk_options_for(accumulate), distributed, Device{job.device(), 0});
     double bytes = 0;
     if (!accumulate)
       bytes = 2 * e + (!distributed  ? 0
@@ -187,10 +205,10 @@ std::map<const nn::Parameter*, double> gradient_store_bytes(const Job& job, cons
                        : job.offloaded() ? 3 * e * (g - 1) / g
                                          : 2 * e);
     else if (!distributed || local)
-      bytes = sum + (sharded ? 8 / g / micro_batches : 0);
+      bytes = (in_place ? 0 : sum) + (sharded ? 8 / g / micro_batches : 0);
     else
       bytes = 4 * e + (sharded ? sum / g : sum);
-    for (const nn::Parameter* p : list.params.params) out[p] = bytes;
+    for (const nn::Parameter* p : list.params.params) out[p] = {.bytes = bytes, .in_place = in_place};
   }
   return out;
 }
@@ -443,7 +461,7 @@ class StepRun {
                          .batch = &batches_[std::size_t(m)], .activations = &meta_.pool});
     PlannedKeeper keeper(model_, engine_, planned_.model_data.chunks, job_.precision,
                          job_.nf4_base ? models::linear_weights(job_.model) : std::set<std::string>{}, meta_,
-                         gradient_store_bytes(job_, planned_, micro_batches));
+                         gradient_stores(job_, planned_, micro_batches));
     message_ = hidden_state();
     runner_.add_hooks(&keeper);
     // finetune.base_offload = "host" or "disk": each module's frozen weights fetched into the step's

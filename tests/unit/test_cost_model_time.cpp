@@ -153,21 +153,30 @@ TEST(CostModelTime, ChunkedGradientsStreamAtTheMemorysBandwidth) {
   // Bytes an element, summed over the micro-batches: one bf16 micro-batch zeroes 2 and casts its
   // gradient into the param slot (2 read, 2 written).
   EXPECT_NEAR(streamed({"train.precision=bf16"}, 1), 2 + 4, 1e-6);
-  // Four bf16 micro-batches each add theirs into the fp32 grad list by way of an fp32 copy
-  // (2 zeroed; 2 read, 4 written; 4 + 4 read, 4 written).
-  EXPECT_NEAR(streamed({"train.precision=bf16", "train.micro_batch_size=2"}, 1), 4 * (2 + 18), 1e-6);
+  // On a GPU four bf16 micro-batches each add theirs into the fp32 grad list by way of an fp32
+  // copy (2 zeroed; 2 read, 4 written; 4 + 4 read, 4 written).
+  const std::string gpu = "train.device=cuda";
+  EXPECT_NEAR(streamed({gpu, "train.precision=bf16", "train.micro_batch_size=2"}, 1), 4 * (2 + 18), 1e-6);
   // In fp32 (ZeRO-1 on one rank keeps chunks) the add reads the gradient as it is.
-  EXPECT_NEAR(streamed({"zero.stage=1", "train.micro_batch_size=2"}, 1), 4 * (4 + 12), 1e-6);
+  EXPECT_NEAR(streamed({gpu, "train.precision=fp32", "zero.stage=1", "train.micro_batch_size=2"}, 1), 4 * (4 + 12),
+              1e-6);
+  // On the host the backward's products add into the grad list themselves (memory::sums_in_place):
+  // nothing streams.
+  EXPECT_NEAR(streamed({"train.precision=bf16", "train.micro_batch_size=2"}, 1), 0, 1e-6);
+  EXPECT_NEAR(streamed({"zero.stage=1", "train.micro_batch_size=2"}, 1), 0, 1e-6);
   // Over two data ranks with one micro-batch the group is packed into a buffer for its sum (read,
   // written) and, unsharded, unpacked back (bf16: 2 zeroed, 4 cast, 4 packed, 4 unpacked).
   EXPECT_NEAR(streamed({"train.precision=bf16", "parallel.data=2", "train.batch_size=4"}, 2), 2 + 4 + 8, 1e-6);
   EXPECT_NEAR(streamed({"parallel.data=2", "zero.stage=1", "train.batch_size=4"}, 2), 4 + 8 + 8, 1e-6);
   // ZeRO-1 sums micro-batches in the grad list and copies its owned half of the reduced sums back
-  // once a step (8 bytes an owned element); ZeRO-0 all-reduces the list where it lies.
-  EXPECT_NEAR(streamed({"parallel.data=2", "zero.stage=1", "train.micro_batch_size=1"}, 2), 4 * (4 + 12) + 8 / 2,
-              1e-6);
-  EXPECT_NEAR(streamed({"train.precision=bf16", "parallel.data=2", "train.micro_batch_size=1"}, 2), 4 * (2 + 18),
-              1e-6);
+  // once a step (8 bytes an owned element); ZeRO-0 all-reduces the list where it lies. On the
+  // host the sums are the products' own.
+  EXPECT_NEAR(streamed({gpu, "train.precision=fp32", "parallel.data=2", "zero.stage=1", "train.micro_batch_size=1"}, 2),
+              4 * (4 + 12) + 8 / 2, 1e-6);
+  EXPECT_NEAR(streamed({gpu, "train.precision=bf16", "parallel.data=2", "train.micro_batch_size=1"}, 2),
+              4 * (2 + 18), 1e-6);
+  EXPECT_NEAR(streamed({"parallel.data=2", "zero.stage=1", "train.micro_batch_size=1"}, 2), 8 / 2, 1e-6);
+  EXPECT_NEAR(streamed({"train.precision=bf16", "parallel.data=2", "train.micro_batch_size=1"}, 2), 0, 1e-6);
   // ZeRO-2 adds each micro-batch's into its chunk group's buffer in bf16, zeroed first (2; 2 + 2
   // read, 2 written), which the group reduce-scatters; the owned half of the sum is added into
   // the fp32 grad list as above (18 bytes an owned element).

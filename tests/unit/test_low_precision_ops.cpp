@@ -1,9 +1,12 @@
 // bf16 / fp16 storage: each op widens to fp32 inside, so its result equals the fp32 op on the
 // same rounded inputs up to one rounding of the output (2^-8 relative for bf16, 2^-11 for fp16).
 // Also the residual family's closed-form results.
+#include "ops/bias.h"
 #include "ops/cast.h"
+#include "ops/class_token.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
+#include "ops/gemm.h"
 #include "ops/gelu.h"
 #include "ops/layernorm.h"
 #include "ops/optimizer_step.h"
@@ -195,6 +198,59 @@ TEST_P(LowPrecision, CastToItsOwnTypeCopiesEveryBit) {
   Tensor copy = Tensor::empty(t.shape(), GetParam());
   ops::cast(copy, t);
   EXPECT_EQ(std::memcmp(copy.raw(), t.raw(), t.nbytes()), 0);
+}
+
+// On the host a parameter's gradient may be its fp32 sum while the values are bf16 or fp16
+// (memory::sums_in_place): every op that adds into a parameter's gradient adds the same as the
+// fp32 op on the widened values, into the same fp32 sum (the inputs widen exactly).
+TEST_P(LowPrecision, GradientsAddIntoFp32SumsAsTheFp32OpsDo) {
+  const DType dt = GetParam();
+  const std::int64_t N = 37, C = 72, V = 11;
+  const Tensor dy = cast_to(testing::randn({N, C}, 21), dt), x = cast_to(testing::randn({N, C}, 22), dt),
+               dy32 = cast_to(dy, DType::f32), x32 = cast_to(x, DType::f32);
+  const auto sum = [&](std::uint64_t seed) { return testing::randn({C}, seed); };  // a sum of earlier micro-batches
+  const auto same = [](const Tensor& a, const Tensor& b) { return all_close(a, b, testing::kFp32); };
+
+  Tensor db = sum(23), db32 = sum(23);
+  ops::bias_grad(db, dy);
+  ops::bias_grad(db32, dy32);
+  EXPECT_TRUE(same(db, db32));
+
+  Tensor w = cast_to(testing::randn({C}, 24), dt), b = cast_to(testing::randn({C}, 25), dt);
+  Tensor y = Tensor::empty({N, C}, dt), mean = Tensor::empty({N}), rstd = Tensor::empty({N});
+  ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+  Tensor dx = Tensor::empty({N, C}, dt), dx32 = Tensor::empty({N, C}), dw = sum(26), dw32 = sum(26),
+         dbn = sum(27), dbn32 = sum(27);
+  ops::layernorm_backward(dx, dw, dbn, dy, x, w, mean, rstd);
+  ops::layernorm_backward(dx32, dw32, dbn32, dy32, x32, cast_to(w, DType::f32), mean, rstd);
+  EXPECT_TRUE(same(dw, dw32));
+  EXPECT_TRUE(same(dbn, dbn32));
+
+  const Tensor ids = testing::randint({N}, 28, 0, std::int32_t(V));
+  Tensor dtable = testing::randn({V, C}, 29), dtable32 = testing::randn({V, C}, 29);
+  ops::embedding_backward(dtable, dy, ids);
+  ops::embedding_backward(dtable32, dy32, ids);
+  EXPECT_TRUE(same(dtable, dtable32));
+
+  Tensor dpos = testing::randn({N + 3, C}, 30), dpos32 = testing::randn({N + 3, C}, 30);
+  ops::position_embedding_backward(dpos, dy.reshape({1, N, C}), 2);
+  ops::position_embedding_backward(dpos32, dy32.reshape({1, N, C}), 2);
+  EXPECT_TRUE(same(dpos, dpos32));
+
+  Tensor dtok = sum(31), dtok32 = sum(31), dxt = Tensor::empty({1, N - 1, C}, dt), dxt32 = Tensor::empty({1, N - 1, C});
+  ops::prepend_token_backward(dxt, dtok, dy.reshape({1, N, C}));
+  ops::prepend_token_backward(dxt32, dtok32, dy32.reshape({1, N, C}));
+  EXPECT_TRUE(same(dtok, dtok32));
+
+  Tensor dwm = testing::randn({C, C}, 32), dwm32 = testing::randn({C, C}, 32);
+  ops::gemm(dwm, dy, x, {.trans_a = true, .beta = 1.0f});  // a linear's dW += dy^T x
+  ops::gemm(dwm32, dy32, x32, {.trans_a = true, .beta = 1.0f});
+  EXPECT_TRUE(same(dwm, dwm32));
+
+  Tensor acc = sum(33), acc32 = sum(33);
+  ops::accumulate(acc, dy.slice(0, 0, 1).reshape({C}));
+  ops::accumulate(acc32, dy32.slice(0, 0, 1).reshape({C}));
+  EXPECT_TRUE(all_close(acc, acc32, {0, 0}));  // one addition, rounded once either way
 }
 
 TEST(Residual, ClosedForm) {

@@ -123,14 +123,16 @@ class Linear3d final : public Module {
       ops::gemm(dxg2, panel, weight_block(mine, r), {.beta = r == 0 ? 0.0f : 1.0f});  // dX_ab += dP_r W_r
       if (weight_->frozen) continue;  // no gradient, none of its reduces
       // dW_r, summed at its owner: the owner adds its share to its gradient and the reduce adds
-      // the others' (one block of buffer at a time: W_r is gone before dW_r exists).
-      if (r == cube_.x) {
+      // the others' (one block of buffer at a time: W_r is gone before dW_r exists). Summed in
+      // the compute precision: a gradient summed in fp32 in place takes the sum afterwards.
+      if (r == cube_.x && weight_->grad.dtype() == dy.dtype()) {
         ops::gemm(weight_->grad, panel, xg2, {.trans_a = true, .beta = 1.0f});
         cube_.gx.reduce(weight_->grad, {.op = comm::ReduceOp::sum, .root = r})->wait();
       } else {
-        Tensor dw = Tensor::empty(weight_->shape, weight_->grad.dtype());
+        Tensor dw = Tensor::empty(weight_->shape, dy.dtype());
         ops::gemm(dw, panel, xg2, {.trans_a = true});
         cube_.gx.reduce(dw, {.op = comm::ReduceOp::sum, .root = r})->wait();
+        if (r == cube_.x) ops::accumulate(weight_->grad, dw);
       }
     }
     ctx.saved.clear();

@@ -47,7 +47,7 @@ void summa_backward(Tensor& dx2, Tensor& dw, const Tensor& dy2, const Tensor& x2
       if (!dw.defined()) continue;  // a frozen weight
       // Slice k of dW_lj (once the slice of W is gone): summed over the depth group, then down
       // the column of layer k to (l, j).
-      Tensor dw_part = Tensor::empty(dw.shape(), dw.dtype());
+      Tensor dw_part = Tensor::empty(dw.shape(), dy2.dtype());  // summed in the compute precision
       ops::gemm(dw_part, panel, x2, {.trans_a = true});
       depth.reduce(dw_part, {.op = comm::ReduceOp::sum, .root = k})->wait();
       if (depth.rank() != k) continue;
@@ -71,7 +71,7 @@ void summa_forward(Tensor& y2, const Tensor& x2, const Tensor& w, comm::Communic
 void summa_backward(Tensor& dx2, Tensor& dw, const Tensor& dy2, const Tensor& x2, const Tensor& w,
                     comm::Communicator& row, comm::Communicator& col) {
   const int q = row.size();
-  Tensor dw_part = dw.defined() ? Tensor::empty(dw.shape(), dw.dtype()) : Tensor();
+  Tensor dw_part = dw.defined() ? Tensor::empty(dw.shape(), dy2.dtype()) : Tensor();  // summed in the compute precision
   for (int l = 0; l < q; ++l) {
     const Tensor dy_l = broadcast_block(dy2, row, l);  // dY_il
     const Tensor w_l = broadcast_block(w, col, l);     // W_lj

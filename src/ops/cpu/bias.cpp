@@ -24,10 +24,10 @@ void bias_grad(Tensor& db, const Tensor& dy) {
   expect_cpu_contiguous(db, "bias_grad db");
   expect_cpu_contiguous(dy, "bias_grad dy");
   const std::int64_t C = db.numel(), N = rows_of(dy);
-  TIDAL_ASSERT(dy.dim(-1) == C && dy.dtype() == db.dtype(), "bias_grad {} from {}", db.str(), dy.str());
-  with_float_type(dy.dtype(), [&]<class T>() {
+  TIDAL_ASSERT(dy.dim(-1) == C, "bias_grad {} from {}", db.str(), dy.str());
+  with_gradient_types(dy.dtype(), db.dtype(), [&]<class T, class G>() {
     const T* pdy = dy.data<T>();
-    T* pdb = db.data<T>();
+    G* pdb = db.data<G>();
     // Each thread owns a block of columns and sums down the rows: no reduction races.
 #pragma omp parallel
     {
@@ -38,7 +38,7 @@ void bias_grad(Tensor& db, const Tensor& dy) {
         acc.assign(std::size_t(c1 - c0), 0.0f);
         for (std::int64_t n = 0; n < N; ++n)
           for (std::int64_t c = c0; c < c1; ++c) acc[std::size_t(c - c0)] += to_float(pdy[n * C + c]);
-        for (std::int64_t c = c0; c < c1; ++c) pdb[c] = from_float<T>(to_float(pdb[c]) + acc[std::size_t(c - c0)]);
+        for (std::int64_t c = c0; c < c1; ++c) pdb[c] = from_float<G>(to_float(pdb[c]) + acc[std::size_t(c - c0)]);
       }
     }
   });

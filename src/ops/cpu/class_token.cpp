@@ -25,13 +25,13 @@ void prepend_token_backward(Tensor& dx, Tensor& dtoken, const Tensor& dy) {
   expect_cpu_contiguous({&dx, &dtoken, &dy}, "prepend_token_backward operand");
   const std::int64_t B = dx.dim(0), N = dx.dim(1), D = dx.dim(2);
   TIDAL_ASSERT(dy.shape() == Shape({B, N + 1, D}) && dtoken.numel() == D, "prepend_token_backward dy {}", dy.str());
-  with_float_type(dy.dtype(), [&]<class T>() {
+  with_gradient_types(dy.dtype(), dtoken.dtype(), [&]<class T, class G>() {
     const T* pdy = dy.data<T>();
     T* pdx = dx.data<T>();
-    T* pdt = dtoken.data<T>();
+    G* pdt = dtoken.data<G>();
     for (std::int64_t b = 0; b < B; ++b) {
       const T* rows = pdy + b * (N + 1) * D;
-      for (std::int64_t d = 0; d < D; ++d) pdt[d] = from_float<T>(to_float(pdt[d]) + to_float(rows[d]));
+      for (std::int64_t d = 0; d < D; ++d) pdt[d] = from_float<G>(to_float(pdt[d]) + to_float(rows[d]));
       std::memcpy(pdx + b * N * D, rows + D, std::size_t(N * D) * sizeof(T));
     }
   });

@@ -50,7 +50,8 @@ void embedding_backward(Tensor& dtable, const Tensor& dy, const Tensor& ids) {
   expect_cpu_contiguous(dy, "embedding dy");
   const std::int64_t V = dtable.dim(0), C = dtable.dim(1), N = ids.numel();
   check_ids(ids, V);
-  TIDAL_ASSERT(dy.numel() == N * C && dy.dtype() == dtable.dtype(), "embedding dy {}", dy.str());
+  TIDAL_ASSERT(dy.numel() == N * C && (dy.dtype() == dtable.dtype() || dtable.dtype() == DType::f32),
+               "embedding dy {} for the table's gradient {}", dy.str(), dtable.str());
   const std::int32_t* pid = ids.data<std::int32_t>();
   // Accumulate in fp32 and round once: summing many tokens straight into bf16 would round at
   // every addition. Low-precision tables get an fp32 scratch copy.
@@ -101,15 +102,15 @@ void position_embedding_backward(Tensor& dtable, const Tensor& dy, std::int64_t 
   const std::int64_t B = dy.dim(0), T = dy.dim(1), C = dy.dim(2);
   TIDAL_ASSERT(first_position + T <= dtable.dim(0) && dtable.dim(1) == C, "position dtable {} dy {}", dtable.str(),
                dy.str());
-  with_float_type(dy.dtype(), [&]<class Tp>() {
+  with_gradient_types(dy.dtype(), dtable.dtype(), [&]<class Tp, class G>() {
     const Tp* pdy = dy.data<Tp>();
-    Tp* pdt = dtable.data<Tp>() + first_position * C;
+    G* pdt = dtable.data<G>() + first_position * C;
 #pragma omp parallel for schedule(static)
     for (std::int64_t t = 0; t < T; ++t)
       for (std::int64_t c = 0; c < C; ++c) {
         float s = 0.0f;
         for (std::int64_t b = 0; b < B; ++b) s += to_float(pdy[(b * T + t) * C + c]);
-        pdt[t * C + c] = from_float<Tp>(to_float(pdt[t * C + c]) + s);
+        pdt[t * C + c] = from_float<G>(to_float(pdt[t * C + c]) + s);
       }
   });
 }

@@ -53,7 +53,8 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   expect_same(dx, x, "layernorm_backward dx/x");
   expect_same(dy, x, "layernorm_backward dy/x");
   const std::int64_t C = x.dim(-1), N = rows_of(x);
-  with_float_type(x.dtype(), [&]<class T>() {
+  TIDAL_ASSERT(dw.dtype() == db.dtype(), "layernorm_backward dw {} db {}", dw.str(), db.str());
+  with_gradient_types(x.dtype(), dw.dtype(), [&]<class T, class G>() {
     const T* px = x.data<T>();
     const T* pw = w.data<T>();
     const T* pdy = dy.data<T>();
@@ -93,16 +94,16 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
         }
       }
     }
-    T* pdw = dw.data<T>();
-    T* pdb = db.data<T>();
+    G* pdw = dw.data<G>();
+    G* pdb = db.data<G>();
     for (std::int64_t c = 0; c < C; ++c) {
       float sw = to_float(pdw[c]), sb = to_float(pdb[c]);
       for (int t = 0; t < nthreads; ++t) {
         sw += partial[std::size_t(t) * 2 * std::size_t(C) + std::size_t(c)];
         sb += partial[std::size_t(t) * 2 * std::size_t(C) + std::size_t(C + c)];
       }
-      pdw[c] = from_float<T>(sw);
-      pdb[c] = from_float<T>(sb);
+      pdw[c] = from_float<G>(sw);
+      pdb[c] = from_float<G>(sb);
     }
   });
 }

@@ -18,7 +18,18 @@ void residual_add(Tensor& y, const Tensor& a, const Tensor& b) {
   });
 }
 
-void accumulate(Tensor& y, const Tensor& x) { residual_add(y, y, x); }
+void accumulate(Tensor& y, const Tensor& x) {
+  if (y.dtype() == x.dtype()) return residual_add(y, y, x);
+  expect_cpu_contiguous({&y, &x}, "accumulate operand");
+  TIDAL_ASSERT(y.shape() == x.shape(), "accumulate {} += {}", y.str(), x.str());
+  const std::int64_t n = y.numel();
+  with_gradient_types(x.dtype(), y.dtype(), [&]<class T, class G>() {
+    const T* px = x.data<T>();
+    G* py = y.data<G>();
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) py[i] = from_float<G>(to_float(py[i]) + to_float(px[i]));
+  });
+}
 
 void scale(Tensor& y, float s) {
   expect_cpu_contiguous(y, "scale y");

@@ -22,6 +22,18 @@ void with_float_type(DType dtype, F&& f) {
   TIDAL_ASSERT(false, "floating-point op called on {}", dtype_name(dtype));
 }
 
+// f.template operator()<T, G>() for a kernel reading values of `dtype` (T) and adding into a
+// parameter's gradient of `grad` (G): T's own type, or fp32 where the gradient accumulates in its
+// fp32 sum in place (memory/chunk_manager.h).
+template <class F>
+void with_gradient_types(DType dtype, DType grad, F&& f) {
+  TIDAL_ASSERT(grad == dtype || grad == DType::f32, "a {} gradient of {} values", dtype_name(grad), dtype_name(dtype));
+  with_float_type(dtype, [&]<class T>() {
+    if (grad == DType::f32) f.template operator()<T, float>();
+    else f.template operator()<T, T>();
+  });
+}
+
 inline void expect_cpu_contiguous(const Tensor& t, const char* what) {
   TIDAL_ASSERT(t.defined() && t.device().is_cpu() && t.is_contiguous(), "{} must be a contiguous CPU tensor, got {}",
                what, t.defined() ? t.str() : "undefined");
