@@ -181,13 +181,14 @@ class PlannedKeeper final : public nn::ModuleHooks {
 //   reduced from the packed buffer - under offload by a ring that adds each other rank's partial
 //   into the chunks (g - 1 of g read twice and written);
 // - micro-batches summed on the rank (alone, or at stages 0 and 1 without offload): added into the
-//   grad list, on the host by the backward's own products (memory::sums_in_place: none here);
+//   grad list, on a CPU planned for by the backward's own products (memory::sums_in_place: none
+//   here);
 //   sharded, the list's owned sums copied back once a step (8 bytes, 1 / g of them);
 // - micro-batches reduced each (stages 2 and 3, offload): added into the group's buffer, zeroed
 //   first (e written; e + e read, e written), and the reduced sum (the owned 1 / g when sharded)
 //   added into the grad list.
 std::map<const nn::Parameter*, GradientStore> gradient_stores(const Job& job, const PlannedRank& rank,
-                                                              int micro_batches) {
+                                                              int micro_batches, Device compute) {
   std::map<const nn::Parameter*, GradientStore> out;
   const double e = double(dtype_size(job.precision));
   const double sum = e + 8 + (job.precision == DType::f32 ? 0 : 8);
@@ -196,8 +197,7 @@ std::map<const nn::Parameter*, GradientStore> gradient_stores(const Job& job, co
   for (const PlannedChunkList& list : rank.chunk_lists) {
     const double g = double(rank.pc->layout().group(list.group, rank.pc->rank()).size());
     const bool distributed = g > 1, sharded = distributed && job.zero_stage() > 0;
-    const bool in_place =
-        memory::sums_in_place(job.chunk_options_for(accumulate), distributed, Device{job.device(), 0});
+    const bool in_place = memory::sums_in_place(job.chunk_options_for(accumulate), distributed, compute);
     double bytes = 0;
     if (!accumulate)
       bytes = 2 * e + (!distributed  ? 0
@@ -439,6 +439,7 @@ class StepRun {
         planned_(planned),
         costs_(costs),
         layout_(planned.pc->layout()),
+        compute_(ops.cpu ? Device::cpu() : Device::cuda()),
         meta_(ops, costs),
         pc_(*planned.model_pc),
         model_(*planned.model),
@@ -461,7 +462,7 @@ class StepRun {
                          .batch = &batches_[std::size_t(m)], .activations = &meta_.pool});
     PlannedKeeper keeper(model_, engine_, planned_.model_data.chunks, job_.precision,
                          job_.nf4_base ? models::linear_weights(job_.model) : std::set<std::string>{}, meta_,
-                         gradient_stores(job_, planned_, micro_batches));
+                         gradient_stores(job_, planned_, micro_batches, compute_));
     message_ = hidden_state();
     runner_.add_hooks(&keeper);
     // finetune.base_offload = "host" or "disk": each module's frozen weights fetched into the step's
@@ -680,6 +681,7 @@ class StepRun {
   const PlannedRank& planned_;
   const Costs* costs_;
   const parallel::Layout& layout_;
+  const Device compute_;  // where the step's ops run: the planned hardware's (sim::DeviceOps)
   MetaStep meta_;
   parallel::ParallelContext& pc_;
   models::Model& model_;

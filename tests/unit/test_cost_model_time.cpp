@@ -144,22 +144,24 @@ TEST(CostModelTime, ChunkedGradientsStreamAtTheMemorysBandwidth) {
   const sim::Hardware h = two_ranks(1);
   sim::Hardware fast = h;
   fast.memory_bandwidth *= 2;
-  const auto streamed = [&](const std::vector<std::string>& sets, int ranks) {
+  // The same machine with a GPU's kernels (the hardware planned for decides where the ops run).
+  sim::Hardware gpu = h, fast_gpu = fast;
+  gpu.device = fast_gpu.device = Device::Kind::cuda;
+  const auto streamed = [&](const std::vector<std::string>& sets, int ranks, bool on_gpu = false) {
     const config::Config cfg = small_gpt(sets);
-    const sim::Prediction slow = engine::predict(cfg, ranks, &h);
+    const sim::Prediction slow = engine::predict(cfg, ranks, on_gpu ? &gpu : &h);
     const double params = double(slow.ranks[0].model_data.parameters);
-    return 2 * (slow.time.memory - engine::predict(cfg, ranks, &fast).time.memory) * h.memory_bandwidth / params;
+    return 2 * (slow.time.memory - engine::predict(cfg, ranks, on_gpu ? &fast_gpu : &fast).time.memory) *
+           h.memory_bandwidth / params;
   };
   // Bytes an element, summed over the micro-batches: one bf16 micro-batch zeroes 2 and casts its
   // gradient into the param slot (2 read, 2 written).
   EXPECT_NEAR(streamed({"train.precision=bf16"}, 1), 2 + 4, 1e-6);
   // On a GPU four bf16 micro-batches each add theirs into the fp32 grad list by way of an fp32
   // copy (2 zeroed; 2 read, 4 written; 4 + 4 read, 4 written).
-  const std::string gpu = "train.device=cuda";
-  EXPECT_NEAR(streamed({gpu, "train.precision=bf16", "train.micro_batch_size=2"}, 1), 4 * (2 + 18), 1e-6);
+  EXPECT_NEAR(streamed({"train.precision=bf16", "train.micro_batch_size=2"}, 1, true), 4 * (2 + 18), 1e-6);
   // In fp32 (ZeRO-1 on one rank keeps chunks) the add reads the gradient as it is.
-  EXPECT_NEAR(streamed({gpu, "train.precision=fp32", "zero.stage=1", "train.micro_batch_size=2"}, 1), 4 * (4 + 12),
-              1e-6);
+  EXPECT_NEAR(streamed({"zero.stage=1", "train.micro_batch_size=2"}, 1, true), 4 * (4 + 12), 1e-6);
   // On the host the backward's products add into the grad list themselves (memory::sums_in_place):
   // nothing streams.
   EXPECT_NEAR(streamed({"train.precision=bf16", "train.micro_batch_size=2"}, 1), 0, 1e-6);
@@ -171,10 +173,10 @@ TEST(CostModelTime, ChunkedGradientsStreamAtTheMemorysBandwidth) {
   // ZeRO-1 sums micro-batches in the grad list and copies its owned half of the reduced sums back
   // once a step (8 bytes an owned element); ZeRO-0 all-reduces the list where it lies. On the
   // host the sums are the products' own.
-  EXPECT_NEAR(streamed({gpu, "train.precision=fp32", "parallel.data=2", "zero.stage=1", "train.micro_batch_size=1"}, 2),
-              4 * (4 + 12) + 8 / 2, 1e-6);
-  EXPECT_NEAR(streamed({gpu, "train.precision=bf16", "parallel.data=2", "train.micro_batch_size=1"}, 2),
-              4 * (2 + 18), 1e-6);
+  EXPECT_NEAR(streamed({"parallel.data=2", "zero.stage=1", "train.micro_batch_size=1"}, 2, true), 4 * (4 + 12) + 8 / 2,
+              1e-6);
+  EXPECT_NEAR(streamed({"train.precision=bf16", "parallel.data=2", "train.micro_batch_size=1"}, 2, true), 4 * (2 + 18),
+              1e-6);
   EXPECT_NEAR(streamed({"parallel.data=2", "zero.stage=1", "train.micro_batch_size=1"}, 2), 8 / 2, 1e-6);
   EXPECT_NEAR(streamed({"train.precision=bf16", "parallel.data=2", "train.micro_batch_size=1"}, 2), 0, 1e-6);
   // ZeRO-2 adds each micro-batch's into its chunk group's buffer in bf16, zeroed first (2; 2 + 2
