@@ -1,7 +1,10 @@
 // Primitive creation costs 0.2-0.7 ms here, more than a small product takes: primitives are
 // made once per shape, type and scaling and kept in a cache (a step has a few dozen distinct
-// shapes), and each thread keeps its own memory objects, scratchpad and stream for each, so
-// concurrent calls never share a scratchpad and a call allocates nothing.
+// shapes; a mixture's experts' batches add a few per octave of rows), and each thread keeps its
+// own memory objects and stream for each. A thread runs one product at a time, so its primitives
+// share one scratchpad, as large as the largest asks (AMX kernels copy the weights into it: 3.7 MB
+// for a 512 x 3584 bf16 matrix): concurrent calls never share one, and a call allocates nothing
+// once its thread has met its largest shape.
 #include "ops/cpu/onednn_matmul.h"
 
 #if TIDAL_ONEDNN
@@ -13,13 +16,13 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
-#include <vector>
 
 static_assert(DNNL_VERSION_MAJOR == 2, "ops/cpu/onednn_matmul.cpp is written against oneDNN 2.x (Debian's 2.6)");
 
@@ -114,13 +117,28 @@ MatmulCache& cache() {
 
 bool enabled() { return gemm_choice() != GemmChoice::openblas; }
 
-// A primitive as one thread runs it: its memory objects (data handles set per call), scratchpad
-// and stream, so a call costs no allocation and takes no lock after the first on its thread.
+// A primitive as one thread runs it: its memory objects (data handles set per call), so a call
+// takes no lock after the first on its thread.
 struct Bound {
   const Cached* shared;
   dnnl::memory a, b, c, scratchpad;
-  std::vector<char> scratch;
 };
+
+// The calling thread's scratchpad, at least `bytes` long (64-byte aligned, as oneDNN's own are).
+void* thread_scratchpad(std::size_t bytes) {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<void, Free> buffer;
+  thread_local std::size_t size = 0;
+  if (bytes > size) {
+    constexpr std::size_t kAlign = 64;
+    size = (bytes + kAlign - 1) / kAlign * kAlign;
+    buffer.reset(std::aligned_alloc(kAlign, size));
+    TIDAL_CHECK(buffer != nullptr, "out of host memory for a {}-byte oneDNN scratchpad", size);
+  }
+  return buffer.get();
+}
 
 Bound* bound(const Key& key) {
   thread_local std::map<Key, std::unique_ptr<Bound>> mine;
@@ -131,8 +149,7 @@ Bound* bound(const Key& key) {
   if (p.primitive) {
     const dnnl::engine& eng = cache().engine();
     b.reset(new Bound{&p, dnnl::memory(p.a, eng, DNNL_MEMORY_NONE), dnnl::memory(p.b, eng, DNNL_MEMORY_NONE),
-                      dnnl::memory(p.c, eng, DNNL_MEMORY_NONE), {}, std::vector<char>(p.scratchpad.get_size())});
-    b->scratchpad = dnnl::memory(p.scratchpad, eng, b->scratch.data());
+                      dnnl::memory(p.c, eng, DNNL_MEMORY_NONE), dnnl::memory(p.scratchpad, eng, DNNL_MEMORY_NONE)});
   }
   return mine.emplace(key, std::move(b)).first->second.get();
 }
@@ -152,6 +169,7 @@ bool onednn_matmul(void* c, DType c_type, std::int64_t ldc, const MatmulOperand&
   p->a.set_data_handle(const_cast<void*>(a.data));
   p->b.set_data_handle(const_cast<void*>(b.data));
   p->c.set_data_handle(c);
+  p->scratchpad.set_data_handle(thread_scratchpad(p->shared->scratchpad.get_size()));
   p->shared->primitive->execute(stream, {{DNNL_ARG_SRC, p->a},
                                          {DNNL_ARG_WEIGHTS, p->b},
                                          {DNNL_ARG_DST, p->c},
