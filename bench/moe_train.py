@@ -9,7 +9,10 @@ builds oneDNN's kernels for each new expert batch size over its first 20-30 step
 each, 56 ms in all at configs/mixtral-tiny.toml's shape), so by default 30 of 60 steps, and the
 figures are a long run's.
 
-The shape is configs/mixtral-tiny.toml's (or --width / --layers / --experts ... over it). Each
+The shape is configs/mixtral-tiny.toml's, or with --mixtral-proportions Mixtral 8x7B's proportions
+at a width a 2-core CPU trains (width 512, experts of 1792 = 3.5x it as 14336 is 4096's, 8 experts,
+2 a token, 2 layers, seq_len 256, batch 16: 46.1 M parameters, 13.1 M active); --width / --layers /
+--experts ... over either. Each
 system runs --rounds times round-robin and reports its median. Prints tokens/s, the ratio
 tidal / PyTorch (the issue's goal: at least 1.5x) and the MoE step over the dense step (goal: at
 most 1.3x; the median of each round's own ratio), with the config; one JSON line per run last.
@@ -19,7 +22,7 @@ With --micro-batches M every system runs each step's batch in M parts whose grad
 tokens a step of real training has, beside the per-parameter work (AdamW, clipping) done once.
 
 usage: bench/moe_train.py [--build build] [--threads N] [--precisions fp32,bf16] [--steps 60] [--warmup 30]
-                          [--rounds 3] [--micro-batches 1]
+                          [--rounds 3] [--micro-batches 1] [--mixtral-proportions]
 """
 import argparse
 import json
@@ -32,6 +35,8 @@ from cpu_train_vs_torch import DEFAULT_VENV, blas_kernels, median_run, run_torch
 from gpt_training import MixtralShape, run_tidal, tidal_sets, tidal_speed  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Mixtral 8x7B: width 4096, experts of 14336 (3.5x), 8 experts, 2 a token.
+MIXTRAL_PROPORTIONS = {"n_layer": 2, "n_embd": 512, "intermediate_size": 1792, "seq_len": 256}
 
 
 def tiny_shape():
@@ -61,10 +66,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--venv", default=DEFAULT_VENV)
     ap.add_argument("--micro-batches", type=int, default=1, help="parts of each step's batch, gradients accumulated")
+    ap.add_argument("--mixtral-proportions", action="store_true",
+                    help="Mixtral 8x7B's proportions at width 512 (experts 3.5x the width), 2 layers, seq 256, batch 16")
     for key in ("layers", "width", "experts", "expert_width", "seq_len", "batch"):
         ap.add_argument("--" + key.replace("_", "-"), type=int, default=0)
     args = ap.parse_args()
     shape, batch = tiny_shape()
+    if args.mixtral_proportions:
+        shape = MixtralShape(**{**shape.__dict__, **MIXTRAL_PROPORTIONS})
+        batch = 16
     changes = {k: v for k, v in {"n_layer": args.layers, "n_embd": args.width, "experts": args.experts,
                                  "intermediate_size": args.expert_width, "seq_len": args.seq_len}.items() if v}
     shape = MixtralShape(**{**shape.__dict__, **changes})
