@@ -1,6 +1,6 @@
 // Primitive creation costs 0.2-0.7 ms here, more than a small product takes: primitives are
 // made once per shape, type and scaling and kept in a cache (a step has a few dozen distinct
-// shapes; a mixture's experts' batches add a few per octave of rows), and each thread keeps its
+// shapes; a mixture's experts' batches add up to eight an octave of rows), and each thread keeps its
 // own memory objects and stream for each. A thread runs one product at a time, so its primitives
 // share one scratchpad, as large as the largest asks (AMX kernels copy the weights into it: 3.7 MB
 // for a 512 x 3584 bf16 matrix): concurrent calls never share one, and a call allocates nothing
